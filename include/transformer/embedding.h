@@ -1,0 +1,65 @@
+/*
+ * libtransformer: token embeddings and positional encodings.
+ *
+ * Source: Vaswani et al., "Attention Is All You Need" (2017), section 3.4
+ * (embeddings multiplied by sqrt(d_model)) and section 3.5 (sinusoidal
+ * positional encoding PE(pos, 2i) = sin(pos / base^(2i/d_model)),
+ * PE(pos, 2i+1) = cos(pos / base^(2i/d_model)), base = 10000); learned
+ * absolute position tables as in Gehring et al. (2017) and GPT.
+ */
+#ifndef TRANSFORMER_EMBEDDING_H
+#define TRANSFORMER_EMBEDDING_H
+
+#include "module.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Creates a lookup table of n_rows vectors of width d_model (PyTorch
+ * nn.Embedding).  Used for token embeddings (n_rows = vocabulary size) and
+ * for learned absolute positions (n_rows = context length).
+ * scale nonzero multiplies looked-up rows by sqrt(d_model) (section 3.4).
+ * Parameter: "weight" [n_rows, d_model] (starts at 0).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (a size < 1),
+ * TFM_ERR_OVERFLOW, TFM_ERR_OUT_OF_MEMORY. */
+TFM_API tfm_status tfm_embedding_create(int64_t n_rows, int64_t d_model,
+                                        int scale, tfm_module **out);
+
+/* Looks up ids [batch * seq] (row-major [batch, seq]) into out
+ * [batch, seq, d_model].
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE (out is
+ * not [batch, seq, d_model]), TFM_ERR_INVALID_ARGUMENT (an id outside
+ * 0 .. n_rows-1; out unchanged). */
+TFM_API tfm_status tfm_embedding_forward(const tfm_module *embedding,
+                                         const int32_t *ids, int64_t batch,
+                                         int64_t seq, tfm_tensor *out);
+
+/* Learned positions: adds rows offset .. offset+L-1 of the table to every
+ * sequence of x [B, L, d_model] in place (x[b, i] += table[offset + i]).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE,
+ * TFM_ERR_CAPACITY (offset + L exceeds the table's n_rows; x unchanged),
+ * TFM_ERR_INVALID_ARGUMENT (offset < 0). */
+TFM_API tfm_status tfm_embedding_add_positions(const tfm_module *positions,
+                                               tfm_tensor *x, int64_t offset);
+
+/* Writes the sinusoidal encoding of positions offset .. offset+L-1 into
+ * pe [L, d_model] (interleaved layout of section 3.5: sin on even
+ * dimensions, cos on odd).  base: 0 means 10000.  Angles are computed in
+ * double precision.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_SHAPE (pe not rank 2),
+ * TFM_ERR_INVALID_ARGUMENT (offset < 0, base not finite or <= 1). */
+TFM_API tfm_status tfm_sinusoidal_encoding(tfm_tensor *pe, int64_t offset,
+                                           double base);
+
+/* Adds the sinusoidal encoding of positions offset .. offset+L-1 to every
+ * sequence of x [B, L, d_model] in place.  Errors: as
+ * tfm_sinusoidal_encoding (x must be rank 3). */
+TFM_API tfm_status tfm_add_sinusoidal_encoding(tfm_tensor *x, int64_t offset,
+                                               double base);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRANSFORMER_EMBEDDING_H */

@@ -1,0 +1,197 @@
+/*
+ * libtransformer: LayerNorm, feed-forward, encoder and decoder layers and
+ * stacks, the cross-attention block and the encoder-decoder Transformer.
+ *
+ * Source: Vaswani et al., "Attention Is All You Need" (2017), section 3.1
+ * (encoder and decoder stacks: each sub-layer is LayerNorm(x + Sublayer(x)))
+ * and eq. (2) (FFN(x) = max(0, x W1 + b1) W2 + b2); Ba et al., "Layer
+ * Normalization" (2016); Xiong et al., "On Layer Normalization in the
+ * Transformer Architecture" (2020) for the pre-norm variant
+ * x + Sublayer(LayerNorm(x)); Hendrycks & Gimpel, "Gaussian Error Linear
+ * Units" (2016) for GELU.
+ *
+ * The modules compute what PyTorch's nn.LayerNorm, nn.TransformerEncoderLayer,
+ * nn.TransformerDecoderLayer, nn.TransformerEncoder, nn.TransformerDecoder
+ * and nn.Transformer compute in evaluation mode (no dropout), and use their
+ * parameter names.  All activations are [B, L, d_model], batch first.
+ */
+#ifndef TRANSFORMER_LAYERS_H
+#define TRANSFORMER_LAYERS_H
+
+#include "attention.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Activation of the feed-forward network.  Append-only. */
+typedef enum tfm_activation {
+    TFM_ACTIVATION_RELU = 0,      /* max(0, x) */
+    TFM_ACTIVATION_GELU = 1,      /* x * 0.5 * (1 + erf(x / sqrt(2))), exact */
+    TFM_ACTIVATION_GELU_TANH = 2  /* 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))) */
+} tfm_activation;
+
+/* Hyper-parameters of encoder and decoder layers, stacks and models.
+ * Fill it with tfm_layer_config_default, then change fields. */
+typedef struct tfm_layer_config {
+    int64_t d_model;        /* width of every activation */
+    int64_t n_heads;        /* attention heads; must divide d_model */
+    int64_t d_ff;           /* hidden width of the feed-forward network */
+    tfm_activation activation;
+    float layer_norm_eps;   /* added to the variance inside the sqrt */
+    int norm_first;         /* 0: post-norm (the paper), 1: pre-norm */
+} tfm_layer_config;
+
+/* PyTorch's defaults for the given width and heads: d_ff = 2048, ReLU,
+ * layer_norm_eps = 1e-5, post-norm. */
+TFM_API tfm_layer_config tfm_layer_config_default(int64_t d_model,
+                                                  int64_t n_heads);
+
+/* ---- LayerNorm ---------------------------------------------------------
+ * y = (x - mean) / sqrt(var + eps) * weight + bias over the last axis, with
+ * the biased variance (divided by d).  The mean is subtracted before the
+ * variance is summed, so rows with a large mean keep their precision.
+ * Parameters: "weight" [d] (starts at 1), "bias" [d] (starts at 0).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (d < 1, eps
+ * negative or not finite), TFM_ERR_OUT_OF_MEMORY. */
+TFM_API tfm_status tfm_layer_norm_create(int64_t d, float eps,
+                                         tfm_module **out);
+
+/* x [..., d] (any rank, last axis d), out of the same shape (may be x).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE. */
+TFM_API tfm_status tfm_layer_norm_forward(const tfm_module *norm,
+                                          const tfm_tensor *x,
+                                          tfm_tensor *out);
+
+/* ---- Position-wise feed-forward, eq. (2) -------------------------------
+ * out = activation(x W1^T + b1) W2^T + b2.
+ * Parameters: "linear1.weight" [d_ff, d_model], "linear1.bias" [d_ff],
+ * "linear2.weight" [d_model, d_ff], "linear2.bias" [d_model].
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT, TFM_ERR_OVERFLOW,
+ * TFM_ERR_OUT_OF_MEMORY. */
+TFM_API tfm_status tfm_feed_forward_create(int64_t d_model, int64_t d_ff,
+                                           tfm_activation activation,
+                                           tfm_module **out);
+
+/* x [B, L, d_model] -> out [B, L, d_model] (may be x).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE,
+ * TFM_ERR_OUT_OF_MEMORY. */
+TFM_API tfm_status tfm_feed_forward_forward(const tfm_module *ff,
+                                            const tfm_tensor *x,
+                                            tfm_tensor *out);
+
+/* ---- Encoder layer (nn.TransformerEncoderLayer) ------------------------
+ * post-norm: x = norm1(x + SA(x)); x = norm2(x + FF(x))
+ * pre-norm:  x = x + SA(norm1(x)); x = x + FF(norm2(x))
+ * Parameters: "self_attn.in_proj_weight", "self_attn.in_proj_bias",
+ * "self_attn.out_proj.weight", "self_attn.out_proj.bias", "linear1.weight",
+ * "linear1.bias", "linear2.weight", "linear2.bias", "norm1.weight",
+ * "norm1.bias", "norm2.weight", "norm2.bias".
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (a size < 1,
+ * n_heads not dividing d_model, bad eps or activation), TFM_ERR_OVERFLOW,
+ * TFM_ERR_OUT_OF_MEMORY. */
+TFM_API tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,
+                                            tfm_module **out);
+
+/* src [B, L, d_model] -> out [B, L, d_model] (may be src).  masks: NULL or
+ * the self-attention masks (key_padding_mask [B, L], attn_mask [L, L],
+ * [B, L, L] or [B, n_heads, L, L], causal).
+ * Errors: those of tfm_mha_forward. */
+TFM_API tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
+                                             const tfm_tensor *src,
+                                             const tfm_attention_masks *masks,
+                                             tfm_tensor *out);
+
+/* ---- Decoder layer (nn.TransformerDecoderLayer) ------------------------
+ * post-norm: x = norm1(x + SA(x)); x = norm2(x + CA(x, memory));
+ *            x = norm3(x + FF(x))
+ * pre-norm:  x = x + SA(norm1(x)); x = x + CA(norm2(x), memory);
+ *            x = x + FF(norm3(x))
+ * Parameters: "self_attn.*", "multihead_attn.*" (the cross-attention, MHA
+ * names), "linear1.*", "linear2.*", "norm1.*", "norm2.*", "norm3.*".
+ * Errors: as tfm_encoder_layer_create. */
+TFM_API tfm_status tfm_decoder_layer_create(const tfm_layer_config *config,
+                                            tfm_module **out);
+
+/* tgt [B, L, d_model], memory [B, S, d_model] -> out [B, L, d_model] (may
+ * be tgt).  tgt_masks: self-attention masks over the L target positions
+ * (usually causal).  memory_masks: cross-attention masks
+ * (key_padding_mask [B, S], attn_mask [L, S] ...).  Either may be NULL.
+ * Errors: those of tfm_mha_forward. */
+TFM_API tfm_status tfm_decoder_layer_forward(
+    const tfm_module *layer, const tfm_tensor *tgt, const tfm_tensor *memory,
+    const tfm_attention_masks *tgt_masks,
+    const tfm_attention_masks *memory_masks, tfm_tensor *out);
+
+/* ---- Cross-attention block ---------------------------------------------
+ * The decoder's second sub-layer on its own: queries from x, keys and
+ * values from memory, with residual connection and LayerNorm:
+ * post-norm: norm(x + MHA(x, memory, memory));
+ * pre-norm:  x + MHA(norm(x), memory, memory).
+ * Parameters: "multihead_attn.*" (MHA names), "norm.weight", "norm.bias".
+ * config->d_ff and activation are ignored.
+ * Errors: as tfm_encoder_layer_create. */
+TFM_API tfm_status tfm_cross_attention_create(const tfm_layer_config *config,
+                                              tfm_module **out);
+
+/* x [B, L, d_model], memory [B, S, d_model] -> out [B, L, d_model] (may be
+ * x).  masks: NULL or masks over the S memory positions.
+ * Errors: those of tfm_mha_forward. */
+TFM_API tfm_status tfm_cross_attention_forward(const tfm_module *block,
+                                               const tfm_tensor *x,
+                                               const tfm_tensor *memory,
+                                               const tfm_attention_masks *masks,
+                                               tfm_tensor *out);
+
+/* ---- Encoder and decoder stacks (nn.TransformerEncoder / Decoder) ------
+ * n_layers identical layers, then, when final_norm is nonzero, a LayerNorm.
+ * Parameters: "layers.<i>.<layer parameter>" and, with final_norm,
+ * "norm.weight", "norm.bias".
+ * Errors: as tfm_encoder_layer_create, and TFM_ERR_INVALID_ARGUMENT for
+ * n_layers < 1. */
+TFM_API tfm_status tfm_encoder_create(const tfm_layer_config *config,
+                                      int64_t n_layers, int final_norm,
+                                      tfm_module **out);
+TFM_API tfm_status tfm_decoder_create(const tfm_layer_config *config,
+                                      int64_t n_layers, int final_norm,
+                                      tfm_module **out);
+
+/* Same shapes, masks and errors as the single-layer forward functions;
+ * every layer gets the same masks. */
+TFM_API tfm_status tfm_encoder_forward(const tfm_module *encoder,
+                                       const tfm_tensor *src,
+                                       const tfm_attention_masks *masks,
+                                       tfm_tensor *out);
+TFM_API tfm_status tfm_decoder_forward(const tfm_module *decoder,
+                                       const tfm_tensor *tgt,
+                                       const tfm_tensor *memory,
+                                       const tfm_attention_masks *tgt_masks,
+                                       const tfm_attention_masks *memory_masks,
+                                       tfm_tensor *out);
+
+/* ---- Encoder-decoder Transformer (nn.Transformer) ----------------------
+ * memory = encoder(src), out = decoder(tgt, memory); both stacks end with a
+ * LayerNorm, as in nn.Transformer.  Parameters: "encoder.layers.<i>.*",
+ * "encoder.norm.*", "decoder.layers.<i>.*", "decoder.norm.*".
+ * Errors: as tfm_encoder_create. */
+TFM_API tfm_status tfm_transformer_create(const tfm_layer_config *config,
+                                          int64_t n_encoder_layers,
+                                          int64_t n_decoder_layers,
+                                          tfm_module **out);
+
+/* src [B, S, d_model], tgt [B, L, d_model] -> out [B, L, d_model].
+ * src_masks: encoder self-attention (key_padding_mask [B, S], attn_mask
+ * [S, S]...); tgt_masks: decoder self-attention over L; memory_masks:
+ * cross-attention ([B, S] padding, [L, S] attn_mask).  Any may be NULL.
+ * Errors: those of tfm_mha_forward. */
+TFM_API tfm_status tfm_transformer_forward(
+    const tfm_module *model, const tfm_tensor *src, const tfm_tensor *tgt,
+    const tfm_attention_masks *src_masks,
+    const tfm_attention_masks *tgt_masks,
+    const tfm_attention_masks *memory_masks, tfm_tensor *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRANSFORMER_LAYERS_H */

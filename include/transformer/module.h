@@ -1,0 +1,125 @@
+/*
+ * libtransformer: modules, their parameters and their cost.
+ *
+ * Every layer and model is a tfm_module: an opaque handle made by a typed
+ * constructor (tfm_mha_create, tfm_encoder_layer_create, ...; see
+ * attention.h, layers.h, embedding.h) and freed by tfm_module_free.  A
+ * typed forward function checks the handle's kind and returns
+ * TFM_ERR_WRONG_KIND for a module of another kind.
+ *
+ * Parameters are named tensors with PyTorch's state_dict names, so that a
+ * checkpoint maps onto a module without renaming, e.g. for an encoder layer
+ * "self_attn.in_proj_weight" [3*d_model, d_model], "linear1.bias" [d_ff],
+ * "norm2.weight" [d_model]; stacks prefix them with "layers.<i>.".  Linear
+ * weights use nn.Linear's layout [out_features, in_features]: y = x W^T + b.
+ *
+ * A new module's linear weights and biases are zero and its LayerNorm
+ * scales are one: load real values with tfm_module_set_parameter or from a
+ * file (model.h).
+ *
+ * Threads: forward functions only read the module, and each call keeps its
+ * scratch memory in the calling thread's own workspace, so any number of
+ * threads may run forward passes on one module at once.  Setting parameters
+ * while another thread runs a forward pass on the same module is not safe.
+ */
+#ifndef TRANSFORMER_MODULE_H
+#define TRANSFORMER_MODULE_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tfm_module tfm_module;
+
+/* Kinds of module.  Append-only. */
+typedef enum tfm_module_kind {
+    TFM_MODULE_MHA = 1,             /* multi-head attention (attention.h) */
+    TFM_MODULE_LAYER_NORM = 2,      /* LayerNorm (layers.h) */
+    TFM_MODULE_FEED_FORWARD = 3,    /* position-wise feed-forward */
+    TFM_MODULE_ENCODER_LAYER = 4,   /* self-attention + feed-forward */
+    TFM_MODULE_DECODER_LAYER = 5,   /* self-attn + cross-attn + feed-forward */
+    TFM_MODULE_CROSS_ATTENTION = 6, /* cross-attention block */
+    TFM_MODULE_ENCODER = 7,         /* stack of encoder layers */
+    TFM_MODULE_DECODER = 8,         /* stack of decoder layers */
+    TFM_MODULE_TRANSFORMER = 9,     /* encoder-decoder (nn.Transformer) */
+    TFM_MODULE_EMBEDDING = 10,      /* lookup table (embedding.h) */
+    TFM_MODULE_KIND_COUNT
+} tfm_module_kind;
+
+/* Frees the module and everything it owns.  NULL is a no-op. */
+TFM_API void tfm_module_free(tfm_module *module);
+
+/* The module's kind, or 0 for NULL. */
+TFM_API tfm_module_kind tfm_module_kind_of(const tfm_module *module);
+
+/* Total number of scalar parameters (sum of the element counts of every
+ * named parameter), 0 for NULL.  For multi-head attention with bias and
+ * kdim = vdim = d_model: 4*d^2 + 4*d. */
+TFM_API int64_t tfm_module_num_parameters(const tfm_module *module);
+
+/* Number of named parameter tensors, 0 for NULL. */
+TFM_API int tfm_module_parameter_count(const tfm_module *module);
+
+/* Name of parameter `index` (0 .. count-1) in a fixed order, or NULL when
+ * out of range.  Owned by the module. */
+TFM_API const char *tfm_module_parameter_name(const tfm_module *module,
+                                             int index);
+
+/* Shape of the named parameter: *rank and shape[0..*rank-1] (shape must
+ * hold TFM_MAX_RANK values).  Errors: TFM_ERR_NULL_ARGUMENT,
+ * TFM_ERR_NOT_FOUND (no such name). */
+TFM_API tfm_status tfm_module_parameter_shape(const tfm_module *module,
+                                              const char *name, int *rank,
+                                              int64_t *shape);
+
+/* Copies value into the named parameter.  value must have exactly the
+ * parameter's shape and only finite values.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_NOT_FOUND, TFM_ERR_SHAPE,
+ * TFM_ERR_NON_FINITE (the parameter is then unchanged). */
+TFM_API tfm_status tfm_module_set_parameter(tfm_module *module,
+                                            const char *name,
+                                            const tfm_tensor *value);
+
+/* Copies the named parameter into out, which must have its shape.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_NOT_FOUND, TFM_ERR_SHAPE. */
+TFM_API tfm_status tfm_module_get_parameter(const tfm_module *module,
+                                            const char *name,
+                                            tfm_tensor *out);
+
+/* Multiply-accumulate count of one forward pass on `batch` sequences of
+ * `tgt_len` query positions attending over `src_len` key positions
+ * (src_len is ignored by modules without a second input; for an
+ * encoder-decoder model src_len is the source length and tgt_len the
+ * target length).  Only matrix products are counted; softmax, norms and
+ * activations are not.  Formulas, per sequence (d = d_model, L = tgt_len,
+ * S = src_len):
+ *   multi-head attention: L*d*d + S*kdim*d + S*vdim*d (projections)
+ *                         + 2*L*S*d (Q K^T and A V) + L*d*d (output);
+ *                         for self-attention 4*d^2*L + 2*L^2*d
+ *   feed-forward:         2*L*d*d_ff
+ *   LayerNorm, embedding: 0
+ *   encoder layer:        self-attention(L, L) + feed-forward(L)
+ *   decoder layer:        self-attention(L, L) + cross-attention(L, S)
+ *                         + feed-forward(L)
+ *   cross-attention:      multi-head attention(L, S)
+ *   stacks and models:    sum over their layers
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (a size < 1),
+ * TFM_ERR_OVERFLOW (*macs unchanged). */
+TFM_API tfm_status tfm_module_forward_macs(const tfm_module *module,
+                                           int64_t batch, int64_t tgt_len,
+                                           int64_t src_len, int64_t *macs);
+
+/* Frees the calling thread's scratch workspace.  Forward passes keep their
+ * scratch memory in a per-thread workspace that grows to the largest call
+ * and is reused by later calls (no new pages are touched once it is warm);
+ * it is freed when the thread exits, or earlier by this call.  Never
+ * fails. */
+TFM_API void tfm_workspace_release(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRANSFORMER_MODULE_H */

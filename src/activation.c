@@ -1,0 +1,34 @@
+/* ReLU and GELU (Hendrycks & Gimpel 2016), exact and tanh forms. */
+#include <math.h>
+
+#include "activation.h"
+
+int tfm__activation_valid(tfm_activation activation)
+{
+    return activation == TFM_ACTIVATION_RELU ||
+           activation == TFM_ACTIVATION_GELU ||
+           activation == TFM_ACTIVATION_GELU_TANH;
+}
+
+void tfm__activate(float *x, int64_t n, tfm_activation activation)
+{
+    switch (activation) {
+    case TFM_ACTIVATION_RELU:
+        for (int64_t i = 0; i < n; i++)
+            x[i] = x[i] > 0.0f ? x[i] : (x[i] != x[i] ? x[i] : 0.0f);
+        break;
+    case TFM_ACTIVATION_GELU:
+        /* x * Phi(x), Phi the standard normal CDF. */
+        for (int64_t i = 0; i < n; i++)
+            x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+        break;
+    case TFM_ACTIVATION_GELU_TANH: {
+        const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            x[i] = 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+        }
+        break;
+    }
+    }
+}

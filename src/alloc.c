@@ -1,0 +1,83 @@
+/* Heap allocation wrappers with an out-of-memory injection hook for tests. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+
+/* Test hook (see tests/): when fail_after > 0, the fail_after-th allocation
+ * from now fails.  Plain static: tests that use it are single-threaded. */
+static long fail_after = 0;
+
+/* Not in any public header: exported for the out-of-memory tests only
+ * through the "tfm_" prefix and documented as internal in docs/ABI.md. */
+__attribute__((visibility("default"))) void tfm_testing_fail_allocation(long k)
+{
+    fail_after = k;
+}
+
+static int injected_failure(void)
+{
+    if (fail_after > 0 && --fail_after == 0)
+        return 1;
+    return 0;
+}
+
+void *tfm__malloc(size_t size)
+{
+    if (injected_failure())
+        return NULL;
+    return malloc(size ? size : 1);
+}
+
+void *tfm__calloc(size_t count, size_t size)
+{
+    if (injected_failure())
+        return NULL;
+    return calloc(count ? count : 1, size ? size : 1);
+}
+
+void *tfm__realloc(void *ptr, size_t size)
+{
+    if (injected_failure())
+        return NULL;
+    return realloc(ptr, size ? size : 1);
+}
+
+void tfm__free(void *ptr)
+{
+    free(ptr);
+}
+
+char *tfm__strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *copy = tfm__malloc(n);
+    if (copy)
+        memcpy(copy, s, n);
+    return copy;
+}
+
+int tfm__mul_size(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > SIZE_MAX / a)
+        return 0;
+    *out = a * b;
+    return 1;
+}
+
+int tfm__checked_numel(const int64_t *dims, int n, size_t elem_size,
+                       int64_t *out)
+{
+    int64_t total = 1;
+    for (int i = 0; i < n; i++) {
+        if (dims[i] < 0)
+            return 0;
+        if (dims[i] != 0 && total > INT64_MAX / dims[i])
+            return 0;
+        total *= dims[i];
+    }
+    if (elem_size != 0 && (uint64_t)total > SIZE_MAX / elem_size)
+        return 0;
+    *out = total;
+    return 1;
+}

@@ -1,0 +1,23 @@
+/* Internal: every heap allocation of the library goes through these, so
+ * that tests can make the k-th allocation fail (out-of-memory injection). */
+#ifndef TFM_SRC_ALLOC_H
+#define TFM_SRC_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void *tfm__malloc(size_t size);
+void *tfm__calloc(size_t count, size_t size);
+void *tfm__realloc(void *ptr, size_t size);
+void tfm__free(void *ptr);
+char *tfm__strdup(const char *s);
+
+/* a * b into *out; returns 0 on overflow (then *out is unchanged). */
+int tfm__mul_size(size_t a, size_t b, size_t *out);
+
+/* Product of n positive int64 values into *out (fits int64 and, times
+ * elem_size, size_t); returns 0 on overflow. */
+int tfm__checked_numel(const int64_t *dims, int n, size_t elem_size,
+                       int64_t *out);
+
+#endif

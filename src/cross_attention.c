@@ -1,0 +1,107 @@
+/* Cross-attention block: the decoder's second sub-layer on its own
+ * (layers.h). */
+#include "error.h"
+#include "layers_impl.h"
+#include "tensor_impl.h"
+#include "workspace.h"
+
+typedef struct tfm__cross_attention {
+    tfm_module base;
+    tfm_layer_config config;
+    tfm__mha *attn;
+    tfm__layer_norm *norm;
+} tfm__cross_attention;
+
+static void cross_attention_destroy(tfm_module *m)
+{
+    tfm__cross_attention *c = (tfm__cross_attention *)m;
+    tfm_module_free(c->attn ? &c->attn->base : NULL);
+    tfm_module_free(c->norm ? &c->norm->base : NULL);
+}
+
+static tfm_status cross_attention_macs(const tfm_module *m, int64_t B,
+                                       int64_t L, int64_t S, int64_t *acc)
+{
+    return tfm__mha_macs(((const tfm__cross_attention *)m)->attn, B, L, S, acc);
+}
+
+static const tfm__module_ops cross_attention_ops = { cross_attention_destroy,
+                                                     cross_attention_macs };
+
+tfm_status tfm_cross_attention_create(const tfm_layer_config *config,
+                                      tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm_status st = tfm__config_check(config);
+    if (st != TFM_OK)
+        return st;
+    tfm__cross_attention *c = (tfm__cross_attention *)tfm__module_alloc(
+        sizeof *c, TFM_MODULE_CROSS_ATTENTION, &cross_attention_ops);
+    if (!c)
+        return TFM_ERR_OUT_OF_MEMORY;
+    c->config = *config;
+    if ((st = tfm__mha_new(config->d_model, config->n_heads, 0, 0, 1,
+                           &c->attn)) ||
+        (st = tfm__layer_norm_new(config->d_model, config->layer_norm_eps,
+                                  &c->norm)) ||
+        (st = tfm__module_adopt(&c->base, "multihead_attn.", &c->attn->base)) ||
+        (st = tfm__module_adopt(&c->base, "norm.", &c->norm->base))) {
+        tfm_module_free(&c->base);
+        return st;
+    }
+    *out = &c->base;
+    return TFM_OK;
+}
+
+typedef struct cross_call {
+    const tfm__cross_attention *block;
+    int64_t B, L, S;
+    const float *memory;
+    const tfm__masks *masks;
+} cross_call;
+
+static tfm_status cross_step(const void *ctx, float *x)
+{
+    const cross_call *c = ctx;
+    const int64_t rows = c->B * c->L;
+    tfm__ws_mark mark = tfm__ws_save();
+    float *tmp = tfm__ws_floats((size_t)(rows * c->block->config.d_model));
+    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
+    if (tmp) {
+        tfm__sublayer ca = tfm__cross_attention_sublayer(
+            c->block->attn, c->B, c->L, c->memory, c->S, c->masks);
+        st = tfm__residual(&ca, c->block->norm, c->block->config.norm_first, x,
+                           tmp, rows);
+    }
+    tfm__ws_restore(mark);
+    return st;
+}
+
+tfm_status tfm_cross_attention_forward(const tfm_module *block,
+                                       const tfm_tensor *x,
+                                       const tfm_tensor *memory,
+                                       const tfm_attention_masks *masks,
+                                       tfm_tensor *out)
+{
+    tfm_status st =
+        tfm__module_check(block, TFM_MODULE_CROSS_ATTENTION, "block");
+    if (st != TFM_OK)
+        return st;
+    const tfm__cross_attention *c = (const tfm__cross_attention *)block;
+    const int64_t d = c->config.d_model;
+    int64_t B, L, Bm, S;
+    tfm__masks m;
+    if ((st = tfm__check_activation(x, "x", d, &B, &L)) ||
+        (st = tfm__check_activation(memory, "memory", d, &Bm, &S)))
+        return st;
+    if (Bm != B)
+        return tfm__fail(TFM_ERR_SHAPE, "memory has batch %lld, expected %lld",
+                         (long long)Bm, (long long)B);
+    if ((st = tfm__check_shape(out, "out", 3, x->shape)) ||
+        (st = tfm__masks_resolve(masks, B, c->config.n_heads, L, S,
+                                 "tfm_cross_attention_forward", &m)))
+        return st;
+    cross_call call = { c, B, L, S, memory->data, &m };
+    return tfm__run_copy(x->data, out->data, x->numel, cross_step, &call);
+}

@@ -1,0 +1,150 @@
+/* Decoder layer: self-attention, cross-attention over the encoder memory,
+ * and feed-forward sub-layers (layers.h). */
+#include "error.h"
+#include "layers_impl.h"
+#include "tensor_impl.h"
+#include "workspace.h"
+
+static void decoder_layer_destroy(tfm_module *m)
+{
+    tfm__decoder_layer *l = (tfm__decoder_layer *)m;
+    tfm_module_free(l->self_attn ? &l->self_attn->base : NULL);
+    tfm_module_free(l->cross_attn ? &l->cross_attn->base : NULL);
+    tfm_module_free(l->ff ? &l->ff->base : NULL);
+    tfm_module_free(l->norm1 ? &l->norm1->base : NULL);
+    tfm_module_free(l->norm2 ? &l->norm2->base : NULL);
+    tfm_module_free(l->norm3 ? &l->norm3->base : NULL);
+}
+
+tfm_status tfm__decoder_layer_macs(const tfm__decoder_layer *l, int64_t B,
+                                   int64_t L, int64_t S, int64_t *acc)
+{
+    tfm_status st = tfm__mha_macs(l->self_attn, B, L, L, acc);
+    if (st == TFM_OK)
+        st = tfm__mha_macs(l->cross_attn, B, L, S, acc);
+    return st != TFM_OK ? st : tfm__feed_forward_macs(l->ff, B * L, acc);
+}
+
+static tfm_status decoder_layer_macs(const tfm_module *m, int64_t B,
+                                     int64_t L, int64_t S, int64_t *acc)
+{
+    return tfm__decoder_layer_macs((const tfm__decoder_layer *)m, B, L, S, acc);
+}
+
+static const tfm__module_ops decoder_layer_ops = { decoder_layer_destroy,
+                                                   decoder_layer_macs };
+
+tfm_status tfm__decoder_layer_new(const tfm_layer_config *c,
+                                  tfm__decoder_layer **out)
+{
+    tfm_status st = tfm__config_check(c);
+    if (st != TFM_OK)
+        return st;
+    tfm__decoder_layer *l = (tfm__decoder_layer *)tfm__module_alloc(
+        sizeof *l, TFM_MODULE_DECODER_LAYER, &decoder_layer_ops);
+    if (!l)
+        return TFM_ERR_OUT_OF_MEMORY;
+    l->config = *c;
+    const float eps = c->layer_norm_eps;
+    if ((st = tfm__mha_new(c->d_model, c->n_heads, 0, 0, 1, &l->self_attn)) ||
+        (st = tfm__mha_new(c->d_model, c->n_heads, 0, 0, 1, &l->cross_attn)) ||
+        (st = tfm__feed_forward_new(c->d_model, c->d_ff, c->activation,
+                                    &l->ff)) ||
+        (st = tfm__layer_norm_new(c->d_model, eps, &l->norm1)) ||
+        (st = tfm__layer_norm_new(c->d_model, eps, &l->norm2)) ||
+        (st = tfm__layer_norm_new(c->d_model, eps, &l->norm3)) ||
+        (st = tfm__module_adopt(&l->base, "self_attn.", &l->self_attn->base)) ||
+        (st = tfm__module_adopt(&l->base, "multihead_attn.",
+                                &l->cross_attn->base)) ||
+        (st = tfm__module_adopt(&l->base, "", &l->ff->base)) ||
+        (st = tfm__module_adopt(&l->base, "norm1.", &l->norm1->base)) ||
+        (st = tfm__module_adopt(&l->base, "norm2.", &l->norm2->base)) ||
+        (st = tfm__module_adopt(&l->base, "norm3.", &l->norm3->base))) {
+        tfm_module_free(&l->base);
+        return st;
+    }
+    *out = l;
+    return TFM_OK;
+}
+
+tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
+                                  int64_t B, int64_t L, const float *memory,
+                                  int64_t S, const tfm__masks *tgt_masks,
+                                  const tfm__masks *memory_masks)
+{
+    const int64_t rows = B * L;
+    tfm__ws_mark mark = tfm__ws_save();
+    float *tmp = tfm__ws_floats((size_t)(rows * l->config.d_model));
+    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
+    if (tmp) {
+        tfm__sublayer sa =
+            tfm__self_attention_sublayer(l->self_attn, B, L, tgt_masks);
+        tfm__sublayer ca = tfm__cross_attention_sublayer(
+            l->cross_attn, B, L, memory, S, memory_masks);
+        tfm__sublayer ff = tfm__feed_forward_sublayer(l->ff, rows);
+        int pre = l->config.norm_first;
+        st = tfm__residual(&sa, l->norm1, pre, x, tmp, rows);
+        if (st == TFM_OK)
+            st = tfm__residual(&ca, l->norm2, pre, x, tmp, rows);
+        if (st == TFM_OK)
+            st = tfm__residual(&ff, l->norm3, pre, x, tmp, rows);
+    }
+    tfm__ws_restore(mark);
+    return st;
+}
+
+tfm_status tfm_decoder_layer_create(const tfm_layer_config *config,
+                                    tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm__decoder_layer *l = NULL;
+    tfm_status st = tfm__decoder_layer_new(config, &l);
+    if (st == TFM_OK)
+        *out = &l->base;
+    return st;
+}
+
+typedef struct decoder_layer_call {
+    const tfm__decoder_layer *layer;
+    int64_t B, L, S;
+    const float *memory;
+    const tfm__masks *tgt_masks, *memory_masks;
+} decoder_layer_call;
+
+static tfm_status decoder_layer_step(const void *ctx, float *x)
+{
+    const decoder_layer_call *c = ctx;
+    return tfm__decoder_layer_run(c->layer, x, c->B, c->L, c->memory, c->S,
+                                  c->tgt_masks, c->memory_masks);
+}
+
+tfm_status tfm_decoder_layer_forward(const tfm_module *layer,
+                                     const tfm_tensor *tgt,
+                                     const tfm_tensor *memory,
+                                     const tfm_attention_masks *tgt_masks,
+                                     const tfm_attention_masks *memory_masks,
+                                     tfm_tensor *out)
+{
+    tfm_status st = tfm__module_check(layer, TFM_MODULE_DECODER_LAYER, "layer");
+    if (st != TFM_OK)
+        return st;
+    const tfm__decoder_layer *l = (const tfm__decoder_layer *)layer;
+    const int64_t d = l->config.d_model, H = l->config.n_heads;
+    int64_t B, L, Bm, S;
+    tfm__masks tm, mm;
+    if ((st = tfm__check_activation(tgt, "tgt", d, &B, &L)) ||
+        (st = tfm__check_activation(memory, "memory", d, &Bm, &S)))
+        return st;
+    if (Bm != B)
+        return tfm__fail(TFM_ERR_SHAPE, "memory has batch %lld, expected %lld",
+                         (long long)Bm, (long long)B);
+    if ((st = tfm__check_shape(out, "out", 3, tgt->shape)) ||
+        (st = tfm__masks_resolve(tgt_masks, B, H, L, L, "tgt_masks", &tm)) ||
+        (st = tfm__masks_resolve(memory_masks, B, H, L, S, "memory_masks",
+                                 &mm)))
+        return st;
+    decoder_layer_call call = { l, B, L, S, memory->data, &tm, &mm };
+    return tfm__run_copy(tgt->data, out->data, tgt->numel, decoder_layer_step,
+                         &call);
+}

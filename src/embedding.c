@@ -1,0 +1,115 @@
+/* Lookup tables: token embeddings and learned positions (embedding.h). */
+#include <math.h>
+#include <string.h>
+
+#include "error.h"
+#include "module_impl.h"
+#include "transformer/embedding.h"
+#include "tensor_impl.h"
+
+typedef struct tfm__embedding {
+    tfm_module base;
+    int64_t n_rows, d_model;
+    int scale;
+    float *weight;          /* [n_rows, d_model] */
+} tfm__embedding;
+
+static tfm_status embedding_macs(const tfm_module *m, int64_t B, int64_t L,
+                                 int64_t S, int64_t *acc)
+{
+    (void)m, (void)B, (void)L, (void)S, (void)acc;
+    return TFM_OK; /* a lookup, no products */
+}
+
+static const tfm__module_ops embedding_ops = { NULL, embedding_macs };
+
+tfm_status tfm_embedding_create(int64_t n_rows, int64_t d_model, int scale,
+                                tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    if (n_rows < 1 || d_model < 1)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "n_rows (%lld) and d_model (%lld) must be at least 1",
+                         (long long)n_rows, (long long)d_model);
+    tfm__embedding *e = (tfm__embedding *)tfm__module_alloc(
+        sizeof *e, TFM_MODULE_EMBEDDING, &embedding_ops);
+    if (!e)
+        return TFM_ERR_OUT_OF_MEMORY;
+    e->n_rows = n_rows;
+    e->d_model = d_model;
+    e->scale = scale != 0;
+    tfm__param_spec spec = { "weight", 2, { n_rows, d_model }, &e->weight };
+    tfm_status st = tfm__module_own_params(&e->base, &spec, 1);
+    if (st != TFM_OK) {
+        tfm_module_free(&e->base);
+        return st;
+    }
+    *out = &e->base;
+    return TFM_OK;
+}
+
+tfm_status tfm_embedding_forward(const tfm_module *embedding,
+                                 const int32_t *ids, int64_t batch,
+                                 int64_t seq, tfm_tensor *out)
+{
+    tfm_status st =
+        tfm__module_check(embedding, TFM_MODULE_EMBEDDING, "embedding");
+    if (st != TFM_OK)
+        return st;
+    const tfm__embedding *e = (const tfm__embedding *)embedding;
+    if (!ids)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "ids is NULL");
+    if (batch < 1 || seq < 1)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "batch (%lld) and seq (%lld) must be at least 1",
+                         (long long)batch, (long long)seq);
+    const int64_t shape[3] = { batch, seq, e->d_model };
+    if ((st = tfm__check_shape(out, "out", 3, shape)) != TFM_OK)
+        return st;
+    const int64_t n = batch * seq, d = e->d_model;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= e->n_rows)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "id %d at position %lld is outside 0..%lld",
+                             (int)ids[i], (long long)i,
+                             (long long)(e->n_rows - 1));
+    const float s = e->scale ? (float)sqrt((double)d) : 1.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float *row = e->weight + (int64_t)ids[i] * d;
+        float *dst = out->data + i * d;
+        for (int64_t c = 0; c < d; c++)
+            dst[c] = row[c] * s;
+    }
+    return TFM_OK;
+}
+
+tfm_status tfm_embedding_add_positions(const tfm_module *positions,
+                                       tfm_tensor *x, int64_t offset)
+{
+    tfm_status st =
+        tfm__module_check(positions, TFM_MODULE_EMBEDDING, "positions");
+    if (st != TFM_OK)
+        return st;
+    const tfm__embedding *e = (const tfm__embedding *)positions;
+    const int64_t want[3] = { -1, -1, e->d_model };
+    if ((st = tfm__check_shape(x, "x", 3, want)) != TFM_OK)
+        return st;
+    if (offset < 0)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "offset %lld is negative",
+                         (long long)offset);
+    const int64_t B = x->shape[0], L = x->shape[1], d = e->d_model;
+    if (offset > e->n_rows - L)
+        return tfm__fail(TFM_ERR_CAPACITY,
+                         "positions %lld..%lld exceed the table's %lld rows",
+                         (long long)offset, (long long)(offset + L - 1),
+                         (long long)e->n_rows);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < L; i++) {
+            const float *row = e->weight + (offset + i) * d;
+            float *dst = x->data + (b * L + i) * d;
+            for (int64_t c = 0; c < d; c++)
+                dst[c] += row[c];
+        }
+    return TFM_OK;
+}

@@ -1,0 +1,108 @@
+/* Position-wise feed-forward network (layers.h; Vaswani et al. eq. (2)). */
+#include "activation.h"
+#include "error.h"
+#include "feed_forward.h"
+#include "gemm.h"
+#include "tensor_impl.h"
+#include "workspace.h"
+
+tfm_status tfm__feed_forward_macs(const tfm__feed_forward *f, int64_t rows,
+                                  int64_t *acc)
+{
+    if (!tfm__macs_add(acc, rows, 2 * f->d_model, f->d_ff))
+        return tfm__fail(TFM_ERR_OVERFLOW, "MAC count overflows int64");
+    return TFM_OK;
+}
+
+static tfm_status ff_macs(const tfm_module *m, int64_t batch, int64_t L,
+                          int64_t S, int64_t *acc)
+{
+    (void)S;
+    return tfm__feed_forward_macs((const tfm__feed_forward *)m, batch * L, acc);
+}
+
+static const tfm__module_ops ff_ops = { NULL, ff_macs };
+
+tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
+                                 tfm_activation activation,
+                                 tfm__feed_forward **out)
+{
+    if (d_model < 1 || d_ff < 1)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "d_model (%lld) and d_ff (%lld) must be at least 1",
+                         (long long)d_model, (long long)d_ff);
+    if (d_model > INT32_MAX || d_ff > INT32_MAX)
+        return tfm__fail(TFM_ERR_OVERFLOW, "layer widths must fit in 32 bits");
+    if (!tfm__activation_valid(activation))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "unknown activation %d",
+                         (int)activation);
+    tfm__feed_forward *f = (tfm__feed_forward *)tfm__module_alloc(
+        sizeof *f, TFM_MODULE_FEED_FORWARD, &ff_ops);
+    if (!f)
+        return TFM_ERR_OUT_OF_MEMORY;
+    f->d_model = d_model;
+    f->d_ff = d_ff;
+    f->activation = activation;
+    tfm__param_spec specs[4] = {
+        { "linear1.weight", 2, { d_ff, d_model }, &f->w1 },
+        { "linear1.bias", 1, { d_ff }, &f->b1 },
+        { "linear2.weight", 2, { d_model, d_ff }, &f->w2 },
+        { "linear2.bias", 1, { d_model }, &f->b2 },
+    };
+    tfm_status st = tfm__module_own_params(&f->base, specs, 4);
+    if (st != TFM_OK) {
+        tfm_module_free(&f->base);
+        return st;
+    }
+    *out = f;
+    return TFM_OK;
+}
+
+tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
+                                 int64_t rows, float *out)
+{
+    tfm__ws_mark mark = tfm__ws_save();
+    float *hidden = tfm__ws_floats((size_t)(rows * f->d_ff));
+    if (!hidden) {
+        tfm__ws_restore(mark);
+        return TFM_ERR_OUT_OF_MEMORY;
+    }
+    tfm__linear(x, f->d_model, rows, f->d_model, f->w1, f->b1, f->d_ff, hidden,
+                f->d_ff);
+    tfm__activate(hidden, rows * f->d_ff, f->activation);
+    tfm__linear(hidden, f->d_ff, rows, f->d_ff, f->w2, f->b2, f->d_model, out,
+                f->d_model);
+    tfm__ws_restore(mark);
+    return TFM_OK;
+}
+
+tfm_status tfm_feed_forward_create(int64_t d_model, int64_t d_ff,
+                                   tfm_activation activation, tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm__feed_forward *f = NULL;
+    tfm_status st = tfm__feed_forward_new(d_model, d_ff, activation, &f);
+    if (st == TFM_OK)
+        *out = &f->base;
+    return st;
+}
+
+tfm_status tfm_feed_forward_forward(const tfm_module *ff, const tfm_tensor *x,
+                                    tfm_tensor *out)
+{
+    tfm_status st = tfm__module_check(ff, TFM_MODULE_FEED_FORWARD, "ff");
+    if (st != TFM_OK)
+        return st;
+    const tfm__feed_forward *f = (const tfm__feed_forward *)ff;
+    if (!x)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "x is NULL");
+    if (x->rank != 3 || x->shape[2] != f->d_model) {
+        const int64_t want[3] = { -1, -1, f->d_model };
+        return tfm__check_shape(x, "x", 3, want);
+    }
+    if ((st = tfm__check_shape(out, "out", 3, x->shape)) != TFM_OK)
+        return st;
+    return tfm__feed_forward_run(f, x->data, x->shape[0] * x->shape[1],
+                                 out->data);
+}

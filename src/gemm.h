@@ -1,0 +1,23 @@
+/* Internal: the one door to OpenBLAS.  Every matrix product of the library
+ * (projections, Q K^T, A V, feed-forward) goes through these two functions,
+ * which call cblas_sgemm; there is no hand-written matrix product. */
+#ifndef TFM_SRC_GEMM_H
+#define TFM_SRC_GEMM_H
+
+#include <stdint.h>
+
+/* C [m, n] = alpha * op(A) op(B) + beta * C, row-major, with leading
+ * dimensions lda, ldb, ldc; op(X) = X^T when trans_x is nonzero.
+ * A is [m, k] (or [k, m] transposed), B is [k, n] (or [n, k] transposed). */
+void tfm__sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                float alpha, const float *a, int64_t lda, const float *b,
+                int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* Linear layer as nn.Linear: y [n, out] = x [n, in] W^T + bias, with
+ * W [out, in] row-major and bias [out] or NULL.  Row strides: x ldx,
+ * y ldy (usually in and out). */
+void tfm__linear(const float *x, int64_t ldx, int64_t n, int64_t in,
+                 const float *w, const float *bias, int64_t out, float *y,
+                 int64_t ldy);
+
+#endif

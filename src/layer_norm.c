@@ -1,0 +1,99 @@
+/* LayerNorm (layers.h; Ba et al. 2016). */
+#include <math.h>
+
+#include "error.h"
+#include "layer_norm.h"
+#include "tensor_impl.h"
+
+static tfm_status layer_norm_macs(const tfm_module *m, int64_t batch,
+                                  int64_t L, int64_t S, int64_t *acc)
+{
+    (void)m, (void)batch, (void)L, (void)S, (void)acc;
+    return TFM_OK; /* no matrix products */
+}
+
+static const tfm__module_ops layer_norm_ops = { NULL, layer_norm_macs };
+
+tfm_status tfm__layer_norm_new(int64_t d, float eps, tfm__layer_norm **out)
+{
+    if (d < 1)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "LayerNorm width %lld must be at least 1",
+                         (long long)d);
+    if (!(eps >= 0.0f) || !isfinite(eps))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "LayerNorm eps %g must be finite and >= 0",
+                         (double)eps);
+    tfm__layer_norm *n = (tfm__layer_norm *)tfm__module_alloc(
+        sizeof *n, TFM_MODULE_LAYER_NORM, &layer_norm_ops);
+    if (!n)
+        return TFM_ERR_OUT_OF_MEMORY;
+    n->d = d;
+    n->eps = eps;
+    tfm__param_spec specs[2] = {
+        { "weight", 1, { d }, &n->weight },
+        { "bias", 1, { d }, &n->bias },
+    };
+    tfm_status st = tfm__module_own_params(&n->base, specs, 2);
+    if (st != TFM_OK) {
+        tfm_module_free(&n->base);
+        return st;
+    }
+    for (int64_t i = 0; i < d; i++)
+        n->weight[i] = 1.0f;
+    *out = n;
+    return TFM_OK;
+}
+
+void tfm__layer_norm_run(const tfm__layer_norm *n, const float *x,
+                         int64_t rows, float *out)
+{
+    const int64_t d = n->d;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d;
+        float *yr = out + r * d;
+        /* Two passes in double: the mean first, then the centred squares,
+         * so a large common offset does not cancel catastrophically. */
+        double sum = 0.0;
+        for (int64_t i = 0; i < d; i++)
+            sum += xr[i];
+        const double mean = sum / (double)d;
+        double sq = 0.0;
+        for (int64_t i = 0; i < d; i++) {
+            double c = xr[i] - mean;
+            sq += c * c;
+        }
+        const double inv = 1.0 / sqrt(sq / (double)d + (double)n->eps);
+        for (int64_t i = 0; i < d; i++)
+            yr[i] = (float)((xr[i] - mean) * inv) * n->weight[i] + n->bias[i];
+    }
+}
+
+tfm_status tfm_layer_norm_create(int64_t d, float eps, tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm__layer_norm *n = NULL;
+    tfm_status st = tfm__layer_norm_new(d, eps, &n);
+    if (st == TFM_OK)
+        *out = &n->base;
+    return st;
+}
+
+tfm_status tfm_layer_norm_forward(const tfm_module *norm, const tfm_tensor *x,
+                                  tfm_tensor *out)
+{
+    tfm_status st = tfm__module_check(norm, TFM_MODULE_LAYER_NORM, "norm");
+    if (st != TFM_OK)
+        return st;
+    const tfm__layer_norm *n = (const tfm__layer_norm *)norm;
+    if (!x || !out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL", !x ? "x" : "out");
+    if (x->shape[x->rank - 1] != n->d)
+        return tfm__fail(TFM_ERR_SHAPE, "x has %lld columns, expected %lld",
+                         (long long)x->shape[x->rank - 1], (long long)n->d);
+    if ((st = tfm__check_shape(out, "out", x->rank, x->shape)) != TFM_OK)
+        return st;
+    tfm__layer_norm_run(n, x->data, x->numel / n->d, out->data);
+    return TFM_OK;
+}

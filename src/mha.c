@@ -1,0 +1,221 @@
+/* Multi-head attention (attention.h; Vaswani et al. 2017, section 3.2.2). */
+#include <math.h>
+#include <string.h>
+
+#include "error.h"
+#include "gemm.h"
+#include "mha.h"
+#include "tensor_impl.h"
+#include "workspace.h"
+
+static tfm_status mha_macs(const tfm_module *m, int64_t batch, int64_t L,
+                           int64_t S, int64_t *acc)
+{
+    return tfm__mha_macs((const tfm__mha *)m, batch, L, S, acc);
+}
+
+static const tfm__module_ops mha_ops = { NULL, mha_macs };
+
+tfm_status tfm__mha_macs(const tfm__mha *m, int64_t batch, int64_t L,
+                         int64_t S, int64_t *acc)
+{
+    const int64_t d = m->d_model;
+    if (!tfm__macs_add(acc, batch * L, d, d) ||          /* Q projection */
+        !tfm__macs_add(acc, batch * S, m->kdim, d) ||    /* K projection */
+        !tfm__macs_add(acc, batch * S, m->vdim, d) ||    /* V projection */
+        !tfm__macs_add(acc, batch * L, S, 2 * d) ||      /* QK^T and AV */
+        !tfm__macs_add(acc, batch * L, d, d))            /* output */
+        return tfm__fail(TFM_ERR_OVERFLOW, "MAC count overflows int64");
+    return TFM_OK;
+}
+
+tfm_status tfm__mha_new(int64_t d_model, int64_t n_heads, int64_t kdim,
+                        int64_t vdim, int bias, tfm__mha **out)
+{
+    if (kdim == 0)
+        kdim = d_model;
+    if (vdim == 0)
+        vdim = d_model;
+    if (d_model < 1 || n_heads < 1 || kdim < 1 || vdim < 1)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "d_model (%lld), n_heads (%lld), kdim (%lld) and "
+                         "vdim (%lld) must be at least 1",
+                         (long long)d_model, (long long)n_heads,
+                         (long long)kdim, (long long)vdim);
+    if (d_model % n_heads != 0)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "n_heads (%lld) does not divide d_model (%lld)",
+                         (long long)n_heads, (long long)d_model);
+    if (d_model > INT32_MAX || kdim > INT32_MAX || vdim > INT32_MAX)
+        return tfm__fail(TFM_ERR_OVERFLOW, "layer widths must fit in 32 bits");
+    tfm__mha *m = (tfm__mha *)tfm__module_alloc(sizeof *m, TFM_MODULE_MHA,
+                                                &mha_ops);
+    if (!m)
+        return TFM_ERR_OUT_OF_MEMORY;
+    m->d_model = d_model;
+    m->n_heads = n_heads;
+    m->d_k = d_model / n_heads;
+    m->kdim = kdim;
+    m->vdim = vdim;
+    m->bias = bias != 0;
+
+    const int64_t d = d_model;
+    float *in_proj = NULL, *in_bias = NULL;
+    tfm__param_spec specs[6];
+    int n = 0;
+    int packed = kdim == d && vdim == d;
+    if (packed) {
+        specs[n++] = (tfm__param_spec){ "in_proj_weight", 2, { 3 * d, d },
+                                        &in_proj };
+    } else {
+        specs[n++] = (tfm__param_spec){ "q_proj_weight", 2, { d, d }, &m->w_q };
+        specs[n++] = (tfm__param_spec){ "k_proj_weight", 2, { d, kdim },
+                                        &m->w_k };
+        specs[n++] = (tfm__param_spec){ "v_proj_weight", 2, { d, vdim },
+                                        &m->w_v };
+    }
+    if (m->bias)
+        specs[n++] = (tfm__param_spec){ "in_proj_bias", 1, { 3 * d }, &in_bias };
+    specs[n++] = (tfm__param_spec){ "out_proj.weight", 2, { d, d }, &m->w_o };
+    if (m->bias)
+        specs[n++] = (tfm__param_spec){ "out_proj.bias", 1, { d }, &m->b_o };
+    tfm_status st = tfm__module_own_params(&m->base, specs, n);
+    if (st != TFM_OK) {
+        tfm_module_free(&m->base);
+        return st;
+    }
+    if (packed) {
+        m->w_q = in_proj;
+        m->w_k = in_proj + d * d;
+        m->w_v = in_proj + 2 * d * d;
+    }
+    if (in_bias) {
+        m->b_q = in_bias;
+        m->b_k = in_bias + d;
+        m->b_v = in_bias + 2 * d;
+    }
+    *out = m;
+    return TFM_OK;
+}
+
+tfm_status tfm_mha_create(int64_t d_model, int64_t n_heads, int64_t kdim,
+                          int64_t vdim, int bias, tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm__mha *m = NULL;
+    tfm_status st = tfm__mha_new(d_model, n_heads, kdim, vdim, bias, &m);
+    if (st == TFM_OK)
+        *out = &m->base;
+    return st;
+}
+
+tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
+                        const float *key, const float *value, int64_t B,
+                        int64_t L, int64_t S, const tfm__masks *masks,
+                        float *out, float *weights, int average)
+{
+    const int64_t d = m->d_model, H = m->n_heads, dk = m->d_k;
+    tfm__ws_mark mark = tfm__ws_save();
+    float *q = tfm__ws_floats((size_t)(B * L * d));
+    float *k = q ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
+    float *v = k ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
+    float *ctx = v ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
+    float *scratch =
+        ctx ? tfm__ws_floats((size_t)tfm__attention_scratch(L, S, dk)) : NULL;
+    if (!scratch) {
+        tfm__ws_restore(mark);
+        return TFM_ERR_OUT_OF_MEMORY;
+    }
+
+    tfm__linear(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
+    tfm__linear(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k, d, k, d);
+    tfm__linear(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v, d, v, d);
+
+    if (weights && average)
+        memset(weights, 0, (size_t)(B * L * S) * sizeof(float));
+    const float scale = (float)(1.0 / sqrt((double)dk));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            float *w = NULL;
+            if (weights)
+                w = average ? weights + b * L * S
+                            : weights + (b * H + h) * L * S;
+            tfm__head_args a = {
+                .q = q + b * L * d + h * dk, .ldq = d,
+                .k = k + b * S * d + h * dk, .ldk = d,
+                .v = v + b * S * d + h * dk, .ldv = d,
+                .out = ctx + b * L * d + h * dk, .ldo = d,
+                .L = L, .S = S, .d_k = dk, .d_v = dk, .scale = scale,
+                .masks = masks, .b = b, .h = h,
+                .weights = w, .average = average,
+                .average_factor = 1.0f / (float)H,
+                .scratch = scratch,
+            };
+            tfm__attention_head(&a);
+        }
+    tfm__linear(ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
+    tfm__ws_restore(mark);
+    return TFM_OK;
+}
+
+tfm_status tfm_mha_forward(const tfm_module *mha, const tfm_tensor *query,
+                           const tfm_tensor *key, const tfm_tensor *value,
+                           const tfm_attention_masks *masks, tfm_tensor *out,
+                           tfm_tensor *weights)
+{
+    tfm_status st = tfm__module_check(mha, TFM_MODULE_MHA, "mha");
+    if (st != TFM_OK)
+        return st;
+    const tfm__mha *m = (const tfm__mha *)mha;
+    if (!query || !key || !value || !out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "tfm_mha_forward: %s is NULL",
+                         !query ? "query" : !key ? "key"
+                         : !value ? "value" : "out");
+    if (query->rank != 3)
+        return tfm__fail(TFM_ERR_SHAPE,
+                         "query has rank %d, expected 3 [B, L, d_model]",
+                         query->rank);
+    const int64_t B = query->shape[0], L = query->shape[1];
+    if (query->shape[2] != m->d_model)
+        return tfm__fail(TFM_ERR_SHAPE, "query has %lld columns, expected %lld",
+                         (long long)query->shape[2], (long long)m->d_model);
+    if (key->rank != 3)
+        return tfm__fail(TFM_ERR_SHAPE,
+                         "key has rank %d, expected 3 [B, S, kdim]", key->rank);
+    const int64_t S = key->shape[1];
+    if (key->shape[0] != B)
+        return tfm__fail(TFM_ERR_SHAPE, "key has batch %lld, expected %lld",
+                         (long long)key->shape[0], (long long)B);
+    if (key->shape[2] != m->kdim)
+        return tfm__fail(TFM_ERR_SHAPE, "key has %lld columns, expected %lld",
+                         (long long)key->shape[2], (long long)m->kdim);
+    const int64_t v_shape[3] = { B, S, m->vdim };
+    const int64_t o_shape[3] = { B, L, m->d_model };
+    if ((st = tfm__check_shape(value, "value", 3, v_shape)) != TFM_OK ||
+        (st = tfm__check_shape(out, "out", 3, o_shape)) != TFM_OK)
+        return st;
+    int average = 0;
+    if (weights) {
+        const int64_t w4[4] = { B, m->n_heads, L, S };
+        const int64_t w3[3] = { B, L, S };
+        if (weights->rank == 3) {
+            average = 1;
+            st = tfm__check_shape(weights, "weights", 3, w3);
+        } else if (weights->rank == 4) {
+            st = tfm__check_shape(weights, "weights", 4, w4);
+        } else {
+            st = tfm__fail(TFM_ERR_SHAPE,
+                           "weights has rank %d, expected 4 [B, H, L, S] or "
+                           "3 [B, L, S]", weights->rank);
+        }
+        if (st != TFM_OK)
+            return st;
+    }
+    tfm__masks mk;
+    st = tfm__masks_resolve(masks, B, m->n_heads, L, S, "tfm_mha_forward", &mk);
+    if (st != TFM_OK)
+        return st;
+    return tfm__mha_run(m, query->data, key->data, value->data, B, L, S, &mk,
+                        out->data, weights ? weights->data : NULL, average);
+}

@@ -1,0 +1,35 @@
+/* Internal: multi-head attention for the layers that contain it. */
+#ifndef TFM_SRC_MHA_H
+#define TFM_SRC_MHA_H
+
+#include "attention_core.h"
+#include "module_impl.h"
+
+typedef struct tfm__mha {
+    tfm_module base;
+    int64_t d_model, n_heads, d_k, kdim, vdim;
+    int bias;
+    float *w_q, *w_k, *w_v;     /* [d, d], [d, kdim], [d, vdim] */
+    float *b_q, *b_k, *b_v;     /* [d] each, or NULL */
+    float *w_o, *b_o;           /* [d, d], [d] or NULL */
+} tfm__mha;
+
+/* Creates the module (attention.h: tfm_mha_create). */
+tfm_status tfm__mha_new(int64_t d_model, int64_t n_heads, int64_t kdim,
+                        int64_t vdim, int bias, tfm__mha **out);
+
+/* Forward on raw row-major arrays: query [B, L, d], key [B, S, kdim],
+ * value [B, S, vdim] -> out [B, L, d] (out may alias query).  masks are
+ * validated.  weights: NULL, or per head [B, H, L, S] (average 0), or
+ * averaged [B, L, S] (average 1).  Only fails with TFM_ERR_OUT_OF_MEMORY,
+ * before writing anything. */
+tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
+                        const float *key, const float *value, int64_t B,
+                        int64_t L, int64_t S, const tfm__masks *masks,
+                        float *out, float *weights, int average);
+
+/* MACs of one forward pass (module.h formula). */
+tfm_status tfm__mha_macs(const tfm__mha *m, int64_t batch, int64_t L,
+                         int64_t S, int64_t *acc);
+
+#endif

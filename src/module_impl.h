@@ -1,0 +1,71 @@
+/* Internal: the module base struct (module.h) and its parameter table.
+ *
+ * Each kind of module is a struct whose first member is a tfm_module, so a
+ * tfm_module * can be cast to the kind's struct after checking `kind`.  The
+ * parameter table lists every named parameter of the module and of its
+ * children (with the child's prefix, e.g. "layers.1.norm2.weight"); the
+ * data pointers point into the storage of whichever module owns it.
+ */
+#ifndef TFM_SRC_MODULE_IMPL_H
+#define TFM_SRC_MODULE_IMPL_H
+
+#include "transformer/module.h"
+
+typedef struct tfm__param {
+    char *name;
+    int rank;
+    int64_t shape[TFM_MAX_RANK];
+    int64_t numel;
+    float *data;
+} tfm__param;
+
+typedef struct tfm__module_ops {
+    /* Frees the kind's own storage and children (not the base, not the
+     * parameter table). */
+    void (*destroy)(tfm_module *m);
+    /* Multiply-accumulate count of one forward pass (module.h), checked
+     * for overflow; returns TFM_OK or TFM_ERR_OVERFLOW. */
+    tfm_status (*macs)(const tfm_module *m, int64_t batch, int64_t tgt_len,
+                       int64_t src_len, int64_t *macs);
+} tfm__module_ops;
+
+struct tfm_module {
+    tfm_module_kind kind;
+    const tfm__module_ops *ops;
+    tfm__param *params;
+    int n_params;
+    int cap_params;
+    float *storage;     /* this module's own parameters, one block */
+};
+
+/* Allocates a zeroed module struct of `size` bytes (the kind's struct). */
+tfm_module *tfm__module_alloc(size_t size, tfm_module_kind kind,
+                              const tfm__module_ops *ops);
+
+/* Declares this module's own parameters and allocates their storage in one
+ * zeroed block.  specs: n entries {name, rank, shape}; on success each
+ * entry's data pointer is stored in *ptrs[i].  Returns TFM_OK,
+ * TFM_ERR_OVERFLOW or TFM_ERR_OUT_OF_MEMORY (message set). */
+typedef struct tfm__param_spec {
+    const char *name;
+    int rank;
+    int64_t shape[2];
+    float **ptr;
+} tfm__param_spec;
+tfm_status tfm__module_own_params(tfm_module *m, const tfm__param_spec *specs,
+                                  int n);
+
+/* Appends the child's parameter table under `prefix` (e.g. "self_attn.").
+ * The child stays owned by the caller's struct. */
+tfm_status tfm__module_adopt(tfm_module *m, const char *prefix,
+                             const tfm_module *child);
+
+/* Checks that module is non-NULL and of the given kind (message set). */
+tfm_status tfm__module_check(const tfm_module *m, tfm_module_kind kind,
+                             const char *what);
+
+/* Overflow-checked int64 arithmetic for MAC counts: *acc += a * b * c.
+ * Returns 0 on overflow. */
+int tfm__macs_add(int64_t *acc, int64_t a, int64_t b, int64_t c);
+
+#endif

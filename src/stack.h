@@ -1,0 +1,29 @@
+/* Internal: encoder and decoder stacks, for the models that contain them. */
+#ifndef TFM_SRC_STACK_H
+#define TFM_SRC_STACK_H
+
+#include "layers_impl.h"
+
+typedef struct tfm__stack {
+    tfm_module base;
+    tfm_layer_config config;
+    int64_t n_layers;
+    int decoder;                    /* 0: encoder layers, 1: decoder */
+    tfm_module **layers;            /* n_layers encoder or decoder layers */
+    tfm__layer_norm *norm;          /* final LayerNorm or NULL */
+} tfm__stack;
+
+tfm_status tfm__stack_new(const tfm_layer_config *c, int64_t n_layers,
+                          int final_norm, int decoder, tfm__stack **out);
+
+/* In place on x [B, L, d]; memory and memory_masks only for decoders.
+ * Fails only with out-of-memory. */
+tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,
+                          const float *memory, int64_t S,
+                          const tfm__masks *masks,
+                          const tfm__masks *memory_masks);
+
+tfm_status tfm__stack_macs(const tfm__stack *s, int64_t B, int64_t L,
+                           int64_t S, int64_t *acc);
+
+#endif

@@ -1,0 +1,24 @@
+/* Internal: the tensor struct (tensor.h) and validation helpers. */
+#ifndef TFM_SRC_TENSOR_IMPL_H
+#define TFM_SRC_TENSOR_IMPL_H
+
+#include "transformer/tensor.h"
+
+struct tfm_tensor {
+    int rank;
+    int64_t shape[TFM_MAX_RANK];
+    int64_t numel;
+    float *data;
+    int owns_data;
+};
+
+/* Checks that t (named `what` in messages) is non-NULL and has exactly the
+ * given rank and shape; a negative expected dimension matches any size.
+ * Returns TFM_OK or a failure status with the message set. */
+tfm_status tfm__check_shape(const tfm_tensor *t, const char *what, int rank,
+                            const int64_t *shape);
+
+/* Formats a shape as "[2, 3, 4]" into buf. */
+void tfm__format_shape(char *buf, size_t size, int rank, const int64_t *shape);
+
+#endif

@@ -1,0 +1,98 @@
+/* Encoder-decoder Transformer (layers.h; Vaswani et al. 2017, figure 1). */
+#include <string.h>
+#include "error.h"
+#include "stack.h"
+#include "tensor_impl.h"
+#include "workspace.h"
+
+typedef struct tfm__transformer {
+    tfm_module base;
+    tfm__stack *encoder, *decoder;
+} tfm__transformer;
+
+static void transformer_destroy(tfm_module *m)
+{
+    tfm__transformer *t = (tfm__transformer *)m;
+    tfm_module_free(t->encoder ? &t->encoder->base : NULL);
+    tfm_module_free(t->decoder ? &t->decoder->base : NULL);
+}
+
+static tfm_status transformer_macs(const tfm_module *m, int64_t B, int64_t L,
+                                   int64_t S, int64_t *acc)
+{
+    const tfm__transformer *t = (const tfm__transformer *)m;
+    tfm_status st = tfm__stack_macs(t->encoder, B, S, S, acc);
+    return st != TFM_OK ? st : tfm__stack_macs(t->decoder, B, L, S, acc);
+}
+
+static const tfm__module_ops transformer_ops = { transformer_destroy,
+                                                 transformer_macs };
+
+tfm_status tfm_transformer_create(const tfm_layer_config *config,
+                                  int64_t n_encoder_layers,
+                                  int64_t n_decoder_layers, tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm_status st = tfm__config_check(config);
+    if (st != TFM_OK)
+        return st;
+    tfm__transformer *t = (tfm__transformer *)tfm__module_alloc(
+        sizeof *t, TFM_MODULE_TRANSFORMER, &transformer_ops);
+    if (!t)
+        return TFM_ERR_OUT_OF_MEMORY;
+    if ((st = tfm__stack_new(config, n_encoder_layers, 1, 0, &t->encoder)) ||
+        (st = tfm__stack_new(config, n_decoder_layers, 1, 1, &t->decoder)) ||
+        (st = tfm__module_adopt(&t->base, "encoder.", &t->encoder->base)) ||
+        (st = tfm__module_adopt(&t->base, "decoder.", &t->decoder->base))) {
+        tfm_module_free(&t->base);
+        return st;
+    }
+    *out = &t->base;
+    return TFM_OK;
+}
+
+tfm_status tfm_transformer_forward(const tfm_module *model,
+                                   const tfm_tensor *src, const tfm_tensor *tgt,
+                                   const tfm_attention_masks *src_masks,
+                                   const tfm_attention_masks *tgt_masks,
+                                   const tfm_attention_masks *memory_masks,
+                                   tfm_tensor *out)
+{
+    tfm_status st = tfm__module_check(model, TFM_MODULE_TRANSFORMER, "model");
+    if (st != TFM_OK)
+        return st;
+    const tfm__transformer *t = (const tfm__transformer *)model;
+    const int64_t d = t->encoder->config.d_model,
+                  H = t->encoder->config.n_heads;
+    int64_t B, S, Bt, L;
+    tfm__masks sm, tm, mm;
+    if ((st = tfm__check_activation(src, "src", d, &B, &S)) ||
+        (st = tfm__check_activation(tgt, "tgt", d, &Bt, &L)))
+        return st;
+    if (Bt != B)
+        return tfm__fail(TFM_ERR_SHAPE, "tgt has batch %lld, expected %lld",
+                         (long long)Bt, (long long)B);
+    if ((st = tfm__check_shape(out, "out", 3, tgt->shape)) ||
+        (st = tfm__masks_resolve(src_masks, B, H, S, S, "src_masks", &sm)) ||
+        (st = tfm__masks_resolve(tgt_masks, B, H, L, L, "tgt_masks", &tm)) ||
+        (st = tfm__masks_resolve(memory_masks, B, H, L, S, "memory_masks",
+                                 &mm)))
+        return st;
+
+    tfm__ws_mark mark = tfm__ws_save();
+    float *memory = tfm__ws_floats((size_t)src->numel);
+    float *x = memory ? tfm__ws_floats((size_t)tgt->numel) : NULL;
+    st = TFM_ERR_OUT_OF_MEMORY;
+    if (x) {
+        memcpy(memory, src->data, (size_t)src->numel * sizeof(float));
+        memcpy(x, tgt->data, (size_t)tgt->numel * sizeof(float));
+        st = tfm__stack_run(t->encoder, memory, B, S, NULL, 0, &sm, NULL);
+        if (st == TFM_OK)
+            st = tfm__stack_run(t->decoder, x, B, L, memory, S, &tm, &mm);
+        if (st == TFM_OK)
+            memcpy(out->data, x, (size_t)tgt->numel * sizeof(float));
+    }
+    tfm__ws_restore(mark);
+    return st;
+}

@@ -1,0 +1,31 @@
+/* Internal: the calling thread's reusable scratch memory.
+ *
+ * Forward passes take their scratch from a per-thread arena instead of
+ * malloc: after the first call of a given size no new pages are touched, and
+ * no two threads share scratch.  Usage, always paired:
+ *
+ *   tfm__ws_mark mark = tfm__ws_save();
+ *   float *a = tfm__ws_alloc(n * sizeof *a);   // NULL: out of memory
+ *   ...
+ *   tfm__ws_restore(mark);                      // frees a and later ones
+ */
+#ifndef TFM_SRC_WORKSPACE_H
+#define TFM_SRC_WORKSPACE_H
+
+#include <stddef.h>
+
+typedef struct tfm__ws_mark {
+    int chunk;
+    size_t used;
+} tfm__ws_mark;
+
+tfm__ws_mark tfm__ws_save(void);
+void tfm__ws_restore(tfm__ws_mark mark);
+
+/* 64-byte aligned, uninitialised; NULL on allocation failure. */
+void *tfm__ws_alloc(size_t bytes);
+
+/* Allocates n floats, or sets the out-of-memory message and returns NULL. */
+float *tfm__ws_floats(size_t n);
+
+#endif
