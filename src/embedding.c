@@ -3,16 +3,9 @@
 #include <string.h>
 
 #include "error.h"
-#include "module_impl.h"
+#include "embedding_impl.h"
 #include "transformer/embedding.h"
 #include "tensor_impl.h"
-
-typedef struct tfm__embedding {
-    tfm_module base;
-    int64_t n_rows, d_model;
-    int scale;
-    float *weight;          /* [n_rows, d_model] */
-} tfm__embedding;
 
 static tfm_status embedding_macs(const tfm_module *m, int64_t B, int64_t L,
                                  int64_t S, int64_t *acc)
@@ -28,6 +21,16 @@ tfm_status tfm_embedding_create(int64_t n_rows, int64_t d_model, int scale,
 {
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm__embedding *e = NULL;
+    tfm_status st = tfm__embedding_new(n_rows, d_model, scale, &e);
+    if (st == TFM_OK)
+        *out = &e->base;
+    return st;
+}
+
+tfm_status tfm__embedding_new(int64_t n_rows, int64_t d_model, int scale,
+                              tfm__embedding **out)
+{
     if (n_rows < 1 || d_model < 1)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "n_rows (%lld) and d_model (%lld) must be at least 1",
@@ -45,7 +48,7 @@ tfm_status tfm_embedding_create(int64_t n_rows, int64_t d_model, int scale,
         tfm_module_free(&e->base);
         return st;
     }
-    *out = &e->base;
+    *out = e;
     return TFM_OK;
 }
 
@@ -67,21 +70,28 @@ tfm_status tfm_embedding_forward(const tfm_module *embedding,
     const int64_t shape[3] = { batch, seq, e->d_model };
     if ((st = tfm__check_shape(out, "out", 3, shape)) != TFM_OK)
         return st;
-    const int64_t n = batch * seq, d = e->d_model;
+    const int64_t n = batch * seq;
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= e->n_rows)
             return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                              "id %d at position %lld is outside 0..%lld",
                              (int)ids[i], (long long)i,
                              (long long)(e->n_rows - 1));
+    tfm__embedding_lookup(e, ids, n, out->data);
+    return TFM_OK;
+}
+
+void tfm__embedding_lookup(const tfm__embedding *e, const int32_t *ids,
+                           int64_t n, float *out)
+{
+    const int64_t d = e->d_model;
     const float s = e->scale ? (float)sqrt((double)d) : 1.0f;
     for (int64_t i = 0; i < n; i++) {
         const float *row = e->weight + (int64_t)ids[i] * d;
-        float *dst = out->data + i * d;
+        float *dst = out + i * d;
         for (int64_t c = 0; c < d; c++)
             dst[c] = row[c] * s;
     }
-    return TFM_OK;
 }
 
 tfm_status tfm_embedding_add_positions(const tfm_module *positions,
@@ -98,18 +108,25 @@ tfm_status tfm_embedding_add_positions(const tfm_module *positions,
     if (offset < 0)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "offset %lld is negative",
                          (long long)offset);
-    const int64_t B = x->shape[0], L = x->shape[1], d = e->d_model;
+    const int64_t B = x->shape[0], L = x->shape[1];
     if (offset > e->n_rows - L)
         return tfm__fail(TFM_ERR_CAPACITY,
                          "positions %lld..%lld exceed the table's %lld rows",
                          (long long)offset, (long long)(offset + L - 1),
                          (long long)e->n_rows);
+    tfm__embedding_add_rows(e, x->data, B, L, offset);
+    return TFM_OK;
+}
+
+void tfm__embedding_add_rows(const tfm__embedding *e, float *x, int64_t B,
+                             int64_t L, int64_t offset)
+{
+    const int64_t d = e->d_model;
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < L; i++) {
             const float *row = e->weight + (offset + i) * d;
-            float *dst = x->data + (b * L + i) * d;
+            float *dst = x + (b * L + i) * d;
             for (int64_t c = 0; c < d; c++)
                 dst[c] += row[c];
         }
-    return TFM_OK;
 }

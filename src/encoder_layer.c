@@ -59,23 +59,29 @@ tfm_status tfm__encoder_layer_new(const tfm_layer_config *c,
     return TFM_OK;
 }
 
-tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
-                                  int64_t B, int64_t L, const tfm__masks *m)
+tfm_status tfm__encoder_layer_run_with(const tfm__encoder_layer *l, float *x,
+                                       int64_t rows,
+                                       const tfm__sublayer *self_attention)
 {
-    const int64_t rows = B * L;
     tfm__ws_mark mark = tfm__ws_save();
     float *tmp = tfm__ws_floats((size_t)(rows * l->config.d_model));
     tfm_status st = TFM_ERR_OUT_OF_MEMORY;
     if (tmp) {
-        tfm__sublayer sa = tfm__self_attention_sublayer(l->self_attn, B, L, m);
         tfm__sublayer ff = tfm__feed_forward_sublayer(l->ff, rows);
         int pre = l->config.norm_first;
-        st = tfm__residual(&sa, l->norm1, pre, x, tmp, rows);
+        st = tfm__residual(self_attention, l->norm1, pre, x, tmp, rows);
         if (st == TFM_OK)
             st = tfm__residual(&ff, l->norm2, pre, x, tmp, rows);
     }
     tfm__ws_restore(mark);
     return st;
+}
+
+tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
+                                  int64_t B, int64_t L, const tfm__masks *m)
+{
+    tfm__sublayer sa = tfm__self_attention_sublayer(l->self_attn, B, L, m);
+    return tfm__encoder_layer_run_with(l, x, B * L, &sa);
 }
 
 tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,

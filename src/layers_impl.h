@@ -28,6 +28,10 @@ tfm_status tfm__decoder_layer_new(const tfm_layer_config *c,
 /* In place on x [B, L, d]; fail only with out-of-memory. */
 tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
                                   int64_t B, int64_t L, const tfm__masks *m);
+/* The same with a given self-attention sub-layer (e.g. over a KV cache). */
+tfm_status tfm__encoder_layer_run_with(const tfm__encoder_layer *l, float *x,
+                                       int64_t rows,
+                                       const tfm__sublayer *self_attention);
 tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
                                   int64_t B, int64_t L, const float *memory,
                                   int64_t S, const tfm__masks *tgt_masks,

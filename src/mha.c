@@ -110,28 +110,12 @@ tfm_status tfm_mha_create(int64_t d_model, int64_t n_heads, int64_t kdim,
     return st;
 }
 
-tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
-                        const float *key, const float *value, int64_t B,
-                        int64_t L, int64_t S, const tfm__masks *masks,
-                        float *out, float *weights, int average)
+void tfm__mha_attend(const tfm__mha *m, const float *q, const float *k,
+                     const float *v, int64_t B, int64_t L, int64_t S,
+                     const tfm__masks *masks, float *ctx, float *weights,
+                     int average, float *scratch)
 {
     const int64_t d = m->d_model, H = m->n_heads, dk = m->d_k;
-    tfm__ws_mark mark = tfm__ws_save();
-    float *q = tfm__ws_floats((size_t)(B * L * d));
-    float *k = q ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
-    float *v = k ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
-    float *ctx = v ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
-    float *scratch =
-        ctx ? tfm__ws_floats((size_t)tfm__attention_scratch(L, S, dk)) : NULL;
-    if (!scratch) {
-        tfm__ws_restore(mark);
-        return TFM_ERR_OUT_OF_MEMORY;
-    }
-
-    tfm__linear(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
-    tfm__linear(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k, d, k, d);
-    tfm__linear(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v, d, v, d);
-
     if (weights && average)
         memset(weights, 0, (size_t)(B * L * S) * sizeof(float));
     const float scale = (float)(1.0 / sqrt((double)dk));
@@ -154,7 +138,60 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
             };
             tfm__attention_head(&a);
         }
+}
+
+tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
+                        const float *key, const float *value, int64_t B,
+                        int64_t L, int64_t S, const tfm__masks *masks,
+                        float *out, float *weights, int average)
+{
+    const int64_t d = m->d_model;
+    tfm__ws_mark mark = tfm__ws_save();
+    float *q = tfm__ws_floats((size_t)(B * L * d));
+    float *k = q ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
+    float *v = k ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
+    float *ctx = v ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
+    float *scratch =
+        ctx ? tfm__ws_floats((size_t)tfm__attention_scratch(L, S, m->d_k))
+            : NULL;
+    if (!scratch) {
+        tfm__ws_restore(mark);
+        return TFM_ERR_OUT_OF_MEMORY;
+    }
+    tfm__linear(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
+    tfm__linear(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k, d, k, d);
+    tfm__linear(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v, d, v, d);
+    tfm__mha_attend(m, q, k, v, B, L, S, masks, ctx, weights, average,
+                    scratch);
     tfm__linear(ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
+    tfm__ws_restore(mark);
+    return TFM_OK;
+}
+
+tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
+                               float *k_cache, float *v_cache, int64_t past,
+                               float *out)
+{
+    const int64_t d = m->d_model, S = past + n;
+    tfm__ws_mark mark = tfm__ws_save();
+    float *q = tfm__ws_floats((size_t)(n * d));
+    float *ctx = q ? tfm__ws_floats((size_t)(n * d)) : NULL;
+    float *scratch =
+        ctx ? tfm__ws_floats((size_t)tfm__attention_scratch(n, S, m->d_k))
+            : NULL;
+    if (!scratch) {
+        tfm__ws_restore(mark);
+        return TFM_ERR_OUT_OF_MEMORY;
+    }
+    /* The new positions' keys and values go straight into the cache rows
+     * past .. past+n-1; the caller advances the length only on success. */
+    tfm__linear(x, d, n, d, m->w_q, m->b_q, d, q, d);
+    tfm__linear(x, d, n, d, m->w_k, m->b_k, d, k_cache + past * d, d);
+    tfm__linear(x, d, n, d, m->w_v, m->b_v, d, v_cache + past * d, d);
+    const tfm__masks causal = { .causal = TFM_CAUSAL_BOTTOM_RIGHT };
+    tfm__mha_attend(m, q, k_cache, v_cache, 1, n, S, &causal, ctx, NULL, 0,
+                    scratch);
+    tfm__linear(ctx, d, n, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);
     return TFM_OK;
 }

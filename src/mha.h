@@ -28,6 +28,23 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                         int64_t L, int64_t S, const tfm__masks *masks,
                         float *out, float *weights, int average);
 
+/* The attention part alone, on projected q [B, L, d], k, v [B, S, d]
+ * (row stride d): ctx [B, L, d] receives the heads' outputs side by side.
+ * scratch: tfm__attention_scratch(L, S, d_k) floats. */
+void tfm__mha_attend(const tfm__mha *m, const float *q, const float *k,
+                     const float *v, int64_t B, int64_t L, int64_t S,
+                     const tfm__masks *masks, float *ctx, float *weights,
+                     int average, float *scratch);
+
+/* Self-attention of n new positions x [n, d] (batch 1) over a KV cache:
+ * their keys and values are written to rows past .. past+n-1 of k_cache and
+ * v_cache ([capacity, d]), then the n queries attend to rows 0 .. past+n-1
+ * with bottom-right causal alignment.  out [n, d] may alias x.  Fails only
+ * with TFM_ERR_OUT_OF_MEMORY. */
+tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
+                               float *k_cache, float *v_cache, int64_t past,
+                               float *out);
+
 /* MACs of one forward pass (module.h formula). */
 tfm_status tfm__mha_macs(const tfm__mha *m, int64_t batch, int64_t L,
                          int64_t S, int64_t *acc);

@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "error.h"
+#include "embedding_impl.h"
 #include "tensor_impl.h"
 #include "transformer/embedding.h"
 
@@ -47,13 +48,19 @@ tfm_status tfm_add_sinusoidal_encoding(tfm_tensor *x, int64_t offset,
     tfm_status st = tfm__check_shape(x, "x", 3, want);
     if (st != TFM_OK || (st = check_args(offset, &base)) != TFM_OK)
         return st;
-    const int64_t B = x->shape[0], L = x->shape[1], d = x->shape[2];
+    tfm__add_sinusoidal(x->data, x->shape[0], x->shape[1], x->shape[2], offset,
+                        base);
+    return TFM_OK;
+}
+
+void tfm__add_sinusoidal(float *x, int64_t B, int64_t L, int64_t d,
+                         int64_t offset, double base)
+{
     for (int64_t i = 0; i < L; i++)
         for (int64_t c = 0; c < d; c++) {
             double a = angle(offset + i, c, d, base);
             float v = (float)(c % 2 == 0 ? sin(a) : cos(a));
             for (int64_t b = 0; b < B; b++)
-                x->data[(b * L + i) * d + c] += v;
+                x[(b * L + i) * d + c] += v;
         }
-    return TFM_OK;
 }

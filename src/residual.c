@@ -23,6 +23,13 @@ static tfm_status run_cross(const tfm__sublayer *s, const float *in,
                         s->masks, out, NULL, 0);
 }
 
+static tfm_status run_cached(const tfm__sublayer *s, const float *in,
+                             float *out)
+{
+    return tfm__mha_run_cached(s->mha, in, s->L, s->k_cache, s->v_cache,
+                               s->S - s->L, out);
+}
+
 static tfm_status run_ff(const tfm__sublayer *s, const float *in, float *out)
 {
     return tfm__feed_forward_run(s->ff, in, s->batch * s->L, out);
@@ -42,6 +49,15 @@ tfm__sublayer tfm__cross_attention_sublayer(const tfm__mha *m, int64_t batch,
 {
     return (tfm__sublayer){ .run = run_cross, .mha = m, .memory = memory,
                             .masks = masks, .batch = batch, .L = L, .S = S };
+}
+
+tfm__sublayer tfm__cached_attention_sublayer(const tfm__mha *m, int64_t n,
+                                             float *k_cache, float *v_cache,
+                                             int64_t past)
+{
+    return (tfm__sublayer){ .run = run_cached, .mha = m, .batch = 1, .L = n,
+                            .S = past + n, .k_cache = k_cache,
+                            .v_cache = v_cache };
 }
 
 tfm__sublayer tfm__feed_forward_sublayer(const tfm__feed_forward *f,

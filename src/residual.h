@@ -17,6 +17,7 @@ typedef struct tfm__sublayer {
     const float *memory;            /* cross-attention: [B, S, d] */
     const tfm__masks *masks;
     int64_t batch, L, S;
+    float *k_cache, *v_cache;       /* cached self-attention */
 } tfm__sublayer;
 
 tfm__sublayer tfm__self_attention_sublayer(const tfm__mha *m, int64_t batch,
@@ -25,6 +26,11 @@ tfm__sublayer tfm__cross_attention_sublayer(const tfm__mha *m, int64_t batch,
                                             int64_t L, const float *memory,
                                             int64_t S,
                                             const tfm__masks *masks);
+/* Self-attention of n new positions over a KV cache holding `past`
+ * positions (tfm__mha_run_cached). */
+tfm__sublayer tfm__cached_attention_sublayer(const tfm__mha *m, int64_t n,
+                                             float *k_cache, float *v_cache,
+                                             int64_t past);
 tfm__sublayer tfm__feed_forward_sublayer(const tfm__feed_forward *f,
                                          int64_t rows);
 

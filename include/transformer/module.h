@@ -45,6 +45,9 @@ typedef enum tfm_module_kind {
     TFM_MODULE_DECODER = 8,         /* stack of decoder layers */
     TFM_MODULE_TRANSFORMER = 9,     /* encoder-decoder (nn.Transformer) */
     TFM_MODULE_EMBEDDING = 10,      /* lookup table (embedding.h) */
+    TFM_MODULE_DECODER_ONLY = 11,   /* GPT-style model (model.h) */
+    TFM_MODULE_ENCODER_ONLY = 12,   /* BERT-style model (model.h) */
+    TFM_MODULE_ENCODER_DECODER = 13, /* sequence-to-sequence model */
     TFM_MODULE_KIND_COUNT
 } tfm_module_kind;
 

@@ -117,12 +117,14 @@ TFM_API void tfm_safetensors_writer_free(tfm_safetensors_writer *writer);
 
 /* Adds a copy of tensor as F32 under name (names must be unique and not
  * "__metadata__").  Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT
- * (duplicate or reserved name), TFM_ERR_OUT_OF_MEMORY. */
+ * (duplicate or reserved name, name not valid UTF-8),
+ * TFM_ERR_OUT_OF_MEMORY. */
 TFM_API tfm_status tfm_safetensors_writer_add(tfm_safetensors_writer *writer,
                                               const char *name,
                                               const tfm_tensor *tensor);
 
 /* Adds (or replaces) a metadata entry.  Errors: TFM_ERR_NULL_ARGUMENT,
+ * TFM_ERR_INVALID_ARGUMENT (key or value not valid UTF-8),
  * TFM_ERR_OUT_OF_MEMORY. */
 TFM_API tfm_status tfm_safetensors_writer_set_metadata(
     tfm_safetensors_writer *writer, const char *key, const char *value);

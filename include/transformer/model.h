@@ -1,0 +1,223 @@
+/*
+ * libtransformer: whole models, model files, KV-cache decoding and
+ * generation.
+ *
+ * Three architectures share one configuration and one file format:
+ *   decoder-only (GPT style, Radford et al. 2018/2019): token embedding
+ *     + positional encoding + n_layers causal self-attention blocks
+ *     + final LayerNorm + language-model head (tied to the token embedding
+ *     or its own "lm_head.weight");
+ *   encoder-only (BERT style, Devlin et al. 2019): the same without the
+ *     causal mask (bidirectional), logits per position;
+ *   encoder-decoder (Vaswani et al. 2017): source and target embeddings
+ *     shared, an nn.Transformer in the middle, a head over the vocabulary.
+ * The blocks are nn.TransformerEncoderLayer / DecoderLayer (layers.h), so a
+ * decoder-only model's parameters are named
+ *   "token_embedding.weight" [vocab_size, d_model]
+ *   "position_embedding.weight" [context_length, d_model] (learned only)
+ *   "layers.<i>.self_attn.in_proj_weight" ... (encoder layer names)
+ *   "norm.weight", "norm.bias"            final LayerNorm
+ *   "lm_head.weight" [vocab_size, d_model] (only when not tied)
+ * an encoder-decoder model's "token_embedding.weight", "transformer.encoder.*",
+ * "transformer.decoder.*", "lm_head.weight" (when not tied).
+ *
+ * Model files are safetensors files (safetensors.h) whose "__metadata__"
+ * holds the configuration as strings, so a file describes itself:
+ *   "format": "libtransformer", "tfm.architecture": "decoder_only" |
+ *   "encoder_only" | "encoder_decoder", "tfm.vocab_size", "tfm.d_model",
+ *   "tfm.n_heads", "tfm.n_layers" (or "tfm.n_encoder_layers" and
+ *   "tfm.n_decoder_layers"), "tfm.d_ff", "tfm.context_length",
+ *   "tfm.norm_first" ("true"/"false"), "tfm.activation" ("relu", "gelu",
+ *   "gelu_tanh"), "tfm.layer_norm_eps", "tfm.positional" ("learned",
+ *   "sinusoidal", "none"), "tfm.tied_embeddings", "tfm.embedding_scale",
+ *   and for the tokenizer (tokenizer.h) "tfm.tokenizer": "char",
+ *   "tfm.vocab".
+ */
+#ifndef TRANSFORMER_MODEL_H
+#define TRANSFORMER_MODEL_H
+
+#include "layers.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Append-only. */
+typedef enum tfm_architecture {
+    TFM_ARCH_DECODER_ONLY = 1,
+    TFM_ARCH_ENCODER_ONLY = 2,
+    TFM_ARCH_ENCODER_DECODER = 3
+} tfm_architecture;
+
+/* Append-only. */
+typedef enum tfm_positional {
+    TFM_POSITIONAL_NONE = 0,
+    TFM_POSITIONAL_LEARNED = 1,     /* "position_embedding.weight" table */
+    TFM_POSITIONAL_SINUSOIDAL = 2   /* embedding.h, base 10000 */
+} tfm_positional;
+
+typedef struct tfm_model_config {
+    tfm_architecture architecture;
+    tfm_layer_config layer;      /* d_model, n_heads, d_ff, activation ... */
+    int64_t vocab_size;
+    int64_t n_layers;            /* decoder-only / encoder-only blocks */
+    int64_t n_encoder_layers;    /* encoder-decoder only */
+    int64_t n_decoder_layers;    /* encoder-decoder only */
+    int64_t context_length;      /* longest sequence the model accepts */
+    tfm_positional positional;
+    int tied_embeddings;         /* head weight = token embedding */
+    int embedding_scale;         /* multiply embeddings by sqrt(d_model) */
+} tfm_model_config;
+
+/* A model is a tfm_module of kind TFM_MODULE_DECODER_ONLY,
+ * TFM_MODULE_ENCODER_ONLY or TFM_MODULE_ENCODER_DECODER, so the parameter
+ * functions of module.h apply to it.
+ *
+ * Creates a model with zero parameters (LayerNorm scales one).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (unknown
+ * architecture or positional kind, a size < 1, n_heads not dividing
+ * d_model), TFM_ERR_OVERFLOW,
+ * TFM_ERR_OUT_OF_MEMORY.  *out is freed with tfm_module_free. */
+TFM_API tfm_status tfm_model_create(const tfm_model_config *config,
+                                    tfm_module **out);
+
+/* Copies the model's configuration into *config.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND (not a model). */
+TFM_API tfm_status tfm_model_get_config(const tfm_module *model,
+                                        tfm_model_config *config);
+
+/* Loads a model file: reads the configuration from the metadata, creates
+ * the model and sets every parameter from the tensor of the same name
+ * (F32, F16 or BF16).  Every parameter must be present with its exact
+ * shape, and the file must hold no other tensor.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_FORMAT (malformed
+ * file, missing or invalid configuration key, missing or extra tensor,
+ * wrong shape), TFM_ERR_UNSUPPORTED, TFM_ERR_NON_FINITE,
+ * TFM_ERR_OUT_OF_MEMORY; and those of tfm_model_create.  *out is freed with
+ * tfm_module_free. */
+TFM_API tfm_status tfm_model_load(const char *path, tfm_module **out);
+
+/* Writes the model's parameters and configuration to a model file (the
+ * configuration keys above; extra metadata such as the tokenizer's may be
+ * given as n_extra key/value pairs, keys[i] -> values[i]).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_IO,
+ * TFM_ERR_OUT_OF_MEMORY. */
+TFM_API tfm_status tfm_model_save(const tfm_module *model, const char *path,
+                                  int n_extra, const char *const *keys,
+                                  const char *const *values);
+
+/* Decoder-only and encoder-only models: logits [B, L, vocab_size] for the
+ * token ids [B, L] (row-major, B*L values), every position at once (causal
+ * for decoder-only, bidirectional for encoder-only).  L must not exceed
+ * context_length.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE (logits
+ * not [batch, seq, vocab_size]), TFM_ERR_INVALID_ARGUMENT (an id out of
+ * range, batch or seq < 1), TFM_ERR_CAPACITY (seq > context_length),
+ * TFM_ERR_OUT_OF_MEMORY.  On error logits is unchanged. */
+TFM_API tfm_status tfm_model_logits(const tfm_module *model,
+                                    const int32_t *ids, int64_t batch,
+                                    int64_t seq, tfm_tensor *logits);
+
+/* Encoder-decoder models: logits [B, L, vocab_size] of the target ids
+ * [B, L] (causal) given the source ids [B, S].  Errors: as
+ * tfm_model_logits. */
+TFM_API tfm_status tfm_model_seq2seq_logits(const tfm_module *model,
+                                            const int32_t *src_ids,
+                                            int64_t src_len,
+                                            const int32_t *tgt_ids,
+                                            int64_t tgt_len, int64_t batch,
+                                            tfm_tensor *logits);
+
+/* ---- KV cache (decoder-only models) ------------------------------------
+ * Holds each layer's keys and values of the positions processed so far
+ * (batch 1), so that each new token costs one position's work instead of
+ * the whole sequence's.  Queries are aligned bottom-right: the n new
+ * positions are the last n of the cached keys. */
+typedef struct tfm_kv_cache tfm_kv_cache;
+
+/* A cache for `model` holding up to `capacity` positions (at most the
+ * model's context_length).  Errors: TFM_ERR_NULL_ARGUMENT,
+ * TFM_ERR_WRONG_KIND (not a decoder-only model), TFM_ERR_INVALID_ARGUMENT
+ * (capacity < 1 or > context_length), TFM_ERR_OVERFLOW,
+ * TFM_ERR_OUT_OF_MEMORY.  The cache refers to the model, which must outlive
+ * it. */
+TFM_API tfm_status tfm_kv_cache_create(const tfm_module *model,
+                                       int64_t capacity, tfm_kv_cache **out);
+
+/* Frees the cache.  NULL is a no-op. */
+TFM_API void tfm_kv_cache_free(tfm_kv_cache *cache);
+
+/* Empties the cache for a new sequence.  NULL is a no-op. */
+TFM_API void tfm_kv_cache_reset(tfm_kv_cache *cache);
+
+/* Number of positions held (0 for NULL). */
+TFM_API int64_t tfm_kv_cache_length(const tfm_kv_cache *cache);
+
+/* Capacity in positions (0 for NULL). */
+TFM_API int64_t tfm_kv_cache_capacity(const tfm_kv_cache *cache);
+
+/* Appends n token ids (a prompt to prefill, or one generated token) and
+ * writes the logits of each new position to logits [n, vocab_size], or,
+ * when logits is [1, vocab_size] and n > 1, only the last position's.
+ * Equals rows length..length+n-1 of tfm_model_logits on the whole sequence.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (n < 1, id out of
+ * range), TFM_ERR_SHAPE, TFM_ERR_CAPACITY (length + n > capacity; the
+ * cache is unchanged), TFM_ERR_OUT_OF_MEMORY (the cache is unchanged). */
+TFM_API tfm_status tfm_kv_cache_decode(tfm_kv_cache *cache,
+                                       const int32_t *ids, int64_t n,
+                                       tfm_tensor *logits);
+
+/* ---- Sampling -----------------------------------------------------------
+ * A seeded, reproducible random generator (SplitMix64, Steele et al. 2014)
+ * and the usual decoding strategies: greedy (argmax, ties to the lowest
+ * id), temperature (logits / T), top-k (Fan et al. 2018: keep the k most
+ * likely), top-p / nucleus (Holtzman et al. 2020: keep the smallest set of
+ * most likely tokens whose probability reaches p). */
+typedef struct tfm_rng {
+    uint64_t state;
+} tfm_rng;
+
+/* Seeds the generator; the same seed gives the same stream everywhere. */
+TFM_API void tfm_rng_seed(tfm_rng *rng, uint64_t seed);
+
+/* Next uniform float in [0, 1) (24 random bits).  rng must not be NULL. */
+TFM_API float tfm_rng_uniform(tfm_rng *rng);
+
+typedef struct tfm_sampling {
+    int greedy;         /* nonzero: argmax, the other fields ignored */
+    float temperature;  /* > 0; 1 leaves the logits as they are */
+    int64_t top_k;      /* 0: no limit */
+    float top_p;        /* in (0, 1]; 1: no limit */
+} tfm_sampling;
+
+/* Greedy decoding: {1, 1.0f, 0, 1.0f}. */
+TFM_API tfm_sampling tfm_sampling_default(void);
+
+/* Draws a token id from logits[0 .. vocab_size-1].
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (vocab_size < 1,
+ * temperature <= 0 or not finite, top_k < 0, top_p outside (0, 1]),
+ * TFM_ERR_NON_FINITE (a NaN logit), TFM_ERR_OUT_OF_MEMORY. *id unchanged on
+ * error. */
+TFM_API tfm_status tfm_sample(const float *logits, int64_t vocab_size,
+                              const tfm_sampling *sampling, tfm_rng *rng,
+                              int32_t *id);
+
+/* Generates max_new tokens after the prompt with a decoder-only model and a
+ * KV cache: prefill the prompt, then one token per step.  Once the
+ * sequence is longer than the context length, the window slides: each
+ * further step encodes the last context_length tokens again (positions
+ * 0 .. context_length-1), as a model trained on that length expects.  out_ids receives max_new
+ * ids.  sampling NULL means greedy.  Errors: those of tfm_kv_cache_create,
+ * tfm_kv_cache_decode and tfm_sample; n_prompt < 1 or max_new < 0 give
+ * TFM_ERR_INVALID_ARGUMENT. */
+TFM_API tfm_status tfm_model_generate(const tfm_module *model,
+                                      const int32_t *prompt, int64_t n_prompt,
+                                      int64_t max_new,
+                                      const tfm_sampling *sampling,
+                                      uint64_t seed, int32_t *out_ids);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRANSFORMER_MODEL_H */
