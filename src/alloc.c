@@ -76,7 +76,9 @@ int tfm__checked_numel(const int64_t *dims, int n, size_t elem_size,
             return 0;
         total *= dims[i];
     }
-    if (elem_size != 0 && (uint64_t)total > SIZE_MAX / elem_size)
+    /* The byte size must fit both size_t and ptrdiff_t (no object may be
+     * larger than PTRDIFF_MAX bytes). */
+    if (elem_size != 0 && (uint64_t)total > (uint64_t)PTRDIFF_MAX / elem_size)
         return 0;
     *out = total;
     return 1;

@@ -15,8 +15,9 @@ char *tfm__strdup(const char *s);
 /* a * b into *out; returns 0 on overflow (then *out is unchanged). */
 int tfm__mul_size(size_t a, size_t b, size_t *out);
 
-/* Product of n positive int64 values into *out (fits int64 and, times
- * elem_size, size_t); returns 0 on overflow. */
+/* Product of n non-negative int64 values into *out, checked so that the
+ * product times elem_size fits in ptrdiff_t (and so in size_t and int64);
+ * returns 0 on overflow. */
 int tfm__checked_numel(const int64_t *dims, int n, size_t elem_size,
                        int64_t *out);
 

@@ -65,6 +65,8 @@ tfm_status tfm_tensor_create(int rank, const int64_t *shape, tfm_tensor **out)
 tfm_status tfm_tensor_create_copy(int rank, const int64_t *shape,
                                   const float *data, tfm_tensor **out)
 {
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     if (!data)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "data is NULL");
     tfm_tensor *t = NULL;

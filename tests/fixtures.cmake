@@ -18,6 +18,7 @@ execute_process(
   RESULT_VARIABLE _tfm_python_rc
   OUTPUT_QUIET ERROR_QUIET)
 if(_tfm_python_rc EQUAL 0)
+  set(TRANSFORMER_TORCH_FOUND TRUE)
   add_test(NAME fixtures_generate
     COMMAND "${TRANSFORMER_PYTHON}"
             "${PROJECT_SOURCE_DIR}/tools/make_fixtures.py"

@@ -1,0 +1,342 @@
+/* Whole models against PyTorch (tools/make_model_fixtures.py): loading model
+ * files, full forward passes, and KV-cache decoding whose every step must
+ * equal the full recompute. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <transformer/transformer.h>
+
+#ifndef TFM_MODELS_DIR
+#error "TFM_MODELS_DIR must point at tests/models"
+#endif
+
+#define TOL 1e-5
+
+/* The fixture folder: argv[1] when given (a freshly generated set), else the
+ * committed tests/models. */
+static const char *models_dir = TFM_MODELS_DIR;
+
+typedef struct ref_case {
+    tfm_module *model;
+    tfm_model_config config;
+    int64_t B, L, S;
+    int32_t *ids, *src, *tgt;   /* [B, L] / [B, S] / [B, L] */
+    tfm_tensor *logits;         /* PyTorch's [B, L, V] */
+} ref_case;
+
+static int32_t *read_ids(tfm_safetensors *f, const char *name, int64_t *B,
+                         int64_t *L)
+{
+    tfm_tensor *t = NULL;
+    if (tfm_safetensors_read(f, name, &t) != TFM_OK)
+        return NULL;
+    *B = tfm_tensor_dim(t, 0);
+    *L = tfm_tensor_dim(t, 1);
+    int32_t *ids = malloc((size_t)tfm_tensor_numel(t) * sizeof *ids);
+    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
+        ids[i] = (int32_t)tfm_tensor_data(t)[i];
+    tfm_tensor_free(t);
+    return ids;
+}
+
+static void load_case(ref_case *c, const char *name)
+{
+    char path[512];
+    memset(c, 0, sizeof *c);
+    snprintf(path, sizeof path, "%s/%s.safetensors", models_dir, name);
+    tfm_status st = tfm_model_load(path, &c->model);
+    if (st != TFM_OK)
+        fail_msg("loading %s: %s", path, tfm_last_error());
+    assert_int_equal(tfm_model_get_config(c->model, &c->config), TFM_OK);
+    snprintf(path, sizeof path, "%s/%s.ref.safetensors", models_dir, name);
+    tfm_safetensors *f = NULL;
+    assert_int_equal(tfm_safetensors_open(path, &f), TFM_OK);
+    if (c->config.architecture == TFM_ARCH_ENCODER_DECODER) {
+        c->src = read_ids(f, "src_ids", &c->B, &c->S);
+        c->tgt = read_ids(f, "tgt_ids", &c->B, &c->L);
+        assert_non_null(c->src);
+        assert_non_null(c->tgt);
+    } else {
+        c->ids = read_ids(f, "ids", &c->B, &c->L);
+        assert_non_null(c->ids);
+    }
+    assert_int_equal(tfm_safetensors_read(f, "logits", &c->logits), TFM_OK);
+    tfm_safetensors_close(f);
+}
+
+static void free_case(ref_case *c)
+{
+    tfm_module_free(c->model);
+    free(c->ids);
+    free(c->src);
+    free(c->tgt);
+    tfm_tensor_free(c->logits);
+}
+
+/* max |a - b| / max |b| over n values. */
+static double rel_err(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        num = e > num || e != e ? e : num;
+        den = fabs(b[i]) > den ? fabs(b[i]) : den;
+    }
+    return num / (den > 0 ? den : 1);
+}
+
+static tfm_tensor *new_tensor(int rank, int64_t a, int64_t b, int64_t c)
+{
+    int64_t shape[3] = { a, b, c };
+    tfm_tensor *t = NULL;
+    assert_int_equal(tfm_tensor_create(rank, shape, &t), TFM_OK);
+    return t;
+}
+
+static void check_full_forward(const char *name)
+{
+    ref_case c;
+    load_case(&c, name);
+    const int64_t V = c.config.vocab_size;
+    tfm_tensor *out = new_tensor(3, c.B, c.L, V);
+    tfm_status st =
+        c.config.architecture == TFM_ARCH_ENCODER_DECODER
+            ? tfm_model_seq2seq_logits(c.model, c.src, c.S, c.tgt, c.L, c.B,
+                                       out)
+            : tfm_model_logits(c.model, c.ids, c.B, c.L, out);
+    if (st != TFM_OK)
+        fail_msg("%s: %s", name, tfm_last_error());
+    double e = rel_err(tfm_tensor_data(out), tfm_tensor_data(c.logits),
+                       c.B * c.L * V);
+    printf("  %-42s full forward  rel err %.3e\n", name, e);
+    assert_true(e <= TOL);
+    tfm_tensor_free(out);
+    free_case(&c);
+}
+
+/* Prefill `prefill` tokens of each sequence, then one token per step: every
+ * step's logits must equal PyTorch's full-sequence logits at that position. */
+static void check_kv_cache(const char *name, int64_t prefill)
+{
+    ref_case c;
+    load_case(&c, name);
+    const int64_t V = c.config.vocab_size, L = c.L;
+    tfm_kv_cache *cache = NULL;
+    assert_int_equal(tfm_kv_cache_create(c.model, L, &cache), TFM_OK);
+    tfm_tensor *step = new_tensor(2, prefill, V, 0);
+    tfm_tensor *one = new_tensor(2, 1, V, 0);
+    double worst = 0;
+    for (int64_t b = 0; b < c.B; b++) {
+        const int32_t *ids = c.ids + b * L;
+        const float *ref = tfm_tensor_data(c.logits) + b * L * V;
+        tfm_kv_cache_reset(cache);
+        assert_int_equal(tfm_kv_cache_length(cache), 0);
+        assert_int_equal(tfm_kv_cache_decode(cache, ids, prefill, step),
+                         TFM_OK);
+        double e = rel_err(tfm_tensor_data(step), ref, prefill * V);
+        worst = e > worst ? e : worst;
+        for (int64_t t = prefill; t < L; t++) {
+            assert_int_equal(tfm_kv_cache_decode(cache, ids + t, 1, one),
+                             TFM_OK);
+            e = rel_err(tfm_tensor_data(one), ref + t * V, V);
+            worst = e > worst ? e : worst;
+        }
+        assert_int_equal(tfm_kv_cache_length(cache), L);
+        /* Full: one more position is refused and changes nothing. */
+        float before = tfm_tensor_data(one)[0];
+        assert_int_equal(tfm_kv_cache_decode(cache, ids, 1, one),
+                         TFM_ERR_CAPACITY);
+        assert_int_equal(tfm_kv_cache_length(cache), L);
+        assert_true(tfm_tensor_data(one)[0] == before);
+    }
+    printf("  %-42s KV cache (prefill %lld) worst rel err %.3e\n", name,
+           (long long)prefill, worst);
+    assert_true(worst <= TOL);
+    tfm_tensor_free(step);
+    tfm_tensor_free(one);
+    tfm_kv_cache_free(cache);
+    free_case(&c);
+}
+
+static void decoder_learned_full(void **s)
+{
+    (void)s;
+    check_full_forward("decoder_learned_prenorm_gelu");
+}
+
+static void decoder_sinusoidal_full(void **s)
+{
+    (void)s;
+    check_full_forward("decoder_sinusoidal_postnorm_relu_untied");
+}
+
+static void encoder_only_full(void **s)
+{
+    (void)s;
+    check_full_forward("encoder_only_learned");
+}
+
+static void encoder_decoder_full(void **s)
+{
+    (void)s;
+    check_full_forward("encoder_decoder_sinusoidal");
+}
+
+static void decoder_learned_cache(void **s)
+{
+    (void)s;
+    check_kv_cache("decoder_learned_prenorm_gelu", 1);
+    check_kv_cache("decoder_learned_prenorm_gelu", 5);
+}
+
+static void decoder_sinusoidal_cache(void **s)
+{
+    (void)s;
+    check_kv_cache("decoder_sinusoidal_postnorm_relu_untied", 3);
+}
+
+/* Only-last logits of a prefill equal the last row of the full logits. */
+static void prefill_last_row_only(void **s)
+{
+    (void)s;
+    ref_case c;
+    load_case(&c, "decoder_learned_prenorm_gelu");
+    const int64_t V = c.config.vocab_size;
+    tfm_kv_cache *cache = NULL;
+    assert_int_equal(tfm_kv_cache_create(c.model, c.L, &cache), TFM_OK);
+    tfm_tensor *one = new_tensor(2, 1, V, 0);
+    assert_int_equal(tfm_kv_cache_decode(cache, c.ids, 7, one), TFM_OK);
+    double e = rel_err(tfm_tensor_data(one),
+                       tfm_tensor_data(c.logits) + 6 * V, V);
+    assert_true(e <= TOL);
+    tfm_tensor_free(one);
+    tfm_kv_cache_free(cache);
+    free_case(&c);
+}
+
+/* Greedy generation equals the argmax of full recomputes, step by step. */
+static void generate_matches_recompute(void **s)
+{
+    (void)s;
+    ref_case c;
+    load_case(&c, "decoder_learned_prenorm_gelu");
+    const int64_t V = c.config.vocab_size, ctx = c.config.context_length;
+    const int64_t n_prompt = 3, n_new = 15; /* runs past the context (12) */
+    int32_t seq[32], out[32];
+    memcpy(seq, c.ids, n_prompt * sizeof *seq);
+    assert_int_equal(tfm_model_generate(c.model, seq, n_prompt, n_new, NULL,
+                                        0, out),
+                     TFM_OK);
+    tfm_tensor *logits = new_tensor(3, 1, ctx, V);
+    int64_t len = n_prompt;
+    for (int64_t t = 0; t < n_new; t++) {
+        int64_t w = len < ctx ? len : ctx;
+        tfm_tensor *lw = new_tensor(3, 1, w, V);
+        assert_int_equal(tfm_model_logits(c.model, seq + len - w, 1, w, lw),
+                         TFM_OK);
+        const float *row = tfm_tensor_data(lw) + (w - 1) * V;
+        int32_t best = 0;
+        for (int32_t v = 1; v < V; v++)
+            if (row[v] > row[best])
+                best = v;
+        assert_int_equal(out[t], best);
+        seq[len++] = best;
+        tfm_tensor_free(lw);
+    }
+    tfm_tensor_free(logits);
+    free_case(&c);
+}
+
+/* A saved model loads back with identical parameters and logits. */
+static void save_and_reload(void **s)
+{
+    (void)s;
+    ref_case c;
+    load_case(&c, "decoder_sinusoidal_postnorm_relu_untied");
+    char path[] = "/tmp/tfm_model_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    const char *keys[] = { "tfm.tokenizer" }, *values[] = { "char" };
+    assert_int_equal(tfm_model_save(c.model, path, 1, keys, values), TFM_OK);
+    tfm_module *again = NULL;
+    assert_int_equal(tfm_model_load(path, &again), TFM_OK);
+    assert_int_equal(tfm_module_num_parameters(again),
+                     tfm_module_num_parameters(c.model));
+    const int64_t V = c.config.vocab_size;
+    tfm_tensor *a = new_tensor(3, c.B, c.L, V), *b = new_tensor(3, c.B, c.L, V);
+    assert_int_equal(tfm_model_logits(c.model, c.ids, c.B, c.L, a), TFM_OK);
+    assert_int_equal(tfm_model_logits(again, c.ids, c.B, c.L, b), TFM_OK);
+    assert_memory_equal(tfm_tensor_data(a), tfm_tensor_data(b),
+                        (size_t)(c.B * c.L * V) * sizeof(float));
+    tfm_tensor_free(a);
+    tfm_tensor_free(b);
+    tfm_module_free(again);
+    unlink(path);
+    free_case(&c);
+}
+
+static void errors_leave_outputs(void **s)
+{
+    (void)s;
+    ref_case c;
+    load_case(&c, "decoder_learned_prenorm_gelu");
+    const int64_t V = c.config.vocab_size;
+    tfm_tensor *out = new_tensor(3, 1, 3, V);
+    for (int64_t i = 0; i < 3 * V; i++)
+        tfm_tensor_data(out)[i] = 42.0f;
+    int32_t bad[3] = { 0, (int32_t)V, 1 };
+    assert_int_equal(tfm_model_logits(c.model, bad, 1, 3, out),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tfm_last_error(), "outside the vocabulary"));
+    int32_t long_ids[13] = { 0 };
+    tfm_tensor *big = new_tensor(3, 1, 13, V);
+    assert_int_equal(tfm_model_logits(c.model, long_ids, 1, 13, big),
+                     TFM_ERR_CAPACITY);
+    tfm_tensor *wrong = new_tensor(3, 1, 3, V + 1);
+    assert_int_equal(tfm_model_logits(c.model, c.ids, 1, 3, wrong),
+                     TFM_ERR_SHAPE);
+    for (int64_t i = 0; i < 3 * V; i++)
+        assert_true(tfm_tensor_data(out)[i] == 42.0f);
+    tfm_kv_cache *cache = NULL;
+    assert_int_equal(tfm_kv_cache_create(c.model, 13, &cache),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_null(cache);
+    tfm_module *mha = NULL;
+    assert_int_equal(tfm_mha_create(8, 2, 0, 0, 1, &mha), TFM_OK);
+    assert_int_equal(tfm_kv_cache_create(mha, 4, &cache), TFM_ERR_WRONG_KIND);
+    assert_int_equal(tfm_model_load("/nonexistent/model.safetensors", &mha),
+                     TFM_ERR_IO);
+    tfm_module_free(mha);
+    tfm_tensor_free(out);
+    tfm_tensor_free(big);
+    tfm_tensor_free(wrong);
+    free_case(&c);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        models_dir = argv[1];
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(decoder_learned_full),
+        cmocka_unit_test(decoder_sinusoidal_full),
+        cmocka_unit_test(encoder_only_full),
+        cmocka_unit_test(encoder_decoder_full),
+        cmocka_unit_test(decoder_learned_cache),
+        cmocka_unit_test(decoder_sinusoidal_cache),
+        cmocka_unit_test(prefill_last_row_only),
+        cmocka_unit_test(generate_matches_recompute),
+        cmocka_unit_test(save_and_reload),
+        cmocka_unit_test(errors_leave_outputs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

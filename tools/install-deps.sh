@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages libtransformer needs to build, test and run.
+# Runs apt-get as root (directly when root, otherwise through sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  libopenblas-dev libcjson-dev libcmocka-dev
+  python3 python3-numpy python3-torch python3-pytest
+  swig liblua5.4-dev lua5.4
+)
+
+# Skip apt entirely when everything is already installed.
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
