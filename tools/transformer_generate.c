@@ -1,0 +1,443 @@
+/* transformer-generate: text generation from a character-level model file.
+ *
+ *   transformer-generate [--model FILE] [--prompt TEXT] [--max-tokens N]
+ *                        [--temperature T] [--top-k K] [--top-p P]
+ *                        [--seed S] [--greedy] [--help] [--version]
+ *
+ * Loads a decoder-only model and its tokenizer from one model file,
+ * prints the prompt, then each generated character as soon as it is
+ * produced.  The loop is tfm_model_generate's (model.h) written out so
+ * that characters stream and prefill and decode are timed apart: prefill
+ * the prompt into a KV cache, then sample, append one token per step;
+ * once the sequence is longer than the context length, every further step
+ * encodes the last context_length tokens afresh.  stdout is therefore
+ * exactly the prompt followed by what tfm_model_generate returns for the
+ * same model, prompt, sampling and seed (and a final newline); timings and
+ * the OpenBLAS core go to stderr. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <transformer/transformer.h>
+
+/* OpenBLAS's name for the CPU kernels it picked (cblas.h of OpenBLAS). */
+char *openblas_get_corename(void);
+
+#ifndef TFM_DEFAULT_MODEL
+#error "TFM_DEFAULT_MODEL (absolute path of the default model) must be defined"
+#endif
+
+#define PROGRAM "transformer-generate"
+#define MODEL_ENV "TRANSFORMER_MODEL"
+
+typedef struct options {
+    const char *model;
+    const char *prompt;
+    int64_t max_tokens;
+    tfm_sampling sampling;
+    uint64_t seed;
+    int sampling_option;   /* --temperature, --top-k, --top-p or --seed */
+    int greedy_option;     /* --greedy */
+} options;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "Usage: " PROGRAM " [OPTION]...\n"
+        "Generate text with a character-level Transformer model.\n"
+        "\n"
+        "  -m, --model FILE       model file (safetensors with tokenizer\n"
+        "                         metadata); default: $" MODEL_ENV " if set,\n"
+        "                         else " TFM_DEFAULT_MODEL "\n"
+        "  -p, --prompt TEXT      text to continue (default \"In the "
+        "beginning\")\n"
+        "  -n, --max-tokens N     characters to generate (default 200)\n"
+        "  -t, --temperature T    sample with temperature T > 0 "
+        "(default 1.0)\n"
+        "  -k, --top-k K          sample among the K most likely (0: all; "
+        "default 0)\n"
+        "      --top-p P          sample among the most likely whose "
+        "probability\n"
+        "                         reaches P, 0 < P <= 1 (default 1.0)\n"
+        "  -s, --seed S           random seed for sampling (default 42)\n"
+        "  -g, --greedy           always take the most likely character "
+        "(the\n"
+        "                         default; overrides the sampling options)\n"
+        "  -h, --help             show this help and exit\n"
+        "  -V, --version          show the version and exit\n"
+        "\n"
+        "Decoding is greedy unless --temperature, --top-k, --top-p or --seed "
+        "is given.\n"
+        "The text goes to stdout; prefill and decode speed to stderr.\n");
+}
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints "transformer-generate: <message>" to stderr; returns 1. */
+static int fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs(PROGRAM ": ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- Number parsing: the whole argument must be the number ------------ */
+
+static int parse_int64(const char *option, const char *s, int64_t min,
+                       int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    int sign = *s == '-' || *s == '+';
+    if (end == s || *end != '\0' || s[sign] < '0' || s[sign] > '9')
+        return fail("%s: '%s' is not a whole number", option, s);
+    if (errno == ERANGE || v < min)
+        return fail("%s: %s is out of range (at least %lld)", option, s,
+                    (long long)min);
+    *out = v;
+    return 0;
+}
+
+static int parse_uint64(const char *option, const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *end != '\0' || *s < '0' || *s > '9')
+        return fail("%s: '%s' is not a whole number of 0 or more", option, s);
+    if (errno == ERANGE)
+        return fail("%s: %s is too large (at most %llu)", option, s,
+                    (unsigned long long)UINT64_MAX);
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *option, const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (end == s || *end != '\0' || s[0] == ' ' || s[0] == '\t')
+        return fail("%s: '%s' is not a number", option, s);
+    if (!isfinite(v) || errno == ERANGE)
+        return fail("%s: %s is not a finite number", option, s);
+    *out = v;
+    return 0;
+}
+
+/* Returns -1 to go on, else the exit code. */
+static int parse_options(int argc, char **argv, options *o)
+{
+    static const struct option longs[] = {
+        { "model", required_argument, NULL, 'm' },
+        { "prompt", required_argument, NULL, 'p' },
+        { "max-tokens", required_argument, NULL, 'n' },
+        { "temperature", required_argument, NULL, 't' },
+        { "top-k", required_argument, NULL, 'k' },
+        { "top-p", required_argument, NULL, 'P' },
+        { "seed", required_argument, NULL, 's' },
+        { "greedy", no_argument, NULL, 'g' },
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *env = getenv(MODEL_ENV);
+    o->model = env && env[0] ? env : TFM_DEFAULT_MODEL;
+    o->prompt = "In the beginning";
+    o->max_tokens = 200;
+    o->sampling = (tfm_sampling){ 0, 1.0f, 0, 1.0f };
+    o->seed = 42;
+    o->sampling_option = 0;
+    o->greedy_option = 0;
+
+    int c;
+    while ((c = getopt_long(argc, argv, "m:p:n:t:k:s:ghV", longs, NULL)) !=
+           -1) {
+        switch (c) {
+        case 'm':
+            o->model = optarg;
+            break;
+        case 'p':
+            o->prompt = optarg;
+            break;
+        case 'n':
+            if (parse_int64("--max-tokens", optarg, 0, &o->max_tokens))
+                return 1;
+            break;
+        case 't':
+            if (parse_float("--temperature", optarg, &o->sampling.temperature))
+                return 1;
+            if (!(o->sampling.temperature > 0.0f))
+                return fail("--temperature: %s must be greater than 0",
+                            optarg);
+            o->sampling_option = 1;
+            break;
+        case 'k':
+            if (parse_int64("--top-k", optarg, 0, &o->sampling.top_k))
+                return 1;
+            o->sampling_option = 1;
+            break;
+        case 'P':
+            if (parse_float("--top-p", optarg, &o->sampling.top_p))
+                return 1;
+            if (!(o->sampling.top_p > 0.0f && o->sampling.top_p <= 1.0f))
+                return fail("--top-p: %s is outside (0, 1]", optarg);
+            o->sampling_option = 1;
+            break;
+        case 's':
+            if (parse_uint64("--seed", optarg, &o->seed))
+                return 1;
+            o->sampling_option = 1;
+            break;
+        case 'g':
+            o->greedy_option = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'V':
+            printf(PROGRAM " (libtransformer) %s\n", tfm_version_string());
+            return 0;
+        default: /* getopt_long has said what was wrong */
+            fprintf(stderr, "Try '" PROGRAM " --help' for more "
+                            "information.\n");
+            return 1;
+        }
+    }
+    if (optind < argc) {
+        fail("unexpected argument '%s' (the prompt goes after --prompt)",
+             argv[optind]);
+        fprintf(stderr, "Try '" PROGRAM " --help' for more information.\n");
+        return 1;
+    }
+    o->sampling.greedy = o->greedy_option || !o->sampling_option;
+    return -1;
+}
+
+/* ---- Generation ------------------------------------------------------- */
+
+typedef struct timings {
+    int64_t prefill_tokens;
+    double prefill_s;
+    int64_t decode_tokens;   /* forward steps after the prefill */
+    int64_t slides;          /* of which the window was encoded afresh */
+    double decode_s;         /* their forward passes and all sampling */
+} timings;
+
+/* Prints the character of id (flushed). */
+static int emit(const tfm_tokenizer *tok, int32_t id)
+{
+    char text[8];
+    size_t len;
+    if (tfm_tokenizer_decode(tok, &id, 1, text, sizeof text, &len) != TFM_OK)
+        return fail("cannot decode token %d: %s", id, tfm_last_error());
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+/* The loop of tfm_model_generate.  seq holds the last tokens: `cap` =
+ * 2 * ctx slots, the window is its last ctx (or fewer) entries. */
+static int generate(const tfm_module *model, const tfm_tokenizer *tok,
+                    const int32_t *prompt, int64_t n_prompt,
+                    const options *o, timings *tm)
+{
+    tfm_model_config cfg;
+    if (tfm_model_get_config(model, &cfg) != TFM_OK)
+        return fail("%s", tfm_last_error());
+    const int64_t ctx = cfg.context_length, V = cfg.vocab_size;
+    const int64_t cap = 2 * ctx;
+    int32_t *seq = malloc((size_t)cap * sizeof *seq);
+    tfm_kv_cache *cache = NULL;
+    tfm_tensor *logits = NULL;
+    const int64_t shape[2] = { 1, V };
+    int rc = 1;
+    if (!seq) {
+        fail("out of memory");
+        goto done;
+    }
+    if (tfm_kv_cache_create(model, ctx, &cache) != TFM_OK ||
+        tfm_tensor_create(2, shape, &logits) != TFM_OK) {
+        fail("%s", tfm_last_error());
+        goto done;
+    }
+    int64_t len = n_prompt < ctx ? n_prompt : ctx;
+    memcpy(seq, prompt + n_prompt - len, (size_t)len * sizeof *seq);
+
+    double t0 = now_seconds();
+    if (tfm_kv_cache_decode(cache, seq, len, logits) != TFM_OK) {
+        fail("prefill failed: %s", tfm_last_error());
+        goto done;
+    }
+    tm->prefill_tokens = len;
+    tm->prefill_s = now_seconds() - t0;
+
+    tfm_rng rng;
+    tfm_rng_seed(&rng, o->seed);
+    for (int64_t t = 0; t < o->max_tokens; t++) {
+        t0 = now_seconds();
+        int32_t id;
+        if (tfm_sample(tfm_tensor_data(logits), V, &o->sampling, &rng, &id) !=
+            TFM_OK) {
+            fail("sampling failed: %s", tfm_last_error());
+            goto done;
+        }
+        if (len == cap) {   /* keep the last ctx tokens */
+            memmove(seq, seq + len - ctx, (size_t)ctx * sizeof *seq);
+            len = ctx;
+        }
+        seq[len++] = id;
+        tfm_status st = TFM_OK;
+        if (t + 1 < o->max_tokens) {
+            if (tfm_kv_cache_length(cache) < tfm_kv_cache_capacity(cache)) {
+                st = tfm_kv_cache_decode(cache, &id, 1, logits);
+            } else {
+                tfm_kv_cache_reset(cache);
+                st = tfm_kv_cache_decode(cache, seq + len - ctx, ctx, logits);
+                tm->slides++;
+            }
+            tm->decode_tokens++;
+        }
+        tm->decode_s += now_seconds() - t0;
+        if (emit(tok, id))
+            goto done;
+        if (st != TFM_OK) {
+            fputc('\n', stdout);
+            fail("decoding failed: %s", tfm_last_error());
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    free(seq);
+    tfm_kv_cache_free(cache);
+    tfm_tensor_free(logits);
+    return rc;
+}
+
+static void report(const timings *tm, const options *o)
+{
+    char rate[64];
+    if (tm->prefill_s > 0)
+        snprintf(rate, sizeof rate, "%.1f tokens/s",
+                 (double)tm->prefill_tokens / tm->prefill_s);
+    else
+        snprintf(rate, sizeof rate, "- tokens/s");
+    fprintf(stderr, "prefill: %lld tokens in %.3f ms (%s)\n",
+            (long long)tm->prefill_tokens, 1e3 * tm->prefill_s, rate);
+    if (tm->decode_s > 0 && tm->decode_tokens > 0)
+        snprintf(rate, sizeof rate, "%.1f tokens/s",
+                 (double)tm->decode_tokens / tm->decode_s);
+    else
+        snprintf(rate, sizeof rate, "- tokens/s");
+    fprintf(stderr, "decode:  %lld tokens in %.3f ms (%s)",
+            (long long)tm->decode_tokens, 1e3 * tm->decode_s, rate);
+    if (tm->slides)
+        fprintf(stderr, ", %lld of them re-encoding the full window",
+                (long long)tm->slides);
+    fputc('\n', stderr);
+    if (o->sampling.greedy)
+        fprintf(stderr, "sampling: greedy\n");
+    else
+        fprintf(stderr,
+                "sampling: temperature %g, top-k %lld, top-p %g, seed %llu\n",
+                (double)o->sampling.temperature,
+                (long long)o->sampling.top_k, (double)o->sampling.top_p,
+                (unsigned long long)o->seed);
+    const char *core = openblas_get_corename();
+    fprintf(stderr, "OpenBLAS core: %s\n", core ? core : "unknown");
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+
+    tfm_module *model = NULL;
+    tfm_tokenizer *tok = NULL;
+    int32_t *prompt = NULL;
+    rc = 1;
+    if (tfm_model_load(o.model, &model) != TFM_OK) {
+        fail("cannot load model '%s': %s", o.model, tfm_last_error());
+        goto done;
+    }
+    if (tfm_tokenizer_load(o.model, &tok) != TFM_OK) {
+        fail("cannot load the tokenizer of '%s': %s", o.model,
+             tfm_last_error());
+        goto done;
+    }
+    tfm_model_config cfg;
+    if (tfm_model_get_config(model, &cfg) != TFM_OK) {
+        fail("%s", tfm_last_error());
+        goto done;
+    }
+    if (cfg.architecture != TFM_ARCH_DECODER_ONLY) {
+        fail("'%s' is not a decoder-only model, it cannot generate text",
+             o.model);
+        goto done;
+    }
+    if (cfg.vocab_size != tfm_tokenizer_vocab_size(tok)) {
+        fail("'%s': the model has %lld tokens but the tokenizer %lld",
+             o.model, (long long)cfg.vocab_size,
+             (long long)tfm_tokenizer_vocab_size(tok));
+        goto done;
+    }
+
+    size_t prompt_len = strlen(o.prompt);
+    int64_t n_prompt = 0;
+    tfm_status st = tfm_tokenizer_encode(tok, o.prompt, prompt_len, NULL, 0,
+                                         &n_prompt);
+    if (st != TFM_OK && st != TFM_ERR_CAPACITY) {
+        fail("the prompt cannot be encoded: %s", tfm_last_error());
+        goto done;
+    }
+    if (n_prompt == 0) {
+        fail("the prompt is empty; give at least one character");
+        goto done;
+    }
+    prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    if (!prompt) {
+        fail("out of memory");
+        goto done;
+    }
+    if (tfm_tokenizer_encode(tok, o.prompt, prompt_len, prompt, n_prompt,
+                             &n_prompt) != TFM_OK) {
+        fail("the prompt cannot be encoded: %s", tfm_last_error());
+        goto done;
+    }
+
+    fputs(o.prompt, stdout);
+    fflush(stdout);
+    timings tm = { 0, 0.0, 0, 0, 0.0 };
+    if (o.max_tokens > 0 && generate(model, tok, prompt, n_prompt, &o, &tm))
+        goto done;
+    fputc('\n', stdout);
+    fflush(stdout);
+    report(&tm, &o);
+    rc = 0;
+done:
+    free(prompt);
+    tfm_tokenizer_free(tok);
+    tfm_module_free(model);
+    return rc;
+}
