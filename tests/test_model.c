@@ -47,6 +47,19 @@ static int32_t *read_ids(tfm_safetensors *f, const char *name, int64_t *B,
     return ids;
 }
 
+static int32_t *read_ids_1d(tfm_safetensors *f, const char *name, int64_t *n)
+{
+    tfm_tensor *t = NULL;
+    if (tfm_safetensors_read(f, name, &t) != TFM_OK)
+        fail_msg("%s: %s", name, tfm_last_error());
+    *n = tfm_tensor_numel(t);
+    int32_t *ids = malloc((size_t)*n * sizeof *ids);
+    for (int64_t i = 0; i < *n; i++)
+        ids[i] = (int32_t)tfm_tensor_data(t)[i];
+    tfm_tensor_free(t);
+    return ids;
+}
+
 static void load_case(ref_case *c, const char *name)
 {
     char path[512];
@@ -322,6 +335,79 @@ static void errors_leave_outputs(void **s)
     free_case(&c);
 }
 
+/* The shipped model against PyTorch (tools/make_generation_reference.py):
+ * tfm_model_generate's 200 greedy characters equal PyTorch's, and the logits
+ * of every step, computed through the KV cache with the window sliding past
+ * the context length, match PyTorch's to 1e-5. */
+static void shipped_model_greedy(void **s)
+{
+    (void)s;
+    char path[512];
+    tfm_module *model = NULL;
+    if (tfm_model_load(TFM_SHIPPED_MODEL, &model) != TFM_OK)
+        fail_msg("loading %s: %s", TFM_SHIPPED_MODEL, tfm_last_error());
+    snprintf(path, sizeof path, "%s/kjv_greedy.ref.safetensors", models_dir);
+    tfm_safetensors *f = NULL;
+    assert_int_equal(tfm_safetensors_open(path, &f), TFM_OK);
+    int64_t P, N;
+    int32_t *prompt = read_ids_1d(f, "prompt_ids", &P);
+    int32_t *ref_ids = read_ids_1d(f, "ids", &N);
+    tfm_tensor *ref = NULL;
+    assert_int_equal(tfm_safetensors_read(f, "logits", &ref), TFM_OK);
+    tfm_safetensors_close(f);
+
+    tfm_model_config c;
+    assert_int_equal(tfm_model_get_config(model, &c), TFM_OK);
+    const int64_t V = c.vocab_size, ctx = c.context_length;
+    assert_int_equal(tfm_tensor_dim(ref, 1), V);
+    assert_true(P + N > ctx); /* the window must slide */
+
+    int32_t *ids = malloc((size_t)N * sizeof *ids);
+    assert_int_equal(tfm_model_generate(model, prompt, P, N, NULL, 0, ids),
+                     TFM_OK);
+    int64_t same = 0;
+    while (same < N && ids[same] == ref_ids[same])
+        same++;
+    printf("  shipped model: %lld of %lld greedy characters equal PyTorch's\n",
+           (long long)same, (long long)N);
+    assert_int_equal(same, N);
+
+    /* Per-step logits, fed PyTorch's own choices. */
+    int32_t *seq = malloc((size_t)(P + N) * sizeof *seq);
+    memcpy(seq, prompt, (size_t)P * sizeof *seq);
+    int64_t len = P;
+    tfm_kv_cache *cache = NULL;
+    tfm_tensor *logits = new_tensor(2, 1, V, 0);
+    assert_int_equal(tfm_kv_cache_create(model, ctx, &cache), TFM_OK);
+    assert_int_equal(tfm_kv_cache_decode(cache, seq, len, logits), TFM_OK);
+    double worst = 0;
+    for (int64_t t = 0; t < N; t++) {
+        double e = rel_err(tfm_tensor_data(logits),
+                           tfm_tensor_data(ref) + t * V, V);
+        worst = e > worst ? e : worst;
+        seq[len++] = ref_ids[t];
+        if (tfm_kv_cache_length(cache) < ctx) {
+            assert_int_equal(tfm_kv_cache_decode(cache, &ref_ids[t], 1, logits),
+                             TFM_OK);
+        } else {
+            tfm_kv_cache_reset(cache);
+            assert_int_equal(
+                tfm_kv_cache_decode(cache, seq + len - ctx, ctx, logits),
+                TFM_OK);
+        }
+    }
+    printf("  shipped model: worst per-step logits rel err %.3e\n", worst);
+    assert_true(worst <= TOL);
+    tfm_kv_cache_free(cache);
+    tfm_tensor_free(logits);
+    tfm_tensor_free(ref);
+    free(seq);
+    free(ids);
+    free(prompt);
+    free(ref_ids);
+    tfm_module_free(model);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -337,6 +423,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(generate_matches_recompute),
         cmocka_unit_test(save_and_reload),
         cmocka_unit_test(errors_leave_outputs),
+        cmocka_unit_test(shipped_model_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -377,8 +377,12 @@ int main(int argc, char **argv)
     tfm_tokenizer *tok = NULL;
     int32_t *prompt = NULL;
     rc = 1;
-    if (tfm_model_load(o.model, &model) != TFM_OK) {
+    tfm_status st = tfm_model_load(o.model, &model);
+    if (st != TFM_OK) {
         fail("cannot load model '%s': %s", o.model, tfm_last_error());
+        if (st == TFM_ERR_IO)
+            fprintf(stderr, "Give the model file with --model FILE or the "
+                            MODEL_ENV " environment variable.\n");
         goto done;
     }
     if (tfm_tokenizer_load(o.model, &tok) != TFM_OK) {
@@ -405,7 +409,7 @@ int main(int argc, char **argv)
 
     size_t prompt_len = strlen(o.prompt);
     int64_t n_prompt = 0;
-    tfm_status st = tfm_tokenizer_encode(tok, o.prompt, prompt_len, NULL, 0,
+    st = tfm_tokenizer_encode(tok, o.prompt, prompt_len, NULL, 0,
                                          &n_prompt);
     if (st != TFM_OK && st != TFM_ERR_CAPACITY) {
         fail("the prompt cannot be encoded: %s", tfm_last_error());

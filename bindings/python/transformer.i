@@ -1,0 +1,520 @@
+/*
+ * SWIG interface of the Python bindings: the low-level module.
+ *
+ * SWIG generates it from the public headers.  The generated Python file is
+ * installed as transformer/_lowlevel.py next to _transformer.so; the
+ * idiomatic layer (transformer/__init__.py) is the API people use, this
+ * module is what it stands on.  What crosses the boundary:
+ *
+ *   tfm_tensor *               a C-contiguous, aligned, native float32
+ *                              numpy.ndarray of rank 1..4 (or None for
+ *                              NULL), wrapped with tfm_tensor_wrap for the
+ *                              duration of the call: no copy.  Output
+ *                              tensors must be writable; the C function
+ *                              writes into the caller's array.
+ *   const tfm_attention_masks *  None, or a 5-tuple
+ *                              (causal, key_padding_mask, key_padding_kind,
+ *                               attn_mask, attn_mask_kind)
+ *                              whose masks are arrays as above or None.
+ *   int32_t ids + sizes        numpy.i typemaps (IN_ARRAY1/IN_ARRAY2).
+ *   X **out                    handles (modules, KV caches, tokenizers,
+ *                              safetensors files and writers) come back as
+ *                              plain, non-owning pointer objects; the Python
+ *                              layer owns them and frees each exactly once.
+ *   tfm_status                 TFM_OK returns normally; any other code raises
+ *                              the exception class registered for it with
+ *                              tfmpy_register_error (the TransformerError
+ *                              hierarchy of the Python layer), carrying
+ *                              tfm_last_error().
+ *
+ * The GIL is held during every call: forward passes are short, and holding
+ * it means no other Python thread can free a handle while C uses it.
+ */
+%module(docstring="Low-level SWIG wrapper of libtransformer; use the "
+                  "'transformer' package instead.") transformer
+
+%{
+#define SWIG_FILE_WITH_INIT
+#include <string.h>
+#include <stdlib.h>
+#include <transformer/transformer.h>
+%}
+
+%include <stdint.h>
+%include <stdint.i>
+%include <typemaps.i>
+%include "numpy.i"   /* Debian's python3-numpy, found by CMake */
+
+%init %{
+    import_array();
+%}
+
+%feature("autodoc", "2");
+
+/* The numpy.i typemaps for the C sizes used by the headers. */
+%numpy_typemaps(float, NPY_FLOAT, int64_t)
+%numpy_typemaps(int32_t, NPY_INT32, int64_t)
+
+/* ---- Errors ------------------------------------------------------------ */
+
+%{
+/* Exception class per status code, registered by the Python layer. */
+static PyObject *tfmpy_error_classes[TFM_STATUS_COUNT];
+
+/* Raises the exception registered for status with the given message
+ * (UTF-8; invalid bytes replaced). */
+static void tfmpy_raise(tfm_status status, const char *message)
+{
+    PyObject *cls = NULL, *text, *exc;
+    if ((int)status > 0 && (int)status < TFM_STATUS_COUNT)
+        cls = tfmpy_error_classes[status];
+    if (!cls)
+        cls = PyExc_RuntimeError;
+    text = PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message),
+                                "replace");
+    if (!text)
+        return;
+    exc = PyObject_CallOneArg(cls, text);
+    Py_DECREF(text);
+    if (!exc)
+        return;
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+}
+
+/* Raises for status with the library's message for the failing call. */
+static void tfmpy_raise_last(tfm_status status)
+{
+    const char *message = tfm_last_error();
+    if (!message || !*message)
+        message = tfm_status_string(status);
+    tfmpy_raise(status, message);
+}
+
+/* Wraps a numpy array as a tensor without copying (see the top of the
+ * file).  None gives NULL.  Returns 0, or -1 with a Python error set. */
+static int tfmpy_wrap_array(PyObject *obj, int writable, const char *what,
+                            tfm_tensor **out)
+{
+    PyArrayObject *array;
+    int64_t shape[TFM_MAX_RANK];
+    int rank, i;
+    tfm_status st;
+    char message[160];
+
+    *out = NULL;
+    if (obj == Py_None)
+        return 0;
+    if (!PyArray_Check(obj)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s must be a numpy.ndarray of float32, not %s",
+                     what, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    array = (PyArrayObject *)obj;
+    if (PyArray_TYPE(array) != NPY_FLOAT32 || !PyArray_ISNOTSWAPPED(array)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s must be a native float32 array, not %s", what,
+                     typecode_string(PyArray_TYPE(array)));
+        return -1;
+    }
+    if (!PyArray_IS_C_CONTIGUOUS(array) || !PyArray_ISALIGNED(array)) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s must be a C-contiguous, aligned array", what);
+        return -1;
+    }
+    if (writable && !PyArray_ISWRITEABLE(array)) {
+        PyErr_Format(PyExc_ValueError, "%s must be a writable array", what);
+        return -1;
+    }
+    rank = PyArray_NDIM(array);
+    if (rank < 1 || rank > TFM_MAX_RANK) {
+        snprintf(message, sizeof message,
+                 "%s has rank %d; tensors have rank 1 to %d", what, rank,
+                 TFM_MAX_RANK);
+        tfmpy_raise(TFM_ERR_SHAPE, message);
+        return -1;
+    }
+    for (i = 0; i < rank; i++)
+        shape[i] = (int64_t)PyArray_DIM(array, i);
+    st = tfm_tensor_wrap(rank, shape, (float *)PyArray_DATA(array), out);
+    if (st != TFM_OK) {
+        tfmpy_raise_last(st);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads a masks 5-tuple (see the top of the file) into *masks; the two
+ * wrapped tensors go to *kpm and *attn (freed by the caller). */
+static int tfmpy_parse_masks(PyObject *obj, tfm_attention_masks *masks,
+                             tfm_tensor **kpm, tfm_tensor **attn)
+{
+    int causal, kpm_kind, attn_kind;
+    PyObject *kpm_obj, *attn_obj;
+
+    memset(masks, 0, sizeof *masks);
+    if (!PyTuple_Check(obj) ||
+        !PyArg_ParseTuple(obj, "iOiOi", &causal, &kpm_obj, &kpm_kind,
+                          &attn_obj, &attn_kind)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError,
+                            "masks must be None or a tuple (causal, "
+                            "key_padding_mask, kind, attn_mask, kind)");
+        return -1;
+    }
+    if (tfmpy_wrap_array(kpm_obj, 0, "key_padding_mask", kpm) != 0 ||
+        tfmpy_wrap_array(attn_obj, 0, "attn_mask", attn) != 0)
+        return -1;
+    masks->causal = (tfm_causal)causal;
+    masks->key_padding_mask = *kpm;
+    masks->key_padding_kind = (tfm_mask_kind)kpm_kind;
+    masks->attn_mask = *attn;
+    masks->attn_mask_kind = (tfm_mask_kind)attn_kind;
+    return 0;
+}
+
+/* A new float32 numpy array holding a copy of tensor's data. */
+static PyObject *tfmpy_array_from_tensor(const tfm_tensor *tensor)
+{
+    npy_intp dims[TFM_MAX_RANK];
+    int rank = tfm_tensor_rank(tensor), i;
+    PyObject *array;
+    for (i = 0; i < rank; i++)
+        dims[i] = (npy_intp)tfm_tensor_dim(tensor, i);
+    array = PyArray_SimpleNew(rank, dims, NPY_FLOAT32);
+    if (array)
+        memcpy(PyArray_DATA((PyArrayObject *)array),
+               tfm_tensor_data_const(tensor),
+               (size_t)tfm_tensor_numel(tensor) * sizeof(float));
+    return array;
+}
+%}
+
+%typemap(out) tfm_status {
+    if ($1 != TFM_OK) {
+        tfmpy_raise_last($1);
+        SWIG_fail;
+    }
+    $result = SWIG_Py_Void();
+}
+
+/* ---- Tensors are numpy arrays ------------------------------------------ */
+
+%typemap(in) const tfm_tensor * (tfm_tensor *wrapped = NULL) {
+    if (tfmpy_wrap_array($input, 0, "$1_name", &wrapped) != 0)
+        SWIG_fail;
+    $1 = wrapped;
+}
+%typemap(in) tfm_tensor * (tfm_tensor *wrapped = NULL) {
+    if (tfmpy_wrap_array($input, 1, "$1_name", &wrapped) != 0)
+        SWIG_fail;
+    $1 = wrapped;
+}
+%typemap(freearg) const tfm_tensor *, tfm_tensor * {
+    tfm_tensor_free(wrapped$argnum);
+}
+
+/* A tensor the library creates comes back as a new numpy array. */
+%typemap(in, numinputs=0) tfm_tensor **out (tfm_tensor *created = NULL) {
+    $1 = &created;
+}
+%typemap(argout) tfm_tensor **out {
+    PyObject *array = tfmpy_array_from_tensor(created$argnum);
+    if (!array)
+        SWIG_fail;
+    $result = SWIG_Python_AppendOutput($result, array);
+}
+%typemap(freearg) tfm_tensor **out {
+    tfm_tensor_free(created$argnum);
+}
+
+%typemap(in) const tfm_attention_masks *
+    (tfm_attention_masks masks, tfm_tensor *kpm = NULL, tfm_tensor *attn = NULL) {
+    if ($input == Py_None) {
+        $1 = NULL;
+    } else {
+        if (tfmpy_parse_masks($input, &masks, &kpm, &attn) != 0)
+            SWIG_fail;
+        $1 = &masks;
+    }
+}
+%typemap(freearg) const tfm_attention_masks * {
+    tfm_tensor_free(kpm$argnum);
+    tfm_tensor_free(attn$argnum);
+}
+
+/* ---- Handles: X **out returns a non-owning pointer object --------------- */
+
+%define TFMPY_HANDLE_OUT(TYPE)
+%typemap(in, numinputs=0) TYPE **out (TYPE *handle = NULL) {
+    $1 = &handle;
+}
+%typemap(argout) TYPE **out {
+    $result = SWIG_Python_AppendOutput($result,
+        SWIG_NewPointerObj(SWIG_as_voidptr(handle$argnum), $*1_descriptor, 0));
+}
+%enddef
+TFMPY_HANDLE_OUT(tfm_module)
+TFMPY_HANDLE_OUT(tfm_kv_cache)
+TFMPY_HANDLE_OUT(tfm_tokenizer)
+TFMPY_HANDLE_OUT(tfm_safetensors)
+TFMPY_HANDLE_OUT(tfm_safetensors_writer)
+
+/* ---- Output scalars and shapes ------------------------------------------ */
+
+%apply int64_t *OUTPUT { int64_t *macs };
+%apply int32_t *OUTPUT { int32_t *id };
+%apply int *OUTPUT { tfm_dtype *dtype };
+
+/* (int *rank, int64_t *shape) -> a tuple of ints, the shape. */
+%typemap(in, numinputs=0) (int *rank, int64_t *shape)
+    (int rank_value = 0, int64_t shape_values[TFM_SAFETENSORS_MAX_RANK]) {
+    $1 = &rank_value;
+    $2 = shape_values;
+}
+%typemap(argout) (int *rank, int64_t *shape) {
+    PyObject *shape_tuple = PyTuple_New(rank_value$argnum);
+    int i;
+    if (!shape_tuple)
+        SWIG_fail;
+    for (i = 0; i < rank_value$argnum; i++)
+        PyTuple_SET_ITEM(shape_tuple, i,
+                         PyLong_FromLongLong((long long)shape_values$argnum[i]));
+    $result = SWIG_Python_AppendOutput($result, shape_tuple);
+}
+
+/* ---- Token ids: numpy.i typemaps ----------------------------------------- */
+
+%apply (int32_t *IN_ARRAY2, int64_t DIM1, int64_t DIM2) {
+    (const int32_t *ids, int64_t batch, int64_t seq)
+};
+%apply (int32_t *IN_ARRAY1, int64_t DIM1) {
+    (const int32_t *ids, int64_t n),
+    (const int32_t *prompt, int64_t n_prompt),
+    (const int32_t *ids, int64_t n_ids)
+};
+%apply (int32_t *INPLACE_ARRAY1, int64_t DIM1) {
+    (int32_t *out_ids, int64_t max_new)
+};
+%apply (float *IN_ARRAY1, int64_t DIM1) {
+    (const float *logits, int64_t vocab_size)
+};
+%apply (int32_t *IN_ARRAY2, int64_t DIM1, int64_t DIM2) {
+    (const int32_t *src_ids, int64_t src_batch, int64_t src_len),
+    (const int32_t *tgt_ids, int64_t tgt_batch, int64_t tgt_len)
+};
+
+/* ---- What Python does not need from the headers -------------------------- */
+
+/* numpy arrays are the tensors: handles to them never reach Python. */
+%ignore tfm_tensor_create;
+%ignore tfm_tensor_create_copy;
+%ignore tfm_tensor_wrap;
+%ignore tfm_tensor_free;
+%ignore tfm_tensor_rank;
+%ignore tfm_tensor_dim;
+%ignore tfm_tensor_numel;
+%ignore tfm_tensor_data;
+%ignore tfm_tensor_data_const;
+/* Masks are passed as tuples (typemap above). */
+%ignore tfm_attention_masks;
+/* Borrowed memory: no safe lifetime in Python. */
+%ignore tfm_safetensors_open_memory;
+/* Replaced by the helpers below, whose arguments fit the typemaps. */
+%ignore tfm_model_save;
+%ignore tfm_model_generate;
+%ignore tfm_model_seq2seq_logits;
+%ignore tfm_tokenizer_encode;
+%ignore tfm_tokenizer_decode;
+
+/* ---- The public headers ---------------------------------------------------- */
+
+%include "transformer/version.h"
+%include "transformer/status.h"
+%include "transformer/tensor.h"
+%include "transformer/module.h"
+%include "transformer/attention.h"
+%include "transformer/layers.h"
+%include "transformer/embedding.h"
+%include "transformer/safetensors.h"
+%include "transformer/model.h"
+%include "transformer/tokenizer.h"
+
+/* ---- Helpers shaped for the typemaps --------------------------------------- */
+
+%inline %{
+/* Registers the exception class raised for status (a TransformerError
+ * subclass).  Called once per code by the Python layer at import. */
+void tfmpy_register_error(int status, PyObject *cls)
+{
+    if (status <= 0 || status >= TFM_STATUS_COUNT)
+        return;
+    Py_XINCREF(cls);
+    Py_XDECREF(tfmpy_error_classes[status]);
+    tfmpy_error_classes[status] = cls;
+}
+
+/* tfm_model_generate with the output array's size as max_new. */
+tfm_status tfmpy_model_generate(const tfm_module *model,
+                                const int32_t *prompt, int64_t n_prompt,
+                                const tfm_sampling *sampling, uint64_t seed,
+                                int32_t *out_ids, int64_t max_new)
+{
+    return tfm_model_generate(model, prompt, n_prompt, max_new, sampling,
+                              seed, out_ids);
+}
+
+/* tfm_model_seq2seq_logits with src [B, S] and tgt [B, L] as arrays. */
+tfm_status tfmpy_model_seq2seq_logits(const tfm_module *model,
+                                      const int32_t *src_ids,
+                                      int64_t src_batch, int64_t src_len,
+                                      const int32_t *tgt_ids,
+                                      int64_t tgt_batch, int64_t tgt_len,
+                                      tfm_tensor *logits)
+{
+    if (src_batch != tgt_batch)
+        return tfm_model_seq2seq_logits(model, src_ids, src_len, tgt_ids,
+                                        tgt_len, src_batch, NULL);
+    return tfm_model_seq2seq_logits(model, src_ids, src_len, tgt_ids,
+                                    tgt_len, src_batch, logits);
+}
+%}
+
+%{
+/* Reads a str or bytes object as UTF-8 bytes (borrowed into *bytes_obj,
+ * which the caller releases). */
+static int tfmpy_utf8(PyObject *obj, PyObject **bytes_obj, const char **data,
+                      Py_ssize_t *size)
+{
+    if (PyUnicode_Check(obj)) {
+        *bytes_obj = PyUnicode_AsUTF8String(obj);
+        if (!*bytes_obj)
+            return -1;
+    } else if (PyBytes_Check(obj)) {
+        Py_INCREF(obj);
+        *bytes_obj = obj;
+    } else {
+        PyErr_Format(PyExc_TypeError, "expected str or bytes, not %s",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    *data = PyBytes_AS_STRING(*bytes_obj);
+    *size = PyBytes_GET_SIZE(*bytes_obj);
+    return 0;
+}
+%}
+
+%inline %{
+/* Encodes text (str, as UTF-8, or UTF-8 bytes) -> int32 numpy array of ids.
+ * A character-level token is at least one byte, so len(bytes) ids fit. */
+PyObject *tfmpy_tokenizer_encode(const tfm_tokenizer *tokenizer, PyObject *text)
+{
+    PyObject *bytes_obj = NULL, *array;
+    const char *data;
+    Py_ssize_t size;
+    npy_intp n;
+    int64_t n_ids = 0;
+    tfm_status st;
+
+    if (tfmpy_utf8(text, &bytes_obj, &data, &size) != 0)
+        return NULL;
+    n = (npy_intp)size;
+    array = PyArray_SimpleNew(1, &n, NPY_INT32);
+    if (!array) {
+        Py_DECREF(bytes_obj);
+        return NULL;
+    }
+    st = tfm_tokenizer_encode(tokenizer, data, (size_t)size,
+                              (int32_t *)PyArray_DATA((PyArrayObject *)array),
+                              (int64_t)size, &n_ids);
+    Py_DECREF(bytes_obj);
+    if (st != TFM_OK) {
+        Py_DECREF(array);
+        tfmpy_raise_last(st);
+        return NULL;
+    }
+    if (n_ids < (int64_t)size) {
+        PyObject *head = PySequence_GetSlice(array, 0, (Py_ssize_t)n_ids);
+        Py_DECREF(array);
+        return head;
+    }
+    return array;
+}
+
+/* Decodes ids -> str.  A code point is at most 4 bytes of UTF-8. */
+PyObject *tfmpy_tokenizer_decode(const tfm_tokenizer *tokenizer,
+                                 const int32_t *ids, int64_t n_ids)
+{
+    size_t capacity, length = 0;
+    char *text;
+    tfm_status st;
+    PyObject *result;
+
+    if (n_ids < 0 || (uint64_t)n_ids > (SIZE_MAX - 1) / 4) {
+        tfmpy_raise(TFM_ERR_OVERFLOW, "too many ids to decode");
+        return NULL;
+    }
+    capacity = 4 * (size_t)n_ids + 1;
+    text = malloc(capacity);
+    if (!text)
+        return PyErr_NoMemory();
+    st = tfm_tokenizer_decode(tokenizer, ids, n_ids, text, capacity, &length);
+    if (st != TFM_OK) {
+        free(text);
+        tfmpy_raise_last(st);
+        return NULL;
+    }
+    result = PyUnicode_DecodeUTF8(text, (Py_ssize_t)length, "strict");
+    free(text);
+    return result;
+}
+
+/* tfm_model_save with the extra metadata as a dict of str -> str. */
+PyObject *tfmpy_model_save(const tfm_module *model, const char *path,
+                           PyObject *metadata)
+{
+    Py_ssize_t n = 0, pos = 0, i = 0;
+    PyObject *key, *value, *result = NULL;
+    const char **keys = NULL, **values = NULL;
+    tfm_status st;
+
+    if (metadata != Py_None) {
+        if (!PyDict_Check(metadata)) {
+            PyErr_SetString(PyExc_TypeError, "metadata must be a dict or None");
+            return NULL;
+        }
+        n = PyDict_Size(metadata);
+    }
+    if (n > 0) {
+        keys = calloc((size_t)n, sizeof *keys);
+        values = calloc((size_t)n, sizeof *values);
+        if (!keys || !values) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        while (PyDict_Next(metadata, &pos, &key, &value)) {
+            if (!PyUnicode_Check(key) || !PyUnicode_Check(value)) {
+                PyErr_SetString(PyExc_TypeError,
+                                "metadata keys and values must be str");
+                goto done;
+            }
+            keys[i] = PyUnicode_AsUTF8(key);
+            values[i] = PyUnicode_AsUTF8(value);
+            if (!keys[i] || !values[i])
+                goto done;
+            i++;
+        }
+    }
+    st = tfm_model_save(model, path, (int)n, keys, values);
+    if (st != TFM_OK) {
+        tfmpy_raise_last(st);
+        goto done;
+    }
+    result = SWIG_Py_Void();
+done:
+    free(keys);
+    free(values);
+    return result;
+}
+%}
