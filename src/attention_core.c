@@ -10,7 +10,7 @@
  * Values in masked positions must not reach the output even when they are
  * NaN or infinite, but 0 * NaN = NaN inside a matrix product.  So value rows
  * holding non-finite numbers are zeroed in a copy for the product, and then
- * added back, row by row, only where their weight is nonzero.
+ * added back, row by row, only for the queries that may see them.
  */
 #include <math.h>
 #include <string.h>
@@ -129,6 +129,26 @@ static void mask_row(const tfm__head_args *a, int64_t gi, int64_t offset,
     }
 }
 
+/* Whether key j is masked out for query row gi (the logit is -inf whatever
+ * the scores are). */
+static int masked_at(const tfm__head_args *a, int64_t gi, int64_t offset,
+                     int64_t j)
+{
+    const tfm__masks *m = a->masks;
+    if (m->causal && j > gi + offset)
+        return 1;
+    float x = 0.0f;
+    if (m->key_padding)
+        x = apply_mask(x, m->key_padding[a->b * a->S + j],
+                       m->key_padding_kind);
+    if (m->attn && x != -INFINITY)
+        x = apply_mask(x,
+                       m->attn[a->b * m->attn_batch_stride +
+                               a->h * m->attn_head_stride + gi * a->S + j],
+                       m->attn_kind);
+    return x == -INFINITY;
+}
+
 /* Marks value rows holding a non-finite number; returns how many. */
 static int64_t flag_bad_rows(const tfm__head_args *a, float *flags)
 {
@@ -196,8 +216,11 @@ void tfm__attention_head(const tfm__head_args *a)
                 continue;
             const float *vj = a->v + j * a->ldv;
             for (int64_t i = 0; i < r; i++) {
+                /* A visible key's non-finite value propagates even when
+                 * its weight underflowed to 0 (0 * NaN is NaN); a masked
+                 * key's never does. */
                 float w = p[i * ldp + j];
-                if (w != 0.0f)
+                if (w != 0.0f || !masked_at(a, i0 + i, offset, j))
                     for (int64_t c = 0; c < dv; c++)
                         out[i * a->ldo + c] += w * vj[c];
             }

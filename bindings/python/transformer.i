@@ -40,7 +40,6 @@
 #include <transformer/transformer.h>
 %}
 
-%include <stdint.h>
 %include <stdint.i>
 %include <typemaps.i>
 %include "numpy.i"   /* Debian's python3-numpy, found by CMake */
@@ -50,6 +49,9 @@
 %}
 
 %feature("autodoc", "2");
+
+/* The numpy.i helpers (typecode_string ...) used by the code below. */
+%fragment("NumPy_Fragments");
 
 /* The numpy.i typemaps for the C sizes used by the headers. */
 %numpy_typemaps(float, NPY_FLOAT, int64_t)
@@ -366,18 +368,29 @@ tfm_status tfmpy_model_generate(const tfm_module *model,
 }
 
 /* tfm_model_seq2seq_logits with src [B, S] and tgt [B, L] as arrays. */
-tfm_status tfmpy_model_seq2seq_logits(const tfm_module *model,
-                                      const int32_t *src_ids,
-                                      int64_t src_batch, int64_t src_len,
-                                      const int32_t *tgt_ids,
-                                      int64_t tgt_batch, int64_t tgt_len,
-                                      tfm_tensor *logits)
+PyObject *tfmpy_model_seq2seq_logits(const tfm_module *model,
+                                     const int32_t *src_ids,
+                                     int64_t src_batch, int64_t src_len,
+                                     const int32_t *tgt_ids,
+                                     int64_t tgt_batch, int64_t tgt_len,
+                                     tfm_tensor *logits)
 {
-    if (src_batch != tgt_batch)
-        return tfm_model_seq2seq_logits(model, src_ids, src_len, tgt_ids,
-                                        tgt_len, src_batch, NULL);
-    return tfm_model_seq2seq_logits(model, src_ids, src_len, tgt_ids,
-                                    tgt_len, src_batch, logits);
+    tfm_status st;
+    char message[160];
+    if (src_batch != tgt_batch) {
+        snprintf(message, sizeof message,
+                 "source ids have %lld sequences, target ids %lld",
+                 (long long)src_batch, (long long)tgt_batch);
+        tfmpy_raise(TFM_ERR_SHAPE, message);
+        return NULL;
+    }
+    st = tfm_model_seq2seq_logits(model, src_ids, src_len, tgt_ids, tgt_len,
+                                  src_batch, logits);
+    if (st != TFM_OK) {
+        tfmpy_raise_last(st);
+        return NULL;
+    }
+    return SWIG_Py_Void();
 }
 %}
 
