@@ -89,19 +89,10 @@ tfm_status tfm_cross_attention_forward(const tfm_module *block,
     if (st != TFM_OK)
         return st;
     const tfm__cross_attention *c = (const tfm__cross_attention *)block;
-    const int64_t d = c->config.d_model;
-    int64_t B, L, Bm, S;
-    tfm__masks m;
-    if ((st = tfm__check_activation(x, "x", d, &B, &L)) ||
-        (st = tfm__check_activation(memory, "memory", d, &Bm, &S)))
+    tfm__decoder_inputs in;
+    if ((st = tfm__check_decoder_inputs(&c->config, x, "x", memory, NULL,
+                                        masks, out, &in)))
         return st;
-    if (Bm != B)
-        return tfm__fail(TFM_ERR_SHAPE, "memory has batch %lld, expected %lld",
-                         (long long)Bm, (long long)B);
-    if ((st = tfm__check_shape(out, "out", 3, x->shape)) ||
-        (st = tfm__masks_resolve(masks, B, c->config.n_heads, L, S,
-                                 "tfm_cross_attention_forward", &m)))
-        return st;
-    cross_call call = { c, B, L, S, memory->data, &m };
+    cross_call call = { c, in.B, in.L, in.S, memory->data, &in.memory_masks };
     return tfm__run_copy(x->data, out->data, x->numel, cross_step, &call);
 }

@@ -46,6 +46,21 @@ tfm_status tfm__decoder_layer_macs(const tfm__decoder_layer *l, int64_t B,
 tfm_status tfm__check_activation(const tfm_tensor *t, const char *what,
                                  int64_t d, int64_t *B, int64_t *L);
 
+/* Validated inputs of a decoder-style call: tgt [B, L, d] attending over
+ * memory [B, S, d], out shaped as tgt. */
+typedef struct tfm__decoder_inputs {
+    int64_t B, L, S;
+    tfm__masks tgt_masks, memory_masks;
+} tfm__decoder_inputs;
+
+tfm_status tfm__check_decoder_inputs(const tfm_layer_config *c,
+                                     const tfm_tensor *tgt, const char *name,
+                                     const tfm_tensor *memory,
+                                     const tfm_attention_masks *tgt_masks,
+                                     const tfm_attention_masks *memory_masks,
+                                     const tfm_tensor *out,
+                                     tfm__decoder_inputs *in);
+
 /* Runs fn(x) on a scratch copy of src [n floats] and copies the result into
  * dst, so that dst is untouched when fn fails. */
 typedef tfm_status (*tfm__inplace_fn)(const void *ctx, float *x);

@@ -150,3 +150,28 @@ tfm_status tfm__run_copy(const float *src, float *dst, int64_t n,
     tfm__ws_restore(mark);
     return st;
 }
+
+tfm_status tfm__check_decoder_inputs(const tfm_layer_config *c,
+                                     const tfm_tensor *tgt, const char *name,
+                                     const tfm_tensor *memory,
+                                     const tfm_attention_masks *tgt_masks,
+                                     const tfm_attention_masks *memory_masks,
+                                     const tfm_tensor *out,
+                                     tfm__decoder_inputs *in)
+{
+    const int64_t d = c->d_model, H = c->n_heads;
+    int64_t Bm = 0;
+    tfm_status st;
+    if ((st = tfm__check_activation(tgt, name, d, &in->B, &in->L)) ||
+        (st = tfm__check_activation(memory, "memory", d, &Bm, &in->S)))
+        return st;
+    if (Bm != in->B)
+        return tfm__fail(TFM_ERR_SHAPE, "memory has batch %lld, expected %lld",
+                         (long long)Bm, (long long)in->B);
+    if ((st = tfm__check_shape(out, "out", 3, tgt->shape)) ||
+        (st = tfm__masks_resolve(tgt_masks, in->B, H, in->L, in->L,
+                                 "tgt_masks", &in->tgt_masks)))
+        return st;
+    return tfm__masks_resolve(memory_masks, in->B, H, in->L, in->S,
+                              "memory_masks", &in->memory_masks);
+}

@@ -181,20 +181,11 @@ tfm_status tfm_decoder_forward(const tfm_module *decoder, const tfm_tensor *tgt,
     if (st != TFM_OK)
         return st;
     const tfm__stack *s = (const tfm__stack *)decoder;
-    const int64_t d = s->config.d_model, H = s->config.n_heads;
-    int64_t B, L, Bm, S;
-    tfm__masks tm, mm;
-    if ((st = tfm__check_activation(tgt, "tgt", d, &B, &L)) ||
-        (st = tfm__check_activation(memory, "memory", d, &Bm, &S)))
+    tfm__decoder_inputs in;
+    if ((st = tfm__check_decoder_inputs(&s->config, tgt, "tgt", memory,
+                                        tgt_masks, memory_masks, out, &in)))
         return st;
-    if (Bm != B)
-        return tfm__fail(TFM_ERR_SHAPE, "memory has batch %lld, expected %lld",
-                         (long long)Bm, (long long)B);
-    if ((st = tfm__check_shape(out, "out", 3, tgt->shape)) ||
-        (st = tfm__masks_resolve(tgt_masks, B, H, L, L, "tgt_masks", &tm)) ||
-        (st = tfm__masks_resolve(memory_masks, B, H, L, S, "memory_masks",
-                                 &mm)))
-        return st;
-    stack_call call = { s, B, L, S, memory->data, &tm, &mm };
+    stack_call call = { s, in.B, in.L, in.S, memory->data, &in.tgt_masks,
+                        &in.memory_masks };
     return tfm__run_copy(tgt->data, out->data, tgt->numel, stack_step, &call);
 }

@@ -1,0 +1,1230 @@
+/*
+ * SWIG interface of the Lua 5.4 module transformer.core (transformer/core.so,
+ * luaopen_transformer_core): the low-level API, generated from the public
+ * headers, on which the idiomatic module transformer.lua is built.
+ *
+ *   local core = require("transformer.core")
+ *   local mha = core.tfm_mha_create(8, 2, 0, 0, true)   -- a module object
+ *   local x = core.tensor_from_table({{{...8 numbers...}, ...}})  -- [B][L][E]
+ *   local y = core.tfm_tensor_create({1, 3, 8})
+ *   core.tfm_mha_forward(mha, x, x, x, {causal = "top_left"}, y, nil)
+ *   print(core.tensor_to_table(y)[1][1][1])
+ *
+ * How the C signatures appear in Lua:
+ *   - a function returning tfm_status returns nothing on TFM_OK and raises a
+ *     Lua error carrying tfm_last_error() otherwise;
+ *   - "T **out" parameters become return values: new objects that the
+ *     garbage collector frees exactly once (close(obj) frees one earlier;
+ *     it is idempotent, and a closed object raises an error when used);
+ *   - the *_free functions are not exposed (the collector and close() free);
+ *   - int64_t and uint64_t are Lua integers (exact, no rounding through
+ *     double); a float without an integer value is refused;
+ *   - shapes are Lua tables {d0, d1, ...}; token ids are tables of integers
+ *     (0-based ids, as in the C API), flat {ids} or nested {{ids}, ...} for
+ *     [batch][seq];
+ *   - the value structs (tfm_layer_config, tfm_model_config, tfm_sampling,
+ *     tfm_attention_masks) are plain Lua tables with the C field names; enum
+ *     fields take the C constant or its name ("gelu", "top_left", ...);
+ *   - tensors convert from and to (nested) Lua tables with the natives
+ *     tensor_from_table, tensor_to_table, tensor_to_flat, tensor_shape.
+ */
+%module transformer_core
+
+%{
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <transformer/transformer.h>
+
+#ifndef TFM_LUA_INSTALLED_MODEL
+#define TFM_LUA_INSTALLED_MODEL ""
+#endif
+%}
+
+%include <stdint.i>
+
+/* ---- Opaque handles become classes with a destructor ---------------------
+ * Declared here for SWIG only (the C structs stay opaque), so that objects
+ * returned with ownership are freed by the collector through these
+ * destructors, exactly once. */
+%nodefaultctor tfm_tensor;
+%nodefaultctor tfm_module;
+%nodefaultctor tfm_tokenizer;
+%nodefaultctor tfm_kv_cache;
+%nodefaultctor tfm_safetensors;
+%nodefaultctor tfm_safetensors_writer;
+struct tfm_tensor {};
+struct tfm_module {};
+struct tfm_tokenizer {};
+struct tfm_kv_cache {};
+struct tfm_safetensors {};
+struct tfm_safetensors_writer {};
+%extend tfm_tensor { ~tfm_tensor() { tfm_tensor_free($self); } }
+%extend tfm_module { ~tfm_module() { tfm_module_free($self); } }
+%extend tfm_tokenizer { ~tfm_tokenizer() { tfm_tokenizer_free($self); } }
+%extend tfm_kv_cache { ~tfm_kv_cache() { tfm_kv_cache_free($self); } }
+%extend tfm_safetensors { ~tfm_safetensors() { tfm_safetensors_close($self); } }
+%extend tfm_safetensors_writer {
+  ~tfm_safetensors_writer() { tfm_safetensors_writer_free($self); }
+}
+
+/* ---- Helpers shared by the typemaps and the natives ---------------------- */
+%{
+#define TFML_CACHES_KEY "transformer.core.caches"
+
+/* The message of a failed call: the library's, or the status' name. */
+static void tfml_push_status_error(lua_State *L, tfm_status st)
+{
+    const char *msg = tfm_last_error();
+    if (!msg || !*msg)
+        msg = tfm_status_string(st);
+    lua_pushstring(L, msg);
+}
+
+/* Raises the library's error for a failed status (never returns). */
+static int tfml_raise_status(lua_State *L, tfm_status st)
+{
+    tfml_push_status_error(L, st);
+    return lua_error(L);
+}
+
+/* Value at idx as an exact integer, else a Lua error naming `what`. */
+static lua_Integer tfml_tointeger(lua_State *L, int idx, const char *what)
+{
+    int ok = 0;
+    lua_Integer v;
+    if (lua_type(L, idx) != LUA_TNUMBER)
+        luaL_error(L, "%s must be an integer, got %s", what,
+                   luaL_typename(L, idx));
+    v = lua_tointegerx(L, idx, &ok);
+    if (!ok)
+        luaL_error(L, "%s must be an integer, got %s", what,
+                   lua_tostring(L, idx));
+    return v;
+}
+
+/* Value at idx as a number (booleans are refused). */
+static double tfml_tonumber(lua_State *L, int idx, const char *what)
+{
+    if (lua_type(L, idx) != LUA_TNUMBER)
+        luaL_error(L, "%s must be a number, got %s", what,
+                   luaL_typename(L, idx));
+    return (double)lua_tonumber(L, idx);
+}
+
+/* Boolean or number (0 = false) at idx, as 0/1. */
+static int tfml_toflag(lua_State *L, int idx, const char *what)
+{
+    if (lua_type(L, idx) == LUA_TBOOLEAN)
+        return lua_toboolean(L, idx);
+    if (lua_type(L, idx) == LUA_TNUMBER)
+        return lua_tonumber(L, idx) != 0;
+    return luaL_error(L, "%s must be a boolean, got %s", what,
+                      luaL_typename(L, idx));
+}
+
+/* Scratch memory owned by the Lua collector: pushed on the stack (so it
+ * lives until the calling C function returns) and freed even when an error
+ * unwinds the call. */
+static void *tfml_scratch(lua_State *L, size_t bytes)
+{
+    return lua_newuserdatauv(L, bytes ? bytes : 1, 0);
+}
+
+/* Is the value at idx an object made by this module (a SWIG object)? */
+static int tfml_is_swig_object(lua_State *L, int idx)
+{
+    int is = 0;
+    if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx))
+        return 0;
+    lua_pushstring(L, ".type");
+    lua_rawget(L, -2);
+    is = lua_type(L, -1) == LUA_TSTRING;
+    lua_pop(L, 2);
+    return is;
+}
+
+/* The handle held by the object at idx, which must be of type `ty`; raises
+ * a Lua error for another value, or a closed object. */
+static void *tfml_check_handle(lua_State *L, int idx, swig_type_info *ty,
+                               const char *what)
+{
+    void *p = NULL;
+    if (!tfml_is_swig_object(L, idx)
+        || !SWIG_IsOK(SWIG_ConvertPtr(L, idx, &p, ty, 0)))
+        luaL_error(L, "expected a %s, got %s", what, luaL_typename(L, idx));
+    if (!p)
+        luaL_error(L, "the %s has been closed", what);
+    return p;
+}
+
+/* Name -> value tables for the enum fields of the value structs. */
+typedef struct tfml_enum_name {
+    const char *name;
+    int value;
+} tfml_enum_name;
+
+static const tfml_enum_name tfml_activations[] = {
+    { "relu", TFM_ACTIVATION_RELU }, { "gelu", TFM_ACTIVATION_GELU },
+    { "gelu_tanh", TFM_ACTIVATION_GELU_TANH }, { NULL, 0 } };
+static const tfml_enum_name tfml_causals[] = {
+    { "none", TFM_CAUSAL_NONE }, { "top_left", TFM_CAUSAL_TOP_LEFT },
+    { "bottom_right", TFM_CAUSAL_BOTTOM_RIGHT }, { NULL, 0 } };
+static const tfml_enum_name tfml_mask_kinds[] = {
+    { "block", TFM_MASK_BLOCK }, { "allow", TFM_MASK_ALLOW },
+    { "additive", TFM_MASK_ADDITIVE }, { NULL, 0 } };
+static const tfml_enum_name tfml_architectures[] = {
+    { "decoder_only", TFM_ARCH_DECODER_ONLY },
+    { "encoder_only", TFM_ARCH_ENCODER_ONLY },
+    { "encoder_decoder", TFM_ARCH_ENCODER_DECODER }, { NULL, 0 } };
+static const tfml_enum_name tfml_positionals[] = {
+    { "none", TFM_POSITIONAL_NONE }, { "learned", TFM_POSITIONAL_LEARNED },
+    { "sinusoidal", TFM_POSITIONAL_SINUSOIDAL }, { NULL, 0 } };
+
+/* Enum value at idx: an integer, or one of the names. */
+static int tfml_toenum(lua_State *L, int idx, const tfml_enum_name *names,
+                       const char *what)
+{
+    int i;
+    if (lua_type(L, idx) == LUA_TSTRING) {
+        const char *s = lua_tostring(L, idx);
+        for (i = 0; names[i].name; i++)
+            if (strcmp(names[i].name, s) == 0)
+                return names[i].value;
+        return luaL_error(L, "%s: unknown value \"%s\"", what, s);
+    }
+    return (int)tfml_tointeger(L, idx, what);
+}
+
+static const char *tfml_enum_string(const tfml_enum_name *names, int v)
+{
+    int i;
+    for (i = 0; names[i].name; i++)
+        if (names[i].value == v)
+            return names[i].name;
+    return "unknown";
+}
+
+/* Raises an error for a key of the table at idx that is not in `allowed`. */
+static void tfml_check_keys(lua_State *L, int idx, const char *const *allowed,
+                            const char *what)
+{
+    idx = lua_absindex(L, idx);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        int i, found = 0;
+        lua_pop(L, 1);
+        if (lua_type(L, -1) == LUA_TSTRING) {
+            const char *k = lua_tostring(L, -1);
+            for (i = 0; allowed[i]; i++)
+                if (strcmp(allowed[i], k) == 0)
+                    found = 1;
+            if (!found)
+                luaL_error(L, "%s: unknown field \"%s\"", what, k);
+        } else {
+            luaL_error(L, "%s: field names must be strings", what);
+        }
+    }
+}
+
+/* Pushes field `name` of the table at idx; returns 0 (and pushes nothing)
+ * when it is nil. */
+static int tfml_field(lua_State *L, int idx, const char *name)
+{
+    if (lua_getfield(L, idx, name) == LUA_TNIL) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- tfm_layer_config as a table ---- */
+static const char *const tfml_layer_config_keys[] = {
+    "d_model", "n_heads", "d_ff", "activation", "layer_norm_eps",
+    "norm_first", NULL };
+
+static void tfml_read_layer_config(lua_State *L, int idx,
+                                   tfm_layer_config *c, const char *what)
+{
+    int64_t d_model, n_heads;
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx))
+        luaL_error(L, "%s must be a table, got %s", what,
+                   luaL_typename(L, idx));
+    tfml_check_keys(L, idx, tfml_layer_config_keys, what);
+    if (!tfml_field(L, idx, "d_model"))
+        luaL_error(L, "%s: d_model is required", what);
+    d_model = tfml_tointeger(L, -1, "d_model");
+    lua_pop(L, 1);
+    if (!tfml_field(L, idx, "n_heads"))
+        luaL_error(L, "%s: n_heads is required", what);
+    n_heads = tfml_tointeger(L, -1, "n_heads");
+    lua_pop(L, 1);
+    *c = tfm_layer_config_default(d_model, n_heads);
+    if (tfml_field(L, idx, "d_ff")) {
+        c->d_ff = tfml_tointeger(L, -1, "d_ff");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "activation")) {
+        c->activation = (tfm_activation)tfml_toenum(L, -1, tfml_activations,
+                                                    "activation");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "layer_norm_eps")) {
+        c->layer_norm_eps = (float)tfml_tonumber(L, -1, "layer_norm_eps");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "norm_first")) {
+        c->norm_first = tfml_toflag(L, -1, "norm_first");
+        lua_pop(L, 1);
+    }
+}
+
+static void tfml_push_layer_config(lua_State *L, const tfm_layer_config *c)
+{
+    lua_createtable(L, 0, 6);
+    lua_pushinteger(L, c->d_model);
+    lua_setfield(L, -2, "d_model");
+    lua_pushinteger(L, c->n_heads);
+    lua_setfield(L, -2, "n_heads");
+    lua_pushinteger(L, c->d_ff);
+    lua_setfield(L, -2, "d_ff");
+    lua_pushstring(L, tfml_enum_string(tfml_activations, c->activation));
+    lua_setfield(L, -2, "activation");
+    lua_pushnumber(L, c->layer_norm_eps);
+    lua_setfield(L, -2, "layer_norm_eps");
+    lua_pushboolean(L, c->norm_first);
+    lua_setfield(L, -2, "norm_first");
+}
+
+/* ---- tfm_model_config as a table ---- */
+static const char *const tfml_model_config_keys[] = {
+    "architecture", "layer", "vocab_size", "n_layers", "n_encoder_layers",
+    "n_decoder_layers", "context_length", "positional", "tied_embeddings",
+    "embedding_scale", NULL };
+
+static int64_t tfml_int_field(lua_State *L, int idx, const char *name)
+{
+    int64_t v = 0;
+    if (tfml_field(L, idx, name)) {
+        v = tfml_tointeger(L, -1, name);
+        lua_pop(L, 1);
+    }
+    return v;
+}
+
+static void tfml_read_model_config(lua_State *L, int idx, tfm_model_config *c)
+{
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx))
+        luaL_error(L, "the model configuration must be a table, got %s",
+                   luaL_typename(L, idx));
+    tfml_check_keys(L, idx, tfml_model_config_keys, "model configuration");
+    memset(c, 0, sizeof *c);
+    if (!tfml_field(L, idx, "architecture"))
+        luaL_error(L, "model configuration: architecture is required");
+    c->architecture = (tfm_architecture)tfml_toenum(L, -1, tfml_architectures,
+                                                    "architecture");
+    lua_pop(L, 1);
+    if (!tfml_field(L, idx, "layer"))
+        luaL_error(L, "model configuration: layer is required");
+    tfml_read_layer_config(L, -1, &c->layer, "layer");
+    lua_pop(L, 1);
+    c->vocab_size = tfml_int_field(L, idx, "vocab_size");
+    c->n_layers = tfml_int_field(L, idx, "n_layers");
+    c->n_encoder_layers = tfml_int_field(L, idx, "n_encoder_layers");
+    c->n_decoder_layers = tfml_int_field(L, idx, "n_decoder_layers");
+    c->context_length = tfml_int_field(L, idx, "context_length");
+    c->positional = TFM_POSITIONAL_LEARNED;
+    if (tfml_field(L, idx, "positional")) {
+        c->positional = (tfm_positional)tfml_toenum(L, -1, tfml_positionals,
+                                                    "positional");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "tied_embeddings")) {
+        c->tied_embeddings = tfml_toflag(L, -1, "tied_embeddings");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "embedding_scale")) {
+        c->embedding_scale = tfml_toflag(L, -1, "embedding_scale");
+        lua_pop(L, 1);
+    }
+}
+
+static void tfml_push_model_config(lua_State *L, const tfm_model_config *c)
+{
+    lua_createtable(L, 0, 10);
+    lua_pushstring(L, tfml_enum_string(tfml_architectures, c->architecture));
+    lua_setfield(L, -2, "architecture");
+    tfml_push_layer_config(L, &c->layer);
+    lua_setfield(L, -2, "layer");
+    lua_pushinteger(L, c->vocab_size);
+    lua_setfield(L, -2, "vocab_size");
+    lua_pushinteger(L, c->n_layers);
+    lua_setfield(L, -2, "n_layers");
+    lua_pushinteger(L, c->n_encoder_layers);
+    lua_setfield(L, -2, "n_encoder_layers");
+    lua_pushinteger(L, c->n_decoder_layers);
+    lua_setfield(L, -2, "n_decoder_layers");
+    lua_pushinteger(L, c->context_length);
+    lua_setfield(L, -2, "context_length");
+    lua_pushstring(L, tfml_enum_string(tfml_positionals, c->positional));
+    lua_setfield(L, -2, "positional");
+    lua_pushboolean(L, c->tied_embeddings);
+    lua_setfield(L, -2, "tied_embeddings");
+    lua_pushboolean(L, c->embedding_scale);
+    lua_setfield(L, -2, "embedding_scale");
+}
+
+/* ---- tfm_sampling as a table ---- */
+static const char *const tfml_sampling_keys[] = {
+    "greedy", "temperature", "top_k", "top_p", NULL };
+
+/* Missing fields: greedy false, temperature 1, top_k 0, top_p 1. */
+static void tfml_read_sampling(lua_State *L, int idx, tfm_sampling *s)
+{
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx))
+        luaL_error(L, "sampling must be a table, got %s",
+                   luaL_typename(L, idx));
+    tfml_check_keys(L, idx, tfml_sampling_keys, "sampling");
+    s->greedy = 0;
+    s->temperature = 1.0f;
+    s->top_k = 0;
+    s->top_p = 1.0f;
+    if (tfml_field(L, idx, "greedy")) {
+        s->greedy = tfml_toflag(L, -1, "greedy");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "temperature")) {
+        s->temperature = (float)tfml_tonumber(L, -1, "temperature");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "top_k")) {
+        s->top_k = tfml_tointeger(L, -1, "top_k");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "top_p")) {
+        s->top_p = (float)tfml_tonumber(L, -1, "top_p");
+        lua_pop(L, 1);
+    }
+}
+
+static void tfml_push_sampling(lua_State *L, const tfm_sampling *s)
+{
+    lua_createtable(L, 0, 4);
+    lua_pushboolean(L, s->greedy);
+    lua_setfield(L, -2, "greedy");
+    lua_pushnumber(L, s->temperature);
+    lua_setfield(L, -2, "temperature");
+    lua_pushinteger(L, s->top_k);
+    lua_setfield(L, -2, "top_k");
+    lua_pushnumber(L, s->top_p);
+    lua_setfield(L, -2, "top_p");
+}
+
+/* ---- tfm_attention_masks as a table ---- */
+static const char *const tfml_masks_keys[] = {
+    "causal", "key_padding_mask", "key_padding_kind", "attn_mask",
+    "attn_mask_kind", NULL };
+
+static void tfml_read_masks(lua_State *L, int idx, tfm_attention_masks *m)
+{
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx))
+        luaL_error(L, "masks must be a table or nil, got %s",
+                   luaL_typename(L, idx));
+    tfml_check_keys(L, idx, tfml_masks_keys, "masks");
+    memset(m, 0, sizeof *m);
+    if (tfml_field(L, idx, "causal")) {
+        if (lua_type(L, -1) == LUA_TBOOLEAN)
+            m->causal = lua_toboolean(L, -1) ? TFM_CAUSAL_TOP_LEFT
+                                             : TFM_CAUSAL_NONE;
+        else
+            m->causal = (tfm_causal)tfml_toenum(L, -1, tfml_causals, "causal");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "key_padding_mask")) {
+        m->key_padding_mask = (const tfm_tensor *)tfml_check_handle(
+            L, -1, SWIGTYPE_p_tfm_tensor, "tensor (key_padding_mask)");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "key_padding_kind")) {
+        m->key_padding_kind = (tfm_mask_kind)tfml_toenum(
+            L, -1, tfml_mask_kinds, "key_padding_kind");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "attn_mask")) {
+        m->attn_mask = (const tfm_tensor *)tfml_check_handle(
+            L, -1, SWIGTYPE_p_tfm_tensor, "tensor (attn_mask)");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "attn_mask_kind")) {
+        m->attn_mask_kind = (tfm_mask_kind)tfml_toenum(
+            L, -1, tfml_mask_kinds, "attn_mask_kind");
+        lua_pop(L, 1);
+    }
+}
+
+/* ---- Token ids ----
+ * A flat table {ids} (one sequence) or a nested one {{ids}, ...} (rows of
+ * equal length) -> int32 scratch array, *batch rows of *seq ids. */
+static int32_t *tfml_read_ids(lua_State *L, int idx, int64_t *batch,
+                              int64_t *seq, const char *what)
+{
+    int64_t b, i, B, S;
+    int nested;
+    int32_t *ids;
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx))
+        luaL_error(L, "%s must be a table of token ids, got %s", what,
+                   luaL_typename(L, idx));
+    B = (int64_t)lua_rawlen(L, idx);
+    if (B < 1)
+        luaL_error(L, "%s is empty", what);
+    lua_rawgeti(L, idx, 1);
+    nested = lua_istable(L, -1);
+    S = nested ? (int64_t)lua_rawlen(L, -1) : B;
+    lua_pop(L, 1);
+    if (!nested)
+        B = 1;
+    if (S < 1)
+        luaL_error(L, "%s has an empty row", what);
+    if ((uint64_t)B * (uint64_t)S > (uint64_t)(SIZE_MAX / sizeof(int32_t)))
+        luaL_error(L, "%s is too large", what);
+    ids = (int32_t *)tfml_scratch(L, (size_t)(B * S) * sizeof(int32_t));
+    for (b = 0; b < B; b++) {
+        int row = idx;
+        if (nested) {
+            lua_rawgeti(L, idx, b + 1);
+            if (!lua_istable(L, -1) || (int64_t)lua_rawlen(L, -1) != S)
+                luaL_error(L, "%s: row %d is not a table of %d ids", what,
+                           (int)(b + 1), (int)S);
+            row = lua_gettop(L);
+        }
+        for (i = 0; i < S; i++) {
+            lua_Integer v;
+            int ok = 0;
+            lua_rawgeti(L, row, i + 1);
+            v = lua_tointegerx(L, -1, &ok);
+            if (!ok || lua_type(L, -1) != LUA_TNUMBER)
+                luaL_error(L, "%s: token ids must be integers (got %s)", what,
+                           luaL_typename(L, -1));
+            if (v < INT32_MIN || v > INT32_MAX)
+                luaL_error(L, "%s: token id %I out of range", what, v);
+            ids[b * S + i] = (int32_t)v;
+            lua_pop(L, 1);
+        }
+        if (nested)
+            lua_pop(L, 1);
+    }
+    *batch = B;
+    *seq = S;
+    return ids;
+}
+
+static void tfml_push_ids(lua_State *L, const int32_t *ids, int64_t n)
+{
+    int64_t i;
+    lua_createtable(L, (int)n, 0);
+    for (i = 0; i < n; i++) {
+        lua_pushinteger(L, ids[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+/* ---- Tensors from and to tables ---- */
+
+/* Walks the nested table at idx down its first elements: its shape. */
+static int tfml_infer_shape(lua_State *L, int idx, int64_t *shape)
+{
+    int rank = 0;
+    lua_pushvalue(L, idx);
+    while (lua_istable(L, -1)) {
+        int64_t n = (int64_t)lua_rawlen(L, -1);
+        if (rank == TFM_MAX_RANK)
+            luaL_error(L, "tables nested deeper than %d levels are not "
+                       "supported (rank > %d)", TFM_MAX_RANK, TFM_MAX_RANK);
+        if (n < 1)
+            luaL_error(L, "empty table at depth %d (every dimension must be "
+                       "at least 1)", rank + 1);
+        shape[rank++] = n;
+        lua_rawgeti(L, -1, 1);
+        lua_remove(L, -2);
+    }
+    lua_pop(L, 1);
+    return rank;
+}
+
+/* kind of the leaves: 0 unknown yet, 1 numbers, 2 booleans. */
+static void tfml_fill(lua_State *L, int idx, const int64_t *shape, int rank,
+                      int depth, float **dst, int *kind, int64_t *path)
+{
+    int64_t i, n = shape[depth];
+    if (!lua_istable(L, idx) || (int64_t)lua_rawlen(L, idx) != n) {
+        char where[96] = "";
+        int d, len = 0;
+        for (d = 0; d < depth && len < 80; d++)
+            len += snprintf(where + len, sizeof where - len, "[%lld]",
+                            (long long)path[d]);
+        luaL_error(L, "ragged table: element%s should be a table of %d "
+                   "values, got %s%s", where, (int)n,
+                   lua_istable(L, idx) ? "one of length " : "a ",
+                   lua_istable(L, idx)
+                       ? lua_pushfstring(L, "%d", (int)lua_rawlen(L, idx))
+                       : luaL_typename(L, idx));
+    }
+    for (i = 0; i < n; i++) {
+        path[depth] = i + 1;
+        lua_rawgeti(L, idx, i + 1);
+        if (depth + 1 < rank) {
+            tfml_fill(L, lua_gettop(L), shape, rank, depth + 1, dst, kind,
+                      path);
+        } else {
+            int t = lua_type(L, -1);
+            if (t == LUA_TNUMBER) {
+                if (*kind == 2)
+                    luaL_error(L, "a table mixes booleans and numbers");
+                *kind = 1;
+                *(*dst)++ = (float)lua_tonumber(L, -1);
+            } else if (t == LUA_TBOOLEAN) {
+                if (*kind == 1)
+                    luaL_error(L, "a table mixes booleans and numbers");
+                *kind = 2;
+                *(*dst)++ = lua_toboolean(L, -1) ? 1.0f : 0.0f;
+            } else {
+                luaL_error(L, "tensor values must be numbers or booleans, "
+                           "got %s", luaL_typename(L, -1));
+            }
+        }
+        lua_pop(L, 1);
+    }
+}
+
+/* Reads a shape table {d0, ...} at idx. */
+static int tfml_read_shape(lua_State *L, int idx, int64_t *shape,
+                           int max_rank)
+{
+    int i, rank;
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx))
+        luaL_error(L, "a shape must be a table of integers, got %s",
+                   luaL_typename(L, idx));
+    rank = (int)lua_rawlen(L, idx);
+    if (rank < 1 || rank > max_rank)
+        luaL_error(L, "rank %d is not supported (1 to %d)", rank, max_rank);
+    for (i = 0; i < rank; i++) {
+        lua_rawgeti(L, idx, i + 1);
+        shape[i] = tfml_tointeger(L, -1, "a dimension");
+        lua_pop(L, 1);
+    }
+    return rank;
+}
+
+static void tfml_push_shape(lua_State *L, int rank, const int64_t *shape)
+{
+    int i;
+    lua_createtable(L, rank, 0);
+    for (i = 0; i < rank; i++) {
+        lua_pushinteger(L, shape[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+static int64_t tfml_numel(lua_State *L, int rank, const int64_t *shape)
+{
+    int i;
+    int64_t n = 1;
+    for (i = 0; i < rank; i++) {
+        if (shape[i] < 1)
+            luaL_error(L, "every dimension must be at least 1, got %I",
+                       (lua_Integer)shape[i]);
+        if (n > INT64_MAX / shape[i])
+            luaL_error(L, "the shape's size overflows");
+        n *= shape[i];
+    }
+    return n;
+}
+
+/* tensor_from_table(t [, shape]) -> tensor, is_boolean
+ * t: nested table of numbers or booleans (true -> 1, false -> 0), its
+ * shape read from the nesting (rank 1 to 4, rectangular).  shape: optional
+ * shape of the tensor, which then holds the same values in row-major order
+ * (t may be flat or nested, the element counts must agree). */
+static int tfml_tensor_from_table(lua_State *L)
+{
+    int64_t shape[TFM_MAX_RANK], out_shape[TFM_MAX_RANK], path[TFM_MAX_RANK];
+    int rank, out_rank, kind = 0;
+    int64_t numel;
+    tfm_tensor *t = NULL;
+    float *dst;
+    tfm_status st;
+    if (!lua_istable(L, 1))
+        return luaL_error(L, "expected a table of numbers, got %s",
+                          luaL_typename(L, 1));
+    rank = tfml_infer_shape(L, 1, shape);
+    numel = tfml_numel(L, rank, shape);
+    out_rank = rank;
+    memcpy(out_shape, shape, sizeof shape);
+    if (!lua_isnoneornil(L, 2)) {
+        out_rank = tfml_read_shape(L, 2, out_shape, TFM_MAX_RANK);
+        if (tfml_numel(L, out_rank, out_shape) != numel)
+            return luaL_error(L, "cannot view %I values as the given shape "
+                              "(%I values)", (lua_Integer)numel,
+                              (lua_Integer)tfml_numel(L, out_rank, out_shape));
+    }
+    tfm_clear_error();
+    st = tfm_tensor_create(out_rank, out_shape, &t);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    /* Owned by the collector from here on, even if filling fails. */
+    SWIG_NewPointerObj(L, t, SWIGTYPE_p_tfm_tensor, 1);
+    dst = tfm_tensor_data(t);
+    tfml_fill(L, 1, shape, rank, 0, &dst, &kind, path);
+    lua_pushboolean(L, kind == 2);
+    return 2;
+}
+
+static void tfml_push_nested(lua_State *L, const float **src,
+                             const int64_t *shape, int rank, int depth)
+{
+    int64_t i, n = shape[depth];
+    lua_createtable(L, (int)n, 0);
+    for (i = 0; i < n; i++) {
+        if (depth + 1 < rank)
+            tfml_push_nested(L, src, shape, rank, depth + 1);
+        else
+            lua_pushnumber(L, (lua_Number)*(*src)++);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+static int tfml_get_shape(const tfm_tensor *t, int64_t *shape)
+{
+    int i, rank = tfm_tensor_rank(t);
+    for (i = 0; i < rank; i++)
+        shape[i] = tfm_tensor_dim(t, i);
+    return rank;
+}
+
+/* tensor_to_table(tensor) -> nested table of numbers */
+static int tfml_tensor_to_table(lua_State *L)
+{
+    int64_t shape[TFM_MAX_RANK];
+    const tfm_tensor *t = (const tfm_tensor *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_tensor, "tensor");
+    int rank = tfml_get_shape(t, shape);
+    const float *src = tfm_tensor_data_const(t);
+    luaL_checkstack(L, rank + 4, "tensor too deep");
+    tfml_push_nested(L, &src, shape, rank, 0);
+    return 1;
+}
+
+/* tensor_to_flat(tensor) -> flat table (row-major), shape table */
+static int tfml_tensor_to_flat(lua_State *L)
+{
+    int64_t shape[TFM_MAX_RANK], i, n;
+    const tfm_tensor *t = (const tfm_tensor *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_tensor, "tensor");
+    int rank = tfml_get_shape(t, shape);
+    const float *src = tfm_tensor_data_const(t);
+    n = tfm_tensor_numel(t);
+    lua_createtable(L, (int)n, 0);
+    for (i = 0; i < n; i++) {
+        lua_pushnumber(L, (lua_Number)src[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    tfml_push_shape(L, rank, shape);
+    return 2;
+}
+
+/* tensor_shape(tensor) -> shape table */
+static int tfml_tensor_shape(lua_State *L)
+{
+    int64_t shape[TFM_MAX_RANK];
+    const tfm_tensor *t = (const tfm_tensor *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_tensor, "tensor");
+    int rank = tfml_get_shape(t, shape);
+    tfml_push_shape(L, rank, shape);
+    return 1;
+}
+
+/* ---- Lifetimes ----
+ * A KV cache refers to its model: the cache object keeps the model object
+ * alive (its user value), and the registry's weak-keyed table cache ->
+ * model lets close(model) close the model's caches first. */
+
+static void tfml_register_cache(lua_State *L, int cache_idx, int model_idx)
+{
+    cache_idx = lua_absindex(L, cache_idx);
+    model_idx = lua_absindex(L, model_idx);
+    lua_pushvalue(L, model_idx);
+    lua_setiuservalue(L, cache_idx, 1);
+    if (lua_getfield(L, LUA_REGISTRYINDEX, TFML_CACHES_KEY) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_createtable(L, 0, 1);
+        lua_pushstring(L, "k");
+        lua_setfield(L, -2, "__mode");
+        lua_setmetatable(L, -2);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_REGISTRYINDEX, TFML_CACHES_KEY);
+    }
+    lua_pushvalue(L, cache_idx);
+    lua_pushvalue(L, model_idx);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+}
+
+/* Frees what the object at idx owns (through its class destructor) and
+ * marks it closed. */
+static void tfml_close_object(lua_State *L, int idx)
+{
+    swig_lua_userdata *usr = (swig_lua_userdata *)lua_touserdata(L, idx);
+    if (usr->ptr && usr->own) {
+        swig_lua_class *clss = (swig_lua_class *)usr->type->clientdata;
+        void *p = usr->ptr;
+        usr->ptr = NULL;
+        usr->own = 0;
+        if (clss && clss->destructor)
+            clss->destructor(p);
+    }
+    usr->ptr = NULL;
+    usr->own = 0;
+}
+
+/* close(obj): frees the object's handle now (closing a model also closes
+ * its KV caches).  Idempotent; nil is a no-op. */
+static int tfml_close(lua_State *L)
+{
+    swig_lua_userdata *usr;
+    if (lua_isnoneornil(L, 1))
+        return 0;
+    if (!tfml_is_swig_object(L, 1))
+        return luaL_error(L, "close: expected a transformer object, got %s",
+                          luaL_typename(L, 1));
+    usr = (swig_lua_userdata *)lua_touserdata(L, 1);
+    if (usr->ptr && usr->type == SWIGTYPE_p_tfm_module) {
+        if (lua_getfield(L, LUA_REGISTRYINDEX, TFML_CACHES_KEY)
+            == LUA_TTABLE) {
+            int caches = lua_gettop(L);
+            lua_pushnil(L);
+            while (lua_next(L, caches)) {
+                if (lua_rawequal(L, -1, 1))
+                    tfml_close_object(L, lua_gettop(L) - 1);
+                lua_pop(L, 1);
+            }
+        }
+        lua_pop(L, 1);
+    }
+    tfml_close_object(L, 1);
+    return 0;
+}
+
+/* is_closed(obj) -> boolean */
+static int tfml_is_closed(lua_State *L)
+{
+    swig_lua_userdata *usr;
+    if (!tfml_is_swig_object(L, 1))
+        return luaL_error(L, "is_closed: expected a transformer object, "
+                          "got %s", luaL_typename(L, 1));
+    usr = (swig_lua_userdata *)lua_touserdata(L, 1);
+    lua_pushboolean(L, usr->ptr == NULL);
+    return 1;
+}
+
+/* ---- Natives for the signatures that typemaps do not fit ---- */
+
+/* model_generate(model, prompt_ids, max_new [, sampling [, seed]]) -> ids
+ * (tfm_model_generate; sampling nil means greedy, seed defaults to 0). */
+static int tfml_model_generate(lua_State *L)
+{
+    const tfm_module *model = (const tfm_module *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_module, "model");
+    int64_t batch, n_prompt, max_new;
+    const int32_t *prompt = tfml_read_ids(L, 2, &batch, &n_prompt, "prompt");
+    tfm_sampling sampling, *sp = NULL;
+    uint64_t seed = 0;
+    int32_t *out;
+    tfm_status st;
+    if (batch != 1)
+        return luaL_error(L, "prompt must be one sequence of ids");
+    max_new = tfml_tointeger(L, 3, "max_new");
+    if (max_new < 0)
+        return luaL_error(L, "max_new must be >= 0, got %I",
+                          (lua_Integer)max_new);
+    if (!lua_isnoneornil(L, 4)) {
+        tfml_read_sampling(L, 4, &sampling);
+        sp = &sampling;
+    }
+    if (!lua_isnoneornil(L, 5))
+        seed = (uint64_t)tfml_tointeger(L, 5, "seed");
+    out = (int32_t *)tfml_scratch(L, (size_t)(max_new ? max_new : 1)
+                                         * sizeof(int32_t));
+    tfm_clear_error();
+    st = tfm_model_generate(model, prompt, n_prompt, max_new, sp, seed, out);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    tfml_push_ids(L, out, max_new);
+    return 1;
+}
+
+/* model_seq2seq_logits(model, src_ids, tgt_ids, logits): src [B][S] and
+ * tgt [B][L] ids (flat tables for B = 1) into logits [B, L, vocab]. */
+static int tfml_model_seq2seq_logits(lua_State *L)
+{
+    const tfm_module *model = (const tfm_module *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_module, "model");
+    int64_t sb, S, tb, T;
+    const int32_t *src = tfml_read_ids(L, 2, &sb, &S, "source ids");
+    const int32_t *tgt = tfml_read_ids(L, 3, &tb, &T, "target ids");
+    tfm_tensor *logits = (tfm_tensor *)tfml_check_handle(
+        L, 4, SWIGTYPE_p_tfm_tensor, "tensor (logits)");
+    tfm_status st;
+    if (sb != tb)
+        return luaL_error(L, "source ids have %I sequences, target ids %I",
+                          (lua_Integer)sb, (lua_Integer)tb);
+    tfm_clear_error();
+    st = tfm_model_seq2seq_logits(model, src, S, tgt, T, sb, logits);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    return 0;
+}
+
+/* tokenizer_encode(tokenizer, text) -> ids */
+static int tfml_tokenizer_encode(lua_State *L)
+{
+    const tfm_tokenizer *tok = (const tfm_tokenizer *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_tokenizer, "tokenizer");
+    size_t len;
+    const char *text;
+    int64_t n = 0;
+    int32_t *ids;
+    tfm_status st;
+    if (lua_type(L, 2) != LUA_TSTRING)
+        return luaL_error(L, "text must be a string, got %s",
+                          luaL_typename(L, 2));
+    text = lua_tolstring(L, 2, &len);
+    tfm_clear_error();
+    /* At most one token per byte. */
+    ids = (int32_t *)tfml_scratch(L, (len ? len : 1) * sizeof(int32_t));
+    st = tfm_tokenizer_encode(tok, text, len, ids, (int64_t)len, &n);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    tfml_push_ids(L, ids, n);
+    return 1;
+}
+
+/* tokenizer_decode(tokenizer, ids) -> text */
+static int tfml_tokenizer_decode(lua_State *L)
+{
+    const tfm_tokenizer *tok = (const tfm_tokenizer *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_tokenizer, "tokenizer");
+    int64_t batch = 1, n = 0;
+    const int32_t *ids = NULL;
+    size_t need = 0;
+    char *text;
+    tfm_status st;
+    if (lua_istable(L, 2) && lua_rawlen(L, 2) == 0) {
+        lua_pushliteral(L, "");
+        return 1;
+    }
+    ids = tfml_read_ids(L, 2, &batch, &n, "ids");
+    if (batch != 1)
+        return luaL_error(L, "ids must be one sequence (a flat table)");
+    tfm_clear_error();
+    st = tfm_tokenizer_decode(tok, ids, n, NULL, 0, &need);
+    if (st != TFM_OK && st != TFM_ERR_CAPACITY)
+        return tfml_raise_status(L, st);
+    text = (char *)tfml_scratch(L, need + 1);
+    st = tfm_tokenizer_decode(tok, ids, n, text, need + 1, &need);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    lua_pushlstring(L, text, need);
+    return 1;
+}
+%}
+
+%native(tensor_from_table) int tfml_tensor_from_table(lua_State *L);
+%native(tensor_to_table) int tfml_tensor_to_table(lua_State *L);
+%native(tensor_to_flat) int tfml_tensor_to_flat(lua_State *L);
+%native(tensor_shape) int tfml_tensor_shape(lua_State *L);
+%native(close) int tfml_close(lua_State *L);
+%native(is_closed) int tfml_is_closed(lua_State *L);
+%native(model_generate) int tfml_model_generate(lua_State *L);
+%native(model_seq2seq_logits) int tfml_model_seq2seq_logits(lua_State *L);
+%native(tokenizer_encode) int tfml_tokenizer_encode(lua_State *L);
+%native(tokenizer_decode) int tfml_tokenizer_decode(lua_State *L);
+
+/* The installed default model (the data directory), baked in at build
+ * time; the empty string when unknown. */
+%constant const char *INSTALLED_MODEL = TFM_LUA_INSTALLED_MODEL;
+
+/* ---- Typemaps -------------------------------------------------------------- */
+
+/* Each call starts with a clean error message. */
+%exception {
+  tfm_clear_error();
+  $action
+}
+
+/* Status codes: nothing on success, a Lua error with the message otherwise. */
+%typemap(out) tfm_status %{
+  if ($1 != TFM_OK) {
+    tfml_push_status_error(L, $1);
+    SWIG_fail;
+  }
+%}
+
+/* Objects: only this module's objects (or nil) are accepted, so that a
+ * foreign userdata (a file, a light userdata) gives an error, not a crash. */
+%typemap(in, checkfn="SWIG_isptrtype") SWIGTYPE *, SWIGTYPE [] %{
+  if (!lua_isnil(L, $input) && !tfml_is_swig_object(L, $input)) {
+    lua_pushfstring(L, "Error in $symname (arg %d), expected '$1_type' got %s",
+                    $argnum, luaL_typename(L, $input));
+    SWIG_fail;
+  }
+  if (!SWIG_IsOK(SWIG_ConvertPtr(L, $input, (void **)&$1, $descriptor, $disown)))
+    SWIG_fail_ptr("$symname", $argnum, $descriptor);
+%}
+
+/* int and enums are Lua integers. */
+%typemap(in, checkfn="lua_isnumber") int %{
+  {
+    lua_Integer v = tfml_tointeger(L, $input, "argument $argnum of $symname");
+    if (v < INT_MIN || v > INT_MAX)
+      luaL_error(L, "argument $argnum of $symname: %I is out of range", v);
+    $1 = (int)v;
+  }
+%}
+%typemap(out) int %{ lua_pushinteger(L, (lua_Integer)$1); SWIG_arg++; %}
+%typemap(out) enum SWIGTYPE %{ lua_pushinteger(L, (lua_Integer)$1); SWIG_arg++; %}
+
+/* Exact 64-bit integers. */
+%typemap(in, checkfn="lua_isnumber") int64_t, uint64_t
+%{ $1 = ($1_ltype)tfml_tointeger(L, $input, "argument $argnum of $symname"); %}
+%typemap(out) int64_t, uint64_t
+%{ lua_pushinteger(L, (lua_Integer)$1); SWIG_arg++; %}
+%typemap(typecheck) int64_t, uint64_t "$1 = lua_isinteger(L, $input);"
+
+/* Flags accept booleans. */
+%typemap(in) int bias, int scale, int final_norm
+%{ $1 = tfml_toflag(L, $input, "argument $argnum of $symname"); %}
+
+/* Created handles are returned, owned by the collector. */
+%define TFML_HANDLE_OUT(TYPE)
+%typemap(in, numinputs=0) TYPE **out (TYPE *tmp = NULL) %{ $1 = &tmp; %}
+%typemap(argout) TYPE **out %{
+  SWIG_NewPointerObj(L, tmp$argnum, $descriptor(TYPE *), 1);
+  SWIG_arg++;
+%}
+%enddef
+TFML_HANDLE_OUT(tfm_tensor)
+TFML_HANDLE_OUT(tfm_module)
+TFML_HANDLE_OUT(tfm_tokenizer)
+TFML_HANDLE_OUT(tfm_safetensors_writer)
+
+/* A KV cache keeps its model alive, and close(model) closes it first. */
+%typemap(in, numinputs=0) tfm_kv_cache **out (tfm_kv_cache *tmp = NULL)
+%{ $1 = &tmp; %}
+%typemap(argout) tfm_kv_cache **out %{
+  SWIG_NewPointerObj(L, tmp$argnum, $descriptor(tfm_kv_cache *), 1);
+  tfml_register_cache(L, -1, 1);
+  SWIG_arg++;
+%}
+
+/* A file read from memory keeps its data (the Lua string, argument 1)
+ * alive. */
+%typemap(in, numinputs=0) tfm_safetensors **out (tfm_safetensors *tmp = NULL)
+%{ $1 = &tmp; %}
+%typemap(argout) tfm_safetensors **out %{
+  SWIG_NewPointerObj(L, tmp$argnum, $descriptor(tfm_safetensors *), 1);
+  if (lua_type(L, 1) == LUA_TSTRING) {
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 1);
+  }
+  SWIG_arg++;
+%}
+%typemap(in, checkfn="lua_isstring") (const void *data, size_t size) {
+  size_t len = 0;
+  if (lua_type(L, $input) != LUA_TSTRING)
+    SWIG_fail_arg("$symname", $argnum, "string");
+  $1 = (void *)lua_tolstring(L, $input, &len);
+  $2 = len;
+}
+
+/* Handles must be open (a closed object or nil is an error). */
+%define TFML_HANDLE_CHECK(TYPE, WHAT)
+%typemap(check) TYPE *, const TYPE * %{
+  if (!$1) {
+    lua_pushfstring(L, "%s: argument %d: the " WHAT " is nil or has been closed",
+                    "$symname", $argnum);
+    SWIG_fail;
+  }
+%}
+%enddef
+TFML_HANDLE_CHECK(tfm_tensor, "tensor")
+TFML_HANDLE_CHECK(tfm_module, "module")
+TFML_HANDLE_CHECK(tfm_tokenizer, "tokenizer")
+TFML_HANDLE_CHECK(tfm_kv_cache, "KV cache")
+TFML_HANDLE_CHECK(tfm_safetensors, "safetensors file")
+TFML_HANDLE_CHECK(tfm_safetensors_writer, "safetensors writer")
+TFML_HANDLE_CHECK(tfm_rng, "random generator")
+/* ...except the optional attention-weights output. */
+%typemap(check) tfm_tensor *weights ""
+
+/* Shapes as tables. */
+%typemap(in, checkfn="lua_istable") (int rank, const int64_t *shape)
+    (int64_t tmp[TFM_MAX_RANK]) %{
+  $1 = tfml_read_shape(L, $input, tmp, TFM_MAX_RANK);
+  $2 = tmp;
+%}
+%typemap(in, numinputs=0) (int *rank, int64_t *shape)
+    (int rank_tmp = 0, int64_t shape_tmp[TFM_SAFETENSORS_MAX_RANK])
+%{ $1 = &rank_tmp; $2 = shape_tmp; %}
+%typemap(argout) (int *rank, int64_t *shape)
+%{ tfml_push_shape(L, rank_tmp$argnum, shape_tmp$argnum); SWIG_arg++; %}
+
+/* Scalar outputs. */
+%typemap(in, numinputs=0) int64_t *macs (int64_t tmp = 0) %{ $1 = &tmp; %}
+%typemap(argout) int64_t *macs
+%{ lua_pushinteger(L, (lua_Integer)tmp$argnum); SWIG_arg++; %}
+%typemap(in, numinputs=0) int32_t *id (int32_t tmp = 0) %{ $1 = &tmp; %}
+%typemap(argout) int32_t *id %{ lua_pushinteger(L, tmp$argnum); SWIG_arg++; %}
+%typemap(in, numinputs=0) tfm_dtype *dtype (tfm_dtype tmp = TFM_DTYPE_F32)
+%{ $1 = &tmp; %}
+%typemap(argout) tfm_dtype *dtype
+%{ lua_pushinteger(L, (lua_Integer)tmp$argnum); SWIG_arg++; %}
+
+/* Token ids: nested {{...}, ...} -> [batch][seq]; flat {...} -> batch 1. */
+%typemap(in, checkfn="lua_istable") (const int32_t *ids, int64_t batch,
+                                     int64_t seq) %{
+  $1 = tfml_read_ids(L, $input, &$2, &$3, "ids");
+%}
+%typemap(in, checkfn="lua_istable") (const int32_t *ids, int64_t n) {
+  int64_t b = 0;
+  $1 = tfml_read_ids(L, $input, &b, &$2, "ids");
+  if (b != 1)
+    luaL_error(L, "ids must be one sequence (a flat table)");
+}
+
+/* Logits for sampling: a flat table of numbers. */
+%typemap(in, checkfn="lua_istable") (const float *logits, int64_t vocab_size) {
+  int64_t i, n = (int64_t)lua_rawlen(L, $input);
+  float *buf = (float *)tfml_scratch(L, (size_t)(n ? n : 1) * sizeof(float));
+  for (i = 0; i < n; i++) {
+    lua_rawgeti(L, $input, i + 1);
+    buf[i] = (float)tfml_tonumber(L, -1, "a logit");
+    lua_pop(L, 1);
+  }
+  $1 = buf;
+  $2 = n;
+}
+
+/* Extra metadata for tfm_model_save: a table {key = value, ...}. */
+%typemap(in) (int n_extra, const char *const *keys,
+              const char *const *values) {
+  int n = 0;
+  if (!lua_isnoneornil(L, $input)) {
+    const char **k, **v;
+    if (!lua_istable(L, $input))
+      luaL_error(L, "metadata must be a table of strings, got %s",
+                 luaL_typename(L, $input));
+    lua_pushnil(L);
+    while (lua_next(L, $input)) { n++; lua_pop(L, 1); }
+    k = (const char **)tfml_scratch(L, (size_t)(n ? n : 1) * sizeof *k);
+    v = (const char **)tfml_scratch(L, (size_t)(n ? n : 1) * sizeof *v);
+    n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, $input)) {
+      if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+        luaL_error(L, "metadata keys and values must be strings");
+      k[n] = lua_tostring(L, -2);   /* owned by the table */
+      v[n] = lua_tostring(L, -1);
+      n++;
+      lua_pop(L, 1);
+    }
+    $2 = ($2_ltype)k;
+    $3 = ($3_ltype)v;
+  } else {
+    $2 = NULL;
+    $3 = NULL;
+  }
+  $1 = n;
+}
+
+/* Value structs as tables. */
+%typemap(in, checkfn="lua_istable") const tfm_layer_config *
+    (tfm_layer_config tmp) %{
+  tfml_read_layer_config(L, $input, &tmp, "layer configuration");
+  $1 = &tmp;
+%}
+%typemap(out) tfm_layer_config %{ tfml_push_layer_config(L, &$1); SWIG_arg++; %}
+
+%typemap(in, checkfn="lua_istable") const tfm_model_config *
+    (tfm_model_config tmp) %{
+  tfml_read_model_config(L, $input, &tmp);
+  $1 = &tmp;
+%}
+%typemap(in, numinputs=0) tfm_model_config *config (tfm_model_config tmp)
+%{ memset(&tmp, 0, sizeof tmp); $1 = &tmp; %}
+%typemap(argout) tfm_model_config *config
+%{ tfml_push_model_config(L, &tmp$argnum); SWIG_arg++; %}
+
+%typemap(in) const tfm_sampling * (tfm_sampling tmp) %{
+  if (lua_isnoneornil(L, $input)) {
+    $1 = NULL;
+  } else {
+    tfml_read_sampling(L, $input, &tmp);
+    $1 = &tmp;
+  }
+%}
+%typemap(out) tfm_sampling %{ tfml_push_sampling(L, &$1); SWIG_arg++; %}
+
+%typemap(in) const tfm_attention_masks * (tfm_attention_masks tmp) %{
+  if (lua_isnoneornil(L, $input)) {
+    $1 = NULL;
+  } else {
+    tfml_read_masks(L, $input, &tmp);
+    $1 = &tmp;
+  }
+%}
+
+/* ---- What is not exposed ------------------------------------------------- */
+/* The collector and close() free handles. */
+%ignore tfm_tensor_free;
+%ignore tfm_module_free;
+%ignore tfm_tokenizer_free;
+%ignore tfm_kv_cache_free;
+%ignore tfm_safetensors_close;
+%ignore tfm_safetensors_writer_free;
+/* Raw memory: tables cross the boundary through the tensor natives. */
+%ignore tfm_tensor_wrap;
+%ignore tfm_tensor_create_copy;
+%ignore tfm_tensor_data;
+%ignore tfm_tensor_data_const;
+/* Replaced by natives of the same purpose. */
+%ignore tfm_tokenizer_encode;
+%ignore tfm_tokenizer_decode;
+%ignore tfm_model_generate;
+%ignore tfm_model_seq2seq_logits;
+/* Value structs travel as tables. */
+%ignore tfm_attention_masks;
+%ignore tfm_layer_config;
+%ignore tfm_model_config;
+%ignore tfm_sampling;
+/* Compile-time helpers. */
+%ignore TFM_AT_LEAST_VERSION;
+
+/* ---- The public headers ---------------------------------------------------- */
+%include <transformer/version.h>
+%include <transformer/status.h>
+%include <transformer/tensor.h>
+%include <transformer/module.h>
+%include <transformer/attention.h>
+%include <transformer/layers.h>
+%include <transformer/embedding.h>
+%include <transformer/safetensors.h>
+%include <transformer/model.h>
+%include <transformer/tokenizer.h>
