@@ -208,10 +208,22 @@ static void test_null_arguments(void **state)
     tfm_clear_error();
     assert_int_equal(tfm_tensor_create(1, shape, NULL), TFM_ERR_NULL_ARGUMENT);
     assert_non_null(strstr(tfm_last_error(), "out"));
-    assert_int_equal(tfm_tensor_create_copy(1, shape, data, NULL),
-                     TFM_ERR_NULL_ARGUMENT);
     assert_int_equal(tfm_tensor_wrap(1, shape, data, NULL),
                      TFM_ERR_NULL_ARGUMENT);
+    assert_int_equal(tfm_tensor_create(1, NULL, NULL), TFM_ERR_NULL_ARGUMENT);
+}
+
+/* tensor.h: create_copy has "those of tfm_tensor_create" as errors, and
+ * tfm_tensor_create gives TFM_ERR_NULL_ARGUMENT for out == NULL. */
+static void test_create_copy_null_out(void **state)
+{
+    (void)state;
+    const int64_t shape[1] = { 3 };
+    const float data[3] = { 1, 2, 3 };
+    tfm_clear_error();
+    assert_int_equal(tfm_tensor_create_copy(1, shape, data, NULL),
+                     TFM_ERR_NULL_ARGUMENT);
+    assert_non_null(strstr(tfm_last_error(), "out"));
 }
 
 static void test_bad_rank(void **state)
@@ -502,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_wrap_heap_buffer_survives_free),
         cmocka_unit_test(test_null_tensor_queries),
         cmocka_unit_test(test_null_arguments),
+        cmocka_unit_test(test_create_copy_null_out),
         cmocka_unit_test(test_bad_rank),
         cmocka_unit_test(test_bad_dimension),
         cmocka_unit_test(test_overflowing_sizes),

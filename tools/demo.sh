@@ -7,6 +7,6 @@ cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
 bash tools/build.sh
 if [ $# -eq 0 ]; then
-  set -- --prompt "In the beginning" --max-tokens 300
+  set -- --prompt "In the beginning" --max-tokens 300 --temperature 0.7 --top-p 0.9 --seed 1
 fi
 exec "${BUILD_DIR:-build}/tools/transformer-generate" "$@"

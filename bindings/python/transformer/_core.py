@@ -1,0 +1,488 @@
+"""Handles, argument conversion and the Module base class."""
+
+import collections
+import collections.abc
+import operator
+import os
+import threading
+
+import numpy as np
+
+from . import _lowlevel as _ll
+from ._errors import (ClosedError, InvalidArgumentError, NonFiniteError,
+                      NotFoundError, ShapeError, TransformerOverflowError,
+                      UnsupportedError)
+
+_INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1
+
+# ---- Handles ---------------------------------------------------------------
+
+_live_lock = threading.Lock()
+_live = collections.Counter()   # kind -> number of open handles
+
+
+def live_handles(kind=None):
+    """Number of C handles currently open (all kinds, or one kind such as
+    "module"); for tests and leak hunting."""
+    with _live_lock:
+        if kind is None:
+            return sum(_live.values())
+        return _live[kind]
+
+
+class _Handle:
+    """Owns one C handle and frees it exactly once: on close(), or when the
+    garbage collector drops the last reference.  Closing twice is a no-op;
+    get() after close raises ClosedError."""
+
+    __slots__ = ("_ptr", "_free", "_kind", "_owner", "__weakref__")
+
+    def __init__(self, ptr, free, kind, owner=None):
+        self._ptr = ptr
+        self._free = free
+        self._kind = kind
+        self._owner = owner       # a handle that must outlive this one
+        with _live_lock:
+            _live[kind] += 1
+
+    def get(self, what):
+        ptr = self._ptr
+        if ptr is None:
+            raise ClosedError(f"{what} is closed")
+        return ptr
+
+    @property
+    def closed(self):
+        return self._ptr is None
+
+    def close(self):
+        ptr, self._ptr = self._ptr, None
+        if ptr is not None:
+            with _live_lock:
+                _live[self._kind] -= 1
+            self._free(ptr)
+        self._owner = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:   # interpreter shutdown: nothing left to do
+            pass
+
+
+# ---- Argument conversion ---------------------------------------------------
+
+def _to_numpy(x):
+    """A torch tensor becomes a numpy array; anything else is returned."""
+    if hasattr(x, "detach") and hasattr(x, "numpy") and not isinstance(
+            x, np.ndarray):
+        x = x.detach().cpu()
+        if hasattr(x, "resolve_conj"):
+            x = x.resolve_conj()
+        return x.numpy()
+    return x
+
+
+def as_float32(x, name):
+    """x as a C-contiguous, aligned float32 numpy array (no copy when it is
+    one already).  Integer and other float dtypes are converted; None,
+    strings, booleans, complex and object arrays raise TypeError."""
+    if x is None:
+        raise TypeError(f"{name} must be an array of numbers, not None")
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be an array of numbers, not "
+                        f"{type(x).__name__}")
+    x = _to_numpy(x)
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name} cannot be converted to a float32 array: "
+                        f"{e}") from None
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers (float32), not "
+                        f"dtype {a.dtype}")
+    return np.require(a, np.float32, "CA")
+
+
+def as_mask(x, name):
+    """A mask as (float32 array, is_bool).  bool (and uint8) masks are
+    boolean; float masks are additive; other dtypes raise TypeError."""
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be a bool or float array, not "
+                        f"{type(x).__name__}")
+    x = _to_numpy(x)
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name} cannot be converted to an array: {e}") from None
+    if a.dtype == np.bool_ or a.dtype == np.uint8:
+        return np.require(a != 0, np.float32, "CA"), True
+    if a.dtype.kind == "f":
+        return np.require(a, np.float32, "CA"), False
+    raise TypeError(f"{name} must be a bool or floating-point array, not "
+                    f"dtype {a.dtype}")
+
+
+def as_ids(x, name, ndim=None):
+    """Token ids as a C-contiguous int32 array (list, tuple, int, numpy or
+    torch integers).  Floats raise TypeError; ids that do not fit int32
+    raise InvalidArgumentError (the library checks the vocabulary range)."""
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be integer token ids, not "
+                        f"{type(x).__name__}")
+    x = _to_numpy(x)
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name} cannot be converted to integer ids: {e}") \
+            from None
+    if a.size == 0 and a.dtype.kind == "f":
+        a = a.astype(np.int64)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integer token ids, not dtype "
+                        f"{a.dtype}")
+    if a.size and (a.min() < -_INT32_MAX - 1 or a.max() > _INT32_MAX):
+        raise InvalidArgumentError(f"{name} holds ids outside int32")
+    if ndim is not None and a.ndim != ndim:
+        raise ShapeError(f"{name} must have {ndim} dimension(s), got shape "
+                         f"{a.shape}")
+    return np.require(a, np.int32, "CA")
+
+
+def as_int(x, name, minimum=None):
+    """An int (operator.index) that fits int64, at least minimum."""
+    try:
+        v = operator.index(x)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {type(x).__name__}") \
+            from None
+    if v > _INT64_MAX or v < -_INT64_MAX - 1:
+        raise TransformerOverflowError(f"{name} = {v} does not fit in 64 bits")
+    if minimum is not None and v < minimum:
+        raise InvalidArgumentError(f"{name} must be at least {minimum}, "
+                                   f"got {v}")
+    return v
+
+
+def as_float(x, name):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, not {type(x).__name__}") \
+            from None
+
+
+def fspath(path, name="path"):
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise TypeError(f"{name} must be a str or os.PathLike, not "
+                        f"{type(path).__name__}") from None
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    return path
+
+
+def check_float32_dtype(dtype, device, who):
+    """Accepts PyTorch's device= and dtype= constructor arguments when they
+    name what the library computes in (float32 on the CPU)."""
+    if device is not None and str(device) != "cpu":
+        raise UnsupportedError(f"{who}: only device='cpu' is supported, "
+                               f"got {device!r}")
+    if dtype is not None:
+        name = str(dtype).replace("torch.", "")
+        if name not in ("float32", "float"):
+            try:
+                ok = np.dtype(dtype) == np.float32
+            except TypeError:
+                ok = False
+            if not ok:
+                raise UnsupportedError(f"{who}: libtransformer computes in "
+                                       f"float32, got dtype={dtype!r}")
+
+
+# ---- Masks -----------------------------------------------------------------
+
+CAUSAL_NONE = _ll.TFM_CAUSAL_NONE
+CAUSAL_TOP_LEFT = _ll.TFM_CAUSAL_TOP_LEFT
+MASK_BLOCK = _ll.TFM_MASK_BLOCK
+MASK_ALLOW = _ll.TFM_MASK_ALLOW
+MASK_ADDITIVE = _ll.TFM_MASK_ADDITIVE
+
+
+def mha_masks(batch, num_heads, batched, key_padding_mask, attn_mask,
+              is_causal, names=("key_padding_mask", "attn_mask")):
+    """The low-level masks tuple for nn.MultiheadAttention's conventions
+    (bool True = masked out, float = additive):
+      key_padding_mask [B, S] ([S] unbatched),
+      attn_mask [L, S] or [B*num_heads, L, S] ([num_heads, L, S] unbatched).
+    None when there is no mask at all."""
+    if key_padding_mask is None and attn_mask is None and not is_causal:
+        return None
+    kpm = attn = None
+    kpm_kind = attn_kind = MASK_BLOCK
+    if key_padding_mask is not None:
+        kpm, is_bool = as_mask(key_padding_mask, names[0])
+        kpm_kind = MASK_BLOCK if is_bool else MASK_ADDITIVE
+        if not batched:
+            if kpm.ndim != 1:
+                raise ShapeError(f"{names[0]} of unbatched input must be "
+                                 f"[S], got shape {kpm.shape}")
+            kpm = kpm[None]
+        elif kpm.ndim != 2:
+            raise ShapeError(f"{names[0]} must be [batch, S], got shape "
+                             f"{kpm.shape}")
+    if attn_mask is not None:
+        attn, is_bool = as_mask(attn_mask, names[1])
+        attn_kind = MASK_BLOCK if is_bool else MASK_ADDITIVE
+        if attn.ndim == 3:
+            if attn.shape[0] != batch * num_heads:
+                raise ShapeError(
+                    f"{names[1]} has {attn.shape[0]} matrices; a 3-D mask "
+                    f"must be [batch * num_heads, L, S] with batch * "
+                    f"num_heads = {batch * num_heads}")
+            attn = attn.reshape(batch, num_heads, attn.shape[1],
+                                attn.shape[2])
+        elif attn.ndim != 2:
+            raise ShapeError(f"{names[1]} must be [L, S] or [batch * "
+                             f"num_heads, L, S], got shape {attn.shape}")
+    causal = CAUSAL_TOP_LEFT if is_causal else CAUSAL_NONE
+    return (causal, kpm, kpm_kind, attn, attn_kind)
+
+
+class BatchIO:
+    """Converts PyTorch-layout activations to the library's [B, L, E]
+    (zero-copy when batch_first, a transposing copy otherwise; unbatched
+    [L, E] becomes [1, L, E]) and results back."""
+
+    def __init__(self, batch_first, batched):
+        self.batch_first = batch_first
+        self.batched = batched
+        self._seen = {}
+
+    def take(self, x, name):
+        a = as_float32(x, name)
+        if a.ndim != (3 if self.batched else 2):
+            layout = ("[batch, seq, features]" if self.batch_first
+                      else "[seq, batch, features]")
+            raise ShapeError(f"{name} must be 3-D {layout}, or 2-D "
+                             f"(unbatched [seq, features]) like the query; "
+                             f"got shape {a.shape}")
+        key = id(x)
+        if key in self._seen:           # self-attention: convert once
+            return self._seen[key][1]
+        if not self.batched:
+            b = a[None]
+        elif self.batch_first:
+            b = a
+        else:
+            b = np.ascontiguousarray(a.swapaxes(0, 1))
+        self._seen[key] = (x, b)
+        return b
+
+    def give(self, out):
+        if not self.batched:
+            return out[0]
+        if self.batch_first:
+            return out
+        return out.swapaxes(0, 1)
+
+
+def is_batched(x, name):
+    """Whether an activation is batched (3-D) or unbatched (2-D)."""
+    if x is None:
+        raise TypeError(f"{name} must be an array of numbers, not None")
+    return np.ndim(_to_numpy(x)) != 2
+
+
+# ---- Modules ---------------------------------------------------------------
+
+IncompatibleKeys = collections.namedtuple("IncompatibleKeys",
+                                          ["missing_keys", "unexpected_keys"])
+
+
+class Module:
+    """Base class of every layer: a libtransformer module handle with
+    PyTorch's parameter API.
+
+    Parameters use PyTorch's ``state_dict`` names and shapes.  A new
+    module's weights are zero (LayerNorm scales one): load real ones with
+    :meth:`load_state_dict` (a ``torch.nn`` module's ``state_dict()`` works
+    as is) or :meth:`load_safetensors`.  Calling the module runs
+    :meth:`forward`.  Modules compute in float32, in evaluation mode
+    (dropout is ignored).  :meth:`close` frees the C handle at once (the
+    garbage collector does it otherwise); a closed module raises
+    :class:`ClosedError`.
+    """
+
+    _handle = None
+    training = False
+
+    def _adopt(self, ptr):
+        self._handle = _Handle(ptr, _ll.tfm_module_free, "module")
+
+    @property
+    def _ptr(self):
+        h = self._handle
+        if h is None:
+            raise ClosedError(f"{type(self).__name__} is closed")
+        return h.get(type(self).__name__)
+
+    # -- lifetime --
+    def close(self):
+        """Frees the C module now.  Idempotent; later use raises
+        ClosedError."""
+        if self._handle is not None:
+            self._handle.close()
+
+    @property
+    def closed(self):
+        """True once close() was called."""
+        return self._handle is None or self._handle.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- calling --
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):   # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def eval(self):
+        """No-op (modules always run in evaluation mode); returns self."""
+        return self
+
+    def train(self, mode=True):
+        """Training is not supported: train(False) is eval(); train(True)
+        raises UnsupportedError."""
+        if mode:
+            raise UnsupportedError(f"{type(self).__name__}: libtransformer "
+                                   "runs inference only")
+        return self
+
+    # -- parameters --
+    def _components(self):
+        """[(prefix, module)] whose C parameters make up the state dict."""
+        return [("", self)]
+
+    def _exposed(self, c_name, c_shape):
+        """The PyTorch name and shape of a C parameter, or None to hide
+        it.  Subclasses reshape or hide parameters (LayerNorm)."""
+        return c_name, c_shape
+
+    def _table(self):
+        """name -> (module, C name, C shape, exposed shape), PyTorch order."""
+        table = collections.OrderedDict()
+        for prefix, mod in self._components():
+            ptr = mod._ptr
+            for i in range(_ll.tfm_module_parameter_count(ptr)):
+                c_name = _ll.tfm_module_parameter_name(ptr, i)
+                c_shape = tuple(_ll.tfm_module_parameter_shape(ptr, c_name))
+                exposed = mod._exposed(c_name, c_shape)
+                if exposed is not None:
+                    table[prefix + exposed[0]] = (mod, c_name, c_shape,
+                                                  tuple(exposed[1]))
+        return table
+
+    def state_dict(self):
+        """All parameters as {PyTorch name: float32 numpy array (a copy)},
+        in PyTorch's order."""
+        out = collections.OrderedDict()
+        for name, (mod, c_name, c_shape, shape) in self._table().items():
+            a = np.empty(c_shape, np.float32)
+            _ll.tfm_module_get_parameter(mod._ptr, c_name, a)
+            out[name] = a.reshape(shape)
+        return out
+
+    def named_parameters(self):
+        """Iterator of (name, array) pairs, as state_dict().items()."""
+        return iter(self.state_dict().items())
+
+    def parameters(self):
+        """Iterator of the parameter arrays (copies)."""
+        return iter(self.state_dict().values())
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copies parameters from a mapping of PyTorch names to arrays: a
+        ``torch.nn`` module's ``state_dict()`` (tensors) or numpy arrays.
+
+        strict=True (as PyTorch): every parameter must be present and no
+        other key (NotFoundError, a KeyError, lists them).  Shapes must match
+        exactly (ShapeError) and values be finite (NonFiniteError); nothing
+        is changed unless everything checks out.  Returns
+        ``(missing_keys, unexpected_keys)`` as PyTorch does."""
+        if not isinstance(state_dict, collections.abc.Mapping):
+            raise TypeError("state_dict must be a mapping of names to arrays, "
+                            f"not {type(state_dict).__name__}")
+        table = self._table()
+        missing = [k for k in table if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in table]
+        if strict and (missing or unexpected):
+            parts = []
+            if missing:
+                parts.append("missing keys: " + ", ".join(map(repr, missing)))
+            if unexpected:
+                parts.append("unexpected keys: " +
+                             ", ".join(map(repr, unexpected)))
+            raise NotFoundError(f"error loading state_dict for "
+                                f"{type(self).__name__}: " + "; ".join(parts))
+        staged = []
+        for name, (mod, c_name, c_shape, shape) in table.items():
+            if name not in state_dict:
+                continue
+            a = as_float32(state_dict[name], name)
+            if a.shape != shape:
+                raise ShapeError(f"{name} has shape {a.shape}, expected "
+                                 f"{shape}")
+            if not np.isfinite(a).all():
+                raise NonFiniteError(f"{name} holds NaN or infinity")
+            staged.append((mod, c_name, a.reshape(c_shape)))
+        for mod, c_name, a in staged:
+            _ll.tfm_module_set_parameter(mod._ptr, c_name, a)
+        return IncompatibleKeys(missing, unexpected)
+
+    def num_parameters(self):
+        """Number of scalar parameters (sum of the parameters' sizes)."""
+        return sum(int(np.prod(v[3], dtype=np.int64))
+                   for v in self._table().values())
+
+    def forward_macs(self, batch, tgt_len, src_len=None):
+        """Multiply-accumulates of one forward pass (matrix products only)
+        on ``batch`` sequences of ``tgt_len`` query positions attending over
+        ``src_len`` key positions (default: tgt_len)."""
+        batch = as_int(batch, "batch", 1)
+        tgt_len = as_int(tgt_len, "tgt_len", 1)
+        src_len = tgt_len if src_len is None else as_int(src_len, "src_len", 1)
+        total = 0
+        for _, mod in self._components():
+            total += _ll.tfm_module_forward_macs(mod._ptr, batch, tgt_len,
+                                                 src_len)
+        return total
+
+    def save_safetensors(self, path, metadata=None):
+        """Writes state_dict() to a safetensors file (PyTorch names, F32),
+        with optional string metadata."""
+        from .safetensors import save_safetensors
+        save_safetensors(self.state_dict(), path, metadata)
+
+    def load_safetensors(self, path, strict=True):
+        """Loads parameters from a safetensors file written by
+        save_safetensors (or by PyTorch's safetensors.torch.save_file)."""
+        from .safetensors import load_safetensors
+        return self.load_state_dict(load_safetensors(path), strict=strict)
+
+    # -- display --
+    def _extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        text = f"{type(self).__name__}({self._extra_repr()})"
+        if self.closed:
+            text += " <closed>"
+        return text
