@@ -33,14 +33,20 @@ tfm_status tfm_cross_attention_create(const tfm_layer_config *config,
 {
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
-    tfm_status st = tfm__config_check(config);
+    if (!config)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "config is NULL");
+    /* d_ff and the activation play no part here (layers.h). */
+    tfm_layer_config checked = *config;
+    checked.d_ff = 1;
+    checked.activation = TFM_ACTIVATION_RELU;
+    tfm_status st = tfm__config_check(&checked);
     if (st != TFM_OK)
         return st;
     tfm__cross_attention *c = (tfm__cross_attention *)tfm__module_alloc(
         sizeof *c, TFM_MODULE_CROSS_ATTENTION, &cross_attention_ops);
     if (!c)
         return TFM_ERR_OUT_OF_MEMORY;
-    c->config = *config;
+    c->config = checked;
     if ((st = tfm__mha_new(config->d_model, config->n_heads, 0, 0, 1,
                            &c->attn)) ||
         (st = tfm__layer_norm_new(config->d_model, config->layer_norm_eps,

@@ -22,7 +22,7 @@ tfm_status tfm__decoder_layer_macs(const tfm__decoder_layer *l, int64_t B,
     tfm_status st = tfm__mha_macs(l->self_attn, B, L, L, acc);
     if (st == TFM_OK)
         st = tfm__mha_macs(l->cross_attn, B, L, S, acc);
-    return st != TFM_OK ? st : tfm__feed_forward_macs(l->ff, B * L, acc);
+    return st != TFM_OK ? st : tfm__feed_forward_macs(l->ff, B, L, acc);
 }
 
 static tfm_status decoder_layer_macs(const tfm_module *m, int64_t B,

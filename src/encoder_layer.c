@@ -19,7 +19,7 @@ tfm_status tfm__encoder_layer_macs(const tfm__encoder_layer *l, int64_t B,
                                    int64_t L, int64_t *acc)
 {
     tfm_status st = tfm__mha_macs(l->self_attn, B, L, L, acc);
-    return st != TFM_OK ? st : tfm__feed_forward_macs(l->ff, B * L, acc);
+    return st != TFM_OK ? st : tfm__feed_forward_macs(l->ff, B, L, acc);
 }
 
 static tfm_status encoder_layer_macs(const tfm_module *m, int64_t B,

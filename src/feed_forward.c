@@ -6,10 +6,10 @@
 #include "tensor_impl.h"
 #include "workspace.h"
 
-tfm_status tfm__feed_forward_macs(const tfm__feed_forward *f, int64_t rows,
-                                  int64_t *acc)
+tfm_status tfm__feed_forward_macs(const tfm__feed_forward *f, int64_t batch,
+                                  int64_t L, int64_t *acc)
 {
-    if (!tfm__macs_add(acc, rows, 2 * f->d_model, f->d_ff))
+    if (!tfm__macs_add(acc, batch, L, 2 * f->d_model, f->d_ff))
         return tfm__fail(TFM_ERR_OVERFLOW, "MAC count overflows int64");
     return TFM_OK;
 }
@@ -18,7 +18,7 @@ static tfm_status ff_macs(const tfm_module *m, int64_t batch, int64_t L,
                           int64_t S, int64_t *acc)
 {
     (void)S;
-    return tfm__feed_forward_macs((const tfm__feed_forward *)m, batch * L, acc);
+    return tfm__feed_forward_macs((const tfm__feed_forward *)m, batch, L, acc);
 }
 
 static const tfm__module_ops ff_ops = { NULL, ff_macs };

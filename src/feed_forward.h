@@ -22,7 +22,7 @@ tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
 tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
                                  int64_t rows, float *out);
 
-tfm_status tfm__feed_forward_macs(const tfm__feed_forward *f, int64_t rows,
-                                  int64_t *acc);
+tfm_status tfm__feed_forward_macs(const tfm__feed_forward *f, int64_t batch,
+                                  int64_t L, int64_t *acc);
 
 #endif

@@ -20,11 +20,11 @@ tfm_status tfm__mha_macs(const tfm__mha *m, int64_t batch, int64_t L,
                          int64_t S, int64_t *acc)
 {
     const int64_t d = m->d_model;
-    if (!tfm__macs_add(acc, batch * L, d, d) ||          /* Q projection */
-        !tfm__macs_add(acc, batch * S, m->kdim, d) ||    /* K projection */
-        !tfm__macs_add(acc, batch * S, m->vdim, d) ||    /* V projection */
-        !tfm__macs_add(acc, batch * L, S, 2 * d) ||      /* QK^T and AV */
-        !tfm__macs_add(acc, batch * L, d, d))            /* output */
+    if (!tfm__macs_add(acc, batch, L, d, d) ||          /* Q projection */
+        !tfm__macs_add(acc, batch, S, m->kdim, d) ||    /* K projection */
+        !tfm__macs_add(acc, batch, S, m->vdim, d) ||    /* V projection */
+        !tfm__macs_add(acc, batch, L, S, 2 * d) ||      /* QK^T and AV */
+        !tfm__macs_add(acc, batch, L, d, d))            /* output */
         return tfm__fail(TFM_ERR_OVERFLOW, "MAC count overflows int64");
     return TFM_OK;
 }

@@ -33,7 +33,7 @@ static tfm_status model_macs(const tfm_module *mod, int64_t B, int64_t L,
     } else if ((st = tfm__stack_macs(m->stack, B, L, L, acc))) {
         return st;
     }
-    if (!tfm__macs_add(acc, B * L, c->layer.d_model, c->vocab_size))
+    if (!tfm__macs_add(acc, B, L, c->layer.d_model, c->vocab_size))
         return tfm__fail(TFM_ERR_OVERFLOW, "MAC count overflows int64");
     return TFM_OK;
 }

@@ -117,12 +117,13 @@ tfm_status tfm__module_check(const tfm_module *m, tfm_module_kind kind,
     return TFM_OK;
 }
 
-int tfm__macs_add(int64_t *acc, int64_t a, int64_t b, int64_t c)
+int tfm__macs_add(int64_t *acc, int64_t a, int64_t b, int64_t c, int64_t d)
 {
-    int64_t ab, abc, sum;
+    int64_t ab, abc, abcd, sum;
     if (__builtin_mul_overflow(a, b, &ab) ||
         __builtin_mul_overflow(ab, c, &abc) ||
-        __builtin_add_overflow(*acc, abc, &sum))
+        __builtin_mul_overflow(abc, d, &abcd) ||
+        __builtin_add_overflow(*acc, abcd, &sum))
         return 0;
     *acc = sum;
     return 1;

@@ -64,8 +64,8 @@ tfm_status tfm__module_adopt(tfm_module *m, const char *prefix,
 tfm_status tfm__module_check(const tfm_module *m, tfm_module_kind kind,
                              const char *what);
 
-/* Overflow-checked int64 arithmetic for MAC counts: *acc += a * b * c.
- * Returns 0 on overflow. */
-int tfm__macs_add(int64_t *acc, int64_t a, int64_t b, int64_t c);
+/* Overflow-checked int64 arithmetic for MAC counts: *acc += a * b * c * d,
+ * every product checked.  Returns 0 on overflow (*acc unchanged). */
+int tfm__macs_add(int64_t *acc, int64_t a, int64_t b, int64_t c, int64_t d);
 
 #endif

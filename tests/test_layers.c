@@ -809,6 +809,40 @@ static void test_forward_macs(void **state)
         tfm_module_free(m[i]);
 }
 
+/* batch * tgt_len was multiplied before any overflow check (mha.c,
+ * feed_forward.c, encoder_layer.c, decoder_layer.c). */
+static void test_forward_macs_product_wraps(void **state)
+{
+    (void)state;
+    tfm_layer_config c = tfm_layer_config_default(8, 2);
+    c.d_ff = 16;
+    tfm_module *m[6] = { 0 };
+    assert_int_equal(tfm_encoder_layer_create(&c, &m[0]), TFM_OK);
+    assert_int_equal(tfm_decoder_layer_create(&c, &m[1]), TFM_OK);
+    assert_int_equal(tfm_cross_attention_create(&c, &m[2]), TFM_OK);
+    assert_int_equal(tfm_encoder_create(&c, 2, 1, &m[3]), TFM_OK);
+    assert_int_equal(tfm_decoder_create(&c, 2, 1, &m[4]), TFM_OK);
+    assert_int_equal(tfm_transformer_create(&c, 2, 1, &m[5]), TFM_OK);
+    int64_t macs;
+    /* batch * tgt_len wraps to 0 (2^62 * 4 = 2^64): still an overflow for
+     * every kind, never a small "valid" count */
+    tfm_module *ff = NULL;
+    assert_int_equal(tfm_feed_forward_create(8, 16, TFM_ACTIVATION_RELU, &ff),
+                     TFM_OK);
+    for (int i = 0; i < 7; i++) {
+        const tfm_module *mod = i < 6 ? m[i] : ff;
+        macs = 7;
+        tfm_status st = tfm_module_forward_macs(mod, INT64_C(1) << 62, 4, 4, &macs);
+        if (st != TFM_ERR_OVERFLOW)
+            fail_msg("module %d, B = 2^62, L = S = 4: status %d, macs %lld; "
+                     "expected OVERFLOW", i, (int)st, (long long)macs);
+        assert_int_equal(macs, 7);
+    }
+    tfm_module_free(ff);
+    for (int i = 0; i < 6; i++)
+        tfm_module_free(m[i]);
+}
+
 /* ---- forward passes against PyTorch ---------------------------------------- */
 
 /* A: nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, batch_first=True),
@@ -1121,6 +1155,55 @@ static void test_causal_decoder_prefix_is_stable(void **state)
     tfm_module_free(model);
 }
 
+/* module.h: forward passes keep scratch in a per-thread workspace that
+ * grows to the largest call and is reused.  Whatever the workspace held
+ * before (a smaller or larger earlier call, or nothing after
+ * tfm_workspace_release), the results are bit for bit the same.  The large
+ * call needs several MiB of scratch, more than one workspace chunk. */
+static void test_workspace_reuse_does_not_change_results(void **state)
+{
+    (void)state;
+    tfm_layer_config c = tfm_layer_config_default(64, 4);
+    c.d_ff = 128;
+    tfm_module *m = NULL;
+    assert_int_equal(tfm_transformer_create(&c, 1, 1, &m), TFM_OK);
+    randomize(m, 42);
+    const int64_t sizes[2][3] = { { 1, 5, 3 }, { 2, 400, 300 } }; /* B, S, L */
+    tfm_tensor *src[2], *tgt[2], *ref[2], *out[2];
+    tfm_attention_masks tm = { .causal = TFM_CAUSAL_TOP_LEFT };
+    for (int k = 0; k < 2; k++) {
+        src[k] = make3(sizes[k][0], sizes[k][1], 64, NULL);
+        tgt[k] = make3(sizes[k][0], sizes[k][2], 64, NULL);
+        ref[k] = make3(sizes[k][0], sizes[k][2], 64, NULL);
+        out[k] = make3(sizes[k][0], sizes[k][2], 64, NULL);
+        fill_random(src[k], 100 + (uint32_t)k);
+        fill_random(tgt[k], 200 + (uint32_t)k);
+        tfm_workspace_release(); /* fresh workspace for the reference */
+        assert_int_equal(tfm_transformer_forward(m, src[k], tgt[k], NULL, &tm,
+                                                 NULL, ref[k]), TFM_OK);
+    }
+    tfm_workspace_release();
+    const int order[6] = { 0, 1, 0, 1, 1, 0 };
+    for (int step = 0; step < 6; step++) {
+        int k = order[step];
+        fill(out[k], NAN);
+        assert_int_equal(tfm_transformer_forward(m, src[k], tgt[k], NULL, &tm,
+                                                 NULL, out[k]), TFM_OK);
+        expect_bit_identical(out[k], ref[k], k ? "large call" : "small call");
+        if (step == 3)
+            tfm_workspace_release();
+    }
+    tfm_workspace_release();
+    tfm_workspace_release(); /* twice is harmless */
+    for (int k = 0; k < 2; k++) {
+        tfm_tensor_free(src[k]);
+        tfm_tensor_free(tgt[k]);
+        tfm_tensor_free(ref[k]);
+        tfm_tensor_free(out[k]);
+    }
+    tfm_module_free(m);
+}
+
 /* ---- shape and kind errors ----------------------------------------------------- */
 
 static void test_memory_batch_mismatch(void **state)
@@ -1290,12 +1373,14 @@ int main(void)
         cmocka_unit_test(test_cross_attention_ignores_dff_and_activation),
         cmocka_unit_test(test_parameter_names_match_pytorch),
         cmocka_unit_test(test_forward_macs),
+        cmocka_unit_test(test_forward_macs_product_wraps),
         cmocka_unit_test(test_encoder_layer_matches_pytorch),
         cmocka_unit_test(test_decoder_layer_matches_pytorch),
         cmocka_unit_test(test_cross_attention_matches_pytorch),
         cmocka_unit_test(test_transformer_matches_pytorch),
         cmocka_unit_test(test_fresh_layers_are_identity_like),
         cmocka_unit_test(test_causal_decoder_prefix_is_stable),
+        cmocka_unit_test(test_workspace_reuse_does_not_change_results),
         cmocka_unit_test(test_memory_batch_mismatch),
         cmocka_unit_test(test_wrong_kinds),
     };

@@ -699,6 +699,29 @@ static void test_forward_macs(void **state)
     tfm_module_free(u);
 }
 
+/* mha.c multiplied batch * tgt_len before any overflow check. */
+static void test_forward_macs_product_wraps(void **state)
+{
+    (void)state;
+    tfm_module *m = mha(8, 2, 0, 0, 1);
+    int64_t macs;
+    /* B * L itself overflows and wraps to 0 in two's complement: 2^62 * 4 =
+     * 2^64 and 2^32 * 2^32 = 2^64.  A count built from the wrapped product
+     * would be 0 (or any small number) and look valid; the true count is
+     * about 2^72. */
+    macs = 12345;
+    tfm_status st = tfm_module_forward_macs(m, INT64_C(1) << 62, 4, 4, &macs);
+    if (st != TFM_ERR_OVERFLOW)
+        fail_msg("B = 2^62, L = S = 4: status %d, macs %lld; expected OVERFLOW",
+                 (int)st, (long long)macs);
+    st = tfm_module_forward_macs(m, INT64_C(1) << 32, INT64_C(1) << 32, 1, &macs);
+    if (st != TFM_ERR_OVERFLOW)
+        fail_msg("B = L = 2^32: status %d, macs %lld; expected OVERFLOW",
+                 (int)st, (long long)macs);
+    assert_int_equal(macs, 12345);
+    tfm_module_free(m);
+}
+
 /* ---- creation and forward errors -------------------------------------------- */
 
 static void test_create_errors(void **state)
@@ -948,6 +971,46 @@ static void test_averaged_weights_are_mean_of_heads(void **state)
     tfm_module_free(m);
 }
 
+/* The kernel works in blocks of query rows; averaged weights over more
+ * than one block (L = 70 > 64 with a causal mask and S = 90) are still the
+ * mean of the per-head weights, and every row sums to 1. */
+static void test_averaged_weights_long_sequence(void **state)
+{
+    (void)state;
+    enum { L = 70, S = 90, D = 8, H = 2 };
+    tfm_module *m = mha(D, H, 0, 0, 1);
+    randomize(m, 5);
+    tfm_tensor *q = make3(1, L, D, NULL), *kv = make3(1, S, D, NULL);
+    fill_random(q, 6);
+    fill_random(kv, 7);
+    tfm_tensor *out = make3(1, L, D, NULL), *wh = make4(1, H, L, S, NULL),
+               *wa = make3(1, L, S, NULL);
+    fill(wa, NAN);
+    fill(wh, NAN);
+    tfm_attention_masks mk = { .causal = TFM_CAUSAL_TOP_LEFT };
+    assert_int_equal(tfm_mha_forward(m, q, kv, kv, &mk, out, wh), TFM_OK);
+    assert_int_equal(tfm_mha_forward(m, q, kv, kv, &mk, out, wa), TFM_OK);
+    const float *h = tfm_tensor_data_const(wh), *a = tfm_tensor_data_const(wa);
+    for (int i = 0; i < L; i++) {
+        double sum = 0;
+        for (int j = 0; j < S; j++) {
+            double mean = 0.5 * ((double)h[i * S + j] + h[(L + i) * S + j]);
+            near_impl(a[i * S + j], mean, 1e-6, "averaged", i * S + j, __LINE__);
+            if (j > i && (a[i * S + j] != 0.0f || h[i * S + j] != 0.0f))
+                fail_msg("row %d key %d is causally masked but has weight %g",
+                         i, j, (double)a[i * S + j]);
+            sum += a[i * S + j];
+        }
+        near_impl(sum, 1.0, 1e-5, "row sum", i, __LINE__);
+    }
+    tfm_tensor_free(q);
+    tfm_tensor_free(kv);
+    tfm_tensor_free(out);
+    tfm_tensor_free(wh);
+    tfm_tensor_free(wa);
+    tfm_module_free(m);
+}
+
 static void test_out_may_alias_query(void **state)
 {
     (void)state;
@@ -1095,10 +1158,12 @@ int main(void)
         cmocka_unit_test(test_new_module_parameters_are_zero),
         cmocka_unit_test(test_set_get_parameter_roundtrip_and_errors),
         cmocka_unit_test(test_forward_macs),
+        cmocka_unit_test(test_forward_macs_product_wraps),
         cmocka_unit_test(test_create_errors),
         cmocka_unit_test(test_forward_shape_errors),
         cmocka_unit_test(test_wrong_kind),
         cmocka_unit_test(test_averaged_weights_are_mean_of_heads),
+        cmocka_unit_test(test_averaged_weights_long_sequence),
         cmocka_unit_test(test_out_may_alias_query),
         cmocka_unit_test(test_threads_share_one_module),
     };

@@ -708,7 +708,9 @@ static int tfml_get_shape(const tfm_tensor *t, int64_t *shape)
     return rank;
 }
 
-/* tensor_to_table(tensor) -> nested table of numbers */
+/* tensor_to_table(tensor [, shape]) -> nested table of numbers; shape:
+ * optional, views the values (row-major) with another shape of the same
+ * element count. */
 static int tfml_tensor_to_table(lua_State *L)
 {
     int64_t shape[TFM_MAX_RANK];
@@ -716,6 +718,12 @@ static int tfml_tensor_to_table(lua_State *L)
         L, 1, SWIGTYPE_p_tfm_tensor, "tensor");
     int rank = tfml_get_shape(t, shape);
     const float *src = tfm_tensor_data_const(t);
+    if (!lua_isnoneornil(L, 2)) {
+        rank = tfml_read_shape(L, 2, shape, TFM_MAX_RANK);
+        if (tfml_numel(L, rank, shape) != tfm_tensor_numel(t))
+            return luaL_error(L, "cannot view %I values as the given shape",
+                              (lua_Integer)tfm_tensor_numel(t));
+    }
     luaL_checkstack(L, rank + 4, "tensor too deep");
     tfml_push_nested(L, &src, shape, rank, 0);
     return 1;

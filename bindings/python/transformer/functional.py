@@ -1,0 +1,128 @@
+"""Functions, as in torch.nn.functional."""
+
+import math
+
+import numpy as np
+
+from . import _lowlevel as _ll
+from ._core import (CAUSAL_NONE, CAUSAL_TOP_LEFT, MASK_ADDITIVE, MASK_ALLOW,
+                    as_float, as_float32, as_int, as_mask)
+from ._errors import ShapeError, UnsupportedError
+
+__all__ = ["scaled_dot_product_attention", "sinusoidal_positional_encoding"]
+
+
+def _mask_for(mask, lead, L, S, B, H):
+    """Broadcasts an sdpa mask ([..., L, S], numpy rules) onto the query's
+    leading axes and returns it as the library takes it: [L, S], [B, L, S]
+    (the same for every head) or [B, H, L, S]."""
+    m, is_bool = as_mask(mask, "attn_mask")
+    full = tuple(lead) + (L, S)
+    if m.ndim == 0 or m.ndim > len(full):
+        raise ShapeError(f"attn_mask of shape {m.shape} does not broadcast to "
+                         f"the attention shape {list(full)}")
+    try:
+        if np.broadcast_shapes(m.shape, full) != full:
+            raise ValueError
+    except ValueError:
+        raise ShapeError(f"attn_mask of shape {m.shape} does not broadcast to "
+                         f"the attention shape {list(full)}") from None
+    m = m.reshape((1,) * (len(full) - m.ndim) + m.shape)
+    mlead = m.shape[:-2]
+    if all(d == 1 for d in mlead):
+        out = np.broadcast_to(m.reshape(m.shape[-2:]), (L, S))
+    elif len(lead) >= 2 and mlead[-1] == 1:        # same for every head
+        out = np.broadcast_to(m, tuple(lead[:-1]) + (1, L, S)).reshape(B, L, S)
+    else:
+        out = np.broadcast_to(m, full).reshape(B, H, L, S)
+    return np.ascontiguousarray(out), (MASK_ALLOW if is_bool else MASK_ADDITIVE)
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None,
+                                 dropout_p=0.0, is_causal=False, scale=None,
+                                 *, need_weights=False):
+    """Scaled dot-product attention, as
+    ``torch.nn.functional.scaled_dot_product_attention``:
+
+        weights = softmax(query @ key^T * scale + mask), output = weights @ value
+
+    Args:
+        query: ``[..., L, E]`` (e.g. ``[N, L, E]`` or ``[N, H, L, E]``).
+        key: ``[..., S, E]``; value: ``[..., S, Ev]``, with the same leading
+            axes as query.
+        attn_mask: broadcastable to ``[..., L, S]``.  bool: True = MAY attend
+            (PyTorch's sdpa convention, the opposite of MultiheadAttention);
+            float: added to the scaled logits (-inf blocks).
+        dropout_p: must be 0 (inference).
+        is_causal: query i attends to keys j <= i (top-left aligned, as
+            PyTorch); combines with attn_mask.
+        scale: logit scale; None means 1 / sqrt(E).
+        need_weights: (keyword, not in PyTorch) also return the weights.
+
+    Returns:
+        output ``[..., L, Ev]`` (float32), or ``(output, weights)`` with
+        weights ``[..., L, S]`` when need_weights.  A query whose keys are
+        all masked gets zero weights and a zero output (PyTorch: NaN).
+    """
+    if as_float(dropout_p, "dropout_p") != 0.0:
+        raise UnsupportedError("dropout_p must be 0: libtransformer runs "
+                               "inference only")
+    q = as_float32(query, "query")
+    k = as_float32(key, "key")
+    v = as_float32(value, "value")
+    if q.ndim < 2:
+        raise ShapeError(f"query must be [..., L, E], got shape {q.shape}")
+    if k.ndim != q.ndim or v.ndim != q.ndim:
+        raise ShapeError(f"query, key and value must have the same number of "
+                         f"dimensions, got {q.shape}, {k.shape}, {v.shape}")
+    lead = q.shape[:-2]
+    if k.shape[:-2] != lead or v.shape[:-2] != lead:
+        raise ShapeError(f"query, key and value must share their leading "
+                         f"axes, got {q.shape}, {k.shape}, {v.shape}")
+    L, S, Ev = q.shape[-2], k.shape[-2], v.shape[-1]
+    if q.ndim == 2:
+        B, H = 1, 1
+    elif q.ndim == 3:
+        B, H = lead[0], 1
+    else:
+        B, H = int(np.prod(lead[:-1], dtype=np.int64)), lead[-1]
+    causal = CAUSAL_TOP_LEFT if is_causal else CAUSAL_NONE
+    masks = None
+    if attn_mask is not None:
+        m, kind = _mask_for(attn_mask, lead, L, S, B, H)
+        masks = (causal, None, MASK_ADDITIVE, m, kind)
+    elif is_causal:
+        masks = (causal, None, MASK_ADDITIVE, None, MASK_ADDITIVE)
+    if scale is None:
+        c_scale = 0.0                       # the library's 1/sqrt(E)
+    else:
+        c_scale = as_float(scale, "scale")
+        if c_scale == 0.0:                  # 0 means "default" in C:
+            q = np.zeros_like(q)            # zero logits instead
+            c_scale = 1.0
+    out = np.empty((B, H, L, Ev), np.float32)
+    weights = np.empty((B, H, L, S), np.float32) if need_weights else None
+    _ll.tfm_sdpa(q.reshape(B, H, L, q.shape[-1]), k.reshape(B, H, S, k.shape[-1]),
+                 v.reshape(B, H, S, Ev), masks, c_scale, out, weights)
+    out = out.reshape(lead + (L, Ev))
+    if need_weights:
+        return out, weights.reshape(lead + (L, S))
+    return out
+
+
+def sinusoidal_positional_encoding(length, d_model, offset=0, base=10000.0):
+    """The sinusoidal positional encoding of "Attention Is All You Need",
+    section 3.5, for positions offset .. offset+length-1: a float32
+    ``[length, d_model]`` array with PE[pos, 2i] = sin(pos / base^(2i/d)) and
+    PE[pos, 2i+1] = cos(pos / base^(2i/d)).  Add it to ``[N, L, d_model]``
+    embeddings (broadcasting over N)."""
+    length = as_int(length, "length", 1)
+    d_model = as_int(d_model, "d_model", 1)
+    offset = as_int(offset, "offset", 0)
+    base = as_float(base, "base")
+    if not math.isfinite(base) or base <= 1.0:
+        from ._errors import InvalidArgumentError
+        raise InvalidArgumentError(f"base must be finite and > 1, got {base}")
+    pe = np.empty((length, d_model), np.float32)
+    _ll.tfm_sinusoidal_encoding(pe, offset, base)
+    return pe

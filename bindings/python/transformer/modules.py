@@ -1,0 +1,692 @@
+"""Layers with torch.nn's names, arguments, defaults and return values.
+
+Shapes: N = batch, L = target (query) length, S = source (key) length,
+E = embed_dim / d_model.  With ``batch_first=False`` (PyTorch's default)
+activations are ``[L, N, E]`` and are transposed (one copy) on the way in
+and out; ``batch_first=True`` (``[N, L, E]``) hands the arrays to the C
+library without copying.  Unbatched inputs ``[L, E]`` are accepted as in
+PyTorch.  Every result is a float32 numpy array.
+"""
+
+import numbers
+
+import numpy as np
+
+from . import _lowlevel as _ll
+from ._core import (BatchIO, Module, as_float, as_float32, as_ids, as_int,
+                    check_float32_dtype, is_batched, mha_masks)
+from ._errors import InvalidArgumentError, ShapeError, UnsupportedError
+
+__all__ = ["MultiheadAttention", "LayerNorm", "TransformerEncoderLayer",
+           "TransformerDecoderLayer", "TransformerEncoder",
+           "TransformerDecoder", "Transformer", "Embedding"]
+
+_ACTIVATIONS = {
+    "relu": _ll.TFM_ACTIVATION_RELU,
+    "gelu": _ll.TFM_ACTIVATION_GELU,
+    "gelu_tanh": _ll.TFM_ACTIVATION_GELU_TANH,
+}
+_ACTIVATION_NAMES = {v: k for k, v in _ACTIVATIONS.items()}
+
+
+def _activation(activation):
+    """"relu", "gelu", "gelu_tanh", or PyTorch's F.relu / F.gelu /
+    nn.ReLU() / nn.GELU(approximate=...) -> the C enum value."""
+    if isinstance(activation, str):
+        name = activation.lower()
+    else:
+        cls = type(activation).__name__
+        if cls == "GELU":
+            name = ("gelu_tanh" if getattr(activation, "approximate", "none")
+                    == "tanh" else "gelu")
+        elif cls == "ReLU":
+            name = "relu"
+        else:
+            name = getattr(activation, "__name__", cls)
+    if name not in _ACTIVATIONS:
+        raise UnsupportedError(f"activation should be 'relu', 'gelu' or "
+                               f"'gelu_tanh', not {activation!r}")
+    return _ACTIVATIONS[name]
+
+
+def _layer_config(d_model, nhead, dim_feedforward, activation,
+                  layer_norm_eps, norm_first):
+    cfg = _ll.tfm_layer_config_default(as_int(d_model, "d_model", 1),
+                                       as_int(nhead, "nhead", 1))
+    cfg.d_ff = as_int(dim_feedforward, "dim_feedforward", 1)
+    cfg.activation = _activation(activation)
+    cfg.layer_norm_eps = as_float(layer_norm_eps, "layer_norm_eps")
+    cfg.norm_first = 1 if norm_first else 0
+    return cfg
+
+
+def _check_bias(bias, who):
+    if not bias:
+        raise UnsupportedError(f"{who}: bias=False is not supported (the "
+                               "library's layers always have biases)")
+
+
+def _copy_config(cfg):
+    new = _ll.tfm_layer_config_default(cfg.d_model, cfg.n_heads)
+    for field in ("d_ff", "activation", "layer_norm_eps", "norm_first"):
+        setattr(new, field, getattr(cfg, field))
+    return new
+
+
+# ---- MultiheadAttention ------------------------------------------------------
+
+class MultiheadAttention(Module):
+    """Multi-head attention, as ``torch.nn.MultiheadAttention``.
+
+    ``MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True,
+    add_bias_kv=False, add_zero_attn=False, kdim=None, vdim=None,
+    batch_first=False)``
+
+    MultiHead(Q, K, V) = Concat(head_1..head_h) W_O with
+    head_i = softmax(Q W_Qi (K W_Ki)^T / sqrt(E / h)) V W_Vi.
+
+    Args:
+        embed_dim: E, width of the query and of the output.
+        num_heads: h; must divide embed_dim.
+        dropout: accepted and ignored (inference).
+        bias: biases on the input and output projections.
+        kdim, vdim: widths of key and value (default embed_dim).
+        batch_first: True for ``[N, L, E]`` arrays (no copy), False
+            (default) for ``[L, N, E]``.
+        add_bias_kv, add_zero_attn: must be False (not supported).
+
+    Parameters (state_dict): ``in_proj_weight [3E, E]`` (or
+    ``q_proj_weight [E, E]``, ``k_proj_weight [E, kdim]``,
+    ``v_proj_weight [E, vdim]`` when kdim or vdim differ from E),
+    ``in_proj_bias [3E]``, ``out_proj.weight [E, E]``, ``out_proj.bias [E]``.
+
+    Call: ``mha(query, key, value, key_padding_mask=None, need_weights=True,
+    attn_mask=None, average_attn_weights=True, is_causal=False)`` ->
+    ``(attn_output, attn_weights)``
+
+        query: ``[L, N, E]`` (``[N, L, E]`` if batch_first, ``[L, E]``
+            unbatched); key ``[S, N, kdim]``; value ``[S, N, vdim]``.
+        key_padding_mask: ``[N, S]`` (``[S]``); bool True = ignore that key,
+            or float, added to the attention logits.
+        attn_mask: ``[L, S]`` or ``[N * num_heads, L, S]``; bool True = may
+            NOT attend, or float (additive, -inf blocks).
+        is_causal: apply the causal mask (query i sees keys j <= i).  Unlike
+            PyTorch's hint it needs no attn_mask; given both, both apply.
+        need_weights: also return the attention weights.
+        average_attn_weights: weights ``[N, L, S]`` averaged over heads
+            (default), else ``[N, num_heads, L, S]``.
+
+        attn_output: like query, ``[L, N, E]`` / ``[N, L, E]`` / ``[L, E]``.
+        attn_weights: as above (without N when unbatched), or None when
+            need_weights is False.
+
+    A query whose keys are all masked gets zero weights and a zero output
+    (PyTorch gives NaN there).
+    """
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True,
+                 add_bias_kv=False, add_zero_attn=False, kdim=None, vdim=None,
+                 batch_first=False, device=None, dtype=None):
+        check_float32_dtype(dtype, device, "MultiheadAttention")
+        if add_bias_kv or add_zero_attn:
+            raise UnsupportedError("MultiheadAttention: add_bias_kv and "
+                                   "add_zero_attn are not supported")
+        self.embed_dim = as_int(embed_dim, "embed_dim", 1)
+        self.num_heads = as_int(num_heads, "num_heads", 1)
+        self.kdim = self.embed_dim if kdim is None else as_int(kdim, "kdim", 1)
+        self.vdim = self.embed_dim if vdim is None else as_int(vdim, "vdim", 1)
+        self._qkv_same_embed_dim = self.kdim == self.vdim == self.embed_dim
+        self.dropout = as_float(dropout, "dropout")
+        self.bias = bool(bias)
+        self.batch_first = bool(batch_first)
+        self.head_dim = self.embed_dim // self.num_heads
+        self._adopt(_ll.tfm_mha_create(self.embed_dim, self.num_heads,
+                                       self.kdim, self.vdim, int(self.bias)))
+
+    def forward(self, query, key, value, key_padding_mask=None,
+                need_weights=True, attn_mask=None, average_attn_weights=True,
+                is_causal=False):
+        """Runs the layer; see the class docstring for shapes and masks.
+        Returns ``(attn_output, attn_weights or None)``."""
+        ptr = self._ptr
+        batched = is_batched(query, "query")
+        io = BatchIO(self.batch_first, batched)
+        q = io.take(query, "query")
+        k = io.take(key, "key")
+        v = io.take(value, "value")
+        n, tgt_len, src_len = q.shape[0], q.shape[1], k.shape[1]
+        masks = mha_masks(n, self.num_heads, batched, key_padding_mask,
+                          attn_mask, is_causal)
+        out = np.empty((n, tgt_len, self.embed_dim), np.float32)
+        weights = None
+        if need_weights:
+            shape = ((n, tgt_len, src_len) if average_attn_weights
+                     else (n, self.num_heads, tgt_len, src_len))
+            weights = np.empty(shape, np.float32)
+        _ll.tfm_mha_forward(ptr, q, k, v, masks, out, weights)
+        if weights is not None and not batched:
+            weights = weights[0]
+        return io.give(out), weights
+
+    def _extra_repr(self):
+        text = f"embed_dim={self.embed_dim}, num_heads={self.num_heads}"
+        if not self.bias:
+            text += ", bias=False"
+        if not self._qkv_same_embed_dim:
+            text += f", kdim={self.kdim}, vdim={self.vdim}"
+        return text + f", batch_first={self.batch_first}"
+
+
+# ---- LayerNorm ---------------------------------------------------------------
+
+class LayerNorm(Module):
+    """Layer normalization, as ``torch.nn.LayerNorm``.
+
+    ``LayerNorm(normalized_shape, eps=1e-05, elementwise_affine=True,
+    bias=True)``
+
+    y = (x - mean) / sqrt(var + eps) * weight + bias, with the mean and the
+    biased variance taken over the last ``len(normalized_shape)`` axes.
+
+    Args:
+        normalized_shape: int or tuple, the trailing shape D normalized over.
+        eps: added to the variance.
+        elementwise_affine: learnable weight (ones) and bias (zeros); without
+            it the layer has no parameters.
+        bias: with elementwise_affine, whether there is a bias.
+
+    Parameters: ``weight [*D]``, ``bias [*D]``.
+
+    Call: ``norm(input)``: input ``[*, *D]`` -> output of the same shape.
+    """
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True,
+                 bias=True, device=None, dtype=None):
+        check_float32_dtype(dtype, device, "LayerNorm")
+        if isinstance(normalized_shape, numbers.Integral):
+            normalized_shape = (normalized_shape,)
+        try:
+            shape = tuple(as_int(d, "normalized_shape", 1)
+                          for d in normalized_shape)
+        except TypeError:
+            raise TypeError("normalized_shape must be an int or a sequence "
+                            "of ints") from None
+        if not shape:
+            raise InvalidArgumentError("normalized_shape must not be empty")
+        self.normalized_shape = shape
+        self.eps = as_float(eps, "eps")
+        self.elementwise_affine = bool(elementwise_affine)
+        self.bias = bool(bias)
+        size = 1
+        for d in shape:
+            size *= d
+        self._size = as_int(size, "the normalized size")
+        self._adopt(_ll.tfm_layer_norm_create(self._size, self.eps))
+
+    def _exposed(self, c_name, c_shape):
+        if not self.elementwise_affine or (c_name == "bias" and not self.bias):
+            return None
+        return c_name, self.normalized_shape
+
+    def forward(self, input):
+        """input ``[*, *normalized_shape]`` -> normalized, same shape."""
+        ptr = self._ptr
+        x = as_float32(input, "input")
+        k = len(self.normalized_shape)
+        if x.ndim < k or x.shape[x.ndim - k:] != self.normalized_shape:
+            raise ShapeError(
+                f"LayerNorm over {list(self.normalized_shape)} expects input "
+                f"of shape [*, {', '.join(map(str, self.normalized_shape))}]"
+                f", got {list(x.shape)}")
+        flat = x.reshape(-1, self._size)
+        out = np.empty_like(flat)
+        _ll.tfm_layer_norm_forward(ptr, flat, out)
+        return out.reshape(x.shape)
+
+    def _normalize_in_place(self, x):
+        """x [..., E] float32 contiguous, normalized in place."""
+        if self.normalized_shape != (x.shape[-1],):
+            raise ShapeError(f"norm normalizes over "
+                             f"{list(self.normalized_shape)}, the layers' "
+                             f"output has width {x.shape[-1]}")
+        _ll.tfm_layer_norm_forward(self._ptr, x, x)
+        return x
+
+    def _extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+# ---- Encoder and decoder layers ------------------------------------------
+
+class _LayerBase(Module):
+    def _init_layer(self, who, d_model, nhead, dim_feedforward, dropout,
+                    activation, layer_norm_eps, batch_first, norm_first, bias,
+                    device, dtype):
+        check_float32_dtype(dtype, device, who)
+        _check_bias(bias, who)
+        self._config = _layer_config(d_model, nhead, dim_feedforward,
+                                     activation, layer_norm_eps, norm_first)
+        self.d_model = self._config.d_model
+        self.nhead = self._config.n_heads
+        self.dim_feedforward = self._config.d_ff
+        self.dropout = as_float(dropout, "dropout")
+        self.activation = _ACTIVATION_NAMES[self._config.activation]
+        self.layer_norm_eps = as_float(layer_norm_eps, "layer_norm_eps")
+        self.batch_first = bool(batch_first)
+        self.norm_first = bool(norm_first)
+
+    def _extra_repr(self):
+        return (f"d_model={self.d_model}, nhead={self.nhead}, "
+                f"dim_feedforward={self.dim_feedforward}, "
+                f"activation={self.activation!r}, "
+                f"layer_norm_eps={self.layer_norm_eps}, "
+                f"batch_first={self.batch_first}, "
+                f"norm_first={self.norm_first}")
+
+
+class TransformerEncoderLayer(_LayerBase):
+    """Self-attention and feed-forward block, as
+    ``torch.nn.TransformerEncoderLayer``.
+
+    ``TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048,
+    dropout=0.1, activation="relu", layer_norm_eps=1e-05, batch_first=False,
+    norm_first=False, bias=True)``
+
+        post-norm (default): x = norm1(x + SA(x)); x = norm2(x + FF(x))
+        pre-norm (norm_first=True): x = x + SA(norm1(x)); x = x + FF(norm2(x))
+        FF(x) = linear2(activation(linear1(x)))
+
+    Args:
+        d_model: E.  nhead: heads, dividing d_model.
+        dim_feedforward: hidden width of FF.
+        dropout: accepted and ignored (inference).
+        activation: "relu", "gelu" (exact), "gelu_tanh", or F.relu / F.gelu.
+        layer_norm_eps: eps of both LayerNorms.
+        batch_first: ``[N, L, E]`` (no copy) instead of ``[L, N, E]``.
+        norm_first: pre-norm instead of post-norm.
+        bias: must be True.
+
+    Parameters: ``self_attn.in_proj_weight [3E, E]``,
+    ``self_attn.in_proj_bias [3E]``, ``self_attn.out_proj.weight [E, E]``,
+    ``self_attn.out_proj.bias [E]``, ``linear1.weight [F, E]``,
+    ``linear1.bias [F]``, ``linear2.weight [E, F]``, ``linear2.bias [E]``,
+    ``norm1.weight``, ``norm1.bias``, ``norm2.weight``, ``norm2.bias [E]``.
+
+    Call: ``layer(src, src_mask=None, src_key_padding_mask=None,
+    is_causal=False)``: src ``[L, N, E]`` (``[N, L, E]``, ``[L, E]``) ->
+    output of the same shape.  src_mask ``[L, L]`` or ``[N * nhead, L, L]``
+    and src_key_padding_mask ``[N, L]``: bool True = masked out, or float
+    (additive), as in MultiheadAttention; is_causal applies the causal mask.
+    """
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1,
+                 activation="relu", layer_norm_eps=1e-5, batch_first=False,
+                 norm_first=False, bias=True, device=None, dtype=None):
+        self._init_layer("TransformerEncoderLayer", d_model, nhead,
+                         dim_feedforward, dropout, activation, layer_norm_eps,
+                         batch_first, norm_first, bias, device, dtype)
+        self._adopt(_ll.tfm_encoder_layer_create(self._config))
+
+    def forward(self, src, src_mask=None, src_key_padding_mask=None,
+                is_causal=False):
+        """src ``[L, N, E]`` (``[N, L, E]`` if batch_first, ``[L, E]``) ->
+        same shape.  See the class docstring for the masks."""
+        return _encode(self, _ll.tfm_encoder_layer_forward, src, src_mask,
+                       src_key_padding_mask, is_causal)
+
+
+class TransformerDecoderLayer(_LayerBase):
+    """Self-attention, cross-attention and feed-forward block, as
+    ``torch.nn.TransformerDecoderLayer``.
+
+    ``TransformerDecoderLayer(d_model, nhead, dim_feedforward=2048,
+    dropout=0.1, activation="relu", layer_norm_eps=1e-05, batch_first=False,
+    norm_first=False, bias=True)``
+
+        post-norm: x = norm1(x + SA(x)); x = norm2(x + CA(x, memory));
+                   x = norm3(x + FF(x))
+        pre-norm:  x = x + SA(norm1(x)); x = x + CA(norm2(x), memory);
+                   x = x + FF(norm3(x))
+
+    Arguments as TransformerEncoderLayer.  Parameters: ``self_attn.*`` and
+    ``multihead_attn.*`` (MultiheadAttention names), ``linear1.*``,
+    ``linear2.*``, ``norm1.*``, ``norm2.*``, ``norm3.*``.
+
+    Call: ``layer(tgt, memory, tgt_mask=None, memory_mask=None,
+    tgt_key_padding_mask=None, memory_key_padding_mask=None,
+    tgt_is_causal=False, memory_is_causal=False)``:
+        tgt ``[L, N, E]`` (``[N, L, E]`` if batch_first, ``[L, E]``),
+        memory ``[S, N, E]`` -> output like tgt.
+        tgt_mask ``[L, L]`` / ``[N * nhead, L, L]``, tgt_key_padding_mask
+        ``[N, L]``: self-attention masks; memory_mask ``[L, S]`` /
+        ``[N * nhead, L, S]``, memory_key_padding_mask ``[N, S]``:
+        cross-attention masks.  bool True = masked out, float = additive.
+        tgt_is_causal / memory_is_causal apply a causal mask.
+    """
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1,
+                 activation="relu", layer_norm_eps=1e-5, batch_first=False,
+                 norm_first=False, bias=True, device=None, dtype=None):
+        self._init_layer("TransformerDecoderLayer", d_model, nhead,
+                         dim_feedforward, dropout, activation, layer_norm_eps,
+                         batch_first, norm_first, bias, device, dtype)
+        self._adopt(_ll.tfm_decoder_layer_create(self._config))
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None,
+                tgt_key_padding_mask=None, memory_key_padding_mask=None,
+                tgt_is_causal=False, memory_is_causal=False):
+        """tgt ``[L, N, E]``, memory ``[S, N, E]`` -> like tgt.  See the
+        class docstring for the masks."""
+        return _decode(self, _ll.tfm_decoder_layer_forward, tgt, memory,
+                       tgt_mask, memory_mask, tgt_key_padding_mask,
+                       memory_key_padding_mask, tgt_is_causal,
+                       memory_is_causal)
+
+
+def _encode(module, forward, src, mask, key_padding_mask, is_causal,
+            names=("src_key_padding_mask", "src_mask")):
+    ptr = module._ptr
+    batched = is_batched(src, "src")
+    io = BatchIO(module.batch_first, batched)
+    x = io.take(src, "src")
+    masks = mha_masks(x.shape[0], module.nhead, batched, key_padding_mask,
+                      mask, bool(is_causal), names)
+    out = np.empty((x.shape[0], x.shape[1], module.d_model), np.float32)
+    forward(ptr, x, masks, out)
+    norm = getattr(module, "norm", None)
+    if norm is not None:
+        norm._normalize_in_place(out)
+    return io.give(out)
+
+
+def _decode(module, forward, tgt, memory, tgt_mask, memory_mask,
+            tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
+            memory_is_causal):
+    ptr = module._ptr
+    batched = is_batched(tgt, "tgt")
+    io = BatchIO(module.batch_first, batched)
+    x = io.take(tgt, "tgt")
+    mem = io.take(memory, "memory")
+    n = x.shape[0]
+    tgt_masks = mha_masks(n, module.nhead, batched, tgt_key_padding_mask,
+                          tgt_mask, bool(tgt_is_causal),
+                          ("tgt_key_padding_mask", "tgt_mask"))
+    memory_masks = mha_masks(n, module.nhead, batched,
+                             memory_key_padding_mask, memory_mask,
+                             bool(memory_is_causal),
+                             ("memory_key_padding_mask", "memory_mask"))
+    out = np.empty((n, x.shape[1], module.d_model), np.float32)
+    forward(ptr, x, mem, tgt_masks, memory_masks, out)
+    norm = getattr(module, "norm", None)
+    if norm is not None:
+        norm._normalize_in_place(out)
+    return io.give(out)
+
+
+# ---- Stacks ------------------------------------------------------------------
+
+class _StackBase(Module):
+    _layer_class = None
+
+    def _init_stack(self, layer, num_layers, norm, create):
+        who = type(self).__name__
+        if not isinstance(layer, self._layer_class):
+            raise TypeError(f"{who} needs a {self._layer_class.__name__} as "
+                            f"its template layer, not {type(layer).__name__}")
+        if norm is not None and not isinstance(norm, LayerNorm):
+            raise TypeError(f"{who}: norm must be a transformer.LayerNorm or "
+                            f"None, not {type(norm).__name__}")
+        self.num_layers = as_int(num_layers, "num_layers", 1)
+        self._config = _copy_config(layer._config)
+        self._layer_repr = layer._extra_repr()
+        self.d_model = layer.d_model
+        self.nhead = layer.nhead
+        self.batch_first = layer.batch_first
+        self.norm = norm
+        self._layer_type = type(layer).__name__
+        self._adopt(create(self._config, self.num_layers, 0))
+        # PyTorch deep-copies the template: every layer starts with its
+        # weights.
+        template = layer.state_dict()
+        for i in range(self.num_layers):
+            self.load_state_dict({f"layers.{i}.{k}": v
+                                  for k, v in template.items()}, strict=False)
+
+    def _components(self):
+        parts = [("", self)]
+        if self.norm is not None:
+            parts.append(("norm.", self.norm))
+        return parts
+
+    def __repr__(self):
+        text = (f"{type(self).__name__}(\n  (layers): {self.num_layers} x "
+                f"{self._layer_type}({self._layer_repr})\n")
+        if self.norm is not None:
+            text += f"  (norm): {self.norm!r}\n"
+        text += ")"
+        if self.closed:
+            text += " <closed>"
+        return text
+
+
+class TransformerEncoder(_StackBase):
+    """A stack of encoder layers, as ``torch.nn.TransformerEncoder``.
+
+    ``TransformerEncoder(encoder_layer, num_layers, norm=None)``
+
+    Args:
+        encoder_layer: a TransformerEncoderLayer used as the template: every
+            layer gets its configuration and (as PyTorch's deep copy) its
+            current weights.
+        num_layers: number of layers.
+        norm: optional final LayerNorm (``normalized_shape == (d_model,)``);
+            the object itself is kept and used, as in PyTorch.
+
+    Parameters: ``layers.<i>.<encoder layer names>``, and ``norm.weight``,
+    ``norm.bias`` with a norm.
+
+    Call: ``encoder(src, mask=None, src_key_padding_mask=None,
+    is_causal=None)``: src ``[S, N, E]`` (``[N, S, E]`` if the layer is
+    batch_first, ``[S, E]``) -> same shape; masks as in
+    TransformerEncoderLayer, given to every layer.
+    """
+
+    _layer_class = TransformerEncoderLayer
+
+    def __init__(self, encoder_layer, num_layers, norm=None,
+                 enable_nested_tensor=True, mask_check=True):
+        self._init_stack(encoder_layer, num_layers, norm,
+                         _ll.tfm_encoder_create)
+
+    def forward(self, src, mask=None, src_key_padding_mask=None,
+                is_causal=None):
+        """src ``[S, N, E]`` -> same shape; see the class docstring."""
+        return _encode(self, _ll.tfm_encoder_forward, src, mask,
+                       src_key_padding_mask, is_causal,
+                       ("src_key_padding_mask", "mask"))
+
+
+class TransformerDecoder(_StackBase):
+    """A stack of decoder layers, as ``torch.nn.TransformerDecoder``.
+
+    ``TransformerDecoder(decoder_layer, num_layers, norm=None)``; arguments
+    as TransformerEncoder (the template is a TransformerDecoderLayer).
+
+    Parameters: ``layers.<i>.<decoder layer names>``, ``norm.*``.
+
+    Call: ``decoder(tgt, memory, tgt_mask=None, memory_mask=None,
+    tgt_key_padding_mask=None, memory_key_padding_mask=None,
+    tgt_is_causal=None, memory_is_causal=False)``: tgt ``[L, N, E]``,
+    memory ``[S, N, E]`` -> like tgt; masks as in TransformerDecoderLayer.
+    """
+
+    _layer_class = TransformerDecoderLayer
+
+    def __init__(self, decoder_layer, num_layers, norm=None):
+        self._init_stack(decoder_layer, num_layers, norm,
+                         _ll.tfm_decoder_create)
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None,
+                tgt_key_padding_mask=None, memory_key_padding_mask=None,
+                tgt_is_causal=None, memory_is_causal=False):
+        """tgt ``[L, N, E]``, memory ``[S, N, E]`` -> like tgt."""
+        return _decode(self, _ll.tfm_decoder_forward, tgt, memory, tgt_mask,
+                       memory_mask, tgt_key_padding_mask,
+                       memory_key_padding_mask, tgt_is_causal,
+                       memory_is_causal)
+
+
+# ---- Transformer ---------------------------------------------------------------
+
+class Transformer(_LayerBase):
+    """The encoder-decoder Transformer, as ``torch.nn.Transformer``.
+
+    ``Transformer(d_model=512, nhead=8, num_encoder_layers=6,
+    num_decoder_layers=6, dim_feedforward=2048, dropout=0.1,
+    activation="relu", custom_encoder=None, custom_decoder=None,
+    layer_norm_eps=1e-05, batch_first=False, norm_first=False, bias=True)``
+
+        memory = encoder(src); output = decoder(tgt, memory); both stacks
+        end with a LayerNorm.
+
+    Arguments as TransformerEncoderLayer; custom_encoder / custom_decoder
+    must be None.  Parameters: ``encoder.layers.<i>.*``, ``encoder.norm.*``,
+    ``decoder.layers.<i>.*``, ``decoder.norm.*`` (PyTorch's names).
+
+    Call: ``model(src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+    src_key_padding_mask=None, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+    memory_is_causal=False)``:
+        src ``[S, N, E]``, tgt ``[L, N, E]`` (``[N, S, E]``, ``[N, L, E]`` if
+        batch_first; 2-D unbatched) -> output ``[L, N, E]`` (like tgt).
+        src_mask ``[S, S]``, tgt_mask ``[L, L]``, memory_mask ``[L, S]`` (or
+        ``[N * nhead, ., .]``); key padding masks ``[N, S]``, ``[N, L]``,
+        ``[N, S]``.  bool True = masked out, float = additive.  Use
+        ``Transformer.generate_square_subsequent_mask(L)`` (or
+        tgt_is_causal=True) for a causal decoder.
+    """
+
+    def __init__(self, d_model=512, nhead=8, num_encoder_layers=6,
+                 num_decoder_layers=6, dim_feedforward=2048, dropout=0.1,
+                 activation="relu", custom_encoder=None, custom_decoder=None,
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False,
+                 bias=True, device=None, dtype=None):
+        if custom_encoder is not None or custom_decoder is not None:
+            raise UnsupportedError("Transformer: custom_encoder and "
+                                   "custom_decoder are not supported")
+        self._init_layer("Transformer", d_model, nhead, dim_feedforward,
+                         dropout, activation, layer_norm_eps, batch_first,
+                         norm_first, bias, device, dtype)
+        self.num_encoder_layers = as_int(num_encoder_layers,
+                                         "num_encoder_layers", 1)
+        self.num_decoder_layers = as_int(num_decoder_layers,
+                                         "num_decoder_layers", 1)
+        self._adopt(_ll.tfm_transformer_create(self._config,
+                                               self.num_encoder_layers,
+                                               self.num_decoder_layers))
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None,
+                memory_mask=None, src_key_padding_mask=None,
+                tgt_key_padding_mask=None, memory_key_padding_mask=None,
+                src_is_causal=None, tgt_is_causal=None,
+                memory_is_causal=False):
+        """src ``[S, N, E]``, tgt ``[L, N, E]`` -> ``[L, N, E]``; see the
+        class docstring."""
+        ptr = self._ptr
+        batched = is_batched(src, "src")
+        io = BatchIO(self.batch_first, batched)
+        s = io.take(src, "src")
+        t = io.take(tgt, "tgt")
+        n = s.shape[0]
+        src_masks = mha_masks(n, self.nhead, batched, src_key_padding_mask,
+                              src_mask, bool(src_is_causal),
+                              ("src_key_padding_mask", "src_mask"))
+        tgt_masks = mha_masks(n, self.nhead, batched, tgt_key_padding_mask,
+                              tgt_mask, bool(tgt_is_causal),
+                              ("tgt_key_padding_mask", "tgt_mask"))
+        memory_masks = mha_masks(n, self.nhead, batched,
+                                 memory_key_padding_mask, memory_mask,
+                                 bool(memory_is_causal),
+                                 ("memory_key_padding_mask", "memory_mask"))
+        out = np.empty((t.shape[0], t.shape[1], self.d_model), np.float32)
+        _ll.tfm_transformer_forward(ptr, s, t, src_masks, tgt_masks,
+                                    memory_masks, out)
+        return io.give(out)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz, device=None, dtype=None):
+        """The causal mask for a sequence of length sz: a float32 ``[sz,
+        sz]`` array with -inf above the diagonal and 0 elsewhere."""
+        sz = as_int(sz, "sz", 0)
+        mask = np.triu(np.full((sz, sz), -np.inf, np.float32), 1)
+        return mask if dtype is None else mask.astype(dtype)
+
+    def _extra_repr(self):
+        return (f"d_model={self.d_model}, nhead={self.nhead}, "
+                f"num_encoder_layers={self.num_encoder_layers}, "
+                f"num_decoder_layers={self.num_decoder_layers}, "
+                f"dim_feedforward={self.dim_feedforward}, "
+                f"activation={self.activation!r}, "
+                f"layer_norm_eps={self.layer_norm_eps}, "
+                f"batch_first={self.batch_first}, "
+                f"norm_first={self.norm_first}")
+
+
+# ---- Embedding -------------------------------------------------------------------
+
+class Embedding(Module):
+    """A lookup table, as ``torch.nn.Embedding``.
+
+    ``Embedding(num_embeddings, embedding_dim, padding_idx=None, ...,
+    scale=False)``
+
+    Args:
+        num_embeddings: rows (vocabulary size).
+        embedding_dim: D, width of each row.
+        padding_idx: accepted (it only matters for training).
+        max_norm: must be None.
+        _weight: optional initial table ``[num_embeddings, D]``.
+        scale: (keyword, not in PyTorch) multiply looked-up rows by sqrt(D),
+            as section 3.4 of "Attention Is All You Need".
+
+    Parameter: ``weight [num_embeddings, D]``.
+
+    Call: ``emb(input)``: integer ids of any shape ``[*]`` -> ``[*, D]``.
+    Ids outside 0 .. num_embeddings-1 raise InvalidArgumentError.
+    """
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None,
+                 max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+                 sparse=False, _weight=None, _freeze=False, device=None,
+                 dtype=None, *, scale=False):
+        check_float32_dtype(dtype, device, "Embedding")
+        if max_norm is not None:
+            raise UnsupportedError("Embedding: max_norm is not supported")
+        self.num_embeddings = as_int(num_embeddings, "num_embeddings", 1)
+        self.embedding_dim = as_int(embedding_dim, "embedding_dim", 1)
+        self.padding_idx = padding_idx
+        self.scale = bool(scale)
+        self._adopt(_ll.tfm_embedding_create(self.num_embeddings,
+                                             self.embedding_dim,
+                                             int(self.scale)))
+        if _weight is not None:
+            self.load_state_dict({"weight": _weight})
+
+    def forward(self, input):
+        """ids ``[*]`` -> embeddings ``[*, embedding_dim]``."""
+        ptr = self._ptr
+        ids = as_ids(input, "input")
+        out = np.empty(ids.shape + (self.embedding_dim,), np.float32)
+        if ids.size == 0:
+            return out
+        _ll.tfm_embedding_forward(ptr, ids.reshape(1, -1),
+                                  out.reshape(1, ids.size,
+                                              self.embedding_dim))
+        return out
+
+    def _extra_repr(self):
+        text = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.scale:
+            text += ", scale=True"
+        return text
