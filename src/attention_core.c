@@ -1,6 +1,6 @@
 /* The attention kernel (attention_core.h).
  *
- * Queries are processed in blocks of TFM_QUERY_BLOCK rows: for each block
+ * Queries are processed in blocks of at least TFM_QUERY_BLOCK rows: for each block
  * the scaled logits against the visible keys are one cblas_sgemm, masks and
  * softmax run row by row, and the block's output is a second cblas_sgemm.
  * Scratch is one block of logits (TFM_QUERY_BLOCK x S), never L x S, unless
@@ -22,6 +22,7 @@
 #include "tensor_impl.h"
 
 #define TFM_QUERY_BLOCK 64
+#define TFM_BLOCK_FLOATS 131072
 
 static int valid_kind(tfm_mask_kind k)
 {
@@ -89,10 +90,18 @@ tfm_status tfm__masks_resolve(const tfm_attention_masks *pub, int64_t batch,
     return TFM_OK;
 }
 
+/* Query rows per block: enough that each product is large for OpenBLAS,
+ * few enough that a block of logits (rows x S) stays about 512 KiB. */
+static int64_t block_rows(int64_t L, int64_t S)
+{
+    int64_t rows = TFM_BLOCK_FLOATS / S;
+    rows = rows < TFM_QUERY_BLOCK ? TFM_QUERY_BLOCK : rows;
+    return rows < L ? rows : L;
+}
+
 int64_t tfm__attention_scratch(int64_t L, int64_t S, int64_t d_v)
 {
-    int64_t rows = L < TFM_QUERY_BLOCK ? L : TFM_QUERY_BLOCK;
-    return rows * S + S * d_v + S;
+    return block_rows(L, S) * S + S * d_v + S;
 }
 
 /* Applies one mask value to a logit: returns -inf when masked. */
@@ -167,7 +176,7 @@ static int64_t flag_bad_rows(const tfm__head_args *a, float *flags)
 void tfm__attention_head(const tfm__head_args *a)
 {
     const int64_t L = a->L, S = a->S, dv = a->d_v;
-    int64_t rows = L < TFM_QUERY_BLOCK ? L : TFM_QUERY_BLOCK;
+    int64_t rows = block_rows(L, S);
     float *block = a->scratch;
     float *clean_v = block + rows * S;
     float *flags = clean_v + S * dv;

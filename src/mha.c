@@ -84,6 +84,7 @@ tfm_status tfm__mha_new(int64_t d_model, int64_t n_heads, int64_t kdim,
         tfm_module_free(&m->base);
         return st;
     }
+    m->packed = packed;
     if (packed) {
         m->w_q = in_proj;
         m->w_k = in_proj + d * d;
@@ -110,10 +111,10 @@ tfm_status tfm_mha_create(int64_t d_model, int64_t n_heads, int64_t kdim,
     return st;
 }
 
-void tfm__mha_attend(const tfm__mha *m, const float *q, const float *k,
-                     const float *v, int64_t B, int64_t L, int64_t S,
-                     const tfm__masks *masks, float *ctx, float *weights,
-                     int average, float *scratch)
+void tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
+                     const float *k, const float *v, int64_t ldkv, int64_t B,
+                     int64_t L, int64_t S, const tfm__masks *masks, float *ctx,
+                     float *weights, int average, float *scratch)
 {
     const int64_t d = m->d_model, H = m->n_heads, dk = m->d_k;
     if (weights && average)
@@ -126,9 +127,9 @@ void tfm__mha_attend(const tfm__mha *m, const float *q, const float *k,
                 w = average ? weights + b * L * S
                             : weights + (b * H + h) * L * S;
             tfm__head_args a = {
-                .q = q + b * L * d + h * dk, .ldq = d,
-                .k = k + b * S * d + h * dk, .ldk = d,
-                .v = v + b * S * d + h * dk, .ldv = d,
+                .q = q + b * L * ldq + h * dk, .ldq = ldq,
+                .k = k + b * S * ldkv + h * dk, .ldk = ldkv,
+                .v = v + b * S * ldkv + h * dk, .ldv = ldkv,
                 .out = ctx + b * L * d + h * dk, .ldo = d,
                 .L = L, .S = S, .d_k = dk, .d_v = dk, .scale = scale,
                 .masks = masks, .b = b, .h = h,
@@ -146,11 +147,23 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                         float *out, float *weights, int average)
 {
     const int64_t d = m->d_model;
+    /* Self-attention with packed weights: one product x [W_q; W_k; W_v]^T
+     * gives q, k and v side by side in rows of 3d. */
+    const int fused = query == key && key == value && m->packed;
     tfm__ws_mark mark = tfm__ws_save();
-    float *q = tfm__ws_floats((size_t)(B * L * d));
-    float *k = q ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
-    float *v = k ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
-    float *ctx = v ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
+    float *q, *k = NULL, *v = NULL;
+    int64_t ld = d;
+    if (fused) {
+        q = tfm__ws_floats((size_t)(B * L * 3 * d));
+        k = q + d;
+        v = q + 2 * d;
+        ld = 3 * d;
+    } else {
+        q = tfm__ws_floats((size_t)(B * L * d));
+        k = q ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
+        v = k ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
+    }
+    float *ctx = q && v ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
     float *scratch =
         ctx ? tfm__ws_floats((size_t)tfm__attention_scratch(L, S, m->d_k))
             : NULL;
@@ -158,10 +171,14 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;
     }
-    tfm__linear(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
-    tfm__linear(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k, d, k, d);
-    tfm__linear(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v, d, v, d);
-    tfm__mha_attend(m, q, k, v, B, L, S, masks, ctx, weights, average,
+    if (fused) {
+        tfm__linear(query, d, B * L, d, m->w_q, m->b_q, 3 * d, q, 3 * d);
+    } else {
+        tfm__linear(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
+        tfm__linear(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k, d, k, d);
+        tfm__linear(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v, d, v, d);
+    }
+    tfm__mha_attend(m, q, ld, k, v, ld, B, L, S, masks, ctx, weights, average,
                     scratch);
     tfm__linear(ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);
@@ -174,8 +191,8 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
 {
     const int64_t d = m->d_model, S = past + n;
     tfm__ws_mark mark = tfm__ws_save();
-    float *q = tfm__ws_floats((size_t)(n * d));
-    float *ctx = q ? tfm__ws_floats((size_t)(n * d)) : NULL;
+    float *qkv = tfm__ws_floats((size_t)(n * 3 * d));
+    float *ctx = qkv ? tfm__ws_floats((size_t)(n * d)) : NULL;
     float *scratch =
         ctx ? tfm__ws_floats((size_t)tfm__attention_scratch(n, S, m->d_k))
             : NULL;
@@ -183,14 +200,20 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;
     }
-    /* The new positions' keys and values go straight into the cache rows
-     * past .. past+n-1; the caller advances the length only on success. */
-    tfm__linear(x, d, n, d, m->w_q, m->b_q, d, q, d);
-    tfm__linear(x, d, n, d, m->w_k, m->b_k, d, k_cache + past * d, d);
-    tfm__linear(x, d, n, d, m->w_v, m->b_v, d, v_cache + past * d, d);
+    /* One product for q, k and v of the new positions (the cached model's
+     * attention is always packed self-attention); their keys and values
+     * are copied into the cache rows past .. past+n-1, and the caller
+     * advances the length only on success. */
+    tfm__linear(x, d, n, d, m->w_q, m->b_q, 3 * d, qkv, 3 * d);
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(k_cache + (past + i) * d, qkv + i * 3 * d + d,
+               (size_t)d * sizeof(float));
+        memcpy(v_cache + (past + i) * d, qkv + i * 3 * d + 2 * d,
+               (size_t)d * sizeof(float));
+    }
     const tfm__masks causal = { .causal = TFM_CAUSAL_BOTTOM_RIGHT };
-    tfm__mha_attend(m, q, k_cache, v_cache, 1, n, S, &causal, ctx, NULL, 0,
-                    scratch);
+    tfm__mha_attend(m, qkv, 3 * d, k_cache, v_cache, d, 1, n, S, &causal, ctx,
+                    NULL, 0, scratch);
     tfm__linear(ctx, d, n, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);
     return TFM_OK;

@@ -9,6 +9,7 @@ typedef struct tfm__mha {
     tfm_module base;
     int64_t d_model, n_heads, d_k, kdim, vdim;
     int bias;
+    int packed;                 /* kdim == vdim == d: "in_proj_weight" */
     float *w_q, *w_k, *w_v;     /* [d, d], [d, kdim], [d, vdim] */
     float *b_q, *b_k, *b_v;     /* [d] each, or NULL */
     float *w_o, *b_o;           /* [d, d], [d] or NULL */
@@ -29,12 +30,12 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                         float *out, float *weights, int average);
 
 /* The attention part alone, on projected q [B, L, d], k, v [B, S, d]
- * (row stride d): ctx [B, L, d] receives the heads' outputs side by side.
+ * (row strides ldq and ldkv): ctx [B, L, d] receives the heads' outputs side by side.
  * scratch: tfm__attention_scratch(L, S, d_k) floats. */
-void tfm__mha_attend(const tfm__mha *m, const float *q, const float *k,
-                     const float *v, int64_t B, int64_t L, int64_t S,
-                     const tfm__masks *masks, float *ctx, float *weights,
-                     int average, float *scratch);
+void tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
+                     const float *k, const float *v, int64_t ldkv, int64_t B,
+                     int64_t L, int64_t S, const tfm__masks *masks, float *ctx,
+                     float *weights, int average, float *scratch);
 
 /* Self-attention of n new positions x [n, d] (batch 1) over a KV cache:
  * their keys and values are written to rows past .. past+n-1 of k_cache and
