@@ -18,9 +18,11 @@ void tfm__activate(float *x, int64_t n, tfm_activation activation)
             x[i] = x[i] > 0.0f ? x[i] : (x[i] != x[i] ? x[i] : 0.0f);
         break;
     case TFM_ACTIVATION_GELU:
-        /* x * Phi(x), Phi the standard normal CDF. */
+        /* x * Phi(x), Phi the standard normal CDF, written with erfc so
+         * that negative x keeps its relative precision (1 + erf(x) would
+         * cancel). */
         for (int64_t i = 0; i < n; i++)
-            x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+            x[i] = 0.5f * x[i] * erfcf(-x[i] * (float)M_SQRT1_2);
         break;
     case TFM_ACTIVATION_GELU_TANH: {
         const float c = 0.7978845608028654f; /* sqrt(2 / pi) */

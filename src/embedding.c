@@ -111,8 +111,8 @@ tfm_status tfm_embedding_add_positions(const tfm_module *positions,
     const int64_t B = x->shape[0], L = x->shape[1];
     if (offset > e->n_rows - L)
         return tfm__fail(TFM_ERR_CAPACITY,
-                         "positions %lld..%lld exceed the table's %lld rows",
-                         (long long)offset, (long long)(offset + L - 1),
+                         "%lld positions from offset %lld exceed the table's "
+                         "%lld rows", (long long)L, (long long)offset,
                          (long long)e->n_rows);
     tfm__embedding_add_rows(e, x->data, B, L, offset);
     return TFM_OK;

@@ -147,9 +147,10 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                         float *out, float *weights, int average)
 {
     const int64_t d = m->d_model;
-    /* Self-attention with packed weights: one product x [W_q; W_k; W_v]^T
-     * gives q, k and v side by side in rows of 3d. */
-    const int fused = query == key && key == value && m->packed;
+    /* Self-attention (the same rows for query, key and value) with packed
+     * weights: one product x [W_q; W_k; W_v]^T gives q, k and v side by
+     * side in rows of 3d. */
+    const int fused = query == key && key == value && L == S && m->packed;
     tfm__ws_mark mark = tfm__ws_save();
     float *q, *k = NULL, *v = NULL;
     int64_t ld = d;

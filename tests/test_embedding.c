@@ -23,6 +23,10 @@
 
 #define SENTINEL_MODULE ((tfm_module *)(uintptr_t)0x5e47)
 
+/* Internal test hook of the library (src/alloc.c, exported for tests):
+ * the k-th allocation from now fails; 0 disarms it. */
+void tfm_testing_fail_allocation(long k);
+
 /* ---- helpers -------------------------------------------------------------- */
 
 static tfm_tensor *make(int rank, const int64_t *shape, const float *data)
@@ -236,6 +240,22 @@ static void test_embedding_create_errors(void **state)
                      TFM_ERR_OVERFLOW);
     assert_ptr_equal(out, SENTINEL_MODULE);
     assert_int_equal(tfm_embedding_create(4, 4, 0, NULL), TFM_ERR_NULL_ARGUMENT);
+    /* each allocation failing in turn: OUT_OF_MEMORY, *out untouched */
+    int succeeded = 0;
+    for (long k = 1; k <= 20 && !succeeded; k++) {
+        out = SENTINEL_MODULE;
+        tfm_testing_fail_allocation(k);
+        tfm_status st = tfm_embedding_create(10, 4, 1, &out);
+        tfm_testing_fail_allocation(0);
+        if (st == TFM_OK) {
+            tfm_module_free(out);
+            succeeded = 1;
+        } else {
+            assert_int_equal(st, TFM_ERR_OUT_OF_MEMORY);
+            assert_ptr_equal(out, SENTINEL_MODULE);
+        }
+    }
+    assert_true(succeeded);
 }
 
 static void test_lookup_errors_leave_out_unchanged(void **state)

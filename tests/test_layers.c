@@ -36,6 +36,10 @@
 
 #define SENTINEL_MODULE ((tfm_module *)(uintptr_t)0x5e47)
 
+/* Internal test hook of the library (src/alloc.c, exported for tests):
+ * the k-th allocation from now fails; 0 disarms it. */
+void tfm_testing_fail_allocation(long k);
+
 /* ---- helpers -------------------------------------------------------------- */
 
 static tfm_tensor *make(int rank, const int64_t *shape, const float *data)
@@ -1359,6 +1363,123 @@ static void test_wrong_kinds(void **state)
         tfm_module_free(mods[i]);
 }
 
+/* ---- out of memory ------------------------------------------------------------
+ * Each allocation of a create call fails in turn: TFM_ERR_OUT_OF_MEMORY
+ * and *out untouched (leaks show under ASan), until the call succeeds. */
+typedef tfm_status (*any_create)(const tfm_layer_config *, tfm_module **);
+
+static tfm_status make_ln(const tfm_layer_config *c, tfm_module **out)
+{
+    return tfm_layer_norm_create(c->d_model, c->layer_norm_eps, out);
+}
+static tfm_status make_ff(const tfm_layer_config *c, tfm_module **out)
+{
+    return tfm_feed_forward_create(c->d_model, c->d_ff, c->activation, out);
+}
+static tfm_status make_tr21(const tfm_layer_config *c, tfm_module **out)
+{
+    return tfm_transformer_create(c, 2, 1, out);
+}
+
+static void test_create_out_of_memory(void **state)
+{
+    (void)state;
+    tfm_layer_config c = tfm_layer_config_default(8, 2);
+    c.d_ff = 16;
+    const any_create fns[8] = { make_ln, make_ff, tfm_encoder_layer_create,
+                                tfm_decoder_layer_create,
+                                tfm_cross_attention_create, make_encoder2,
+                                make_decoder2, make_tr21 };
+    for (int f = 0; f < 8; f++) {
+        int succeeded = 0;
+        for (long k = 1; k <= 2000 && !succeeded; k++) {
+            tfm_module *m = SENTINEL_MODULE;
+            tfm_testing_fail_allocation(k);
+            tfm_status st = fns[f](&c, &m);
+            tfm_testing_fail_allocation(0);
+            if (st == TFM_OK) {
+                assert_ptr_not_equal(m, SENTINEL_MODULE);
+                tfm_module_free(m);
+                succeeded = 1;
+            } else {
+                if (st != TFM_ERR_OUT_OF_MEMORY)
+                    fail_msg("creator %d, allocation %ld failing: status %d (%s)",
+                             f, k, (int)st, tfm_last_error());
+                assert_ptr_equal(m, SENTINEL_MODULE);
+            }
+        }
+        assert_true(succeeded);
+    }
+}
+
+/* The same for a forward pass on a cold workspace: every scratch
+ * allocation failing in turn gives TFM_ERR_OUT_OF_MEMORY with out
+ * untouched, and the call that finally succeeds gives the reference bits. */
+static void test_forward_out_of_memory(void **state)
+{
+    (void)state;
+    tfm_layer_config c = tfm_layer_config_default(8, 2);
+    c.d_ff = 16;
+    tfm_module *m = NULL;
+    assert_int_equal(tfm_transformer_create(&c, 2, 2, &m), TFM_OK);
+    randomize(m, 8);
+    tfm_tensor *src = make3(2, 5, 8, NULL), *tgt = make3(2, 3, 8, NULL);
+    fill_random(src, 1);
+    fill_random(tgt, 2);
+    tfm_tensor *ref = make3(2, 3, 8, NULL), *out = make3(2, 3, 8, NULL);
+    tfm_attention_masks tm = { .causal = TFM_CAUSAL_TOP_LEFT };
+    tfm_workspace_release();
+    assert_int_equal(tfm_transformer_forward(m, src, tgt, NULL, &tm, NULL, ref),
+                     TFM_OK);
+    int succeeded = 0, failed = 0;
+    for (long k = 1; k <= 200 && !succeeded; k++) {
+        tfm_workspace_release();
+        fill(out, 42.0f);
+        tfm_testing_fail_allocation(k);
+        tfm_status st = tfm_transformer_forward(m, src, tgt, NULL, &tm, NULL, out);
+        tfm_testing_fail_allocation(0);
+        if (st == TFM_OK) {
+            expect_bit_identical(out, ref, "forward after injected failures");
+            succeeded = 1;
+        } else {
+            assert_int_equal(st, TFM_ERR_OUT_OF_MEMORY);
+            expect_all_equal(out, 42.0f, "out after out of memory");
+            failed++;
+        }
+    }
+    assert_true(succeeded);
+    assert_true(failed >= 1); /* a cold workspace must allocate something */
+    /* the same for the decoder layer and the encoder stack, in place */
+    tfm_module *dl = NULL;
+    assert_int_equal(tfm_decoder_layer_create(&c, &dl), TFM_OK);
+    randomize(dl, 9);
+    tfm_tensor *x = make3(2, 3, 8, NULL), *x0 = make3(2, 3, 8, NULL);
+    fill_random(x0, 3);
+    tfm_workspace_release();
+    assert_int_equal(tfm_decoder_layer_forward(dl, x0, src, &tm, NULL, ref), TFM_OK);
+    succeeded = 0;
+    for (long k = 1; k <= 200 && !succeeded; k++) {
+        tfm_workspace_release();
+        assert_int_equal(tfm_tensor_copy(x, x0), TFM_OK);
+        tfm_testing_fail_allocation(k);
+        tfm_status st = tfm_decoder_layer_forward(dl, x, src, &tm, NULL, x);
+        tfm_testing_fail_allocation(0);
+        if (st == TFM_OK) {
+            expect_bit_identical(x, ref, "decoder layer in place after failures");
+            succeeded = 1;
+        } else {
+            assert_int_equal(st, TFM_ERR_OUT_OF_MEMORY);
+            expect_bit_identical(x, x0, "in-place tgt after out of memory");
+        }
+    }
+    assert_true(succeeded);
+    tfm_tensor *objs[] = { src, tgt, ref, out, x, x0 };
+    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
+        tfm_tensor_free(objs[i]);
+    tfm_module_free(m);
+    tfm_module_free(dl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1383,6 +1504,8 @@ int main(void)
         cmocka_unit_test(test_workspace_reuse_does_not_change_results),
         cmocka_unit_test(test_memory_batch_mismatch),
         cmocka_unit_test(test_wrong_kinds),
+        cmocka_unit_test(test_create_out_of_memory),
+        cmocka_unit_test(test_forward_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,6 +25,10 @@
 #define E1 2.718281828459045 /* exp(1) */
 #define SENTINEL_MODULE ((tfm_module *)(uintptr_t)0x5e47)
 
+/* Internal test hook of the library (src/alloc.c, exported for tests):
+ * the k-th allocation from now fails; 0 disarms it. */
+void tfm_testing_fail_allocation(long k);
+
 /* ---- helpers -------------------------------------------------------------- */
 
 static tfm_tensor *make(int rank, const int64_t *shape, const float *data)
@@ -972,12 +976,11 @@ static void test_averaged_weights_are_mean_of_heads(void **state)
 }
 
 /* The kernel works in blocks of query rows; averaged weights over more
- * than one block (L = 70 > 64 with a causal mask and S = 90) are still the
- * mean of the per-head weights, and every row sums to 1. */
-static void test_averaged_weights_long_sequence(void **state)
+ * than one block (long L and S, causal) are still the mean of the per-head
+ * weights, and every row sums to 1. */
+static void check_averaged_long(int L, int S)
 {
-    (void)state;
-    enum { L = 70, S = 90, D = 8, H = 2 };
+    enum { D = 8, H = 2 };
     tfm_module *m = mha(D, H, 0, 0, 1);
     randomize(m, 5);
     tfm_tensor *q = make3(1, L, D, NULL), *kv = make3(1, S, D, NULL);
@@ -1011,6 +1014,112 @@ static void test_averaged_weights_long_sequence(void **state)
     tfm_module_free(m);
 }
 
+static void test_averaged_weights_long_sequence(void **state)
+{
+    (void)state;
+    check_averaged_long(70, 90);
+    check_averaged_long(100, 1500);
+    check_averaged_long(400, 700);
+}
+
+/* Self-attention given one tensor three times (query = key = value) and
+ * given three separate copies of it compute the same function; only
+ * rounding may differ.  With and without bias, masks, per-head weights. */
+static void test_self_attention_same_tensor_vs_copies(void **state)
+{
+    (void)state;
+    enum { B = 2, L = 9, D = 12, H = 3 };
+    for (int bias = 0; bias < 2; bias++) {
+        tfm_module *m = mha(D, H, 0, 0, bias);
+        randomize(m, 21 + (uint32_t)bias);
+        tfm_tensor *x = make3(B, L, D, NULL), *xk = make3(B, L, D, NULL),
+                   *xv = make3(B, L, D, NULL);
+        fill_random(x, 22);
+        fill_random(xk, 22);
+        fill_random(xv, 22);
+        tfm_tensor *pad = make(2, (const int64_t[]){ B, L }, NULL);
+        tfm_tensor_data(pad)[L + 2] = 1.0f;
+        tfm_attention_masks mk = { .causal = TFM_CAUSAL_TOP_LEFT,
+                                   .key_padding_mask = pad };
+        tfm_tensor *o1 = make3(B, L, D, NULL), *o2 = make3(B, L, D, NULL);
+        tfm_tensor *w1 = make4(B, H, L, L, NULL), *w2 = make4(B, H, L, L, NULL);
+        assert_int_equal(tfm_mha_forward(m, x, x, x, &mk, o1, w1), TFM_OK);
+        assert_int_equal(tfm_mha_forward(m, x, xk, xv, &mk, o2, w2), TFM_OK);
+        for (int64_t i = 0; i < tfm_tensor_numel(o1); i++)
+            near_impl(tfm_tensor_data_const(o1)[i], tfm_tensor_data_const(o2)[i],
+                      1e-5, "out (same tensor vs copies)", (int)i, __LINE__);
+        for (int64_t i = 0; i < tfm_tensor_numel(w1); i++)
+            near_impl(tfm_tensor_data_const(w1)[i], tfm_tensor_data_const(w2)[i],
+                      1e-5, "weights (same tensor vs copies)", (int)i, __LINE__);
+        /* key = value = x but query different, and query = key != value */
+        tfm_tensor *q = make3(B, L, D, NULL);
+        fill_random(q, 23);
+        assert_int_equal(tfm_mha_forward(m, q, x, x, &mk, o1, NULL), TFM_OK);
+        assert_int_equal(tfm_mha_forward(m, q, xk, xv, &mk, o2, NULL), TFM_OK);
+        for (int64_t i = 0; i < tfm_tensor_numel(o1); i++)
+            near_impl(tfm_tensor_data_const(o1)[i], tfm_tensor_data_const(o2)[i],
+                      1e-5, "out (key = value)", (int)i, __LINE__);
+        assert_int_equal(tfm_mha_forward(m, x, x, q, &mk, o1, NULL), TFM_OK);
+        assert_int_equal(tfm_mha_forward(m, x, xk, q, &mk, o2, NULL), TFM_OK);
+        for (int64_t i = 0; i < tfm_tensor_numel(o1); i++)
+            near_impl(tfm_tensor_data_const(o1)[i], tfm_tensor_data_const(o2)[i],
+                      1e-5, "out (query = key)", (int)i, __LINE__);
+        tfm_tensor *objs[] = { x, xk, xv, pad, o1, o2, w1, w2, q };
+        for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
+            tfm_tensor_free(objs[i]);
+        tfm_module_free(m);
+    }
+}
+
+/* Tensors are views: the query may wrap the first rows of the same buffer
+ * that key and value wrap (queries = a prefix of the positions attended
+ * over).  The result is the one of separate copies, whatever the library
+ * does when the three data pointers coincide. */
+static void test_query_is_prefix_view_of_key(void **state)
+{
+    (void)state;
+    enum { D = 8, H = 2, LONG = 6, SHORT = 2 };
+    tfm_module *m = mha(D, H, 0, 0, 1);
+    randomize(m, 31);
+    float buf[LONG * D], qcopy[SHORT * D], kcopy[LONG * D];
+    uint32_t seed = 32;
+    for (int i = 0; i < LONG * D; i++)
+        buf[i] = rnd(&seed);
+    memcpy(qcopy, buf, sizeof qcopy);
+    memcpy(kcopy, buf, sizeof kcopy);
+    tfm_tensor *qv = NULL, *kv = NULL, *qc = NULL, *kc = NULL;
+    assert_int_equal(tfm_tensor_wrap(3, (const int64_t[]){ 1, SHORT, D }, buf, &qv),
+                     TFM_OK);
+    assert_int_equal(tfm_tensor_wrap(3, (const int64_t[]){ 1, LONG, D }, buf, &kv),
+                     TFM_OK);
+    assert_int_equal(tfm_tensor_wrap(3, (const int64_t[]){ 1, SHORT, D }, qcopy, &qc),
+                     TFM_OK);
+    assert_int_equal(tfm_tensor_wrap(3, (const int64_t[]){ 1, LONG, D }, kcopy, &kc),
+                     TFM_OK);
+    tfm_tensor *o_view = make3(1, SHORT, D, NULL), *o_copy = make3(1, SHORT, D, NULL);
+    tfm_tensor *w_view = make3(1, SHORT, LONG, NULL),
+               *w_copy = make3(1, SHORT, LONG, NULL);
+    assert_int_equal(tfm_mha_forward(m, qc, kc, kc, NULL, o_copy, w_copy), TFM_OK);
+    assert_int_equal(tfm_mha_forward(m, qv, kv, kv, NULL, o_view, w_view), TFM_OK);
+    for (int64_t i = 0; i < tfm_tensor_numel(o_copy); i++)
+        near_impl(tfm_tensor_data_const(o_view)[i], tfm_tensor_data_const(o_copy)[i],
+                  1e-5, "out (prefix view)", (int)i, __LINE__);
+    for (int64_t i = 0; i < tfm_tensor_numel(w_copy); i++)
+        near_impl(tfm_tensor_data_const(w_view)[i], tfm_tensor_data_const(w_copy)[i],
+                  1e-5, "weights (prefix view)", (int)i, __LINE__);
+    /* and the other way: key/value a prefix of the query's buffer */
+    tfm_tensor *o2v = make3(1, LONG, D, NULL), *o2c = make3(1, LONG, D, NULL);
+    assert_int_equal(tfm_mha_forward(m, kc, qc, qc, NULL, o2c, NULL), TFM_OK);
+    assert_int_equal(tfm_mha_forward(m, kv, qv, qv, NULL, o2v, NULL), TFM_OK);
+    for (int64_t i = 0; i < tfm_tensor_numel(o2c); i++)
+        near_impl(tfm_tensor_data_const(o2v)[i], tfm_tensor_data_const(o2c)[i],
+                  1e-5, "out (key prefix view)", (int)i, __LINE__);
+    tfm_tensor *objs[] = { qv, kv, qc, kc, o_view, o_copy, w_view, w_copy, o2v, o2c };
+    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
+        tfm_tensor_free(objs[i]);
+    tfm_module_free(m);
+}
+
 static void test_out_may_alias_query(void **state)
 {
     (void)state;
@@ -1034,6 +1143,64 @@ static void test_out_may_alias_query(void **state)
     expect_bit_identical(x, ref, "cross-attention in place");
     tfm_tensor_free(x);
     tfm_tensor_free(mem);
+    tfm_tensor_free(ref);
+    tfm_module_free(m);
+}
+
+/* Out of memory: each allocation of tfm_mha_create failing in turn gives
+ * TFM_ERR_OUT_OF_MEMORY with *out untouched; a forward pass on a cold
+ * workspace gives TFM_ERR_OUT_OF_MEMORY with out and weights untouched. */
+static void test_out_of_memory(void **state)
+{
+    (void)state;
+    for (int packed = 0; packed < 2; packed++) {
+        int succeeded = 0;
+        for (long k = 1; k <= 100 && !succeeded; k++) {
+            tfm_module *m = SENTINEL_MODULE;
+            tfm_testing_fail_allocation(k);
+            tfm_status st = packed ? tfm_mha_create(8, 2, 0, 0, 1, &m)
+                                   : tfm_mha_create(8, 2, 3, 5, 1, &m);
+            tfm_testing_fail_allocation(0);
+            if (st == TFM_OK) {
+                tfm_module_free(m);
+                succeeded = 1;
+            } else {
+                assert_int_equal(st, TFM_ERR_OUT_OF_MEMORY);
+                assert_ptr_equal(m, SENTINEL_MODULE);
+            }
+        }
+        assert_true(succeeded);
+    }
+    tfm_module *m = mha(8, 2, 0, 0, 1);
+    randomize(m, 3);
+    tfm_tensor *x = make3(2, 4, 8, NULL), *out = make3(2, 4, 8, NULL),
+               *w = make3(2, 4, 4, NULL), *ref = make3(2, 4, 8, NULL);
+    fill_random(x, 4);
+    tfm_workspace_release();
+    assert_int_equal(tfm_mha_forward(m, x, x, x, NULL, ref, NULL), TFM_OK);
+    int succeeded = 0, failed = 0;
+    for (long k = 1; k <= 50 && !succeeded; k++) {
+        tfm_workspace_release();
+        fill(out, 42.0f);
+        fill(w, 42.0f);
+        tfm_testing_fail_allocation(k);
+        tfm_status st = tfm_mha_forward(m, x, x, x, NULL, out, w);
+        tfm_testing_fail_allocation(0);
+        if (st == TFM_OK) {
+            expect_bit_identical(out, ref, "forward after injected failures");
+            succeeded = 1;
+        } else {
+            assert_int_equal(st, TFM_ERR_OUT_OF_MEMORY);
+            expect_all_equal(out, 42.0f, "out after out of memory");
+            expect_all_equal(w, 42.0f, "weights after out of memory");
+            failed++;
+        }
+    }
+    assert_true(succeeded);
+    assert_true(failed >= 1);
+    tfm_tensor_free(x);
+    tfm_tensor_free(out);
+    tfm_tensor_free(w);
     tfm_tensor_free(ref);
     tfm_module_free(m);
 }
@@ -1164,7 +1331,10 @@ int main(void)
         cmocka_unit_test(test_wrong_kind),
         cmocka_unit_test(test_averaged_weights_are_mean_of_heads),
         cmocka_unit_test(test_averaged_weights_long_sequence),
+        cmocka_unit_test(test_self_attention_same_tensor_vs_copies),
+        cmocka_unit_test(test_query_is_prefix_view_of_key),
         cmocka_unit_test(test_out_may_alias_query),
+        cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_threads_share_one_module),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

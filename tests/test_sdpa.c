@@ -428,6 +428,13 @@ static void test_causal_long_sequences(void **state)
         check_long_causal(TFM_CAUSAL_TOP_LEFT, 150, 20, with_w);
         check_long_causal(TFM_CAUSAL_BOTTOM_RIGHT, 65, 200, with_w);
         check_long_causal(TFM_CAUSAL_BOTTOM_RIGHT, 129, 129, with_w);
+        /* long key sequences (blocks sized by S as well as L) */
+        check_long_causal(TFM_CAUSAL_TOP_LEFT, 300, 1000, with_w);
+        check_long_causal(TFM_CAUSAL_BOTTOM_RIGHT, 300, 1000, with_w);
+        check_long_causal(TFM_CAUSAL_TOP_LEFT, 100, 3000, with_w);
+        /* many queries over few keys: whole blocks fully masked */
+        check_long_causal(TFM_CAUSAL_BOTTOM_RIGHT, 3000, 50, with_w);
+        check_long_causal(TFM_CAUSAL_TOP_LEFT, 3000, 50, with_w);
     }
 }
 
@@ -543,6 +550,52 @@ static void test_large_logits_do_not_overflow(void **state)
     check_two_logits(-1.0f, -150.0f, -149.0f, 1.0f);  /* 150, 149 again */
     check_two_logits(-1.0f, 10000.0f, 10001.0f, 1.0f); /* -1e4, -10001 */
     check_two_logits(1.0f, 200.0f, 199.0f, 0.0f);     /* default scale 1 */
+}
+
+/* The softmax's exponential over the whole useful range: one query, 96
+ * keys whose logits are 0, -1, ..., -95 (q = 1, k_j = -j, scale 1) plus
+ * fractional offsets.  Weights are compared with the float64 softmax to
+ * 2e-6 relative wherever the exact weight is a normal float32 (> 1.2e-38;
+ * below that, a flush to zero is allowed), and the output v = j gives the
+ * mean key index sum_j j w_j, also in float64. */
+static void test_softmax_accuracy_wide_range(void **state)
+{
+    (void)state;
+    enum { S = 96 };
+    tfm_tensor *q = make4(1, 1, 1, 1, (const float[]){ 1 });
+    tfm_tensor *k = make4(1, 1, S, 1, NULL), *v = make4(1, 1, S, 1, NULL);
+    for (int frac = 0; frac < 4; frac++) {
+        double logit[S], mx = -INFINITY;
+        for (int j = 0; j < S; j++) {
+            float kj = (float)-j + 0.3f * (float)frac * (float)(j % 3);
+            *ptr4(k, 0, 0, j, 0) = kj;
+            *ptr4(v, 0, 0, j, 0) = (float)j;
+            logit[j] = kj;
+            mx = logit[j] > mx ? logit[j] : mx;
+        }
+        double sum = 0, w64[S], mean = 0;
+        for (int j = 0; j < S; j++)
+            sum += (w64[j] = exp(logit[j] - mx));
+        for (int j = 0; j < S; j++) {
+            w64[j] /= sum;
+            mean += j * w64[j];
+        }
+        tfm_tensor *out = make4(1, 1, 1, 1, NULL), *w = make4(1, 1, 1, S, NULL);
+        assert_int_equal(tfm_sdpa(q, k, v, NULL, 1.0f, out, w), TFM_OK);
+        for (int j = 0; j < S; j++) {
+            double x = at4(w, 0, 0, 0, j);
+            if (w64[j] > 1.2e-38 ? !(fabs(x - w64[j]) <= 2e-6 * w64[j])
+                                 : !(x >= 0 && x <= 2 * w64[j] + 1e-45))
+                fail_msg("frac %d, key %d: weight %.9g, expected %.12g", frac, j,
+                         x, w64[j]);
+        }
+        NEAR(at4(out, 0, 0, 0, 0), mean, 2e-6);
+        tfm_tensor_free(out);
+        tfm_tensor_free(w);
+    }
+    tfm_tensor_free(q);
+    tfm_tensor_free(k);
+    tfm_tensor_free(v);
 }
 
 /* ---- NaN and infinity -------------------------------------------------------- */
@@ -1238,6 +1291,7 @@ int main(void)
         cmocka_unit_test(test_causal_long_sequences),
         cmocka_unit_test(test_fully_masked_rows_are_zero),
         cmocka_unit_test(test_large_logits_do_not_overflow),
+        cmocka_unit_test(test_softmax_accuracy_wide_range),
         cmocka_unit_test(test_masked_nan_inf_never_reach_output),
         cmocka_unit_test(test_nan_query_in_fully_masked_row),
         cmocka_unit_test(test_visible_nan_value_propagates_causally),

@@ -17,6 +17,10 @@
 #include <transformer/tensor.h>
 #include <transformer/version.h>
 
+/* Internal test hook of the library (src/alloc.c, exported for tests):
+ * the k-th allocation from now fails; 0 disarms it. */
+void tfm_testing_fail_allocation(long k);
+
 /* A pointer value that no allocation returns: *out must keep it on error. */
 #define SENTINEL_PTR ((tfm_tensor *)(uintptr_t)0x5e47)
 
@@ -503,6 +507,40 @@ static void test_version_macros_match_library(void **state)
     assert_true(TFM_AT_LEAST_VERSION(0, 0, 0));
 }
 
+/* Out of memory at each allocation of a create call: TFM_ERR_OUT_OF_MEMORY,
+ * *out untouched, nothing leaked (run under ASan/valgrind to see leaks),
+ * and a later call succeeds. */
+static void test_out_of_memory(void **state)
+{
+    (void)state;
+    const int64_t shape[2] = { 3, 5 };
+    float data[15] = { 0 };
+    for (int which = 0; which < 3; which++) {
+        int succeeded = 0;
+        for (long k = 1; k <= 10 && !succeeded; k++) {
+            tfm_tensor *t = SENTINEL_PTR;
+            tfm_testing_fail_allocation(k);
+            tfm_status st = which == 0 ? tfm_tensor_create(2, shape, &t)
+                          : which == 1 ? tfm_tensor_create_copy(2, shape, data, &t)
+                                       : tfm_tensor_wrap(2, shape, data, &t);
+            tfm_testing_fail_allocation(0);
+            if (st == TFM_OK) {
+                assert_ptr_not_equal(t, SENTINEL_PTR);
+                assert_int_equal(tfm_tensor_numel(t), 15);
+                tfm_tensor_free(t);
+                succeeded = 1;
+                continue;
+            }
+            if (st != TFM_ERR_OUT_OF_MEMORY)
+                fail_msg("creator %d, allocation %ld failing: status %d", which,
+                         k, (int)st);
+            assert_ptr_equal(t, SENTINEL_PTR);
+            assert_true(strlen(tfm_last_error()) > 0);
+        }
+        assert_true(succeeded);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -525,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_copy_add_shape_mismatch_leaves_destination),
         cmocka_unit_test(test_add_nonfinite_follows_ieee),
         cmocka_unit_test(test_version_macros_match_library),
+        cmocka_unit_test(test_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
