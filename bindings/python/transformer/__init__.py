@@ -1,1 +1,88 @@
-print("stub")
+"""libtransformer for Python: Transformer building blocks in C on OpenBLAS,
+with PyTorch's vocabulary and numpy arrays.
+
+Where a concept exists in ``torch.nn`` it has the same name, arguments,
+defaults, mask conventions and return values::
+
+    import numpy as np, transformer
+
+    mha = transformer.MultiheadAttention(8, 2, batch_first=True)
+    mha.load_state_dict(torch_mha.state_dict())     # torch tensors or numpy
+    x = np.random.rand(4, 5, 8).astype(np.float32)  # [N, L, E]
+    out, weights = mha(x, x, x, is_causal=True)      # [4, 5, 8], [4, 5, 5]
+
+    model = transformer.load_model()                 # the shipped model
+    print(model.generate("And God said", max_new_tokens=100, seed=1))
+
+Layers: MultiheadAttention, LayerNorm, TransformerEncoderLayer,
+TransformerDecoderLayer, TransformerEncoder, TransformerDecoder,
+Transformer, Embedding.  Functions: scaled_dot_product_attention,
+sinusoidal_positional_encoding.  Models: Model (load_model,
+default_model_path), KVCache, Tokenizer, Sampler.  Files:
+load_safetensors, save_safetensors, load_safetensors_metadata.
+
+Arrays: float32 numpy arrays (other real dtypes and torch tensors are
+converted; contiguous float32 input is used without a copy).  Results are
+float32 numpy arrays.  Modules run in inference mode: dropout is ignored.
+
+Masks: ``MultiheadAttention`` and the layers take PyTorch's
+``nn.MultiheadAttention`` convention (bool True = masked out, float =
+added to the logits); ``scaled_dot_product_attention`` takes
+``F.scaled_dot_product_attention``'s (bool True = may attend).
+
+Errors: the library's status codes raise subclasses of TransformerError
+that also derive from the matching builtin (ShapeError is a ValueError,
+NotFoundError a KeyError, ...), carrying the library's message.
+
+Lifetime: every object owning a C handle frees it exactly once, when
+garbage-collected or on ``close()`` (also a context manager); a closed
+object raises ClosedError (a ValueError).
+"""
+
+from . import _lowlevel
+from ._errors import (CapacityError, ClosedError, FormatError,
+                      InvalidArgumentError, NonFiniteError, NotFoundError,
+                      NullArgumentError, OutOfMemoryError, ShapeError,
+                      TransformerError, TransformerIOError,
+                      TransformerOverflowError, UnsupportedError,
+                      WrongKindError)
+from ._core import Module, live_handles
+from .modules import (Embedding, LayerNorm, MultiheadAttention, Transformer,
+                      TransformerDecoder, TransformerDecoderLayer,
+                      TransformerEncoder, TransformerEncoderLayer)
+from .functional import (scaled_dot_product_attention,
+                         sinusoidal_positional_encoding)
+from .models import (KVCache, Model, Sampler, Tokenizer, default_model_path,
+                     load_model)
+from .safetensors import (load_safetensors, load_safetensors_metadata,
+                          save_safetensors)
+
+__version__ = _lowlevel.tfm_version_string()
+version_info = tuple(int(p) for p in __version__.split("."))
+
+
+def release_workspace():
+    """Frees the calling thread's scratch memory (it is reused by later
+    forward passes, and freed when the thread exits)."""
+    _lowlevel.tfm_workspace_release()
+
+
+__all__ = [
+    # layers and functions
+    "Module", "MultiheadAttention", "LayerNorm", "TransformerEncoderLayer",
+    "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
+    "Transformer", "Embedding", "scaled_dot_product_attention",
+    "sinusoidal_positional_encoding",
+    # models
+    "Model", "KVCache", "Tokenizer", "Sampler", "load_model",
+    "default_model_path",
+    # files
+    "load_safetensors", "load_safetensors_metadata", "save_safetensors",
+    # errors
+    "TransformerError", "NullArgumentError", "InvalidArgumentError",
+    "ShapeError", "TransformerOverflowError", "OutOfMemoryError",
+    "NotFoundError", "WrongKindError", "TransformerIOError", "FormatError",
+    "UnsupportedError", "CapacityError", "NonFiniteError", "ClosedError",
+    # misc
+    "release_workspace", "live_handles", "__version__", "version_info",
+]

@@ -18,7 +18,7 @@ _INT32_MAX = 2**31 - 1
 
 # ---- Handles ---------------------------------------------------------------
 
-_live_lock = threading.Lock()
+_live_lock = threading.RLock()   # re-entrant: __del__ may run inside
 _live = collections.Counter()   # kind -> number of open handles
 
 
@@ -293,10 +293,22 @@ def is_batched(x, name):
     """Whether an activation is batched (3-D) or unbatched (2-D)."""
     if x is None:
         raise TypeError(f"{name} must be an array of numbers, not None")
-    return np.ndim(_to_numpy(x)) != 2
+    try:
+        return np.ndim(_to_numpy(x)) != 2
+    except (TypeError, ValueError):     # ragged: as_float32 says why
+        return True
 
 
 # ---- Modules ---------------------------------------------------------------
+
+def _rebuild_module(cls, attrs, params):
+    module = cls.__new__(cls)
+    module.__dict__.update(attrs)
+    module._adopt(module._create())
+    for name, value in params.items():
+        _ll.tfm_module_set_parameter(module._ptr, name, value)
+    return module
+
 
 IncompatibleKeys = collections.namedtuple("IncompatibleKeys",
                                           ["missing_keys", "unexpected_keys"])
@@ -349,9 +361,11 @@ class Module:
 
     # -- calling --
     def __call__(self, *args, **kwargs):
+        """module(...) runs module.forward(...)."""
         return self.forward(*args, **kwargs)
 
     def forward(self, *args, **kwargs):   # pragma: no cover - abstract
+        """The computation; each layer documents its own shapes."""
         raise NotImplementedError
 
     def eval(self):
@@ -476,6 +490,27 @@ class Module:
         save_safetensors (or by PyTorch's safetensors.torch.save_file)."""
         from .safetensors import load_safetensors
         return self.load_state_dict(load_safetensors(path), strict=strict)
+
+    # -- copies --
+    _transient = ("_handle",)
+
+    def _create(self):   # pragma: no cover - every layer defines it
+        """A new C handle for this module's configuration (attributes)."""
+        raise NotImplementedError
+
+    def __reduce__(self):
+        """pickle and copy.deepcopy: the configuration (attributes) and the
+        module's own parameters; a new C handle is made on load."""
+        ptr = self._ptr
+        attrs = {k: v for k, v in self.__dict__.items()
+                 if k not in self._transient}
+        params = {}
+        for i in range(_ll.tfm_module_parameter_count(ptr)):
+            name = _ll.tfm_module_parameter_name(ptr, i)
+            a = np.empty(_ll.tfm_module_parameter_shape(ptr, name), np.float32)
+            _ll.tfm_module_get_parameter(ptr, name, a)
+            params[name] = a
+        return (_rebuild_module, (type(self), attrs, params))
 
     # -- display --
     def _extra_repr(self):

@@ -116,3 +116,8 @@ _BY_STATUS = {cls.status: cls for cls in (
 for _status, _cls in _BY_STATUS.items():
     _ll.tfmpy_register_error(_status, _cls)
 del _status, _cls
+
+# Shown as transformer.ShapeError, where people import them from.
+for _cls in (TransformerError, ClosedError, *_BY_STATUS.values()):
+    _cls.__module__ = "transformer"
+del _cls

@@ -66,11 +66,15 @@ def _check_bias(bias, who):
                                "library's layers always have biases)")
 
 
-def _copy_config(cfg):
-    new = _ll.tfm_layer_config_default(cfg.d_model, cfg.n_heads)
-    for field in ("d_ff", "activation", "layer_norm_eps", "norm_first"):
-        setattr(new, field, getattr(cfg, field))
-    return new
+class _HasLayerConfig:
+    """The C layer configuration, rebuilt from the plain attributes (so
+    that the module pickles and deep-copies)."""
+
+    @property
+    def _config(self):
+        return _layer_config(self.d_model, self.nhead, self.dim_feedforward,
+                             self.activation, self.layer_norm_eps,
+                             self.norm_first)
 
 
 # ---- MultiheadAttention ------------------------------------------------------
@@ -140,8 +144,11 @@ class MultiheadAttention(Module):
         self.bias = bool(bias)
         self.batch_first = bool(batch_first)
         self.head_dim = self.embed_dim // self.num_heads
-        self._adopt(_ll.tfm_mha_create(self.embed_dim, self.num_heads,
-                                       self.kdim, self.vdim, int(self.bias)))
+        self._adopt(self._create())
+
+    def _create(self):
+        return _ll.tfm_mha_create(self.embed_dim, self.num_heads, self.kdim,
+                                  self.vdim, int(self.bias))
 
     def forward(self, query, key, value, key_padding_mask=None,
                 need_weights=True, attn_mask=None, average_attn_weights=True,
@@ -221,7 +228,10 @@ class LayerNorm(Module):
         for d in shape:
             size *= d
         self._size = as_int(size, "the normalized size")
-        self._adopt(_ll.tfm_layer_norm_create(self._size, self.eps))
+        self._adopt(self._create())
+
+    def _create(self):
+        return _ll.tfm_layer_norm_create(self._size, self.eps)
 
     def _exposed(self, c_name, c_shape):
         if not self.elementwise_affine or (c_name == "bias" and not self.bias):
@@ -259,19 +269,19 @@ class LayerNorm(Module):
 
 # ---- Encoder and decoder layers ------------------------------------------
 
-class _LayerBase(Module):
+class _LayerBase(_HasLayerConfig, Module):
     def _init_layer(self, who, d_model, nhead, dim_feedforward, dropout,
                     activation, layer_norm_eps, batch_first, norm_first, bias,
                     device, dtype):
         check_float32_dtype(dtype, device, who)
         _check_bias(bias, who)
-        self._config = _layer_config(d_model, nhead, dim_feedforward,
-                                     activation, layer_norm_eps, norm_first)
-        self.d_model = self._config.d_model
-        self.nhead = self._config.n_heads
-        self.dim_feedforward = self._config.d_ff
+        config = _layer_config(d_model, nhead, dim_feedforward, activation,
+                               layer_norm_eps, norm_first)
+        self.d_model = config.d_model
+        self.nhead = config.n_heads
+        self.dim_feedforward = config.d_ff
         self.dropout = as_float(dropout, "dropout")
-        self.activation = _ACTIVATION_NAMES[self._config.activation]
+        self.activation = _ACTIVATION_NAMES[config.activation]
         self.layer_norm_eps = as_float(layer_norm_eps, "layer_norm_eps")
         self.batch_first = bool(batch_first)
         self.norm_first = bool(norm_first)
@@ -326,7 +336,10 @@ class TransformerEncoderLayer(_LayerBase):
         self._init_layer("TransformerEncoderLayer", d_model, nhead,
                          dim_feedforward, dropout, activation, layer_norm_eps,
                          batch_first, norm_first, bias, device, dtype)
-        self._adopt(_ll.tfm_encoder_layer_create(self._config))
+        self._adopt(self._create())
+
+    def _create(self):
+        return _ll.tfm_encoder_layer_create(self._config)
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None,
                 is_causal=False):
@@ -371,7 +384,10 @@ class TransformerDecoderLayer(_LayerBase):
         self._init_layer("TransformerDecoderLayer", d_model, nhead,
                          dim_feedforward, dropout, activation, layer_norm_eps,
                          batch_first, norm_first, bias, device, dtype)
-        self._adopt(_ll.tfm_decoder_layer_create(self._config))
+        self._adopt(self._create())
+
+    def _create(self):
+        return _ll.tfm_decoder_layer_create(self._config)
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None,
                 tgt_key_padding_mask=None, memory_key_padding_mask=None,
@@ -426,10 +442,11 @@ def _decode(module, forward, tgt, memory, tgt_mask, memory_mask,
 
 # ---- Stacks ------------------------------------------------------------------
 
-class _StackBase(Module):
+class _StackBase(_HasLayerConfig, Module):
     _layer_class = None
+    _create_stack = None
 
-    def _init_stack(self, layer, num_layers, norm, create):
+    def _init_stack(self, layer, num_layers, norm):
         who = type(self).__name__
         if not isinstance(layer, self._layer_class):
             raise TypeError(f"{who} needs a {self._layer_class.__name__} as "
@@ -438,20 +455,22 @@ class _StackBase(Module):
             raise TypeError(f"{who}: norm must be a transformer.LayerNorm or "
                             f"None, not {type(norm).__name__}")
         self.num_layers = as_int(num_layers, "num_layers", 1)
-        self._config = _copy_config(layer._config)
+        for name in ("d_model", "nhead", "dim_feedforward", "activation",
+                     "layer_norm_eps", "norm_first", "batch_first"):
+            setattr(self, name, getattr(layer, name))
         self._layer_repr = layer._extra_repr()
-        self.d_model = layer.d_model
-        self.nhead = layer.nhead
-        self.batch_first = layer.batch_first
         self.norm = norm
         self._layer_type = type(layer).__name__
-        self._adopt(create(self._config, self.num_layers, 0))
+        self._adopt(self._create())
         # PyTorch deep-copies the template: every layer starts with its
         # weights.
         template = layer.state_dict()
         for i in range(self.num_layers):
             self.load_state_dict({f"layers.{i}.{k}": v
                                   for k, v in template.items()}, strict=False)
+
+    def _create(self):
+        return self._create_stack(self._config, self.num_layers, 0)
 
     def _components(self):
         parts = [("", self)]
@@ -493,11 +512,11 @@ class TransformerEncoder(_StackBase):
     """
 
     _layer_class = TransformerEncoderLayer
+    _create_stack = staticmethod(_ll.tfm_encoder_create)
 
     def __init__(self, encoder_layer, num_layers, norm=None,
                  enable_nested_tensor=True, mask_check=True):
-        self._init_stack(encoder_layer, num_layers, norm,
-                         _ll.tfm_encoder_create)
+        self._init_stack(encoder_layer, num_layers, norm)
 
     def forward(self, src, mask=None, src_key_padding_mask=None,
                 is_causal=None):
@@ -518,14 +537,16 @@ class TransformerDecoder(_StackBase):
     Call: ``decoder(tgt, memory, tgt_mask=None, memory_mask=None,
     tgt_key_padding_mask=None, memory_key_padding_mask=None,
     tgt_is_causal=None, memory_is_causal=False)``: tgt ``[L, N, E]``,
-    memory ``[S, N, E]`` -> like tgt; masks as in TransformerDecoderLayer.
+    memory ``[S, N, E]`` (``[N, L, E]``, ``[N, S, E]`` if the layer is
+    batch_first; 2-D unbatched) -> like tgt; masks as in
+    TransformerDecoderLayer, given to every layer.
     """
 
     _layer_class = TransformerDecoderLayer
+    _create_stack = staticmethod(_ll.tfm_decoder_create)
 
     def __init__(self, decoder_layer, num_layers, norm=None):
-        self._init_stack(decoder_layer, num_layers, norm,
-                         _ll.tfm_decoder_create)
+        self._init_stack(decoder_layer, num_layers, norm)
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None,
                 tgt_key_padding_mask=None, memory_key_padding_mask=None,
@@ -582,9 +603,12 @@ class Transformer(_LayerBase):
                                          "num_encoder_layers", 1)
         self.num_decoder_layers = as_int(num_decoder_layers,
                                          "num_decoder_layers", 1)
-        self._adopt(_ll.tfm_transformer_create(self._config,
-                                               self.num_encoder_layers,
-                                               self.num_decoder_layers))
+        self._adopt(self._create())
+
+    def _create(self):
+        return _ll.tfm_transformer_create(self._config,
+                                          self.num_encoder_layers,
+                                          self.num_decoder_layers)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None,
                 memory_mask=None, src_key_padding_mask=None,
@@ -667,11 +691,13 @@ class Embedding(Module):
         self.embedding_dim = as_int(embedding_dim, "embedding_dim", 1)
         self.padding_idx = padding_idx
         self.scale = bool(scale)
-        self._adopt(_ll.tfm_embedding_create(self.num_embeddings,
-                                             self.embedding_dim,
-                                             int(self.scale)))
+        self._adopt(self._create())
         if _weight is not None:
             self.load_state_dict({"weight": _weight})
+
+    def _create(self):
+        return _ll.tfm_embedding_create(self.num_embeddings,
+                                        self.embedding_dim, int(self.scale))
 
     def forward(self, input):
         """ids ``[*]`` -> embeddings ``[*, embedding_dim]``."""

@@ -1,0 +1,537 @@
+"""Whole models, the character-level tokenizer, KV-cache decoding, sampling
+and text generation.
+
+    model = transformer.load_model()          # the shipped model
+    print(model.generate("And God said", max_new_tokens=200, seed=1))
+"""
+
+import operator
+import os
+import weakref
+
+import numpy as np
+
+from . import _lowlevel as _ll
+from . import _paths
+from ._core import (Module, _Handle, as_float, as_float32, as_ids, as_int,
+                    fspath)
+from ._errors import (ClosedError, FormatError, InvalidArgumentError,
+                      ShapeError)
+
+__all__ = ["Model", "KVCache", "Tokenizer", "Sampler", "load_model",
+           "default_model_path"]
+
+_ARCHITECTURES = {
+    _ll.TFM_ARCH_DECODER_ONLY: "decoder_only",
+    _ll.TFM_ARCH_ENCODER_ONLY: "encoder_only",
+    _ll.TFM_ARCH_ENCODER_DECODER: "encoder_decoder",
+}
+_POSITIONALS = {
+    _ll.TFM_POSITIONAL_NONE: "none",
+    _ll.TFM_POSITIONAL_LEARNED: "learned",
+    _ll.TFM_POSITIONAL_SINUSOIDAL: "sinusoidal",
+}
+_ACTIVATIONS = {
+    _ll.TFM_ACTIVATION_RELU: "relu",
+    _ll.TFM_ACTIVATION_GELU: "gelu",
+    _ll.TFM_ACTIVATION_GELU_TANH: "gelu_tanh",
+}
+
+
+def default_model_path():
+    """The shipped model file: $TRANSFORMER_MODEL when set, else the
+    installed copy (<datadir>/transformer/kjv-char.safetensors), else the
+    source tree's models/kjv-char.safetensors.  FileNotFoundError when
+    neither exists."""
+    env = os.environ.get("TRANSFORMER_MODEL")
+    if env:
+        return env
+    candidates = _paths.installed_model_candidates() + [_paths.SOURCE_MODEL]
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            return candidate
+    raise FileNotFoundError(
+        "no model file found: set TRANSFORMER_MODEL, or install the model "
+        "(cmake --install) or put it in the source tree; looked at "
+        + ", ".join(candidates))
+
+
+def load_model(path=None):
+    """Model.load(path); path None means default_model_path()."""
+    return Model.load(path)
+
+
+# ---- Tokenizer -------------------------------------------------------------
+
+class Tokenizer:
+    """Character-level tokenizer: one token per Unicode code point.
+
+    ``Tokenizer(vocab)``: vocab is the string of the tokens in id order (no
+    character twice).  ``Tokenizer.load(path)`` reads it from a model file.
+
+    encode(text) -> list of ids; decode(ids) -> str; len(tokenizer) is the
+    vocabulary size.  A character outside the vocabulary raises
+    InvalidArgumentError naming it.
+    """
+
+    def __init__(self, vocab):
+        if not isinstance(vocab, str):
+            raise TypeError(f"vocab must be a str, not {type(vocab).__name__}")
+        if "\0" in vocab:
+            raise InvalidArgumentError("vocab must not contain NUL")
+        self._handle = _Handle(_ll.tfm_tokenizer_create(vocab),
+                               _ll.tfm_tokenizer_free, "tokenizer")
+
+    @classmethod
+    def load(cls, path):
+        """The tokenizer stored in a model file's metadata ("tfm.tokenizer":
+        "char", "tfm.vocab").  FormatError when the file has none."""
+        self = cls.__new__(cls)
+        self._handle = _Handle(_ll.tfm_tokenizer_load(fspath(path)),
+                               _ll.tfm_tokenizer_free, "tokenizer")
+        return self
+
+    @property
+    def _ptr(self):
+        h = getattr(self, "_handle", None)
+        if h is None:
+            raise ClosedError("Tokenizer is closed")
+        return h.get("Tokenizer")
+
+    def __reduce__(self):
+        """pickle and copy.deepcopy: rebuilt from the vocabulary."""
+        return (Tokenizer, (self.vocab,))
+
+    def encode(self, text):
+        """str (or UTF-8 bytes) -> list of token ids."""
+        if not isinstance(text, (str, bytes)):
+            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        return _ll.tfmpy_tokenizer_encode(self._ptr, text).tolist()
+
+    def decode(self, ids):
+        """Token ids (list or 1-D array) -> str."""
+        ptr = self._ptr
+        ids = as_ids(ids, "ids").reshape(-1)
+        if ids.size == 0:
+            return ""
+        return _ll.tfmpy_tokenizer_decode(ptr, ids)
+
+    @property
+    def vocab_size(self):
+        """Number of tokens."""
+        return _ll.tfm_tokenizer_vocab_size(self._ptr)
+
+    def __len__(self):
+        return self.vocab_size
+
+    @property
+    def vocab(self):
+        """The vocabulary string (token i is vocab[i])."""
+        return self.decode(np.arange(self.vocab_size, dtype=np.int32))
+
+    def close(self):
+        """Frees the tokenizer now (idempotent)."""
+        if getattr(self, "_handle", None) is not None:
+            self._handle.close()
+
+    @property
+    def closed(self):
+        h = getattr(self, "_handle", None)
+        return h is None or h.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        if self.closed:
+            return "Tokenizer(<closed>)"
+        return f"Tokenizer(vocab_size={self.vocab_size})"
+
+
+# ---- Sampling --------------------------------------------------------------
+
+def _sampling(temperature, top_k, top_p, greedy):
+    temperature = as_float(temperature, "temperature")
+    if greedy is None:
+        greedy = temperature == 0.0
+    s = _ll.tfm_sampling()
+    s.greedy = 1 if greedy else 0
+    s.temperature = 1.0 if greedy else temperature
+    s.top_k = as_int(top_k, "top_k")
+    s.top_p = 1.0 if greedy else as_float(top_p, "top_p")
+    return s
+
+
+def _seed(seed):
+    try:
+        return operator.index(seed) % 2**64
+    except TypeError:
+        raise TypeError(f"seed must be an int, not {type(seed).__name__}") \
+            from None
+
+
+class Sampler:
+    """Draws token ids from logits, reproducibly.
+
+    ``Sampler(temperature=1.0, top_k=0, top_p=1.0, greedy=None, seed=0)``:
+    greedy (argmax; the default when temperature is 0), temperature
+    scaling, top-k (0: no limit) and nucleus top-p (1: no limit), from a
+    SplitMix64 generator seeded with seed (the same stream as the C
+    library's).
+
+    ``sampler(logits)``: logits ``[vocab_size]`` -> int id.
+    """
+
+    def __init__(self, temperature=1.0, top_k=0, top_p=1.0, greedy=None,
+                 seed=0):
+        self._sampling = _sampling(temperature, top_k, top_p, greedy)
+        self._rng = _ll.tfm_rng()
+        _ll.tfm_rng_seed(self._rng, _seed(seed))
+
+    def __call__(self, logits):
+        x = as_float32(logits, "logits")
+        if x.ndim != 1:
+            raise ShapeError(f"logits must be [vocab_size], got shape "
+                             f"{x.shape}")
+        return int(_ll.tfm_sample(x, self._sampling, self._rng))
+
+    def __repr__(self):
+        s = self._sampling
+        if s.greedy:
+            return "Sampler(greedy=True)"
+        return (f"Sampler(temperature={s.temperature:g}, top_k={s.top_k}, "
+                f"top_p={s.top_p:g})")
+
+
+# ---- Models ----------------------------------------------------------------
+
+class Model(Module):
+    """A whole model: decoder-only (GPT style), encoder-only (BERT style) or
+    encoder-decoder, with its tokenizer when the file has one.
+
+    ``Model.load(path)`` (or ``load_model(path)``) reads a libtransformer
+    model file (safetensors with the configuration in its metadata).
+    ``Model(config)`` creates one with zero weights from a config dict (the
+    keys of ``model.config``).
+
+    Attributes: ``config`` (dict: architecture, vocab_size, d_model,
+    n_heads, d_ff, activation, layer_norm_eps, norm_first, n_layers or
+    n_encoder_layers / n_decoder_layers, context_length, positional,
+    tied_embeddings, embedding_scale), ``tokenizer`` (Tokenizer or None).
+
+    Methods:
+        logits(ids) -> ``[N, L, vocab_size]`` for ids ``[N, L]``
+            (``[L, vocab_size]`` for ``[L]``); encoder-decoder models take
+            logits(src_ids, tgt_ids).
+        generate(prompt, max_new_tokens=100, temperature=1.0, top_k=0,
+            top_p=1.0, seed=0, greedy=None) -> str (or ids).
+        kv_cache(capacity=None) -> KVCache for step-by-step decoding.
+        save(path) writes a model file (with the tokenizer).
+    Plus the Module methods (state_dict, load_state_dict, num_parameters,
+    forward_macs, close).
+    """
+
+    tokenizer = None
+    path = None
+    _transient = ("_handle", "_caches")
+
+    def __init__(self, config=None, **kwargs):
+        cfg = dict(config or {})
+        cfg.update(kwargs)
+        _model_config(cfg)                      # check it before keeping it
+        self._config_dict = cfg
+        self._adopt(self._create())
+
+    def _create(self):
+        return _ll.tfm_model_create(_model_config(self._config_dict))
+
+    @property
+    def _cache_set(self):
+        caches = self.__dict__.get("_caches")
+        if caches is None:
+            caches = self.__dict__["_caches"] = weakref.WeakSet()
+        return caches
+
+    @classmethod
+    def load(cls, path=None):
+        """Loads a model file (default: default_model_path()) and, when its
+        metadata has one, its tokenizer."""
+        path = default_model_path() if path is None else fspath(path)
+        self = cls.__new__(cls)
+        self._adopt(_ll.tfm_model_load(path))
+        self._config_dict = self.config
+        self.path = path
+        try:
+            self.tokenizer = Tokenizer.load(path)
+        except FormatError:
+            self.tokenizer = None
+        return self
+
+    def close(self):
+        """Frees the model and every KV cache made from it."""
+        for cache in list(self._cache_set):
+            cache.close()
+        super().close()
+
+    @property
+    def config(self):
+        """The configuration as a dict (see the class docstring)."""
+        c = _ll.tfm_model_config()
+        _ll.tfm_model_get_config(self._ptr, c)
+        arch = _ARCHITECTURES.get(c.architecture, c.architecture)
+        out = {"architecture": arch, "vocab_size": c.vocab_size,
+               "d_model": c.layer.d_model, "n_heads": c.layer.n_heads,
+               "d_ff": c.layer.d_ff,
+               "activation": _ACTIVATIONS.get(c.layer.activation,
+                                              c.layer.activation),
+               "layer_norm_eps": c.layer.layer_norm_eps,
+               "norm_first": bool(c.layer.norm_first)}
+        if arch == "encoder_decoder":
+            out["n_encoder_layers"] = c.n_encoder_layers
+            out["n_decoder_layers"] = c.n_decoder_layers
+        else:
+            out["n_layers"] = c.n_layers
+        out.update({"context_length": c.context_length,
+                    "positional": _POSITIONALS.get(c.positional, c.positional),
+                    "tied_embeddings": bool(c.tied_embeddings),
+                    "embedding_scale": bool(c.embedding_scale)})
+        return out
+
+    def logits(self, ids, tgt_ids=None):
+        """Logits of every position, all at once.
+
+        Decoder-only (causal) and encoder-only (bidirectional): ids ``[N,
+        L]`` -> ``[N, L, vocab_size]``; ids ``[L]`` -> ``[L, vocab_size]``.
+        Encoder-decoder: ids are the source ``[N, S]``, tgt_ids the target
+        ``[N, L]`` (causal) -> ``[N, L, vocab_size]``.
+        L must not exceed context_length (CapacityError)."""
+        ptr = self._ptr
+        c = self.config
+        vocab = c["vocab_size"]
+        src = as_ids(ids, "ids")
+        if src.ndim not in (1, 2):
+            raise ShapeError(f"ids must be [N, L] or [L], got shape "
+                             f"{src.shape}")
+        single = src.ndim == 1
+        if single:
+            src = src[None]
+        if c["architecture"] == "encoder_decoder":
+            if tgt_ids is None:
+                raise TypeError("an encoder-decoder model needs tgt_ids: "
+                                "logits(src_ids, tgt_ids)")
+            tgt = as_ids(tgt_ids, "tgt_ids", 1 if single else 2)
+            if single:
+                tgt = tgt[None]
+            out = np.empty((tgt.shape[0], tgt.shape[1], vocab), np.float32)
+            _ll.tfmpy_model_seq2seq_logits(ptr, src, tgt, out)
+        else:
+            if tgt_ids is not None:
+                raise TypeError("tgt_ids is only for encoder-decoder models")
+            out = np.empty((src.shape[0], src.shape[1], vocab), np.float32)
+            _ll.tfm_model_logits(ptr, src, out)
+        return out[0] if single else out
+
+    forward = logits
+
+    def kv_cache(self, capacity=None):
+        """A KVCache for this (decoder-only) model holding up to capacity
+        positions (default: the context length)."""
+        return KVCache(self, capacity)
+
+    def generate(self, prompt, max_new_tokens=100, temperature=1.0, top_k=0,
+                 top_p=1.0, seed=0, greedy=None):
+        """Generates max_new_tokens tokens after prompt (decoder-only models),
+        with a KV cache; past the context length the window slides.
+
+        Args:
+            prompt: a str (encoded with the model's tokenizer) or token ids.
+            max_new_tokens: tokens to generate.
+            temperature: logits / temperature before sampling; 0 means
+                greedy.
+            top_k: sample among the k most likely (0: all).
+            top_p: nucleus sampling (1: no limit).
+            seed: the generator's seed; the same seed gives the same text.
+            greedy: True for argmax decoding; None (default) means greedy
+                exactly when temperature is 0.
+
+        Returns:
+            the generated text (str) for a str prompt, else the list of the
+            new ids (the prompt is not repeated)."""
+        ptr = self._ptr
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InvalidArgumentError(
+                    "this model has no tokenizer (its file has no "
+                    "tfm.tokenizer metadata): pass token ids")
+            ids = np.asarray(self.tokenizer.encode(prompt), np.int32)
+            as_text = True
+        else:
+            ids = as_ids(prompt, "prompt").reshape(-1)
+            as_text = False
+        max_new = as_int(max_new_tokens, "max_new_tokens", 0)
+        sampling = _sampling(temperature, top_k, top_p, greedy)
+        out = np.zeros(max(max_new, 1), np.int32)
+        if max_new > 0:
+            _ll.tfmpy_model_generate(ptr, ids, sampling, _seed(seed), out)
+        new = out[:max_new].tolist()
+        return self.tokenizer.decode(new) if as_text else new
+
+    def save(self, path, metadata=None):
+        """Writes a model file: parameters, configuration and the
+        tokenizer (if any), plus optional {str: str} metadata."""
+        ptr = self._ptr
+        extra = {}
+        if self.tokenizer is not None:
+            extra["tfm.tokenizer"] = "char"
+            extra["tfm.vocab"] = self.tokenizer.vocab
+        extra.update(metadata or {})
+        _ll.tfmpy_model_save(ptr, fspath(path), extra)
+
+    def save_safetensors(self, path, metadata=None):
+        """Same as save(): a model file is a safetensors file."""
+        self.save(path, metadata)
+
+    def _extra_repr(self):
+        c = self.config
+        layers = (f"n_layers={c['n_layers']}" if "n_layers" in c else
+                  f"n_encoder_layers={c['n_encoder_layers']}, "
+                  f"n_decoder_layers={c['n_decoder_layers']}")
+        return (f"{c['architecture']}, vocab_size={c['vocab_size']}, "
+                f"d_model={c['d_model']}, n_heads={c['n_heads']}, {layers}, "
+                f"context_length={c['context_length']}")
+
+    def __repr__(self):
+        if self.closed:
+            return "Model(<closed>)"
+        return super().__repr__()
+
+
+def _model_config(cfg):
+    """A dict (keys of Model.config) -> tfm_model_config."""
+    def pick(table, key, default):
+        value = cfg.get(key, default)
+        for k, v in table.items():
+            if v == value:
+                return k
+        raise InvalidArgumentError(f"{key} must be one of "
+                                   f"{sorted(table.values())}, not {value!r}")
+
+    known = {"architecture", "vocab_size", "d_model", "n_heads", "d_ff",
+             "activation", "layer_norm_eps", "norm_first", "n_layers",
+             "n_encoder_layers", "n_decoder_layers", "context_length",
+             "positional", "tied_embeddings", "embedding_scale"}
+    unknown = set(cfg) - known
+    if unknown:
+        raise InvalidArgumentError(f"unknown model config keys: "
+                                   f"{sorted(unknown)}")
+    for key in ("vocab_size", "d_model", "n_heads", "context_length"):
+        if key not in cfg:
+            raise InvalidArgumentError(f"the model config needs {key!r}")
+    d_model = as_int(cfg["d_model"], "d_model", 1)
+    c = _ll.tfm_model_config()
+    c.architecture = pick(_ARCHITECTURES, "architecture", "decoder_only")
+    c.layer = _ll.tfm_layer_config_default(d_model,
+                                           as_int(cfg["n_heads"], "n_heads", 1))
+    c.layer.d_ff = as_int(cfg.get("d_ff", 4 * d_model), "d_ff", 1)
+    c.layer.activation = pick(_ACTIVATIONS, "activation", "relu")
+    c.layer.layer_norm_eps = as_float(cfg.get("layer_norm_eps", 1e-5),
+                                      "layer_norm_eps")
+    c.layer.norm_first = 1 if cfg.get("norm_first", False) else 0
+    c.vocab_size = as_int(cfg["vocab_size"], "vocab_size", 1)
+    c.n_layers = as_int(cfg.get("n_layers", 1), "n_layers", 1)
+    c.n_encoder_layers = as_int(cfg.get("n_encoder_layers", 1),
+                                "n_encoder_layers", 1)
+    c.n_decoder_layers = as_int(cfg.get("n_decoder_layers", 1),
+                                "n_decoder_layers", 1)
+    c.context_length = as_int(cfg["context_length"], "context_length", 1)
+    c.positional = pick(_POSITIONALS, "positional", "learned")
+    c.tied_embeddings = 1 if cfg.get("tied_embeddings", True) else 0
+    c.embedding_scale = 1 if cfg.get("embedding_scale", False) else 0
+    return c
+
+
+# ---- KV cache ----------------------------------------------------------------
+
+class KVCache:
+    """The keys and values of the positions decoded so far (batch 1), so
+    that each new token costs one position's work.  Made by
+    ``model.kv_cache(capacity)``; closed with the model.
+
+    decode(ids) appends ids and returns their logits ``[n, vocab_size]``
+    (``[vocab_size]`` for the last one only with last_only=True), equal to
+    the rows of model.logits on the whole sequence.  reset() empties it;
+    len(cache) is the number of positions held; capacity is the most it
+    holds (CapacityError beyond, the cache unchanged).
+    """
+
+    def __init__(self, model, capacity=None):
+        if not isinstance(model, Model):
+            raise TypeError("KVCache needs a Model")
+        mptr = model._ptr
+        cfg = model.config
+        if capacity is None:
+            capacity = cfg["context_length"]
+        self._vocab = cfg["vocab_size"]
+        self._model = model
+        self._handle = _Handle(
+            _ll.tfm_kv_cache_create(mptr, as_int(capacity, "capacity")),
+            _ll.tfm_kv_cache_free, "kv_cache", owner=model._handle)
+        model._cache_set.add(self)
+
+    @property
+    def _ptr(self):
+        h = getattr(self, "_handle", None)
+        if h is None:
+            raise ClosedError("KVCache is closed")
+        return h.get("KVCache")
+
+    def decode(self, ids, last_only=False):
+        """Appends token ids (an int or a 1-D sequence) and returns logits
+        ``[n, vocab_size]``, or ``[vocab_size]`` of the last position with
+        last_only=True."""
+        ptr = self._ptr
+        ids = as_ids(ids, "ids").reshape(-1)
+        n = 1 if last_only else max(ids.size, 1)
+        logits = np.empty((n, self._vocab), np.float32)
+        _ll.tfm_kv_cache_decode(ptr, ids, logits)
+        return logits[0] if last_only else logits
+
+    def reset(self):
+        """Empties the cache for a new sequence."""
+        _ll.tfm_kv_cache_reset(self._ptr)
+
+    def __len__(self):
+        return int(_ll.tfm_kv_cache_length(self._ptr))
+
+    @property
+    def capacity(self):
+        """The most positions the cache holds."""
+        return int(_ll.tfm_kv_cache_capacity(self._ptr))
+
+    def close(self):
+        """Frees the cache now (idempotent)."""
+        if getattr(self, "_handle", None) is not None:
+            self._handle.close()
+
+    @property
+    def closed(self):
+        h = getattr(self, "_handle", None)
+        return h is None or h.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __reduce__(self):
+        raise TypeError("a KVCache cannot be pickled or copied; make a new "
+                        "one with model.kv_cache()")
+
+    def __repr__(self):
+        if self.closed:
+            return "KVCache(<closed>)"
+        return f"KVCache(length={len(self)}, capacity={self.capacity})"
