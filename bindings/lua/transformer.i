@@ -654,6 +654,8 @@ static int64_t tfml_numel(lua_State *L, int rank, const int64_t *shape)
  * (t may be flat or nested, the element counts must agree). */
 static int tfml_tensor_from_table(lua_State *L)
 {
+    /* Arguments at fixed indices: scratch memory goes above them. */
+    lua_settop(L, 2);
     int64_t shape[TFM_MAX_RANK], out_shape[TFM_MAX_RANK], path[TFM_MAX_RANK];
     int rank, out_rank, kind = 0;
     int64_t numel;
@@ -713,6 +715,8 @@ static int tfml_get_shape(const tfm_tensor *t, int64_t *shape)
  * element count. */
 static int tfml_tensor_to_table(lua_State *L)
 {
+    /* Arguments at fixed indices: scratch memory goes above them. */
+    lua_settop(L, 2);
     int64_t shape[TFM_MAX_RANK];
     const tfm_tensor *t = (const tfm_tensor *)tfml_check_handle(
         L, 1, SWIGTYPE_p_tfm_tensor, "tensor");
@@ -848,6 +852,8 @@ static int tfml_is_closed(lua_State *L)
  * (tfm_model_generate; sampling nil means greedy, seed defaults to 0). */
 static int tfml_model_generate(lua_State *L)
 {
+    /* Arguments at fixed indices: scratch memory goes above them. */
+    lua_settop(L, 5);
     const tfm_module *model = (const tfm_module *)tfml_check_handle(
         L, 1, SWIGTYPE_p_tfm_module, "model");
     int64_t batch, n_prompt, max_new;
@@ -882,6 +888,8 @@ static int tfml_model_generate(lua_State *L)
  * tgt [B][L] ids (flat tables for B = 1) into logits [B, L, vocab]. */
 static int tfml_model_seq2seq_logits(lua_State *L)
 {
+    /* Arguments at fixed indices: scratch memory goes above them. */
+    lua_settop(L, 4);
     const tfm_module *model = (const tfm_module *)tfml_check_handle(
         L, 1, SWIGTYPE_p_tfm_module, "model");
     int64_t sb, S, tb, T;
@@ -903,6 +911,8 @@ static int tfml_model_seq2seq_logits(lua_State *L)
 /* tokenizer_encode(tokenizer, text) -> ids */
 static int tfml_tokenizer_encode(lua_State *L)
 {
+    /* Arguments at fixed indices: scratch memory goes above them. */
+    lua_settop(L, 2);
     const tfm_tokenizer *tok = (const tfm_tokenizer *)tfml_check_handle(
         L, 1, SWIGTYPE_p_tfm_tokenizer, "tokenizer");
     size_t len;
@@ -927,6 +937,8 @@ static int tfml_tokenizer_encode(lua_State *L)
 /* tokenizer_decode(tokenizer, ids) -> text */
 static int tfml_tokenizer_decode(lua_State *L)
 {
+    /* Arguments at fixed indices: scratch memory goes above them. */
+    lua_settop(L, 2);
     const tfm_tokenizer *tok = (const tfm_tokenizer *)tfml_check_handle(
         L, 1, SWIGTYPE_p_tfm_tokenizer, "tokenizer");
     int64_t batch = 1, n = 0;
@@ -971,7 +983,11 @@ static int tfml_tokenizer_decode(lua_State *L)
 
 /* ---- Typemaps -------------------------------------------------------------- */
 
-/* Each call starts with a clean error message. */
+/* Each call starts with a clean error message (except the calls that read
+ * it). */
+%exception tfm_last_error %{ $action %}
+%exception tfm_clear_error %{ $action %}
+%exception tfm_status_string %{ $action %}
 %exception {
   tfm_clear_error();
   $action
@@ -1170,7 +1186,8 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %}
 %typemap(out) tfm_layer_config %{ tfml_push_layer_config(L, &$1); SWIG_arg++; %}
 
-%typemap(in, checkfn="lua_istable") const tfm_model_config *
+%typemap(in, checkfn="lua_istable") const tfm_model_config *,
+                                     const tfm_model_config *config
     (tfm_model_config tmp) %{
   tfml_read_model_config(L, $input, &tmp);
   $1 = &tmp;
@@ -1179,6 +1196,7 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %{ memset(&tmp, 0, sizeof tmp); $1 = &tmp; %}
 %typemap(argout) tfm_model_config *config
 %{ tfml_push_model_config(L, &tmp$argnum); SWIG_arg++; %}
+%typemap(argout) const tfm_model_config *, const tfm_model_config *config ""
 
 %typemap(in) const tfm_sampling * (tfm_sampling tmp) %{
   if (lua_isnoneornil(L, $input)) {

@@ -57,7 +57,7 @@ def lua_number(x, exact32):
         raise ValueError("NaN in reference data")
     if x == int(x) and abs(x) < 2 ** 53:
         return "%d.0" % int(x) if x != 0 else "0.0"
-    return ("%.9g" % x) if exact32 else ("%.17g" % x)
+    return ("%.9g" % x) if exact32 else ("%.12g" % x)
 
 
 def lua_value(v, exact32=True, indent=""):

@@ -1,1 +1,832 @@
-print("0 passed, 0 failed")
+-- Tests of the Lua bindings against PyTorch's values (reference.lua, made
+-- by make_reference.py).  Plain Lua: one line per test, then
+-- "N passed, M failed"; the exit status is non-zero when a test fails.
+--
+--   LUA_CPATH="<build>/bindings/lua/?.so;;" \
+--   LUA_PATH="<src>/bindings/lua/?.lua;;" lua5.4 test_transformer.lua
+--
+-- ctest runs it as lua_tests.
+
+local T = require("transformer")
+local core = T.core
+
+local HERE = (debug.getinfo(1, "S").source:match("^@(.*)[/\\][^/\\]*$")) or "."
+local ROOT = os.getenv("TFM_SOURCE_DIR") or (HERE .. "/../../..")
+local R = dofile(HERE .. "/reference.lua")
+local TOL = 1e-5
+
+---------------------------------------------------------------------------
+-- Harness
+---------------------------------------------------------------------------
+
+local passed, failed = 0, 0
+local only = arg and arg[1]
+
+local function test(name, fn)
+  if only and not name:find(only, 1, true) then return end
+  local ok, err = xpcall(fn, debug.traceback)
+  if ok then
+    passed = passed + 1
+    print("ok    " .. name)
+  else
+    failed = failed + 1
+    print("FAIL  " .. name .. "\n      " .. tostring(err):gsub("\n", "\n      "))
+  end
+end
+
+local function shape_of(t)
+  local s = {}
+  while type(t) == "table" do s[#s + 1] = #t; t = t[1] end
+  return s
+end
+
+local function flatten(t, out)
+  out = out or {}
+  if type(t) ~= "table" then out[#out + 1] = t; return out end
+  for i = 1, #t do flatten(t[i], out) end
+  return out
+end
+
+-- x rounded to float32, the library's precision
+local function f32(x)
+  return (string.unpack("<f", string.pack("<f", x)))
+end
+
+-- max |got - want| / max |want| (infinities must match exactly); with
+-- exact, want is rounded to float32 first (for values the library only
+-- copied).
+local function rel_error(got, want, exact)
+  local g, w = flatten(got), flatten(want)
+  if exact then
+    for i = 1, #w do w[i] = f32(w[i]) end
+  end
+  assert(#g == #w, ("element counts differ: got %d, want %d"):format(#g, #w))
+  local num, den = 0, 0
+  for i = 1, #w do
+    if w[i] == math.huge or w[i] == -math.huge then
+      assert(g[i] == w[i], ("element %d: got %s, want %s"):format(i, g[i], w[i]))
+    else
+      assert(g[i] == g[i], ("element %d is NaN"):format(i))
+      num = math.max(num, math.abs(g[i] - w[i]))
+      den = math.max(den, math.abs(w[i]))
+    end
+  end
+  return den > 0 and num / den or num
+end
+
+local function close(got, want, what, tol)
+  local gs, ws = shape_of(got), shape_of(want)
+  assert(table.concat(gs, "x") == table.concat(ws, "x"),
+         ("%s: shape %s, want %s"):format(what or "value", table.concat(gs, "x"), table.concat(ws, "x")))
+  local e = rel_error(got, want, tol == 0)
+  assert(e <= (tol or TOL), ("%s: relative error %.3g > %.3g"):format(what or "value", e, tol or TOL))
+  return e
+end
+
+local function equal(got, want, what)
+  assert(got == want, ("%s: got %s, want %s"):format(what or "value", tostring(got), tostring(want)))
+end
+
+-- Calls fn, which must fail; returns the error message.
+local function raises(fn, pattern, plain)
+  local ok, err = pcall(fn)
+  assert(not ok, "expected an error")
+  err = tostring(err)
+  if pattern then
+    assert(err:find(pattern, 1, plain), ("error %q does not match %q"):format(err, pattern))
+  end
+  return err
+end
+
+-- Calls fn, which must fail with the library's message (tfm_last_error()
+-- right after the failing call); returns the error message.
+local function raises_lib(fn)
+  local err = raises(fn)
+  local msg = core.tfm_last_error()
+  assert(msg ~= "", "the library set a message")
+  assert(err:find(msg, 1, true), ("error %q does not carry the library's message %q"):format(err, msg))
+  return err, msg
+end
+
+local function causal_bool(L, S)
+  local m = {}
+  for i = 1, L do
+    m[i] = {}
+    for j = 1, S or L do m[i][j] = j > i end
+  end
+  return m
+end
+
+local function numel_of(t)
+  return #flatten(t)
+end
+
+local function transpose01(t)
+  local out = {}
+  for i = 1, #t do
+    for j = 1, #t[i] do
+      out[j] = out[j] or {}
+      out[j][i] = t[i][j]
+    end
+  end
+  return out
+end
+
+local function file_exists(p)
+  local f = io.open(p, "rb")
+  if f then f:close() return true end
+  return false
+end
+
+local function tmpname(suffix)
+  local p = os.tmpname()
+  os.remove(p)
+  return p .. (suffix or "")
+end
+
+---------------------------------------------------------------------------
+-- MultiheadAttention
+---------------------------------------------------------------------------
+
+local S = R.mha_self
+
+local function self_mha(opts)
+  local m = T.MultiheadAttention(S.embed_dim, S.num_heads, opts)
+  m:load_state_dict(S.state)
+  return m
+end
+
+test("mha self-attention, averaged weights", function()
+  local m = self_mha()
+  local out, w = m:forward(S.x, S.x, S.x)
+  close(out, S.plain.out, "output")
+  close(w, S.plain.weights, "weights")
+end)
+
+test("mha key padding + causal (is_causal), averaged and per-head weights", function()
+  local m = self_mha()
+  local c = S.padding_causal
+  local out, w = m:forward(S.x, S.x, S.x, { key_padding_mask = c.key_padding_mask, is_causal = true })
+  close(out, c.out, "output")
+  close(w, c.weights, "weights")
+  local out2, wh = m:forward(S.x, S.x, S.x, { key_padding_mask = c.key_padding_mask, is_causal = true,
+                                              average_attn_weights = false })
+  close(out2, c.out, "output")
+  close(wh, c.weights_per_head, "per-head weights")
+  equal(#wh[1], S.num_heads, "heads")
+end)
+
+test("mha key padding + boolean causal attn_mask", function()
+  local m = self_mha()
+  local c = S.padding_causal
+  local L = #S.x[1]
+  local out, w = m:forward(S.x, S.x, S.x, { key_padding_mask = c.key_padding_mask,
+                                            attn_mask = causal_bool(L) })
+  close(out, c.out, "output")
+  close(w, c.weights, "weights")
+end)
+
+test("mha additive float attn_mask", function()
+  local m = self_mha()
+  local out, w = m:forward(S.x, S.x, S.x, { attn_mask = S.additive.attn_mask })
+  close(out, S.additive.out, "output")
+  close(w, S.additive.weights, "weights")
+end)
+
+test("mha 3D boolean attn_mask [B*H][L][S], per-head weights", function()
+  local m = self_mha()
+  local out, wh = m:forward(S.x, S.x, S.x, { attn_mask = S.mask3d.attn_mask,
+                                             average_attn_weights = false })
+  close(out, S.mask3d.out, "output")
+  close(wh, S.mask3d.weights_per_head, "per-head weights")
+end)
+
+test("mha float key_padding_mask (added, -math.huge masks)", function()
+  local m = self_mha()
+  local out, w = m:forward(S.x, S.x, S.x, { key_padding_mask = S.float_padding.key_padding_mask })
+  close(out, S.float_padding.out, "output")
+  close(w, S.float_padding.weights, "weights")
+end)
+
+test("mha unbatched input [L][E], self-attention shorthand, need_weights=false", function()
+  local m = self_mha()
+  local out, w = m:forward(S.x[1], S.x[1], S.x[1])
+  close(out, S.unbatched.out, "output")
+  close(w, S.unbatched.weights, "weights")
+  local out2, w2 = m:forward(S.x)            -- key = value = query
+  close(out2, S.plain.out, "shorthand output")
+  close(w2, S.plain.weights, "shorthand weights")
+  local out3, w3 = m(S.x, { need_weights = false })  -- __call
+  close(out3, S.plain.out, "output without weights")
+  equal(w3, nil, "weights")
+end)
+
+test("mha batch_first=false takes [L][B][E]", function()
+  local m = self_mha({ batch_first = false })
+  local out = m:forward(transpose01(S.x))
+  close(transpose01(out), S.plain.out, "output")
+end)
+
+test("mha cross-attention, kdim/vdim, key padding, averaged and per-head", function()
+  local C = R.mha_cross
+  local m = T.MultiheadAttention{ embed_dim = C.embed_dim, num_heads = C.num_heads,
+                                  kdim = C.kdim, vdim = C.vdim, bias = true }
+  m:load_state_dict(C.state)
+  local out, w = m:forward(C.query, C.key, C.value, { key_padding_mask = C.key_padding_mask })
+  close(out, C.out, "output")
+  close(w, C.weights, "weights")
+  local _, wh = m:forward(C.query, C.key, C.value, { key_padding_mask = C.key_padding_mask,
+                                                     average_attn_weights = false })
+  close(wh, C.weights_per_head, "per-head weights")
+end)
+
+test("mha cross-attention without bias, causal mask with L < S", function()
+  local C = R.mha_cross
+  local m = T.MultiheadAttention(C.embed_dim, C.nobias.num_heads, { bias = false })
+  m:load_state_dict(C.nobias.state)
+  local out, w = m:forward(C.query, C.nobias.key, C.nobias.value, { attn_mask = C.nobias.attn_mask })
+  close(out, C.nobias.out, "output")
+  close(w, C.nobias.weights, "weights")
+  local out2 = m:forward(C.query, C.nobias.key, C.nobias.value, { is_causal = true })
+  close(out2, C.nobias.out, "is_causal output")
+end)
+
+test("mha state_dict round trip, parameter names, num_parameters", function()
+  local m = self_mha()
+  local sd = m:state_dict()
+  local n = 0
+  for name, v in pairs(S.state) do
+    close(sd[name], v, name, 0)
+    n = n + numel_of(v)
+  end
+  equal(m:num_parameters(), n, "num_parameters")
+  equal(m:num_parameters(), 4 * 8 * 8 + 4 * 8, "4 d^2 + 4 d")
+  local names = m:parameter_names()
+  equal(#names, 4, "parameter count")
+  equal(names[1], "in_proj_weight", "first name")
+  equal(table.concat(m:parameter_shape("in_proj_weight"), "x"), "24x8", "shape")
+  local m2 = T.MultiheadAttention(8, 2)
+  m2:load_state_dict(sd)
+  close(m2:forward(S.x), S.plain.out, "copied module output")
+  local kv = T.MultiheadAttention{ embed_dim = 8, num_heads = 2, kdim = 5, vdim = 3 }
+  equal(kv:parameter_names()[1], "q_proj_weight", "separate projections")
+end)
+
+---------------------------------------------------------------------------
+-- LayerNorm
+---------------------------------------------------------------------------
+
+test("LayerNorm [B][L][d] and eps, against torch", function()
+  local C = R.layer_norm
+  local n = T.LayerNorm(C.d)
+  n:load_state_dict(C.state)
+  close(n:forward(C.x), C.out, "output")
+  local E = C.eps_case
+  local n2 = T.LayerNorm{ normalized_shape = { E.d }, eps = E.eps }
+  n2:load_state_dict(E.state)
+  close(n2(E.x), E.out, "eps output")
+  equal(n2:num_parameters(), 2 * E.d, "num_parameters")
+end)
+
+test("LayerNorm without affine parameters", function()
+  local n = T.LayerNorm(4, { elementwise_affine = false })
+  equal(n:num_parameters(), 0, "num_parameters")
+  equal(next(n:state_dict()), nil, "empty state_dict")
+  local y = n:forward({ 1, 2, 3, 4 })
+  assert(math.abs(y[1] + y[4]) < 1e-6 and y[4] > 1.3, "normalised")
+end)
+
+---------------------------------------------------------------------------
+-- Encoder and decoder layers, stacks, Transformer
+---------------------------------------------------------------------------
+
+test("TransformerEncoderLayer post-norm ReLU with src_key_padding_mask", function()
+  local C = R.encoder_layer
+  local l = T.TransformerEncoderLayer{ d_model = C.d_model, nhead = C.nhead,
+                                       dim_feedforward = C.dim_feedforward, dropout = 0.0 }
+  l:load_state_dict(C.post.state)
+  close(l:forward(C.post.x, { src_key_padding_mask = C.post.src_key_padding_mask }), C.post.out, "output")
+end)
+
+test("TransformerEncoderLayer pre-norm GELU, causal (is_causal and src_mask)", function()
+  local C = R.encoder_layer
+  local l = T.TransformerEncoderLayer(C.d_model, C.nhead, C.dim_feedforward, 0.0, "gelu",
+                                      C.pre_gelu_causal.layer_norm_eps, true, true)
+  l:load_state_dict(C.pre_gelu_causal.state)
+  close(l:forward(C.post.x, { is_causal = true }), C.pre_gelu_causal.out, "is_causal output")
+  local mask = T.Transformer.generate_square_subsequent_mask(#C.post.x[1])
+  close(l:forward(C.post.x, { src_mask = mask }), C.pre_gelu_causal.out, "src_mask output")
+end)
+
+test("TransformerDecoderLayer post-norm with causal tgt and memory padding", function()
+  local C = R.decoder_layer
+  local l = T.TransformerDecoderLayer{ d_model = C.d_model, nhead = C.nhead,
+                                       dim_feedforward = C.dim_feedforward }
+  l:load_state_dict(C.post.state)
+  local out = l:forward(C.tgt, C.memory, { tgt_is_causal = true,
+                                           memory_key_padding_mask = C.post.memory_key_padding_mask })
+  close(out, C.post.out, "output")
+  local mask = T.Transformer.generate_square_subsequent_mask(#C.tgt[1])
+  close(l(C.tgt, C.memory, { tgt_mask = mask, memory_key_padding_mask = C.post.memory_key_padding_mask }),
+        C.post.out, "tgt_mask output")
+end)
+
+test("TransformerDecoderLayer pre-norm GELU without masks", function()
+  local C = R.decoder_layer
+  local l = T.TransformerDecoderLayer{ d_model = C.d_model, nhead = C.nhead,
+                                       dim_feedforward = C.dim_feedforward, activation = "gelu",
+                                       norm_first = true }
+  l:load_state_dict(C.pre_gelu.state)
+  close(l:forward(C.tgt, C.memory), C.pre_gelu.out, "output")
+end)
+
+test("TransformerEncoder (2 layers + norm) with padding", function()
+  local C = R.stacks
+  local layer = T.TransformerEncoderLayer(C.d_model, C.nhead, C.dim_feedforward)
+  local enc = T.TransformerEncoder(layer, C.encoder.num_layers, T.LayerNorm(C.d_model))
+  enc:load_state_dict(C.encoder.state)
+  close(enc:forward(C.encoder.src, { src_key_padding_mask = C.encoder.src_key_padding_mask }),
+        C.encoder.out, "output")
+end)
+
+test("TransformerEncoder copies the layer's weights into every layer", function()
+  local C = R.encoder_layer
+  local layer = T.TransformerEncoderLayer(C.d_model, C.nhead, C.dim_feedforward)
+  layer:load_state_dict(C.post.state)
+  local enc = T.TransformerEncoder{ encoder_layer = layer, num_layers = 2 }
+  local sd = enc:state_dict()
+  for name, v in pairs(C.post.state) do
+    close(sd["layers.0." .. name], v, name, 0)
+    close(sd["layers.1." .. name], v, name, 0)
+  end
+  equal(sd["norm.weight"], nil, "no final norm")
+  equal(enc:num_parameters(), 2 * layer:num_parameters(), "num_parameters")
+end)
+
+test("TransformerDecoder (2 pre-norm layers + norm), causal and memory padding", function()
+  local C = R.stacks
+  local layer = T.TransformerDecoderLayer{ d_model = C.d_model, nhead = C.nhead,
+                                           dim_feedforward = C.dim_feedforward, norm_first = true }
+  local dec = T.TransformerDecoder(layer, C.decoder.num_layers, T.LayerNorm(C.d_model))
+  dec:load_state_dict(C.decoder.state)
+  local out = dec:forward(C.decoder.tgt, C.encoder.src,
+    { tgt_is_causal = true, memory_key_padding_mask = C.encoder.src_key_padding_mask })
+  close(out, C.decoder.out, "output")
+end)
+
+test("Transformer (encoder-decoder) with masks; generate_square_subsequent_mask", function()
+  local C = R.stacks
+  local t = T.Transformer{ d_model = C.d_model, nhead = C.nhead,
+                           num_encoder_layers = C.transformer.num_encoder_layers,
+                           num_decoder_layers = C.transformer.num_decoder_layers,
+                           dim_feedforward = C.dim_feedforward, dropout = 0.0 }
+  t:load_state_dict(C.transformer.state)
+  local L = #C.decoder.tgt[1]
+  local mask = T.Transformer.generate_square_subsequent_mask(L)
+  close(mask, C.transformer.square_subsequent_mask, "mask", 0)
+  local out = t:forward(C.encoder.src, C.decoder.tgt, {
+    tgt_mask = mask, src_key_padding_mask = C.encoder.src_key_padding_mask,
+    memory_key_padding_mask = C.encoder.src_key_padding_mask })
+  close(out, C.transformer.out, "output")
+end)
+
+---------------------------------------------------------------------------
+-- scaled_dot_product_attention
+---------------------------------------------------------------------------
+
+local D = R.sdpa
+local sdpa = T.scaled_dot_product_attention
+
+test("sdpa [B][H][L][E] without mask, with scale", function()
+  close(sdpa(D.q, D.k, D.v), D.plain, "output")
+  close(sdpa(D.q, D.k, D.v, { scale = D.scale }), D.scale_out, "scaled output")
+end)
+
+test("sdpa boolean mask (true = may attend)", function()
+  close(sdpa(D.q, D.k, D.v, { attn_mask = D.bool_mask }), D.bool_out, "output")
+end)
+
+test("sdpa additive float mask [B][H][L][S]", function()
+  close(sdpa(D.q, D.k, D.v, { attn_mask = D.additive_mask }), D.additive_out, "output")
+end)
+
+test("sdpa is_causal", function()
+  close(sdpa(D.q, D.k, D.v, { is_causal = true }), D.causal_out, "output")
+end)
+
+test("sdpa rank-3 inputs with a broadcast mask [1][L][S]; weights rows sum to 1", function()
+  local out, w = sdpa(D.q3, D.k3, D.v3, { attn_mask = D.mask3, need_weights = true })
+  close(out, D.out3, "output")
+  for b = 1, #w do
+    for i = 1, #w[b] do
+      local s = 0
+      for j = 1, #w[b][i] do
+        s = s + w[b][i][j]
+        if not D.mask3[1][i][j] then equal(w[b][i][j], 0.0, "masked weight") end
+      end
+      assert(math.abs(s - 1) < 1e-5, "row sums to 1")
+    end
+  end
+end)
+
+---------------------------------------------------------------------------
+-- Models
+---------------------------------------------------------------------------
+
+local TM = R.tiny_model
+local TINY = HERE .. "/" .. TM.file
+
+test("tiny model: logits against torch", function()
+  local m = T.load_model(TINY)
+  equal(m.vocab_size, #TM.vocab, "vocab_size")
+  equal(m.context_length, TM.context_length, "context_length")
+  equal(m:num_parameters(), TM.num_parameters, "num_parameters")
+  equal(m.tokenizer:vocab(), TM.vocab, "vocabulary")
+  equal(#m.tokenizer, #TM.vocab, "#tokenizer")
+  close(m:logits(TM.ids), TM.logits, "logits [B][L][V]")
+  close(m:logits(TM.ids[2]), TM.logits[2], "logits [L][V]")
+end)
+
+test("tiny model: greedy generation against torch (window slides)", function()
+  local m = T.load_model(TINY)
+  local text, ids = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens, greedy = true })
+  equal(TM.prompt .. text, TM.greedy_text, "text")
+  equal(table.concat(ids, ","), table.concat(TM.greedy_ids, ","), "ids")
+  local text2 = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens, temperature = 0 })
+  equal(TM.prompt .. text2, TM.greedy_text, "temperature 0 is greedy")
+  local text3 = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens, greedy = true,
+                                        temperature = 0.5, top_k = 3 })
+  equal(TM.prompt .. text3, TM.greedy_text, "greedy=true overrides sampling")
+  local new = m:generate(m:encode(TM.prompt), { max_new_tokens = TM.max_new_tokens, greedy = true })
+  equal(table.concat(new, ","), table.concat(TM.greedy_ids, ","), "ids prompt gives ids")
+end)
+
+test("tiny model: sampling is reproducible with a seed", function()
+  local m = T.load_model(TINY)
+  local a = m:generate("abc", { max_new_tokens = 30, temperature = 0.9, top_k = 5, seed = 7 })
+  local b = m:generate("abc", { max_new_tokens = 30, temperature = 0.9, top_k = 5, seed = 7 })
+  equal(a, b, "same seed, same text")
+  equal(#a, 30, "length")
+  local c = m:generate("abc", { max_new_tokens = 30, top_p = 0.8, seed = 123 })
+  equal(#c, 30, "length")
+  equal(m:generate("abc", { max_new_tokens = 25 }), m:generate("abc", { max_new_tokens = 25, seed = 0 }),
+        "default seed 0")
+  local d = m:generate("abc", { max_new_tokens = 0 })
+  equal(d, "", "no new tokens")
+  -- a Sampler draws from logits with the library's generator
+  local s1, s2 = T.Sampler{ temperature = 0.8, seed = 5 }, T.Sampler{ temperature = 0.8, seed = 5 }
+  local logits = m:logits("abc")[3]
+  for _ = 1, 10 do equal(s1(logits), s2:sample(logits), "same draws") end
+  local g = T.Sampler{ greedy = true }
+  local best, bi = -math.huge, nil
+  for i, v in ipairs(logits) do if v > best then best, bi = v, i - 1 end end
+  equal(g(logits), bi, "greedy sampler takes the argmax")
+end)
+
+test("tiny model: KV cache feed equals full logits", function()
+  local m = T.load_model(TINY)
+  local cache = m:kv_cache()
+  equal(cache:capacity(), TM.context_length, "capacity")
+  local ids = TM.ids[1]
+  local first = cache:decode({ ids[1], ids[2], ids[3] })
+  close(first, { TM.logits[1][1], TM.logits[1][2], TM.logits[1][3] }, "prefill")
+  for i = 4, #ids - 1 do
+    local step = cache:decode(ids[i])
+    close(step[1], TM.logits[1][i], "step " .. i)
+  end
+  close(cache:decode({ ids[#ids] }, true), TM.logits[1][#ids], "last_only")
+  equal(cache:length(), #ids, "length")
+  equal(#cache, #ids, "#cache")
+  local full = {}
+  for i = 1, TM.context_length - #ids do full[i] = 0 end
+  cache:decode(full)
+  raises_lib(function() cache:decode({ 0 }) end)
+  equal(#cache, TM.context_length, "unchanged after a refused step")
+  cache:reset()
+  equal(cache:length(), 0, "reset")
+end)
+
+test("tiny model: encode/decode, save and load round trip", function()
+  local m = T.load_model(TINY)
+  local ids = m:encode("hello, abc")
+  equal(#ids, 10, "ids")
+  equal(m:decode(ids), "hello, abc", "decode")
+  close(m:logits("abc, def"), TM.logits[1], "logits of text")
+  local path = tmpname(".safetensors")
+  m:save(path)
+  local m2 = T.load_model(path)
+  os.remove(path)
+  close(m2:logits(TM.ids), m:logits(TM.ids), "reloaded logits", 0)
+  equal(m2.tokenizer:vocab(), TM.vocab, "reloaded vocabulary")
+  local sd = m:state_dict()
+  local m3 = T.Model(m.config, m.tokenizer:vocab())
+  m3:load_state_dict(sd)
+  close(m3:logits(TM.ids), TM.logits, "created model logits")
+end)
+
+local KJV = ROOT .. "/models/kjv-char.safetensors"
+
+local function fnv1a32(path)
+  local f = assert(io.open(path, "rb"))
+  local h, size = 0x811C9DC5, 0
+  while true do
+    local chunk = f:read(4096)
+    if not chunk then break end
+    size = size + #chunk
+    local bytes = { chunk:byte(1, -1) }
+    for i = 1, #bytes do
+      h = ((h ~ bytes[i]) * 0x01000193) & 0xFFFFFFFF
+    end
+  end
+  f:close()
+  return h, size
+end
+
+-- The greedy text of tools/reference_generate.py, when /usr/bin/python3
+-- has torch; nil otherwise.
+local function python_reference(prompt, n)
+  local p = io.popen(("cd %q && /usr/bin/python3 tools/reference_generate.py --prompt %q --max-tokens %d 2>/dev/null")
+                     :format(ROOT, prompt, n))
+  if not p then return nil end
+  local out = p:read("a")
+  p:close()
+  out = out and out:gsub("\n$", "")
+  if out == nil or out == "" then return nil end
+  return out
+end
+
+test("shipped model: logits and greedy text against PyTorch", function()
+  if not file_exists(KJV) then
+    print("      (models/kjv-char.safetensors absent: skipped)")
+    return
+  end
+  local m = T.load_model(KJV)
+  local prompt = "In the beginning"
+  local text = prompt .. m:generate(prompt, { max_new_tokens = 60, greedy = true })
+  equal(#text, #prompt + 60, "60 new characters")
+  equal(prompt .. m:generate(prompt, { max_new_tokens = 60, greedy = true }), text, "deterministic")
+  local h, size = fnv1a32(KJV)
+  local ref = R.kjv
+  if ref and ref.fnv1a32 == h and ref.size == size then
+    local logits = m:logits(prompt)
+    close(logits[#logits], ref.last_logits, "last-position logits")
+    equal(text:sub(1, 50), ref.greedy_text:sub(1, 50), "first 50 characters")
+  else
+    local py = python_reference(prompt, 60)
+    if py then
+      print("      (reference.lua is for another model file; compared with tools/reference_generate.py)")
+      equal(text:sub(1, 50), py:sub(1, 50), "first 50 characters")
+    else
+      print("      (model changed and no PyTorch: only determinism checked)")
+    end
+  end
+end)
+
+test("default_model_path: source tree, then TRANSFORMER_MODEL", function()
+  if os.getenv("TRANSFORMER_MODEL") then
+    equal(T.default_model_path(), os.getenv("TRANSFORMER_MODEL"), "environment first")
+    return
+  end
+  local p, tried = T.default_model_path()
+  if file_exists(KJV) then
+    assert(p and file_exists(p), "found a model")
+    local m = T.load_model()
+    equal(m.vocab_size, T.load_model(KJV).vocab_size, "default model")
+  else
+    assert(p == nil or file_exists(p), "nil or an existing file")
+    if p == nil then assert(#tried > 0, "tried places") end
+  end
+  -- the environment variable comes first (checked in a child process)
+  local cmd = ("TRANSFORMER_MODEL=/no/such/model.safetensors %q -e %q")
+    :format(arg and arg[-1] or "lua5.4",
+            'io.write(require("transformer").default_model_path())')
+  local pipe = io.popen(cmd)
+  local out = pipe:read("a")
+  pipe:close()
+  equal(out, "/no/such/model.safetensors", "TRANSFORMER_MODEL")
+end)
+
+test("Embedding, sinusoidal_positional_encoding, encoder-decoder Model", function()
+  local e = T.Embedding(5, 3)
+  local w = { { 1, 2, 3 }, { 4, 5, 6 }, { 7, 8, 9 }, { 10, 11, 12 }, { 13, 14, 15 } }
+  e:load_state_dict({ weight = w })
+  close(e:forward({ 4, 0 }), { w[5], w[1] }, "rows", 0)
+  close(e({ { 1 }, { 2 } }), { { w[2] }, { w[3] } }, "nested ids", 0)
+  close(e:forward(2), w[3], "one id", 0)
+  raises_lib(function() e:forward({ 5 }) end)
+  local es = T.Embedding(5, 4, { scale = true })
+  es:load_state_dict({ weight = { { 1, 1, 1, 1 }, { 0, 0, 0, 0 }, { 0, 0, 0, 0 }, { 0, 0, 0, 0 }, { 0, 0, 0, 0 } } })
+  close(es:forward({ 0 }), { { 2, 2, 2, 2 } }, "scaled by sqrt(4)")
+  local pe = T.sinusoidal_positional_encoding(6, 8, 2)
+  local want = {}
+  for p = 1, 6 do
+    want[p] = {}
+    for i = 0, 3 do
+      local angle = (p + 1) / 10000 ^ (2 * i / 8)
+      want[p][2 * i + 1] = math.sin(angle)
+      want[p][2 * i + 2] = math.cos(angle)
+    end
+  end
+  close(pe, want, "sinusoidal encoding")
+  local s2s = T.Model{ architecture = "encoder_decoder", vocab_size = 7, d_model = 8, n_heads = 2,
+                       context_length = 10, positional = "sinusoidal" }
+  equal(s2s.config.n_encoder_layers, 1, "config")
+  local lg = s2s:logits({ 1, 2, 3 }, { 4, 5 })
+  equal(#lg, 2, "target positions")
+  equal(#lg[1], 7, "vocab")
+  raises(function() s2s:logits({ 1, 2, 3 }) end, "tgt_ids")
+  raises(function() s2s:generate({ 1 }) end)
+end)
+
+
+---------------------------------------------------------------------------
+-- Errors
+---------------------------------------------------------------------------
+
+test("errors: wrong shapes raise the library's message", function()
+  local m = self_mha()
+  local key5 = {}
+  for b = 1, 2 do
+    key5[b] = {}
+    for i = 1, 5 do key5[b][i] = { 1, 2, 3, 4, 5 } end
+  end
+  local err, msg = raises_lib(function() m:forward(S.x, key5, key5) end)
+  assert(msg:find("key has 5 columns, expected 8", 1, true), msg)
+  assert(err:find("test_transformer.lua:%d+: "), "the error points at the caller: " .. err)
+  raises_lib(function() T.LayerNorm(8):forward({ { 1, 2, 3 } }) end)
+  raises_lib(function() core.tfm_tensor_create({ 2, 0 }) end)
+  raises(function() m:forward({ 1, 2, 3 }) end, "must be 3D")
+  raises(function() m:forward(S.x, { key_padding_mask = { { true } } }) end,
+         "key_padding_mask must have shape")
+  raises(function() T.scaled_dot_product_attention(D.q, D.k, D.v, { attn_mask = { { true, false, true } } }) end,
+         "cannot be broadcast")
+end)
+
+test("errors: num_heads not dividing embed_dim", function()
+  local _, msg = raises_lib(function() T.MultiheadAttention(8, 3) end)
+  assert(msg:find("divide"), msg)
+  raises_lib(function() T.TransformerEncoderLayer(10, 4) end)
+end)
+
+test("errors: bad token ids and characters", function()
+  local m = T.load_model(TINY)
+  raises_lib(function() m:logits({ 0, 1, 999 }) end)
+  raises(function() m:logits({ 0.5 }) end, "integers")
+  raises_lib(function() m:generate("XYZ") end)
+  raises_lib(function() m:decode({ -1 }) end)
+  local long = {}
+  for i = 1, TM.context_length + 1 do long[i] = 0 end
+  raises_lib(function() m:logits(long) end)
+  raises_lib(function() m:generate("abc", { temperature = -1 }) end)
+  raises_lib(function() T.load_model("/no/such/file.safetensors") end)
+end)
+
+test("errors: closed objects; close is idempotent", function()
+  local m = self_mha()
+  m:close()
+  m:close()
+  assert(m:is_closed(), "is_closed")
+  raises(function() m:forward(S.x) end, "closed")
+  raises(function() m:state_dict() end, "closed")
+  raises(function() m:num_parameters() end, "closed")
+  equal(tostring(m), "MultiheadAttention(closed)", "tostring")
+  do
+    local n <close> = T.LayerNorm(4)
+    n:forward({ 1, 2, 3, 4 })
+  end
+  -- closing a model closes its KV caches
+  local model = T.load_model(TINY)
+  local cache = model:kv_cache(4)
+  cache:decode({ 1 })
+  model:close()
+  raises(function() cache:decode({ 1 }) end, "closed")
+  assert(model.tokenizer:is_closed(), "the tokenizer closes with the model")
+  raises(function() model:logits({ 1 }) end, "closed")
+  -- the raw layer refuses closed handles and foreign values
+  local h = core.tfm_mha_create(8, 2, 0, 0, true)
+  core.close(h)
+  raises(function() core.tfm_module_num_parameters(h) end, "closed")
+  raises(function() core.tfm_module_num_parameters(io.stdout) end, "expected")
+  raises(function() core.tensor_to_table(io.stdout) end, "expected")
+  raises(function() m.forward({}, S.x) end, "transformer object")
+end)
+
+test("errors: bad tables, options and state dicts", function()
+  local m = self_mha()
+  raises(function() m:forward({ { { 1, 2 }, { 3 } } }) end, "ragged")
+  raises(function() m:forward({ { { 1, "x" } } }) end, "numbers or booleans")
+  raises(function() m:forward(S.x, { need_weight = true }) end, "unknown option 'need_weight'")
+  raises(function() T.MultiheadAttention{ embed_dim = 8, num_head = 2 } end, "unknown argument")
+  raises(function() T.TransformerEncoderLayer{ d_model = 8, nhead = 2, activation = "tanh" } end, "activation")
+  raises(function() m:load_state_dict({ in_proj_weight = S.state.in_proj_weight }) end, "Missing key")
+  local sd = m:state_dict()
+  sd.extra = { 1 }
+  raises(function() m:load_state_dict(sd) end, "Unexpected key")
+  local r = m:load_state_dict(sd, false)
+  equal(r.unexpected_keys[1], "extra", "non-strict reports unexpected keys")
+  sd.extra = nil
+  sd["out_proj.bias"] = { 1, 2, 3 }
+  raises(function() m:load_state_dict(sd) end, "size mismatch for out_proj.bias")
+  -- a non-finite value is refused and nothing changes
+  sd = m:state_dict()
+  sd["out_proj.bias"][1] = 0 / 0
+  sd["in_proj_bias"][1] = 123.0
+  raises(function() m:load_state_dict(sd) end, "out_proj.bias")
+  close(m:state_dict().in_proj_bias, S.state.in_proj_bias, "unchanged after a refused load", 0)
+  close(m:forward(S.x), S.plain.out, "still the same output")
+end)
+
+---------------------------------------------------------------------------
+-- Lifetimes
+---------------------------------------------------------------------------
+
+test("GC: 1000 objects created and dropped, then collectgarbage()", function()
+  for i = 1, 1000 do
+    local m = T.MultiheadAttention(8, 2)
+    if i % 3 == 0 then m:close() end
+    local _ = T.LayerNorm(4)
+    local t = core.tfm_tensor_create({ 2, 3 })
+    if i % 2 == 0 then core.close(t) end
+    if i % 100 == 0 then
+      local l = T.TransformerEncoderLayer(8, 2, 16)
+      local _ = T.TransformerEncoder(l, 2)
+    end
+  end
+  collectgarbage("collect")
+  collectgarbage("collect")
+  assert(T.MultiheadAttention(8, 2):num_parameters() == 288, "still working")
+end)
+
+test("GC: a KV cache keeps its model alive", function()
+  local cache
+  do
+    local m = T.load_model(TINY)
+    cache = m:kv_cache()
+  end
+  collectgarbage("collect")
+  collectgarbage("collect")
+  local logits = cache:decode({ TM.ids[1][1] })
+  close(logits[1], TM.logits[1][1], "logits after the model table was dropped")
+  -- the raw layer: the cache userdata references the model userdata
+  local raw_cache
+  do
+    local raw = core.tfm_model_load(TINY)
+    raw_cache = core.tfm_kv_cache_create(raw, 4)
+  end
+  collectgarbage("collect")
+  local out = core.tfm_tensor_create({ 1, TM and #TM.vocab })
+  core.tfm_kv_cache_decode(raw_cache, { TM.ids[1][1] }, out)
+  close(core.tensor_to_table(out)[1], TM.logits[1][1], "raw cache logits")
+  raw_cache = nil
+  cache = nil
+  collectgarbage("collect")
+  collectgarbage("collect")
+end)
+
+---------------------------------------------------------------------------
+-- The low-level module
+---------------------------------------------------------------------------
+
+test("core: generated API with tables", function()
+  local mha = core.tfm_mha_create(S.embed_dim, S.num_heads, 0, 0, true)
+  for name, v in pairs(S.state) do
+    core.tfm_module_set_parameter(mha, name, (core.tensor_from_table(v)))
+  end
+  local x = core.tensor_from_table(S.x)
+  local out = core.tfm_tensor_create(core.tensor_shape(x))
+  core.tfm_mha_forward(mha, x, x, x, { causal = "top_left" }, out, nil)
+  local ref = self_mha():forward(S.x, { is_causal = true })
+  close(core.tensor_to_table(out), ref, "raw output", 0)
+  equal(core.tfm_module_kind_of(mha), core.TFM_MODULE_MHA, "kind")
+  equal(math.type(core.tfm_module_num_parameters(mha)), "integer", "integers")
+  local flat, shape = core.tensor_to_flat(out)
+  equal(#flat, shape[1] * shape[2] * shape[3], "flat")
+  local m, is_bool = core.tensor_from_table({ true, false })
+  assert(is_bool, "boolean table")
+  equal(core.tensor_to_table(m)[1], 1.0, "true is 1")
+  equal(core.tfm_layer_config_default(8, 2).d_ff, 2048, "PyTorch default d_ff")
+  equal(core.tfm_status_string(core.TFM_ERR_SHAPE), "shape mismatch", "status string")
+  equal(core.tfm_version_number(), core.TFM_VERSION_NUMBER, "version")
+  equal(rawget(_G, "swig_type"), nil, "no global left behind")
+end)
+
+test("safetensors: module save/load and plain tensors", function()
+  local m = self_mha()
+  local path = tmpname(".safetensors")
+  m:save_safetensors(path, { note = "test" })
+  local tensors, meta = T.load_safetensors(path)
+  equal(meta.note, "test", "metadata")
+  close(tensors.in_proj_weight, S.state.in_proj_weight, "tensor", 0)
+  local m2 = T.MultiheadAttention(8, 2)
+  m2:load_safetensors(path)
+  close(m2:forward(S.x), S.plain.out, "loaded module")
+  T.save_safetensors({ a = { { 1, 2 }, { 3, 4 } } }, path, { k = "v" })
+  local t2, meta2 = T.load_safetensors(path)
+  close(t2.a, { { 1, 2 }, { 3, 4 } }, "plain tensor", 0)
+  equal(meta2.k, "v", "plain metadata")
+  equal(T.load_safetensors_metadata(path).k, "v", "load_safetensors_metadata")
+  os.remove(path)
+end)
+
+print(("%d passed, %d failed"):format(passed, failed))
+os.exit(failed == 0 and 0 or 1, true)  -- close the state: finalizers run
