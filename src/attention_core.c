@@ -18,8 +18,10 @@
 #include "attention_core.h"
 #include "error.h"
 #include "gemm.h"
+#include "parallel.h"
 #include "softmax.h"
 #include "tensor_impl.h"
+#include "workspace.h"
 
 #define TFM_QUERY_BLOCK 64
 #define TFM_BLOCK_FLOATS 131072
@@ -99,9 +101,23 @@ static int64_t block_rows(int64_t L, int64_t S)
     return rows < L ? rows : L;
 }
 
-int64_t tfm__attention_scratch(int64_t L, int64_t S, int64_t d_v)
+/* One (batch element, head) of a job, as the per-block code sees it. */
+typedef struct head_view {
+    const tfm__attention_job *job;
+    int64_t b, h;
+    const float *q, *k, *v;
+    float *out;
+} head_view;
+
+static head_view view_of(const tfm__attention_job *j, int64_t b, int64_t h)
 {
-    return block_rows(L, S) * S + S * d_v + S;
+    return (head_view){
+        .job = j, .b = b, .h = h,
+        .q = j->q + b * j->q_bstride + h * j->q_hstride,
+        .k = j->k + b * j->k_bstride + h * j->k_hstride,
+        .v = j->v + b * j->v_bstride + h * j->v_hstride,
+        .out = j->out + b * j->o_bstride + h * j->o_hstride,
+    };
 }
 
 /* Applies one mask value to a logit: returns -inf when masked. */
@@ -115,15 +131,21 @@ static inline float apply_mask(float x, float m, tfm_mask_kind kind)
 }
 
 /* Masks row `gi` of the logits (n visible columns at most) in place. */
-static void mask_row(const tfm__head_args *a, int64_t gi, int64_t offset,
+static void mask_row(const head_view *a, int64_t gi, int64_t offset,
                      float *row, int64_t n)
 {
-    const tfm__masks *m = a->masks;
-    int64_t last = m->causal ? gi + offset : a->S - 1;
-    const float *kp = m->key_padding ? m->key_padding + a->b * a->S : NULL;
+    const tfm__masks *m = a->job->masks;
+    const int64_t S = a->job->S;
+    int64_t last = m->causal ? gi + offset : S - 1;
+    const float *kp = m->key_padding ? m->key_padding + a->b * S : NULL;
     const float *am = m->attn ? m->attn + a->b * m->attn_batch_stride +
-                                    a->h * m->attn_head_stride + gi * a->S
+                                    a->h * m->attn_head_stride + gi * S
                               : NULL;
+    if (!kp && !am) {
+        for (int64_t j = last + 1 < 0 ? 0 : last + 1; j < n; j++)
+            row[j] = -INFINITY;
+        return;
+    }
     for (int64_t j = 0; j < n; j++) {
         if (j > last) {
             row[j] = -INFINITY;
@@ -140,32 +162,34 @@ static void mask_row(const tfm__head_args *a, int64_t gi, int64_t offset,
 
 /* Whether key j is masked out for query row gi (the logit is -inf whatever
  * the scores are). */
-static int masked_at(const tfm__head_args *a, int64_t gi, int64_t offset,
+static int masked_at(const head_view *a, int64_t gi, int64_t offset,
                      int64_t j)
 {
-    const tfm__masks *m = a->masks;
+    const tfm__masks *m = a->job->masks;
+    const int64_t S = a->job->S;
     if (m->causal && j > gi + offset)
         return 1;
     float x = 0.0f;
     if (m->key_padding)
-        x = apply_mask(x, m->key_padding[a->b * a->S + j],
-                       m->key_padding_kind);
+        x = apply_mask(x, m->key_padding[a->b * S + j], m->key_padding_kind);
     if (m->attn && x != -INFINITY)
         x = apply_mask(x,
                        m->attn[a->b * m->attn_batch_stride +
-                               a->h * m->attn_head_stride + gi * a->S + j],
+                               a->h * m->attn_head_stride + gi * S + j],
                        m->attn_kind);
     return x == -INFINITY;
 }
 
-/* Marks value rows holding a non-finite number; returns how many. */
-static int64_t flag_bad_rows(const tfm__head_args *a, float *flags)
+/* Marks value rows 0 .. n-1 holding a non-finite number; returns how
+ * many. */
+static int64_t flag_bad_rows(const head_view *a, int64_t n, float *flags)
 {
+    const int64_t dv = a->job->d_v, ldv = a->job->ldv;
     int64_t n_bad = 0;
-    for (int64_t j = 0; j < a->S; j++) {
-        const float *row = a->v + j * a->ldv;
+    for (int64_t j = 0; j < n; j++) {
+        const float *row = a->v + j * ldv;
         float probe = 0.0f;
-        for (int64_t c = 0; c < a->d_v; c++)
+        for (int64_t c = 0; c < dv; c++)
             probe += row[c] * 0.0f; /* NaN iff some entry is NaN or inf */
         flags[j] = probe == 0.0f ? 0.0f : 1.0f;
         n_bad += probe != 0.0f;
@@ -173,74 +197,137 @@ static int64_t flag_bad_rows(const tfm__head_args *a, float *flags)
     return n_bad;
 }
 
-void tfm__attention_head(const tfm__head_args *a)
+/* Per-thread scratch: a block of logits, a cleaned copy of the values and
+ * their flags. */
+static int64_t scratch_floats(const tfm__attention_job *j)
 {
-    const int64_t L = a->L, S = a->S, dv = a->d_v;
-    int64_t rows = block_rows(L, S);
-    float *block = a->scratch;
+    return block_rows(j->L, j->S) * j->S + j->S * j->d_v + j->S;
+}
+
+/* Query rows i0 .. i0+r-1 of one head.  With averaged weights the caller
+ * has zeroed (or accumulated into) their rows. */
+static void attend_block(const head_view *a, int64_t i0, int64_t r,
+                         float *scratch)
+{
+    const tfm__attention_job *j = a->job;
+    const int64_t L = j->L, S = j->S, dv = j->d_v;
+    const int64_t rows = block_rows(L, S);
+    float *block = scratch;
     float *clean_v = block + rows * S;
     float *flags = clean_v + S * dv;
-    int64_t offset = a->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L : 0;
+    const int64_t offset =
+        j->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L : 0;
+    int64_t n = S;
+    if (j->masks->causal) {
+        n = i0 + r + offset; /* one past the last visible key */
+        n = n < 0 ? 0 : (n > S ? S : n);
+    }
 
     const float *v = a->v;
-    int64_t ldv = a->ldv;
-    int64_t n_bad = flag_bad_rows(a, flags);
+    int64_t ldv = j->ldv;
+    int64_t n_bad = flag_bad_rows(a, n, flags);
     if (n_bad) {
-        for (int64_t j = 0; j < S; j++) {
-            if (flags[j] != 0.0f)
-                memset(clean_v + j * dv, 0, (size_t)dv * sizeof(float));
+        for (int64_t k = 0; k < n; k++) {
+            if (flags[k] != 0.0f)
+                memset(clean_v + k * dv, 0, (size_t)dv * sizeof(float));
             else
-                memcpy(clean_v + j * dv, a->v + j * a->ldv,
+                memcpy(clean_v + k * dv, a->v + k * j->ldv,
                        (size_t)dv * sizeof(float));
         }
         v = clean_v;
         ldv = dv;
     }
 
-    for (int64_t i0 = 0; i0 < L; i0 += rows) {
-        int64_t r = L - i0 < rows ? L - i0 : rows;
-        int64_t n = S;
-        if (a->masks->causal) {
-            n = i0 + r + offset; /* one past the last visible key */
-            n = n < 0 ? 0 : (n > S ? S : n);
-        }
-        int in_place = a->weights && !a->average;
-        float *p = in_place ? a->weights + i0 * S : block;
-        int64_t ldp = S;
-        float *out = a->out + i0 * a->ldo;
+    const int in_place = j->weights && !j->average;
+    float *p = in_place
+                   ? j->weights + ((a->b * j->H + a->h) * L + i0) * S
+                   : block;
+    const int64_t ldp = S;
+    float *out = a->out + i0 * j->ldo;
 
-        tfm__sgemm(0, 1, r, n, a->d_k, a->scale, a->q + i0 * a->ldq, a->ldq,
-                   a->k, a->ldk, 0.0f, p, ldp);
+    tfm__sgemm(0, 1, r, n, j->d_k, j->scale, a->q + i0 * j->ldq, j->ldq, a->k,
+               j->ldk, 0.0f, p, ldp);
+    for (int64_t i = 0; i < r; i++) {
+        float *row = p + i * ldp;
+        mask_row(a, i0 + i, offset, row, n);
+        tfm__softmax_row(row, n);
+        if (in_place && n < S)
+            memset(row + n, 0, (size_t)(S - n) * sizeof(float));
+    }
+    tfm__sgemm(0, 0, r, dv, n, 1.0f, p, ldp, v, ldv, 0.0f, out, j->ldo);
+
+    for (int64_t k = 0; n_bad && k < n; k++) {
+        if (flags[k] == 0.0f)
+            continue;
+        const float *vk = a->v + k * j->ldv;
         for (int64_t i = 0; i < r; i++) {
-            float *row = p + i * ldp;
-            mask_row(a, i0 + i, offset, row, n);
-            tfm__softmax_row(row, n);
-            if (in_place && n < S)
-                memset(row + n, 0, (size_t)(S - n) * sizeof(float));
-        }
-        tfm__sgemm(0, 0, r, dv, n, 1.0f, p, ldp, v, ldv, 0.0f, out, a->ldo);
-
-        for (int64_t j = 0; n_bad && j < n; j++) {
-            if (flags[j] == 0.0f)
-                continue;
-            const float *vj = a->v + j * a->ldv;
-            for (int64_t i = 0; i < r; i++) {
-                /* A visible key's non-finite value propagates even when
-                 * its weight underflowed to 0 (0 * NaN is NaN); a masked
-                 * key's never does. */
-                float w = p[i * ldp + j];
-                if (w != 0.0f || !masked_at(a, i0 + i, offset, j))
-                    for (int64_t c = 0; c < dv; c++)
-                        out[i * a->ldo + c] += w * vj[c];
-            }
-        }
-        if (a->weights && a->average) {
-            for (int64_t i = 0; i < r; i++) {
-                float *dst = a->weights + (i0 + i) * S;
-                const float *src = p + i * ldp;
-                for (int64_t j = 0; j < n; j++)
-                    dst[j] += a->average_factor * src[j];
-            }
+            /* A visible key's non-finite value propagates even when its
+             * weight underflowed to 0 (0 * NaN is NaN); a masked key's
+             * never does. */
+            float w = p[i * ldp + k];
+            if (w != 0.0f || !masked_at(a, i0 + i, offset, k))
+                for (int64_t c = 0; c < dv; c++)
+                    out[i * j->ldo + c] += w * vk[c];
         }
     }
+    if (j->weights && j->average) {
+        const float f = 1.0f / (float)j->H;
+        for (int64_t i = 0; i < r; i++) {
+            float *dst = j->weights + (a->b * L + i0 + i) * S;
+            const float *src = p + i * ldp;
+            for (int64_t k = 0; k < n; k++)
+                dst[k] += f * src[k];
+        }
+    }
+}
+
+typedef struct run_ctx {
+    const tfm__attention_job *job;
+    float *scratch;         /* slots x scratch_floats(job) */
+    int64_t n_blocks, rows;
+} run_ctx;
+
+/* Items: (b, h, block) in that order; with averaged weights (b, block),
+ * the heads of a block accumulating in order h = 0 .. H-1 in one thread,
+ * so the sum does not depend on the thread count. */
+static void run_items(void *arg, int64_t begin, int64_t end, int slot)
+{
+    const run_ctx *c = arg;
+    const tfm__attention_job *j = c->job;
+    float *scratch = c->scratch + slot * scratch_floats(j);
+    for (int64_t item = begin; item < end; item++) {
+        int64_t blk = item % c->n_blocks, rest = item / c->n_blocks;
+        int64_t i0 = blk * c->rows;
+        int64_t r = j->L - i0 < c->rows ? j->L - i0 : c->rows;
+        if (j->average) {
+            int64_t b = rest;
+            if (j->weights)
+                memset(j->weights + (b * j->L + i0) * j->S, 0,
+                       (size_t)(r * j->S) * sizeof(float));
+            for (int64_t h = 0; h < j->H; h++) {
+                head_view a = view_of(j, b, h);
+                attend_block(&a, i0, r, scratch);
+            }
+        } else {
+            head_view a = view_of(j, rest / j->H, rest % j->H);
+            attend_block(&a, i0, r, scratch);
+        }
+    }
+}
+
+tfm_status tfm__attention_run(const tfm__attention_job *job)
+{
+    const int slots = tfm__parallel_slots();
+    tfm__ws_mark mark = tfm__ws_save();
+    float *scratch = tfm__ws_floats((size_t)(slots * scratch_floats(job)));
+    if (!scratch) {
+        tfm__ws_restore(mark);
+        return TFM_ERR_OUT_OF_MEMORY;
+    }
+    run_ctx c = { job, scratch, 0, block_rows(job->L, job->S) };
+    c.n_blocks = (job->L + c.rows - 1) / c.rows;
+    int64_t items = job->B * (job->average ? 1 : job->H) * c.n_blocks;
+    tfm__parallel_for(items, 1, run_items, &c);
+    tfm__ws_restore(mark);
+    return TFM_OK;
 }

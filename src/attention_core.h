@@ -23,31 +23,30 @@ tfm_status tfm__masks_resolve(const tfm_attention_masks *pub, int64_t batch,
                               int64_t heads, int64_t L, int64_t S,
                               const char *what, tfm__masks *out);
 
-/* Floats of scratch that tfm__attention_head needs for given sizes. */
-int64_t tfm__attention_scratch(int64_t L, int64_t S, int64_t d_v);
-
-/* Attention of one batch element b and head h:
- *   out [L, d_v] = softmax(scale * q k^T + masks) v
- * q [L, d_k] (row stride ldq), k [S, d_k] (ldk), v [S, d_v] (ldv), out row
- * stride ldo.  weights: NULL or [L, S] rows of stride S receiving the
- * weights; when `average` is nonzero they are instead accumulated as
- * weights += average_factor * P (the caller zeroes them first).
- * scratch: tfm__attention_scratch(L, S, d_v) floats. */
-typedef struct tfm__head_args {
+/* One attention call over every batch element and head:
+ *   out[b, h] [L, d_v] = softmax(scale * q[b, h] k[b, h]^T + masks) v[b, h]
+ * Element (b, h, i, c) of q lives at q[b * q_bstride + h * q_hstride +
+ * i * ldq + c], and likewise for k, v and out.  weights: NULL, or per head
+ * [B, H, L, S] (average 0), or the mean over the heads [B, L, S]
+ * (average 1). */
+typedef struct tfm__attention_job {
     const float *q, *k, *v;
-    int64_t ldq, ldk, ldv;
+    int64_t q_bstride, q_hstride, ldq;
+    int64_t k_bstride, k_hstride, ldk;
+    int64_t v_bstride, v_hstride, ldv;
     float *out;
-    int64_t ldo;
-    int64_t L, S, d_k, d_v;
+    int64_t o_bstride, o_hstride, ldo;
+    int64_t B, H, L, S, d_k, d_v;
     float scale;
     const tfm__masks *masks;
-    int64_t b, h;
     float *weights;
     int average;
-    float average_factor;
-    float *scratch;
-} tfm__head_args;
+} tfm__attention_job;
 
-void tfm__attention_head(const tfm__head_args *a);
+/* Runs the job on the library's threads (parallel.h), over batch elements,
+ * heads and blocks of queries.  Scratch comes from the calling thread's
+ * workspace before anything is written: fails only with
+ * TFM_ERR_OUT_OF_MEMORY, and then writes nothing. */
+tfm_status tfm__attention_run(const tfm__attention_job *job);
 
 #endif

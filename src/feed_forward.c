@@ -3,6 +3,7 @@
 #include "error.h"
 #include "feed_forward.h"
 #include "gemm.h"
+#include "parallel.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -58,6 +59,25 @@ tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
     return TFM_OK;
 }
 
+typedef struct ff_job {
+    const tfm__feed_forward *f;
+    const float *x;
+    float *hidden, *out;
+} ff_job;
+
+/* Rows begin .. end-1 through both layers; hidden holds their rows. */
+static void ff_rows(void *ctx, int64_t begin, int64_t end, int slot)
+{
+    const ff_job *j = ctx;
+    const tfm__feed_forward *f = j->f;
+    const int64_t d = f->d_model, h = f->d_ff, n = end - begin;
+    float *hidden = j->hidden + begin * h;
+    (void)slot;
+    tfm__linear(j->x + begin * d, d, n, d, f->w1, f->b1, h, hidden, h);
+    tfm__activate(hidden, n * h, f->activation);
+    tfm__linear(hidden, h, n, h, f->w2, f->b2, d, j->out + begin * d, d);
+}
+
 tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
                                  int64_t rows, float *out)
 {
@@ -67,11 +87,18 @@ tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;
     }
-    tfm__linear(x, f->d_model, rows, f->d_model, f->w1, f->b1, f->d_ff, hidden,
-                f->d_ff);
-    tfm__activate(hidden, rows * f->d_ff, f->activation);
-    tfm__linear(hidden, f->d_ff, rows, f->d_ff, f->w2, f->b2, f->d_model, out,
-                f->d_model);
+    ff_job j = { f, x, hidden, out };
+    if (rows >= 16 * (int64_t)tfm__parallel_slots()) {
+        /* Many rows: each thread takes whole rows through both layers. */
+        tfm__parallel_for(rows, 8, ff_rows, &j);
+    } else {
+        /* Few rows (decoding): split each product by output columns. */
+        tfm__linear_parallel(x, f->d_model, rows, f->d_model, f->w1, f->b1,
+                             f->d_ff, hidden, f->d_ff);
+        tfm__activate(hidden, rows * f->d_ff, f->activation);
+        tfm__linear_parallel(hidden, f->d_ff, rows, f->d_ff, f->w2, f->b2,
+                             f->d_model, out, f->d_model);
+    }
     tfm__ws_restore(mark);
     return TFM_OK;
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "parallel.h"
 
 void tfm__sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                 float alpha, const float *a, int64_t lda, const float *b,
@@ -34,4 +35,45 @@ void tfm__linear(const float *x, int64_t ldx, int64_t n, int64_t in,
         beta = 1.0f;
     }
     tfm__sgemm(0, 1, n, out, in, 1.0f, x, ldx, w, in, beta, y, ldy);
+}
+
+void tfm__blas_single_thread(void)
+{
+    openblas_set_num_threads(1);
+}
+
+typedef struct linear_job {
+    const float *x, *w, *bias;
+    int64_t ldx, n, in, out, ldy;
+    float *y;
+    int by_rows;
+} linear_job;
+
+static void linear_range(void *ctx, int64_t begin, int64_t end, int slot)
+{
+    const linear_job *j = ctx;
+    (void)slot;
+    if (j->by_rows)
+        tfm__linear(j->x + begin * j->ldx, j->ldx, end - begin, j->in, j->w,
+                    j->bias, j->out, j->y + begin * j->ldy, j->ldy);
+    else
+        tfm__linear(j->x, j->ldx, j->n, j->in, j->w + begin * j->in,
+                    j->bias ? j->bias + begin : NULL, end - begin,
+                    j->y + begin, j->ldy);
+}
+
+/* Work below this many multiply-adds per thread is not worth a hand-off. */
+#define TFM_LINEAR_GRAIN_MACS (1 << 17)
+
+void tfm__linear_parallel(const float *x, int64_t ldx, int64_t n, int64_t in,
+                          const float *w, const float *bias, int64_t out,
+                          float *y, int64_t ldy)
+{
+    linear_job j = { x, w, bias, ldx, n, in, out, ldy, y, 0 };
+    const int slots = tfm__parallel_slots();
+    j.by_rows = n >= 16 * (int64_t)slots;
+    int64_t items = j.by_rows ? n : out;
+    int64_t per_item = j.by_rows ? in * out : n * in;
+    int64_t grain = TFM_LINEAR_GRAIN_MACS / (per_item > 0 ? per_item : 1);
+    tfm__parallel_for(items, grain < 1 ? 1 : grain, linear_range, &j);
 }

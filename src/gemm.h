@@ -13,11 +13,20 @@ void tfm__sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                 float alpha, const float *a, int64_t lda, const float *b,
                 int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* Makes OpenBLAS single-threaded, process-wide (parallel.h explains). */
+void tfm__blas_single_thread(void);
+
 /* Linear layer as nn.Linear: y [n, out] = x [n, in] W^T + bias, with
  * W [out, in] row-major and bias [out] or NULL.  Row strides: x ldx,
  * y ldy (usually in and out). */
 void tfm__linear(const float *x, int64_t ldx, int64_t n, int64_t in,
                  const float *w, const float *bias, int64_t out, float *y,
                  int64_t ldy);
+
+/* The same, split over the library's threads: by rows of x when there are
+ * many, else by output columns (one token's projections). */
+void tfm__linear_parallel(const float *x, int64_t ldx, int64_t n, int64_t in,
+                          const float *w, const float *bias, int64_t out,
+                          float *y, int64_t ldy);
 
 #endif

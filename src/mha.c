@@ -111,34 +111,23 @@ tfm_status tfm_mha_create(int64_t d_model, int64_t n_heads, int64_t kdim,
     return st;
 }
 
-void tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
-                     const float *k, const float *v, int64_t ldkv, int64_t B,
-                     int64_t L, int64_t S, const tfm__masks *masks, float *ctx,
-                     float *weights, int average, float *scratch)
+tfm_status tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
+                           const float *k, const float *v, int64_t ldkv,
+                           int64_t B, int64_t L, int64_t S,
+                           const tfm__masks *masks, float *ctx,
+                           float *weights, int average)
 {
-    const int64_t d = m->d_model, H = m->n_heads, dk = m->d_k;
-    if (weights && average)
-        memset(weights, 0, (size_t)(B * L * S) * sizeof(float));
-    const float scale = (float)(1.0 / sqrt((double)dk));
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++) {
-            float *w = NULL;
-            if (weights)
-                w = average ? weights + b * L * S
-                            : weights + (b * H + h) * L * S;
-            tfm__head_args a = {
-                .q = q + b * L * ldq + h * dk, .ldq = ldq,
-                .k = k + b * S * ldkv + h * dk, .ldk = ldkv,
-                .v = v + b * S * ldkv + h * dk, .ldv = ldkv,
-                .out = ctx + b * L * d + h * dk, .ldo = d,
-                .L = L, .S = S, .d_k = dk, .d_v = dk, .scale = scale,
-                .masks = masks, .b = b, .h = h,
-                .weights = w, .average = average,
-                .average_factor = 1.0f / (float)H,
-                .scratch = scratch,
-            };
-            tfm__attention_head(&a);
-        }
+    const int64_t d = m->d_model, dk = m->d_k;
+    const tfm__attention_job job = {
+        .q = q, .q_bstride = L * ldq, .q_hstride = dk, .ldq = ldq,
+        .k = k, .k_bstride = S * ldkv, .k_hstride = dk, .ldk = ldkv,
+        .v = v, .v_bstride = S * ldkv, .v_hstride = dk, .ldv = ldkv,
+        .out = ctx, .o_bstride = L * d, .o_hstride = dk, .ldo = d,
+        .B = B, .H = m->n_heads, .L = L, .S = S, .d_k = dk, .d_v = dk,
+        .scale = (float)(1.0 / sqrt((double)dk)),
+        .masks = masks, .weights = weights, .average = average,
+    };
+    return tfm__attention_run(&job);
 }
 
 tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
@@ -165,25 +154,26 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
         v = k ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
     }
     float *ctx = q && v ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
-    float *scratch =
-        ctx ? tfm__ws_floats((size_t)tfm__attention_scratch(L, S, m->d_k))
-            : NULL;
-    if (!scratch) {
+    if (!ctx) {
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;
     }
     if (fused) {
-        tfm__linear(query, d, B * L, d, m->w_q, m->b_q, 3 * d, q, 3 * d);
+        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, 3 * d, q,
+                             3 * d);
     } else {
-        tfm__linear(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
-        tfm__linear(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k, d, k, d);
-        tfm__linear(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v, d, v, d);
+        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
+        tfm__linear_parallel(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k, d,
+                             k, d);
+        tfm__linear_parallel(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v,
+                             d, v, d);
     }
-    tfm__mha_attend(m, q, ld, k, v, ld, B, L, S, masks, ctx, weights, average,
-                    scratch);
-    tfm__linear(ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
+    tfm_status st = tfm__mha_attend(m, q, ld, k, v, ld, B, L, S, masks, ctx,
+                                    weights, average);
+    if (st == TFM_OK)
+        tfm__linear_parallel(ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);
-    return TFM_OK;
+    return st;
 }
 
 tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
@@ -194,10 +184,7 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
     tfm__ws_mark mark = tfm__ws_save();
     float *qkv = tfm__ws_floats((size_t)(n * 3 * d));
     float *ctx = qkv ? tfm__ws_floats((size_t)(n * d)) : NULL;
-    float *scratch =
-        ctx ? tfm__ws_floats((size_t)tfm__attention_scratch(n, S, m->d_k))
-            : NULL;
-    if (!scratch) {
+    if (!ctx) {
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;
     }
@@ -205,7 +192,7 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
      * attention is always packed self-attention); their keys and values
      * are copied into the cache rows past .. past+n-1, and the caller
      * advances the length only on success. */
-    tfm__linear(x, d, n, d, m->w_q, m->b_q, 3 * d, qkv, 3 * d);
+    tfm__linear_parallel(x, d, n, d, m->w_q, m->b_q, 3 * d, qkv, 3 * d);
     for (int64_t i = 0; i < n; i++) {
         memcpy(k_cache + (past + i) * d, qkv + i * 3 * d + d,
                (size_t)d * sizeof(float));
@@ -213,11 +200,12 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
                (size_t)d * sizeof(float));
     }
     const tfm__masks causal = { .causal = TFM_CAUSAL_BOTTOM_RIGHT };
-    tfm__mha_attend(m, qkv, 3 * d, k_cache, v_cache, d, 1, n, S, &causal, ctx,
-                    NULL, 0, scratch);
-    tfm__linear(ctx, d, n, d, m->w_o, m->b_o, d, out, d);
+    tfm_status st = tfm__mha_attend(m, qkv, 3 * d, k_cache, v_cache, d, 1, n,
+                                    S, &causal, ctx, NULL, 0);
+    if (st == TFM_OK)
+        tfm__linear_parallel(ctx, d, n, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);
-    return TFM_OK;
+    return st;
 }
 
 tfm_status tfm_mha_forward(const tfm_module *mha, const tfm_tensor *query,

@@ -29,13 +29,15 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                         int64_t L, int64_t S, const tfm__masks *masks,
                         float *out, float *weights, int average);
 
-/* The attention part alone, on projected q [B, L, d], k, v [B, S, d]
- * (row strides ldq and ldkv): ctx [B, L, d] receives the heads' outputs side by side.
- * scratch: tfm__attention_scratch(L, S, d_k) floats. */
-void tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
-                     const float *k, const float *v, int64_t ldkv, int64_t B,
-                     int64_t L, int64_t S, const tfm__masks *masks, float *ctx,
-                     float *weights, int average, float *scratch);
+/* The attention part alone, on projected q [B, L, d] (row stride ldq) and
+ * k, v [B, S, d] (row stride ldkv): ctx [B, L, d] receives the heads'
+ * outputs side by side.  Fails only with TFM_ERR_OUT_OF_MEMORY, before
+ * writing anything. */
+tfm_status tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
+                           const float *k, const float *v, int64_t ldkv,
+                           int64_t B, int64_t L, int64_t S,
+                           const tfm__masks *masks, float *ctx,
+                           float *weights, int average);
 
 /* Self-attention of n new positions x [n, d] (batch 1) over a KV cache:
  * their keys and values are written to rows past .. past+n-1 of k_cache and

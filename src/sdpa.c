@@ -5,7 +5,6 @@
 #include "attention_core.h"
 #include "error.h"
 #include "tensor_impl.h"
-#include "workspace.h"
 
 tfm_status tfm_sdpa(const tfm_tensor *q, const tfm_tensor *k,
                     const tfm_tensor *v, const tfm_attention_masks *masks,
@@ -47,27 +46,14 @@ tfm_status tfm_sdpa(const tfm_tensor *q, const tfm_tensor *k,
     if ((st = tfm__masks_resolve(masks, B, H, L, S, "tfm_sdpa", &m)) != TFM_OK)
         return st;
 
-    tfm__ws_mark mark = tfm__ws_save();
-    float *scratch = tfm__ws_floats((size_t)tfm__attention_scratch(L, S, dv));
-    if (!scratch) {
-        tfm__ws_restore(mark);
-        return TFM_ERR_OUT_OF_MEMORY;
-    }
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++) {
-            int64_t bh = b * H + h;
-            tfm__head_args a = {
-                .q = q->data + bh * L * dk, .ldq = dk,
-                .k = k->data + bh * S * dk, .ldk = dk,
-                .v = v->data + bh * S * dv, .ldv = dv,
-                .out = out->data + bh * L * dv, .ldo = dv,
-                .L = L, .S = S, .d_k = dk, .d_v = dv, .scale = scale,
-                .masks = &m, .b = b, .h = h,
-                .weights = weights ? weights->data + bh * L * S : NULL,
-                .scratch = scratch,
-            };
-            tfm__attention_head(&a);
-        }
-    tfm__ws_restore(mark);
-    return TFM_OK;
+    const tfm__attention_job job = {
+        .q = q->data, .q_bstride = H * L * dk, .q_hstride = L * dk, .ldq = dk,
+        .k = k->data, .k_bstride = H * S * dk, .k_hstride = S * dk, .ldk = dk,
+        .v = v->data, .v_bstride = H * S * dv, .v_hstride = S * dv, .ldv = dv,
+        .out = out->data, .o_bstride = H * L * dv, .o_hstride = L * dv,
+        .ldo = dv,
+        .B = B, .H = H, .L = L, .S = S, .d_k = dk, .d_v = dv, .scale = scale,
+        .masks = &m, .weights = weights ? weights->data : NULL, .average = 0,
+    };
+    return tfm__attention_run(&job);
 }

@@ -114,6 +114,19 @@ TFM_API tfm_status tfm_module_forward_macs(const tfm_module *module,
                                            int64_t batch, int64_t tgt_len,
                                            int64_t src_len, int64_t *macs);
 
+/* Sets how many threads a forward pass uses (n < 1: the number of online
+ * processors, the default).  libtransformer parallelises its own work
+ * (attention heads and query blocks, rows of products and feed-forward
+ * networks) on a pool of this many threads and runs OpenBLAS single-threaded
+ * inside them, so the two never oversubscribe the cores: the first forward
+ * pass, and this call, set OpenBLAS's process-wide thread count to 1
+ * (openblas_set_num_threads(1)).  Results do not depend on the thread count
+ * beyond rounding in the order of sums inside OpenBLAS.  Never fails. */
+TFM_API void tfm_set_num_threads(int n);
+
+/* The thread count forward passes use (at least 1). */
+TFM_API int tfm_get_num_threads(void);
+
 /* Frees the calling thread's scratch workspace.  Forward passes keep their
  * scratch memory in a per-thread workspace that grows to the largest call
  * and is reused by later calls (no new pages are touched once it is warm);
