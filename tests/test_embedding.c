@@ -21,88 +21,9 @@
 #include <transformer/module.h>
 #include <transformer/tensor.h>
 
-#define SENTINEL_MODULE ((tfm_module *)(uintptr_t)0x5e47)
-
-/* Internal test hook of the library (src/alloc.c, exported for tests):
- * the k-th allocation from now fails; 0 disarms it. */
-void tfm_testing_fail_allocation(long k);
+#include "test_util.h"
 
 /* ---- helpers -------------------------------------------------------------- */
-
-static tfm_tensor *make(int rank, const int64_t *shape, const float *data)
-{
-    tfm_tensor *t = NULL;
-    if (data)
-        assert_int_equal(tfm_tensor_create_copy(rank, shape, data, &t), TFM_OK);
-    else
-        assert_int_equal(tfm_tensor_create(rank, shape, &t), TFM_OK);
-    return t;
-}
-
-static tfm_tensor *make2(int64_t a, int64_t b, const float *data)
-{
-    return make(2, (const int64_t[]){ a, b }, data);
-}
-
-static tfm_tensor *make3(int64_t a, int64_t b, int64_t c, const float *data)
-{
-    return make(3, (const int64_t[]){ a, b, c }, data);
-}
-
-static void fill(tfm_tensor *t, float value)
-{
-    float *d = tfm_tensor_data(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        d[i] = value;
-}
-
-static float rnd(uint32_t *s)
-{
-    *s = *s * 1664525u + 1013904223u;
-    return (float)((*s >> 8) * (1.0 / 8388608.0) - 1.0);
-}
-
-static void fill_random(tfm_tensor *t, uint32_t seed)
-{
-    float *d = tfm_tensor_data(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        d[i] = rnd(&seed);
-}
-
-static void expect_values(const tfm_tensor *t, const double *expected,
-                          double tol, const char *what, int line)
-{
-    const float *d = tfm_tensor_data_const(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++) {
-        double scale = fabs(expected[i]) > 1.0 ? fabs(expected[i]) : 1.0;
-        if (!(fabs(d[i] - expected[i]) <= tol * scale))
-            fail_msg("line %d: %s[%lld] = %.9g, expected %.12g", line, what,
-                     (long long)i, (double)d[i], expected[i]);
-    }
-}
-#define EXPECT_VALUES(t, tol, ...)                                   \
-    expect_values((t), (const double[]){ __VA_ARGS__ }, (tol), #t, \
-                  __LINE__)
-
-static void expect_all_equal(const tfm_tensor *t, float value, const char *what)
-{
-    const float *d = tfm_tensor_data_const(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        if (memcmp(&d[i], &value, sizeof value) != 0)
-            fail_msg("%s[%lld] = %g, expected %g", what, (long long)i,
-                     (double)d[i], (double)value);
-}
-
-static void expect_bit_identical(const tfm_tensor *a, const tfm_tensor *b,
-                                 const char *what)
-{
-    assert_int_equal(tfm_tensor_numel(a), tfm_tensor_numel(b));
-    const float *x = tfm_tensor_data_const(a), *y = tfm_tensor_data_const(b);
-    for (int64_t i = 0; i < tfm_tensor_numel(a); i++)
-        if (memcmp(&x[i], &y[i], sizeof(float)) != 0)
-            fail_msg("%s[%lld]: %.9g vs %.9g", what, (long long)i,
-                     (double)x[i], (double)y[i]);
-}
 
 /* n_rows x d table with row r = [r, r + 0.5, -r, 10 r] (d = 4) */
 static tfm_module *table4(int64_t n_rows, int scale)
@@ -317,6 +238,22 @@ static void test_lookup_errors_leave_out_unchanged(void **state)
 
 /* ---- learned positions ------------------------------------------------------- */
 
+/* x[2, 3, 4] set to `base`, then positions added from `offset`: each batch
+ * element must equal the 12 values of `seq` exactly (failures name line). */
+static void check_add_positions(const tfm_module *p, tfm_tensor *x, float base,
+                                int64_t offset, const double *seq, int line)
+{
+    double both[24];
+    memcpy(both, seq, 12 * sizeof *seq);
+    memcpy(both + 12, seq, 12 * sizeof *seq);
+    fill(x, base);
+    assert_int_equal(tfm_embedding_add_positions(p, x, offset), TFM_OK);
+    expect_values_at(x, both, 0.0, "x", __FILE__, line);
+}
+#define CHECK_ADD_POSITIONS(p, x, base, offset, ...)                         \
+    check_add_positions((p), (x), (base), (offset),                         \
+                        (const double[12]){ __VA_ARGS__ }, __LINE__)
+
 /* table of 6 rows, row r = [r, r + 0.5, -r, 10 r]; x = 1 everywhere.
  * offset 2, L = 3: x[b, i] = 1 + table[2 + i]:
  *   [3, 3.5, -1, 21], [4, 4.5, -2, 31], [5, 5.5, -3, 41] for every b. */
@@ -325,32 +262,20 @@ static void test_add_positions(void **state)
     (void)state;
     tfm_module *p = table4(6, 0);
     tfm_tensor *x = make3(2, 3, 4, NULL);
-    fill(x, 1.0f);
-    assert_int_equal(tfm_embedding_add_positions(p, x, 2), TFM_OK);
-    EXPECT_VALUES(x, 0.0,
-        3, 3.5, -1, 21, 4, 4.5, -2, 31, 5, 5.5, -3, 41,
+    CHECK_ADD_POSITIONS(p, x, 1.0f, 2,
         3, 3.5, -1, 21, 4, 4.5, -2, 31, 5, 5.5, -3, 41);
     /* offset 0 */
-    fill(x, 0.0f);
-    assert_int_equal(tfm_embedding_add_positions(p, x, 0), TFM_OK);
-    EXPECT_VALUES(x, 0.0,
-        0, 0.5, 0, 0, 1, 1.5, -1, 10, 2, 2.5, -2, 20,
+    CHECK_ADD_POSITIONS(p, x, 0.0f, 0,
         0, 0.5, 0, 0, 1, 1.5, -1, 10, 2, 2.5, -2, 20);
     /* the last rows exactly: offset 3, L = 3 -> rows 3..5 = the end */
-    fill(x, 0.0f);
-    assert_int_equal(tfm_embedding_add_positions(p, x, 3), TFM_OK);
-    EXPECT_VALUES(x, 0.0,
-        3, 3.5, -3, 30, 4, 4.5, -4, 40, 5, 5.5, -5, 50,
+    CHECK_ADD_POSITIONS(p, x, 0.0f, 3,
         3, 3.5, -3, 30, 4, 4.5, -4, 40, 5, 5.5, -5, 50);
     /* embedding.h defines add_positions as x[b, i] += table[offset + i]:
      * the scale flag (sqrt(d_model)) belongs to tfm_embedding_forward and
      * does not apply here. */
     tfm_module_free(p);
     p = table4(6, 1);
-    fill(x, 0.0f);
-    assert_int_equal(tfm_embedding_add_positions(p, x, 3), TFM_OK);
-    EXPECT_VALUES(x, 0.0,
-        3, 3.5, -3, 30, 4, 4.5, -4, 40, 5, 5.5, -5, 50,
+    CHECK_ADD_POSITIONS(p, x, 0.0f, 3,
         3, 3.5, -3, 30, 4, 4.5, -4, 40, 5, 5.5, -5, 50);
     tfm_tensor_free(x);
     tfm_module_free(p);
@@ -403,10 +328,7 @@ static void test_add_positions_errors(void **state)
     assert_int_equal(tfm_embedding_add_positions(ln, x, 0), TFM_ERR_WRONG_KIND);
     expect_all_equal(x, 42.0f, "x after errors");
     tfm_module_free(ln);
-    tfm_tensor_free(x);
-    tfm_tensor_free(x7);
-    tfm_tensor_free(x5);
-    tfm_tensor_free(x2);
+    FREE_TENSORS(x, x7, x5, x2);
     tfm_module_free(p);
 }
 
@@ -523,9 +445,7 @@ static void test_add_sinusoidal_matches_table(void **state)
             assert_int_equal(tfm_add_sinusoidal_encoding(x, offsets[o], bases[bi]),
                              TFM_OK);
             expect_bit_identical(x, ref, "add_sinusoidal vs table");
-            tfm_tensor_free(x);
-            tfm_tensor_free(ref);
-            tfm_tensor_free(pe);
+            FREE_TENSORS(x, ref, pe);
         }
     /* on zeros it is the table itself: PE(0) = [0, 1, 0, 1, 0, 1] */
     tfm_tensor *z = make3(2, 1, 6, NULL);
@@ -567,9 +487,7 @@ static void test_sinusoidal_errors(void **state)
     assert_int_equal(tfm_sinusoidal_encoding(NULL, 0, 0.0), TFM_ERR_NULL_ARGUMENT);
     assert_int_equal(tfm_add_sinusoidal_encoding(NULL, 0, 0.0),
                      TFM_ERR_NULL_ARGUMENT);
-    tfm_tensor_free(pe);
-    tfm_tensor_free(x);
-    tfm_tensor_free(p1);
+    FREE_TENSORS(pe, x, p1);
 }
 
 int main(void)

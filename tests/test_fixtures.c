@@ -112,18 +112,30 @@ static const char *meta(const fixture *fx, const char *key)
     return tfm_safetensors_metadata(fx->file, key);
 }
 
-static int meta_i64(fixture *fx, const char *key, int64_t *out)
+/* Required metadata `key`, all of it a number: an integer into *i when i is
+ * given, else a float into *f. */
+static int meta_number(fixture *fx, const char *key, int64_t *i, float *f)
 {
     const char *s = meta(fx, key);
     if (s == NULL)
         return failf(fx, "metadata \"%s\" missing", key);
     char *end = NULL;
     errno = 0;
-    long long v = strtoll(s, &end, 10);
+    long long iv = i ? strtoll(s, &end, 10) : 0;
+    float fv = i ? 0.0f : strtof(s, &end);
     if (errno != 0 || end == s || *end != '\0')
-        return failf(fx, "metadata \"%s\" = \"%s\" is not an integer", key, s);
-    *out = (int64_t)v;
+        return failf(fx, "metadata \"%s\" = \"%s\" is not %s", key, s,
+                     i ? "an integer" : "a number");
+    if (i)
+        *i = (int64_t)iv;
+    else
+        *f = fv;
     return 0;
+}
+
+static int meta_i64(fixture *fx, const char *key, int64_t *out)
+{
+    return meta_number(fx, key, out, NULL);
 }
 
 static int meta_i64_or(fixture *fx, const char *key, int64_t dflt,
@@ -138,16 +150,7 @@ static int meta_i64_or(fixture *fx, const char *key, int64_t dflt,
 
 static int meta_float(fixture *fx, const char *key, float *out)
 {
-    const char *s = meta(fx, key);
-    if (s == NULL)
-        return failf(fx, "metadata \"%s\" missing", key);
-    char *end = NULL;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno != 0 || end == s || *end != '\0')
-        return failf(fx, "metadata \"%s\" = \"%s\" is not a number", key, s);
-    *out = v;
-    return 0;
+    return meta_number(fx, key, NULL, out);
 }
 
 static int meta_activation(fixture *fx, tfm_activation *out)
@@ -254,6 +257,23 @@ static int parse_kind(fixture *fx, const char *mask_name, tfm_mask_kind *out)
     return 0;
 }
 
+/* Tensor input.<mask_name> and its kind, when the file has it (then sets
+ * *present). */
+static int load_mask(fixture *fx, const char *mask_name,
+                     const tfm_tensor **mask, tfm_mask_kind *kind, int *present)
+{
+    char name[NAME_MAX_LEN];
+    snprintf(name, sizeof name, "input.%s", mask_name);
+    if (!has_tensor(fx, name))
+        return 0;
+    tfm_tensor *t = NULL;
+    TRY(read_tensor(fx, name, &t));
+    TRY(parse_kind(fx, mask_name, kind));
+    *mask = t;
+    *present = 1;
+    return 0;
+}
+
 /* One attention call's masks: metadata causal_key (none | top_left |
  * bottom_right, absent = none), tensors input.<kpm_name> and
  * input.<attn_name> with kinds from metadata "<name>_kind". */
@@ -276,22 +296,10 @@ static int load_masks(fixture *fx, const char *causal_key,
                          "bottom_right", causal_key, c);
     }
 
-    char name[NAME_MAX_LEN];
-    tfm_tensor *t = NULL;
-    snprintf(name, sizeof name, "input.%s", kpm_name);
-    if (has_tensor(fx, name)) {
-        TRY(read_tensor(fx, name, &t));
-        TRY(parse_kind(fx, kpm_name, &g->masks.key_padding_kind));
-        g->masks.key_padding_mask = t;
-        g->present = 1;
-    }
-    snprintf(name, sizeof name, "input.%s", attn_name);
-    if (has_tensor(fx, name)) {
-        TRY(read_tensor(fx, name, &t));
-        TRY(parse_kind(fx, attn_name, &g->masks.attn_mask_kind));
-        g->masks.attn_mask = t;
-        g->present = 1;
-    }
+    TRY(load_mask(fx, kpm_name, &g->masks.key_padding_mask,
+                  &g->masks.key_padding_kind, &g->present));
+    TRY(load_mask(fx, attn_name, &g->masks.attn_mask,
+                  &g->masks.attn_mask_kind, &g->present));
     return 0;
 }
 

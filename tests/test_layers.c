@@ -34,68 +34,9 @@
 #include <transformer/module.h>
 #include <transformer/tensor.h>
 
-#define SENTINEL_MODULE ((tfm_module *)(uintptr_t)0x5e47)
-
-/* Internal test hook of the library (src/alloc.c, exported for tests):
- * the k-th allocation from now fails; 0 disarms it. */
-void tfm_testing_fail_allocation(long k);
+#include "test_util.h"
 
 /* ---- helpers -------------------------------------------------------------- */
-
-static tfm_tensor *make(int rank, const int64_t *shape, const float *data)
-{
-    tfm_tensor *t = NULL;
-    if (data)
-        assert_int_equal(tfm_tensor_create_copy(rank, shape, data, &t), TFM_OK);
-    else
-        assert_int_equal(tfm_tensor_create(rank, shape, &t), TFM_OK);
-    return t;
-}
-
-static tfm_tensor *make3(int64_t a, int64_t b, int64_t c, const float *data)
-{
-    return make(3, (const int64_t[]){ a, b, c }, data);
-}
-
-static void fill(tfm_tensor *t, float value)
-{
-    float *d = tfm_tensor_data(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        d[i] = value;
-}
-
-static float rnd(uint32_t *s)
-{
-    *s = *s * 1664525u + 1013904223u;
-    return (float)((*s >> 8) * (1.0 / 8388608.0) - 1.0);
-}
-
-static void fill_random(tfm_tensor *t, uint32_t seed)
-{
-    float *d = tfm_tensor_data(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        d[i] = rnd(&seed);
-}
-
-static void near_impl(double actual, double expected, double tol,
-                      const char *what, int index, int line)
-{
-    double scale = fabs(expected) > 1.0 ? fabs(expected) : 1.0;
-    if (!(fabs(actual - expected) <= tol * scale))
-        fail_msg("line %d: %s[%d] = %.9g, expected %.9g (tol %g)", line, what,
-                 index, actual, expected, tol);
-}
-
-static void expect_values(const tfm_tensor *t, const double *expected,
-                          double tol, const char *what, int line)
-{
-    const float *d = tfm_tensor_data_const(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        near_impl(d[i], expected[i], tol, what, (int)i, line);
-}
-#define EXPECT_VALUES(t, tol, ...)                                   \
-    expect_values((t), (const double[]){ __VA_ARGS__ }, (tol), #t, \
-                  __LINE__)
 
 /* relative to |expected| itself (not max(1, |e|)) */
 static void expect_rel(const tfm_tensor *t, const double *expected, double tol,
@@ -108,101 +49,65 @@ static void expect_rel(const tfm_tensor *t, const double *expected, double tol,
                      line, (long long)i, (double)d[i], expected[i], tol);
 }
 
-static void expect_all_equal(const tfm_tensor *t, float value, const char *what)
+/* set_each_param() filler for the PyTorch cases' parameters (see the top). */
+static void pattern_param(tfm_tensor *t, int p, const void *ctx)
 {
-    const float *d = tfm_tensor_data_const(t);
+    (void)ctx;
+    float *d = tfm_tensor_data(t);
     for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        if (memcmp(&d[i], &value, sizeof value) != 0)
-            fail_msg("%s[%lld] = %g, expected %g", what, (long long)i,
-                     (double)d[i], (double)value);
-}
-
-static void expect_bit_identical(const tfm_tensor *a, const tfm_tensor *b,
-                                 const char *what)
-{
-    assert_int_equal(tfm_tensor_numel(a), tfm_tensor_numel(b));
-    const float *x = tfm_tensor_data_const(a), *y = tfm_tensor_data_const(b);
-    for (int64_t i = 0; i < tfm_tensor_numel(a); i++)
-        if (memcmp(&x[i], &y[i], sizeof(float)) != 0)
-            fail_msg("%s[%lld]: %.9g vs %.9g", what, (long long)i,
-                     (double)x[i], (double)y[i]);
-}
-
-static void set_param(tfm_module *m, const char *name, int rank,
-                      const int64_t *shape, const float *data)
-{
-    tfm_tensor *t = make(rank, shape, data);
-    tfm_status st = tfm_module_set_parameter(m, name, t);
-    if (st != TFM_OK)
-        fail_msg("set %s: %s (%s)", name, tfm_status_string(st),
-                 tfm_last_error());
-    tfm_tensor_free(t);
+        d[i] = (float)((i * 7 + p * 5) % 19 - 9) / 10.0f;
 }
 
 /* The deterministic parameters of the PyTorch cases (see the top). */
 static void load_pattern(tfm_module *m)
 {
-    for (int p = 0; p < tfm_module_parameter_count(m); p++) {
-        const char *name = tfm_module_parameter_name(m, p);
-        int rank;
-        int64_t shape[TFM_MAX_RANK];
-        assert_int_equal(tfm_module_parameter_shape(m, name, &rank, shape),
-                         TFM_OK);
-        tfm_tensor *t = make(rank, shape, NULL);
-        float *d = tfm_tensor_data(t);
-        for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-            d[i] = (float)((i * 7 + p * 5) % 19 - 9) / 10.0f;
-        assert_int_equal(tfm_module_set_parameter(m, name, t), TFM_OK);
-        tfm_tensor_free(t);
-    }
+    set_each_param(m, pattern_param, NULL);
 }
 
+/* Sets every parameter of m to deterministic random values. */
 static void randomize(tfm_module *m, uint32_t seed)
 {
-    for (int p = 0; p < tfm_module_parameter_count(m); p++) {
-        const char *name = tfm_module_parameter_name(m, p);
-        int rank;
-        int64_t shape[TFM_MAX_RANK];
-        assert_int_equal(tfm_module_parameter_shape(m, name, &rank, shape),
-                         TFM_OK);
-        tfm_tensor *t = make(rank, shape, NULL);
-        fill_random(t, seed + 31u * (uint32_t)p);
-        assert_int_equal(tfm_module_set_parameter(m, name, t), TFM_OK);
-        tfm_tensor_free(t);
-    }
+    randomize_params(m, seed, 31u);
 }
 
-static tfm_tensor *src_input(int64_t b, int64_t l, int64_t d)
+/* [b, l, d] input x[i] = float32((i*mul + add) % mod - off) / div. */
+static tfm_tensor *pattern_input(int64_t b, int64_t l, int64_t d, int mul,
+                                 int add, int mod, int off, float div)
 {
     tfm_tensor *t = make3(b, l, d, NULL);
     float *x = tfm_tensor_data(t);
     for (int64_t i = 0; i < b * l * d; i++)
-        x[i] = (float)((i * 5 + 3) % 17 - 8) / 8.0f;
+        x[i] = (float)((i * mul + add) % mod - off) / div;
     return t;
+}
+
+/* The inputs of the PyTorch cases (see the top). */
+static tfm_tensor *src_input(int64_t b, int64_t l, int64_t d)
+{
+    return pattern_input(b, l, d, 5, 3, 17, 8, 8.0f);
 }
 
 static tfm_tensor *tgt_input(int64_t b, int64_t l, int64_t d)
 {
-    tfm_tensor *t = make3(b, l, d, NULL);
-    float *x = tfm_tensor_data(t);
-    for (int64_t i = 0; i < b * l * d; i++)
-        x[i] = (float)((i * 3 + 1) % 13 - 6) / 6.0f;
-    return t;
+    return pattern_input(b, l, d, 3, 1, 13, 6, 6.0f);
 }
 
 static tfm_tensor *mem_input(int64_t b, int64_t l, int64_t d)
 {
-    tfm_tensor *t = make3(b, l, d, NULL);
-    float *x = tfm_tensor_data(t);
-    for (int64_t i = 0; i < b * l * d; i++)
-        x[i] = (float)((i * 11 + 2) % 23 - 11) / 10.0f;
-    return t;
+    return pattern_input(b, l, d, 11, 2, 23, 11, 10.0f);
+}
+
+/* tfm_layer_config_default(d_model, n_heads) with the given d_ff. */
+static tfm_layer_config config(int64_t d_model, int64_t n_heads, int64_t d_ff)
+{
+    tfm_layer_config c = tfm_layer_config_default(d_model, n_heads);
+    c.d_ff = d_ff;
+    return c;
 }
 
 static tfm_layer_config small_config(tfm_activation act, int norm_first)
 {
-    tfm_layer_config c = tfm_layer_config_default(4, 2);
-    c.d_ff = 6;
+    tfm_layer_config c = config(4, 2, 6);
     c.activation = act;
     c.norm_first = norm_first;
     return c;
@@ -287,8 +192,7 @@ static void test_layer_norm_eps_ranks_in_place(void **state)
     assert_int_equal(tfm_layer_norm_forward(n, x4, x4), TFM_OK);
     for (int r = 0; r < 4; r++)
         for (int c = 0; c < 4; c++)
-            near_impl(d[r * 4 + c], e[c], 1e-6, "rank-4 in place", r * 4 + c,
-                      __LINE__);
+            NEAR_AT(d[r * 4 + c], e[c], 1e-6, "rank-4 in place", r * 4 + c);
     /* weights on a new module start at 1 and biases at 0 */
     tfm_tensor *w = make(1, (const int64_t[]){ 4 }, NULL);
     assert_int_equal(tfm_module_get_parameter(n, "weight", w), TFM_OK);
@@ -302,10 +206,7 @@ static void test_layer_norm_eps_ranks_in_place(void **state)
     int64_t macs = -1;
     assert_int_equal(tfm_module_forward_macs(n, 2, 3, 3, &macs), TFM_OK);
     assert_int_equal(macs, 0);
-    tfm_tensor_free(x1);
-    tfm_tensor_free(o1);
-    tfm_tensor_free(x4);
-    tfm_tensor_free(w);
+    FREE_TENSORS(x1, o1, x4, w);
     tfm_module_free(n);
 }
 
@@ -338,10 +239,7 @@ static void test_layer_norm_errors(void **state)
     assert_int_equal(tfm_layer_norm_forward(n, x, NULL), TFM_ERR_NULL_ARGUMENT);
     assert_int_equal(tfm_layer_norm_forward(NULL, x, o), TFM_ERR_NULL_ARGUMENT);
     expect_all_equal(o, 42.0f, "out after NULL errors");
-    tfm_tensor_free(x);
-    tfm_tensor_free(x5);
-    tfm_tensor_free(o);
-    tfm_tensor_free(o_bad);
+    FREE_TENSORS(x, x5, o, o_bad);
     tfm_module_free(n);
 }
 
@@ -443,9 +341,7 @@ static void test_feed_forward_hand_weights(void **state)
         int64_t macs = 0;
         assert_int_equal(tfm_module_forward_macs(f, 2, 1, 1, &macs), TFM_OK);
         assert_int_equal(macs, 24);
-        tfm_tensor_free(x);
-        tfm_tensor_free(y);
-        tfm_tensor_free(out);
+        FREE_TENSORS(x, y, out);
         tfm_module_free(f);
     }
 }
@@ -493,9 +389,7 @@ static void test_feed_forward_errors(void **state)
     assert_int_equal(tfm_feed_forward_forward(f, x, NULL), TFM_ERR_NULL_ARGUMENT);
     expect_all_equal(o, 42.0f, "out");
     expect_all_equal(o3, 42.0f, "wrong out");
-    tfm_tensor *objs[] = { x, o, x5, o3, x2 };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(x, o, x5, o3, x2);
     tfm_module_free(f);
 }
 
@@ -574,8 +468,7 @@ static void test_invalid_configs(void **state)
         tfm_module_free(out);
     }
     /* n_layers < 1 */
-    tfm_layer_config c = tfm_layer_config_default(8, 2);
-    c.d_ff = 16;
+    tfm_layer_config c = config(8, 2, 16);
     const int64_t bad_n[3] = { 0, -1, INT64_MIN };
     for (int i = 0; i < 3; i++) {
         tfm_module *out = SENTINEL_MODULE;
@@ -609,8 +502,7 @@ static void test_invalid_configs(void **state)
 static void test_cross_attention_ignores_dff_and_activation(void **state)
 {
     (void)state;
-    tfm_layer_config c = tfm_layer_config_default(8, 2);
-    c.d_ff = 0;
+    tfm_layer_config c = config(8, 2, 0);
     tfm_module *m = NULL;
     tfm_status st = tfm_cross_attention_create(&c, &m);
     if (st != TFM_OK)
@@ -658,18 +550,27 @@ static const char *const DEC_LAYER[18] = {
     "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "norm3.weight",
     "norm3.bias" };
 
-static void prefixed(char out[][64], const char *prefix, const char *const *names,
-                     int n)
+/* The names of a stack under `prefix`: n_layers copies of the n names of
+ * `layer` under "layers.<l>.", then "norm.weight" and "norm.bias".  Fills
+ * buf, points ptrs at it and returns the count. */
+static int stack_names(char buf[][64], const char **ptrs, const char *prefix,
+                       const char *const *layer, int n, int n_layers)
 {
-    for (int i = 0; i < n; i++)
-        snprintf(out[i], 64, "%s%s", prefix, names[i]);
+    int k = 0;
+    for (int l = 0; l < n_layers; l++)
+        for (int i = 0; i < n; i++)
+            snprintf(buf[k++], 64, "%slayers.%d.%s", prefix, l, layer[i]);
+    snprintf(buf[k++], 64, "%snorm.weight", prefix);
+    snprintf(buf[k++], 64, "%snorm.bias", prefix);
+    for (int i = 0; i < k; i++)
+        ptrs[i] = buf[i];
+    return k;
 }
 
 static void test_parameter_names_match_pytorch(void **state)
 {
     (void)state;
-    tfm_layer_config c = tfm_layer_config_default(8, 2);
-    c.d_ff = 16;
+    tfm_layer_config c = config(8, 2, 16);
     tfm_module *m = NULL;
     assert_int_equal(tfm_encoder_layer_create(&c, &m), TFM_OK);
     assert_int_equal(tfm_module_kind_of(m), TFM_MODULE_ENCODER_LAYER);
@@ -707,12 +608,7 @@ static void test_parameter_names_match_pytorch(void **state)
      * without the norm: 24 names, 1200 */
     char enc[26][64];
     const char *enc_p[26];
-    prefixed(enc, "layers.0.", ENC_LAYER, 12);
-    prefixed(enc + 12, "layers.1.", ENC_LAYER, 12);
-    snprintf(enc[24], 64, "norm.weight");
-    snprintf(enc[25], 64, "norm.bias");
-    for (int i = 0; i < 26; i++)
-        enc_p[i] = enc[i];
+    stack_names(enc, enc_p, "", ENC_LAYER, 12, 2);
     assert_int_equal(tfm_encoder_create(&c, 2, 1, &m), TFM_OK);
     assert_int_equal(tfm_module_kind_of(m), TFM_MODULE_ENCODER);
     expect_names(m, enc_p, 26, 1216);
@@ -724,12 +620,7 @@ static void test_parameter_names_match_pytorch(void **state)
     /* nn.TransformerDecoder(layer, 2, norm=nn.LayerNorm(8)): 38 names, 1824 */
     char dec[38][64];
     const char *dec_p[38];
-    prefixed(dec, "layers.0.", DEC_LAYER, 18);
-    prefixed(dec + 18, "layers.1.", DEC_LAYER, 18);
-    snprintf(dec[36], 64, "norm.weight");
-    snprintf(dec[37], 64, "norm.bias");
-    for (int i = 0; i < 38; i++)
-        dec_p[i] = dec[i];
+    stack_names(dec, dec_p, "", DEC_LAYER, 18, 2);
     assert_int_equal(tfm_decoder_create(&c, 2, 1, &m), TFM_OK);
     assert_int_equal(tfm_module_kind_of(m), TFM_MODULE_DECODER);
     expect_names(m, dec_p, 38, 1824);
@@ -738,15 +629,8 @@ static void test_parameter_names_match_pytorch(void **state)
     /* nn.Transformer(8, 2, 2, 1, 16, batch_first=True): 46 names, 2136 */
     char tr[46][64];
     const char *tr_p[46];
-    prefixed(tr, "encoder.layers.0.", ENC_LAYER, 12);
-    prefixed(tr + 12, "encoder.layers.1.", ENC_LAYER, 12);
-    snprintf(tr[24], 64, "encoder.norm.weight");
-    snprintf(tr[25], 64, "encoder.norm.bias");
-    prefixed(tr + 26, "decoder.layers.0.", DEC_LAYER, 18);
-    snprintf(tr[44], 64, "decoder.norm.weight");
-    snprintf(tr[45], 64, "decoder.norm.bias");
-    for (int i = 0; i < 46; i++)
-        tr_p[i] = tr[i];
+    int k = stack_names(tr, tr_p, "encoder.", ENC_LAYER, 12, 2);
+    stack_names(tr + k, tr_p + k, "decoder.", DEC_LAYER, 18, 1);
     assert_int_equal(tfm_transformer_create(&c, 2, 1, &m), TFM_OK);
     assert_int_equal(tfm_module_kind_of(m), TFM_MODULE_TRANSFORMER);
     expect_names(m, tr_p, 46, 2136);
@@ -780,18 +664,24 @@ static void test_parameter_names_match_pytorch(void **state)
  *   encoder, 2 layers (L):  2 * 1680 = 3360              -> x2 = 6720
  *   decoder, 2 layers:      2 * 2944 = 5888              -> x2 = 11776
  *   transformer, 2 enc + 1 dec: 2 * (1680 + 1280) + 2944 = 8864 -> x2 = 17728 */
-static void test_forward_macs(void **state)
+
+/* The six modules above, in that order (d = 8, 2 heads, d_ff = 16). */
+static void create_mac_modules(tfm_module *m[6])
 {
-    (void)state;
-    tfm_layer_config c = tfm_layer_config_default(8, 2);
-    c.d_ff = 16;
-    tfm_module *m[6] = { 0 };
+    tfm_layer_config c = config(8, 2, 16);
     assert_int_equal(tfm_encoder_layer_create(&c, &m[0]), TFM_OK);
     assert_int_equal(tfm_decoder_layer_create(&c, &m[1]), TFM_OK);
     assert_int_equal(tfm_cross_attention_create(&c, &m[2]), TFM_OK);
     assert_int_equal(tfm_encoder_create(&c, 2, 1, &m[3]), TFM_OK);
     assert_int_equal(tfm_decoder_create(&c, 2, 1, &m[4]), TFM_OK);
     assert_int_equal(tfm_transformer_create(&c, 2, 1, &m[5]), TFM_OK);
+}
+
+static void test_forward_macs(void **state)
+{
+    (void)state;
+    tfm_module *m[6] = { 0 };
+    create_mac_modules(m);
     const int64_t want[6] = { 3360, 5888, 2528, 6720, 11776, 17728 };
     for (int i = 0; i < 6; i++) {
         int64_t macs = -1;
@@ -818,15 +708,8 @@ static void test_forward_macs(void **state)
 static void test_forward_macs_product_wraps(void **state)
 {
     (void)state;
-    tfm_layer_config c = tfm_layer_config_default(8, 2);
-    c.d_ff = 16;
     tfm_module *m[6] = { 0 };
-    assert_int_equal(tfm_encoder_layer_create(&c, &m[0]), TFM_OK);
-    assert_int_equal(tfm_decoder_layer_create(&c, &m[1]), TFM_OK);
-    assert_int_equal(tfm_cross_attention_create(&c, &m[2]), TFM_OK);
-    assert_int_equal(tfm_encoder_create(&c, 2, 1, &m[3]), TFM_OK);
-    assert_int_equal(tfm_decoder_create(&c, 2, 1, &m[4]), TFM_OK);
-    assert_int_equal(tfm_transformer_create(&c, 2, 1, &m[5]), TFM_OK);
+    create_mac_modules(m);
     int64_t macs;
     /* batch * tgt_len wraps to 0 (2^62 * 4 = 2^64): still an overflow for
      * every kind, never a small "valid" count */
@@ -876,9 +759,7 @@ static void test_encoder_layer_matches_pytorch(void **state)
     /* in place */
     assert_int_equal(tfm_encoder_layer_forward(m, x, &mk, x), TFM_OK);
     expect_bit_identical(x, out, "encoder layer in place");
-    tfm_tensor_free(x);
-    tfm_tensor_free(out);
-    tfm_tensor_free(pad);
+    FREE_TENSORS(x, out, pad);
     tfm_module_free(m);
 
     /* B: norm_first=True, activation="gelu", src(1, 3, 4),
@@ -948,9 +829,7 @@ static void test_decoder_layer_matches_pytorch(void **state)
     /* in place (out = tgt) */
     assert_int_equal(tfm_decoder_layer_forward(m, t, mem, NULL, NULL, t), TFM_OK);
     expect_bit_identical(t, out, "decoder layer in place");
-    tfm_tensor *objs[] = { t, mem, out, mpad };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(t, mem, out, mpad);
     tfm_module_free(m);
 }
 
@@ -993,13 +872,10 @@ static void test_cross_attention_matches_pytorch(void **state)
         tfm_attention_masks mm = { .key_padding_mask = mpad,
                                    .key_padding_kind = TFM_MASK_BLOCK };
         assert_int_equal(tfm_cross_attention_forward(m, t, mem, &mm, out), TFM_OK);
-        expect_values(out, nf ? pre : post, 1e-5, nf ? "pre-norm" : "post-norm",
-                      __LINE__);
+        EXPECT_ARRAY(out, nf ? pre : post, 1e-5, nf ? "pre-norm" : "post-norm");
         assert_int_equal(tfm_cross_attention_forward(m, t, mem, &mm, t), TFM_OK);
         expect_bit_identical(t, out, "cross-attention in place");
-        tfm_tensor *objs[] = { t, mem, out, mpad };
-        for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-            tfm_tensor_free(objs[i]);
+        FREE_TENSORS(t, mem, out, mpad);
         tfm_module_free(m);
     }
 }
@@ -1042,9 +918,7 @@ static void test_transformer_matches_pytorch(void **state)
     assert_int_equal(tfm_encoder_forward(enc, s, NULL, mem), TFM_OK);
     assert_int_equal(tfm_decoder_forward(dec, t, mem, &tm, NULL, out2), TFM_OK);
     expect_bit_identical(out2, out, "stacks vs transformer");
-    tfm_tensor *objs[] = { s, t, out, mem, out2 };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(s, t, out, mem, out2);
     tfm_module_free(enc);
     tfm_module_free(dec);
     tfm_module_free(m);
@@ -1058,8 +932,7 @@ static void test_transformer_matches_pytorch(void **state)
 static void test_fresh_layers_are_identity_like(void **state)
 {
     (void)state;
-    tfm_layer_config c = tfm_layer_config_default(4, 2);
-    c.d_ff = 8;
+    tfm_layer_config c = config(4, 2, 8);
     tfm_module *m = NULL;
     assert_int_equal(tfm_encoder_layer_create(&c, &m), TFM_OK);
     tfm_tensor *x = make3(1, 1, 4, (const float[]){ 1, 2, 3, 4 });
@@ -1092,12 +965,24 @@ static void test_fresh_layers_are_identity_like(void **state)
 /* With a causal target mask, output position i depends only on target
  * positions 0..i: changing the last position leaves the others bit for
  * bit identical (decoder layer, decoder stack, transformer). */
+/* Runs mods[which] on target t and memory mem (0: decoder layer, 1: decoder
+ * stack, 2: transformer with mem as its source) with target masks tm. */
+static tfm_status decode_with(int which, tfm_module *const mods[3],
+                              const tfm_tensor *t, const tfm_tensor *mem,
+                              const tfm_attention_masks *tm, tfm_tensor *out)
+{
+    if (which == 0)
+        return tfm_decoder_layer_forward(mods[0], t, mem, tm, NULL, out);
+    if (which == 1)
+        return tfm_decoder_forward(mods[1], t, mem, tm, NULL, out);
+    return tfm_transformer_forward(mods[2], mem, t, NULL, tm, NULL, out);
+}
+
 static void test_causal_decoder_prefix_is_stable(void **state)
 {
     (void)state;
     enum { B = 2, L = 7, S = 5, D = 8 };
-    tfm_layer_config c = tfm_layer_config_default(D, 2);
-    c.d_ff = 16;
+    tfm_layer_config c = config(D, 2, 16);
     tfm_module *layer = NULL, *stack = NULL, *model = NULL;
     assert_int_equal(tfm_decoder_layer_create(&c, &layer), TFM_OK);
     assert_int_equal(tfm_decoder_create(&c, 2, 1, &stack), TFM_OK);
@@ -1106,6 +991,7 @@ static void test_causal_decoder_prefix_is_stable(void **state)
     randomize(layer, 1);
     randomize(stack, 2);
     randomize(model, 3);
+    tfm_module *const mods[3] = { layer, stack, model };
     tfm_tensor *t = make3(B, L, D, NULL), *mem = make3(B, S, D, NULL);
     fill_random(t, 10);
     fill_random(mem, 11);
@@ -1114,27 +1000,14 @@ static void test_causal_decoder_prefix_is_stable(void **state)
     for (int which = 0; which < 3; which++) {
         for (int changed = L - 1; changed >= 1; changed -= 3) {
             fill_random(t, 10);
-            tfm_status st;
-            if (which == 0)
-                st = tfm_decoder_layer_forward(layer, t, mem, &tm, NULL, a);
-            else if (which == 1)
-                st = tfm_decoder_forward(stack, t, mem, &tm, NULL, a);
-            else
-                st = tfm_transformer_forward(model, mem, t, NULL, &tm, NULL, a);
-            assert_int_equal(st, TFM_OK);
+            assert_int_equal(decode_with(which, mods, t, mem, &tm, a), TFM_OK);
             /* change positions changed .. L-1 of every batch element */
             float *td = tfm_tensor_data(t);
             for (int bb = 0; bb < B; bb++)
                 for (int i = changed; i < L; i++)
                     for (int k = 0; k < D; k++)
                         td[(bb * L + i) * D + k] = 100.0f * (float)(k - i);
-            if (which == 0)
-                st = tfm_decoder_layer_forward(layer, t, mem, &tm, NULL, b);
-            else if (which == 1)
-                st = tfm_decoder_forward(stack, t, mem, &tm, NULL, b);
-            else
-                st = tfm_transformer_forward(model, mem, t, NULL, &tm, NULL, b);
-            assert_int_equal(st, TFM_OK);
+            assert_int_equal(decode_with(which, mods, t, mem, &tm, b), TFM_OK);
             const float *x = tfm_tensor_data_const(a), *y = tfm_tensor_data_const(b);
             int later_differs = 0;
             for (int bb = 0; bb < B; bb++)
@@ -1151,9 +1024,7 @@ static void test_causal_decoder_prefix_is_stable(void **state)
             assert_true(later_differs);
         }
     }
-    tfm_tensor *objs[] = { t, mem, a, b };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(t, mem, a, b);
     tfm_module_free(layer);
     tfm_module_free(stack);
     tfm_module_free(model);
@@ -1167,8 +1038,7 @@ static void test_causal_decoder_prefix_is_stable(void **state)
 static void test_workspace_reuse_does_not_change_results(void **state)
 {
     (void)state;
-    tfm_layer_config c = tfm_layer_config_default(64, 4);
-    c.d_ff = 128;
+    tfm_layer_config c = config(64, 4, 128);
     tfm_module *m = NULL;
     assert_int_equal(tfm_transformer_create(&c, 1, 1, &m), TFM_OK);
     randomize(m, 42);
@@ -1213,8 +1083,7 @@ static void test_workspace_reuse_does_not_change_results(void **state)
 static void test_memory_batch_mismatch(void **state)
 {
     (void)state;
-    tfm_layer_config c = tfm_layer_config_default(8, 2);
-    c.d_ff = 16;
+    tfm_layer_config c = config(8, 2, 16);
     tfm_module *dl = NULL, *ds = NULL, *ca = NULL, *tr = NULL;
     assert_int_equal(tfm_decoder_layer_create(&c, &dl), TFM_OK);
     assert_int_equal(tfm_decoder_create(&c, 2, 1, &ds), TFM_OK);
@@ -1272,9 +1141,7 @@ static void test_memory_batch_mismatch(void **state)
     /* and the valid call works */
     assert_int_equal(tfm_decoder_layer_forward(dl, t, mem_ok, NULL, NULL, out),
                      TFM_OK);
-    tfm_tensor *objs[] = { t, mem3, mem1, mem_w, out, mem_ok, pad_bl, am_ll, pad_bs };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(t, mem3, mem1, mem_w, out, mem_ok, pad_bl, am_ll, pad_bs);
     tfm_module_free(dl);
     tfm_module_free(ds);
     tfm_module_free(ca);
@@ -1284,8 +1151,7 @@ static void test_memory_batch_mismatch(void **state)
 static void test_wrong_kinds(void **state)
 {
     (void)state;
-    tfm_layer_config c = tfm_layer_config_default(8, 2);
-    c.d_ff = 16;
+    tfm_layer_config c = config(8, 2, 16);
     tfm_module *el = NULL, *dl = NULL, *es = NULL, *ds = NULL, *ca = NULL,
                *tr = NULL, *ln = NULL, *ff = NULL, *mh = NULL;
     assert_int_equal(tfm_encoder_layer_create(&c, &el), TFM_OK);
@@ -1355,9 +1221,7 @@ static void test_wrong_kinds(void **state)
                      TFM_ERR_SHAPE);
     expect_all_equal(out4, 42.0f, "wrong-shaped out");
     expect_all_equal(out, 42.0f, "out after NULL/shape errors");
-    tfm_tensor *objs[] = { x, out, x7, out4 };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(x, out, x7, out4);
     tfm_module *mods[] = { el, dl, es, ds, ca, tr, ln, ff, mh };
     for (size_t i = 0; i < sizeof mods / sizeof *mods; i++)
         tfm_module_free(mods[i]);
@@ -1384,8 +1248,7 @@ static tfm_status make_tr21(const tfm_layer_config *c, tfm_module **out)
 static void test_create_out_of_memory(void **state)
 {
     (void)state;
-    tfm_layer_config c = tfm_layer_config_default(8, 2);
-    c.d_ff = 16;
+    tfm_layer_config c = config(8, 2, 16);
     const any_create fns[8] = { make_ln, make_ff, tfm_encoder_layer_create,
                                 tfm_decoder_layer_create,
                                 tfm_cross_attention_create, make_encoder2,
@@ -1418,8 +1281,7 @@ static void test_create_out_of_memory(void **state)
 static void test_forward_out_of_memory(void **state)
 {
     (void)state;
-    tfm_layer_config c = tfm_layer_config_default(8, 2);
-    c.d_ff = 16;
+    tfm_layer_config c = config(8, 2, 16);
     tfm_module *m = NULL;
     assert_int_equal(tfm_transformer_create(&c, 2, 2, &m), TFM_OK);
     randomize(m, 8);
@@ -1473,9 +1335,7 @@ static void test_forward_out_of_memory(void **state)
         }
     }
     assert_true(succeeded);
-    tfm_tensor *objs[] = { src, tgt, ref, out, x, x0 };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(src, tgt, ref, out, x, x0);
     tfm_module_free(m);
     tfm_module_free(dl);
 }

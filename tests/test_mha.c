@@ -22,103 +22,17 @@
 #include <transformer/module.h>
 #include <transformer/tensor.h>
 
-#define E1 2.718281828459045 /* exp(1) */
-#define SENTINEL_MODULE ((tfm_module *)(uintptr_t)0x5e47)
+#include "test_util.h"
 
-/* Internal test hook of the library (src/alloc.c, exported for tests):
- * the k-th allocation from now fails; 0 disarms it. */
-void tfm_testing_fail_allocation(long k);
+#define E1 2.718281828459045 /* exp(1) */
 
 /* ---- helpers -------------------------------------------------------------- */
-
-static tfm_tensor *make(int rank, const int64_t *shape, const float *data)
-{
-    tfm_tensor *t = NULL;
-    if (data)
-        assert_int_equal(tfm_tensor_create_copy(rank, shape, data, &t), TFM_OK);
-    else
-        assert_int_equal(tfm_tensor_create(rank, shape, &t), TFM_OK);
-    return t;
-}
-
-static tfm_tensor *make3(int64_t a, int64_t b, int64_t c, const float *data)
-{
-    return make(3, (const int64_t[]){ a, b, c }, data);
-}
-
-static tfm_tensor *make4(int64_t a, int64_t b, int64_t c, int64_t d,
-                         const float *data)
-{
-    return make(4, (const int64_t[]){ a, b, c, d }, data);
-}
-
-static void fill(tfm_tensor *t, float value)
-{
-    float *d = tfm_tensor_data(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        d[i] = value;
-}
-
-static float rnd(uint32_t *s)
-{
-    *s = *s * 1664525u + 1013904223u;
-    return (float)((*s >> 8) * (1.0 / 8388608.0) - 1.0);
-}
-
-static void fill_random(tfm_tensor *t, uint32_t seed)
-{
-    float *d = tfm_tensor_data(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        d[i] = rnd(&seed);
-}
-
-static void near_impl(double actual, double expected, double tol,
-                      const char *what, int index, int line)
-{
-    double scale = fabs(expected) > 1.0 ? fabs(expected) : 1.0;
-    if (!(fabs(actual - expected) <= tol * scale))
-        fail_msg("line %d: %s[%d] = %.9g, expected %.9g (tol %g)", line, what,
-                 index, actual, expected, tol);
-}
-#define NEAR(actual, expected, tol) \
-    near_impl((actual), (expected), (tol), #actual, -1, __LINE__)
-
-static void expect_values(const tfm_tensor *t, const double *expected,
-                          double tol, const char *what, int line)
-{
-    const float *d = tfm_tensor_data_const(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        near_impl(d[i], expected[i], tol, what, (int)i, line);
-}
-#define EXPECT_VALUES(t, tol, ...)                                   \
-    expect_values((t), (const double[]){ __VA_ARGS__ }, (tol), #t, \
-                  __LINE__)
-
-static void expect_all_equal(const tfm_tensor *t, float value, const char *what)
-{
-    const float *d = tfm_tensor_data_const(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        if (memcmp(&d[i], &value, sizeof value) != 0)
-            fail_msg("%s[%lld] = %g, expected %g", what, (long long)i,
-                     (double)d[i], (double)value);
-}
 
 static int bit_identical(const tfm_tensor *a, const tfm_tensor *b)
 {
     return tfm_tensor_numel(a) == tfm_tensor_numel(b) &&
            memcmp(tfm_tensor_data_const(a), tfm_tensor_data_const(b),
                   (size_t)tfm_tensor_numel(a) * sizeof(float)) == 0;
-}
-
-static void expect_bit_identical(const tfm_tensor *a, const tfm_tensor *b,
-                                 const char *what)
-{
-    assert_int_equal(tfm_tensor_numel(a), tfm_tensor_numel(b));
-    const float *x = tfm_tensor_data_const(a), *y = tfm_tensor_data_const(b);
-    for (int64_t i = 0; i < tfm_tensor_numel(a); i++)
-        if (memcmp(&x[i], &y[i], sizeof(float)) != 0)
-            fail_msg("%s[%lld]: %.9g vs %.9g", what, (long long)i,
-                     (double)x[i], (double)y[i]);
 }
 
 static tfm_module *mha(int64_t d, int64_t h, int64_t kdim, int64_t vdim,
@@ -131,31 +45,24 @@ static tfm_module *mha(int64_t d, int64_t h, int64_t kdim, int64_t vdim,
     return m;
 }
 
-static void set_param(tfm_module *m, const char *name, int rank,
-                      const int64_t *shape, const float *data)
+/* Packed in_proj_weight = three stacked d x d identities (W_q, W_k, W_v) and
+ * out_proj.weight = the identity, for d <= 4. */
+static void set_identity_projections(tfm_module *m, int64_t d)
 {
-    tfm_tensor *t = make(rank, shape, data);
-    tfm_status st = tfm_module_set_parameter(m, name, t);
-    if (st != TFM_OK)
-        fail_msg("set %s: %s (%s)", name, tfm_status_string(st),
-                 tfm_last_error());
-    tfm_tensor_free(t);
+    float ip[3 * 4 * 4] = { 0 }, op[4 * 4] = { 0 };
+    for (int64_t i = 0; i < d; i++) {
+        for (int64_t blk = 0; blk < 3; blk++)
+            ip[(blk * d + i) * d + i] = 1.0f;
+        op[i * d + i] = 1.0f;
+    }
+    set_param(m, "in_proj_weight", 2, (const int64_t[]){ 3 * d, d }, ip);
+    set_param(m, "out_proj.weight", 2, (const int64_t[]){ d, d }, op);
 }
 
 /* Sets every parameter of m to deterministic random values. */
 static void randomize(tfm_module *m, uint32_t seed)
 {
-    for (int i = 0; i < tfm_module_parameter_count(m); i++) {
-        const char *name = tfm_module_parameter_name(m, i);
-        int rank;
-        int64_t shape[TFM_MAX_RANK];
-        assert_int_equal(tfm_module_parameter_shape(m, name, &rank, shape),
-                         TFM_OK);
-        tfm_tensor *t = make(rank, shape, NULL);
-        fill_random(t, seed + 97u * (uint32_t)i);
-        assert_int_equal(tfm_module_set_parameter(m, name, t), TFM_OK);
-        tfm_tensor_free(t);
-    }
+    randomize_params(m, seed, 97u);
 }
 
 /* ---- closed forms ----------------------------------------------------------- */
@@ -171,10 +78,7 @@ static void test_identity_one_head(void **state)
 {
     (void)state;
     tfm_module *m = mha(2, 1, 0, 0, 0);
-    set_param(m, "in_proj_weight", 2, (const int64_t[]){ 6, 2 },
-              (const float[]){ 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1 });
-    set_param(m, "out_proj.weight", 2, (const int64_t[]){ 2, 2 },
-              (const float[]){ 1, 0, 0, 1 });
+    set_identity_projections(m, 2);
     tfm_tensor *q = make3(1, 2, 2, (const float[]){ 1, 0, 0, 1 });
     tfm_tensor *k = make3(1, 3, 2, (const float[]){ 1, 0, 0, 1, 1, 1 });
     tfm_tensor *v = make3(1, 3, 2, (const float[]){ 1, 2, 3, 4, 5, 6 });
@@ -183,11 +87,7 @@ static void test_identity_one_head(void **state)
     const double a = exp(1 / sqrt(2.0)), den = 2 * a + 1;
     EXPECT_VALUES(out, 2e-6, 3.0, 4.0, (1 + 8 * a) / den, (2 + 10 * a) / den);
     EXPECT_VALUES(w, 2e-6, a / den, 1 / den, a / den, 1 / den, a / den, a / den);
-    tfm_tensor_free(q);
-    tfm_tensor_free(k);
-    tfm_tensor_free(v);
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    FREE_TENSORS(q, k, v, out, w);
     tfm_module_free(m);
 }
 
@@ -201,13 +101,7 @@ static void test_identity_two_heads(void **state)
 {
     (void)state;
     tfm_module *m = mha(4, 2, 0, 0, 1);
-    float ip[12 * 4] = { 0 };
-    for (int blk = 0; blk < 3; blk++)
-        for (int i = 0; i < 4; i++)
-            ip[(blk * 4 + i) * 4 + i] = 1.0f;
-    set_param(m, "in_proj_weight", 2, (const int64_t[]){ 12, 4 }, ip);
-    set_param(m, "out_proj.weight", 2, (const int64_t[]){ 4, 4 },
-              (const float[]){ 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1 });
+    set_identity_projections(m, 4);
     tfm_tensor *q = make3(1, 2, 4, (const float[]){ 1, 0, 0, 0, 0, 1, 0, 0 });
     tfm_tensor *k = make3(1, 3, 4, (const float[]){ 1, 0, 5, -1, 0, 1, 2, 2,
                                                     1, 1, -3, 7 });
@@ -246,9 +140,7 @@ static void test_identity_two_heads(void **state)
     assert_int_equal(tfm_mha_forward(m, q, k, v, NULL, out, NULL), TFM_OK);
     EXPECT_VALUES(out, 2e-6, 20.5, 39.5, 5.0, 7.0, 20.5, 39.5,
                   (1 + 8 * a) / den + 2, (2 + 10 * a) / den + 3);
-    tfm_tensor *objs[] = { q, k, v, out, wh, wa };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, out, wh, wa);
     tfm_module_free(m);
 }
 
@@ -306,9 +198,7 @@ static void test_zero_wq_gives_mean_of_values(void **state)
     kd[4] = NAN;
     assert_int_equal(tfm_mha_forward(m, q, k, v, &mp, out, NULL), TFM_OK);
     expect_bit_identical(out, clean, "NaN in the padded key/value");
-    tfm_tensor *objs[] = { q, k, v, out, pad, w, clean };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, out, pad, w, clean);
     tfm_module_free(m);
 }
 
@@ -320,13 +210,7 @@ static void test_per_head_mask(void **state)
 {
     (void)state;
     tfm_module *m = mha(4, 2, 0, 0, 0);
-    float ip[12 * 4] = { 0 };
-    for (int blk = 0; blk < 3; blk++)
-        for (int i = 0; i < 4; i++)
-            ip[(blk * 4 + i) * 4 + i] = 1.0f;
-    set_param(m, "in_proj_weight", 2, (const int64_t[]){ 12, 4 }, ip);
-    set_param(m, "out_proj.weight", 2, (const int64_t[]){ 4, 4 },
-              (const float[]){ 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1 });
+    set_identity_projections(m, 4);
     tfm_tensor *q = make3(1, 2, 4, NULL);
     tfm_tensor *k = make3(1, 2, 4, NULL);
     fill_random(k, 8);
@@ -337,9 +221,7 @@ static void test_per_head_mask(void **state)
     tfm_tensor *out = make3(1, 2, 4, NULL);
     assert_int_equal(tfm_mha_forward(m, q, k, v, &mk, out, NULL), TFM_OK);
     EXPECT_VALUES(out, 0.0, 1, 2, 7, 8, 1, 2, 7, 8);
-    tfm_tensor *objs[] = { q, k, v, am, out };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, am, out);
     tfm_module_free(m);
 }
 
@@ -399,7 +281,7 @@ static void test_matches_pytorch_unpacked(void **state)
         -0.412633206390561, -1.1695514429644818, -0.31991845399706104,
         0.33666935974507528, -0.40174467842956407, -1.1833482045356456,
         -0.31107222955387953 };
-    expect_values(out, expected_out, 1e-5, "out", __LINE__);
+    EXPECT_ARRAY(out, expected_out, 1e-5, "out");
     EXPECT_VALUES(wa, 1e-5,
         0.51528868108469617, 0.29394744979268062, 0.19076386912262319,
         0.33473264624465615, 0.40881152367727558, 0.25645583007806827,
@@ -407,7 +289,7 @@ static void test_matches_pytorch_unpacked(void **state)
         0.49222063397674265, 0);
     fill(out, 0.0f);
     assert_int_equal(tfm_mha_forward(m, q, k, v, &mk, out, wh), TFM_OK);
-    expect_values(out, expected_out, 1e-5, "out (per-head weights)", __LINE__);
+    EXPECT_ARRAY(out, expected_out, 1e-5, "out (per-head weights)");
     EXPECT_VALUES(wh, 1e-5,
         0.50964508518158502, 0.27146245740282016, 0.21889245741559474,
         0.35469528782653625, 0.33120596401464319, 0.31409874815882061,
@@ -416,9 +298,7 @@ static void test_matches_pytorch_unpacked(void **state)
         0.52437584478701404, 0.47562415521298607, 0, 0.52278839498065277,
         0.47721160501934728, 0, 0.50445465485193164, 0.49554534514806842, 0,
         0.49277033706586199, 0.50722966293413796, 0);
-    tfm_tensor *objs[] = { q, k, v, pad, out, wa, wh };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, pad, out, wa, wh);
     tfm_module_free(m);
 }
 
@@ -532,9 +412,7 @@ static void test_new_module_parameters_are_zero(void **state)
     fill(out, 5.0f);
     assert_int_equal(tfm_mha_forward(m, x, x, x, NULL, out, NULL), TFM_OK);
     expect_all_equal(out, 0.0f, "out of a zero module");
-    tfm_tensor_free(w);
-    tfm_tensor_free(x);
-    tfm_tensor_free(out);
+    FREE_TENSORS(w, x, out);
     tfm_module_free(m);
 }
 
@@ -631,9 +509,7 @@ static void test_set_get_parameter_roundtrip_and_errors(void **state)
                      TFM_ERR_NULL_ARGUMENT);
     assert_int_equal(tfm_module_get_parameter(m, "out_proj.weight", got), TFM_OK);
     assert_memory_equal(tfm_tensor_data_const(got), vals, sizeof vals);
-    tfm_tensor_free(got);
-    tfm_tensor_free(src);
-    tfm_tensor_free(ip);
+    FREE_TENSORS(got, src, ip);
     tfm_module_free(m);
 }
 
@@ -779,22 +655,9 @@ static void expect_forward_error(const tfm_module *m, const tfm_tensor *q,
                                  tfm_tensor *out, tfm_tensor *w,
                                  tfm_status want, const char *needle, int line)
 {
-    if (out)
-        fill(out, 42.0f);
-    if (w)
-        fill(w, 42.0f);
-    tfm_clear_error();
+    arm_failing_call(out, w);
     tfm_status st = tfm_mha_forward(m, q, k, v, masks, out, w);
-    if (st != want)
-        fail_msg("line %d: status %d (%s), expected %d; message \"%s\"", line,
-                 (int)st, tfm_status_string(st), (int)want, tfm_last_error());
-    if (out)
-        expect_all_equal(out, 42.0f, "out after error");
-    if (w)
-        expect_all_equal(w, 42.0f, "weights after error");
-    if (needle && !strstr(tfm_last_error(), needle))
-        fail_msg("line %d: message \"%s\" lacks \"%s\"", line, tfm_last_error(),
-                 needle);
+    expect_failed_call(st, want, out, w, needle, line);
 }
 #define FWD_ERR(m, q, k, v, mk, o, w, st, needle) \
     expect_forward_error((m), (q), (k), (v), (mk), (o), (w), (st), (needle), \
@@ -873,10 +736,8 @@ static void test_forward_shape_errors(void **state)
     FWD_ERR(u, q, ku, v, NULL, out, w, TFM_ERR_SHAPE, "value");
     FWD_ERR(u, q, ku, ku, NULL, out, w, TFM_ERR_SHAPE, "value");
 
-    tfm_tensor *objs[] = { q, k, v, out, w, k5, q7, v9, kb, vs, vb, o2, q4, k2,
-                           w2, wh, ws, w3, padbad, ambad, am4, pad, ku, vu };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, out, w, k5, q7, v9, kb, vs, vb, o2, q4, k2, w2, wh,
+                 ws, w3, padbad, ambad, am4, pad, ku, vu);
     tfm_module_free(m);
     tfm_module_free(u);
 }
@@ -904,9 +765,7 @@ static void test_wrong_kind(void **state)
     fill(out, 42.0f);
     assert_int_equal(tfm_layer_norm_forward(m, q, out), TFM_ERR_WRONG_KIND);
     expect_all_equal(out, 42.0f, "out after wrong kind");
-    tfm_tensor_free(q);
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    FREE_TENSORS(q, out, w);
     tfm_module_free(ln);
     tfm_module_free(ff);
     tfm_module_free(enc);
@@ -953,25 +812,18 @@ static void test_averaged_weights_are_mean_of_heads(void **state)
                     mean += h[((b * H + hh) * L + i) * S + j];
                 mean /= H;
                 float x = a[(b * L + i) * S + j];
-                near_impl(x, mean, 1e-6, "averaged weight", (b * L + i) * S + j,
-                          __LINE__);
+                NEAR_AT(x, mean, 1e-6, "averaged weight", (b * L + i) * S + j);
                 if (h[((b * H) * L + i) * S + j] != h[((b * H + 1) * L + i) * S + j])
                     differ = 1;
                 rowsum += x;
             }
-            near_impl(rowsum, 1.0, 1e-6, "averaged row sum", b * L + i, __LINE__);
+            NEAR_AT(rowsum, 1.0, 1e-6, "averaged row sum", b * L + i);
         }
     assert_true(differ); /* the test would be vacuous if the heads agreed */
     /* the outputs do not depend on which weights were requested */
-    for (int64_t i = 0; i < tfm_tensor_numel(o1); i++) {
-        near_impl(tfm_tensor_data_const(o2)[i], tfm_tensor_data_const(o1)[i],
-                  1e-6, "out (averaged vs per head)", (int)i, __LINE__);
-        near_impl(tfm_tensor_data_const(o3)[i], tfm_tensor_data_const(o1)[i],
-                  1e-6, "out (no weights vs per head)", (int)i, __LINE__);
-    }
-    tfm_tensor *objs[] = { q, k, v, pad, o1, o2, o3, wh, wa };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    EXPECT_CLOSE(o2, o1, 1e-6, "out (averaged vs per head)");
+    EXPECT_CLOSE(o3, o1, 1e-6, "out (no weights vs per head)");
+    FREE_TENSORS(q, k, v, pad, o1, o2, o3, wh, wa);
     tfm_module_free(m);
 }
 
@@ -998,19 +850,15 @@ static void check_averaged_long(int L, int S)
         double sum = 0;
         for (int j = 0; j < S; j++) {
             double mean = 0.5 * ((double)h[i * S + j] + h[(L + i) * S + j]);
-            near_impl(a[i * S + j], mean, 1e-6, "averaged", i * S + j, __LINE__);
+            NEAR_AT(a[i * S + j], mean, 1e-6, "averaged", i * S + j);
             if (j > i && (a[i * S + j] != 0.0f || h[i * S + j] != 0.0f))
                 fail_msg("row %d key %d is causally masked but has weight %g",
                          i, j, (double)a[i * S + j]);
             sum += a[i * S + j];
         }
-        near_impl(sum, 1.0, 1e-5, "row sum", i, __LINE__);
+        NEAR_AT(sum, 1.0, 1e-5, "row sum", i);
     }
-    tfm_tensor_free(q);
-    tfm_tensor_free(kv);
-    tfm_tensor_free(out);
-    tfm_tensor_free(wh);
-    tfm_tensor_free(wa);
+    FREE_TENSORS(q, kv, out, wh, wa);
     tfm_module_free(m);
 }
 
@@ -1045,30 +893,29 @@ static void test_self_attention_same_tensor_vs_copies(void **state)
         tfm_tensor *w1 = make4(B, H, L, L, NULL), *w2 = make4(B, H, L, L, NULL);
         assert_int_equal(tfm_mha_forward(m, x, x, x, &mk, o1, w1), TFM_OK);
         assert_int_equal(tfm_mha_forward(m, x, xk, xv, &mk, o2, w2), TFM_OK);
-        for (int64_t i = 0; i < tfm_tensor_numel(o1); i++)
-            near_impl(tfm_tensor_data_const(o1)[i], tfm_tensor_data_const(o2)[i],
-                      1e-5, "out (same tensor vs copies)", (int)i, __LINE__);
-        for (int64_t i = 0; i < tfm_tensor_numel(w1); i++)
-            near_impl(tfm_tensor_data_const(w1)[i], tfm_tensor_data_const(w2)[i],
-                      1e-5, "weights (same tensor vs copies)", (int)i, __LINE__);
+        EXPECT_CLOSE(o1, o2, 1e-5, "out (same tensor vs copies)");
+        EXPECT_CLOSE(w1, w2, 1e-5, "weights (same tensor vs copies)");
         /* key = value = x but query different, and query = key != value */
         tfm_tensor *q = make3(B, L, D, NULL);
         fill_random(q, 23);
         assert_int_equal(tfm_mha_forward(m, q, x, x, &mk, o1, NULL), TFM_OK);
         assert_int_equal(tfm_mha_forward(m, q, xk, xv, &mk, o2, NULL), TFM_OK);
-        for (int64_t i = 0; i < tfm_tensor_numel(o1); i++)
-            near_impl(tfm_tensor_data_const(o1)[i], tfm_tensor_data_const(o2)[i],
-                      1e-5, "out (key = value)", (int)i, __LINE__);
+        EXPECT_CLOSE(o1, o2, 1e-5, "out (key = value)");
         assert_int_equal(tfm_mha_forward(m, x, x, q, &mk, o1, NULL), TFM_OK);
         assert_int_equal(tfm_mha_forward(m, x, xk, q, &mk, o2, NULL), TFM_OK);
-        for (int64_t i = 0; i < tfm_tensor_numel(o1); i++)
-            near_impl(tfm_tensor_data_const(o1)[i], tfm_tensor_data_const(o2)[i],
-                      1e-5, "out (query = key)", (int)i, __LINE__);
-        tfm_tensor *objs[] = { x, xk, xv, pad, o1, o2, w1, w2, q };
-        for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-            tfm_tensor_free(objs[i]);
+        EXPECT_CLOSE(o1, o2, 1e-5, "out (query = key)");
+        FREE_TENSORS(x, xk, xv, pad, o1, o2, w1, w2, q);
         tfm_module_free(m);
     }
+}
+
+/* A [a, b, c] tensor viewing data (not a copy). */
+static tfm_tensor *wrap3(int64_t a, int64_t b, int64_t c, float *data)
+{
+    tfm_tensor *t = NULL;
+    assert_int_equal(tfm_tensor_wrap(3, (const int64_t[]){ a, b, c }, data, &t),
+                     TFM_OK);
+    return t;
 }
 
 /* Tensors are views: the query may wrap the first rows of the same buffer
@@ -1087,36 +934,21 @@ static void test_query_is_prefix_view_of_key(void **state)
         buf[i] = rnd(&seed);
     memcpy(qcopy, buf, sizeof qcopy);
     memcpy(kcopy, buf, sizeof kcopy);
-    tfm_tensor *qv = NULL, *kv = NULL, *qc = NULL, *kc = NULL;
-    assert_int_equal(tfm_tensor_wrap(3, (const int64_t[]){ 1, SHORT, D }, buf, &qv),
-                     TFM_OK);
-    assert_int_equal(tfm_tensor_wrap(3, (const int64_t[]){ 1, LONG, D }, buf, &kv),
-                     TFM_OK);
-    assert_int_equal(tfm_tensor_wrap(3, (const int64_t[]){ 1, SHORT, D }, qcopy, &qc),
-                     TFM_OK);
-    assert_int_equal(tfm_tensor_wrap(3, (const int64_t[]){ 1, LONG, D }, kcopy, &kc),
-                     TFM_OK);
+    tfm_tensor *qv = wrap3(1, SHORT, D, buf), *kv = wrap3(1, LONG, D, buf);
+    tfm_tensor *qc = wrap3(1, SHORT, D, qcopy), *kc = wrap3(1, LONG, D, kcopy);
     tfm_tensor *o_view = make3(1, SHORT, D, NULL), *o_copy = make3(1, SHORT, D, NULL);
     tfm_tensor *w_view = make3(1, SHORT, LONG, NULL),
                *w_copy = make3(1, SHORT, LONG, NULL);
     assert_int_equal(tfm_mha_forward(m, qc, kc, kc, NULL, o_copy, w_copy), TFM_OK);
     assert_int_equal(tfm_mha_forward(m, qv, kv, kv, NULL, o_view, w_view), TFM_OK);
-    for (int64_t i = 0; i < tfm_tensor_numel(o_copy); i++)
-        near_impl(tfm_tensor_data_const(o_view)[i], tfm_tensor_data_const(o_copy)[i],
-                  1e-5, "out (prefix view)", (int)i, __LINE__);
-    for (int64_t i = 0; i < tfm_tensor_numel(w_copy); i++)
-        near_impl(tfm_tensor_data_const(w_view)[i], tfm_tensor_data_const(w_copy)[i],
-                  1e-5, "weights (prefix view)", (int)i, __LINE__);
+    EXPECT_CLOSE(o_view, o_copy, 1e-5, "out (prefix view)");
+    EXPECT_CLOSE(w_view, w_copy, 1e-5, "weights (prefix view)");
     /* and the other way: key/value a prefix of the query's buffer */
     tfm_tensor *o2v = make3(1, LONG, D, NULL), *o2c = make3(1, LONG, D, NULL);
     assert_int_equal(tfm_mha_forward(m, kc, qc, qc, NULL, o2c, NULL), TFM_OK);
     assert_int_equal(tfm_mha_forward(m, kv, qv, qv, NULL, o2v, NULL), TFM_OK);
-    for (int64_t i = 0; i < tfm_tensor_numel(o2c); i++)
-        near_impl(tfm_tensor_data_const(o2v)[i], tfm_tensor_data_const(o2c)[i],
-                  1e-5, "out (key prefix view)", (int)i, __LINE__);
-    tfm_tensor *objs[] = { qv, kv, qc, kc, o_view, o_copy, w_view, w_copy, o2v, o2c };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    EXPECT_CLOSE(o2v, o2c, 1e-5, "out (key prefix view)");
+    FREE_TENSORS(qv, kv, qc, kc, o_view, o_copy, w_view, w_copy, o2v, o2c);
     tfm_module_free(m);
 }
 
@@ -1141,9 +973,7 @@ static void test_out_may_alias_query(void **state)
     assert_int_equal(tfm_mha_forward(m, x, mem, mem, NULL, ref, NULL), TFM_OK);
     assert_int_equal(tfm_mha_forward(m, x, mem, mem, NULL, x, NULL), TFM_OK);
     expect_bit_identical(x, ref, "cross-attention in place");
-    tfm_tensor_free(x);
-    tfm_tensor_free(mem);
-    tfm_tensor_free(ref);
+    FREE_TENSORS(x, mem, ref);
     tfm_module_free(m);
 }
 
@@ -1198,10 +1028,7 @@ static void test_out_of_memory(void **state)
     }
     assert_true(succeeded);
     assert_true(failed >= 1);
-    tfm_tensor_free(x);
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
-    tfm_tensor_free(ref);
+    FREE_TENSORS(x, out, w, ref);
     tfm_module_free(m);
 }
 
@@ -1306,10 +1133,7 @@ static void test_threads_share_one_module(void **state)
                      "single-threaded run", i, ctx[i].mismatches, N_ITERS);
     }
     assert_string_equal(tfm_last_error(), mine);
-    tfm_tensor *objs[] = { q, kv, pad, ref_out[0], ref_out[1], ref_w[0],
-                           ref_w[1], bad };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, kv, pad, ref_out[0], ref_out[1], ref_w[0], ref_w[1], bad);
     tfm_module_free(m);
 }
 

@@ -14,6 +14,8 @@
 
 #include <transformer/transformer.h>
 
+#include "test_util.h"
+
 #ifndef TFM_MODELS_DIR
 #error "TFM_MODELS_DIR must point at tests/models"
 #endif
@@ -106,20 +108,12 @@ static double rel_err(const float *a, const float *b, int64_t n)
     return num / (den > 0 ? den : 1);
 }
 
-static tfm_tensor *new_tensor(int rank, int64_t a, int64_t b, int64_t c)
-{
-    int64_t shape[3] = { a, b, c };
-    tfm_tensor *t = NULL;
-    assert_int_equal(tfm_tensor_create(rank, shape, &t), TFM_OK);
-    return t;
-}
-
 static void check_full_forward(const char *name)
 {
     ref_case c;
     load_case(&c, name);
     const int64_t V = c.config.vocab_size;
-    tfm_tensor *out = new_tensor(3, c.B, c.L, V);
+    tfm_tensor *out = make3(c.B, c.L, V, NULL);
     tfm_status st =
         c.config.architecture == TFM_ARCH_ENCODER_DECODER
             ? tfm_model_seq2seq_logits(c.model, c.src, c.S, c.tgt, c.L, c.B,
@@ -144,8 +138,8 @@ static void check_kv_cache(const char *name, int64_t prefill)
     const int64_t V = c.config.vocab_size, L = c.L;
     tfm_kv_cache *cache = NULL;
     assert_int_equal(tfm_kv_cache_create(c.model, L, &cache), TFM_OK);
-    tfm_tensor *step = new_tensor(2, prefill, V, 0);
-    tfm_tensor *one = new_tensor(2, 1, V, 0);
+    tfm_tensor *step = make2(prefill, V, NULL);
+    tfm_tensor *one = make2(1, V, NULL);
     double worst = 0;
     for (int64_t b = 0; b < c.B; b++) {
         const int32_t *ids = c.ids + b * L;
@@ -225,7 +219,7 @@ static void prefill_last_row_only(void **s)
     const int64_t V = c.config.vocab_size;
     tfm_kv_cache *cache = NULL;
     assert_int_equal(tfm_kv_cache_create(c.model, c.L, &cache), TFM_OK);
-    tfm_tensor *one = new_tensor(2, 1, V, 0);
+    tfm_tensor *one = make2(1, V, NULL);
     assert_int_equal(tfm_kv_cache_decode(cache, c.ids, 7, one), TFM_OK);
     double e = rel_err(tfm_tensor_data(one),
                        tfm_tensor_data(c.logits) + 6 * V, V);
@@ -248,11 +242,11 @@ static void generate_matches_recompute(void **s)
     assert_int_equal(tfm_model_generate(c.model, seq, n_prompt, n_new, NULL,
                                         0, out),
                      TFM_OK);
-    tfm_tensor *logits = new_tensor(3, 1, ctx, V);
+    tfm_tensor *logits = make3(1, ctx, V, NULL);
     int64_t len = n_prompt;
     for (int64_t t = 0; t < n_new; t++) {
         int64_t w = len < ctx ? len : ctx;
-        tfm_tensor *lw = new_tensor(3, 1, w, V);
+        tfm_tensor *lw = make3(1, w, V, NULL);
         assert_int_equal(tfm_model_logits(c.model, seq + len - w, 1, w, lw),
                          TFM_OK);
         const float *row = tfm_tensor_data(lw) + (w - 1) * V;
@@ -285,7 +279,7 @@ static void save_and_reload(void **s)
     assert_int_equal(tfm_module_num_parameters(again),
                      tfm_module_num_parameters(c.model));
     const int64_t V = c.config.vocab_size;
-    tfm_tensor *a = new_tensor(3, c.B, c.L, V), *b = new_tensor(3, c.B, c.L, V);
+    tfm_tensor *a = make3(c.B, c.L, V, NULL), *b = make3(c.B, c.L, V, NULL);
     assert_int_equal(tfm_model_logits(c.model, c.ids, c.B, c.L, a), TFM_OK);
     assert_int_equal(tfm_model_logits(again, c.ids, c.B, c.L, b), TFM_OK);
     assert_memory_equal(tfm_tensor_data(a), tfm_tensor_data(b),
@@ -303,22 +297,20 @@ static void errors_leave_outputs(void **s)
     ref_case c;
     load_case(&c, "decoder_learned_prenorm_gelu");
     const int64_t V = c.config.vocab_size;
-    tfm_tensor *out = new_tensor(3, 1, 3, V);
-    for (int64_t i = 0; i < 3 * V; i++)
-        tfm_tensor_data(out)[i] = 42.0f;
+    tfm_tensor *out = make3(1, 3, V, NULL);
+    fill(out, 42.0f);
     int32_t bad[3] = { 0, (int32_t)V, 1 };
     assert_int_equal(tfm_model_logits(c.model, bad, 1, 3, out),
                      TFM_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(tfm_last_error(), "outside the vocabulary"));
     int32_t long_ids[13] = { 0 };
-    tfm_tensor *big = new_tensor(3, 1, 13, V);
+    tfm_tensor *big = make3(1, 13, V, NULL);
     assert_int_equal(tfm_model_logits(c.model, long_ids, 1, 13, big),
                      TFM_ERR_CAPACITY);
-    tfm_tensor *wrong = new_tensor(3, 1, 3, V + 1);
+    tfm_tensor *wrong = make3(1, 3, V + 1, NULL);
     assert_int_equal(tfm_model_logits(c.model, c.ids, 1, 3, wrong),
                      TFM_ERR_SHAPE);
-    for (int64_t i = 0; i < 3 * V; i++)
-        assert_true(tfm_tensor_data(out)[i] == 42.0f);
+    expect_all_equal(out, 42.0f, "out after errors");
     tfm_kv_cache *cache = NULL;
     assert_int_equal(tfm_kv_cache_create(c.model, 13, &cache),
                      TFM_ERR_INVALID_ARGUMENT);
@@ -329,9 +321,7 @@ static void errors_leave_outputs(void **s)
     assert_int_equal(tfm_model_load("/nonexistent/model.safetensors", &mha),
                      TFM_ERR_IO);
     tfm_module_free(mha);
-    tfm_tensor_free(out);
-    tfm_tensor_free(big);
-    tfm_tensor_free(wrong);
+    FREE_TENSORS(out, big, wrong);
     free_case(&c);
 }
 
@@ -377,7 +367,7 @@ static void shipped_model_greedy(void **s)
     memcpy(seq, prompt, (size_t)P * sizeof *seq);
     int64_t len = P;
     tfm_kv_cache *cache = NULL;
-    tfm_tensor *logits = new_tensor(2, 1, V, 0);
+    tfm_tensor *logits = make2(1, V, NULL);
     assert_int_equal(tfm_kv_cache_create(model, ctx, &cache), TFM_OK);
     assert_int_equal(tfm_kv_cache_decode(cache, seq, len, logits), TFM_OK);
     double worst = 0;

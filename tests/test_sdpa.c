@@ -20,90 +20,11 @@
 #include <transformer/attention.h>
 #include <transformer/tensor.h>
 
+#include "test_util.h"
+
 #define E1 2.718281828459045 /* exp(1) */
 
 /* ---- helpers -------------------------------------------------------------- */
-
-static tfm_tensor *make(int rank, const int64_t *shape, const float *data)
-{
-    tfm_tensor *t = NULL;
-    if (data)
-        assert_int_equal(tfm_tensor_create_copy(rank, shape, data, &t), TFM_OK);
-    else
-        assert_int_equal(tfm_tensor_create(rank, shape, &t), TFM_OK);
-    return t;
-}
-
-static tfm_tensor *make4(int64_t a, int64_t b, int64_t c, int64_t d,
-                         const float *data)
-{
-    const int64_t shape[4] = { a, b, c, d };
-    return make(4, shape, data);
-}
-
-static void fill(tfm_tensor *t, float value)
-{
-    float *d = tfm_tensor_data(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        d[i] = value;
-}
-
-/* Deterministic uniform numbers in [-1, 1). */
-static float rnd(uint32_t *s)
-{
-    *s = *s * 1664525u + 1013904223u;
-    return (float)((*s >> 8) * (1.0 / 8388608.0) - 1.0);
-}
-
-static void fill_random(tfm_tensor *t, uint32_t seed)
-{
-    float *d = tfm_tensor_data(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        d[i] = rnd(&seed);
-}
-
-/* |actual - expected| <= tol * max(1, |expected|) */
-static void near_impl(double actual, double expected, double tol,
-                      const char *what, int index, const char *file, int line)
-{
-    double scale = fabs(expected) > 1.0 ? fabs(expected) : 1.0;
-    if (!(fabs(actual - expected) <= tol * scale))
-        fail_msg("%s:%d: %s[%d] = %.9g, expected %.9g (tol %g)", file, line,
-                 what, index, actual, expected, tol);
-}
-#define NEAR(actual, expected, tol) \
-    near_impl((actual), (expected), (tol), #actual, -1, __FILE__, __LINE__)
-
-static void expect_values(const tfm_tensor *t, const double *expected,
-                          double tol, const char *what, int line)
-{
-    const float *d = tfm_tensor_data_const(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        near_impl(d[i], expected[i], tol, what, (int)i, __FILE__, line);
-}
-#define EXPECT_VALUES(t, tol, ...)                                   \
-    expect_values((t), (const double[]){ __VA_ARGS__ }, (tol), #t, \
-                  __LINE__)
-
-static void expect_all_equal(const tfm_tensor *t, float value, const char *what)
-{
-    const float *d = tfm_tensor_data_const(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        if (memcmp(&d[i], &value, sizeof value) != 0)
-            fail_msg("%s[%lld] = %g, expected %g bit for bit", what,
-                     (long long)i, (double)d[i], (double)value);
-}
-
-static void expect_bit_identical(const tfm_tensor *a, const tfm_tensor *b,
-                                 const char *what)
-{
-    assert_int_equal(tfm_tensor_numel(a), tfm_tensor_numel(b));
-    const float *x = tfm_tensor_data_const(a), *y = tfm_tensor_data_const(b);
-    for (int64_t i = 0; i < tfm_tensor_numel(a); i++)
-        if (memcmp(&x[i], &y[i], sizeof(float)) != 0)
-            fail_msg("%s[%lld]: %.9g vs %.9g (not bit-identical)", what,
-                     (long long)i, (double)x[i], (double)y[i]);
-}
 
 static void expect_no_nan(const tfm_tensor *t, const char *what)
 {
@@ -149,11 +70,7 @@ static void check_small_case(float scale, double s)
     const double a = exp(s), den = 2 * a + 1;
     EXPECT_VALUES(w, 2e-6, a / den, 1 / den, a / den, 1 / den, a / den, a / den);
     EXPECT_VALUES(out, 2e-6, 3.0, 4.0, (1 + 8 * a) / den, (2 + 10 * a) / den);
-    tfm_tensor_free(q);
-    tfm_tensor_free(k);
-    tfm_tensor_free(v);
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    FREE_TENSORS(q, k, v, out, w);
 }
 
 static void test_hand_small_explicit_scale(void **state)
@@ -186,11 +103,7 @@ static void test_default_scale_is_inv_sqrt_dk(void **state)
     /* explicit 1 differs: logits [4, 0] -> e^4/(e^4+1) = 0.9820137900379085 */
     assert_int_equal(tfm_sdpa(q, k, v, NULL, 1.0f, out2, NULL), TFM_OK);
     EXPECT_VALUES(out2, 1e-6, 0.9820137900379085);
-    tfm_tensor_free(q);
-    tfm_tensor_free(k);
-    tfm_tensor_free(v);
-    tfm_tensor_free(out);
-    tfm_tensor_free(out2);
+    FREE_TENSORS(q, k, v, out, out2);
 }
 
 /* A case computed with float64 numpy (bottom-right causal + padding, two
@@ -251,24 +164,13 @@ static void test_random_matches_numpy(void **state)
         1.0608449028303268, 0.3438239295396695, 1.1510629610412144,
         -0.8508985620376428, 0.18111173884454101, -1.2954302599981888,
         -0.12748877458554128, -0.3487112524576349, -0.42457509660594256);
-    tfm_tensor_free(q);
-    tfm_tensor_free(k);
-    tfm_tensor_free(v);
-    tfm_tensor_free(pad);
-    tfm_tensor_free(out);
-    tfm_tensor_free(out2);
-    tfm_tensor_free(w);
+    FREE_TENSORS(q, k, v, pad, out, out2, w);
 }
 
 /* ---- causal masks ------------------------------------------------------------
  * q = 0 makes every logit 0, so each query's weights are uniform over the
  * keys it sees and its output is the mean of their values.
  * v[j] = [2^j, -j]. */
-typedef struct causal_case {
-    tfm_causal causal;
-    int L, S;
-} causal_case;
-
 static void run_causal(tfm_causal causal, int L, int S, tfm_tensor **out,
                        tfm_tensor **w)
 {
@@ -286,9 +188,7 @@ static void run_causal(tfm_causal causal, int L, int S, tfm_tensor **out,
     fill(*w, NAN);
     tfm_attention_masks m = { .causal = causal };
     assert_int_equal(tfm_sdpa(q, k, v, &m, 1.0f, *out, *w), TFM_OK);
-    tfm_tensor_free(q);
-    tfm_tensor_free(k);
-    tfm_tensor_free(v);
+    FREE_TENSORS(q, k, v);
 }
 
 /* Checks row i sees exactly keys 0..last (last < 0: none). */
@@ -317,62 +217,41 @@ static void check_causal_row(const tfm_tensor *out, const tfm_tensor *w, int i,
     }
 }
 
+/* run_causal(), then row i must see exactly keys 0..last[i]. */
+static void check_causal(tfm_causal causal, int L, int S, const int *last)
+{
+    tfm_tensor *out, *w;
+    run_causal(causal, L, S, &out, &w);
+    for (int i = 0; i < L; i++)
+        check_causal_row(out, w, i, last[i], S);
+    FREE_TENSORS(out, w);
+}
+
 static void test_causal_top_left(void **state)
 {
     (void)state;
-    tfm_tensor *out, *w;
-    /* L = 2 < S = 4, offset 0: query i sees keys j <= i. */
-    run_causal(TFM_CAUSAL_TOP_LEFT, 2, 4, &out, &w);
-    check_causal_row(out, w, 0, 0, 4); /* [1, 0] */
-    check_causal_row(out, w, 1, 1, 4); /* [(1+2)/2, -1/2] */
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    /* L = 2 < S = 4, offset 0: query i sees keys j <= i.
+     * Outputs [1, 0] and [(1+2)/2, -1/2]. */
+    check_causal(TFM_CAUSAL_TOP_LEFT, 2, 4, (const int[]){ 0, 1 });
     /* L = 4 > S = 2: rows 0, 1 see 0..i; the last L - S = 2 rows see all. */
-    run_causal(TFM_CAUSAL_TOP_LEFT, 4, 2, &out, &w);
-    check_causal_row(out, w, 0, 0, 2);
-    check_causal_row(out, w, 1, 1, 2);
-    check_causal_row(out, w, 2, 1, 2);
-    check_causal_row(out, w, 3, 1, 2);
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    check_causal(TFM_CAUSAL_TOP_LEFT, 4, 2, (const int[]){ 0, 1, 1, 1 });
     /* L = S = 3: lower triangle */
-    run_causal(TFM_CAUSAL_TOP_LEFT, 3, 3, &out, &w);
-    for (int i = 0; i < 3; i++)
-        check_causal_row(out, w, i, i, 3);
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    check_causal(TFM_CAUSAL_TOP_LEFT, 3, 3, (const int[]){ 0, 1, 2 });
 }
 
 static void test_causal_bottom_right(void **state)
 {
     (void)state;
-    tfm_tensor *out, *w;
-    /* L = 2 < S = 4, offset S - L = 2: query i sees j <= i + 2. */
-    run_causal(TFM_CAUSAL_BOTTOM_RIGHT, 2, 4, &out, &w);
-    check_causal_row(out, w, 0, 2, 4); /* [(1+2+4)/3, -1] */
-    check_causal_row(out, w, 1, 3, 4); /* [15/4, -1.5] */
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    /* L = 2 < S = 4, offset S - L = 2: query i sees j <= i + 2.
+     * Outputs [(1+2+4)/3, -1] and [15/4, -1.5]. */
+    check_causal(TFM_CAUSAL_BOTTOM_RIGHT, 2, 4, (const int[]){ 2, 3 });
     /* L = 4 > S = 2, offset -2: rows 0, 1 see nothing (zero weights, zero
      * output, no NaN), row 2 sees key 0, row 3 keys 0..1. */
-    run_causal(TFM_CAUSAL_BOTTOM_RIGHT, 4, 2, &out, &w);
-    check_causal_row(out, w, 0, -2, 2);
-    check_causal_row(out, w, 1, -1, 2);
-    check_causal_row(out, w, 2, 0, 2);
-    check_causal_row(out, w, 3, 1, 2);
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    check_causal(TFM_CAUSAL_BOTTOM_RIGHT, 4, 2, (const int[]){ -2, -1, 0, 1 });
     /* L = 1, S = 5 (one decoding step with a cache): sees everything */
-    run_causal(TFM_CAUSAL_BOTTOM_RIGHT, 1, 5, &out, &w);
-    check_causal_row(out, w, 0, 4, 5);
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    check_causal(TFM_CAUSAL_BOTTOM_RIGHT, 1, 5, (const int[]){ 4 });
     /* L = S: same as top-left */
-    run_causal(TFM_CAUSAL_BOTTOM_RIGHT, 3, 3, &out, &w);
-    for (int i = 0; i < 3; i++)
-        check_causal_row(out, w, i, i, 3);
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    check_causal(TFM_CAUSAL_BOTTOM_RIGHT, 3, 3, (const int[]){ 0, 1, 2 });
 }
 
 /* Long sequences cross the kernel's query blocks.  q = 0 again, v[j] = j:
@@ -412,11 +291,7 @@ static void check_long_causal(tfm_causal causal, int L, int S, int with_w)
                          (double)x, e);
         }
     }
-    tfm_tensor_free(q);
-    tfm_tensor_free(k);
-    tfm_tensor_free(v);
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    FREE_TENSORS(q, k, v, out, w);
 }
 
 static void test_causal_long_sequences(void **state)
@@ -439,6 +314,26 @@ static void test_causal_long_sequences(void **state)
 }
 
 /* ---- fully masked rows ------------------------------------------------------ */
+
+/* tfm_sdpa (scale 0) into out and w (NULL: none) poisoned with NaN, where
+ * masks hide every key: both must come out all +0 bit for bit. */
+static void expect_all_masked(const tfm_tensor *q, const tfm_tensor *k,
+                              const tfm_tensor *v,
+                              const tfm_attention_masks *masks, tfm_tensor *out,
+                              tfm_tensor *w, const char *label)
+{
+    char what[96];
+    fill(out, NAN);
+    if (w)
+        fill(w, NAN);
+    assert_int_equal(tfm_sdpa(q, k, v, masks, 0.0f, out, w), TFM_OK);
+    snprintf(what, sizeof what, "out (%s)", label);
+    expect_all_equal(out, 0.0f, what);
+    if (w) {
+        snprintf(what, sizeof what, "w (%s)", label);
+        expect_all_equal(w, 0.0f, what);
+    }
+}
 
 static void test_fully_masked_rows_are_zero(void **state)
 {
@@ -477,26 +372,16 @@ static void test_fully_masked_rows_are_zero(void **state)
     tfm_tensor *allow0 = make(2, (const int64_t[]){ L, S }, NULL);
     tfm_attention_masks m2 = { .attn_mask = allow0,
                                .attn_mask_kind = TFM_MASK_ALLOW };
-    fill(out, NAN);
-    fill(w, NAN);
-    assert_int_equal(tfm_sdpa(q, k, v, &m2, 0.0f, out, w), TFM_OK);
-    expect_all_equal(out, 0.0f, "out (ALLOW all zero)");
-    expect_all_equal(w, 0.0f, "w (ALLOW all zero)");
+    expect_all_masked(q, k, v, &m2, out, w, "ALLOW all zero");
 
     /* (c) additive mask of all -inf */
     tfm_tensor *ninf = make(2, (const int64_t[]){ L, S }, NULL);
     fill(ninf, -INFINITY);
     tfm_attention_masks m3 = { .attn_mask = ninf,
                                .attn_mask_kind = TFM_MASK_ADDITIVE };
-    fill(out, NAN);
-    fill(w, NAN);
-    assert_int_equal(tfm_sdpa(q, k, v, &m3, 0.0f, out, w), TFM_OK);
-    expect_all_equal(out, 0.0f, "out (additive -inf)");
-    expect_all_equal(w, 0.0f, "w (additive -inf)");
+    expect_all_masked(q, k, v, &m3, out, w, "additive -inf");
     /* without weights too */
-    fill(out, NAN);
-    assert_int_equal(tfm_sdpa(q, k, v, &m3, 0.0f, out, NULL), TFM_OK);
-    expect_all_equal(out, 0.0f, "out (additive -inf, no weights)");
+    expect_all_masked(q, k, v, &m3, out, NULL, "additive -inf, no weights");
 
     /* (d) additive key padding of -inf + a huge finite attn mask value */
     tfm_tensor *pinf = make(2, (const int64_t[]){ B, S }, NULL);
@@ -507,15 +392,9 @@ static void test_fully_masked_rows_are_zero(void **state)
                                .key_padding_kind = TFM_MASK_ADDITIVE,
                                .attn_mask = big,
                                .attn_mask_kind = TFM_MASK_ADDITIVE };
-    fill(out, NAN);
-    fill(w, NAN);
-    assert_int_equal(tfm_sdpa(q, k, v, &m4, 0.0f, out, w), TFM_OK);
-    expect_all_equal(out, 0.0f, "out (-inf padding + 1e30)");
-    expect_all_equal(w, 0.0f, "w (-inf padding + 1e30)");
+    expect_all_masked(q, k, v, &m4, out, w, "-inf padding + 1e30");
 
-    tfm_tensor *objs[] = { q, k, v, out, w, pad, allow0, ninf, pinf, big };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, out, w, pad, allow0, ninf, pinf, big);
 }
 
 /* ---- large logits ---------------------------------------------------------- */
@@ -533,11 +412,7 @@ static void check_two_logits(float qv, float k0, float k1, float scale)
     assert_int_equal(tfm_sdpa(q, k, v, NULL, scale, out, w), TFM_OK);
     EXPECT_VALUES(w, 1e-6, E1 / (1 + E1), 1 / (1 + E1));
     EXPECT_VALUES(out, 1e-6, E1 / (1 + E1));
-    tfm_tensor_free(q);
-    tfm_tensor_free(k);
-    tfm_tensor_free(v);
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    FREE_TENSORS(q, k, v, out, w);
 }
 
 static void test_large_logits_do_not_overflow(void **state)
@@ -593,9 +468,7 @@ static void test_softmax_accuracy_wide_range(void **state)
         tfm_tensor_free(out);
         tfm_tensor_free(w);
     }
-    tfm_tensor_free(q);
-    tfm_tensor_free(k);
-    tfm_tensor_free(v);
+    FREE_TENSORS(q, k, v);
 }
 
 /* ---- NaN and infinity -------------------------------------------------------- */
@@ -658,11 +531,7 @@ static void run_masked_poison(float poison_k, float poison_v,
         *(pass ? out_poison : out_clean) = out;
         *(pass ? w_poison : w_clean) = w;
     }
-    tfm_tensor_free(q);
-    tfm_tensor_free(k);
-    tfm_tensor_free(v);
-    tfm_tensor_free(pad);
-    tfm_tensor_free(am);
+    FREE_TENSORS(q, k, v, pad, am);
 }
 
 static void test_masked_nan_inf_never_reach_output(void **state)
@@ -684,10 +553,7 @@ static void test_masked_nan_inf_never_reach_output(void **state)
                 expect_bit_identical(oc, op, "out (poisoned masked keys)");
                 if (with_w)
                     expect_bit_identical(wc, wp, "weights (poisoned)");
-                tfm_tensor_free(oc);
-                tfm_tensor_free(op);
-                tfm_tensor_free(wc);
-                tfm_tensor_free(wp);
+                FREE_TENSORS(oc, op, wc, wp);
             }
 }
 
@@ -707,11 +573,7 @@ static void test_nan_query_in_fully_masked_row(void **state)
      * row 2: logits [3, 4] -> w = [1, e]/(1+e), out = (5 + 7e)/(1+e) */
     EXPECT_VALUES(out, 1e-6, 0.0, 5.0, (5 + 7 * E1) / (1 + E1));
     EXPECT_VALUES(w, 1e-6, 0.0, 0.0, 1.0, 0.0, 1 / (1 + E1), E1 / (1 + E1));
-    tfm_tensor_free(q);
-    tfm_tensor_free(k);
-    tfm_tensor_free(v);
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    FREE_TENSORS(q, k, v, out, w);
 }
 
 /* NaN in a visible value reaches exactly the rows that see it.  Causal
@@ -743,11 +605,7 @@ static void test_visible_nan_value_propagates_causally(void **state)
     assert_memory_equal(&o[0], &c[0], 2 * sizeof(float));
     assert_true(isinf(o[2]) && o[2] > 0);
     assert_true(isinf(o[4]) && o[4] > 0);
-    tfm_tensor_free(q);
-    tfm_tensor_free(k);
-    tfm_tensor_free(v);
-    tfm_tensor_free(clean);
-    tfm_tensor_free(out);
+    FREE_TENSORS(q, k, v, clean, out);
 }
 
 /* NaN in a visible key: the logits of the rows that see it are NaN, so
@@ -774,12 +632,7 @@ static void test_visible_nan_key_propagates_causally(void **state)
     assert_true(at4(w, 0, 0, 0, 0) == 1.0f);
     assert_true(isnan(at4(w, 0, 0, 1, 1)));
     assert_true(isnan(at4(w, 0, 0, 2, 1)));
-    tfm_tensor_free(q);
-    tfm_tensor_free(k);
-    tfm_tensor_free(v);
-    tfm_tensor_free(clean);
-    tfm_tensor_free(out);
-    tfm_tensor_free(w);
+    FREE_TENSORS(q, k, v, clean, out, w);
 }
 
 /* attention.h: "NaN in a visible query, key or value propagates to the
@@ -799,10 +652,7 @@ static void test_visible_nan_value_with_underflowed_weight(void **state)
     if (!isnan(o))
         fail_msg("out = %g, expected NaN (visible NaN value, weight 0)",
                  (double)o);
-    tfm_tensor_free(q);
-    tfm_tensor_free(k);
-    tfm_tensor_free(v);
-    tfm_tensor_free(out);
+    FREE_TENSORS(q, k, v, out);
 }
 
 /* ---- mask kinds ----------------------------------------------------------- */
@@ -866,9 +716,7 @@ static void test_block_allow_polarity(void **state)
          * batch 0 */
         assert_true(at4(w1, 0, h, 1, 0) > 0.0f);
     }
-    tfm_tensor *objs[] = { q, k, v, ba, aa, bp, ap, o1, o2, o3, w1, w2, w3 };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, ba, aa, bp, ap, o1, o2, o3, w1, w2, w3);
 }
 
 static void test_additive_mask_hand_values(void **state)
@@ -913,9 +761,7 @@ static void test_additive_mask_hand_values(void **state)
     EXPECT_VALUES(w, 1e-6, e2 / (e2 + 1), 1 / (e2 + 1), 0.0);
     EXPECT_VALUES(out, 1e-6, (e2 + 2) / (e2 + 1));
     assert_true(tfm_tensor_data_const(w)[2] == 0.0f);
-    tfm_tensor *objs[] = { q, k, v, am, out, w, q0, vn, pad, am2 };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, am, out, w, q0, vn, pad, am2);
 }
 
 /* Causal + key padding + attn mask together.  q = 0 (uniform over visible
@@ -959,9 +805,7 @@ static void test_masks_combine(void **state)
     assert_int_equal(tfm_sdpa(q, k, v, &m, 1.0f, out, w), TFM_OK);
     EXPECT_VALUES(out, 1e-6, 1.0, 1.0, 3.25, 6.0);
     EXPECT_VALUES(w, 1e-6, 1, 0, 0, 0, 1, 0, 0, 0, 0.25, 0, 0.75, 0, 0, 0, 0.5, 0.5);
-    tfm_tensor *objs[] = { q, k, v, pad, am, am2, out, w };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, pad, am, am2, out, w);
 }
 
 /* [L, S], [B, L, S] and [B, H, L, S] masks.  q = 0, d_k = 1, and
@@ -1033,9 +877,7 @@ static void test_mask_broadcasting(void **state)
             for (int i = 0; i < L; i++)
                 assert_true(at4(o4, b, h, i, 0) ==
                             (float)(100 * b + 10 * h + (b + h + i) % 3 + 1));
-    tfm_tensor *objs[] = { q, k, v, a2, a3, a4, o2, o3, o4 };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, a2, a3, a4, o2, o3, o4);
 }
 
 static void test_weight_rows_sum_to_one(void **state)
@@ -1085,18 +927,29 @@ static void test_weight_rows_sum_to_one(void **state)
                     }
                 }
     }
-    tfm_tensor *objs[] = { q, k, v, pad, out, w };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, pad, out, w);
 }
 
 /* ---- errors: status, and out / weights left exactly as they were ----------- */
 
-typedef struct sdpa_fixture {
-    tfm_tensor *q, *k, *v, *out, *w;
-} sdpa_fixture;
-
 enum { EB = 2, EH = 3, EL = 4, ES = 5, ED = 6, EDV = 7 };
+
+/* Valid tensors for the error tests: q, k, v zero, or random (seeds 1, 2,
+ * 3) when `random`. */
+static void make_error_io(tfm_tensor **q, tfm_tensor **k, tfm_tensor **v,
+                          tfm_tensor **out, tfm_tensor **w, int random)
+{
+    *q = make4(EB, EH, EL, ED, NULL);
+    *k = make4(EB, EH, ES, ED, NULL);
+    *v = make4(EB, EH, ES, EDV, NULL);
+    *out = make4(EB, EH, EL, EDV, NULL);
+    *w = make4(EB, EH, EL, ES, NULL);
+    if (random) {
+        fill_random(*q, 1);
+        fill_random(*k, 2);
+        fill_random(*v, 3);
+    }
+}
 
 static void expect_sdpa_error(const tfm_tensor *q, const tfm_tensor *k,
                               const tfm_tensor *v,
@@ -1104,22 +957,9 @@ static void expect_sdpa_error(const tfm_tensor *q, const tfm_tensor *k,
                               tfm_tensor *out, tfm_tensor *w, tfm_status want,
                               const char *needle, int line)
 {
-    if (out)
-        fill(out, 42.0f);
-    if (w)
-        fill(w, 42.0f);
-    tfm_clear_error();
+    arm_failing_call(out, w);
     tfm_status st = tfm_sdpa(q, k, v, masks, scale, out, w);
-    if (st != want)
-        fail_msg("line %d: status %d (%s), expected %d; message \"%s\"", line,
-                 (int)st, tfm_status_string(st), (int)want, tfm_last_error());
-    if (out)
-        expect_all_equal(out, 42.0f, "out after error");
-    if (w)
-        expect_all_equal(w, 42.0f, "weights after error");
-    if (needle && !strstr(tfm_last_error(), needle))
-        fail_msg("line %d: message \"%s\" lacks \"%s\"", line, tfm_last_error(),
-                 needle);
+    expect_failed_call(st, want, out, w, needle, line);
 }
 #define SDPA_ERR(q, k, v, m, s, o, w, st, needle) \
     expect_sdpa_error((q), (k), (v), (m), (s), (o), (w), (st), (needle), __LINE__)
@@ -1127,12 +967,8 @@ static void expect_sdpa_error(const tfm_tensor *q, const tfm_tensor *k,
 static void test_errors_null_and_rank(void **state)
 {
     (void)state;
-    tfm_tensor *q = make4(EB, EH, EL, ED, NULL), *k = make4(EB, EH, ES, ED, NULL),
-               *v = make4(EB, EH, ES, EDV, NULL), *out = make4(EB, EH, EL, EDV, NULL),
-               *w = make4(EB, EH, EL, ES, NULL);
-    fill_random(q, 1);
-    fill_random(k, 2);
-    fill_random(v, 3);
+    tfm_tensor *q, *k, *v, *out, *w;
+    make_error_io(&q, &k, &v, &out, &w, 1);
     /* sanity: the valid call succeeds */
     assert_int_equal(tfm_sdpa(q, k, v, NULL, 0.0f, out, w), TFM_OK);
     SDPA_ERR(NULL, k, v, NULL, 0.0f, out, w, TFM_ERR_NULL_ARGUMENT, "q");
@@ -1150,17 +986,14 @@ static void test_errors_null_and_rank(void **state)
     SDPA_ERR(q, k, v3, NULL, 0.0f, out, w, TFM_ERR_SHAPE, "v");
     SDPA_ERR(q, k, v, NULL, 0.0f, o3, w, TFM_ERR_SHAPE, "out");
     SDPA_ERR(q, k, v, NULL, 0.0f, out, w3, TFM_ERR_SHAPE, "weights");
-    tfm_tensor *objs[] = { q, k, v, out, w, q3, k3, v3, o3, w3 };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, out, w, q3, k3, v3, o3, w3);
 }
 
 static void test_errors_sizes_disagree(void **state)
 {
     (void)state;
-    tfm_tensor *q = make4(EB, EH, EL, ED, NULL), *k = make4(EB, EH, ES, ED, NULL),
-               *v = make4(EB, EH, ES, EDV, NULL), *out = make4(EB, EH, EL, EDV, NULL),
-               *w = make4(EB, EH, EL, ES, NULL);
+    tfm_tensor *q, *k, *v, *out, *w;
+    make_error_io(&q, &k, &v, &out, &w, 0);
     struct { int64_t s[4]; int which; const char *needle; } bad[] = {
         /* which: 1 = k, 2 = v, 3 = out, 4 = weights */
         { { EB, EH, ES, ED + 1 }, 1, "k" },      /* d_k mismatch */
@@ -1192,20 +1025,14 @@ static void test_errors_sizes_disagree(void **state)
         }
         tfm_tensor_free(t);
     }
-    tfm_tensor *objs[] = { q, k, v, out, w };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, out, w);
 }
 
 static void test_errors_masks_and_enums(void **state)
 {
     (void)state;
-    tfm_tensor *q = make4(EB, EH, EL, ED, NULL), *k = make4(EB, EH, ES, ED, NULL),
-               *v = make4(EB, EH, ES, EDV, NULL), *out = make4(EB, EH, EL, EDV, NULL),
-               *w = make4(EB, EH, EL, ES, NULL);
-    fill_random(q, 1);
-    fill_random(k, 2);
-    fill_random(v, 3);
+    tfm_tensor *q, *k, *v, *out, *w;
+    make_error_io(&q, &k, &v, &out, &w, 1);
     /* key padding: must be [B, S] */
     const int64_t bad_pad[][3] = {
         { 1, EB, ES + 1 }, { 1, EB + 1, ES }, { 1, ES, EB }, { 1, 1, ES },
@@ -1275,9 +1102,7 @@ static void test_errors_masks_and_enums(void **state)
     SDPA_ERR(q, k, v, NULL, -INFINITY, out, w, TFM_ERR_INVALID_ARGUMENT, "scale");
     /* NULL weights with an error: out still unchanged */
     SDPA_ERR(q, k, v, NULL, NAN, out, NULL, TFM_ERR_INVALID_ARGUMENT, "scale");
-    tfm_tensor *objs[] = { q, k, v, out, w, pad, am };
-    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++)
-        tfm_tensor_free(objs[i]);
+    FREE_TENSORS(q, k, v, out, w, pad, am);
 }
 
 int main(void)

@@ -17,25 +17,20 @@
 #include <transformer/tensor.h>
 #include <transformer/version.h>
 
-/* Internal test hook of the library (src/alloc.c, exported for tests):
- * the k-th allocation from now fails; 0 disarms it. */
-void tfm_testing_fail_allocation(long k);
-
-/* A pointer value that no allocation returns: *out must keep it on error. */
-#define SENTINEL_PTR ((tfm_tensor *)(uintptr_t)0x5e47)
+#include "test_util.h"
 
 /* Asserts that `call` fails with `status`, that *out still holds the
  * sentinel, and that the last-error message contains `needle`. */
 #define EXPECT_CREATE_FAILS(status, needle, call)                            \
     do {                                                                     \
-        tfm_tensor *out_ = SENTINEL_PTR;                                     \
+        tfm_tensor *out_ = SENTINEL_TENSOR;                                  \
         tfm_clear_error();                                                   \
         tfm_status st_ = (call);                                             \
         if (st_ != (status))                                                 \
             fail_msg("%s returned %d (%s), expected %d; message \"%s\"",    \
                      #call, (int)st_, tfm_status_string(st_), (int)(status), \
                      tfm_last_error());                                      \
-        assert_ptr_equal(out_, SENTINEL_PTR);                                \
+        assert_ptr_equal(out_, SENTINEL_TENSOR);                             \
         if (strstr(tfm_last_error(), (needle)) == NULL)                      \
             fail_msg("message \"%s\" lacks \"%s\"", tfm_last_error(),       \
                      (needle));                                              \
@@ -330,11 +325,11 @@ static void test_last_error_lifecycle(void **state)
     (void)state;
     tfm_clear_error();
     assert_string_equal(tfm_last_error(), "");
-    tfm_tensor *t = SENTINEL_PTR;
+    tfm_tensor *t = SENTINEL_TENSOR;
     assert_int_equal(tfm_tensor_create(7, (const int64_t[]){ 1, 1, 1, 1, 1, 1, 1 },
                                        &t),
                      TFM_ERR_INVALID_ARGUMENT);
-    assert_ptr_equal(t, SENTINEL_PTR);
+    assert_ptr_equal(t, SENTINEL_TENSOR);
     assert_non_null(strstr(tfm_last_error(), "rank 7"));
     /* A successful call does not clear it. */
     t = NULL;
@@ -342,7 +337,7 @@ static void test_last_error_lifecycle(void **state)
     assert_non_null(strstr(tfm_last_error(), "rank 7"));
     tfm_tensor_free(t);
     /* A later failure replaces it. */
-    t = SENTINEL_PTR;
+    t = SENTINEL_TENSOR;
     assert_int_equal(tfm_tensor_create(1, (const int64_t[]){ -5 }, &t),
                      TFM_ERR_INVALID_ARGUMENT);
     assert_null(strstr(tfm_last_error(), "rank 7"));
@@ -397,13 +392,6 @@ static void test_status_strings(void **state)
 }
 
 /* ---- copy and add ----------------------------------------------------------- */
-
-static tfm_tensor *make(int rank, const int64_t *shape, const float *data)
-{
-    tfm_tensor *t = NULL;
-    assert_int_equal(tfm_tensor_create_copy(rank, shape, data, &t), TFM_OK);
-    return t;
-}
 
 static void test_copy_and_add_values(void **state)
 {
@@ -463,10 +451,7 @@ static void test_copy_add_shape_mismatch_leaves_destination(void **state)
     assert_int_equal(tfm_tensor_add(NULL, a), TFM_ERR_NULL_ARGUMENT);
     assert_int_equal(tfm_tensor_add(a, NULL), TFM_ERR_NULL_ARGUMENT);
     assert_memory_equal(tfm_tensor_data_const(a), six, sizeof six);
-    tfm_tensor_free(a);
-    tfm_tensor_free(b);
-    tfm_tensor_free(c);
-    tfm_tensor_free(e);
+    FREE_TENSORS(a, b, c, e);
 }
 
 static void test_add_nonfinite_follows_ieee(void **state)
@@ -518,14 +503,14 @@ static void test_out_of_memory(void **state)
     for (int which = 0; which < 3; which++) {
         int succeeded = 0;
         for (long k = 1; k <= 10 && !succeeded; k++) {
-            tfm_tensor *t = SENTINEL_PTR;
+            tfm_tensor *t = SENTINEL_TENSOR;
             tfm_testing_fail_allocation(k);
             tfm_status st = which == 0 ? tfm_tensor_create(2, shape, &t)
                           : which == 1 ? tfm_tensor_create_copy(2, shape, data, &t)
                                        : tfm_tensor_wrap(2, shape, data, &t);
             tfm_testing_fail_allocation(0);
             if (st == TFM_OK) {
-                assert_ptr_not_equal(t, SENTINEL_PTR);
+                assert_ptr_not_equal(t, SENTINEL_TENSOR);
                 assert_int_equal(tfm_tensor_numel(t), 15);
                 tfm_tensor_free(t);
                 succeeded = 1;
@@ -534,7 +519,7 @@ static void test_out_of_memory(void **state)
             if (st != TFM_ERR_OUT_OF_MEMORY)
                 fail_msg("creator %d, allocation %ld failing: status %d", which,
                          k, (int)st);
-            assert_ptr_equal(t, SENTINEL_PTR);
+            assert_ptr_equal(t, SENTINEL_TENSOR);
             assert_true(strlen(tfm_last_error()) > 0);
         }
         assert_true(succeeded);

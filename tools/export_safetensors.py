@@ -68,12 +68,13 @@ def _encode(arr, dtype):
     return data.tobytes(order="C")
 
 
-def save_safetensors(path, tensors, metadata=None, dtype="F32"):
+def save_safetensors(path, tensors, metadata=None, dtype="F32", sort_keys=False):
     """Write ``tensors`` ({name: ndarray}) to ``path`` in safetensors format.
 
     ``dtype`` is either one dtype name for all tensors ("F32", "F16", "BF16")
     or a dict {name: dtype name}; names missing from the dict get "F32".
     ``metadata`` is a {str: str} dict stored as "__metadata__".
+    ``sort_keys`` writes every JSON object of the header with sorted keys.
     Returns the number of bytes written.
     """
     metadata = dict(metadata or {})
@@ -95,7 +96,8 @@ def save_safetensors(path, tensors, metadata=None, dtype="F32"):
                         "data_offsets": [offset, offset + len(raw)]}
         chunks.append(raw)
         offset += len(raw)
-    hjson = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("utf-8")
+    hjson = json.dumps(header, separators=(",", ":"), ensure_ascii=True,
+                       sort_keys=sort_keys).encode("utf-8")
     pad = (-(8 + len(hjson))) % 8
     hjson += b" " * pad
     with open(path, "wb") as f:

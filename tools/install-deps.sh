@@ -8,6 +8,9 @@ packages=(
   libopenblas-dev libcjson-dev libcmocka-dev
   python3 python3-numpy python3-torch python3-pytest
   swig liblua5.4-dev lua5.4
+  python3-dev abigail-tools
+  python3-nbclient python3-nbformat python3-ipykernel python3-matplotlib
+  debhelper dh-python dpkg-dev lintian
 )
 
 # Skip apt entirely when everything is already installed.

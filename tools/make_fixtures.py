@@ -45,9 +45,7 @@ Usage: /usr/bin/python3 tools/make_fixtures.py [--out DIR] [--list]
 """
 
 import argparse
-import json
 import os
-import struct
 import sys
 import zlib
 
@@ -62,37 +60,9 @@ except ImportError:  # pragma: no cover - depends on the interpreter
     sys.exit(2)
 
 
-# ---- safetensors writer (numpy only) -------------------------------------
-
-def save_safetensors(path, tensors, metadata):
-    """Write {name: float32 ndarray} and {str: str} metadata to path.
-
-    Layout: 8-byte little-endian header length N, N bytes of JSON padded
-    with spaces so that 8 + N is a multiple of 8, then the tensors' bytes
-    back to back in sorted name order.  Written to a temporary name and
-    renamed, so an interrupted run leaves no partial file.
-    """
-    header = {"__metadata__": {str(k): str(v) for k, v in metadata.items()}}
-    blobs = []
-    offset = 0
-    for name in sorted(tensors):
-        arr = np.ascontiguousarray(tensors[name], dtype="<f4")
-        data = arr.tobytes(order="C")
-        header[name] = {"dtype": "F32", "shape": [int(d) for d in arr.shape],
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, sort_keys=True, separators=(",", ":"))
-    raw = text.encode("utf-8")
-    raw += b" " * ((-(8 + len(raw))) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for data in blobs:
-            f.write(data)
-    os.replace(tmp, path)
-    return 8 + len(raw) + offset
+# The writer shared with the other tools (numpy only).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from export_safetensors import save_safetensors  # noqa: E402
 
 
 # ---- helpers ----------------------------------------------------------------
@@ -1010,7 +980,12 @@ def main(argv=None):
             if key.startswith("output.") and not np.isfinite(arr).all():
                 raise AssertionError("%s: %s is not finite" % (name, key))
         filename = name + ".safetensors"
-        size = save_safetensors(os.path.join(args.out, filename), tensors, meta)
+        # Sorted header keys, as the committed fixtures have them; written to
+        # a temporary name and renamed, so an interrupted run leaves no
+        # partial file.
+        path = os.path.join(args.out, filename)
+        size = save_safetensors(path + ".tmp", tensors, meta, sort_keys=True)
+        os.replace(path + ".tmp", path)
         written.add(filename)
         total += size
         print("%-36s %6d bytes" % (filename, size))

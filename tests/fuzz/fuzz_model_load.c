@@ -1,0 +1,196 @@
+/* libFuzzer harness: model files from untrusted bytes.
+ *
+ * The input is written to an anonymous in-memory file (memfd_create) and
+ * loaded by path (/proc/self/fd/N) with tfm_model_load and
+ * tfm_tokenizer_load, so the real mmap path is exercised.  When the model
+ * loads, one token goes through tfm_model_logits (or
+ * tfm_model_seq2seq_logits), and for decoder-only models through a KV
+ * cache and tfm_model_generate; when the tokenizer loads, its vocabulary
+ * is encoded and decoded back.
+ *
+ * tfm_model_load sizes the model from the metadata before it looks at the
+ * tensors, so a tiny file may ask for gigabytes.  That is refused
+ * elsewhere (it returns TFM_ERR_OUT_OF_MEMORY at worst), but it would trip
+ * libFuzzer's malloc limit and make one input take seconds; inputs whose
+ * metadata asks for more than MAX_PARAMS parameters are only opened with
+ * the safetensors reader. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <transformer/transformer.h>
+
+#define MAX_DIM 4096          /* any one size in the metadata */
+#define MAX_LAYERS 64         /* each of n_layers, n_encoder/decoder_layers */
+#define MAX_PARAMS (1 << 20)  /* estimated parameters plus KV cache floats */
+
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: broken promise: %s (last error: %s)\n", \
+                    __FILE__, __LINE__, #cond, tfm_last_error());          \
+            abort();                                                       \
+        }                                                                  \
+    } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The metadata value of key as the loader would read it (strtoll), or 0
+ * when absent or not a number (the loader refuses those itself). */
+static long long meta_number(const tfm_safetensors *f, const char *key)
+{
+    const char *v = tfm_safetensors_metadata(f, key);
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (end == v || errno)
+        return -1; /* refused by the loader: allowed through */
+    return n;
+}
+
+/* Whether the model the metadata describes is small enough to build. */
+static int small_enough(const uint8_t *data, size_t size)
+{
+    static const char *const keys[] = {
+        "tfm.d_model", "tfm.n_heads", "tfm.d_ff", "tfm.vocab_size",
+        "tfm.context_length", "tfm.n_layers", "tfm.n_encoder_layers",
+        "tfm.n_decoder_layers",
+    };
+    long long v[8];
+    tfm_safetensors *f = NULL;
+    if (tfm_safetensors_open_memory(data, size, &f) != TFM_OK)
+        return 1; /* the loader refuses it just as fast */
+    for (int i = 0; i < 8; i++) {
+        v[i] = meta_number(f, keys[i]);
+        if (v[i] > (i >= 5 ? MAX_LAYERS : MAX_DIM)) {
+            tfm_safetensors_close(f);
+            return 0;
+        }
+        if (v[i] < 0)
+            v[i] = 0;
+    }
+    tfm_safetensors_close(f);
+    const long long d = v[0], dff = v[2], vocab = v[3], ctx = v[4];
+    const long long layers = v[5] + v[6] + 2 * v[7];
+    const long long params = 2 * vocab * d + ctx * d +
+                             layers * (4 * d * d + 2 * d * dff + 10 * d + dff) +
+                             2 * v[5] * ctx * d; /* KV cache */
+    return params <= MAX_PARAMS;
+}
+
+/* Writes the input to a memfd; returns its descriptor, path in path. */
+static int to_memfd(const uint8_t *data, size_t size, char *path, size_t cap)
+{
+    int fd = memfd_create("fuzz_model_load", MFD_CLOEXEC);
+    CHECK(fd >= 0);
+    for (size_t done = 0; done < size;) {
+        ssize_t k = write(fd, data + done, size - done);
+        CHECK(k > 0);
+        done += (size_t)k;
+    }
+    snprintf(path, cap, "/proc/self/fd/%d", fd);
+    return fd;
+}
+
+static void run_model(tfm_module *model)
+{
+    tfm_model_config c;
+    CHECK(tfm_model_get_config(model, &c) == TFM_OK);
+    const int64_t V = c.vocab_size;
+    const int64_t shape[3] = { 1, 1, V };
+    tfm_tensor *logits = NULL;
+    CHECK(tfm_tensor_create(3, shape, &logits) == TFM_OK);
+    const int32_t ids[2] = { 0, (int32_t)(V - 1) };
+    tfm_status st;
+    if (c.architecture == TFM_ARCH_ENCODER_DECODER)
+        st = tfm_model_seq2seq_logits(model, ids, 1, ids + 1, 1, 1, logits);
+    else
+        st = tfm_model_logits(model, ids + 1, 1, 1, logits);
+    CHECK(st == TFM_OK);
+
+    if (c.architecture == TFM_ARCH_DECODER_ONLY) {
+        tfm_kv_cache *cache = NULL;
+        const int64_t cap = c.context_length < 2 ? c.context_length : 2;
+        const int64_t shape2[2] = { 1, V };
+        tfm_tensor *step = NULL;
+        CHECK(tfm_kv_cache_create(model, cap, &cache) == TFM_OK);
+        CHECK(tfm_tensor_create(2, shape2, &step) == TFM_OK);
+        CHECK(tfm_kv_cache_decode(cache, ids + 1, 1, step) == TFM_OK);
+        CHECK(tfm_kv_cache_length(cache) == 1);
+        tfm_tensor_free(step);
+        tfm_kv_cache_free(cache);
+
+        /* Logits may overflow to NaN for wild (finite) weights; sampling
+         * refuses NaN with TFM_ERR_NON_FINITE, which is not a bug. */
+        int32_t out[3];
+        st = tfm_model_generate(model, ids, 2, 3, NULL, 1, out);
+        CHECK(st == TFM_OK || st == TFM_ERR_NON_FINITE);
+        for (int i = 0; st == TFM_OK && i < 3; i++)
+            CHECK(out[i] >= 0 && out[i] < V);
+    }
+    tfm_tensor_free(logits);
+}
+
+static void run_tokenizer(tfm_tokenizer *t, const char *path)
+{
+    tfm_safetensors *f = NULL;
+    CHECK(tfm_safetensors_open(path, &f) == TFM_OK);
+    const char *vocab = tfm_safetensors_metadata(f, "tfm.vocab");
+    CHECK(vocab != NULL);
+    const size_t len = strlen(vocab);
+    const int64_t n = tfm_tokenizer_vocab_size(t);
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    char *text = malloc(len + 1);
+    CHECK(ids && text);
+    int64_t n_ids = -1;
+    CHECK(tfm_tokenizer_encode(t, vocab, len, ids, n, &n_ids) == TFM_OK);
+    CHECK(n_ids == n);
+    for (int64_t i = 0; i < n; i++)
+        CHECK(ids[i] == i);
+    size_t text_len = 0;
+    CHECK(tfm_tokenizer_decode(t, ids, n_ids, text, len + 1, &text_len) ==
+          TFM_OK);
+    CHECK(text_len == len && memcmp(text, vocab, len) == 0);
+    free(ids);
+    free(text);
+    tfm_safetensors_close(f);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const uint8_t empty[1];
+    if (!small_enough(size ? data : empty, size))
+        return 0;
+    char path[64];
+    int fd = to_memfd(data, size, path, sizeof path);
+
+    tfm_module *model = NULL;
+    tfm_status st = tfm_model_load(path, &model);
+    if (st == TFM_OK) {
+        run_model(model);
+        tfm_module_free(model);
+    } else {
+        CHECK(model == NULL);
+        CHECK(st != TFM_ERR_NULL_ARGUMENT && st != TFM_ERR_IO);
+        CHECK(tfm_last_error()[0] != '\0');
+    }
+
+    tfm_tokenizer *t = NULL;
+    st = tfm_tokenizer_load(path, &t);
+    if (st == TFM_OK) {
+        run_tokenizer(t, path);
+        tfm_tokenizer_free(t);
+    } else {
+        CHECK(t == NULL);
+        CHECK(st != TFM_ERR_NULL_ARGUMENT && st != TFM_ERR_IO);
+    }
+    close(fd);
+    return 0;
+}

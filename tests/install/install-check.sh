@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The install_consumers test: `cmake --install` of the build into a fresh
+# temporary prefix, a look at what landed where, then two out-of-tree
+# programs built against that prefix, one with find_package(transformer)
+# (tests/install/find_package/) and one with pkg-config
+# (tests/install/pkg_config/); both must run and print OK.  The bindings
+# and the command-line program, when built, are loaded from the prefix too.
+#
+# tests/install/CMakeLists.txt passes everything as environment variables:
+#   BUILD_DIR SOURCE_DIR WORK_DIR CMAKE_COMMAND CMAKE_GENERATOR CC
+#   LIBDIR INCLUDEDIR BINDIR DATADIR CMAKEDIR PKGCONFIGDIR (relative to the
+#   prefix) VERSION SOVERSION, and optionally
+#   PYTHON PYTHON_DIR (Python package), LUA LUA_CMOD_DIR LUA_LMOD_DIR (Lua
+#   module), CLI=1 (transformer-generate and the model).
+set -euo pipefail
+
+prefix="$WORK_DIR/prefix"
+rm -rf "$WORK_DIR"
+mkdir -p "$WORK_DIR"
+cd "$WORK_DIR"
+fail() { echo "install-check: FAIL: $*" >&2; exit 1; }
+step() { echo; echo "== $*"; }
+
+step "cmake --install $BUILD_DIR --prefix $prefix"
+"$CMAKE_COMMAND" --install "$BUILD_DIR" --prefix "$prefix" > install.log
+sed "s|$prefix|<prefix>|" install.log | sed -n 's/^-- Installing: //p'
+
+step "the library and its soname links"
+libdir="$prefix/$LIBDIR"
+real="libtransformer.so.$VERSION"
+[ -f "$libdir/$real" ] && [ ! -L "$libdir/$real" ] || fail "no $LIBDIR/$real"
+[ "$(readlink "$libdir/libtransformer.so.$SOVERSION")" = "$real" ] \
+  || fail "libtransformer.so.$SOVERSION is not a link to $real"
+[ "$(readlink "$libdir/libtransformer.so")" = "libtransformer.so.$SOVERSION" ] \
+  || fail "libtransformer.so is not a link to libtransformer.so.$SOVERSION"
+soname=$(LC_ALL=C readelf -d "$libdir/$real" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = "libtransformer.so.$SOVERSION" ] || fail "SONAME is '$soname'"
+echo "$LIBDIR/$real, SONAME $soname"
+
+step "headers"
+for h in "$SOURCE_DIR"/include/transformer/*.h; do
+  cmp -s "$h" "$prefix/$INCLUDEDIR/transformer/$(basename "$h")" \
+    || fail "$INCLUDEDIR/transformer/$(basename "$h") missing or different"
+done
+ls "$prefix/$INCLUDEDIR/transformer"
+
+step "pkg-config"
+export PKG_CONFIG_PATH="$prefix/$PKGCONFIGDIR"
+export PKG_CONFIG_LIBDIR="$prefix/$PKGCONFIGDIR:$(pkg-config --variable pc_path pkg-config)"
+pkg-config --print-errors --exists transformer
+libs=$(pkg-config --libs transformer)
+static_libs=$(pkg-config --static --libs transformer)
+echo "pkg-config --modversion: $(pkg-config --modversion transformer)"
+echo "pkg-config --libs: $libs"
+echo "pkg-config --static --libs: $static_libs"
+[ "$(pkg-config --modversion transformer)" = "$VERSION" ] || fail "wrong version"
+[[ " $libs " == *" -ltransformer "* ]] || fail "--libs lacks -ltransformer"
+[[ "$libs" != *openblas* && "$libs" != *cjson* ]] \
+  || fail "OpenBLAS or cJSON in the public Libs"
+[[ "$static_libs" == *openblas* ]] || fail "OpenBLAS missing from --static --libs"
+[ "$(pkg-config --variable=libdir transformer)" = "$libdir" ] || fail "libdir"
+
+step "find_package(transformer) consumer (tests/install/find_package)"
+"$CMAKE_COMMAND" -S "$SOURCE_DIR/tests/install/find_package" -B fp \
+  -G "$CMAKE_GENERATOR" -DCMAKE_C_COMPILER="$CC" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
+  > fp-configure.log || { cat fp-configure.log; fail "configure"; }
+grep "transformer " fp-configure.log
+found=$(sed -n 's/^transformer_DIR:PATH=//p' fp/CMakeCache.txt)
+[ "$found" = "$prefix/$CMAKEDIR" ] || fail "find_package found $found"
+"$CMAKE_COMMAND" --build fp > fp-build.log || { cat fp-build.log; fail "build"; }
+# CMake's build-tree RPATH points at the prefix's library.
+ldd fp/consumer | grep -q "$libdir/libtransformer.so.$SOVERSION" \
+  || { ldd fp/consumer; fail "fp/consumer does not load the installed library"; }
+fp/consumer | tee fp-run.log
+grep -q ': OK$' fp-run.log || fail "find_package consumer"
+
+step "pkg-config consumer (tests/install/pkg_config)"
+mkdir -p pc
+make -C pc -f "$SOURCE_DIR/tests/install/pkg_config/Makefile" \
+  SRCDIR="$SOURCE_DIR/tests/install/pkg_config/" CC="$CC"
+LD_LIBRARY_PATH="$libdir" pc/consumer | tee pc-run.log
+grep -q ': OK$' pc-run.log || fail "pkg-config consumer"
+
+if [ -n "${PYTHON:-}" ]; then
+  step "Python package in $PYTHON_DIR"
+  [ -f "$prefix/$PYTHON_DIR/transformer/__init__.py" ] \
+    || fail "no $PYTHON_DIR/transformer/__init__.py"
+  where=$(env -u PYTHONHOME PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1 \
+          PYTHONPATH="$prefix/$PYTHON_DIR" "$PYTHON" -c \
+          'import transformer, os; print(os.path.dirname(transformer.__file__))')
+  echo "import transformer: $where"
+  [ "$where" = "$prefix/$PYTHON_DIR/transformer" ] || fail "imported $where"
+fi
+
+if [ -n "${LUA:-}" ]; then
+  step "Lua module in $LUA_CMOD_DIR and $LUA_LMOD_DIR"
+  LUA_PATH="$prefix/$LUA_LMOD_DIR/?.lua;$prefix/$LUA_LMOD_DIR/?/init.lua" \
+  LUA_CPATH="$prefix/$LUA_CMOD_DIR/?.so" \
+    "$LUA" -e 'local t = require("transformer")
+               print("require(\"transformer\"): " .. type(t) .. " from " ..
+                     package.searchpath("transformer", package.path))' \
+    || fail "require(\"transformer\") from the prefix"
+fi
+
+if [ "${CLI:-0}" = 1 ]; then
+  step "transformer-generate and the model"
+  model="$prefix/$DATADIR/transformer/kjv-char.safetensors"
+  [ -f "$model" ] || fail "no $DATADIR/transformer/kjv-char.safetensors"
+  LD_LIBRARY_PATH="$libdir" "$prefix/$BINDIR/transformer-generate" \
+    --model "$model" --prompt "And God said" --max-tokens 20 | tee cli.log
+  grep -q '^And God said' cli.log || fail "transformer-generate"
+fi
+
+echo
+echo "install-check: OK"

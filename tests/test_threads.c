@@ -1,0 +1,417 @@
+/* Threads: forward passes and generation on shared modules from 8 threads.
+ *
+ * One multi-head attention layer, one encoder layer, one encoder-decoder
+ * Transformer and one decoder-only model are created and filled once, then
+ * shared read-only by THREADS threads that start together (a barrier) and
+ * each run every task ROUNDS times in a different order:
+ *   - tfm_mha_forward with padding, causal and additive masks and weights,
+ *     and a wider one (d_model 96) whose products OpenBLAS splits over its
+ *     own threads;
+ *   - tfm_encoder_layer_forward with a padding mask;
+ *   - tfm_transformer_forward with source padding and a causal target;
+ *   - tfm_model_logits on a batch of two sequences;
+ *   - tfm_model_generate, greedy and sampled (seeded), sliding window;
+ *   - KV-cache decoding with a cache per thread: prefill, then one token
+ *     at a time, every step's logits checked.
+ * Every output must equal, bit for bit, the one computed by the main
+ * thread alone before the threads start.  module.h promises that forward
+ * passes only read the module and keep their scratch in per-thread
+ * workspaces; tools/reliability.sh also runs this test under
+ * ThreadSanitizer.  The threads do not use CMocka's assertions (they are
+ * not thread-safe): each records its first mismatch for the main thread. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <transformer/transformer.h>
+
+#define THREADS 8
+#define ROUNDS 20
+#define BIG_D 96  /* large enough for OpenBLAS to use its own threads */
+#define D 16
+#define HEADS 4
+#define VOCAB 37
+#define CTX 12
+#define N_GEN 16
+#define N_PROMPT 5
+
+/* ---- shared state, written only before the threads start ---------------- */
+
+typedef struct shared {
+    tfm_module *mha, *encoder_layer, *transformer, *model, *big_mha;
+    /* inputs */
+    tfm_tensor *x;          /* [2, 7, D] */
+    tfm_tensor *memory;     /* [2, 9, D] */
+    tfm_tensor *padding7;   /* [2, 7] */
+    tfm_tensor *padding9;   /* [2, 9] */
+    tfm_tensor *additive;   /* [7, 7] */
+    tfm_tensor *big_x;      /* [2, 48, BIG_D] */
+    int32_t ids[2 * 10];
+    int32_t prompt[N_PROMPT];
+    /* references */
+    tfm_tensor *mha_out, *mha_weights, *enc_out, *tr_out, *logits, *big_out;
+    int32_t gen_greedy[N_GEN], gen_sampled[N_GEN];
+    tfm_tensor *kv_prefill;             /* [1, VOCAB]: last prompt position */
+    tfm_tensor *kv_steps[CTX];          /* [1, VOCAB] per decoded token */
+    int32_t kv_tokens[CTX];
+    int n_kv_steps;
+} shared;
+
+static shared S;
+
+static uint32_t lcg_state;
+
+static float next_value(void)
+{
+    lcg_state = lcg_state * 1664525u + 1013904223u;
+    return (float)(lcg_state >> 8) / 16777216.0f - 0.5f;
+}
+
+static tfm_tensor *tensor(int rank, int64_t a, int64_t b, int64_t c,
+                          int64_t d)
+{
+    const int64_t shape[4] = { a, b, c, d };
+    tfm_tensor *t = NULL;
+    if (tfm_tensor_create(rank, shape, &t) != TFM_OK)
+        return NULL;
+    return t;
+}
+
+static tfm_tensor *random_tensor(int rank, int64_t a, int64_t b, int64_t c)
+{
+    tfm_tensor *t = tensor(rank, a, b, c, 1);
+    assert_non_null(t);
+    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
+        tfm_tensor_data(t)[i] = next_value();
+    return t;
+}
+
+static void randomize(tfm_module *m, uint32_t seed)
+{
+    lcg_state = seed;
+    for (int i = 0; i < tfm_module_parameter_count(m); i++) {
+        const char *name = tfm_module_parameter_name(m, i);
+        int rank;
+        int64_t s[TFM_MAX_RANK] = { 1, 1, 1, 1 };
+        assert_int_equal(tfm_module_parameter_shape(m, name, &rank, s),
+                         TFM_OK);
+        tfm_tensor *t = tensor(rank, s[0], s[1], s[2], s[3]);
+        assert_non_null(t);
+        for (int64_t j = 0; j < tfm_tensor_numel(t); j++)
+            tfm_tensor_data(t)[j] = next_value();
+        assert_int_equal(tfm_module_set_parameter(m, name, t), TFM_OK);
+        tfm_tensor_free(t);
+    }
+}
+
+static int same(const tfm_tensor *a, const tfm_tensor *b)
+{
+    return tfm_tensor_numel(a) == tfm_tensor_numel(b) &&
+           memcmp(tfm_tensor_data_const(a), tfm_tensor_data_const(b),
+                  (size_t)tfm_tensor_numel(a) * sizeof(float)) == 0;
+}
+
+/* ---- the tasks: each computes into fresh outputs and compares ------------ */
+
+typedef struct worker {
+    int index;
+    pthread_t thread;
+    long calls;
+    char error[256];    /* first failure, empty when none */
+} worker;
+
+static void report(worker *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void report(worker *w, const char *fmt, ...)
+{
+    if (w->error[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = snprintf(w->error, sizeof w->error, "thread %d: ", w->index);
+    vsnprintf(w->error + n, sizeof w->error - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+static tfm_status run_mha(tfm_tensor *out, tfm_tensor *weights)
+{
+    tfm_attention_masks m = {
+        .causal = TFM_CAUSAL_TOP_LEFT,
+        .key_padding_mask = S.padding7,
+        .key_padding_kind = TFM_MASK_BLOCK,
+        .attn_mask = S.additive,
+        .attn_mask_kind = TFM_MASK_ADDITIVE,
+    };
+    return tfm_mha_forward(S.mha, S.x, S.x, S.x, &m, out, weights);
+}
+
+static tfm_status run_big_mha(tfm_tensor *out)
+{
+    tfm_attention_masks m = { .causal = TFM_CAUSAL_TOP_LEFT };
+    return tfm_mha_forward(S.big_mha, S.big_x, S.big_x, S.big_x, &m, out,
+                           NULL);
+}
+
+static tfm_status run_encoder_layer(tfm_tensor *out)
+{
+    tfm_attention_masks m = { .key_padding_mask = S.padding7 };
+    return tfm_encoder_layer_forward(S.encoder_layer, S.x, &m, out);
+}
+
+static tfm_status run_transformer(tfm_tensor *out)
+{
+    tfm_attention_masks src = { .key_padding_mask = S.padding9 };
+    tfm_attention_masks tgt = { .causal = TFM_CAUSAL_TOP_LEFT };
+    return tfm_transformer_forward(S.transformer, S.memory, S.x, &src, &tgt,
+                                   &src, out);
+}
+
+static tfm_status run_logits(tfm_tensor *out)
+{
+    return tfm_model_logits(S.model, S.ids, 2, 10, out);
+}
+
+static tfm_status run_generate(int sampled, int32_t *out)
+{
+    tfm_sampling s = tfm_sampling_default();
+    if (sampled)
+        s = (tfm_sampling){ 0, 0.8f, 10, 0.9f };
+    return tfm_model_generate(S.model, S.prompt, N_PROMPT, N_GEN, &s, 1234,
+                              out);
+}
+
+/* Prefills the prompt into a fresh cache, then decodes kv_tokens one at a
+ * time.  check: compare with the references (else: record them). */
+static tfm_status run_kv(worker *w, int check)
+{
+    tfm_kv_cache *cache = NULL;
+    tfm_tensor *logits = tensor(2, 1, VOCAB, 1, 1);
+    tfm_status st = logits ? tfm_kv_cache_create(S.model, CTX, &cache)
+                           : TFM_ERR_OUT_OF_MEMORY;
+    if (st == TFM_OK)
+        st = tfm_kv_cache_decode(cache, S.prompt, N_PROMPT, logits);
+    if (st == TFM_OK) {
+        if (!check) {
+            S.kv_prefill = tensor(2, 1, VOCAB, 1, 1);
+            tfm_tensor_copy(S.kv_prefill, logits);
+        } else if (!same(logits, S.kv_prefill)) {
+            report(w, "KV-cache prefill logits differ");
+        }
+    }
+    for (int i = 0; st == TFM_OK && N_PROMPT + i < CTX; i++) {
+        st = tfm_kv_cache_decode(cache, &S.kv_tokens[i], 1, logits);
+        if (st != TFM_OK)
+            break;
+        if (!check) {
+            S.kv_steps[i] = tensor(2, 1, VOCAB, 1, 1);
+            tfm_tensor_copy(S.kv_steps[i], logits);
+            S.n_kv_steps = i + 1;
+        } else if (!same(logits, S.kv_steps[i])) {
+            report(w, "KV-cache step %d logits differ", i);
+        }
+    }
+    if (st == TFM_OK && check && tfm_kv_cache_length(cache) != CTX)
+        report(w, "KV cache holds %lld positions, expected %d",
+               (long long)tfm_kv_cache_length(cache), CTX);
+    tfm_kv_cache_free(cache);
+    tfm_tensor_free(logits);
+    return st;
+}
+
+#define N_TASKS 8
+
+static void run_task(worker *w, int task)
+{
+    tfm_status st = TFM_OK;
+    tfm_tensor *a = NULL, *b = NULL;
+    int32_t ids[N_GEN];
+    switch (task) {
+    case 0:
+        a = tensor(3, 2, 7, D, 1);
+        b = tensor(3, 2, 7, 7, 1);
+        st = run_mha(a, b);
+        if (st == TFM_OK && (!same(a, S.mha_out) || !same(b, S.mha_weights)))
+            report(w, "tfm_mha_forward output differs");
+        break;
+    case 1:
+        a = tensor(3, 2, 7, D, 1);
+        st = run_encoder_layer(a);
+        if (st == TFM_OK && !same(a, S.enc_out))
+            report(w, "tfm_encoder_layer_forward output differs");
+        break;
+    case 2:
+        a = tensor(3, 2, 7, D, 1);
+        st = run_transformer(a);
+        if (st == TFM_OK && !same(a, S.tr_out))
+            report(w, "tfm_transformer_forward output differs");
+        break;
+    case 3:
+        a = tensor(3, 2, 10, VOCAB, 1);
+        st = run_logits(a);
+        if (st == TFM_OK && !same(a, S.logits))
+            report(w, "tfm_model_logits output differs");
+        break;
+    case 4:
+    case 5:
+        st = run_generate(task == 5, ids);
+        if (st == TFM_OK &&
+            memcmp(ids, task == 5 ? S.gen_sampled : S.gen_greedy,
+                   sizeof ids) != 0)
+            report(w, "tfm_model_generate (%s) gave other tokens",
+                   task == 5 ? "sampled" : "greedy");
+        break;
+    case 6:
+        a = tensor(3, 2, 48, BIG_D, 1);
+        st = run_big_mha(a);
+        if (st == TFM_OK && !same(a, S.big_out))
+            report(w, "tfm_mha_forward (d_model %d) output differs", BIG_D);
+        break;
+    default:
+        st = run_kv(w, 1);
+    }
+    if (st != TFM_OK)
+        report(w, "task %d failed: %s", task, tfm_last_error());
+    tfm_tensor_free(a);
+    tfm_tensor_free(b);
+    w->calls++;
+}
+
+static pthread_barrier_t start;
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    pthread_barrier_wait(&start);
+    for (int r = 0; r < ROUNDS; r++)
+        for (int t = 0; t < N_TASKS; t++)
+            run_task(w, (t + w->index + r) % N_TASKS);
+    /* The thread's workspace is freed when it exits (pthread key
+     * destructor); valgrind and LeakSanitizer check that. */
+    return NULL;
+}
+
+/* ---- setup and the test ---------------------------------------------- */
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(&S, 0, sizeof S);
+    tfm_layer_config cfg = tfm_layer_config_default(D, HEADS);
+    cfg.d_ff = 32;
+    cfg.activation = TFM_ACTIVATION_GELU;
+    assert_int_equal(tfm_mha_create(D, HEADS, 0, 0, 1, &S.mha), TFM_OK);
+    assert_int_equal(tfm_encoder_layer_create(&cfg, &S.encoder_layer), TFM_OK);
+    cfg.norm_first = 1;
+    assert_int_equal(tfm_transformer_create(&cfg, 2, 2, &S.transformer),
+                     TFM_OK);
+    tfm_model_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.architecture = TFM_ARCH_DECODER_ONLY;
+    mc.layer = cfg;
+    mc.vocab_size = VOCAB;
+    mc.n_layers = 2;
+    mc.context_length = CTX;
+    mc.positional = TFM_POSITIONAL_LEARNED;
+    mc.tied_embeddings = 1;
+    assert_int_equal(tfm_model_create(&mc, &S.model), TFM_OK);
+    assert_int_equal(tfm_mha_create(BIG_D, 6, 0, 0, 1, &S.big_mha), TFM_OK);
+    randomize(S.big_mha, 6);
+    randomize(S.mha, 1);
+    randomize(S.encoder_layer, 2);
+    randomize(S.transformer, 3);
+    randomize(S.model, 4);
+    lcg_state = 5;
+    S.x = random_tensor(3, 2, 7, D);
+    S.memory = random_tensor(3, 2, 9, D);
+    S.padding7 = tensor(2, 2, 7, 1, 1);
+    S.padding9 = tensor(2, 2, 9, 1, 1);
+    tfm_tensor_data(S.padding7)[13] = 1.0f;  /* last key of sequence 2 */
+    tfm_tensor_data(S.padding9)[16] = 1.0f;
+    tfm_tensor_data(S.padding9)[17] = 1.0f;
+    S.additive = random_tensor(2, 7, 7, 1);
+    S.big_x = random_tensor(3, 2, 48, BIG_D);
+    for (int i = 0; i < 20; i++)
+        S.ids[i] = (i * 11 + 3) % VOCAB;
+    for (int i = 0; i < N_PROMPT; i++)
+        S.prompt[i] = (i * 7 + 1) % VOCAB;
+    for (int i = 0; i < CTX; i++)
+        S.kv_tokens[i] = (i * 5 + 2) % VOCAB;
+
+    /* References, on this thread alone. */
+    S.mha_out = tensor(3, 2, 7, D, 1);
+    S.mha_weights = tensor(3, 2, 7, 7, 1);
+    S.enc_out = tensor(3, 2, 7, D, 1);
+    S.tr_out = tensor(3, 2, 7, D, 1);
+    S.logits = tensor(3, 2, 10, VOCAB, 1);
+    assert_int_equal(run_mha(S.mha_out, S.mha_weights), TFM_OK);
+    assert_int_equal(run_encoder_layer(S.enc_out), TFM_OK);
+    assert_int_equal(run_transformer(S.tr_out), TFM_OK);
+    assert_int_equal(run_logits(S.logits), TFM_OK);
+    S.big_out = tensor(3, 2, 48, BIG_D, 1);
+    assert_int_equal(run_big_mha(S.big_out), TFM_OK);
+    assert_int_equal(run_generate(0, S.gen_greedy), TFM_OK);
+    assert_int_equal(run_generate(1, S.gen_sampled), TFM_OK);
+    worker w = { 0 };
+    assert_int_equal(run_kv(&w, 0), TFM_OK);
+    assert_int_equal(S.n_kv_steps, CTX - N_PROMPT);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tfm_module_free(S.mha);
+    tfm_module_free(S.encoder_layer);
+    tfm_module_free(S.transformer);
+    tfm_module_free(S.model);
+    tfm_module_free(S.big_mha);
+    tfm_tensor *all[] = { S.big_x, S.big_out, S.x, S.memory, S.padding7, S.padding9, S.additive,
+                          S.mha_out, S.mha_weights, S.enc_out, S.tr_out,
+                          S.logits, S.kv_prefill };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tfm_tensor_free(all[i]);
+    for (int i = 0; i < S.n_kv_steps; i++)
+        tfm_tensor_free(S.kv_steps[i]);
+    tfm_workspace_release();
+    return 0;
+}
+
+static void test_threads_share_modules(void **state)
+{
+    (void)state;
+    worker w[THREADS];
+    memset(w, 0, sizeof w);
+    assert_int_equal(pthread_barrier_init(&start, NULL, THREADS), 0);
+    for (int i = 0; i < THREADS; i++) {
+        w[i].index = i;
+        assert_int_equal(pthread_create(&w[i].thread, NULL, worker_main,
+                                        &w[i]), 0);
+    }
+    long calls = 0;
+    for (int i = 0; i < THREADS; i++) {
+        assert_int_equal(pthread_join(w[i].thread, NULL), 0);
+        calls += w[i].calls;
+    }
+    pthread_barrier_destroy(&start);
+    for (int i = 0; i < THREADS; i++)
+        if (w[i].error[0])
+            fail_msg("%s", w[i].error);
+    assert_int_equal(calls, (long)THREADS * ROUNDS * N_TASKS);
+    printf("%d threads, %ld calls, every output identical to the "
+           "single-threaded one\n", THREADS, calls);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_threads_share_modules),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
