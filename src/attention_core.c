@@ -1,16 +1,26 @@
 /* The attention kernel (attention_core.h).
  *
- * Queries are processed in blocks of at least TFM_QUERY_BLOCK rows: for each block
- * the scaled logits against the visible keys are one cblas_sgemm, masks and
- * softmax run row by row, and the block's output is a second cblas_sgemm.
- * Scratch is one block of logits (TFM_QUERY_BLOCK x S), never L x S, unless
- * the caller asked for the weights, which are then written in place.  Under
- * a causal mask the keys after the block's last visible key are skipped.
+ * Work items are (batch element, head, block of query rows), spread over
+ * the library's threads (parallel.h).  Two paths, chosen by whether the
+ * caller asked for the weights:
  *
- * Values in masked positions must not reach the output even when they are
- * NaN or infinite, but 0 * NaN = NaN inside a matrix product.  So value rows
- * holding non-finite numbers are zeroed in a copy for the product, and then
- * added back, row by row, only for the queries that may see them.
+ * - tiled (no weights): a block of up to TFM_TILED_ROWS queries meets the
+ *   keys TFM_KEY_TILE at a time.  Each tile's logits are one cblas_sgemm,
+ *   masks and the online softmax (running maximum and sum) run row by row,
+ *   and a second cblas_sgemm accumulates the tile's values into the output
+ *   rows, rescaled when the running maximum moves.  Only a tile of logits
+ *   exists at a time (memory linear in the sequence length), and under a
+ *   causal mask tiles after the block's last visible key are skipped.
+ * - whole rows (weights requested): a block of queries gets its full rows
+ *   of logits, written straight into the caller's weights, then the exact
+ *   two-pass softmax and one product with the values.
+ *
+ * Masks are computed from indices (causal) or read from the caller's
+ * tensors; no L x S mask is ever built.  Values in masked positions must
+ * not reach the output even when they are NaN or infinite, but 0 * NaN =
+ * NaN inside a matrix product.  So value rows holding non-finite numbers
+ * are zeroed in a copy for the product, and then added back, row by row,
+ * only for the queries that may see them.
  */
 #include <math.h>
 #include <string.h>
@@ -25,6 +35,8 @@
 
 #define TFM_QUERY_BLOCK 64
 #define TFM_BLOCK_FLOATS 131072
+#define TFM_TILED_ROWS 128
+#define TFM_KEY_TILE 512
 
 static int valid_kind(tfm_mask_kind k)
 {
@@ -132,14 +144,16 @@ static inline float apply_mask(float x, float m, tfm_mask_kind kind)
 
 /* Masks row `gi` of the logits (n visible columns at most) in place. */
 static void mask_row(const head_view *a, int64_t gi, int64_t offset,
-                     float *row, int64_t n)
+                     float *row, int64_t j0, int64_t n)
 {
     const tfm__masks *m = a->job->masks;
     const int64_t S = a->job->S;
-    int64_t last = m->causal ? gi + offset : S - 1;
-    const float *kp = m->key_padding ? m->key_padding + a->b * S : NULL;
+    /* row[c] is key j0 + c; `last` counts in row coordinates. */
+    int64_t last = (m->causal ? gi + offset : S - 1) - j0;
+    const float *kp =
+        m->key_padding ? m->key_padding + a->b * S + j0 : NULL;
     const float *am = m->attn ? m->attn + a->b * m->attn_batch_stride +
-                                    a->h * m->attn_head_stride + gi * S
+                                    a->h * m->attn_head_stride + gi * S + j0
                               : NULL;
     if (!kp && !am) {
         for (int64_t j = last + 1 < 0 ? 0 : last + 1; j < n; j++)
@@ -180,14 +194,15 @@ static int masked_at(const head_view *a, int64_t gi, int64_t offset,
     return x == -INFINITY;
 }
 
-/* Marks value rows 0 .. n-1 holding a non-finite number; returns how
- * many. */
-static int64_t flag_bad_rows(const head_view *a, int64_t n, float *flags)
+/* Marks value rows j0 .. j0+n-1 holding a non-finite number in flags[0 ..
+ * n-1]; returns how many. */
+static int64_t flag_bad_rows(const head_view *a, int64_t j0, int64_t n,
+                             float *flags)
 {
     const int64_t dv = a->job->d_v, ldv = a->job->ldv;
     int64_t n_bad = 0;
     for (int64_t j = 0; j < n; j++) {
-        const float *row = a->v + j * ldv;
+        const float *row = a->v + (j0 + j) * ldv;
         float probe = 0.0f;
         for (int64_t c = 0; c < dv; c++)
             probe += row[c] * 0.0f; /* NaN iff some entry is NaN or inf */
@@ -197,11 +212,110 @@ static int64_t flag_bad_rows(const head_view *a, int64_t n, float *flags)
     return n_bad;
 }
 
-/* Per-thread scratch: a block of logits, a cleaned copy of the values and
- * their flags. */
+/* Query rows per block of a job: the whole-row path (weights requested)
+ * or the tiled path. */
+static int64_t job_rows(const tfm__attention_job *j)
+{
+    if (j->weights)
+        return block_rows(j->L, j->S);
+    return j->L < TFM_TILED_ROWS ? j->L : TFM_TILED_ROWS;
+}
+
+/* Per-thread scratch: logits (a block of whole rows, or one tile), the
+ * running maxima and sums of the tiled path, a cleaned copy of the values
+ * and their flags. */
 static int64_t scratch_floats(const tfm__attention_job *j)
 {
-    return block_rows(j->L, j->S) * j->S + j->S * j->d_v + j->S;
+    const int64_t rows = job_rows(j);
+    if (j->weights)
+        return rows * j->S + j->S * j->d_v + j->S;
+    return rows * TFM_KEY_TILE + 2 * rows + TFM_KEY_TILE * j->d_v +
+           TFM_KEY_TILE;
+}
+
+/* The tiled path (no weights requested): query rows i0 .. i0+r-1 against
+ * tiles of TFM_KEY_TILE keys, with the online softmax, accumulating
+ * directly into the output rows.  Only a tile of logits exists at a time,
+ * and under a causal mask tiles past the block's last visible key are never
+ * computed. */
+static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
+                               float *scratch)
+{
+    const tfm__attention_job *j = a->job;
+    const int64_t L = j->L, S = j->S, dv = j->d_v, T = TFM_KEY_TILE;
+    const int64_t rows = job_rows(j);
+    float *tile = scratch;
+    float *mrow = tile + rows * T;
+    float *lrow = mrow + rows;
+    float *clean_v = lrow + rows;
+    float *flags = clean_v + T * dv;
+    const int64_t offset =
+        j->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L : 0;
+    int64_t n = S;
+    if (j->masks->causal) {
+        n = i0 + r + offset;
+        n = n < 0 ? 0 : (n > S ? S : n);
+    }
+    float *out = a->out + i0 * j->ldo;
+    for (int64_t i = 0; i < r; i++) {
+        mrow[i] = -INFINITY;
+        lrow[i] = 0.0f;
+        memset(out + i * j->ldo, 0, (size_t)dv * sizeof(float));
+    }
+
+    for (int64_t j0 = 0; j0 < n; j0 += T) {
+        const int64_t t = n - j0 < T ? n - j0 : T;
+        tfm__sgemm(0, 1, r, t, j->d_k, j->scale, a->q + i0 * j->ldq, j->ldq,
+                   a->k + j0 * j->ldk, j->ldk, 0.0f, tile, T);
+        for (int64_t i = 0; i < r; i++) {
+            float *row = tile + i * T;
+            mask_row(a, i0 + i, offset, row, j0, t);
+            float alpha =
+                tfm__softmax_online_step(row, t, &mrow[i], &lrow[i]);
+            if (alpha != 1.0f) {
+                float *o = out + i * j->ldo;
+                for (int64_t c = 0; c < dv; c++)
+                    o[c] *= alpha;
+            }
+        }
+        const float *v = a->v + j0 * j->ldv;
+        int64_t ldv = j->ldv;
+        int64_t n_bad = flag_bad_rows(a, j0, t, flags);
+        if (n_bad) {
+            for (int64_t k = 0; k < t; k++) {
+                if (flags[k] != 0.0f)
+                    memset(clean_v + k * dv, 0, (size_t)dv * sizeof(float));
+                else
+                    memcpy(clean_v + k * dv, v + k * j->ldv,
+                           (size_t)dv * sizeof(float));
+            }
+            v = clean_v;
+            ldv = dv;
+        }
+        tfm__sgemm(0, 0, r, dv, t, 1.0f, tile, T, v, ldv, 1.0f, out, j->ldo);
+        for (int64_t k = 0; n_bad && k < t; k++) {
+            if (flags[k] == 0.0f)
+                continue;
+            const float *vk = a->v + (j0 + k) * j->ldv;
+            for (int64_t i = 0; i < r; i++) {
+                float w = tile[i * T + k];
+                if (w != 0.0f || !masked_at(a, i0 + i, offset, j0 + k))
+                    for (int64_t c = 0; c < dv; c++)
+                        out[i * j->ldo + c] += w * vk[c];
+            }
+        }
+    }
+    for (int64_t i = 0; i < r; i++) {
+        float *o = out + i * j->ldo;
+        if (lrow[i] == 0.0f) {
+            /* Every key masked: zeros, not 0/0. */
+            memset(o, 0, (size_t)dv * sizeof(float));
+            continue;
+        }
+        const float inv = 1.0f / lrow[i];
+        for (int64_t c = 0; c < dv; c++)
+            o[c] *= inv;
+    }
 }
 
 /* Query rows i0 .. i0+r-1 of one head.  With averaged weights the caller
@@ -225,7 +339,7 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
 
     const float *v = a->v;
     int64_t ldv = j->ldv;
-    int64_t n_bad = flag_bad_rows(a, n, flags);
+    int64_t n_bad = flag_bad_rows(a, 0, n, flags);
     if (n_bad) {
         for (int64_t k = 0; k < n; k++) {
             if (flags[k] != 0.0f)
@@ -249,7 +363,7 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
                j->ldk, 0.0f, p, ldp);
     for (int64_t i = 0; i < r; i++) {
         float *row = p + i * ldp;
-        mask_row(a, i0 + i, offset, row, n);
+        mask_row(a, i0 + i, offset, row, 0, n);
         tfm__softmax_row(row, n);
         if (in_place && n < S)
             memset(row + n, 0, (size_t)(S - n) * sizeof(float));
@@ -306,11 +420,17 @@ static void run_items(void *arg, int64_t begin, int64_t end, int slot)
                        (size_t)(r * j->S) * sizeof(float));
             for (int64_t h = 0; h < j->H; h++) {
                 head_view a = view_of(j, b, h);
-                attend_block(&a, i0, r, scratch);
+                if (j->weights)
+                    attend_block(&a, i0, r, scratch);
+                else
+                    attend_block_tiled(&a, i0, r, scratch);
             }
         } else {
             head_view a = view_of(j, rest / j->H, rest % j->H);
-            attend_block(&a, i0, r, scratch);
+            if (j->weights)
+                attend_block(&a, i0, r, scratch);
+            else
+                attend_block_tiled(&a, i0, r, scratch);
         }
     }
 }
@@ -324,7 +444,7 @@ tfm_status tfm__attention_run(const tfm__attention_job *job)
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;
     }
-    run_ctx c = { job, scratch, 0, block_rows(job->L, job->S) };
+    run_ctx c = { job, scratch, 0, job_rows(job) };
     c.n_blocks = (job->L + c.rows - 1) / c.rows;
     int64_t items = job->B * (job->average ? 1 : job->H) * c.n_blocks;
     tfm__parallel_for(items, 1, run_items, &c);

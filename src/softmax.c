@@ -73,3 +73,36 @@ TFM_CLONES void tfm__softmax_row(float *x, int64_t n)
     for (int64_t j = 0; j < n; j++)
         x[j] *= inv;
 }
+
+TFM_CLONES float tfm__softmax_online_step(float *x, int64_t n, float *m,
+                                          float *l)
+{
+    float max = -INFINITY;
+    int has_nan = 0;
+    for (int64_t j = 0; j < n; j++) {
+        max = x[j] > max ? x[j] : max;
+        has_nan |= x[j] != x[j];
+    }
+    if (has_nan || max == INFINITY) {
+        for (int64_t j = 0; j < n; j++)
+            x[j] = NAN;
+        *l = NAN;
+        return 1.0f;
+    }
+    const float m_new = max > *m ? max : *m;
+    if (m_new == -INFINITY) {
+        /* Every key so far is masked. */
+        memset(x, 0, (size_t)n * sizeof *x);
+        return 1.0f;
+    }
+    const float alpha = exp_nonpositive(*m - m_new);
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        float e = exp_nonpositive(x[j] - m_new);
+        x[j] = e;
+        sum += e;
+    }
+    *l = *l * alpha + (float)sum;
+    *m = m_new;
+    return alpha;
+}

@@ -9,4 +9,14 @@
  * (not NaN).  NaN entries propagate (the row becomes NaN). */
 void tfm__softmax_row(float *x, int64_t n);
 
+/* One step of the online softmax (Milakov & Gimelshein 2018, as in
+ * FlashAttention): x[0..n-1] holds the next tile of a row's logits, *m the
+ * row's running maximum (-inf at the start) and *l its running sum of
+ * exp(logit - *m) (0 at the start).  On return x holds exp(x - m_new), *m
+ * and *l are updated, and the function returns the factor exp(m_old - m_new)
+ * by which the caller rescales what it accumulated so far (1 when nothing
+ * changes).  Masked (-inf) entries give 0; a NaN logit makes the tile and
+ * *l NaN, so the row's result is NaN. */
+float tfm__softmax_online_step(float *x, int64_t n, float *m, float *l);
+
 #endif

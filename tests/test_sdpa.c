@@ -1105,9 +1105,82 @@ static void test_errors_masks_and_enums(void **state)
     FREE_TENSORS(q, k, v, out, w, pad, am);
 }
 
+/* ---- the tiled path against the whole-row path ------------------------------
+ * Without weights the library tiles the keys (online softmax); with weights
+ * it materialises whole rows.  Both must agree to 1e-5 (relative to the
+ * largest output) for every mask kind, with L and S spanning several query
+ * blocks and key tiles (128 rows, 512 keys). */
+static double max_rel_diff(const tfm_tensor *a, const tfm_tensor *b)
+{
+    const float *x = tfm_tensor_data_const(a), *y = tfm_tensor_data_const(b);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < tfm_tensor_numel(a); i++) {
+        double e = fabs((double)x[i] - y[i]);
+        num = e > num || e != e ? e : num;
+        den = fabs(y[i]) > den ? fabs(y[i]) : den;
+    }
+    return num / (den > 0 ? den : 1);
+}
+
+static void test_tiled_path_matches_whole_rows(void **state)
+{
+    (void)state;
+    enum { B = 2, H = 2, L = 150, S = 1100, D = 16 };
+    tfm_tensor *q = make4(B, H, L, D, NULL), *k = make4(B, H, S, D, NULL),
+               *v = make4(B, H, S, D, NULL);
+    fill_random(q, 11);
+    fill_random(k, 12);
+    fill_random(v, 13);
+    /* Scale the logits up so the softmax is far from uniform. */
+    float *qd = tfm_tensor_data(q);
+    for (int64_t i = 0; i < tfm_tensor_numel(q); i++)
+        qd[i] *= 6.0f;
+    tfm_tensor *pad = make2(B, S, NULL), *pad_add = make2(B, S, NULL);
+    tfm_tensor *m2 = make2(L, S, NULL), *m3 = make3(B, L, S, NULL),
+               *m4 = make4(B, H, L, S, NULL);
+    uint32_t seed = 99;
+    for (int64_t i = 0; i < B * S; i++) {
+        tfm_tensor_data(pad)[i] = rnd(&seed) > 0.6f ? 1.0f : 0.0f;
+        tfm_tensor_data(pad_add)[i] = rnd(&seed) > 0.6f ? -INFINITY : rnd(&seed);
+    }
+    for (int64_t i = 0; i < L * S; i++)
+        tfm_tensor_data(m2)[i] = rnd(&seed) > 0.7f ? 1.0f : 0.0f;
+    for (int64_t i = 0; i < B * L * S; i++)
+        tfm_tensor_data(m3)[i] = rnd(&seed) * 3.0f;
+    for (int64_t i = 0; i < B * H * L * S; i++)
+        tfm_tensor_data(m4)[i] = rnd(&seed) > 0.8f ? -INFINITY : rnd(&seed);
+    const tfm_attention_masks cases[] = {
+        { 0 },
+        { .causal = TFM_CAUSAL_TOP_LEFT },
+        { .causal = TFM_CAUSAL_BOTTOM_RIGHT },
+        { .key_padding_mask = pad, .key_padding_kind = TFM_MASK_BLOCK },
+        { .key_padding_mask = pad, .key_padding_kind = TFM_MASK_ALLOW },
+        { .key_padding_mask = pad_add, .key_padding_kind = TFM_MASK_ADDITIVE },
+        { .attn_mask = m2, .attn_mask_kind = TFM_MASK_BLOCK },
+        { .attn_mask = m3, .attn_mask_kind = TFM_MASK_ADDITIVE },
+        { .attn_mask = m4, .attn_mask_kind = TFM_MASK_ADDITIVE },
+        { .causal = TFM_CAUSAL_BOTTOM_RIGHT, .key_padding_mask = pad,
+          .key_padding_kind = TFM_MASK_BLOCK, .attn_mask = m4,
+          .attn_mask_kind = TFM_MASK_ADDITIVE },
+    };
+    tfm_tensor *tiled = make4(B, H, L, D, NULL), *rows = make4(B, H, L, D, NULL);
+    tfm_tensor *w = make4(B, H, L, S, NULL);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        assert_int_equal(tfm_sdpa(q, k, v, &cases[c], 0.0f, tiled, NULL),
+                         TFM_OK);
+        assert_int_equal(tfm_sdpa(q, k, v, &cases[c], 0.0f, rows, w), TFM_OK);
+        double e = max_rel_diff(tiled, rows);
+        if (!(e <= 1e-5))
+            fail_msg("mask case %zu: tiled and whole-row outputs differ by "
+                     "%.3g (relative)", c, e);
+    }
+    FREE_TENSORS(q, k, v, pad, pad_add, m2, m3, m4, tiled, rows, w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tiled_path_matches_whole_rows),
         cmocka_unit_test(test_hand_small_explicit_scale),
         cmocka_unit_test(test_default_scale_is_inv_sqrt_dk),
         cmocka_unit_test(test_random_matches_numpy),

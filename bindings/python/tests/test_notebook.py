@@ -1,0 +1,152 @@
+"""Executes examples/notebooks/attention_tour.ipynb headlessly and fails if
+any cell errors (every claim in the notebook is an assert in its cells).
+
+The kernel is this test's own interpreter (sys.executable, i.e. the
+TRANSFORMER_PYTHON the bindings were built for), through a kernelspec
+written to a temporary directory, so that whatever "python3" kernel the
+machine has installed is not used.  The kernel imports the same
+`transformer` package as this test and runs in a temporary directory, with
+Jupyter's, IPython's and matplotlib's state directories there too.
+
+Needs Debian's python3-nbclient, python3-nbformat, python3-ipykernel and
+python3-matplotlib (tools/install-deps.sh); skipped without them.
+"""
+
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import sys
+import time
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+pytest.importorskip("matplotlib")
+
+from nbclient.exceptions import CellExecutionError  # noqa: E402
+
+import transformer  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+NOTEBOOK_DIR = REPO / "examples" / "notebooks"
+NOTEBOOK = NOTEBOOK_DIR / "attention_tour.ipynb"
+GENERATOR = NOTEBOOK_DIR / "make_attention_tour.py"
+
+KERNEL_NAME = "libtransformer-test-python3"
+CELL_TIMEOUT_S = 120
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture
+def kernel_env(tmp_path, monkeypatch):
+    """A private kernelspec for sys.executable and private state dirs;
+    returns the directory the kernel runs in."""
+    jupyter = tmp_path / "jupyter"
+    spec_dir = jupyter / "kernels" / KERNEL_NAME
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-Xfrozen_modules=off", "-m",
+                 "ipykernel_launcher",
+                 "-f", "{connection_file}"],
+        "display_name": "Python 3 (libtransformer tests)",
+        "language": "python",
+    }))
+    monkeypatch.setenv("JUPYTER_PATH", str(jupyter))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "matplotlib"))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    # The kernel imports the transformer package this test imported.
+    package_root = str(pathlib.Path(transformer.__file__).resolve().parents[1])
+    path = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH",
+                       package_root + (os.pathsep + path if path else ""))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    return cwd
+
+
+def execute(nb, cwd):
+    """Runs every cell of nb in place; CellExecutionError on the first
+    cell that raises."""
+    client = nbclient.NotebookClient(
+        nb, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL_NAME,
+        allow_errors=False, resources={"metadata": {"path": str(cwd)}})
+    client.execute()
+    return nb
+
+
+def outputs_of(nb, output_type=None):
+    return [out for cell in nb.cells if cell.cell_type == "code"
+            for out in cell.outputs
+            if output_type is None or out.output_type == output_type]
+
+
+def test_attention_tour_runs(kernel_env):
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    start = time.monotonic()
+    failure = None
+    try:
+        execute(nb, kernel_env)
+    except CellExecutionError as e:
+        failure = ANSI_ESCAPE.sub("", str(e))   # IPython colours tracebacks
+    if failure:
+        pytest.fail(f"{NOTEBOOK.name}: a cell failed:\n{failure}",
+                    pytrace=False)
+    elapsed = time.monotonic() - start
+    print(f"{NOTEBOOK.name}: {len(nb.cells)} cells ran in {elapsed:.1f} s")
+
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code)
+    assert not outputs_of(nb, "error")
+    # The heatmaps were displayed inline, as PNG images.
+    images = [o for o in outputs_of(nb)
+              if o.output_type in ("display_data", "execute_result")
+              and "image/png" in o.get("data", {})]
+    assert len(images) >= 2, "expected the heatmap figures inline"
+    # The last cell printed generated text.
+    printed = "".join(o.text for o in code[-1].outputs
+                      if o.output_type == "stream")
+    assert printed.startswith("And God said") and len(printed) > 200
+    # Nothing was written next to the notebook or in the kernel's cwd
+    # besides what matplotlib/IPython keep in their (temporary) dirs.
+    assert not any(kernel_env.iterdir()), list(kernel_env.iterdir())
+
+
+def test_broken_cell_fails(kernel_env):
+    """The harness notices an error (and runs this interpreter)."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import sys; print(sys.executable)"),
+                nbformat.v4.new_code_cell("1 / 0"),
+                nbformat.v4.new_code_cell("print('not reached')")]
+    with pytest.raises(CellExecutionError, match="ZeroDivisionError"):
+        execute(nb, kernel_env)
+    printed = nb.cells[0].outputs[0].text.strip()
+    assert os.path.realpath(printed) == os.path.realpath(sys.executable)
+    assert not nb.cells[2].outputs
+
+
+def test_committed_notebook_is_generated_and_clean(monkeypatch):
+    """attention_tour.ipynb is what make_attention_tour.py writes: no
+    outputs, no execution counts, the generator's cells."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no __pycache__
+    committed = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    for cell in committed["cells"]:
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [], f"cell {cell['id']} has outputs"
+            assert cell["execution_count"] is None, cell["id"]
+
+    spec = importlib.util.spec_from_file_location("make_attention_tour",
+                                                  GENERATOR)
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    generated = json.loads(nbformat.writes(generator.build_notebook()))
+    assert committed == generated, (
+        f"{NOTEBOOK.name} differs from what {GENERATOR.name} writes: "
+        f"run /usr/bin/python3 {GENERATOR.relative_to(REPO)}")
