@@ -796,7 +796,9 @@ test("core: generated API with tables", function()
   local out = core.tfm_tensor_create(core.tensor_shape(x))
   core.tfm_mha_forward(mha, x, x, x, { causal = "top_left" }, out, nil)
   local ref = self_mha():forward(S.x, { is_causal = true })
-  close(core.tensor_to_table(out), ref, "raw output", 0)
+  -- forward() asks for the weights by default (whole rows of logits); the
+  -- raw call does not (keys in tiles, online softmax): equal to rounding.
+  close(core.tensor_to_table(out), ref, "raw output", 1e-6)
   equal(core.tfm_module_kind_of(mha), core.TFM_MODULE_MHA, "kind")
   equal(math.type(core.tfm_module_num_parameters(mha)), "integer", "integers")
   local flat, shape = core.tensor_to_flat(out)
