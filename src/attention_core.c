@@ -119,12 +119,23 @@ typedef struct head_view {
     int64_t b, h;
     const float *q, *k, *v;
     float *out;
+    const unsigned char *bad;   /* [S]: value row holds NaN or inf */
+    int64_t n_bad;              /* how many rows of this head do */
 } head_view;
 
-static head_view view_of(const tfm__attention_job *j, int64_t b, int64_t h)
+/* Per job: which value rows are non-finite, found once per head. */
+typedef struct bad_rows {
+    unsigned char *flags;       /* [B * H * S] */
+    int64_t *count;             /* [B * H] */
+} bad_rows;
+
+static head_view view_of(const tfm__attention_job *j, const bad_rows *bad,
+                         int64_t b, int64_t h)
 {
     return (head_view){
         .job = j, .b = b, .h = h,
+        .bad = bad->flags + (b * j->H + h) * j->S,
+        .n_bad = bad->count[b * j->H + h],
         .q = j->q + b * j->q_bstride + h * j->q_hstride,
         .k = j->k + b * j->k_bstride + h * j->k_hstride,
         .v = j->v + b * j->v_bstride + h * j->v_hstride,
@@ -194,22 +205,67 @@ static int masked_at(const head_view *a, int64_t gi, int64_t offset,
     return x == -INFINITY;
 }
 
-/* Marks value rows j0 .. j0+n-1 holding a non-finite number in flags[0 ..
- * n-1]; returns how many. */
-static int64_t flag_bad_rows(const head_view *a, int64_t j0, int64_t n,
-                             float *flags)
+/* Flags the value rows of head (b, h) holding a NaN or an infinity (all
+ * exponent bits set), with integer tests the compiler vectorises; returns
+ * how many. */
+static int64_t flag_head(const tfm__attention_job *j, int64_t b, int64_t h,
+                         unsigned char *flags)
 {
-    const int64_t dv = a->job->d_v, ldv = a->job->ldv;
+    const float *v = j->v + b * j->v_bstride + h * j->v_hstride;
     int64_t n_bad = 0;
-    for (int64_t j = 0; j < n; j++) {
-        const float *row = a->v + (j0 + j) * ldv;
-        float probe = 0.0f;
-        for (int64_t c = 0; c < dv; c++)
-            probe += row[c] * 0.0f; /* NaN iff some entry is NaN or inf */
-        flags[j] = probe == 0.0f ? 0.0f : 1.0f;
-        n_bad += probe != 0.0f;
+    for (int64_t r = 0; r < j->S; r++) {
+        const float *row = v + r * j->ldv;
+        uint32_t bad = 0;
+        for (int64_t c = 0; c < j->d_v; c++) {
+            uint32_t u;
+            memcpy(&u, row + c, sizeof u);
+            bad |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        flags[r] = (unsigned char)bad;
+        n_bad += bad;
     }
     return n_bad;
+}
+
+/* Copies value rows j0 .. j0+n-1 into clean [n, d_v], zeros for the
+ * flagged ones; returns how many were flagged. */
+static int64_t clean_values(const head_view *a, int64_t j0, int64_t n,
+                            float *clean)
+{
+    const int64_t dv = a->job->d_v;
+    int64_t n_bad = 0;
+    for (int64_t k = 0; k < n; k++) {
+        if (a->bad[j0 + k]) {
+            memset(clean + k * dv, 0, (size_t)dv * sizeof(float));
+            n_bad++;
+        } else {
+            memcpy(clean + k * dv, a->v + (j0 + k) * a->job->ldv,
+                   (size_t)dv * sizeof(float));
+        }
+    }
+    return n_bad;
+}
+
+/* Adds back, for the queries that may see them, the flagged value rows j0
+ * .. j0+n-1 weighted by p [r, n] (row stride ldp): a visible key's
+ * non-finite value propagates even when its weight underflowed to 0
+ * (0 * NaN is NaN); a masked key's never does. */
+static void add_back_bad(const head_view *a, int64_t i0, int64_t r,
+                         int64_t offset, int64_t j0, int64_t n,
+                         const float *p, int64_t ldp, float *out)
+{
+    const tfm__attention_job *j = a->job;
+    for (int64_t k = 0; k < n; k++) {
+        if (!a->bad[j0 + k])
+            continue;
+        const float *vk = a->v + (j0 + k) * j->ldv;
+        for (int64_t i = 0; i < r; i++) {
+            float w = p[i * ldp + k];
+            if (w != 0.0f || !masked_at(a, i0 + i, offset, j0 + k))
+                for (int64_t c = 0; c < j->d_v; c++)
+                    out[i * j->ldo + c] += w * vk[c];
+        }
+    }
 }
 
 /* Query rows per block of a job: the whole-row path (weights requested)
@@ -222,15 +278,14 @@ static int64_t job_rows(const tfm__attention_job *j)
 }
 
 /* Per-thread scratch: logits (a block of whole rows, or one tile), the
- * running maxima and sums of the tiled path, a cleaned copy of the values
- * and their flags. */
+ * running maxima and sums of the tiled path, and a cleaned copy of the
+ * values. */
 static int64_t scratch_floats(const tfm__attention_job *j)
 {
     const int64_t rows = job_rows(j);
     if (j->weights)
-        return rows * j->S + j->S * j->d_v + j->S;
-    return rows * TFM_KEY_TILE + 2 * rows + TFM_KEY_TILE * j->d_v +
-           TFM_KEY_TILE;
+        return rows * j->S + j->S * j->d_v;
+    return rows * TFM_KEY_TILE + 2 * rows + TFM_KEY_TILE * j->d_v;
 }
 
 /* The tiled path (no weights requested): query rows i0 .. i0+r-1 against
@@ -248,7 +303,6 @@ static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
     float *mrow = tile + rows * T;
     float *lrow = mrow + rows;
     float *clean_v = lrow + rows;
-    float *flags = clean_v + T * dv;
     const int64_t offset =
         j->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L : 0;
     int64_t n = S;
@@ -280,30 +334,14 @@ static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
         }
         const float *v = a->v + j0 * j->ldv;
         int64_t ldv = j->ldv;
-        int64_t n_bad = flag_bad_rows(a, j0, t, flags);
+        int64_t n_bad = a->n_bad ? clean_values(a, j0, t, clean_v) : 0;
         if (n_bad) {
-            for (int64_t k = 0; k < t; k++) {
-                if (flags[k] != 0.0f)
-                    memset(clean_v + k * dv, 0, (size_t)dv * sizeof(float));
-                else
-                    memcpy(clean_v + k * dv, v + k * j->ldv,
-                           (size_t)dv * sizeof(float));
-            }
             v = clean_v;
             ldv = dv;
         }
         tfm__sgemm(0, 0, r, dv, t, 1.0f, tile, T, v, ldv, 1.0f, out, j->ldo);
-        for (int64_t k = 0; n_bad && k < t; k++) {
-            if (flags[k] == 0.0f)
-                continue;
-            const float *vk = a->v + (j0 + k) * j->ldv;
-            for (int64_t i = 0; i < r; i++) {
-                float w = tile[i * T + k];
-                if (w != 0.0f || !masked_at(a, i0 + i, offset, j0 + k))
-                    for (int64_t c = 0; c < dv; c++)
-                        out[i * j->ldo + c] += w * vk[c];
-            }
-        }
+        if (n_bad)
+            add_back_bad(a, i0, r, offset, j0, t, tile, T, out);
     }
     for (int64_t i = 0; i < r; i++) {
         float *o = out + i * j->ldo;
@@ -328,7 +366,6 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
     const int64_t rows = block_rows(L, S);
     float *block = scratch;
     float *clean_v = block + rows * S;
-    float *flags = clean_v + S * dv;
     const int64_t offset =
         j->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L : 0;
     int64_t n = S;
@@ -339,15 +376,8 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
 
     const float *v = a->v;
     int64_t ldv = j->ldv;
-    int64_t n_bad = flag_bad_rows(a, 0, n, flags);
+    int64_t n_bad = a->n_bad ? clean_values(a, 0, n, clean_v) : 0;
     if (n_bad) {
-        for (int64_t k = 0; k < n; k++) {
-            if (flags[k] != 0.0f)
-                memset(clean_v + k * dv, 0, (size_t)dv * sizeof(float));
-            else
-                memcpy(clean_v + k * dv, a->v + k * j->ldv,
-                       (size_t)dv * sizeof(float));
-        }
         v = clean_v;
         ldv = dv;
     }
@@ -370,20 +400,8 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
     }
     tfm__sgemm(0, 0, r, dv, n, 1.0f, p, ldp, v, ldv, 0.0f, out, j->ldo);
 
-    for (int64_t k = 0; n_bad && k < n; k++) {
-        if (flags[k] == 0.0f)
-            continue;
-        const float *vk = a->v + k * j->ldv;
-        for (int64_t i = 0; i < r; i++) {
-            /* A visible key's non-finite value propagates even when its
-             * weight underflowed to 0 (0 * NaN is NaN); a masked key's
-             * never does. */
-            float w = p[i * ldp + k];
-            if (w != 0.0f || !masked_at(a, i0 + i, offset, k))
-                for (int64_t c = 0; c < dv; c++)
-                    out[i * j->ldo + c] += w * vk[c];
-        }
-    }
+    if (n_bad)
+        add_back_bad(a, i0, r, offset, 0, n, p, ldp, out);
     if (j->weights && j->average) {
         const float f = 1.0f / (float)j->H;
         for (int64_t i = 0; i < r; i++) {
@@ -399,7 +417,19 @@ typedef struct run_ctx {
     const tfm__attention_job *job;
     float *scratch;         /* slots x scratch_floats(job) */
     int64_t n_blocks, rows;
+    bad_rows bad;
 } run_ctx;
+
+/* Items: heads (b, h) = b * H + h; flags their non-finite value rows. */
+static void flag_items(void *arg, int64_t begin, int64_t end, int slot)
+{
+    const run_ctx *c = arg;
+    const tfm__attention_job *j = c->job;
+    (void)slot;
+    for (int64_t bh = begin; bh < end; bh++)
+        c->bad.count[bh] = flag_head(j, bh / j->H, bh % j->H,
+                                     c->bad.flags + bh * j->S);
+}
 
 /* Items: (b, h, block) in that order; with averaged weights (b, block),
  * the heads of a block accumulating in order h = 0 .. H-1 in one thread,
@@ -419,14 +449,14 @@ static void run_items(void *arg, int64_t begin, int64_t end, int slot)
                 memset(j->weights + (b * j->L + i0) * j->S, 0,
                        (size_t)(r * j->S) * sizeof(float));
             for (int64_t h = 0; h < j->H; h++) {
-                head_view a = view_of(j, b, h);
+                head_view a = view_of(j, &c->bad, b, h);
                 if (j->weights)
                     attend_block(&a, i0, r, scratch);
                 else
                     attend_block_tiled(&a, i0, r, scratch);
             }
         } else {
-            head_view a = view_of(j, rest / j->H, rest % j->H);
+            head_view a = view_of(j, &c->bad, rest / j->H, rest % j->H);
             if (j->weights)
                 attend_block(&a, i0, r, scratch);
             else
@@ -439,13 +469,20 @@ tfm_status tfm__attention_run(const tfm__attention_job *job)
 {
     const int slots = tfm__parallel_slots();
     tfm__ws_mark mark = tfm__ws_save();
+    const int64_t heads = job->B * job->H;
     float *scratch = tfm__ws_floats((size_t)(slots * scratch_floats(job)));
-    if (!scratch) {
+    int64_t *count = scratch ? tfm__ws_alloc((size_t)heads * sizeof *count)
+                             : NULL;
+    unsigned char *flags =
+        count ? tfm__ws_alloc((size_t)(heads * job->S)) : NULL;
+    if (!flags) {
         tfm__ws_restore(mark);
-        return TFM_ERR_OUT_OF_MEMORY;
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                         "cannot allocate attention scratch memory");
     }
-    run_ctx c = { job, scratch, 0, job_rows(job) };
+    run_ctx c = { job, scratch, 0, job_rows(job), { flags, count } };
     c.n_blocks = (job->L + c.rows - 1) / c.rows;
+    tfm__parallel_for(heads, 4, flag_items, &c);
     int64_t items = job->B * (job->average ? 1 : job->H) * c.n_blocks;
     tfm__parallel_for(items, 1, run_items, &c);
     tfm__ws_restore(mark);

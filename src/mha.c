@@ -145,8 +145,9 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
     int64_t ld = d;
     if (fused) {
         q = tfm__ws_floats((size_t)(B * L * 3 * d));
-        k = q + d;
-        v = q + 2 * d;
+        /* (no offset from a NULL q: that is undefined behaviour) */
+        k = q ? q + d : NULL;
+        v = q ? q + 2 * d : NULL;
         ld = 3 * d;
     } else {
         q = tfm__ws_floats((size_t)(B * L * d));

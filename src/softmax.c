@@ -17,7 +17,8 @@
 static inline float exp_nonpositive(float x)
 {
     const float lo = -87.3365447f;
-    float xc = x < lo ? lo : x;
+    float xc = x >= lo ? x : lo; /* NaN becomes lo: no NaN reaches the int
+                                  * conversion below */
     float n = floorf(xc * 1.44269504088896341f + 0.5f);
     float r = xc - n * 0.693359375f - n * -2.12194440e-4f;
     float r2 = r * r;
@@ -31,7 +32,8 @@ static inline float exp_nonpositive(float x)
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return x < lo ? 0.0f : y * scale;
+    float e = x >= lo ? y * scale : 0.0f;
+    return x != x ? x : e;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -40,34 +42,81 @@ static inline float exp_nonpositive(float x)
 #define TFM_CLONES
 #endif
 
-TFM_CLONES void tfm__softmax_row(float *x, int64_t n)
+/* Lanes of the partial maxima and sums: the loops below are written over
+ * TFM_LANES independent accumulators so that the compiler can vectorise
+ * them without reassociating a single running sum. */
+#define TFM_LANES 16
+
+/* Largest entry of x[0..n-1] (-inf for none); NaN entries are skipped. */
+static inline float row_max(const float *x, int64_t n)
 {
+    float lane[TFM_LANES];
+    for (int l = 0; l < TFM_LANES; l++)
+        lane[l] = -INFINITY;
+    int64_t j = 0;
+    for (; j + TFM_LANES <= n; j += TFM_LANES)
+        for (int l = 0; l < TFM_LANES; l++)
+            lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
     float max = -INFINITY;
-    int has_nan = 0;
-    for (int64_t j = 0; j < n; j++) {
+    for (; j < n; j++)
         max = x[j] > max ? x[j] : max;
-        has_nan |= x[j] != x[j];
-    }
-    if (has_nan) {
-        for (int64_t j = 0; j < n; j++)
-            x[j] = NAN;
-        return;
-    }
-    if (max == -INFINITY) {
-        memset(x, 0, (size_t)n * sizeof *x);
-        return;
-    }
-    if (max == INFINITY) {
-        /* exp(inf - inf) is NaN, as the exact formula gives. */
-        for (int64_t j = 0; j < n; j++)
-            x[j] = NAN;
-        return;
-    }
+    for (int l = 0; l < TFM_LANES; l++)
+        max = lane[l] > max ? lane[l] : max;
+    return max;
+}
+
+/* x[j] <- exp(x[j] - max) for all j; returns their sum (NaN when some x[j]
+ * is NaN). */
+static inline double exp_and_sum(float *x, int64_t n, float max)
+{
+    float lane[TFM_LANES] = { 0 };
+    int64_t j = 0;
+    for (; j + TFM_LANES <= n; j += TFM_LANES)
+        for (int l = 0; l < TFM_LANES; l++) {
+            float e = exp_nonpositive(x[j + l] - max);
+            x[j + l] = e;
+            lane[l] += e;
+        }
     double sum = 0.0;
-    for (int64_t j = 0; j < n; j++) {
+    for (; j < n; j++) {
         float e = exp_nonpositive(x[j] - max);
         x[j] = e;
         sum += e;
+    }
+    for (int l = 0; l < TFM_LANES; l++)
+        sum += lane[l];
+    return sum;
+}
+
+static void fill_nan(float *x, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++)
+        x[j] = NAN;
+}
+
+TFM_CLONES void tfm__softmax_row(float *x, int64_t n)
+{
+    const float max = row_max(x, n);
+    if (max == INFINITY) {
+        /* exp(inf - inf) is NaN, as the exact formula gives. */
+        fill_nan(x, n);
+        return;
+    }
+    if (max == -INFINITY) {
+        /* Every entry masked (or NaN: the sum below tells). */
+        int has_nan = 0;
+        for (int64_t j = 0; j < n; j++)
+            has_nan |= x[j] != x[j];
+        if (has_nan)
+            fill_nan(x, n);
+        else
+            memset(x, 0, (size_t)n * sizeof *x);
+        return;
+    }
+    const double sum = exp_and_sum(x, n, max);
+    if (sum != sum) {
+        fill_nan(x, n);
+        return;
     }
     const float inv = (float)(1.0 / sum);
     for (int64_t j = 0; j < n; j++)
@@ -77,30 +126,32 @@ TFM_CLONES void tfm__softmax_row(float *x, int64_t n)
 TFM_CLONES float tfm__softmax_online_step(float *x, int64_t n, float *m,
                                           float *l)
 {
-    float max = -INFINITY;
-    int has_nan = 0;
-    for (int64_t j = 0; j < n; j++) {
-        max = x[j] > max ? x[j] : max;
-        has_nan |= x[j] != x[j];
-    }
-    if (has_nan || max == INFINITY) {
-        for (int64_t j = 0; j < n; j++)
-            x[j] = NAN;
+    const float max = row_max(x, n);
+    if (max == INFINITY) {
+        fill_nan(x, n);
         *l = NAN;
         return 1.0f;
     }
     const float m_new = max > *m ? max : *m;
     if (m_new == -INFINITY) {
-        /* Every key so far is masked. */
-        memset(x, 0, (size_t)n * sizeof *x);
+        /* Every key so far is masked (or NaN: then the row is NaN). */
+        int has_nan = 0;
+        for (int64_t j = 0; j < n; j++)
+            has_nan |= x[j] != x[j];
+        if (has_nan) {
+            fill_nan(x, n);
+            *l = NAN;
+        } else {
+            memset(x, 0, (size_t)n * sizeof *x);
+        }
         return 1.0f;
     }
     const float alpha = exp_nonpositive(*m - m_new);
-    double sum = 0.0;
-    for (int64_t j = 0; j < n; j++) {
-        float e = exp_nonpositive(x[j] - m_new);
-        x[j] = e;
-        sum += e;
+    const double sum = exp_and_sum(x, n, m_new);
+    if (sum != sum) {
+        fill_nan(x, n);
+        *l = NAN;
+        return 1.0f;
     }
     *l = *l * alpha + (float)sum;
     *m = m_new;

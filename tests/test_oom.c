@@ -17,8 +17,11 @@
  * The per-thread workspace keeps its memory between calls, so it is
  * released before every attempt: scratch allocations fail too.
  *
- * cJSON's allocations (safetensors headers) go through cJSON's own hooks,
- * not the library's wrappers; they are not injected here.
+ * cJSON's allocations (parsing and printing safetensors headers) go
+ * through cJSON's own hooks, not the library's wrappers; a second pass
+ * (test_cjson_allocations) fails them one by one through cJSON_InitHooks.
+ * cJSON does not tell a failed allocation from a syntax error, so a parse
+ * may then fail with TFM_ERR_FORMAT ("header is not valid JSON").
  *
  * The summary printed at the end (allocations per operation, how many k
  * failed with TFM_ERR_OUT_OF_MEMORY and how many were absorbed) is what
@@ -35,6 +38,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <cJSON.h>
 
 #include <transformer/transformer.h>
 
@@ -998,7 +1002,8 @@ typedef struct fwd_ctx {
     tfm_tensor *ref[2];
     int n_out;
     tfm_attention_masks masks, masks2;
-    int32_t ids[16], ids2[16];
+    int32_t ids[128], ids2[16];
+    int64_t seq;    /* tfm_model_logits: [2, seq] ids (0: 5) */
 } fwd_ctx;
 
 static void fwd_setup(void *p)
@@ -1114,7 +1119,8 @@ static tfm_status call_transformer(fwd_ctx *c)
 
 static tfm_status call_logits(fwd_ctx *c)
 {
-    return tfm_model_logits(c->module, c->ids, 2, 5, c->out[0]);
+    return tfm_model_logits(c->module, c->ids, 2, c->seq ? c->seq : 5,
+                            c->out[0]);
 }
 
 static tfm_status call_seq2seq(fwd_ctx *c)
@@ -1308,6 +1314,160 @@ static void test_forward_models(void **state)
     }
 }
 
+/* Scratch larger than the workspace's first chunk (1 MiB): the arena grows
+ * chunk by chunk, and merges them into one block when the call returns;
+ * each of those allocations fails in turn.  A failed merge is absorbed (the
+ * chunks are kept). */
+static void test_forward_large_scratch(void **state)
+{
+    (void)state;
+    fwd_ctx c;
+    memset(&c, 0, sizeof c);
+    tfm_layer_config cfg = tfm_layer_config_default(32, 4);
+    cfg.d_ff = 128;
+    assert_int_equal(tfm_encoder_create(&cfg, 2, 1, &c.module), TFM_OK);
+    randomize(c.module, 60);
+    lcg_state = 61;
+    c.in[0] = random_tensor(3, 2, 400, 32, 1);
+    c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_TOP_LEFT };
+    c.out[0] = tensor(3, 2, 400, 32, 1);
+    c.n_out = 1;
+    c.call = call_encoder;
+    fwd_check("tfm_encoder_forward (2 x 400 x 32, chunks)", &c);
+
+    tfm_model_config mc = model_config(TFM_ARCH_DECODER_ONLY, 3000);
+    mc.context_length = 64;
+    assert_int_equal(tfm_model_create(&mc, &c.module), TFM_OK);
+    randomize(c.module, 62);
+    for (int i = 0; i < 128; i++)
+        c.ids[i] = (i * 577 + 3) % 3000;
+    c.seq = 64;
+    c.out[0] = tensor(3, 2, 64, 3000, 1);
+    c.n_out = 1;
+    c.call = call_logits;
+    fwd_check("tfm_model_logits (vocab 3000, chunks)", &c);
+}
+
+/* ---- cJSON's allocations ------------------------------------------------- */
+
+static long cjson_fail_at;   /* 0: never */
+static long cjson_count;
+
+static void *cjson_malloc(size_t n)
+{
+    if (cjson_fail_at > 0 && ++cjson_count == cjson_fail_at)
+        return NULL;
+    return malloc(n);
+}
+
+static void cjson_free(void *p)
+{
+    free(p);
+}
+
+typedef struct cjson_case {
+    const char *name;
+    void (*setup)(void *ctx);
+    tfm_status (*run)(void *ctx);
+    void (*on_fail)(void *ctx);
+    void (*on_ok)(void *ctx);
+    void (*teardown)(void *ctx);
+    void *ctx;
+    int parses;  /* TFM_ERR_FORMAT allowed (a failed parse) */
+} cjson_case;
+
+/* As run_case, failing cJSON's k-th allocation instead of the library's. */
+static void run_cjson_case(const cjson_case *c)
+{
+    oom_stats *s = &stats[n_stats < 127 ? n_stats++ : 127];
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "cJSON: %s", c->name);
+    cJSON_Hooks hooks = { cjson_malloc, cjson_free };
+    for (long k = 1;; k++) {
+        if (k > MAX_K)
+            fail_msg("%s: still failing after %ld allocations", c->name, k);
+        if (c->setup)
+            c->setup(c->ctx);
+        cJSON_InitHooks(&hooks);
+        cjson_count = 0;
+        cjson_fail_at = k;
+        tfm_clear_error();
+        tfm_status st = c->run(c->ctx);
+        cjson_fail_at = 0;
+        cJSON_InitHooks(NULL);
+        int armed = cjson_count < k;
+        if (st == TFM_ERR_OUT_OF_MEMORY ||
+            (c->parses && st == TFM_ERR_FORMAT &&
+             strstr(tfm_last_error(), "not valid JSON"))) {
+            s->failed++;
+            if (c->on_fail)
+                c->on_fail(c->ctx);
+        } else if (st != TFM_OK) {
+            fail_msg("%s, cJSON allocation %ld: status %d (%s): %s", c->name,
+                     k, (int)st, tfm_status_string(st), tfm_last_error());
+        } else {
+            if (!armed)
+                s->absorbed++;
+            if (c->on_ok)
+                c->on_ok(c->ctx);
+        }
+        if (c->teardown)
+            c->teardown(c->ctx);
+        if (armed) {
+            s->allocations = cjson_count;
+            break;
+        }
+    }
+}
+
+static void test_cjson_allocations(void **state)
+{
+    (void)state;
+    /* Parsing: opening a file and a model, loading a tokenizer. */
+    st_ctx st;
+    memset(&st, 0, sizeof st);
+    snprintf(st.path, sizeof st.path, "%s/numpy_reference.safetensors",
+             TFM_TEST_DATA_DIR);
+    assert_int_equal(tfm_safetensors_open(st.path, &st.open), TFM_OK);
+    cjson_case open_file = { "tfm_safetensors_open", st_open_setup,
+                             st_open_run, st_open_on_oom, st_open_on_ok, NULL,
+                             &st, 1 };
+    run_cjson_case(&open_file);
+
+    load_ctx lc;
+    snprintf(lc.path, sizeof lc.path, "%s/encoder_decoder_sinusoidal"
+             ".safetensors", TFM_MODELS_DIR);
+    assert_int_equal(tfm_model_load(lc.path, &lc.reference), TFM_OK);
+    cjson_case load = { "tfm_model_load encoder_decoder_sinusoidal",
+                        load_setup, load_run, load_on_oom, load_on_ok, NULL,
+                        &lc, 1 };
+    run_cjson_case(&load);
+    tfm_module_free(lc.reference);
+
+    /* Printing: tfm_model_save (with tokenizer metadata), then parsing
+     * what it wrote with tfm_tokenizer_load. */
+    save_ctx sc;
+    memset(&sc, 0, sizeof sc);
+    tfm_model_config mc = model_config(TFM_ARCH_DECODER_ONLY, 11);
+    assert_int_equal(tfm_model_create(&mc, &sc.model), TFM_OK);
+    randomize(sc.model, 7);
+    snprintf(sc.path, sizeof sc.path, "%s/model.safetensors", tmp_dir);
+    assert_int_equal(save_run(&sc), TFM_OK);
+    sc.reference = read_file(sc.path, &sc.reference_size);
+    unlink(sc.path);
+    cjson_case save = { "tfm_model_save", save_setup, save_run, save_on_oom,
+                        save_on_ok, NULL, &sc, 0 };
+    run_cjson_case(&save);
+    assert_int_equal(save_run(&sc), TFM_OK);
+    cjson_case tok = { "tfm_tokenizer_load", tok_setup, tok_run, tok_on_oom,
+                       tok_on_ok, NULL, &sc, 1 };
+    run_cjson_case(&tok);
+    unlink(sc.path);
+    free(sc.reference);
+    tfm_module_free(sc.model);
+    tfm_safetensors_close(st.open);
+}
+
 /* ---- KV cache and generation ------------------------------------------- */
 
 typedef struct kv_ctx {
@@ -1494,8 +1654,10 @@ int main(void)
         cmocka_unit_test(test_forward_attention),
         cmocka_unit_test(test_forward_layers),
         cmocka_unit_test(test_forward_models),
+        cmocka_unit_test(test_forward_large_scratch),
         cmocka_unit_test(test_kv_cache),
         cmocka_unit_test(test_generate),
+        cmocka_unit_test(test_cjson_allocations),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

@@ -11,6 +11,7 @@ packages=(
   python3-dev abigail-tools
   python3-nbclient python3-nbformat python3-ipykernel python3-matplotlib
   debhelper dh-python dpkg-dev lintian
+  clang libclang-rt-14-dev valgrind
 )
 
 # Skip apt entirely when everything is already installed.

@@ -149,6 +149,16 @@ run lua5.4 -e 'local t = require("transformer")
                print("transformer from " .. package.searchpath("transformer", package.path))' \
   || fail "require(\"transformer\")"
 
+step "the bindings find the installed default model"
+model=$(dpkg -L transformer-model-kjv | grep '\.safetensors$')
+py_model=$(run /usr/bin/python3 -c 'import transformer; print(transformer.default_model_path())')
+lua_model=$(run lua5.4 -e 'print((require("transformer").default_model_path()))')
+echo "package: $model"
+echo "Python:  $py_model"
+echo "Lua:     $lua_model"
+[ "$py_model" = "$model" ] || fail "Python's default model is not the installed one"
+[ "$lua_model" = "$model" ] || fail "Lua's default model is not the installed one"
+
 step "transformer-generate --max-tokens 20 (default model)"
 out=$(run transformer-generate --max-tokens 20 2> "$work/generate.err") \
   || { cat "$work/generate.err"; fail "transformer-generate"; }

@@ -67,7 +67,8 @@ fi
   --drop-private-types \
   --no-show-locs --no-corpus-path --no-comp-dir-path --no-elf-needed \
   --no-architecture --type-id-style hash \
-  --out-file "$current" "$library"
+  --out-file "$current" "$library" \
+  || { echo "abi-check: abidw failed on $library" >&2; exit 2; }
 
 # Every exported public function must come with its declaration from the
 # DWARF; a bare symbol would be checked by name only.

@@ -39,6 +39,17 @@
     } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+/* One thread: inputs are tiny, and a fuzzer wants each run reproducible
+ * and its time spent in the code under test.  Called by libFuzzer once,
+ * and by regress_main.c. */
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    tfm_set_num_threads(1);
+    return 0;
+}
 
 /* The metadata value of key as the loader would read it (strtoll), or 0
  * when absent or not a number (the loader refuses those itself). */

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 static int replay_file(const char *path)
 {
@@ -67,7 +68,8 @@ static int replay_dir(const char *dir)
         n++;
     }
     closedir(d);
-    qsort(names, n, sizeof *names, compare_names);
+    if (n > 1)
+        qsort(names, n, sizeof *names, compare_names);
     int done = 0, ok = 1;
     for (size_t i = 0; i < n; i++) {
         struct stat sb;
@@ -84,6 +86,7 @@ static int replay_dir(const char *dir)
 int main(int argc, char **argv)
 {
     int total = 0;
+    LLVMFuzzerInitialize(&argc, &argv);
     for (int i = 1; i < argc; i++) {
         struct stat sb;
         if (stat(argv[i], &sb) != 0) {

@@ -1,0 +1,82 @@
+# Installation of the library and everything a consumer needs to build
+# against it (docs/ABI.md, README "Building and installing the Debian
+# packages"):
+#
+#   <libdir>/libtransformer.so.1.M.P           runtime (component Runtime)
+#   <libdir>/libtransformer.so.1               soname link (Runtime)
+#   <libdir>/libtransformer.so                 link for -ltransformer (Development)
+#   <includedir>/transformer/*.h               public headers (Development)
+#   <libdir>/pkgconfig/transformer.pc          pkg-config (Development)
+#   <libdir>/cmake/transformer/                find_package(transformer) (Development)
+#
+# <libdir> is CMAKE_INSTALL_LIBDIR from GNUInstallDirs: lib/<multiarch> on
+# Debian with prefix /usr (dh passes it explicitly), lib otherwise.  The
+# command-line program, the model and the bindings install themselves
+# (tools/, bindings/python/, bindings/lua/).
+
+include(CMakePackageConfigHelpers)
+
+set(TRANSFORMER_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/transformer"
+    CACHE STRING "Where transformerConfig.cmake is installed (relative to the prefix)")
+set(TRANSFORMER_INSTALL_PKGCONFIGDIR "${CMAKE_INSTALL_LIBDIR}/pkgconfig"
+    CACHE STRING "Where transformer.pc is installed (relative to the prefix)")
+
+install(TARGETS transformer
+  EXPORT transformerTargets
+  LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
+          COMPONENT Runtime
+          NAMELINK_COMPONENT Development
+  RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}" COMPONENT Runtime)
+# (The exported target's include directory comes from the
+# $<INSTALL_INTERFACE:...> of target_include_directories in src/.)
+
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/transformer"
+  DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
+  COMPONENT Development
+  FILES_MATCHING PATTERN "*.h")
+
+# ---- CMake package: find_package(transformer 1) -> transformer::transformer
+install(EXPORT transformerTargets
+  NAMESPACE transformer::
+  FILE transformerTargets.cmake
+  DESTINATION "${TRANSFORMER_INSTALL_CMAKEDIR}"
+  COMPONENT Development)
+configure_package_config_file(
+  "${PROJECT_SOURCE_DIR}/cmake/transformerConfig.cmake.in"
+  "${PROJECT_BINARY_DIR}/cmake/transformerConfig.cmake"
+  INSTALL_DESTINATION "${TRANSFORMER_INSTALL_CMAKEDIR}")
+# A program built against 1.x runs with any later 1.y (docs/ABI.md), so
+# any 1.y >= the requested version satisfies find_package(transformer 1.x).
+write_basic_package_version_file(
+  "${PROJECT_BINARY_DIR}/cmake/transformerConfigVersion.cmake"
+  VERSION "${PROJECT_VERSION}"
+  COMPATIBILITY SameMajorVersion)
+install(FILES
+  "${PROJECT_BINARY_DIR}/cmake/transformerConfig.cmake"
+  "${PROJECT_BINARY_DIR}/cmake/transformerConfigVersion.cmake"
+  DESTINATION "${TRANSFORMER_INSTALL_CMAKEDIR}"
+  COMPONENT Development)
+
+# ---- pkg-config ---------------------------------------------------------
+# Written at install time, so that the prefix in the file is the one the
+# files really go to (`cmake --install --prefix P` included).  OpenBLAS,
+# cJSON, libm and threads appear only in the private fields: the public
+# headers expose none of them, and a program that uses only tfm_ functions
+# links with -ltransformer alone.
+install(CODE "
+  set(_tfm_pc_prefix \"\${CMAKE_INSTALL_PREFIX}\")
+  set(_tfm_pc_libdir \"${CMAKE_INSTALL_LIBDIR}\")
+  set(_tfm_pc_includedir \"${CMAKE_INSTALL_INCLUDEDIR}\")
+  foreach(_v libdir includedir)
+    if(NOT IS_ABSOLUTE \"\${_tfm_pc_\${_v}}\")
+      set(_tfm_pc_\${_v} \"\\\${prefix}/\${_tfm_pc_\${_v}}\")
+    endif()
+  endforeach()
+  set(PROJECT_VERSION \"${PROJECT_VERSION}\")
+  set(PROJECT_DESCRIPTION \"${PROJECT_DESCRIPTION}\")
+  configure_file(\"${PROJECT_SOURCE_DIR}/cmake/transformer.pc.in\"
+                 \"${PROJECT_BINARY_DIR}/cmake/transformer.pc\" @ONLY)
+" COMPONENT Development)
+install(FILES "${PROJECT_BINARY_DIR}/cmake/transformer.pc"
+  DESTINATION "${TRANSFORMER_INSTALL_PKGCONFIGDIR}"
+  COMPONENT Development)
