@@ -46,7 +46,9 @@ def default_model_path():
     env = os.environ.get("TRANSFORMER_MODEL")
     if env:
         return env
-    candidates = _paths.installed_model_candidates() + [_paths.SOURCE_MODEL]
+    candidates = _paths.installed_model_candidates()
+    if _paths.SOURCE_MODEL:  # build tree only
+        candidates.append(_paths.SOURCE_MODEL)
     for candidate in candidates:
         if os.path.isfile(candidate):
             return candidate
