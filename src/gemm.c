@@ -18,6 +18,18 @@ void tfm__sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                 c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
         return;
     }
+    if (m == 1) {
+        /* One row (a decoding step): a matrix-vector product reads B once,
+         * where sgemm would first pack all of it. */
+        const blasint inc_a = trans_a ? (blasint)lda : 1;
+        if (trans_b) /* B [n, k]: c = alpha B a + beta c */
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)n, (blasint)k,
+                        alpha, b, (blasint)ldb, a, inc_a, beta, c, 1);
+        else /* B [k, n]: c = alpha B^T a + beta c */
+            cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)k, (blasint)n,
+                        alpha, b, (blasint)ldb, a, inc_a, beta, c, 1);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n,
                 (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c,

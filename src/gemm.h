@@ -1,6 +1,7 @@
 /* Internal: the one door to OpenBLAS.  Every matrix product of the library
- * (projections, Q K^T, A V, feed-forward) goes through these two functions,
- * which call cblas_sgemm; there is no hand-written matrix product. */
+ * (projections, Q K^T, A V, feed-forward) goes through these functions,
+ * which call cblas_sgemm (cblas_sgemv when the product has a single row, as
+ * in a decoding step); there is no hand-written matrix product. */
 #ifndef TFM_SRC_GEMM_H
 #define TFM_SRC_GEMM_H
 
