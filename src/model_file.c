@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "checkpoint.h"
 #include "model_impl.h"
 #include "tensor_impl.h"
 #include "transformer/safetensors.h"
@@ -125,49 +126,6 @@ static tfm_status read_config(const tfm_safetensors *f, tfm_model_config *c)
 
 /* ---- loading -------------------------------------------------------------- */
 
-static tfm_status load_parameters(tfm_module *model, const tfm_safetensors *f)
-{
-    const int n = tfm_module_parameter_count(model);
-    if (tfm_safetensors_count(f) != n) {
-        /* Name the first tensor the model does not have, if any. */
-        for (int64_t i = 0; i < tfm_safetensors_count(f); i++) {
-            const char *name = tfm_safetensors_name(f, i);
-            int rank;
-            int64_t shape[TFM_MAX_RANK];
-            if (tfm_module_parameter_shape(model, name, &rank, shape))
-                return tfm__fail(TFM_ERR_FORMAT,
-                                 "model file has a tensor \"%s\" that the "
-                                 "model does not have", name);
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        const char *name = tfm_module_parameter_name(model, i);
-        int rank, frank;
-        int64_t shape[TFM_MAX_RANK], fshape[TFM_SAFETENSORS_MAX_RANK];
-        tfm_module_parameter_shape(model, name, &rank, shape);
-        if (tfm_safetensors_info(f, name, NULL, &frank, fshape) != TFM_OK)
-            return tfm__fail(TFM_ERR_FORMAT,
-                             "model file lacks the parameter \"%s\"", name);
-        if (frank != rank ||
-            memcmp(fshape, shape, (size_t)rank * sizeof *shape) != 0) {
-            char want[96], got[96];
-            tfm__format_shape(want, sizeof want, rank, shape);
-            tfm__format_shape(got, sizeof got, frank, fshape);
-            return tfm__fail(TFM_ERR_FORMAT,
-                             "parameter \"%s\" has shape %s in the file, "
-                             "expected %s", name, got, want);
-        }
-        tfm_tensor *t = NULL;
-        tfm_status st = tfm_safetensors_read(f, name, &t);
-        if (st == TFM_OK)
-            st = tfm_module_set_parameter(model, name, t);
-        tfm_tensor_free(t);
-        if (st != TFM_OK)
-            return st;
-    }
-    return TFM_OK;
-}
-
 tfm_status tfm_model_load(const char *path, tfm_module **out)
 {
     if (!path || !out)
@@ -179,7 +137,7 @@ tfm_status tfm_model_load(const char *path, tfm_module **out)
     tfm_status st = tfm_safetensors_open(path, &f);
     if (!st && (st = read_config(f, &c)) == TFM_OK &&
         (st = tfm_model_create(&c, &model)) == TFM_OK)
-        st = load_parameters(model, f);
+        st = tfm__load_parameters(model, f, "", 1);
     tfm_safetensors_close(f);
     if (st != TFM_OK) {
         tfm_module_free(model);

@@ -398,6 +398,64 @@ static void shipped_model_greedy(void **s)
     tfm_module_free(model);
 }
 
+/* A PyTorch checkpoint loads by name, without renaming: the nn.Transformer
+ * state_dict in tests/fixtures/transformer_post.safetensors (its tensors
+ * are "param.<state_dict name>") through tfm_module_load_safetensors, then
+ * the forward pass equals PyTorch's output stored beside it.  A failed load
+ * leaves the module unchanged. */
+static void load_pytorch_checkpoint(void **s)
+{
+    (void)s;
+    const char *path = TFM_FIXTURES_DIR "/transformer_post.safetensors";
+    tfm_layer_config c = tfm_layer_config_default(8, 2);
+    c.d_ff = 16;
+    tfm_module *t = NULL;
+    assert_int_equal(tfm_transformer_create(&c, 2, 2, &t), TFM_OK);
+    /* Wrong prefix: nothing under it, every parameter missing. */
+    assert_int_equal(tfm_module_load_safetensors(t, path, "weights.", 1),
+                     TFM_ERR_FORMAT);
+    assert_non_null(strstr(tfm_last_error(), "lacks the parameter"));
+    /* Strict with no prefix: the inputs and outputs are extra tensors. */
+    assert_int_equal(tfm_module_load_safetensors(t, path, NULL, 1),
+                     TFM_ERR_FORMAT);
+    tfm_tensor *w = make2(24, 8, NULL);
+    assert_int_equal(tfm_module_get_parameter(
+                         t, "encoder.layers.0.self_attn.in_proj_weight", w),
+                     TFM_OK);
+    expect_all_equal(w, 0.0f, "parameter after a failed load");
+    assert_int_equal(tfm_module_load_safetensors(t, path, "param.", 1),
+                     TFM_OK);
+
+    tfm_safetensors *f = NULL;
+    tfm_tensor *src = NULL, *tgt = NULL, *ref = NULL, *spad = NULL,
+               *mpad = NULL;
+    assert_int_equal(tfm_safetensors_open(path, &f), TFM_OK);
+    assert_int_equal(tfm_safetensors_read(f, "input.src", &src), TFM_OK);
+    assert_int_equal(tfm_safetensors_read(f, "input.tgt", &tgt), TFM_OK);
+    assert_int_equal(tfm_safetensors_read(f, "output.out", &ref), TFM_OK);
+    assert_int_equal(
+        tfm_safetensors_read(f, "input.src_key_padding_mask", &spad), TFM_OK);
+    assert_int_equal(
+        tfm_safetensors_read(f, "input.memory_key_padding_mask", &mpad),
+        TFM_OK);
+    tfm_safetensors_close(f);
+    tfm_attention_masks sm = { .key_padding_mask = spad,
+                               .key_padding_kind = TFM_MASK_BLOCK };
+    tfm_attention_masks tm = { .causal = TFM_CAUSAL_TOP_LEFT };
+    tfm_attention_masks mm = { .key_padding_mask = mpad,
+                               .key_padding_kind = TFM_MASK_BLOCK };
+    tfm_tensor *out = make3(tfm_tensor_dim(tgt, 0), tfm_tensor_dim(tgt, 1), 8,
+                            NULL);
+    assert_int_equal(tfm_transformer_forward(t, src, tgt, &sm, &tm, &mm, out),
+                     TFM_OK);
+    double e = rel_err(tfm_tensor_data(out), tfm_tensor_data(ref),
+                       tfm_tensor_numel(ref));
+    printf("  nn.Transformer checkpoint: rel err %.3e\n", e);
+    assert_true(e <= TOL);
+    FREE_TENSORS(w, src, tgt, ref, spad, mpad, out);
+    tfm_module_free(t);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -414,6 +472,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(save_and_reload),
         cmocka_unit_test(errors_leave_outputs),
         cmocka_unit_test(shipped_model_greedy),
+        cmocka_unit_test(load_pytorch_checkpoint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -91,6 +91,22 @@ TFM_API tfm_status tfm_module_get_parameter(const tfm_module *module,
                                             const char *name,
                                             tfm_tensor *out);
 
+/* Loads every parameter of the module from a safetensors file (for
+ * instance a PyTorch state_dict written by tools/export_safetensors.py):
+ * parameter NAME comes from the tensor named prefix + NAME (prefix NULL or
+ * "" for none; e.g. "encoder." to load a sub-module's part of a
+ * checkpoint), in F32, F16, BF16 or F64, with exactly the parameter's
+ * shape and finite values.  strict nonzero: the file may hold no other
+ * tensor whose name starts with prefix.  Everything is read and checked
+ * before anything is set: on error the module is unchanged.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_FORMAT (malformed
+ * file; missing, extra or misshapen tensor), TFM_ERR_UNSUPPORTED (integer
+ * dtype), TFM_ERR_NON_FINITE, TFM_ERR_OUT_OF_MEMORY.  Since 1.0.0. */
+TFM_API tfm_status tfm_module_load_safetensors(tfm_module *module,
+                                               const char *path,
+                                               const char *prefix,
+                                               int strict);
+
 /* Multiply-accumulate count of one forward pass on `batch` sequences of
  * `tgt_len` query positions attending over `src_len` key positions
  * (src_len is ignored by modules without a second input; for an
