@@ -438,6 +438,63 @@ static void test_encoder_layer(void **state)
     }
 }
 
+/* Decoder layer and cross-attention block: memory positions hidden by the
+ * memory padding mask may hold NaN and infinity; target positions after a
+ * causal query may hold NaN.  Neither reaches the other outputs. */
+static void test_decoder_layer_and_cross_attention(void **state)
+{
+    (void)state;
+    tfm_layer_config cfg = tfm_layer_config_default(D, H);
+    cfg.d_ff = 16;
+    tfm_module *dec = NULL, *cross = NULL;
+    assert_int_equal(tfm_decoder_layer_create(&cfg, &dec), TFM_OK);
+    assert_int_equal(tfm_cross_attention_create(&cfg, &cross), TFM_OK);
+    randomize(dec, 40);
+    randomize(cross, 41);
+    lcg_state = 42;
+    const int S = 6;
+    tfm_tensor *tgt = random_tensor(3, B, L, D, 1);
+    tfm_tensor *mem = random_tensor(3, B, S, D, 1);
+    tfm_tensor *pad = tensor(2, B, S, 1, 1);
+    tfm_tensor_data(pad)[S + 2] = 1.0f;      /* memory 2 of sequence 1 */
+    tfm_attention_masks causal = { .causal = TFM_CAUSAL_TOP_LEFT };
+    tfm_attention_masks mm = { .key_padding_mask = pad };
+    tfm_tensor *ref_d = tensor(3, B, L, D, 1), *out_d = tensor(3, B, L, D, 1);
+    tfm_tensor *ref_c = tensor(3, B, L, D, 1), *out_c = tensor(3, B, L, D, 1);
+    assert_int_equal(tfm_decoder_layer_forward(dec, tgt, mem, &causal, &mm,
+                                               ref_d), TFM_OK);
+    assert_int_equal(tfm_cross_attention_forward(cross, tgt, mem, &mm, ref_c),
+                     TFM_OK);
+    set_row(mem, 1, 2, NAN);
+    tfm_tensor_data(mem)[(1 * S + 2) * D] = INFINITY;
+    set_row(tgt, 0, L - 1, NAN);             /* last target position */
+    assert_int_equal(tfm_decoder_layer_forward(dec, tgt, mem, &causal, &mm,
+                                               out_d), TFM_OK);
+    assert_int_equal(tfm_cross_attention_forward(cross, tgt, mem, &mm, out_c),
+                     TFM_OK);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < L; i++) {
+            if (b == 0 && i == L - 1) {
+                assert_true(row_is_all_nan(out_d, b, i));
+                assert_true(row_is_all_nan(out_c, b, i));
+                continue;
+            }
+            assert_row_same(out_d, ref_d, b, i);
+            assert_row_same(out_c, ref_c, b, i);
+        }
+    /* Without the memory mask the NaN memory row reaches every target
+     * position of sequence 1. */
+    assert_int_equal(tfm_cross_attention_forward(cross, tgt, mem, NULL, out_c),
+                     TFM_OK);
+    for (int i = 0; i < L; i++)
+        assert_true(row_is_all_nan(out_c, 1, i));
+    tfm_tensor *all[] = { tgt, mem, pad, ref_d, out_d, ref_c, out_c };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tfm_tensor_free(all[i]);
+    tfm_module_free(dec);
+    tfm_module_free(cross);
+}
+
 /* ---- whole models ------------------------------------------------------ */
 
 #define V 13
@@ -545,6 +602,7 @@ int main(void)
         cmocka_unit_test(test_fully_masked_rows_are_zero),
         cmocka_unit_test(test_sdpa_causal_future_non_finite),
         cmocka_unit_test(test_encoder_layer),
+        cmocka_unit_test(test_decoder_layer_and_cross_attention),
         cmocka_unit_test(test_decoder_model_causal),
         cmocka_unit_test(test_encoder_model_bidirectional),
     };

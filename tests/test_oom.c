@@ -609,6 +609,95 @@ static void test_model_load(void **state)
     }
 }
 
+/* tfm_module_load_safetensors: all or nothing, so a failed attempt leaves
+ * every parameter as it was (the module is refilled with known values
+ * before each attempt). */
+typedef struct ckpt_ctx {
+    char path[512];
+    const char *prefix;
+    int strict;
+    tfm_module *module;     /* loaded into */
+    tfm_module *before;     /* its parameters before each attempt */
+    tfm_module *after;      /* and after a successful load */
+} ckpt_ctx;
+
+static void ckpt_setup(void *p)
+{
+    randomize(((ckpt_ctx *)p)->module, 77);
+}
+
+static tfm_status ckpt_run(void *p)
+{
+    ckpt_ctx *c = p;
+    return tfm_module_load_safetensors(c->module, c->path, c->prefix,
+                                       c->strict);
+}
+
+static void ckpt_on_oom(void *p)
+{
+    ckpt_ctx *c = p;
+    assert_same_module(c->module, c->before);
+}
+
+static void ckpt_on_ok(void *p)
+{
+    ckpt_ctx *c = p;
+    assert_same_module(c->module, c->after);
+}
+
+static void check_checkpoint(const char *name, ckpt_ctx *c,
+                             tfm_module *(*make)(const tfm_model_config *))
+{
+    tfm_module *ref = NULL;
+    tfm_model_config mc;
+    assert_int_equal(tfm_model_load(c->path, &ref), TFM_OK);
+    assert_int_equal(tfm_model_get_config(ref, &mc), TFM_OK);
+    c->module = make(&mc);
+    c->before = make(&mc);
+    c->after = make(&mc);
+    randomize(c->before, 77);
+    randomize(c->after, 77);
+    assert_int_equal(tfm_module_load_safetensors(c->after, c->path, c->prefix,
+                                                 c->strict), TFM_OK);
+    oom_case oc = { name, ckpt_setup, ckpt_run, ckpt_on_oom, ckpt_on_ok, NULL,
+                    c };
+    run_case(&oc);
+    tfm_module_free(ref);
+    tfm_module_free(c->module);
+    tfm_module_free(c->before);
+    tfm_module_free(c->after);
+}
+
+static tfm_module *make_model(const tfm_model_config *mc)
+{
+    tfm_module *m = NULL;
+    assert_int_equal(tfm_model_create(mc, &m), TFM_OK);
+    return m;
+}
+
+static tfm_module *make_encoder_layer(const tfm_model_config *mc)
+{
+    tfm_module *m = NULL;
+    assert_int_equal(tfm_encoder_layer_create(&mc->layer, &m), TFM_OK);
+    return m;
+}
+
+static void test_module_load_safetensors(void **state)
+{
+    (void)state;
+    ckpt_ctx c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.path, sizeof c.path, "%s/decoder_learned_prenorm_gelu"
+             ".safetensors", TFM_MODELS_DIR);
+    c.strict = 1;
+    check_checkpoint("tfm_module_load_safetensors (model, strict)", &c,
+                     make_model);
+    c.prefix = "layers.1.";
+    c.strict = 0;
+    check_checkpoint("tfm_module_load_safetensors (layer, prefix)", &c,
+                     make_encoder_layer);
+}
+
 /* tfm_model_save of a model with tokenizer metadata, then
  * tfm_tokenizer_load of the file it wrote. */
 typedef struct save_ctx {
@@ -1051,18 +1140,11 @@ static void fwd_check(const char *name, fwd_ctx *c)
     memset(c, 0, sizeof *c);
 }
 
-/* As fwd_check, with x passed as query, key and value alike. */
+/* in[0] as query, key and value alike. */
 static tfm_status call_mha_aliased(fwd_ctx *c)
 {
     return tfm_mha_forward(c->module, c->in[0], c->in[0], c->in[0],
                            &c->masks, c->out[0], NULL);
-}
-
-static void fwd_check_aliased(const char *name, fwd_ctx *c, tfm_tensor *x)
-{
-    (void)x;
-    c->call = call_mha_aliased;
-    fwd_check(name, c);
 }
 
 static tfm_status call_mha(fwd_ctx *c)
@@ -1160,20 +1242,15 @@ static void test_forward_attention(void **state)
     fwd_check("tfm_mha_forward (self, masks, weights)", &c);
 
     /* One tensor as query, key and value (the fused q/k/v product). */
-    {
-        tfm_tensor *x;
-        assert_int_equal(tfm_mha_create(8, 2, 0, 0, 1, &c.module), TFM_OK);
-        randomize(c.module, 2);
-        lcg_state = 12;
-        x = random_tensor(3, 2, 5, 8, 1);
-        c.in[0] = c.in[1] = c.in[2] = x;
-        c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_TOP_LEFT };
-        c.out[0] = tensor(3, 2, 5, 8, 1);
-        c.n_out = 1;
-        c.call = call_mha;
-        c.in[1] = c.in[2] = NULL; /* freed once, as in[0] */
-        fwd_check_aliased("tfm_mha_forward (q = k = v)", &c, x);
-    }
+    assert_int_equal(tfm_mha_create(8, 2, 0, 0, 1, &c.module), TFM_OK);
+    randomize(c.module, 2);
+    lcg_state = 12;
+    c.in[0] = random_tensor(3, 2, 5, 8, 1);
+    c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_TOP_LEFT };
+    c.out[0] = tensor(3, 2, 5, 8, 1);
+    c.n_out = 1;
+    c.call = call_mha_aliased;
+    fwd_check("tfm_mha_forward (q = k = v)", &c);
 
     /* Cross-attention, kdim and vdim, per-head weights. */
     assert_int_equal(tfm_mha_create(8, 2, 5, 3, 1, &c.module), TFM_OK);
@@ -1435,10 +1512,10 @@ static void test_cjson_allocations(void **state)
     run_cjson_case(&open_file);
 
     load_ctx lc;
-    snprintf(lc.path, sizeof lc.path, "%s/encoder_decoder_sinusoidal"
-             ".safetensors", TFM_MODELS_DIR);
+    snprintf(lc.path, sizeof lc.path, "%s/encoder_only_learned.safetensors",
+             TFM_MODELS_DIR);
     assert_int_equal(tfm_model_load(lc.path, &lc.reference), TFM_OK);
-    cjson_case load = { "tfm_model_load encoder_decoder_sinusoidal",
+    cjson_case load = { "tfm_model_load encoder_only_learned",
                         load_setup, load_run, load_on_oom, load_on_ok, NULL,
                         &lc, 1 };
     run_cjson_case(&load);
@@ -1647,6 +1724,7 @@ int main(void)
         cmocka_unit_test(test_create_models),
         cmocka_unit_test(test_create_small),
         cmocka_unit_test(test_model_load),
+        cmocka_unit_test(test_module_load_safetensors),
         cmocka_unit_test(test_model_save_and_tokenizer_load),
         cmocka_unit_test(test_safetensors),
         cmocka_unit_test(test_tokenizer_encode_decode),
