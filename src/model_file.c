@@ -126,6 +126,72 @@ static tfm_status read_config(const tfm_safetensors *f, tfm_model_config *c)
 
 /* ---- loading -------------------------------------------------------------- */
 
+/* The named tensor exists with shape [a, b]. */
+static tfm_status expect_tensor(const tfm_safetensors *f, const char *name,
+                                int64_t a, int64_t b)
+{
+    int rank;
+    int64_t shape[TFM_SAFETENSORS_MAX_RANK];
+    if (tfm_safetensors_info(f, name, NULL, &rank, shape) != TFM_OK)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "the configuration needs a tensor \"%s\" that the "
+                         "file lacks", name);
+    if (rank != 2 || shape[0] != a || shape[1] != b)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "tensor \"%s\" does not have the shape [%lld, %lld] "
+                         "the configuration gives", name, (long long)a,
+                         (long long)b);
+    return TFM_OK;
+}
+
+/* A stack of n layers under `stack` ("layers." or "transformer.encoder.layers."):
+ * its last layer exists and the next one does not. */
+static tfm_status expect_layers(const tfm_safetensors *f, const char *stack,
+                                int64_t n, const tfm_model_config *c)
+{
+    char name[160];
+    snprintf(name, sizeof name, "%s%lld.linear1.weight", stack,
+             (long long)(n - 1));
+    tfm_status st = expect_tensor(f, name, c->layer.d_ff, c->layer.d_model);
+    if (st != TFM_OK)
+        return st;
+    snprintf(name, sizeof name, "%s%lld.linear1.weight", stack, (long long)n);
+    if (tfm_safetensors_info(f, name, NULL, NULL, NULL) == TFM_OK)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "the file has more layers under \"%s\" than the "
+                         "configuration's %lld", stack, (long long)n);
+    return TFM_OK;
+}
+
+/* Before anything is allocated for it, the configuration must agree with
+ * the tensors the file really holds (whose sizes the reader has checked
+ * against the file's length): metadata alone cannot make the library
+ * reserve memory the file does not justify. */
+static tfm_status check_config_against_tensors(const tfm_safetensors *f,
+                                               const tfm_model_config *c)
+{
+    if (c->layer.d_model < 1 || c->layer.d_ff < 1 || c->vocab_size < 1 ||
+        c->context_length < 1)
+        return TFM_OK; /* tfm_model_create gives the precise error */
+    const int64_t d = c->layer.d_model;
+    tfm_status st = expect_tensor(f, "token_embedding.weight", c->vocab_size, d);
+    if (st == TFM_OK && c->positional == TFM_POSITIONAL_LEARNED)
+        st = expect_tensor(f, "position_embedding.weight", c->context_length,
+                           d);
+    if (st != TFM_OK)
+        return st;
+    if (c->architecture == TFM_ARCH_ENCODER_DECODER) {
+        if (c->n_encoder_layers < 1 || c->n_decoder_layers < 1)
+            return TFM_OK;
+        st = expect_layers(f, "transformer.encoder.layers.",
+                           c->n_encoder_layers, c);
+        return st != TFM_OK ? st
+                            : expect_layers(f, "transformer.decoder.layers.",
+                                            c->n_decoder_layers, c);
+    }
+    return c->n_layers < 1 ? TFM_OK : expect_layers(f, "layers.", c->n_layers, c);
+}
+
 tfm_status tfm_model_load(const char *path, tfm_module **out)
 {
     if (!path || !out)
@@ -136,6 +202,7 @@ tfm_status tfm_model_load(const char *path, tfm_module **out)
     tfm_model_config c;
     tfm_status st = tfm_safetensors_open(path, &f);
     if (!st && (st = read_config(f, &c)) == TFM_OK &&
+        (st = check_config_against_tensors(f, &c)) == TFM_OK &&
         (st = tfm_model_create(&c, &model)) == TFM_OK)
         st = tfm__load_parameters(model, f, "", 1);
     tfm_safetensors_close(f);

@@ -456,6 +456,36 @@ static void load_pytorch_checkpoint(void **s)
     tfm_module_free(t);
 }
 
+/* Metadata alone cannot make tfm_model_load reserve memory: a file with no
+ * tensors whose configuration asks for 100000 layers of width 4096 (about
+ * 200 GB) is refused before anything is allocated for the model. */
+static void hostile_metadata_refused_early(void **s)
+{
+    (void)s;
+    char path[] = "/tmp/tfm_hostile_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    tfm_safetensors_writer *w = NULL;
+    assert_int_equal(tfm_safetensors_writer_create(&w), TFM_OK);
+    const char *kv[][2] = {
+        { "format", "libtransformer" }, { "tfm.architecture", "decoder_only" },
+        { "tfm.vocab_size", "100" }, { "tfm.d_model", "4096" },
+        { "tfm.n_heads", "8" }, { "tfm.n_layers", "100000" },
+        { "tfm.d_ff", "16384" }, { "tfm.context_length", "8" },
+    };
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+        assert_int_equal(
+            tfm_safetensors_writer_set_metadata(w, kv[i][0], kv[i][1]), TFM_OK);
+    assert_int_equal(tfm_safetensors_writer_save(w, path), TFM_OK);
+    tfm_safetensors_writer_free(w);
+    tfm_module *m = SENTINEL_MODULE;
+    assert_int_equal(tfm_model_load(path, &m), TFM_ERR_FORMAT);
+    assert_ptr_equal(m, SENTINEL_MODULE);
+    assert_non_null(strstr(tfm_last_error(), "token_embedding.weight"));
+    unlink(path);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -473,6 +503,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(errors_leave_outputs),
         cmocka_unit_test(shipped_model_greedy),
         cmocka_unit_test(load_pytorch_checkpoint),
+        cmocka_unit_test(hostile_metadata_refused_early),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
