@@ -440,7 +440,11 @@ static void run_items(void *arg, int64_t begin, int64_t end, int slot)
     const tfm__attention_job *j = c->job;
     float *scratch = c->scratch + slot * scratch_floats(j);
     for (int64_t item = begin; item < end; item++) {
-        int64_t blk = item % c->n_blocks, rest = item / c->n_blocks;
+        /* Blocks in the order 0, n-1, 1, n-2, ...: under a causal mask
+         * later blocks see more keys, and this order gives every thread's
+         * contiguous range of items a similar amount of work. */
+        int64_t z = item % c->n_blocks, rest = item / c->n_blocks;
+        int64_t blk = z % 2 == 0 ? z / 2 : c->n_blocks - 1 - z / 2;
         int64_t i0 = blk * c->rows;
         int64_t r = j->L - i0 < c->rows ? j->L - i0 : c->rows;
         if (j->average) {
