@@ -142,13 +142,20 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
     const int fused = query == key && key == value && L == S && m->packed;
     tfm__ws_mark mark = tfm__ws_save();
     float *q, *k = NULL, *v = NULL;
-    int64_t ld = d;
+    int64_t ld = d, ldkv = d;
     if (fused) {
         q = tfm__ws_floats((size_t)(B * L * 3 * d));
         /* (no offset from a NULL q: that is undefined behaviour) */
         k = q ? q + d : NULL;
         v = q ? q + 2 * d : NULL;
-        ld = 3 * d;
+        ld = ldkv = 3 * d;
+    } else if (key == value && m->packed) {
+        /* Cross-attention (keys and values from the same memory): one
+         * product memory [W_k; W_v]^T gives k and v side by side. */
+        q = tfm__ws_floats((size_t)(B * L * d));
+        k = q ? tfm__ws_floats((size_t)(B * S * 2 * d)) : NULL;
+        v = k ? k + d : NULL;
+        ldkv = 2 * d;
     } else {
         q = tfm__ws_floats((size_t)(B * L * d));
         k = q ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
@@ -162,6 +169,10 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
     if (fused) {
         tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, 3 * d, q,
                              3 * d);
+    } else if (ldkv == 2 * d) {
+        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
+        tfm__linear_parallel(key, d, B * S, d, m->w_k, m->b_k, 2 * d, k,
+                             2 * d);
     } else {
         tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
         tfm__linear_parallel(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k, d,
@@ -169,7 +180,7 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
         tfm__linear_parallel(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v,
                              d, v, d);
     }
-    tfm_status st = tfm__mha_attend(m, q, ld, k, v, ld, B, L, S, masks, ctx,
+    tfm_status st = tfm__mha_attend(m, q, ld, k, v, ldkv, B, L, S, masks, ctx,
                                     weights, average);
     if (st == TFM_OK)
         tfm__linear_parallel(ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
