@@ -3,7 +3,7 @@
 #ifndef TFM_SRC_ATTENTION_CORE_H
 #define TFM_SRC_ATTENTION_CORE_H
 
-#include "transformer/attention.h"
+#include "transformer/variants.h"
 
 /* Validated masks of one call, as raw pointers. */
 typedef struct tfm__masks {
@@ -41,7 +41,50 @@ typedef struct tfm__attention_job {
     const tfm__masks *masks;
     float *weights;
     int average;
+    /* ---- Variants (variants.h).  A zero-filled tail is plain scaled
+     * dot-product attention with `scale`. */
+    /* Query heads per key/value head (GQA/MQA): head h reads k and v at
+     * (h / group) * k_hstride / v_hstride.  0 or 1: one each. */
+    int64_t group;
+    /* [H] per-head scale replacing `scale` (learned temperature), or NULL. */
+    const float *head_scale;
+    /* Additive score (Bahdanau): when non-NULL, [H, d_k] vectors v_h and
+     * q, k already projected to d_k = d_a columns; the logit is
+     * sum_a v_h[a] tanh(q[i, a] + k[j, a]) (times the scale), computed by
+     * our own loop instead of the q k^T product. */
+    const float *additive_v;
+    /* Query row i is at position q_pos0 + i, key row j at position j. */
+    int64_t q_pos0;
+    /* Relative-position term, or NULL. */
+    const struct tfm__relative *relative;
+    /* Sparse pattern, or NULL. */
+    const struct tfm__sparse *sparse;
 } tfm__attention_job;
+
+/* Relative-position term of the logits (variants.h), with the distance
+ * d = j - p (key position minus query position). */
+typedef struct tfm__relative {
+    tfm_relative kind;
+    /* ALiBi: logit += -slopes[h] * |d|.  [H] */
+    const float *alibi_slopes;
+    /* T5: logit += t5_bias[bucket(d) * H + h], [num_buckets, H]. */
+    const float *t5_bias;
+    int64_t num_buckets, max_distance;
+    int bidirectional;
+    /* Shaw (max_distance = k): logit += scale * q_i . shaw_k[c(d)], output
+     * += sum_j w_ij shaw_v[c(d)] when shaw_v is non-NULL, c(d) = clip(d,
+     * -k, k) + k; shaw_k [2k+1, d_k], shaw_v [2k+1, d_v], shared by the
+     * heads. */
+    const float *shaw_k, *shaw_v;
+} tfm__relative;
+
+/* Sparse pattern of visible keys by position (variants.h: tfm_sparsity,
+ * with the same field meanings). */
+typedef struct tfm__sparse {
+    tfm_sparsity kind;
+    int64_t window, dilation, n_global, block_size, n_random_blocks;
+    uint64_t seed;
+} tfm__sparse;
 
 /* Runs the job on the library's threads (parallel.h), over batch elements,
  * heads and blocks of queries.  Scratch comes from the calling thread's

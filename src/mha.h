@@ -8,6 +8,7 @@
 typedef struct tfm__mha {
     tfm_module base;
     int64_t d_model, n_heads, d_k, kdim, vdim;
+    int64_t kv_dim;             /* n_kv_heads * d_k (= d_model unless GQA) */
     int bias;
     int packed;                 /* kdim == vdim == d: "in_proj_weight" */
     float *w_q, *w_k, *w_v;     /* [d, d], [d, kdim], [d, vdim] */
@@ -18,6 +19,14 @@ typedef struct tfm__mha {
 /* Creates the module (attention.h: tfm_mha_create). */
 tfm_status tfm__mha_new(int64_t d_model, int64_t n_heads, int64_t kdim,
                         int64_t vdim, int bias, tfm__mha **out);
+
+/* The same with a variant (variants.h: tfm_mha_create_ex); config NULL =
+ * the defaults.  The config is read (tfm__attention_config_read) and
+ * checked here. */
+tfm_status tfm__mha_new_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
+                           int64_t vdim, int bias,
+                           const tfm_attention_config *config,
+                           tfm__mha **out);
 
 /* Forward on raw row-major arrays: query [B, L, d], key [B, S, kdim],
  * value [B, S, vdim] -> out [B, L, d] (out may alias query).  masks are
@@ -40,9 +49,10 @@ tfm_status tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
                            float *weights, int average);
 
 /* Self-attention of n new positions x [n, d] (batch 1) over a KV cache:
- * their keys and values are written to rows past .. past+n-1 of k_cache and
- * v_cache ([capacity, d]), then the n queries attend to rows 0 .. past+n-1
- * with bottom-right causal alignment.  out [n, d] may alias x.  Fails only
+ * their keys (rotated for their positions under RoPE) and values are
+ * written to rows past .. past+n-1 of k_cache and v_cache ([capacity,
+ * m->kv_dim]), then the n queries (positions past .. past+n-1) attend to
+ * rows 0 .. past+n-1 with bottom-right causal alignment and the variant.  out [n, d] may alias x.  Fails only
  * with TFM_ERR_OUT_OF_MEMORY. */
 tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
                                float *k_cache, float *v_cache, int64_t past,

@@ -37,6 +37,7 @@
 #define TRANSFORMER_MODEL_H
 
 #include "layers.h"
+#include "variants.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,7 +54,8 @@ typedef enum tfm_architecture {
 typedef enum tfm_positional {
     TFM_POSITIONAL_NONE = 0,
     TFM_POSITIONAL_LEARNED = 1,     /* "position_embedding.weight" table */
-    TFM_POSITIONAL_SINUSOIDAL = 2   /* embedding.h, base 10000 */
+    TFM_POSITIONAL_SINUSOIDAL = 2,  /* embedding.h, interleaved sin/cos */
+    TFM_POSITIONAL_SINUSOIDAL_CONCAT = 3 /* variants.h: sin | cos halves */
 } tfm_positional;
 
 typedef struct tfm_model_config {
@@ -80,6 +82,52 @@ typedef struct tfm_model_config {
  * TFM_ERR_OUT_OF_MEMORY.  *out is freed with tfm_module_free. */
 TFM_API tfm_status tfm_model_create(const tfm_model_config *config,
                                     tfm_module **out);
+
+/* Options of a model beyond tfm_model_config (variants.h).  ABI: begins
+ * with its size; set it with tfm_model_options_init; the library reads
+ * only struct_size bytes (defaults for the rest).  `attention` is last so
+ * that it may grow; its own struct_size is ignored here. */
+typedef struct tfm_model_options {
+    size_t struct_size;              /* sizeof(tfm_model_options) */
+    double positional_base;          /* sinusoidal base; 0 = 10000 */
+    tfm_attention_config attention;  /* every self-attention layer's */
+} tfm_model_options;
+
+/* Fills *options with the defaults (base 10000, plain attention) and sets
+ * the struct sizes.  NULL is a no-op. */
+TFM_API void tfm_model_options_init(tfm_model_options *options);
+
+/* tfm_model_create with options (NULL = defaults).  Decoder-only and
+ * encoder-only models take any attention variant; every block's
+ * self-attention uses it (parameters "layers.<i>.self_attn.*", variants.h)
+ * and tfm_kv_cache_* and tfm_model_generate honour it (KV-cache logits
+ * equal a full pass).  Encoder-decoder models accept only the default
+ * attention (TFM_ERR_UNSUPPORTED otherwise).
+ * Model files record the options as metadata (absent keys = defaults):
+ *   "tfm.positional_base", "tfm.attention.score" ("scaled_dot", "dot",
+ *   "general", "additive", "learned_temperature"), "tfm.attention.scale",
+ *   "tfm.attention.additive_dim", "tfm.attention.n_kv_heads",
+ *   "tfm.attention.rope" ("none", "adjacent", "half"),
+ *   "tfm.attention.rope_base", "tfm.attention.rope_dims",
+ *   "tfm.attention.relative" ("none", "shaw", "t5", "alibi"),
+ *   "tfm.attention.max_distance", "tfm.attention.relative_values",
+ *   "tfm.attention.num_buckets", "tfm.attention.bidirectional",
+ *   "tfm.attention.sparsity" ("none", "sliding_window", "dilated",
+ *   "bigbird"), "tfm.attention.window", "tfm.attention.dilation",
+ *   "tfm.attention.n_global", "tfm.attention.block_size",
+ *   "tfm.attention.n_random_blocks", "tfm.attention.seed";
+ *   "tfm.positional": "sinusoidal_concat" for TFM_POSITIONAL_SINUSOIDAL_CONCAT.
+ * Errors: those of tfm_model_create and tfm_attention_create,
+ * TFM_ERR_UNSUPPORTED. */
+TFM_API tfm_status tfm_model_create_ex(const tfm_model_config *config,
+                                       const tfm_model_options *options,
+                                       tfm_module **out);
+
+/* Copies the model's options into *options (only its struct_size bytes).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND,
+ * TFM_ERR_INVALID_ARGUMENT (struct_size too small). */
+TFM_API tfm_status tfm_model_get_options(const tfm_module *model,
+                                         tfm_model_options *options);
 
 /* Copies the model's configuration into *config.
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND (not a model). */

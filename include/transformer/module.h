@@ -48,6 +48,7 @@ typedef enum tfm_module_kind {
     TFM_MODULE_DECODER_ONLY = 11,   /* GPT-style model (model.h) */
     TFM_MODULE_ENCODER_ONLY = 12,   /* BERT-style model (model.h) */
     TFM_MODULE_ENCODER_DECODER = 13, /* sequence-to-sequence model */
+    TFM_MODULE_ATTENTION = 14,      /* attention variant (variants.h) */
     TFM_MODULE_KIND_COUNT
 } tfm_module_kind;
 

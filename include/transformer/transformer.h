@@ -45,6 +45,7 @@
 #include "tensor.h"
 #include "module.h"
 #include "attention.h"
+#include "variants.h"
 #include "layers.h"
 #include "embedding.h"
 #include "safetensors.h"
