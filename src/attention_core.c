@@ -29,6 +29,7 @@
 #include "error.h"
 #include "gemm.h"
 #include "parallel.h"
+#include "random.h"
 #include "softmax.h"
 #include "tensor_impl.h"
 #include "workspace.h"
@@ -113,34 +114,243 @@ static int64_t block_rows(int64_t L, int64_t S)
     return rows < L ? rows : L;
 }
 
+/* Read-only state of one run, shared by the threads. */
+typedef struct run_shared {
+    const tfm__attention_job *job;
+    int64_t H_kv;               /* key/value heads: H / group */
+    int64_t offset;             /* causal: key j visible when j <= i + offset */
+    int64_t K2;                 /* Shaw: 2 * max_distance + 1, else 0 */
+    const int32_t *t5_bucket;   /* T5: bucket of distance d at d - d_min */
+    int64_t d_min;              /* smallest distance j - p of the run */
+    unsigned char *bad_flags;   /* [B * H_kv * S]: value row non-finite */
+    int64_t *bad_count;         /* [B * H_kv] */
+} run_shared;
+
 /* One (batch element, head) of a job, as the per-block code sees it. */
 typedef struct head_view {
     const tfm__attention_job *job;
+    const run_shared *sh;
     int64_t b, h;
+    float scale;
     const float *q, *k, *v;
     float *out;
     const unsigned char *bad;   /* [S]: value row holds NaN or inf */
     int64_t n_bad;              /* how many rows of this head do */
 } head_view;
 
-/* Per job: which value rows are non-finite, found once per head. */
-typedef struct bad_rows {
-    unsigned char *flags;       /* [B * H * S] */
-    int64_t *count;             /* [B * H] */
-} bad_rows;
-
-static head_view view_of(const tfm__attention_job *j, const bad_rows *bad,
-                         int64_t b, int64_t h)
+static int64_t group_of(const tfm__attention_job *j)
 {
+    return j->group > 1 ? j->group : 1;
+}
+
+static head_view view_of(const run_shared *sh, int64_t b, int64_t h)
+{
+    const tfm__attention_job *j = sh->job;
+    const int64_t kvh = h / group_of(j), bk = b * sh->H_kv + kvh;
     return (head_view){
-        .job = j, .b = b, .h = h,
-        .bad = bad->flags + (b * j->H + h) * j->S,
-        .n_bad = bad->count[b * j->H + h],
+        .job = j, .sh = sh, .b = b, .h = h,
+        .scale = j->head_scale ? j->head_scale[h] : j->scale,
+        .bad = sh->bad_flags + bk * j->S,
+        .n_bad = sh->bad_count[bk],
         .q = j->q + b * j->q_bstride + h * j->q_hstride,
-        .k = j->k + b * j->k_bstride + h * j->k_hstride,
-        .v = j->v + b * j->v_bstride + h * j->v_hstride,
+        .k = j->k + b * j->k_bstride + kvh * j->k_hstride,
+        .v = j->v + b * j->v_bstride + kvh * j->v_hstride,
         .out = j->out + b * j->o_bstride + h * j->o_hstride,
     };
+}
+
+/* ---- Positions: relative terms and sparse patterns ------------------- */
+
+/* T5's bucket of distance d = key - query (Raffel et al. 2020; the
+ * arithmetic of Hugging Face's _relative_position_bucket, in float32 as
+ * there, so that the buckets agree at their boundaries). */
+static int32_t t5_bucket(int64_t d, int64_t num_buckets, int64_t max_distance,
+                         int bidirectional)
+{
+    int64_t ret = 0, nb = num_buckets, n;
+    if (bidirectional) {
+        nb /= 2;
+        ret += d > 0 ? nb : 0;
+        n = d < 0 ? -d : d;
+    } else {
+        n = d < 0 ? -d : 0;
+    }
+    const int64_t max_exact = nb / 2;
+    if (n < max_exact)
+        return (int32_t)(ret + n);
+    float x = logf((float)n / (float)max_exact) /
+              (float)log((double)max_distance / (double)max_exact) *
+              (float)(nb - max_exact);
+    int64_t large = max_exact + (int64_t)x;
+    return (int32_t)(ret + (large < nb - 1 ? large : nb - 1));
+}
+
+/* Random key block r of query block a (variants.h: TFM_SPARSE_BIGBIRD). */
+static int64_t bigbird_random(const tfm__sparse *sp, int64_t a, int64_t r,
+                              int64_t n_blocks)
+{
+    tfm_rng rng = { (sp->seed ^ ((uint64_t)a * 0x9E3779B97F4A7C15ull)) +
+                    (uint64_t)r };
+    return (int64_t)(tfm__rng_next(&rng) % (uint64_t)n_blocks);
+}
+
+/* Key blocks that random draws choose from for query block a. */
+static int64_t bigbird_choices(const head_view *a, int64_t qb)
+{
+    const int64_t bs = a->job->sparse->block_size;
+    return a->job->masks->causal ? qb + 1 : (a->job->S + bs - 1) / bs;
+}
+
+/* Whether the sparse pattern lets query position p see key position j. */
+static int sparse_visible(const head_view *a, int64_t p, int64_t j)
+{
+    const tfm__sparse *sp = a->job->sparse;
+    const int64_t g = sp->n_global;
+    switch (sp->kind) {
+    case TFM_SPARSE_SLIDING_WINDOW:
+    case TFM_SPARSE_DILATED: {
+        if (p < g || j < g)
+            return 1;
+        const int64_t dil = sp->kind == TFM_SPARSE_DILATED ? sp->dilation : 1;
+        const int64_t d = p > j ? p - j : j - p;
+        return d <= sp->window * dil && d % dil == 0;
+    }
+    case TFM_SPARSE_BIGBIRD: {
+        const int64_t bs = sp->block_size, qa = p / bs, kb = j / bs;
+        if (qa < g || kb < g || (qa > kb ? qa - kb : kb - qa) <= sp->window)
+            return 1;
+        const int64_t n = bigbird_choices(a, qa);
+        for (int64_t r = 0; r < sp->n_random_blocks; r++)
+            if (bigbird_random(sp, qa, r, n) == kb)
+                return 1;
+        return 0;
+    }
+    default:
+        return 1;
+    }
+}
+
+/* Appends [lo, hi) clipped to [0, n) to the list rg of *cnt ranges. */
+static void add_range(int64_t *rg, int64_t *cnt, int64_t lo, int64_t hi,
+                      int64_t n)
+{
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > n ? n : hi;
+    if (lo < hi) {
+        rg[2 * *cnt] = lo;
+        rg[2 * *cnt + 1] = hi;
+        ++*cnt;
+    }
+}
+
+/* Most ranges key_ranges can produce for blocks of `rows` query rows. */
+static int64_t range_cap(const tfm__attention_job *j, int64_t rows)
+{
+    if (!j->sparse || j->sparse->kind != TFM_SPARSE_BIGBIRD)
+        return 2;
+    return 2 + (rows / j->sparse->block_size + 2) * j->sparse->n_random_blocks;
+}
+
+/* The keys (within [0, n)) that query rows i0 .. i0+r-1 may see under the
+ * sparse pattern, as sorted disjoint ranges rg[2c] .. rg[2c+1]-1; returns
+ * their count.  A superset: the per-key test in mask_row decides.  The
+ * ranges' total length is bounded by the pattern, not by S. */
+static int64_t key_ranges(const head_view *a, int64_t i0, int64_t r,
+                          int64_t n, int64_t *rg)
+{
+    const tfm__sparse *sp = a->job->sparse;
+    const int64_t P0 = a->job->q_pos0 + i0, P1 = P0 + r - 1;
+    int64_t cnt = 0;
+    if (!sp || sp->kind == TFM_SPARSE_NONE) {
+        add_range(rg, &cnt, 0, n, n);
+        return cnt;
+    }
+    const int64_t g = sp->n_global;
+    if (sp->kind == TFM_SPARSE_BIGBIRD) {
+        const int64_t bs = sp->block_size, a0 = P0 / bs, a1 = P1 / bs;
+        if (a0 < g) {
+            add_range(rg, &cnt, 0, n, n);
+            return cnt;
+        }
+        add_range(rg, &cnt, 0, g * bs, n);
+        add_range(rg, &cnt, (a0 - sp->window) * bs, (a1 + sp->window + 1) * bs,
+                  n);
+        for (int64_t qa = a0; qa <= a1; qa++) {
+            const int64_t choices = bigbird_choices(a, qa);
+            for (int64_t k = 0; k < sp->n_random_blocks; k++) {
+                int64_t kb = bigbird_random(sp, qa, k, choices);
+                add_range(rg, &cnt, kb * bs, (kb + 1) * bs, n);
+            }
+        }
+    } else {
+        if (P0 < g) {
+            add_range(rg, &cnt, 0, n, n);
+            return cnt;
+        }
+        const int64_t span =
+            sp->window * (sp->kind == TFM_SPARSE_DILATED ? sp->dilation : 1);
+        add_range(rg, &cnt, 0, g, n);
+        add_range(rg, &cnt, P0 - span, P1 + span + 1, n);
+    }
+    /* Sort by start (few ranges: insertion sort), then merge overlaps. */
+    for (int64_t x = 1; x < cnt; x++)
+        for (int64_t y = x; y > 0 && rg[2 * y] < rg[2 * y - 2]; y--) {
+            int64_t lo = rg[2 * y], hi = rg[2 * y + 1];
+            rg[2 * y] = rg[2 * y - 2], rg[2 * y + 1] = rg[2 * y - 1];
+            rg[2 * y - 2] = lo, rg[2 * y - 1] = hi;
+        }
+    int64_t m = 0;
+    for (int64_t x = 0; x < cnt; x++) {
+        if (m > 0 && rg[2 * x] <= rg[2 * m - 1]) {
+            if (rg[2 * x + 1] > rg[2 * m - 1])
+                rg[2 * m - 1] = rg[2 * x + 1];
+        } else {
+            rg[2 * m] = rg[2 * x], rg[2 * m + 1] = rg[2 * x + 1];
+            m++;
+        }
+    }
+    return m;
+}
+
+/* Clipped Shaw index of distance d: clip(d, -k, k) + k. */
+static inline int64_t shaw_index(int64_t d, int64_t k)
+{
+    return (d < -k ? -k : d > k ? k : d) + k;
+}
+
+/* Adds the relative-position term to logits row[0 .. n-1] (keys j0 ..)
+ * of the query at position p.  qr: Shaw's scale * q_p . r^K(c), [K2]. */
+static void add_relative(const head_view *a, int64_t p, const float *qr,
+                         float *row, int64_t j0, int64_t n)
+{
+    const tfm__relative *rel = a->job->relative;
+    const int64_t d0 = j0 - p;  /* distance of row[0] */
+    switch (rel->kind) {
+    case TFM_RELATIVE_ALIBI: {
+        const float m = rel->alibi_slopes[a->h];
+        for (int64_t j = 0; j < n; j++) {
+            int64_t d = d0 + j;
+            row[j] -= m * (float)(d < 0 ? -d : d);
+        }
+        break;
+    }
+    case TFM_RELATIVE_T5: {
+        const int32_t *bucket = a->sh->t5_bucket + (d0 - a->sh->d_min);
+        const float *bias = rel->t5_bias + a->h;
+        const int64_t H = a->job->H;
+        for (int64_t j = 0; j < n; j++)
+            row[j] += bias[bucket[j] * H];
+        break;
+    }
+    case TFM_RELATIVE_SHAW: {
+        const int64_t k = rel->max_distance;
+        for (int64_t j = 0; j < n; j++)
+            row[j] += qr[shaw_index(d0 + j, k)];
+        break;
+    }
+    default:
+        break;
+    }
 }
 
 /* Applies one mask value to a logit: returns -inf when masked. */
@@ -153,29 +363,35 @@ static inline float apply_mask(float x, float m, tfm_mask_kind kind)
     }
 }
 
-/* Masks row `gi` of the logits (n visible columns at most) in place. */
-static void mask_row(const head_view *a, int64_t gi, int64_t offset,
+/* Finishes row `gi` of the logits (keys j0 .. j0+n-1) in place: the
+ * relative-position term, then the causal mask, the sparse pattern and the
+ * mask tensors. */
+static void mask_row(const head_view *a, int64_t gi, const float *qr,
                      float *row, int64_t j0, int64_t n)
 {
-    const tfm__masks *m = a->job->masks;
-    const int64_t S = a->job->S;
-    /* row[c] is key j0 + c; `last` counts in row coordinates. */
-    int64_t last = (m->causal ? gi + offset : S - 1) - j0;
+    const tfm__attention_job *jb = a->job;
+    const tfm__masks *m = jb->masks;
+    const int64_t S = jb->S, p = jb->q_pos0 + gi;
+    /* row[c] is key j0 + c; `lim` counts the columns the causal mask
+     * leaves, in row coordinates. */
+    int64_t lim = (m->causal ? gi + a->sh->offset + 1 : S) - j0;
+    lim = lim < 0 ? 0 : (lim > n ? n : lim);
+    for (int64_t j = lim; j < n; j++)
+        row[j] = -INFINITY;
+    if (jb->relative)
+        add_relative(a, p, qr, row, j0, lim);
+    if (jb->sparse && jb->sparse->kind != TFM_SPARSE_NONE)
+        for (int64_t j = 0; j < lim; j++)
+            if (!sparse_visible(a, p, j0 + j))
+                row[j] = -INFINITY;
     const float *kp =
         m->key_padding ? m->key_padding + a->b * S + j0 : NULL;
     const float *am = m->attn ? m->attn + a->b * m->attn_batch_stride +
                                     a->h * m->attn_head_stride + gi * S + j0
                               : NULL;
-    if (!kp && !am) {
-        for (int64_t j = last + 1 < 0 ? 0 : last + 1; j < n; j++)
-            row[j] = -INFINITY;
+    if (!kp && !am)
         return;
-    }
-    for (int64_t j = 0; j < n; j++) {
-        if (j > last) {
-            row[j] = -INFINITY;
-            continue;
-        }
+    for (int64_t j = 0; j < lim; j++) {
         float x = row[j];
         if (kp)
             x = apply_mask(x, kp[j], m->key_padding_kind);
@@ -187,12 +403,14 @@ static void mask_row(const head_view *a, int64_t gi, int64_t offset,
 
 /* Whether key j is masked out for query row gi (the logit is -inf whatever
  * the scores are). */
-static int masked_at(const head_view *a, int64_t gi, int64_t offset,
-                     int64_t j)
+static int masked_at(const head_view *a, int64_t gi, int64_t j)
 {
-    const tfm__masks *m = a->job->masks;
-    const int64_t S = a->job->S;
-    if (m->causal && j > gi + offset)
+    const tfm__attention_job *jb = a->job;
+    const tfm__masks *m = jb->masks;
+    const int64_t S = jb->S;
+    if (m->causal && j > gi + a->sh->offset)
+        return 1;
+    if (jb->sparse && !sparse_visible(a, jb->q_pos0 + gi, j))
         return 1;
     float x = 0.0f;
     if (m->key_padding)
@@ -205,13 +423,69 @@ static int masked_at(const head_view *a, int64_t gi, int64_t offset,
     return x == -INFINITY;
 }
 
-/* Flags the value rows of head (b, h) holding a NaN or an infinity (all
- * exponent bits set), with integer tests the compiler vectorises; returns
- * how many. */
-static int64_t flag_head(const tfm__attention_job *j, int64_t b, int64_t h,
+/* ---- Scores ------------------------------------------------------------ */
+
+/* dst [r, t] (row stride ld) = the scaled scores of query rows i0 ..
+ * i0+r-1 against keys j0 .. j0+t-1: one product scale * q k^T, or the
+ * additive score scale * sum_a v[a] tanh(q[i, a] + k[j, a]). */
+static void scores(const head_view *a, int64_t i0, int64_t r, int64_t j0,
+                   int64_t t, float *dst, int64_t ld)
+{
+    const tfm__attention_job *j = a->job;
+    if (!j->additive_v) {
+        tfm__sgemm(0, 1, r, t, j->d_k, a->scale, a->q + i0 * j->ldq, j->ldq,
+                   a->k + j0 * j->ldk, j->ldk, 0.0f, dst, ld);
+        return;
+    }
+    const float *w = j->additive_v + a->h * j->d_k;
+    for (int64_t i = 0; i < r; i++) {
+        const float *qi = a->q + (i0 + i) * j->ldq;
+        for (int64_t c = 0; c < t; c++) {
+            const float *kc = a->k + (j0 + c) * j->ldk;
+            float s = 0.0f;
+            for (int64_t e = 0; e < j->d_k; e++)
+                s += w[e] * tanhf(qi[e] + kc[e]);
+            dst[i * ld + c] = a->scale * s;
+        }
+    }
+}
+
+/* Shaw's key term of rows i0 .. i0+r-1: qr [r, K2] = scale * q r^K^T. */
+static void shaw_key_terms(const head_view *a, int64_t i0, int64_t r,
+                           float *qr)
+{
+    const tfm__attention_job *j = a->job;
+    const int64_t K2 = a->sh->K2;
+    tfm__sgemm(0, 1, r, K2, j->d_k, a->scale, a->q + i0 * j->ldq, j->ldq,
+               j->relative->shaw_k, j->d_k, 0.0f, qr, K2);
+}
+
+/* Shaw's value term: pb[c] += the weights p[0 .. n-1] (keys j0 ..) of the
+ * query at position p_q whose clipped distance index is c. */
+static void shaw_bucket_weights(const head_view *a, int64_t p_q,
+                                const float *p, int64_t j0, int64_t n,
+                                float *pb)
+{
+    const int64_t k = a->job->relative->max_distance;
+    for (int64_t j = 0; j < n; j++)
+        pb[shaw_index(j0 + j - p_q, k)] += p[j];
+}
+
+static int shaw_values(const tfm__attention_job *j)
+{
+    return j->relative && j->relative->kind == TFM_RELATIVE_SHAW &&
+           j->relative->shaw_v;
+}
+
+/* ---- Non-finite values ------------------------------------------------- */
+
+/* Flags the value rows of (b, key/value head kvh) holding a NaN or an
+ * infinity (all exponent bits set), with integer tests the compiler
+ * vectorises; returns how many. */
+static int64_t flag_head(const tfm__attention_job *j, int64_t b, int64_t kvh,
                          unsigned char *flags)
 {
-    const float *v = j->v + b * j->v_bstride + h * j->v_hstride;
+    const float *v = j->v + b * j->v_bstride + kvh * j->v_hstride;
     int64_t n_bad = 0;
     for (int64_t r = 0; r < j->S; r++) {
         const float *row = v + r * j->ldv;
@@ -251,8 +525,8 @@ static int64_t clean_values(const head_view *a, int64_t j0, int64_t n,
  * non-finite value propagates even when its weight underflowed to 0
  * (0 * NaN is NaN); a masked key's never does. */
 static void add_back_bad(const head_view *a, int64_t i0, int64_t r,
-                         int64_t offset, int64_t j0, int64_t n,
-                         const float *p, int64_t ldp, float *out)
+                         int64_t j0, int64_t n, const float *p, int64_t ldp,
+                         float *out)
 {
     const tfm__attention_job *j = a->job;
     for (int64_t k = 0; k < n; k++) {
@@ -261,12 +535,14 @@ static void add_back_bad(const head_view *a, int64_t i0, int64_t r,
         const float *vk = a->v + (j0 + k) * j->ldv;
         for (int64_t i = 0; i < r; i++) {
             float w = p[i * ldp + k];
-            if (w != 0.0f || !masked_at(a, i0 + i, offset, j0 + k))
+            if (w != 0.0f || !masked_at(a, i0 + i, j0 + k))
                 for (int64_t c = 0; c < j->d_v; c++)
                     out[i * j->ldo + c] += w * vk[c];
         }
     }
 }
+
+/* ---- The two paths ------------------------------------------------------ */
 
 /* Query rows per block of a job: the whole-row path (weights requested)
  * or the tiled path. */
@@ -277,72 +553,103 @@ static int64_t job_rows(const tfm__attention_job *j)
     return j->L < TFM_TILED_ROWS ? j->L : TFM_TILED_ROWS;
 }
 
-/* Per-thread scratch: logits (a block of whole rows, or one tile), the
- * running maxima and sums of the tiled path, and a cleaned copy of the
- * values. */
-static int64_t scratch_floats(const tfm__attention_job *j)
+/* Per-thread scratch in floats: logits (a block of whole rows, or one
+ * tile), the running maxima and sums of the tiled path, a cleaned copy of
+ * the values, and Shaw's per-row key terms and bucketed weights. */
+static int64_t scratch_floats(const tfm__attention_job *j, int64_t K2)
 {
     const int64_t rows = job_rows(j);
+    const int64_t shaw = 2 * rows * K2;
     if (j->weights)
-        return rows * j->S + j->S * j->d_v;
-    return rows * TFM_KEY_TILE + 2 * rows + TFM_KEY_TILE * j->d_v;
+        return rows * j->S + j->S * j->d_v + shaw;
+    return rows * TFM_KEY_TILE + 2 * rows + TFM_KEY_TILE * j->d_v + shaw;
+}
+
+/* One thread's scratch. */
+typedef struct slot_scratch {
+    float *f;                   /* scratch_floats(job) floats */
+    int64_t *ranges;            /* [2 * range_cap] */
+} slot_scratch;
+
+/* The causal limit of rows i0 .. i0+r-1: one past their last visible key. */
+static int64_t causal_limit(const head_view *a, int64_t i0, int64_t r)
+{
+    const int64_t S = a->job->S;
+    if (!a->job->masks->causal)
+        return S;
+    int64_t n = i0 + r + a->sh->offset;
+    return n < 0 ? 0 : (n > S ? S : n);
 }
 
 /* The tiled path (no weights requested): query rows i0 .. i0+r-1 against
- * tiles of TFM_KEY_TILE keys, with the online softmax, accumulating
- * directly into the output rows.  Only a tile of logits exists at a time,
- * and under a causal mask tiles past the block's last visible key are never
- * computed. */
+ * the visible key ranges, TFM_KEY_TILE keys at a time, with the online
+ * softmax, accumulating directly into the output rows.  Only a tile of
+ * logits exists at a time; keys outside the causal limit and the sparse
+ * pattern's ranges are never computed. */
 static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
-                               float *scratch)
+                               const slot_scratch *sc)
 {
     const tfm__attention_job *j = a->job;
-    const int64_t L = j->L, S = j->S, dv = j->d_v, T = TFM_KEY_TILE;
+    const int64_t dv = j->d_v, T = TFM_KEY_TILE, K2 = a->sh->K2;
     const int64_t rows = job_rows(j);
-    float *tile = scratch;
+    float *tile = sc->f;
     float *mrow = tile + rows * T;
     float *lrow = mrow + rows;
     float *clean_v = lrow + rows;
-    const int64_t offset =
-        j->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L : 0;
-    int64_t n = S;
-    if (j->masks->causal) {
-        n = i0 + r + offset;
-        n = n < 0 ? 0 : (n > S ? S : n);
-    }
+    float *qr = clean_v + T * dv;       /* [rows, K2] */
+    float *pb = qr + rows * K2;         /* [rows, K2] */
+    const int with_sv = shaw_values(j);
     float *out = a->out + i0 * j->ldo;
     for (int64_t i = 0; i < r; i++) {
         mrow[i] = -INFINITY;
         lrow[i] = 0.0f;
         memset(out + i * j->ldo, 0, (size_t)dv * sizeof(float));
     }
-
-    for (int64_t j0 = 0; j0 < n; j0 += T) {
-        const int64_t t = n - j0 < T ? n - j0 : T;
-        tfm__sgemm(0, 1, r, t, j->d_k, j->scale, a->q + i0 * j->ldq, j->ldq,
-                   a->k + j0 * j->ldk, j->ldk, 0.0f, tile, T);
-        for (int64_t i = 0; i < r; i++) {
-            float *row = tile + i * T;
-            mask_row(a, i0 + i, offset, row, j0, t);
-            float alpha =
-                tfm__softmax_online_step(row, t, &mrow[i], &lrow[i]);
-            if (alpha != 1.0f) {
-                float *o = out + i * j->ldo;
-                for (int64_t c = 0; c < dv; c++)
-                    o[c] *= alpha;
-            }
-        }
-        const float *v = a->v + j0 * j->ldv;
-        int64_t ldv = j->ldv;
-        int64_t n_bad = a->n_bad ? clean_values(a, j0, t, clean_v) : 0;
-        if (n_bad) {
-            v = clean_v;
-            ldv = dv;
-        }
-        tfm__sgemm(0, 0, r, dv, t, 1.0f, tile, T, v, ldv, 1.0f, out, j->ldo);
-        if (n_bad)
-            add_back_bad(a, i0, r, offset, j0, t, tile, T, out);
+    if (K2) {
+        shaw_key_terms(a, i0, r, qr);
+        memset(pb, 0, (size_t)(r * K2) * sizeof(float));
     }
+
+    const int64_t n_ranges =
+        key_ranges(a, i0, r, causal_limit(a, i0, r), sc->ranges);
+    for (int64_t g = 0; g < n_ranges; g++) {
+        const int64_t lo = sc->ranges[2 * g], hi = sc->ranges[2 * g + 1];
+        for (int64_t j0 = lo; j0 < hi; j0 += T) {
+            const int64_t t = hi - j0 < T ? hi - j0 : T;
+            scores(a, i0, r, j0, t, tile, T);
+            for (int64_t i = 0; i < r; i++) {
+                float *row = tile + i * T;
+                mask_row(a, i0 + i, qr + i * K2, row, j0, t);
+                float alpha =
+                    tfm__softmax_online_step(row, t, &mrow[i], &lrow[i]);
+                if (alpha != 1.0f) {
+                    float *o = out + i * j->ldo;
+                    for (int64_t c = 0; c < dv; c++)
+                        o[c] *= alpha;
+                    if (with_sv)
+                        for (int64_t c = 0; c < K2; c++)
+                            pb[i * K2 + c] *= alpha;
+                }
+                if (with_sv)
+                    shaw_bucket_weights(a, j->q_pos0 + i0 + i, row, j0, t,
+                                        pb + i * K2);
+            }
+            const float *v = a->v + j0 * j->ldv;
+            int64_t ldv = j->ldv;
+            int64_t n_bad = a->n_bad ? clean_values(a, j0, t, clean_v) : 0;
+            if (n_bad) {
+                v = clean_v;
+                ldv = dv;
+            }
+            tfm__sgemm(0, 0, r, dv, t, 1.0f, tile, T, v, ldv, 1.0f, out,
+                       j->ldo);
+            if (n_bad)
+                add_back_bad(a, i0, r, j0, t, tile, T, out);
+        }
+    }
+    if (with_sv)
+        tfm__sgemm(0, 0, r, dv, K2, 1.0f, pb, K2, j->relative->shaw_v, dv,
+                   1.0f, out, j->ldo);
     for (int64_t i = 0; i < r; i++) {
         float *o = out + i * j->ldo;
         if (lrow[i] == 0.0f) {
@@ -356,23 +663,21 @@ static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
     }
 }
 
-/* Query rows i0 .. i0+r-1 of one head.  With averaged weights the caller
- * has zeroed (or accumulated into) their rows. */
+/* The whole-row path (weights requested): query rows i0 .. i0+r-1 of one
+ * head.  With averaged weights the caller has zeroed (or accumulated into)
+ * their rows. */
 static void attend_block(const head_view *a, int64_t i0, int64_t r,
-                         float *scratch)
+                         const slot_scratch *sc)
 {
     const tfm__attention_job *j = a->job;
-    const int64_t L = j->L, S = j->S, dv = j->d_v;
+    const int64_t L = j->L, S = j->S, dv = j->d_v, K2 = a->sh->K2;
     const int64_t rows = block_rows(L, S);
-    float *block = scratch;
+    float *block = sc->f;
     float *clean_v = block + rows * S;
-    const int64_t offset =
-        j->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L : 0;
-    int64_t n = S;
-    if (j->masks->causal) {
-        n = i0 + r + offset; /* one past the last visible key */
-        n = n < 0 ? 0 : (n > S ? S : n);
-    }
+    float *qr = clean_v + S * dv;       /* [rows, K2] */
+    float *pb = qr + rows * K2;         /* [rows, K2] */
+    const int with_sv = shaw_values(j);
+    const int64_t n = causal_limit(a, i0, r);
 
     const float *v = a->v;
     int64_t ldv = j->ldv;
@@ -382,27 +687,36 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
         ldv = dv;
     }
 
-    const int in_place = j->weights && !j->average;
+    const int in_place = !j->average;
     float *p = in_place
                    ? j->weights + ((a->b * j->H + a->h) * L + i0) * S
                    : block;
     const int64_t ldp = S;
     float *out = a->out + i0 * j->ldo;
 
-    tfm__sgemm(0, 1, r, n, j->d_k, j->scale, a->q + i0 * j->ldq, j->ldq, a->k,
-               j->ldk, 0.0f, p, ldp);
+    if (K2) {
+        shaw_key_terms(a, i0, r, qr);
+        memset(pb, 0, (size_t)(r * K2) * sizeof(float));
+    }
+    scores(a, i0, r, 0, n, p, ldp);
     for (int64_t i = 0; i < r; i++) {
         float *row = p + i * ldp;
-        mask_row(a, i0 + i, offset, row, 0, n);
+        mask_row(a, i0 + i, qr + i * K2, row, 0, n);
         tfm__softmax_row(row, n);
         if (in_place && n < S)
             memset(row + n, 0, (size_t)(S - n) * sizeof(float));
+        if (with_sv)
+            shaw_bucket_weights(a, j->q_pos0 + i0 + i, row, 0, n,
+                                pb + i * K2);
     }
     tfm__sgemm(0, 0, r, dv, n, 1.0f, p, ldp, v, ldv, 0.0f, out, j->ldo);
+    if (with_sv)
+        tfm__sgemm(0, 0, r, dv, K2, 1.0f, pb, K2, j->relative->shaw_v, dv,
+                   1.0f, out, j->ldo);
 
     if (n_bad)
-        add_back_bad(a, i0, r, offset, 0, n, p, ldp, out);
-    if (j->weights && j->average) {
+        add_back_bad(a, i0, r, 0, n, p, ldp, out);
+    if (j->average) {
         const float f = 1.0f / (float)j->H;
         for (int64_t i = 0; i < r; i++) {
             float *dst = j->weights + (a->b * L + i0 + i) * S;
@@ -413,22 +727,27 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
     }
 }
 
+/* ---- Running a job ------------------------------------------------------ */
+
 typedef struct run_ctx {
-    const tfm__attention_job *job;
-    float *scratch;         /* slots x scratch_floats(job) */
+    const run_shared *sh;
+    float *scratch;         /* slots x scratch_floats */
+    int64_t *ranges;        /* slots x 2 * range_cap */
+    int64_t slot_floats, slot_ranges;
     int64_t n_blocks, rows;
-    bad_rows bad;
 } run_ctx;
 
-/* Items: heads (b, h) = b * H + h; flags their non-finite value rows. */
+/* Items: key/value heads (b, kvh) = b * H_kv + kvh; flags their
+ * non-finite value rows. */
 static void flag_items(void *arg, int64_t begin, int64_t end, int slot)
 {
     const run_ctx *c = arg;
-    const tfm__attention_job *j = c->job;
+    const run_shared *sh = c->sh;
     (void)slot;
-    for (int64_t bh = begin; bh < end; bh++)
-        c->bad.count[bh] = flag_head(j, bh / j->H, bh % j->H,
-                                     c->bad.flags + bh * j->S);
+    for (int64_t bk = begin; bk < end; bk++)
+        sh->bad_count[bk] =
+            flag_head(sh->job, bk / sh->H_kv, bk % sh->H_kv,
+                      sh->bad_flags + bk * sh->job->S);
 }
 
 /* Items: (b, h, block) in that order; with averaged weights (b, block),
@@ -437,8 +756,9 @@ static void flag_items(void *arg, int64_t begin, int64_t end, int slot)
 static void run_items(void *arg, int64_t begin, int64_t end, int slot)
 {
     const run_ctx *c = arg;
-    const tfm__attention_job *j = c->job;
-    float *scratch = c->scratch + slot * scratch_floats(j);
+    const tfm__attention_job *j = c->sh->job;
+    const slot_scratch sc = { c->scratch + slot * c->slot_floats,
+                              c->ranges + slot * c->slot_ranges };
     for (int64_t item = begin; item < end; item++) {
         /* Blocks in the order 0, n-1, 1, n-2, ...: under a causal mask
          * later blocks see more keys, and this order gives every thread's
@@ -447,24 +767,18 @@ static void run_items(void *arg, int64_t begin, int64_t end, int slot)
         int64_t blk = z % 2 == 0 ? z / 2 : c->n_blocks - 1 - z / 2;
         int64_t i0 = blk * c->rows;
         int64_t r = j->L - i0 < c->rows ? j->L - i0 : c->rows;
-        if (j->average) {
-            int64_t b = rest;
+        int64_t b = j->average ? rest : rest / j->H;
+        int64_t h0 = j->average ? 0 : rest % j->H;
+        int64_t h1 = j->average ? j->H : h0 + 1;
+        if (j->average && j->weights)
+            memset(j->weights + (b * j->L + i0) * j->S, 0,
+                   (size_t)(r * j->S) * sizeof(float));
+        for (int64_t h = h0; h < h1; h++) {
+            head_view a = view_of(c->sh, b, h);
             if (j->weights)
-                memset(j->weights + (b * j->L + i0) * j->S, 0,
-                       (size_t)(r * j->S) * sizeof(float));
-            for (int64_t h = 0; h < j->H; h++) {
-                head_view a = view_of(j, &c->bad, b, h);
-                if (j->weights)
-                    attend_block(&a, i0, r, scratch);
-                else
-                    attend_block_tiled(&a, i0, r, scratch);
-            }
-        } else {
-            head_view a = view_of(j, &c->bad, rest / j->H, rest % j->H);
-            if (j->weights)
-                attend_block(&a, i0, r, scratch);
+                attend_block(&a, i0, r, &sc);
             else
-                attend_block_tiled(&a, i0, r, scratch);
+                attend_block_tiled(&a, i0, r, &sc);
         }
     }
 }
@@ -472,21 +786,47 @@ static void run_items(void *arg, int64_t begin, int64_t end, int slot)
 tfm_status tfm__attention_run(const tfm__attention_job *job)
 {
     const int slots = tfm__parallel_slots();
+    run_shared sh = { .job = job, .H_kv = job->H / group_of(job) };
+    sh.offset = job->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT
+                    ? job->S - job->L : 0;
+    const tfm__relative *rel = job->relative;
+    if (rel && rel->kind == TFM_RELATIVE_SHAW)
+        sh.K2 = 2 * rel->max_distance + 1;
+    /* Distances j - p of the run: from -(q_pos0 + L - 1) to S-1 - q_pos0. */
+    sh.d_min = -(job->q_pos0 + job->L - 1);
+    const int64_t n_dist = job->S + job->L - 1;
+
+    run_ctx c = { .sh = &sh, .rows = job_rows(job) };
+    c.n_blocks = (job->L + c.rows - 1) / c.rows;
+    c.slot_floats = scratch_floats(job, sh.K2);
+    c.slot_ranges = 2 * range_cap(job, c.rows);
+    const int64_t kv_heads = job->B * sh.H_kv;
+
     tfm__ws_mark mark = tfm__ws_save();
-    const int64_t heads = job->B * job->H;
-    float *scratch = tfm__ws_floats((size_t)(slots * scratch_floats(job)));
-    int64_t *count = scratch ? tfm__ws_alloc((size_t)heads * sizeof *count)
-                             : NULL;
-    unsigned char *flags =
-        count ? tfm__ws_alloc((size_t)(heads * job->S)) : NULL;
-    if (!flags) {
+    c.scratch = tfm__ws_floats((size_t)(slots * c.slot_floats));
+    c.ranges = c.scratch ? tfm__ws_alloc((size_t)(slots * c.slot_ranges) *
+                                         sizeof(int64_t))
+                         : NULL;
+    sh.bad_count = c.ranges ? tfm__ws_alloc((size_t)kv_heads *
+                                            sizeof(int64_t))
+                            : NULL;
+    sh.bad_flags = sh.bad_count ? tfm__ws_alloc((size_t)(kv_heads * job->S))
+                                : NULL;
+    int32_t *bucket = NULL;
+    if (sh.bad_flags && rel && rel->kind == TFM_RELATIVE_T5)
+        bucket = tfm__ws_alloc((size_t)n_dist * sizeof(int32_t));
+    if (!sh.bad_flags || (rel && rel->kind == TFM_RELATIVE_T5 && !bucket)) {
         tfm__ws_restore(mark);
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "cannot allocate attention scratch memory");
     }
-    run_ctx c = { job, scratch, 0, job_rows(job), { flags, count } };
-    c.n_blocks = (job->L + c.rows - 1) / c.rows;
-    tfm__parallel_for(heads, 4, flag_items, &c);
+    if (bucket) {
+        for (int64_t x = 0; x < n_dist; x++)
+            bucket[x] = t5_bucket(sh.d_min + x, rel->num_buckets,
+                                  rel->max_distance, rel->bidirectional);
+        sh.t5_bucket = bucket;
+    }
+    tfm__parallel_for(kv_heads, 4, flag_items, &c);
     int64_t items = job->B * (job->average ? 1 : job->H) * c.n_blocks;
     tfm__parallel_for(items, 1, run_items, &c);
     tfm__ws_restore(mark);

@@ -20,6 +20,7 @@
 #include "transformer/model.h"
 #include "alloc.h"
 #include "error.h"
+#include "random.h"
 
 /* Vocabularies up to this size are sorted in a stack buffer. */
 #define STACK_CANDIDATES 512
@@ -32,7 +33,7 @@ void tfm_rng_seed(tfm_rng *rng, uint64_t seed)
         rng->state = seed;
 }
 
-static uint64_t rng_next(tfm_rng *rng)
+uint64_t tfm__rng_next(tfm_rng *rng)
 {
     uint64_t z = (rng->state += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -45,7 +46,7 @@ float tfm_rng_uniform(tfm_rng *rng)
     if (!rng)
         return 0.0f;
     /* The top 24 bits: every value k * 2^-24 is exact in a float. */
-    return (float)(rng_next(rng) >> 40) * 0x1.0p-24f;
+    return (float)(tfm__rng_next(rng) >> 40) * 0x1.0p-24f;
 }
 
 tfm_sampling tfm_sampling_default(void)

@@ -128,11 +128,13 @@ typedef enum tfm_sparsity {
      * block_size positions: query block a sees key block b when
      * |a - b| <= window, or a < n_global or b < n_global (global blocks),
      * or b is one of the n_random_blocks random blocks of a.  Random block
-     * r of query block a is splitmix64(seed ^ (a * 0x9E3779B97F4A7C15)
-     * + r) mod n, where n is the number of key blocks (ceil(S/block_size))
-     * without a causal mask and a + 1 with one, so that a query's blocks do
-     * not depend on the sequence length (KV-cache decoding agrees with a
-     * full pass). */
+     * r (0 .. n_random_blocks-1) of query block a is x mod n, where x is
+     * the first output of SplitMix64 (tfm_rng, model.h) seeded with
+     * (seed ^ (a * 0x9E3779B97F4A7C15)) + r (64-bit wrapping arithmetic),
+     * and n is the number of key blocks (ceil(S/block_size)) without a
+     * causal mask and a + 1 with one, so that under a causal mask a query's
+     * blocks do not depend on the sequence length (KV-cache decoding agrees
+     * with a full pass). */
     TFM_SPARSE_BIGBIRD = 3
 } tfm_sparsity;
 
