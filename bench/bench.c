@@ -14,6 +14,7 @@
  *   transformer-bench [options] encoder B L D H [D_FF]
  *   transformer-bench [options] sdpa B H L D [causal]
  *   transformer-bench [options] decode D H LAYERS CONTEXT [VOCAB]
+ *   transformer-bench [options] sparse H L D dense|window|dilated|bigbird W
  *
  * Options: --threads N (default 1), --reps N (default 10), --warmup N
  * (default 1), --seed N, --no-header; for decode, --full-reps N and
@@ -463,6 +464,87 @@ static void cmd_sdpa(int argc, char **argv)
     tfm_tensor_free(c.o);
 }
 
+/* ---- sparse attention patterns (variants.h) ----------------------------- */
+
+typedef struct sparse_ctx {
+    tfm_module *attn;
+    tfm_tensor *q, *k, *v, *o;
+    tfm_attention_masks masks;
+} sparse_ctx;
+
+static void sparse_run(void *p)
+{
+    sparse_ctx *c = p;
+    check(tfm_attention_forward(c->attn, c->q, c->k, c->v, &c->masks, c->o,
+                                NULL),
+          "tfm_attention_forward");
+}
+
+/* sparse H L D PATTERN W: causal self-attention of one sequence under a
+ * sliding window of W keys each side ("window"), a dilated window
+ * ("dilated", dilation 2), BigBird with blocks of W and 1 window block,
+ * 1 global block and 2 random blocks ("bigbird"), or no pattern ("dense",
+ * W ignored).  FLOPs count only the visible query-key pairs, so GFLOP/s
+ * compare patterns, and median_s / L (time per query) stays flat as L
+ * grows when the cost is linear. */
+static void cmd_sparse(int argc, char **argv)
+{
+    if (argc != 5)
+        die("%s", "usage: sparse H L D dense|window|dilated|bigbird W");
+    int64_t H = parse_int(argv[0], "H"), L = parse_int(argv[1], "L"),
+            D = parse_int(argv[2], "D"), W = parse_int(argv[4], "W");
+    const char *pat = argv[3];
+    tfm_attention_config cfg;
+    tfm_attention_config_init(&cfg);
+    double pairs; /* visible (query, key) pairs, causal */
+    if (strcmp(pat, "dense") == 0) {
+        pairs = 0.5 * (double)L * (double)(L + 1);
+    } else if (strcmp(pat, "window") == 0) {
+        cfg.sparsity = TFM_SPARSE_SLIDING_WINDOW;
+        cfg.window = W;
+        pairs = (double)L * (double)(W + 1);
+    } else if (strcmp(pat, "dilated") == 0) {
+        cfg.sparsity = TFM_SPARSE_DILATED;
+        cfg.window = W;
+        cfg.dilation = 2;
+        pairs = (double)L * (double)(W + 1);
+    } else if (strcmp(pat, "bigbird") == 0) {
+        cfg.sparsity = TFM_SPARSE_BIGBIRD;
+        cfg.block_size = W;
+        cfg.window = 1;
+        cfg.n_global = 1;
+        cfg.n_random_blocks = 2;
+        cfg.seed = 1;
+        pairs = (double)L * (double)(5 * W); /* at most, causal */
+    } else {
+        die("unknown sparse pattern %s", pat);
+    }
+    sparse_ctx c;
+    memset(&c, 0, sizeof c);
+    check(tfm_attention_create(D, D, H, &cfg, &c.attn), "tfm_attention_create");
+    c.masks.causal = TFM_CAUSAL_TOP_LEFT;
+    int64_t shape[4] = { 1, H, L, D };
+    c.q = new_tensor(4, shape, 1.0f);
+    c.k = new_tensor(4, shape, 1.0f);
+    c.v = new_tensor(4, shape, 1.0f);
+    c.o = new_tensor(4, shape, 0.0f);
+    warm_openblas();
+    result r = time_it(sparse_run, &c);
+    char sh[128];
+    snprintf(sh, sizeof sh, "H=%lld L=%lld d=%lld W=%lld", (long long)H,
+             (long long)L, (long long)D, (long long)W);
+    char name[64];
+    snprintf(name, sizeof name, "sparse_%s", pat);
+    print_header();
+    print_row(name, sh, &r, 4.0 * (double)H * pairs * (double)D,
+              16.0 * (double)(H * L * D));
+    tfm_tensor_free(c.q);
+    tfm_tensor_free(c.k);
+    tfm_tensor_free(c.v);
+    tfm_tensor_free(c.o);
+    tfm_module_free(c.attn);
+}
+
 /* ---- KV-cache decode step against recomputing the sequence -------------- */
 
 typedef struct recompute_ctx {
@@ -616,6 +698,9 @@ static void usage(FILE *f)
             "  encoder B L D H [D_FF]        post-norm encoder layer (ReLU)\n"
             "  sdpa B H L D [causal]         tfm_sdpa on [B,H,L,D], S = L\n"
             "  decode D H LAYERS CTX [VOCAB] KV-cache step vs full recompute\n"
+            "  sparse H L D PATTERN W        causal attention under a sparse\n"
+            "                                pattern (dense, window, dilated,\n"
+            "                                bigbird) of width / block W\n"
             "Prints CSV: name,shape,threads,...,median_s,...,gflops,"
             "peak_delta_mb,...\n");
 }
@@ -675,6 +760,8 @@ int main(int argc, char **argv)
         cmd_sdpa(n, a);
     else if (strcmp(cmd, "decode") == 0)
         cmd_decode(n, a);
+    else if (strcmp(cmd, "sparse") == 0)
+        cmd_sparse(n, a);
     else {
         usage(stderr);
         return 2;

@@ -83,7 +83,10 @@ typedef struct tfm_model_config {
 TFM_API tfm_status tfm_model_create(const tfm_model_config *config,
                                     tfm_module **out);
 
-/* Options of a model beyond tfm_model_config (variants.h).  ABI: begins
+/* Since 1.1.0: tfm_model_options and its three functions, and
+ * TFM_POSITIONAL_SINUSOIDAL_CONCAT.
+ *
+ * Options of a model beyond tfm_model_config (variants.h).  ABI: begins
  * with its size; set it with tfm_model_options_init; the library reads
  * only struct_size bytes (defaults for the rest).  `attention` is last so
  * that it may grow; its own struct_size is ignored here. */

@@ -29,6 +29,8 @@
  *          + b_h(j - p_i)                                 [T5 or ALiBi]
  * and the output  o_i = sum_j w_ij (v_j + r^V(j - p_i))   [Shaw values].
  *
+ * Since 1.1.0: everything in this header.
+ *
  * ABI: the struct begins with its own size.  Callers set it with
  * tfm_attention_config_init (which writes every default); the library
  * reads only the first struct_size bytes and takes defaults for fields a
