@@ -4,6 +4,7 @@
 
 #include "module_impl.h"
 #include "transformer/embedding.h"
+#include "transformer/variants.h"
 
 typedef struct tfm__embedding {
     tfm_module base;
@@ -24,8 +25,14 @@ void tfm__embedding_lookup(const tfm__embedding *e, const int32_t *ids,
 void tfm__embedding_add_rows(const tfm__embedding *e, float *x, int64_t B,
                              int64_t L, int64_t offset);
 
-/* x [B, L, d] += sinusoidal encoding of positions offset .. offset+L-1. */
+/* x [B, L, d] += sinusoidal encoding of positions offset .. offset+L-1 in
+ * the given layout (base > 1, layout checked). */
 void tfm__add_sinusoidal(float *x, int64_t B, int64_t L, int64_t d,
-                         int64_t offset, double base);
+                         int64_t offset, double base,
+                         tfm_sinusoidal_layout layout);
+
+/* Checks a layout for a d-wide encoding (message set). */
+tfm_status tfm__sinusoidal_layout_check(tfm_sinusoidal_layout layout,
+                                        int64_t d);
 
 #endif

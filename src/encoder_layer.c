@@ -35,6 +35,13 @@ static const tfm__module_ops encoder_layer_ops = { encoder_layer_destroy,
 tfm_status tfm__encoder_layer_new(const tfm_layer_config *c,
                                   tfm__encoder_layer **out)
 {
+    return tfm__encoder_layer_new_ex(c, NULL, out);
+}
+
+tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
+                                     const tfm_attention_config *a,
+                                     tfm__encoder_layer **out)
+{
     tfm_status st = tfm__config_check(c);
     if (st != TFM_OK)
         return st;
@@ -43,7 +50,8 @@ tfm_status tfm__encoder_layer_new(const tfm_layer_config *c,
     if (!l)
         return TFM_ERR_OUT_OF_MEMORY;
     l->config = *c;
-    if ((st = tfm__mha_new(c->d_model, c->n_heads, 0, 0, 1, &l->self_attn)) ||
+    if ((st = tfm__mha_new_ex(c->d_model, c->n_heads, 0, 0, 1, a,
+                              &l->self_attn)) ||
         (st = tfm__feed_forward_new(c->d_model, c->d_ff, c->activation,
                                     &l->ff)) ||
         (st = tfm__layer_norm_new(c->d_model, c->layer_norm_eps, &l->norm1)) ||
@@ -91,6 +99,19 @@ tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     tfm__encoder_layer *l = NULL;
     tfm_status st = tfm__encoder_layer_new(config, &l);
+    if (st == TFM_OK)
+        *out = &l->base;
+    return st;
+}
+
+tfm_status tfm_encoder_layer_create_ex(const tfm_layer_config *layer,
+                                       const tfm_attention_config *config,
+                                       tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm__encoder_layer *l = NULL;
+    tfm_status st = tfm__encoder_layer_new_ex(layer, config, &l);
     if (st == TFM_OK)
         *out = &l->base;
     return st;

@@ -10,7 +10,9 @@
 struct tfm_kv_cache {
     const tfm__model *model;
     int64_t capacity, length;
-    float *keys, *values;   /* [n_layers, capacity, d_model] each */
+    int64_t kv_dim;         /* key/value columns per position: n_kv_heads
+                             * * d_k (variants.h; d_model without GQA) */
+    float *keys, *values;   /* [n_layers, capacity, kv_dim] each */
 };
 
 tfm_status tfm_kv_cache_create(const tfm_module *model, int64_t capacity,
@@ -28,8 +30,8 @@ tfm_status tfm_kv_cache_create(const tfm_module *model, int64_t capacity,
                          "capacity %lld must be between 1 and the context "
                          "length %lld", (long long)capacity,
                          (long long)m->config.context_length);
-    const int64_t dims[3] = { m->config.n_layers, capacity,
-                              m->config.layer.d_model };
+    const int64_t kv_dim = tfm__model_kv_dim(&m->config, &m->options);
+    const int64_t dims[3] = { m->config.n_layers, capacity, kv_dim };
     int64_t n;
     if (!tfm__checked_numel(dims, 3, sizeof(float), &n))
         return tfm__fail(TFM_ERR_OVERFLOW, "KV cache size overflows");
@@ -46,6 +48,7 @@ tfm_status tfm_kv_cache_create(const tfm_module *model, int64_t capacity,
     }
     c->model = m;
     c->capacity = capacity;
+    c->kv_dim = kv_dim;
     *out = c;
     return TFM_OK;
 }
@@ -76,12 +79,14 @@ int64_t tfm_kv_cache_capacity(const tfm_kv_cache *cache)
 }
 
 /* Runs n new positions through every block over the cache; h [n, d] holds
- * the final hidden states.  Fails only with out-of-memory. */
+ * the final hidden states.  The blocks' attention places the new queries
+ * and keys at positions length .. length+n-1 (RoPE, relative terms and
+ * sparse patterns use them).  Fails only with out-of-memory. */
 static tfm_status decode_blocks(const tfm_kv_cache *c, float *h, int64_t n)
 {
     const tfm__model *m = c->model;
     const tfm__stack *s = m->stack;
-    const int64_t d = m->config.layer.d_model, stride = c->capacity * d;
+    const int64_t stride = c->capacity * c->kv_dim;
     for (int64_t i = 0; i < s->n_layers; i++) {
         const tfm__encoder_layer *l =
             (const tfm__encoder_layer *)s->layers[i];

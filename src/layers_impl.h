@@ -22,6 +22,11 @@ typedef struct tfm__decoder_layer {
 
 tfm_status tfm__encoder_layer_new(const tfm_layer_config *c,
                                   tfm__encoder_layer **out);
+/* The same with a self-attention variant (variants.h; NULL = the
+ * defaults, identical to tfm__encoder_layer_new). */
+tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
+                                     const tfm_attention_config *a,
+                                     tfm__encoder_layer **out);
 tfm_status tfm__decoder_layer_new(const tfm_layer_config *c,
                                   tfm__decoder_layer **out);
 

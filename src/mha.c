@@ -1,10 +1,13 @@
-/* Multi-head attention (attention.h; Vaswani et al. 2017, section 3.2.2). */
+/* Multi-head attention (attention.h; Vaswani et al. 2017, section 3.2.2),
+ * with the attention variants of variants.h (variant.c), grouped-query
+ * key/value heads and rotary embeddings (rope.c). */
 #include <math.h>
 #include <string.h>
 
 #include "error.h"
 #include "gemm.h"
 #include "mha.h"
+#include "rope.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -19,18 +22,27 @@ static const tfm__module_ops mha_ops = { NULL, mha_macs };
 tfm_status tfm__mha_macs(const tfm__mha *m, int64_t batch, int64_t L,
                          int64_t S, int64_t *acc)
 {
-    const int64_t d = m->d_model;
+    const int64_t d = m->d_model, kv = m->kv_dim;
     if (!tfm__macs_add(acc, batch, L, d, d) ||          /* Q projection */
-        !tfm__macs_add(acc, batch, S, m->kdim, d) ||    /* K projection */
-        !tfm__macs_add(acc, batch, S, m->vdim, d) ||    /* V projection */
+        !tfm__macs_add(acc, batch, S, m->kdim, kv) ||   /* K projection */
+        !tfm__macs_add(acc, batch, S, m->vdim, kv) ||   /* V projection */
         !tfm__macs_add(acc, batch, L, S, 2 * d) ||      /* QK^T and AV */
-        !tfm__macs_add(acc, batch, L, d, d))            /* output */
+        !tfm__macs_add(acc, batch, L, d, d) ||          /* output */
+        !tfm__variant_macs(&m->var, batch, L, S, acc))  /* score extras */
         return tfm__fail(TFM_ERR_OVERFLOW, "MAC count overflows int64");
     return TFM_OK;
 }
 
 tfm_status tfm__mha_new(int64_t d_model, int64_t n_heads, int64_t kdim,
                         int64_t vdim, int bias, tfm__mha **out)
+{
+    return tfm__mha_new_ex(d_model, n_heads, kdim, vdim, bias, NULL, out);
+}
+
+tfm_status tfm__mha_new_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
+                           int64_t vdim, int bias,
+                           const tfm_attention_config *config,
+                           tfm__mha **out)
 {
     if (kdim == 0)
         kdim = d_model;
@@ -48,52 +60,63 @@ tfm_status tfm__mha_new(int64_t d_model, int64_t n_heads, int64_t kdim,
                          (long long)n_heads, (long long)d_model);
     if (d_model > INT32_MAX || kdim > INT32_MAX || vdim > INT32_MAX)
         return tfm__fail(TFM_ERR_OVERFLOW, "layer widths must fit in 32 bits");
+    const int64_t dk = d_model / n_heads;
+    tfm__variant var;
+    tfm_status st = tfm__variant_init(&var, config, n_heads, dk, dk);
+    if (st != TFM_OK)
+        return st;
     tfm__mha *m = (tfm__mha *)tfm__module_alloc(sizeof *m, TFM_MODULE_MHA,
                                                 &mha_ops);
     if (!m)
         return TFM_ERR_OUT_OF_MEMORY;
     m->d_model = d_model;
     m->n_heads = n_heads;
-    m->d_k = d_model / n_heads;
+    m->d_k = dk;
     m->kdim = kdim;
     m->vdim = vdim;
     m->bias = bias != 0;
+    m->var = var;
 
-    const int64_t d = d_model;
+    /* Key/value rows: n_kv_heads * d_k (= d_model without GQA). */
+    const int64_t d = d_model, kv = var.n_kv_heads * dk;
+    m->kv_dim = kv;
     float *in_proj = NULL, *in_bias = NULL;
-    tfm__param_spec specs[6];
+    tfm__param_spec specs[6 + TFM__VARIANT_MAX_SPECS];
     int n = 0;
     int packed = kdim == d && vdim == d;
     if (packed) {
-        specs[n++] = (tfm__param_spec){ "in_proj_weight", 2, { 3 * d, d },
+        specs[n++] = (tfm__param_spec){ "in_proj_weight", 2, { d + 2 * kv, d },
                                         &in_proj };
     } else {
         specs[n++] = (tfm__param_spec){ "q_proj_weight", 2, { d, d }, &m->w_q };
-        specs[n++] = (tfm__param_spec){ "k_proj_weight", 2, { d, kdim },
+        specs[n++] = (tfm__param_spec){ "k_proj_weight", 2, { kv, kdim },
                                         &m->w_k };
-        specs[n++] = (tfm__param_spec){ "v_proj_weight", 2, { d, vdim },
+        specs[n++] = (tfm__param_spec){ "v_proj_weight", 2, { kv, vdim },
                                         &m->w_v };
     }
     if (m->bias)
-        specs[n++] = (tfm__param_spec){ "in_proj_bias", 1, { 3 * d }, &in_bias };
+        specs[n++] = (tfm__param_spec){ "in_proj_bias", 1, { d + 2 * kv },
+                                        &in_bias };
     specs[n++] = (tfm__param_spec){ "out_proj.weight", 2, { d, d }, &m->w_o };
     if (m->bias)
         specs[n++] = (tfm__param_spec){ "out_proj.bias", 1, { d }, &m->b_o };
-    tfm_status st = tfm__module_own_params(&m->base, specs, n);
+    tfm__variant_param_specs(&m->var, specs, &n);
+    st = tfm__module_own_params(&m->base, specs, n);
     if (st != TFM_OK) {
         tfm_module_free(&m->base);
         return st;
     }
+    tfm__variant_init_params(&m->var);
     m->packed = packed;
     if (packed) {
         m->w_q = in_proj;
         m->w_k = in_proj + d * d;
-        m->w_v = in_proj + 2 * d * d;
+        m->w_v = in_proj + d * d + kv * d;
     }
     if (in_bias) {
         m->b_q = in_bias;
         m->b_k = in_bias + d;
-        m->b_v = in_bias + 2 * d;
+        m->b_v = in_bias + d + kv;
     }
     *out = m;
     return TFM_OK;
@@ -102,13 +125,47 @@ tfm_status tfm__mha_new(int64_t d_model, int64_t n_heads, int64_t kdim,
 tfm_status tfm_mha_create(int64_t d_model, int64_t n_heads, int64_t kdim,
                           int64_t vdim, int bias, tfm_module **out)
 {
+    return tfm_mha_create_ex(d_model, n_heads, kdim, vdim, bias, NULL, out);
+}
+
+tfm_status tfm_mha_create_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
+                             int64_t vdim, int bias,
+                             const tfm_attention_config *config,
+                             tfm_module **out)
+{
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     tfm__mha *m = NULL;
-    tfm_status st = tfm__mha_new(d_model, n_heads, kdim, vdim, bias, &m);
+    tfm_status st = tfm__mha_new_ex(d_model, n_heads, kdim, vdim, bias,
+                                    config, &m);
     if (st == TFM_OK)
         *out = &m->base;
     return st;
+}
+
+/* Position of query row 0 (variants.h): S - L under bottom-right causal
+ * alignment, else 0. */
+static int64_t query_pos0(const tfm__masks *masks, int64_t L, int64_t S)
+{
+    return masks && masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L : 0;
+}
+
+/* RoPE on projected rows: q [B, L, d] (row stride ldq) at positions
+ * q_pos0 + i, k [B, S, kv_dim] (row stride ldk) at positions j. */
+static void rotate(const tfm__mha *m, float *q, int64_t ldq, float *k,
+                   int64_t ldk, int64_t B, int64_t L, int64_t S,
+                   int64_t q_pos0)
+{
+    const tfm__variant *v = &m->var;
+    const tfm_rope layout = v->config.rope;
+    if (layout == TFM_ROPE_NONE)
+        return;
+    for (int64_t b = 0; b < B; b++) {
+        tfm__rope_apply(q + b * L * ldq, L, ldq, m->n_heads, m->d_k, q_pos0,
+                        layout, v->rope_dims, v->rope_base);
+        tfm__rope_apply(k + b * S * ldk, S, ldk, v->n_kv_heads, m->d_k, 0,
+                        layout, v->rope_dims, v->rope_base);
+    }
 }
 
 tfm_status tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
@@ -126,8 +183,9 @@ tfm_status tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
         .B = B, .H = m->n_heads, .L = L, .S = S, .d_k = dk, .d_v = dk,
         .scale = (float)(1.0 / sqrt((double)dk)),
         .masks = masks, .weights = weights, .average = average,
+        .q_pos0 = query_pos0(masks, L, S),
     };
-    return tfm__attention_run(&job);
+    return tfm__variant_attend(&m->var, &job);
 }
 
 tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
@@ -135,31 +193,34 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                         int64_t L, int64_t S, const tfm__masks *masks,
                         float *out, float *weights, int average)
 {
-    const int64_t d = m->d_model;
+    const int64_t d = m->d_model, kv = m->kv_dim;
+    tfm_status st = tfm__variant_check_params(&m->var);
+    if (st != TFM_OK)
+        return st;
     /* Self-attention (the same rows for query, key and value) with packed
      * weights: one product x [W_q; W_k; W_v]^T gives q, k and v side by
-     * side in rows of 3d. */
+     * side in rows of d + 2 kv_dim. */
     const int fused = query == key && key == value && L == S && m->packed;
     tfm__ws_mark mark = tfm__ws_save();
     float *q, *k = NULL, *v = NULL;
-    int64_t ld = d, ldkv = d;
+    int64_t ld = d, ldkv = kv;
     if (fused) {
-        q = tfm__ws_floats((size_t)(B * L * 3 * d));
+        q = tfm__ws_floats((size_t)(B * L * (d + 2 * kv)));
         /* (no offset from a NULL q: that is undefined behaviour) */
         k = q ? q + d : NULL;
-        v = q ? q + 2 * d : NULL;
-        ld = ldkv = 3 * d;
+        v = q ? q + d + kv : NULL;
+        ld = ldkv = d + 2 * kv;
     } else if (key == value && m->packed) {
         /* Cross-attention (keys and values from the same memory): one
          * product memory [W_k; W_v]^T gives k and v side by side. */
         q = tfm__ws_floats((size_t)(B * L * d));
-        k = q ? tfm__ws_floats((size_t)(B * S * 2 * d)) : NULL;
-        v = k ? k + d : NULL;
-        ldkv = 2 * d;
+        k = q ? tfm__ws_floats((size_t)(B * S * 2 * kv)) : NULL;
+        v = k ? k + kv : NULL;
+        ldkv = 2 * kv;
     } else {
         q = tfm__ws_floats((size_t)(B * L * d));
-        k = q ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
-        v = k ? tfm__ws_floats((size_t)(B * S * d)) : NULL;
+        k = q ? tfm__ws_floats((size_t)(B * S * kv)) : NULL;
+        v = k ? tfm__ws_floats((size_t)(B * S * kv)) : NULL;
     }
     float *ctx = q && v ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
     if (!ctx) {
@@ -167,21 +228,22 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
         return TFM_ERR_OUT_OF_MEMORY;
     }
     if (fused) {
-        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, 3 * d, q,
-                             3 * d);
-    } else if (ldkv == 2 * d) {
+        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d + 2 * kv,
+                             q, d + 2 * kv);
+    } else if (ldkv == 2 * kv) {
         tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
-        tfm__linear_parallel(key, d, B * S, d, m->w_k, m->b_k, 2 * d, k,
-                             2 * d);
+        tfm__linear_parallel(key, d, B * S, d, m->w_k, m->b_k, 2 * kv, k,
+                             2 * kv);
     } else {
         tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
-        tfm__linear_parallel(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k, d,
-                             k, d);
+        tfm__linear_parallel(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k, kv,
+                             k, kv);
         tfm__linear_parallel(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v,
-                             d, v, d);
+                             kv, v, kv);
     }
-    tfm_status st = tfm__mha_attend(m, q, ld, k, v, ldkv, B, L, S, masks, ctx,
-                                    weights, average);
+    rotate(m, q, ld, k, ldkv, B, L, S, query_pos0(masks, L, S));
+    st = tfm__mha_attend(m, q, ld, k, v, ldkv, B, L, S, masks, ctx, weights,
+                         average);
     if (st == TFM_OK)
         tfm__linear_parallel(ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);
@@ -192,28 +254,38 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
                                float *k_cache, float *v_cache, int64_t past,
                                float *out)
 {
-    const int64_t d = m->d_model, S = past + n;
+    const int64_t d = m->d_model, kv = m->kv_dim, S = past + n;
+    const int64_t w = d + 2 * kv;   /* one row of q, k and v */
+    tfm_status st = tfm__variant_check_params(&m->var);
+    if (st != TFM_OK)
+        return st;
     tfm__ws_mark mark = tfm__ws_save();
-    float *qkv = tfm__ws_floats((size_t)(n * 3 * d));
+    float *qkv = tfm__ws_floats((size_t)(n * w));
     float *ctx = qkv ? tfm__ws_floats((size_t)(n * d)) : NULL;
     if (!ctx) {
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;
     }
     /* One product for q, k and v of the new positions (the cached model's
-     * attention is always packed self-attention); their keys and values
-     * are copied into the cache rows past .. past+n-1, and the caller
-     * advances the length only on success. */
-    tfm__linear_parallel(x, d, n, d, m->w_q, m->b_q, 3 * d, qkv, 3 * d);
+     * attention is always packed self-attention); under RoPE their queries
+     * and keys are rotated for positions past .. past+n-1, and the keys
+     * and values are copied into the cache rows past .. past+n-1 (the
+     * caller advances the length only on success). */
+    tfm__linear_parallel(x, d, n, d, m->w_q, m->b_q, w, qkv, w);
+    const tfm__variant *var = &m->var;
+    tfm__rope_apply(qkv, n, w, m->n_heads, m->d_k, past, var->config.rope,
+                    var->rope_dims, var->rope_base);
+    tfm__rope_apply(qkv + d, n, w, var->n_kv_heads, m->d_k, past,
+                    var->config.rope, var->rope_dims, var->rope_base);
     for (int64_t i = 0; i < n; i++) {
-        memcpy(k_cache + (past + i) * d, qkv + i * 3 * d + d,
-               (size_t)d * sizeof(float));
-        memcpy(v_cache + (past + i) * d, qkv + i * 3 * d + 2 * d,
-               (size_t)d * sizeof(float));
+        memcpy(k_cache + (past + i) * kv, qkv + i * w + d,
+               (size_t)kv * sizeof(float));
+        memcpy(v_cache + (past + i) * kv, qkv + i * w + d + kv,
+               (size_t)kv * sizeof(float));
     }
     const tfm__masks causal = { .causal = TFM_CAUSAL_BOTTOM_RIGHT };
-    tfm_status st = tfm__mha_attend(m, qkv, 3 * d, k_cache, v_cache, d, 1, n,
-                                    S, &causal, ctx, NULL, 0);
+    st = tfm__mha_attend(m, qkv, w, k_cache, v_cache, kv, 1, n, S, &causal,
+                         ctx, NULL, 0);
     if (st == TFM_OK)
         tfm__linear_parallel(ctx, d, n, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);

@@ -4,6 +4,7 @@
 
 #include "attention_core.h"
 #include "module_impl.h"
+#include "variant.h"
 
 typedef struct tfm__mha {
     tfm_module base;
@@ -11,9 +12,10 @@ typedef struct tfm__mha {
     int64_t kv_dim;             /* n_kv_heads * d_k (= d_model unless GQA) */
     int bias;
     int packed;                 /* kdim == vdim == d: "in_proj_weight" */
-    float *w_q, *w_k, *w_v;     /* [d, d], [d, kdim], [d, vdim] */
-    float *b_q, *b_k, *b_v;     /* [d] each, or NULL */
+    float *w_q, *w_k, *w_v;     /* [d, d], [kv_dim, kdim], [kv_dim, vdim] */
+    float *b_q, *b_k, *b_v;     /* [d], [kv_dim], [kv_dim], or NULL */
     float *w_o, *b_o;           /* [d, d], [d] or NULL */
+    tfm__variant var;           /* attention variant (variants.h) */
 } tfm__mha;
 
 /* Creates the module (attention.h: tfm_mha_create). */
@@ -31,17 +33,20 @@ tfm_status tfm__mha_new_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
 /* Forward on raw row-major arrays: query [B, L, d], key [B, S, kdim],
  * value [B, S, vdim] -> out [B, L, d] (out may alias query).  masks are
  * validated.  weights: NULL, or per head [B, H, L, S] (average 0), or
- * averaged [B, L, S] (average 1).  Only fails with TFM_ERR_OUT_OF_MEMORY,
- * before writing anything. */
+ * averaged [B, L, S] (average 1).  Under RoPE, query row i is at position
+ * i (+ S - L with bottom-right causal alignment), key row j at j.  Fails
+ * only with TFM_ERR_OUT_OF_MEMORY or TFM_ERR_INVALID_ARGUMENT (a learned
+ * temperature <= 0), before writing anything. */
 tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                         const float *key, const float *value, int64_t B,
                         int64_t L, int64_t S, const tfm__masks *masks,
                         float *out, float *weights, int average);
 
-/* The attention part alone, on projected q [B, L, d] (row stride ldq) and
- * k, v [B, S, d] (row stride ldkv): ctx [B, L, d] receives the heads'
- * outputs side by side.  Fails only with TFM_ERR_OUT_OF_MEMORY, before
- * writing anything. */
+/* The attention part alone, with the variant, on projected (and rotated)
+ * q [B, L, d] (row stride ldq) and k, v [B, S, kv_dim] (row stride ldkv):
+ * ctx [B, L, d] receives the heads' outputs side by side.  Query row i is
+ * at position i, + S - L under bottom-right causal alignment.  Fails like
+ * tfm__mha_run, before writing anything. */
 tfm_status tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
                            const float *k, const float *v, int64_t ldkv,
                            int64_t B, int64_t L, int64_t S,
@@ -52,8 +57,10 @@ tfm_status tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
  * their keys (rotated for their positions under RoPE) and values are
  * written to rows past .. past+n-1 of k_cache and v_cache ([capacity,
  * m->kv_dim]), then the n queries (positions past .. past+n-1) attend to
- * rows 0 .. past+n-1 with bottom-right causal alignment and the variant.  out [n, d] may alias x.  Fails only
- * with TFM_ERR_OUT_OF_MEMORY. */
+ * rows 0 .. past+n-1 with bottom-right causal alignment and the variant.
+ * out [n, d] may alias x.  Fails only with TFM_ERR_OUT_OF_MEMORY or
+ * TFM_ERR_INVALID_ARGUMENT (a learned temperature <= 0), then before
+ * writing the cache or out. */
 tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
                                float *k_cache, float *v_cache, int64_t past,
                                float *out);

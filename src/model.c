@@ -1,6 +1,9 @@
 /* Whole models: decoder-only, encoder-only and encoder-decoder (model.h). */
+#include <math.h>
+#include <stddef.h>
 #include <string.h>
 
+#include "attention_config.h"
 #include "error.h"
 #include "gemm.h"
 #include "model_impl.h"
@@ -8,6 +11,11 @@
 #include "workspace.h"
 
 #define SINUSOIDAL_BASE 10000.0
+
+/* Bytes of tfm_model_options a caller must provide: struct_size and
+ * positional_base. */
+#define OPTIONS_MIN_SIZE                                                      \
+    (offsetof(tfm_model_options, positional_base) + sizeof(double))
 
 static void model_destroy(tfm_module *mod)
 {
@@ -47,7 +55,63 @@ static tfm_module_kind kind_of(tfm_architecture a)
                                         : TFM_MODULE_ENCODER_DECODER;
 }
 
-tfm_status tfm__model_config_check(const tfm_model_config *c)
+void tfm_model_options_init(tfm_model_options *options)
+{
+    if (!options)
+        return;
+    memset(options, 0, sizeof *options);
+    options->struct_size = sizeof *options;
+    options->positional_base = SINUSOIDAL_BASE;
+    tfm_attention_config_init(&options->attention);
+}
+
+tfm_status tfm__model_options_read(const tfm_model_options *pub,
+                                   tfm_model_options *out)
+{
+    tfm_model_options o;
+    tfm_model_options_init(&o);
+    if (pub) {
+        if (pub->struct_size < OPTIONS_MIN_SIZE)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "options->struct_size (%zu) is smaller than "
+                             "the %zu bytes of its first two fields; set it "
+                             "with tfm_model_options_init",
+                             pub->struct_size, (size_t)OPTIONS_MIN_SIZE);
+        o.positional_base = pub->positional_base;
+        /* The attention config is last: as many of its bytes as the
+         * caller's struct_size covers (its own struct_size is ignored),
+         * read as tfm_attention_config_read would, so that fields of a
+         * newer library take their defaults. */
+        const size_t at = offsetof(tfm_model_options, attention);
+        const size_t need = offsetof(tfm_attention_config, score) +
+                            sizeof(tfm_score);
+        if (pub->struct_size >= at + need) {
+            size_t n = pub->struct_size - at;
+            tfm_attention_config a = o.attention;
+            n = n < sizeof a ? n : sizeof a;
+            memcpy(&a, &pub->attention, n);
+            a.struct_size = n;
+            tfm_status st = tfm__attention_config_read(&a, &o.attention);
+            if (st != TFM_OK)
+                return st;
+        }
+    }
+    if (o.positional_base == 0.0)
+        o.positional_base = SINUSOIDAL_BASE;
+    *out = o;
+    return TFM_OK;
+}
+
+int64_t tfm__model_kv_dim(const tfm_model_config *c,
+                          const tfm_model_options *o)
+{
+    const int64_t h = c->layer.n_heads;
+    const int64_t kv = o->attention.n_kv_heads ? o->attention.n_kv_heads : h;
+    return kv * (c->layer.d_model / h);
+}
+
+tfm_status tfm__model_config_check(const tfm_model_config *c,
+                                   const tfm_model_options *o)
 {
     if (!c)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "config is NULL");
@@ -58,7 +122,8 @@ tfm_status tfm__model_config_check(const tfm_model_config *c)
                          (int)c->architecture);
     if (c->positional != TFM_POSITIONAL_NONE &&
         c->positional != TFM_POSITIONAL_LEARNED &&
-        c->positional != TFM_POSITIONAL_SINUSOIDAL)
+        c->positional != TFM_POSITIONAL_SINUSOIDAL &&
+        c->positional != TFM_POSITIONAL_SINUSOIDAL_CONCAT)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "unknown positional encoding %d", (int)c->positional);
     if (c->vocab_size < 1 || c->vocab_size > INT32_MAX)
@@ -69,23 +134,54 @@ tfm_status tfm__model_config_check(const tfm_model_config *c)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "context_length %lld must be at least 1",
                          (long long)c->context_length);
-    return tfm__config_check(&c->layer);
+    if (!isfinite(o->positional_base) || o->positional_base <= 1.0)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "positional_base %g must be finite and greater "
+                         "than 1", o->positional_base);
+    tfm_status st = tfm__config_check(&c->layer);
+    if (st != TFM_OK)
+        return st;
+    if (c->positional == TFM_POSITIONAL_SINUSOIDAL_CONCAT &&
+        (st = tfm__sinusoidal_layout_check(TFM_SINUSOIDAL_CONCAT,
+                                           c->layer.d_model)))
+        return st;
+    if (c->architecture == TFM_ARCH_ENCODER_DECODER &&
+        !tfm__attention_config_is_default(&o->attention))
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "encoder-decoder models take only plain scaled "
+                         "dot-product attention");
+    const int64_t d_k = c->layer.d_model / c->layer.n_heads;
+    return tfm__attention_config_check(&o->attention, c->layer.n_heads, d_k,
+                                       d_k);
 }
 
 tfm_status tfm_model_create(const tfm_model_config *config, tfm_module **out)
 {
-    if (!out)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
-    tfm_status st = tfm__model_config_check(config);
-    if (st != TFM_OK)
+    return tfm_model_create_ex(config, NULL, out);
+}
+
+tfm_status tfm_model_create_ex(const tfm_model_config *config,
+                               const tfm_model_options *options,
+                               tfm_module **out)
+{
+    if (!out || !config)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL",
+                         !out ? "out" : "config");
+    tfm_model_options o;
+    tfm_status st = tfm__model_options_read(options, &o);
+    if (st != TFM_OK || (st = tfm__model_config_check(config, &o)) != TFM_OK)
         return st;
     const tfm_model_config *c = config;
     const int64_t d = c->layer.d_model;
+    /* Plain attention takes the layers' own path (NULL). */
+    const tfm_attention_config *attention =
+        tfm__attention_config_is_default(&o.attention) ? NULL : &o.attention;
     tfm__model *m = (tfm__model *)tfm__module_alloc(
         sizeof *m, kind_of(c->architecture), &model_ops);
     if (!m)
         return TFM_ERR_OUT_OF_MEMORY;
     m->config = *c;
+    m->options = o;
     st = tfm__embedding_new(c->vocab_size, d, c->embedding_scale,
                             &m->token_embedding);
     if (!st)
@@ -106,7 +202,8 @@ tfm_status tfm_model_create(const tfm_model_config *config, tfm_module **out)
             st = tfm__module_adopt(&m->base, "transformer.decoder.",
                                    &m->decoder->base);
     } else if (!st) {
-        if (!(st = tfm__stack_new(&c->layer, c->n_layers, 1, 0, &m->stack)))
+        if (!(st = tfm__stack_new_ex(&c->layer, attention, c->n_layers, 1, 0,
+                                     &m->stack)))
             st = tfm__module_adopt(&m->base, "", &m->stack->base);
     }
     if (!st && c->tied_embeddings) {
@@ -149,6 +246,32 @@ tfm_status tfm_model_get_config(const tfm_module *model,
     return TFM_OK;
 }
 
+tfm_status tfm_model_get_options(const tfm_module *model,
+                                 tfm_model_options *options)
+{
+    tfm_status st = tfm__model_check(model, 0xE, "model");
+    if (st != TFM_OK)
+        return st;
+    if (!options)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "options is NULL");
+    const size_t size = options->struct_size;
+    if (size < OPTIONS_MIN_SIZE)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "options->struct_size (%zu) is smaller than the %zu "
+                         "bytes of its first two fields; set it with "
+                         "tfm_model_options_init", size,
+                         (size_t)OPTIONS_MIN_SIZE);
+    tfm_model_options o = ((const tfm__model *)model)->options;
+    const size_t at = offsetof(tfm_model_options, attention);
+    if (size > at) /* the attention bytes the caller's struct holds */
+        o.attention.struct_size = size - at < sizeof o.attention
+                                      ? size - at
+                                      : sizeof o.attention;
+    memcpy(options, &o, size < sizeof o ? size : sizeof o);
+    options->struct_size = size;
+    return TFM_OK;
+}
+
 tfm_status tfm__model_check_ids(const tfm__model *m, const int32_t *ids,
                                 int64_t n, const char *what)
 {
@@ -167,11 +290,15 @@ void tfm__model_embed(const tfm__model *m, const int32_t *ids, int64_t B,
                       int64_t L, int64_t offset, float *x)
 {
     const int64_t d = m->config.layer.d_model;
+    const double base = m->options.positional_base;
     tfm__embedding_lookup(m->token_embedding, ids, B * L, x);
     if (m->config.positional == TFM_POSITIONAL_LEARNED)
         tfm__embedding_add_rows(m->position_embedding, x, B, L, offset);
     else if (m->config.positional == TFM_POSITIONAL_SINUSOIDAL)
-        tfm__add_sinusoidal(x, B, L, d, offset, SINUSOIDAL_BASE);
+        tfm__add_sinusoidal(x, B, L, d, offset, base,
+                            TFM_SINUSOIDAL_INTERLEAVED);
+    else if (m->config.positional == TFM_POSITIONAL_SINUSOIDAL_CONCAT)
+        tfm__add_sinusoidal(x, B, L, d, offset, base, TFM_SINUSOIDAL_CONCAT);
 }
 
 void tfm__model_head(const tfm__model *m, const float *h, int64_t rows,

@@ -1,10 +1,13 @@
 /* Model files: safetensors with the configuration in "__metadata__"
  * (model.h). */
 #include <errno.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_config.h"
 #include "error.h"
 #include "checkpoint.h"
 #include "model_impl.h"
@@ -72,10 +75,159 @@ static tfm_status meta_enum(const tfm_safetensors *f, const char *key,
 
 static const char *const ARCHS[] = { NULL, "decoder_only", "encoder_only",
                                      "encoder_decoder" };
-static const char *const POSITIONALS[] = { "none", "learned", "sinusoidal" };
+/* A finite number (strtod's syntax, the whole string); absent: unchanged. */
+static tfm_status meta_double(const tfm_safetensors *f, const char *key,
+                              double *out)
+{
+    const char *v = tfm_safetensors_metadata(f, key);
+    if (!v)
+        return TFM_OK;
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end != '\0' || !isfinite(x))
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "metadata \"%s\" = \"%s\" is not a finite number",
+                         key, v);
+    *out = x;
+    return TFM_OK;
+}
+
+/* A whole number 0 .. 2^64-1, digits only; absent: unchanged. */
+static tfm_status meta_u64(const tfm_safetensors *f, const char *key,
+                           uint64_t *out)
+{
+    const char *v = tfm_safetensors_metadata(f, key);
+    if (!v)
+        return TFM_OK;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || end == v || *end != '\0' || v[0] < '0' || v[0] > '9')
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "metadata \"%s\" = \"%s\" is not a whole number "
+                         "from 0 to 2^64-1", key, v);
+    *out = n;
+    return TFM_OK;
+}
+
+static const char *const POSITIONALS[] = { "none", "learned", "sinusoidal",
+                                           "sinusoidal_concat" };
 static const char *const ACTIVATIONS[] = { "relu", "gelu", "gelu_tanh" };
 
-static tfm_status read_config(const tfm_safetensors *f, tfm_model_config *c)
+/* ---- the attention variant: "tfm.attention.*" (model.h) ------------------ */
+
+/* Value names of the enums, indexed by value (variants.h). */
+static const char *const SCORES[] = { "scaled_dot", "dot", "general",
+                                      "additive", "learned_temperature" };
+static const char *const ROPES[] = { "none", "adjacent", "half" };
+static const char *const RELATIVES[] = { "none", "shaw", "t5", "alibi" };
+static const char *const SPARSITIES[] = { "none", "sliding_window",
+                                          "dilated", "bigbird" };
+
+/* Enum and flag fields are read and written as int. */
+_Static_assert(sizeof(tfm_score) == sizeof(int) &&
+               sizeof(tfm_rope) == sizeof(int) &&
+               sizeof(tfm_relative) == sizeof(int) &&
+               sizeof(tfm_sparsity) == sizeof(int),
+               "tfm_attention_config enums are int-sized");
+
+typedef enum key_type {
+    KEY_ENUM,   /* int, one of names[0 .. n_names-1] */
+    KEY_BOOL,   /* int, "true" / "false" */
+    KEY_INT,    /* int64_t >= 0 */
+    KEY_FLOAT,  /* float, finite */
+    KEY_DOUBLE, /* double, finite */
+    KEY_U64     /* uint64_t */
+} key_type;
+
+typedef struct attention_key {
+    const char *key;
+    key_type type;
+    size_t offset, size;            /* of the field in tfm_attention_config */
+    const char *const *names;
+    int n_names;
+} attention_key;
+
+#define FIELD(f)                                                              \
+    offsetof(tfm_attention_config, f), sizeof(((tfm_attention_config *)0)->f)
+
+static const attention_key ATTENTION_KEYS[] = {
+    { "tfm.attention.score", KEY_ENUM, FIELD(score), SCORES, 5 },
+    { "tfm.attention.scale", KEY_FLOAT, FIELD(scale), NULL, 0 },
+    { "tfm.attention.additive_dim", KEY_INT, FIELD(additive_dim), NULL, 0 },
+    { "tfm.attention.n_kv_heads", KEY_INT, FIELD(n_kv_heads), NULL, 0 },
+    { "tfm.attention.rope", KEY_ENUM, FIELD(rope), ROPES, 3 },
+    { "tfm.attention.rope_base", KEY_DOUBLE, FIELD(rope_base), NULL, 0 },
+    { "tfm.attention.rope_dims", KEY_INT, FIELD(rope_dims), NULL, 0 },
+    { "tfm.attention.relative", KEY_ENUM, FIELD(relative), RELATIVES, 4 },
+    { "tfm.attention.max_distance", KEY_INT, FIELD(max_distance), NULL, 0 },
+    { "tfm.attention.relative_values", KEY_BOOL, FIELD(relative_values), NULL,
+      0 },
+    { "tfm.attention.num_buckets", KEY_INT, FIELD(num_buckets), NULL, 0 },
+    { "tfm.attention.bidirectional", KEY_BOOL, FIELD(bidirectional), NULL,
+      0 },
+    { "tfm.attention.sparsity", KEY_ENUM, FIELD(sparsity), SPARSITIES, 4 },
+    { "tfm.attention.window", KEY_INT, FIELD(window), NULL, 0 },
+    { "tfm.attention.dilation", KEY_INT, FIELD(dilation), NULL, 0 },
+    { "tfm.attention.n_global", KEY_INT, FIELD(n_global), NULL, 0 },
+    { "tfm.attention.block_size", KEY_INT, FIELD(block_size), NULL, 0 },
+    { "tfm.attention.n_random_blocks", KEY_INT, FIELD(n_random_blocks), NULL,
+      0 },
+    { "tfm.attention.seed", KEY_U64, FIELD(seed), NULL, 0 },
+};
+
+#define N_ATTENTION_KEYS (sizeof ATTENTION_KEYS / sizeof ATTENTION_KEYS[0])
+
+/* Reads the keys present into *a (absent ones keep their value). */
+static tfm_status read_attention(const tfm_safetensors *f,
+                                 tfm_attention_config *a)
+{
+    for (size_t i = 0; i < N_ATTENTION_KEYS; i++) {
+        const attention_key *k = &ATTENTION_KEYS[i];
+        unsigned char *field = (unsigned char *)a + k->offset;
+        tfm_status st = TFM_OK;
+        int iv;
+        double dv;
+        switch (k->type) {
+        case KEY_ENUM:
+        case KEY_BOOL:
+            memcpy(&iv, field, sizeof iv);
+            st = k->type == KEY_ENUM
+                     ? meta_enum(f, k->key, k->names, k->n_names, 0, &iv)
+                     : meta_bool(f, k->key, &iv);
+            memcpy(field, &iv, sizeof iv);
+            break;
+        case KEY_INT:
+            st = meta_int(f, k->key, 0, (int64_t *)(void *)field);
+            break;
+        case KEY_FLOAT:
+            dv = *(float *)(void *)field;
+            st = meta_double(f, k->key, &dv);
+            if (st == TFM_OK && fabs(dv) > 3.4028234663852886e38)
+                st = tfm__fail(TFM_ERR_FORMAT,
+                               "metadata \"%s\" = \"%s\" is out of the "
+                               "float range", k->key,
+                               tfm_safetensors_metadata(f, k->key));
+            if (st == TFM_OK)
+                *(float *)(void *)field = (float)dv;
+            break;
+        case KEY_DOUBLE:
+            st = meta_double(f, k->key, (double *)(void *)field);
+            break;
+        case KEY_U64:
+            st = meta_u64(f, k->key, (uint64_t *)(void *)field);
+            break;
+        }
+        if (st != TFM_OK)
+            return st;
+    }
+    return TFM_OK;
+}
+
+/* The configuration and options of a model file; absent option keys keep
+ * the defaults of tfm_model_options_init. */
+static tfm_status read_config(const tfm_safetensors *f, tfm_model_config *c,
+                              tfm_model_options *o)
 {
     const char *format = tfm_safetensors_metadata(f, "format");
     if (!format || strcmp(format, "libtransformer") != 0)
@@ -114,46 +266,128 @@ static tfm_status read_config(const tfm_safetensors *f, tfm_model_config *c)
         (st = meta_int(f, "tfm.n_decoder_layers", enc_dec,
                        &c->n_decoder_layers)) ||
         (st = meta_enum(f, "tfm.activation", ACTIVATIONS, 3, 0, &act)) ||
-        (st = meta_enum(f, "tfm.positional", POSITIONALS, 3, 0, &pos)) ||
+        (st = meta_enum(f, "tfm.positional", POSITIONALS, 4, 0, &pos)) ||
         (st = meta_bool(f, "tfm.norm_first", &c->layer.norm_first)) ||
         (st = meta_bool(f, "tfm.tied_embeddings", &c->tied_embeddings)) ||
         (st = meta_bool(f, "tfm.embedding_scale", &c->embedding_scale)))
         return st;
     c->layer.activation = (tfm_activation)act;
     c->positional = (tfm_positional)pos;
-    return TFM_OK;
+    tfm_model_options_init(o);
+    if ((st = meta_double(f, "tfm.positional_base", &o->positional_base)))
+        return st;
+    return read_attention(f, &o->attention);
 }
 
 /* ---- loading -------------------------------------------------------------- */
+
+/* The named tensor exists with the given shape. */
+static tfm_status expect_shape(const tfm_safetensors *f, const char *name,
+                               int rank, const int64_t *want)
+{
+    int r;
+    int64_t shape[TFM_SAFETENSORS_MAX_RANK];
+    if (tfm_safetensors_info(f, name, NULL, &r, shape) != TFM_OK)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "the configuration needs a tensor \"%s\" that the "
+                         "file lacks", name);
+    int same = r == rank;
+    for (int i = 0; same && i < rank; i++)
+        same = shape[i] == want[i];
+    if (!same) {
+        char dims[96];
+        int n = 0;
+        for (int i = 0; i < rank && n < (int)sizeof dims; i++)
+            n += snprintf(dims + n, sizeof dims - (size_t)n, "%s%lld",
+                          i ? ", " : "", (long long)want[i]);
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "tensor \"%s\" does not have the shape [%s] the "
+                         "configuration gives", name, dims);
+    }
+    return TFM_OK;
+}
 
 /* The named tensor exists with shape [a, b]. */
 static tfm_status expect_tensor(const tfm_safetensors *f, const char *name,
                                 int64_t a, int64_t b)
 {
+    const int64_t want[2] = { a, b };
+    return expect_shape(f, name, 2, want);
+}
+
+typedef struct tensor_want {
+    const char *name;
     int rank;
-    int64_t shape[TFM_SAFETENSORS_MAX_RANK];
-    if (tfm_safetensors_info(f, name, NULL, &rank, shape) != TFM_OK)
-        return tfm__fail(TFM_ERR_FORMAT,
-                         "the configuration needs a tensor \"%s\" that the "
-                         "file lacks", name);
-    if (rank != 2 || shape[0] != a || shape[1] != b)
-        return tfm__fail(TFM_ERR_FORMAT,
-                         "tensor \"%s\" does not have the shape [%lld, %lld] "
-                         "the configuration gives", name, (long long)a,
-                         (long long)b);
+    int64_t shape[3];
+} tensor_want;
+
+/* The self-attention tensors of one layer (prefix "...<i>.self_attn.")
+ * whose shapes the attention variant sets: the packed projection (key and
+ * value rows n_kv_heads * d_k each) and the variant's own parameters
+ * (variants.h). */
+static tfm_status expect_attention(const tfm_safetensors *f,
+                                   const char *prefix,
+                                   const tfm_model_config *c,
+                                   const tfm_model_options *o)
+{
+    const tfm_attention_config *a = &o->attention;
+    const int64_t d = c->layer.d_model, H = c->layer.n_heads, dk = d / H;
+    const int64_t kv = tfm__model_kv_dim(c, o);
+    const int64_t da = a->additive_dim ? a->additive_dim : dk;
+    const int64_t nb = a->num_buckets ? a->num_buckets : 32;
+    tensor_want want[6];
+    int n = 0;
+    want[n++] = (tensor_want){ "in_proj_weight", 2,
+                                       { d + 2 * kv, d, 0 } };
+    if (a->score == TFM_SCORE_GENERAL) {
+        want[n++] = (tensor_want){ "score_weight", 3, { H, dk, dk } };
+    } else if (a->score == TFM_SCORE_ADDITIVE) {
+        want[n++] = (tensor_want){ "additive_query", 3, { H, da, dk } };
+        want[n++] = (tensor_want){ "additive_key", 3, { H, da, dk } };
+        want[n++] = (tensor_want){ "additive_v", 2, { H, da, 0 } };
+    } else if (a->score == TFM_SCORE_LEARNED_TEMPERATURE) {
+        want[n++] = (tensor_want){ "temperature", 1, { H, 0, 0 } };
+    }
+    if (a->relative == TFM_RELATIVE_SHAW) {
+        if (a->max_distance > (INT64_MAX - 1) / 2)
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "metadata \"tfm.attention.max_distance\" = %lld "
+                             "is too large", (long long)a->max_distance);
+        const int64_t rows = 2 * a->max_distance + 1;
+        want[n++] = (tensor_want){ "relative_key.weight", 2,
+                                           { rows, dk, 0 } };
+        if (a->relative_values)
+            want[n++] = (tensor_want){ "relative_value.weight", 2,
+                                               { rows, dk, 0 } };
+    } else if (a->relative == TFM_RELATIVE_T5) {
+        want[n++] = (tensor_want){ "relative_attention_bias.weight", 2,
+                                           { nb, H, 0 } };
+    }
+    for (int i = 0; i < n; i++) {
+        char name[224];
+        snprintf(name, sizeof name, "%s%s", prefix, want[i].name);
+        tfm_status st = expect_shape(f, name, want[i].rank, want[i].shape);
+        if (st != TFM_OK)
+            return st;
+    }
     return TFM_OK;
 }
 
 /* A stack of n layers under `stack` ("layers." or "transformer.encoder.layers."):
- * its last layer exists and the next one does not. */
+ * its last layer exists (with the attention tensors the options give) and
+ * the next one does not. */
 static tfm_status expect_layers(const tfm_safetensors *f, const char *stack,
-                                int64_t n, const tfm_model_config *c)
+                                int64_t n, const tfm_model_config *c,
+                                const tfm_model_options *o)
 {
     char name[160];
     snprintf(name, sizeof name, "%s%lld.linear1.weight", stack,
              (long long)(n - 1));
     tfm_status st = expect_tensor(f, name, c->layer.d_ff, c->layer.d_model);
     if (st != TFM_OK)
+        return st;
+    snprintf(name, sizeof name, "%s%lld.self_attn.", stack, (long long)(n - 1));
+    if ((st = expect_attention(f, name, c, o)) != TFM_OK)
         return st;
     snprintf(name, sizeof name, "%s%lld.linear1.weight", stack, (long long)n);
     if (tfm_safetensors_info(f, name, NULL, NULL, NULL) == TFM_OK)
@@ -166,13 +400,12 @@ static tfm_status expect_layers(const tfm_safetensors *f, const char *stack,
 /* Before anything is allocated for it, the configuration must agree with
  * the tensors the file really holds (whose sizes the reader has checked
  * against the file's length): metadata alone cannot make the library
- * reserve memory the file does not justify. */
+ * reserve memory the file does not justify.  c and o are already checked
+ * (tfm__model_config_check). */
 static tfm_status check_config_against_tensors(const tfm_safetensors *f,
-                                               const tfm_model_config *c)
+                                               const tfm_model_config *c,
+                                               const tfm_model_options *o)
 {
-    if (c->layer.d_model < 1 || c->layer.d_ff < 1 || c->vocab_size < 1 ||
-        c->context_length < 1)
-        return TFM_OK; /* tfm_model_create gives the precise error */
     const int64_t d = c->layer.d_model;
     tfm_status st = expect_tensor(f, "token_embedding.weight", c->vocab_size, d);
     if (st == TFM_OK && c->positional == TFM_POSITIONAL_LEARNED)
@@ -182,14 +415,16 @@ static tfm_status check_config_against_tensors(const tfm_safetensors *f,
         return st;
     if (c->architecture == TFM_ARCH_ENCODER_DECODER) {
         if (c->n_encoder_layers < 1 || c->n_decoder_layers < 1)
-            return TFM_OK;
+            return TFM_OK; /* tfm_model_create gives the precise error */
         st = expect_layers(f, "transformer.encoder.layers.",
-                           c->n_encoder_layers, c);
-        return st != TFM_OK ? st
-                            : expect_layers(f, "transformer.decoder.layers.",
-                                            c->n_decoder_layers, c);
+                           c->n_encoder_layers, c, o);
+        return st != TFM_OK
+                   ? st
+                   : expect_layers(f, "transformer.decoder.layers.",
+                                   c->n_decoder_layers, c, o);
     }
-    return c->n_layers < 1 ? TFM_OK : expect_layers(f, "layers.", c->n_layers, c);
+    return c->n_layers < 1 ? TFM_OK
+                           : expect_layers(f, "layers.", c->n_layers, c, o);
 }
 
 tfm_status tfm_model_load(const char *path, tfm_module **out)
@@ -200,10 +435,12 @@ tfm_status tfm_model_load(const char *path, tfm_module **out)
     tfm_safetensors *f = NULL;
     tfm_module *model = NULL;
     tfm_model_config c;
+    tfm_model_options o;
     tfm_status st = tfm_safetensors_open(path, &f);
-    if (!st && (st = read_config(f, &c)) == TFM_OK &&
-        (st = check_config_against_tensors(f, &c)) == TFM_OK &&
-        (st = tfm_model_create(&c, &model)) == TFM_OK)
+    if (!st && (st = read_config(f, &c, &o)) == TFM_OK &&
+        (st = tfm__model_config_check(&c, &o)) == TFM_OK &&
+        (st = check_config_against_tensors(f, &c, &o)) == TFM_OK &&
+        (st = tfm_model_create_ex(&c, &o, &model)) == TFM_OK)
         st = tfm__load_parameters(model, f, "", 1);
     tfm_safetensors_close(f);
     if (st != TFM_OK) {
@@ -224,8 +461,77 @@ static tfm_status set_int(tfm_safetensors_writer *w, const char *key,
     return tfm_safetensors_writer_set_metadata(w, key, buf);
 }
 
+/* The shortest decimal form of v that reads back as the same double. */
+static void format_double(char *buf, size_t size, double v)
+{
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, size, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            return;
+    }
+}
+
+/* The "tfm.attention.*" keys whose values differ from the defaults, and
+ * "tfm.positional_base" when not 10000: a model with default options gets
+ * no key, so its metadata is what it was before these options existed. */
+static tfm_status write_options(tfm_safetensors_writer *w,
+                                const tfm_model_options *o)
+{
+    tfm_model_options def;
+    tfm_model_options_init(&def);
+    char buf[40];
+    tfm_status st;
+    if (o->positional_base != def.positional_base) {
+        format_double(buf, sizeof buf, o->positional_base);
+        if ((st = tfm_safetensors_writer_set_metadata(
+                 w, "tfm.positional_base", buf)))
+            return st;
+    }
+    for (size_t i = 0; i < N_ATTENTION_KEYS; i++) {
+        const attention_key *k = &ATTENTION_KEYS[i];
+        const unsigned char *field = (const unsigned char *)&o->attention +
+                                     k->offset;
+        if (memcmp(field, (const unsigned char *)&def.attention + k->offset,
+                   k->size) == 0)
+            continue;
+        const char *value = buf;
+        int iv;
+        switch (k->type) {
+        case KEY_ENUM:
+            memcpy(&iv, field, sizeof iv);
+            value = iv >= 0 && iv < k->n_names ? k->names[iv] : "?";
+            break;
+        case KEY_BOOL:
+            memcpy(&iv, field, sizeof iv);
+            value = iv ? "true" : "false";
+            break;
+        case KEY_INT:
+            snprintf(buf, sizeof buf, "%lld",
+                     (long long)*(const int64_t *)(const void *)field);
+            break;
+        case KEY_FLOAT:
+            format_double(buf, sizeof buf,
+                          (double)*(const float *)(const void *)field);
+            break;
+        case KEY_DOUBLE:
+            format_double(buf, sizeof buf,
+                          *(const double *)(const void *)field);
+            break;
+        case KEY_U64:
+            snprintf(buf, sizeof buf, "%llu",
+                     (unsigned long long)*(const uint64_t *)(const void *)
+                         field);
+            break;
+        }
+        if ((st = tfm_safetensors_writer_set_metadata(w, k->key, value)))
+            return st;
+    }
+    return TFM_OK;
+}
+
 static tfm_status write_config(tfm_safetensors_writer *w,
-                               const tfm_model_config *c)
+                               const tfm_model_config *c,
+                               const tfm_model_options *o)
 {
     char eps[32];
     snprintf(eps, sizeof eps, "%.9g", (double)c->layer.layer_norm_eps);
@@ -253,11 +559,13 @@ static tfm_status write_config(tfm_safetensors_writer *w,
              w, "tfm.embedding_scale", c->embedding_scale ? "true" : "false")))
         return st;
     if (c->architecture == TFM_ARCH_ENCODER_DECODER) {
-        if ((st = set_int(w, "tfm.n_encoder_layers", c->n_encoder_layers)))
+        if ((st = set_int(w, "tfm.n_encoder_layers", c->n_encoder_layers)) ||
+            (st = set_int(w, "tfm.n_decoder_layers", c->n_decoder_layers)))
             return st;
-        return set_int(w, "tfm.n_decoder_layers", c->n_decoder_layers);
+    } else if ((st = set_int(w, "tfm.n_layers", c->n_layers))) {
+        return st;
     }
-    return set_int(w, "tfm.n_layers", c->n_layers);
+    return write_options(w, o);
 }
 
 tfm_status tfm_model_save(const tfm_module *model, const char *path,
@@ -284,7 +592,7 @@ tfm_status tfm_model_save(const tfm_module *model, const char *path,
         tfm_tensor_free(t);
     }
     if (!st)
-        st = write_config(w, &m->config);
+        st = write_config(w, &m->config, &m->options);
     for (int i = 0; !st && i < n_extra; i++)
         st = tfm_safetensors_writer_set_metadata(w, keys[i], values[i]);
     if (!st)

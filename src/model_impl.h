@@ -10,6 +10,8 @@
 typedef struct tfm__model {
     tfm_module base;
     tfm_model_config config;
+    tfm_model_options options;          /* read (tfm__model_options_read):
+                                         * full size, base resolved */
     tfm__embedding *token_embedding;    /* [vocab_size, d_model] */
     tfm__embedding *position_embedding; /* learned positions or NULL */
     tfm__stack *stack;                  /* decoder-/encoder-only blocks,
@@ -22,8 +24,26 @@ typedef struct tfm__model {
 tfm_status tfm__model_check(const tfm_module *m, unsigned kinds,
                             const char *what);
 
-/* Validates a model configuration (message set). */
-tfm_status tfm__model_config_check(const tfm_model_config *c);
+/* Copies pub (NULL = the defaults) into *out, reading only
+ * pub->struct_size bytes (defaults for the rest), with both struct sizes
+ * set to the full ones and a positional_base of 0 resolved to 10000.
+ * Fails with TFM_ERR_INVALID_ARGUMENT when struct_size does not cover
+ * struct_size and positional_base (message set). */
+tfm_status tfm__model_options_read(const tfm_model_options *pub,
+                                   tfm_model_options *out);
+
+/* Validates a model configuration with read options (message set): the
+ * architecture, sizes, positional encoding and base, and the attention
+ * variant for the layers' n_heads and d_k (plain attention only for
+ * encoder-decoder models: TFM_ERR_UNSUPPORTED). */
+tfm_status tfm__model_config_check(const tfm_model_config *c,
+                                   const tfm_model_options *o);
+
+/* Key/value columns per position of a decoder-only or encoder-only
+ * model's self-attention: n_kv_heads * d_k (d_model without GQA/MQA).
+ * c and o already checked. */
+int64_t tfm__model_kv_dim(const tfm_model_config *c,
+                          const tfm_model_options *o);
 
 /* x [B, L, d] = embeddings of ids [B, L] plus positions offset ..
  * offset+L-1 (ids already checked). */

@@ -49,7 +49,7 @@ tfm_module *tfm__module_alloc(size_t size, tfm_module_kind kind,
 typedef struct tfm__param_spec {
     const char *name;
     int rank;
-    int64_t shape[2];
+    int64_t shape[3];           /* rank <= 3 */
     float **ptr;
 } tfm__param_spec;
 tfm_status tfm__module_own_params(tfm_module *m, const tfm__param_spec *specs,

@@ -42,9 +42,20 @@ static const tfm__module_ops stack_ops = { stack_destroy, stack_macs };
 tfm_status tfm__stack_new(const tfm_layer_config *c, int64_t n_layers,
                           int final_norm, int decoder, tfm__stack **out)
 {
+    return tfm__stack_new_ex(c, NULL, n_layers, final_norm, decoder, out);
+}
+
+tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
+                             const tfm_attention_config *attention,
+                             int64_t n_layers, int final_norm, int decoder,
+                             tfm__stack **out)
+{
     tfm_status st = tfm__config_check(c);
     if (st != TFM_OK)
         return st;
+    if (decoder && attention)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "decoder stacks take only plain attention");
     if (n_layers < 1 || n_layers > 100000)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "n_layers (%lld) must be between 1 and 100000",
@@ -72,7 +83,8 @@ tfm_status tfm__stack_new(const tfm_layer_config *c, int64_t n_layers,
             s->layers[i] = l ? &l->base : NULL;
         } else {
             tfm__encoder_layer *l = NULL;
-            st = tfm__encoder_layer_new(c, &l);
+            st = attention ? tfm__encoder_layer_new_ex(c, attention, &l)
+                           : tfm__encoder_layer_new(c, &l);
             s->layers[i] = l ? &l->base : NULL;
         }
         if (st == TFM_OK)

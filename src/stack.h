@@ -16,6 +16,14 @@ typedef struct tfm__stack {
 tfm_status tfm__stack_new(const tfm_layer_config *c, int64_t n_layers,
                           int final_norm, int decoder, tfm__stack **out);
 
+/* The same with every layer's self-attention using the variant `attention`
+ * (variants.h; NULL = plain attention, as tfm__stack_new).  Encoder layers
+ * only: a decoder stack with a variant fails with TFM_ERR_UNSUPPORTED. */
+tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
+                             const tfm_attention_config *attention,
+                             int64_t n_layers, int final_norm, int decoder,
+                             tfm__stack **out);
+
 /* In place on x [B, L, d]; memory and memory_masks only for decoders.
  * Fails only with out-of-memory. */
 tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,

@@ -12,8 +12,10 @@
  * once the sequence is longer than the context length, every further step
  * encodes the last context_length tokens afresh.  stdout is therefore
  * exactly the prompt followed by what tfm_model_generate returns for the
- * same model, prompt, sampling and seed (and a final newline); timings and
- * the OpenBLAS core go to stderr. */
+ * same model, prompt, sampling and seed (and a final newline); timings,
+ * a line describing the model (positional encoding and attention variant,
+ * from the file's metadata: model.h, variants.h) and the OpenBLAS core go
+ * to stderr. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -74,7 +76,21 @@ static void usage(FILE *out)
         "\n"
         "Decoding is greedy unless --temperature, --top-k, --top-p or --seed "
         "is given.\n"
-        "The text goes to stdout; prefill and decode speed to stderr.\n");
+        "The text goes to stdout; prefill and decode speed to stderr.\n"
+        "\n"
+        "The model file's metadata chooses the architecture, the positional "
+        "encoding\n"
+        "(\"tfm.positional\": learned, sinusoidal, sinusoidal_concat, none; "
+        "base\n"
+        "\"tfm.positional_base\") and the attention variant (\"tfm.attention.*"
+        "\":\n"
+        "grouped-query and multi-query heads, RoPE, ALiBi, T5 buckets, Shaw "
+        "relative\n"
+        "positions, sliding-window, dilated and BigBird patterns, other "
+        "scores; see\n"
+        "docs/VARIANTS.md).  Every variant decodes with the KV cache; the "
+        "model line\n"
+        "on stderr says which one the file selects.\n");
 }
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -333,7 +349,107 @@ done:
     return rc;
 }
 
-static void report(const timings *tm, const options *o)
+/* ---- Describing the model -------------------------------------------- */
+
+typedef struct text {
+    char buf[512];
+    size_t len;
+} text;
+
+static void add(text *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Appends to t (silently truncated at its size). */
+static void add(text *t, const char *fmt, ...)
+{
+    if (t->len + 1 >= sizeof t->buf)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->buf + t->len, sizeof t->buf - t->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        t->len += (size_t)n < sizeof t->buf - t->len
+                      ? (size_t)n
+                      : sizeof t->buf - t->len - 1;
+}
+
+/* "positions: ...; attention: ..." for the model's options. */
+static void describe(const tfm_model_config *c, const tfm_model_options *o,
+                     text *t)
+{
+    const tfm_attention_config *a = &o->attention;
+    static const char *const positions[] = { "none", "learned",
+                                             "sinusoidal interleaved",
+                                             "sinusoidal sin|cos halves" };
+    int p = (int)c->positional;
+    add(t, "positions: %s", p >= 0 && p <= 3 ? positions[p] : "?");
+    if (c->positional == TFM_POSITIONAL_SINUSOIDAL ||
+        c->positional == TFM_POSITIONAL_SINUSOIDAL_CONCAT)
+        add(t, " (base %g)", o->positional_base);
+    static const char *const scores[] = { "scaled dot product", "dot product",
+                                          "general (q^T W k)", "additive",
+                                          "learned temperature" };
+    int s = (int)a->score;
+    add(t, "; attention: %s", s >= 0 && s <= 4 ? scores[s] : "?");
+    if (a->scale != 0.0f)
+        add(t, " (scale %g)", (double)a->scale);
+    const int64_t h = c->layer.n_heads;
+    if (a->n_kv_heads == 1)
+        add(t, ", multi-query (1 key/value head)");
+    else if (a->n_kv_heads > 0 && a->n_kv_heads < h)
+        add(t, ", grouped-query (%lld key/value heads for %lld)",
+            (long long)a->n_kv_heads, (long long)h);
+    if (a->rope != TFM_ROPE_NONE)
+        add(t, ", RoPE %s (base %g, %lld dims)",
+            a->rope == TFM_ROPE_ADJACENT ? "adjacent pairs" : "half-split",
+            a->rope_base != 0.0 ? a->rope_base : 10000.0,
+            (long long)(a->rope_dims ? a->rope_dims : c->layer.d_model / h));
+    if (a->relative == TFM_RELATIVE_SHAW)
+        add(t, ", Shaw relative positions (k = %lld%s)",
+            (long long)a->max_distance,
+            a->relative_values ? ", keys and values" : "");
+    else if (a->relative == TFM_RELATIVE_T5)
+        add(t, ", T5 bias (%lld buckets, max distance %lld, %s)",
+            (long long)(a->num_buckets ? a->num_buckets : 32),
+            (long long)(a->max_distance ? a->max_distance : 128),
+            a->bidirectional ? "bidirectional" : "one-sided");
+    else if (a->relative == TFM_RELATIVE_ALIBI)
+        add(t, ", ALiBi");
+    if (a->sparsity == TFM_SPARSE_SLIDING_WINDOW)
+        add(t, ", sliding window %lld", (long long)a->window);
+    else if (a->sparsity == TFM_SPARSE_DILATED)
+        add(t, ", dilated window %lld x %lld", (long long)a->window,
+            (long long)a->dilation);
+    else if (a->sparsity == TFM_SPARSE_BIGBIRD)
+        add(t, ", BigBird (blocks of %lld, window %lld, %lld random, seed "
+               "%llu)", (long long)a->block_size, (long long)a->window,
+            (long long)a->n_random_blocks, (unsigned long long)a->seed);
+    if (a->n_global > 0 && a->sparsity != TFM_SPARSE_NONE)
+        add(t, ", %lld global %s%s", (long long)a->n_global,
+            a->sparsity == TFM_SPARSE_BIGBIRD ? "block" : "token",
+            a->n_global == 1 ? "" : "s");
+}
+
+/* One line: the architecture and sizes, then describe()'s. */
+static void report_model(const tfm_module *model)
+{
+    tfm_model_config c;
+    tfm_model_options o;
+    tfm_model_options_init(&o);
+    if (tfm_model_get_config(model, &c) != TFM_OK ||
+        tfm_model_get_options(model, &o) != TFM_OK)
+        return;
+    text t = { { 0 }, 0 };
+    add(&t, "model: %lld layers, d_model %lld, %lld heads, context %lld; ",
+        (long long)c.n_layers, (long long)c.layer.d_model,
+        (long long)c.layer.n_heads, (long long)c.context_length);
+    describe(&c, &o, &t);
+    fprintf(stderr, "%s\n", t.buf);
+}
+
+static void report(const tfm_module *model, const timings *tm,
+                   const options *o)
 {
     char rate[64];
     if (tm->prefill_s > 0)
@@ -362,6 +478,7 @@ static void report(const timings *tm, const options *o)
                 (double)o->sampling.temperature,
                 (long long)o->sampling.top_k, (double)o->sampling.top_p,
                 (unsigned long long)o->seed);
+    report_model(model);
     const char *core = openblas_get_corename();
     fprintf(stderr, "OpenBLAS core: %s\n", core ? core : "unknown");
 }
@@ -437,7 +554,7 @@ int main(int argc, char **argv)
         goto done;
     fputc('\n', stdout);
     fflush(stdout);
-    report(&tm, &o);
+    report(model, &tm, &o);
     rc = 0;
 done:
     free(prompt);

@@ -45,7 +45,7 @@
  *   "temperature"             [H]     TFM_SCORE_LEARNED_TEMPERATURE
  *                                     (starts at sqrt(d_k))
  *   "relative_key.weight"     [2 * max_distance + 1, d_k]  Shaw (zero)
- *   "relative_value.weight"   [2 * max_distance + 1, d_k]  Shaw with
+ *   "relative_value.weight"   [2 * max_distance + 1, d_v]  Shaw with
  *                                                          relative_values
  *   "relative_attention_bias.weight" [num_buckets, H]  T5 (zero; the name
  *                                     and layout of Hugging Face's T5)
@@ -192,8 +192,12 @@ TFM_API void tfm_attention_config_init(tfm_attention_config *config);
  * Errors: TFM_ERR_NULL_ARGUMENT (out), TFM_ERR_INVALID_ARGUMENT (a size
  * < 1, an unknown enum value, n_kv_heads not dividing n_heads, odd
  * rope_dims or rope_dims > d_k, Shaw without max_distance >= 1, window,
- * dilation, block_size or n_global out of range, a non-finite or
- * negative scale, struct_size smaller than the first two fields),
+ * dilation, block_size or n_global out of range, n_global without a
+ * sparse pattern, Shaw with the GENERAL or ADDITIVE score (its term needs
+ * the untransformed query), T5 with fewer than 2 buckets (4 when
+ * bidirectional) or a max_distance not beyond the exact buckets, a
+ * non-finite or negative scale, struct_size smaller than the first two
+ * fields); fields of variants not selected are ignored,
  * TFM_ERR_OVERFLOW, TFM_ERR_OUT_OF_MEMORY.  *out is freed with
  * tfm_module_free. */
 TFM_API tfm_status tfm_attention_create(int64_t d_k, int64_t d_v,

@@ -1,0 +1,79 @@
+/* Internal: the attention variant of a module (variants.h), shared by
+ * multi-head attention (mha.c) and the functional attention module
+ * (attention.c): its config, its resolved sizes, its learned parameters,
+ * and the one function that turns projected queries, keys and values into
+ * a tfm__attention_job and runs it. */
+#ifndef TFM_SRC_VARIANT_H
+#define TFM_SRC_VARIANT_H
+
+#include "attention_core.h"
+#include "module_impl.h"
+
+/* At most this many parameter specs tfm__variant_param_specs adds. */
+#define TFM__VARIANT_MAX_SPECS 5
+
+typedef struct tfm__variant {
+    tfm_attention_config config;    /* as read (zeros: the defaults) */
+    int64_t n_heads, n_kv_heads;    /* H and H_kv (resolved) */
+    int64_t d_k, d_v;
+    int64_t d_a;                    /* additive width (resolved) */
+    int64_t rope_dims;              /* resolved (0 without RoPE) */
+    double rope_base;               /* resolved */
+    int64_t max_distance;           /* resolved (Shaw k; T5 default 128) */
+    int64_t num_buckets;            /* T5, resolved */
+    /* Learned parameters, NULL when the variant has none; they live in
+     * the owning module's parameter storage. */
+    float *score_weight;            /* [H, d_k, d_k]   GENERAL */
+    float *additive_query;          /* [H, d_a, d_k]   ADDITIVE */
+    float *additive_key;            /* [H, d_a, d_k]   ADDITIVE */
+    float *additive_v;              /* [H, d_a]        ADDITIVE */
+    float *temperature;             /* [H]             LEARNED_TEMPERATURE */
+    float *relative_key;            /* [2k+1, d_k]     Shaw */
+    float *relative_value;          /* [2k+1, d_v]     Shaw values */
+    float *t5_bias;                 /* [num_buckets, H] T5 */
+} tfm__variant;
+
+/* Reads (NULL = defaults) and checks pub for n_heads query heads of widths
+ * d_k and d_v, and fills *v (no parameters yet).  Message set on error. */
+tfm_status tfm__variant_init(tfm__variant *v, const tfm_attention_config *pub,
+                             int64_t n_heads, int64_t d_k, int64_t d_v);
+
+/* Appends the variant's parameter specs (names and shapes of variants.h)
+ * to specs[*n ..], pointing at v's fields: at most TFM__VARIANT_MAX_SPECS
+ * entries, in the order score, then relative term. */
+void tfm__variant_param_specs(tfm__variant *v, tfm__param_spec *specs,
+                              int *n);
+
+/* Sets the initial values of new parameters (zero storage assumed):
+ * temperature = sqrt(d_k). */
+void tfm__variant_init_params(tfm__variant *v);
+
+/* Checks the learned parameters a forward pass depends on (temperatures
+ * > 0 and finite).  TFM_ERR_INVALID_ARGUMENT with the message set. */
+tfm_status tfm__variant_check_params(const tfm__variant *v);
+
+/* Extra multiply-accumulates of the variant for one forward pass of B
+ * batch elements, L queries and S keys, added to *acc (0 on overflow). */
+int tfm__variant_macs(const tfm__variant *v, int64_t B, int64_t L, int64_t S,
+                      int64_t *acc);
+
+/* Runs attention with the variant.  base describes the (already projected
+ * and, under RoPE, already rotated) q, k, v, out, weights and masks as for
+ * plain attention, with H = n_heads query heads; k and v are indexed by
+ * key/value head (k_hstride, v_hstride per key/value head), and
+ * base->q_pos0 gives the position of query row 0.  The variant's fields of
+ * the job (group, scale, head_scale, additive_v, relative, sparse) are set
+ * here; GENERAL and ADDITIVE pre-transform q (and k) into scratch.
+ * Scratch comes from the thread's workspace before anything is written.
+ * Errors: TFM_ERR_INVALID_ARGUMENT (a temperature <= 0 or not finite),
+ * TFM_ERR_OUT_OF_MEMORY; then nothing is written. */
+tfm_status tfm__variant_attend(const tfm__variant *v,
+                               const tfm__attention_job *base);
+
+/* ALiBi slopes of n heads (Press et al. 2022; variants.h) into slopes[n]. */
+void tfm__alibi_slopes(int64_t n, float *slopes);
+
+/* Copies the config of an ATTENTION, MHA or ENCODER_LAYER module. */
+const tfm__variant *tfm__variant_of(const tfm_module *m);
+
+#endif
