@@ -37,7 +37,7 @@ def main():
     a = ap.parse_args()
     lengths = [int(x) for x in a.lengths.split(",")]
     patterns = [("window", 256), ("dilated", 128), ("bigbird", 64),
-                ("dense", 0)]
+                ("dense", 1)]
     print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')} "
           f"threads={a.threads} H={a.heads} d={a.d}")
     print(f"{'pattern':8} {'W':>4} {'L':>6} {'median_s':>9} {'us/query':>9} "

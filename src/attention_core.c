@@ -353,6 +353,47 @@ static void add_relative(const head_view *a, int64_t p, const float *qr,
     }
 }
 
+/* Sets row[j] (key j0 + j, j < n) to -inf where the sparse pattern hides
+ * the key from query position p: by whole intervals for the windows and by
+ * whole key blocks for BigBird, so that the per-key work stays small. */
+static void sparse_mask_row(const head_view *a, int64_t p, float *row,
+                            int64_t j0, int64_t n)
+{
+    const tfm__sparse *sp = a->job->sparse;
+    const int64_t g = sp->n_global;
+    if (sp->kind == TFM_SPARSE_BIGBIRD) {
+        const int64_t bs = sp->block_size;
+        for (int64_t c = 0; c < n;) {
+            const int64_t kb = (j0 + c) / bs;
+            int64_t end = (kb + 1) * bs - j0;
+            end = end < n ? end : n;
+            if (!sparse_visible(a, p, kb * bs))
+                for (; c < end; c++)
+                    row[c] = -INFINITY;
+            c = end;
+        }
+        return;
+    }
+    if (p < g)
+        return;
+    const int64_t dil = sp->kind == TFM_SPARSE_DILATED ? sp->dilation : 1;
+    const int64_t span = sp->window * dil;
+    /* Columns of global keys stay; outside [p - span, p + span] nothing
+     * else is visible; inside, only distances divisible by dil. */
+    int64_t c = g - j0 > 0 ? g - j0 : 0;
+    int64_t lo = p - span - j0, hi = p + span + 1 - j0;
+    lo = lo < c ? c : (lo > n ? n : lo);
+    hi = hi < lo ? lo : (hi > n ? n : hi);
+    for (int64_t j = c; j < lo; j++)
+        row[j] = -INFINITY;
+    if (dil > 1)
+        for (int64_t j = lo; j < hi; j++)
+            if ((p - (j0 + j)) % dil != 0)
+                row[j] = -INFINITY;
+    for (int64_t j = hi; j < n; j++)
+        row[j] = -INFINITY;
+}
+
 /* Applies one mask value to a logit: returns -inf when masked. */
 static inline float apply_mask(float x, float m, tfm_mask_kind kind)
 {
@@ -381,9 +422,7 @@ static void mask_row(const head_view *a, int64_t gi, const float *qr,
     if (jb->relative)
         add_relative(a, p, qr, row, j0, lim);
     if (jb->sparse && jb->sparse->kind != TFM_SPARSE_NONE)
-        for (int64_t j = 0; j < lim; j++)
-            if (!sparse_visible(a, p, j0 + j))
-                row[j] = -INFINITY;
+        sparse_mask_row(a, p, row, j0, lim);
     const float *kp =
         m->key_padding ? m->key_padding + a->b * S + j0 : NULL;
     const float *am = m->attn ? m->attn + a->b * m->attn_batch_stride +

@@ -23,8 +23,12 @@
  *     (0-based ids, as in the C API), flat {ids} or nested {{ids}, ...} for
  *     [batch][seq];
  *   - the value structs (tfm_layer_config, tfm_model_config, tfm_sampling,
- *     tfm_attention_masks) are plain Lua tables with the C field names; enum
- *     fields take the C constant or its name ("gelu", "top_left", ...);
+ *     tfm_attention_masks, tfm_attention_config, tfm_model_options) are
+ *     plain Lua tables with the C field names; enum fields take the C
+ *     constant or its name ("gelu", "top_left", "half", "alibi", ...);
+ *     missing fields take the defaults (tfm_attention_config_init,
+ *     tfm_model_options_init), and the *_init functions return the
+ *     defaults as a table;
  *   - tensors convert from and to (nested) Lua tables with the natives
  *     tensor_from_table, tensor_to_table, tensor_to_flat, tensor_shape.
  */
@@ -180,19 +184,48 @@ static const tfml_enum_name tfml_architectures[] = {
     { "encoder_decoder", TFM_ARCH_ENCODER_DECODER }, { NULL, 0 } };
 static const tfml_enum_name tfml_positionals[] = {
     { "none", TFM_POSITIONAL_NONE }, { "learned", TFM_POSITIONAL_LEARNED },
-    { "sinusoidal", TFM_POSITIONAL_SINUSOIDAL }, { NULL, 0 } };
+    { "sinusoidal", TFM_POSITIONAL_SINUSOIDAL },
+    { "sinusoidal_concat", TFM_POSITIONAL_SINUSOIDAL_CONCAT }, { NULL, 0 } };
+static const tfml_enum_name tfml_scores[] = {
+    { "scaled_dot", TFM_SCORE_SCALED_DOT }, { "dot", TFM_SCORE_DOT },
+    { "general", TFM_SCORE_GENERAL }, { "additive", TFM_SCORE_ADDITIVE },
+    { "learned_temperature", TFM_SCORE_LEARNED_TEMPERATURE }, { NULL, 0 } };
+static const tfml_enum_name tfml_ropes[] = {
+    { "none", TFM_ROPE_NONE }, { "adjacent", TFM_ROPE_ADJACENT },
+    { "half", TFM_ROPE_HALF }, { NULL, 0 } };
+static const tfml_enum_name tfml_relatives[] = {
+    { "none", TFM_RELATIVE_NONE }, { "shaw", TFM_RELATIVE_SHAW },
+    { "t5", TFM_RELATIVE_T5 }, { "alibi", TFM_RELATIVE_ALIBI }, { NULL, 0 } };
+static const tfml_enum_name tfml_sparsities[] = {
+    { "none", TFM_SPARSE_NONE },
+    { "sliding_window", TFM_SPARSE_SLIDING_WINDOW },
+    { "dilated", TFM_SPARSE_DILATED }, { "bigbird", TFM_SPARSE_BIGBIRD },
+    { NULL, 0 } };
+static const tfml_enum_name tfml_sinusoidal_layouts[] = {
+    { "interleaved", TFM_SINUSOIDAL_INTERLEAVED },
+    { "concat", TFM_SINUSOIDAL_CONCAT }, { NULL, 0 } };
 
-/* Enum value at idx: an integer, or one of the names. */
+/* Enum value at idx: an integer, or one of the names (an unknown name is
+ * an error listing the allowed ones). */
 static int tfml_toenum(lua_State *L, int idx, const tfml_enum_name *names,
                        const char *what)
 {
     int i;
     if (lua_type(L, idx) == LUA_TSTRING) {
         const char *s = lua_tostring(L, idx);
+        luaL_Buffer b;
         for (i = 0; names[i].name; i++)
             if (strcmp(names[i].name, s) == 0)
                 return names[i].value;
-        return luaL_error(L, "%s: unknown value \"%s\"", what, s);
+        luaL_buffinit(L, &b);
+        for (i = 0; names[i].name; i++) {
+            luaL_addstring(&b, i ? ", \"" : "\"");
+            luaL_addstring(&b, names[i].name);
+            luaL_addchar(&b, '"');
+        }
+        luaL_pushresult(&b);
+        return luaL_error(L, "%s: unknown value \"%s\" (one of %s)", what, s,
+                          lua_tostring(L, -1));
     }
     return (int)tfml_tointeger(L, idx, what);
 }
@@ -375,6 +408,143 @@ static void tfml_push_model_config(lua_State *L, const tfm_model_config *c)
     lua_setfield(L, -2, "tied_embeddings");
     lua_pushboolean(L, c->embedding_scale);
     lua_setfield(L, -2, "embedding_scale");
+}
+
+/* ---- tfm_attention_config as a table ----
+ * Missing (nil) fields keep the defaults of tfm_attention_config_init;
+ * struct_size is the library's business and not a field here. */
+static const char *const tfml_attention_config_keys[] = {
+    "score", "scale", "additive_dim", "n_kv_heads", "rope", "rope_base",
+    "rope_dims", "relative", "max_distance", "relative_values",
+    "num_buckets", "bidirectional", "sparsity", "window", "dilation",
+    "n_global", "block_size", "n_random_blocks", "seed", NULL };
+
+static void tfml_read_attention_config(lua_State *L, int idx,
+                                       tfm_attention_config *c,
+                                       const char *what)
+{
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx))
+        luaL_error(L, "%s must be a table, got %s", what,
+                   luaL_typename(L, idx));
+    tfml_check_keys(L, idx, tfml_attention_config_keys, what);
+    tfm_attention_config_init(c);
+#define TFML_ENUM_FIELD(name, table, type)                                  \
+    if (tfml_field(L, idx, #name)) {                                        \
+        c->name = (type)tfml_toenum(L, -1, table, #name);                   \
+        lua_pop(L, 1);                                                      \
+    }
+#define TFML_INT_FIELD(name, type)                                          \
+    if (tfml_field(L, idx, #name)) {                                        \
+        c->name = (type)tfml_tointeger(L, -1, #name);                       \
+        lua_pop(L, 1);                                                      \
+    }
+#define TFML_NUMBER_FIELD(name, type)                                       \
+    if (tfml_field(L, idx, #name)) {                                        \
+        c->name = (type)tfml_tonumber(L, -1, #name);                        \
+        lua_pop(L, 1);                                                      \
+    }
+#define TFML_FLAG_FIELD(name)                                               \
+    if (tfml_field(L, idx, #name)) {                                        \
+        c->name = tfml_toflag(L, -1, #name);                                \
+        lua_pop(L, 1);                                                      \
+    }
+    TFML_ENUM_FIELD(score, tfml_scores, tfm_score)
+    TFML_NUMBER_FIELD(scale, float)
+    TFML_INT_FIELD(additive_dim, int64_t)
+    TFML_INT_FIELD(n_kv_heads, int64_t)
+    TFML_ENUM_FIELD(rope, tfml_ropes, tfm_rope)
+    TFML_NUMBER_FIELD(rope_base, double)
+    TFML_INT_FIELD(rope_dims, int64_t)
+    TFML_ENUM_FIELD(relative, tfml_relatives, tfm_relative)
+    TFML_INT_FIELD(max_distance, int64_t)
+    TFML_FLAG_FIELD(relative_values)
+    TFML_INT_FIELD(num_buckets, int64_t)
+    TFML_FLAG_FIELD(bidirectional)
+    TFML_ENUM_FIELD(sparsity, tfml_sparsities, tfm_sparsity)
+    TFML_INT_FIELD(window, int64_t)
+    TFML_INT_FIELD(dilation, int64_t)
+    TFML_INT_FIELD(n_global, int64_t)
+    TFML_INT_FIELD(block_size, int64_t)
+    TFML_INT_FIELD(n_random_blocks, int64_t)
+    TFML_INT_FIELD(seed, uint64_t)
+#undef TFML_ENUM_FIELD
+#undef TFML_INT_FIELD
+#undef TFML_NUMBER_FIELD
+#undef TFML_FLAG_FIELD
+}
+
+static void tfml_push_attention_config(lua_State *L,
+                                       const tfm_attention_config *c)
+{
+    lua_createtable(L, 0, 19);
+#define TFML_PUSH_ENUM(name, table)                                         \
+    lua_pushstring(L, tfml_enum_string(table, (int)c->name));               \
+    lua_setfield(L, -2, #name);
+#define TFML_PUSH_INT(name)                                                 \
+    lua_pushinteger(L, (lua_Integer)c->name);                               \
+    lua_setfield(L, -2, #name);
+#define TFML_PUSH_NUMBER(name)                                              \
+    lua_pushnumber(L, (lua_Number)c->name);                                 \
+    lua_setfield(L, -2, #name);
+#define TFML_PUSH_FLAG(name)                                                \
+    lua_pushboolean(L, c->name != 0);                                       \
+    lua_setfield(L, -2, #name);
+    TFML_PUSH_ENUM(score, tfml_scores)
+    TFML_PUSH_NUMBER(scale)
+    TFML_PUSH_INT(additive_dim)
+    TFML_PUSH_INT(n_kv_heads)
+    TFML_PUSH_ENUM(rope, tfml_ropes)
+    TFML_PUSH_NUMBER(rope_base)
+    TFML_PUSH_INT(rope_dims)
+    TFML_PUSH_ENUM(relative, tfml_relatives)
+    TFML_PUSH_INT(max_distance)
+    TFML_PUSH_FLAG(relative_values)
+    TFML_PUSH_INT(num_buckets)
+    TFML_PUSH_FLAG(bidirectional)
+    TFML_PUSH_ENUM(sparsity, tfml_sparsities)
+    TFML_PUSH_INT(window)
+    TFML_PUSH_INT(dilation)
+    TFML_PUSH_INT(n_global)
+    TFML_PUSH_INT(block_size)
+    TFML_PUSH_INT(n_random_blocks)
+    TFML_PUSH_INT(seed)
+#undef TFML_PUSH_ENUM
+#undef TFML_PUSH_INT
+#undef TFML_PUSH_NUMBER
+#undef TFML_PUSH_FLAG
+}
+
+/* ---- tfm_model_options as a table: {positional_base =, attention = {}} */
+static const char *const tfml_model_options_keys[] = {
+    "positional_base", "attention", NULL };
+
+static void tfml_read_model_options(lua_State *L, int idx,
+                                    tfm_model_options *o)
+{
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx))
+        luaL_error(L, "the model options must be a table, got %s",
+                   luaL_typename(L, idx));
+    tfml_check_keys(L, idx, tfml_model_options_keys, "model options");
+    tfm_model_options_init(o);
+    if (tfml_field(L, idx, "positional_base")) {
+        o->positional_base = tfml_tonumber(L, -1, "positional_base");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "attention")) {
+        tfml_read_attention_config(L, -1, &o->attention, "attention");
+        lua_pop(L, 1);
+    }
+}
+
+static void tfml_push_model_options(lua_State *L, const tfm_model_options *o)
+{
+    lua_createtable(L, 0, 2);
+    lua_pushnumber(L, o->positional_base);
+    lua_setfield(L, -2, "positional_base");
+    tfml_push_attention_config(L, &o->attention);
+    lua_setfield(L, -2, "attention");
 }
 
 /* ---- tfm_sampling as a table ---- */
@@ -1208,6 +1378,53 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %}
 %typemap(out) tfm_sampling %{ tfml_push_sampling(L, &$1); SWIG_arg++; %}
 
+/* Attention variants (variants.h) and model options: tables, nil meaning
+ * the defaults.  Outputs (init, get_config, get_options) are returned. */
+%typemap(in) const tfm_attention_config * (tfm_attention_config tmp) %{
+  if (lua_isnoneornil(L, $input)) {
+    $1 = NULL;
+  } else {
+    tfml_read_attention_config(L, $input, &tmp, "attention configuration");
+    $1 = &tmp;
+  }
+%}
+%typemap(in, numinputs=0) tfm_attention_config *config
+    (tfm_attention_config tmp) %{
+  memset(&tmp, 0, sizeof tmp);
+  tmp.struct_size = sizeof tmp;
+  $1 = &tmp;
+%}
+%typemap(argout) tfm_attention_config *config
+%{ tfml_push_attention_config(L, &tmp$argnum); SWIG_arg++; %}
+%typemap(argout) const tfm_attention_config *,
+                 const tfm_attention_config *config ""
+
+%typemap(in) const tfm_model_options * (tfm_model_options tmp) %{
+  if (lua_isnoneornil(L, $input)) {
+    $1 = NULL;
+  } else {
+    tfml_read_model_options(L, $input, &tmp);
+    $1 = &tmp;
+  }
+%}
+%typemap(in, numinputs=0) tfm_model_options *options
+    (tfm_model_options tmp) %{
+  memset(&tmp, 0, sizeof tmp);
+  tmp.struct_size = sizeof tmp;
+  $1 = &tmp;
+%}
+%typemap(argout) tfm_model_options *options
+%{ tfml_push_model_options(L, &tmp$argnum); SWIG_arg++; %}
+%typemap(argout) const tfm_model_options *,
+                 const tfm_model_options *options ""
+
+/* Layout of tfm_sinusoidal_encoding_ex: "interleaved", "concat" or the
+ * constant. */
+%typemap(in) tfm_sinusoidal_layout layout %{
+  $1 = (tfm_sinusoidal_layout)tfml_toenum(L, $input, tfml_sinusoidal_layouts,
+                                          "layout");
+%}
+
 %typemap(in) const tfm_attention_masks * (tfm_attention_masks tmp) %{
   if (lua_isnoneornil(L, $input)) {
     $1 = NULL;
@@ -1240,6 +1457,8 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %ignore tfm_layer_config;
 %ignore tfm_model_config;
 %ignore tfm_sampling;
+%ignore tfm_attention_config;
+%ignore tfm_model_options;
 /* Compile-time helpers. */
 %ignore TFM_AT_LEAST_VERSION;
 
@@ -1250,6 +1469,7 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %include <transformer/module.h>
 %include <transformer/attention.h>
 %include <transformer/layers.h>
+%include <transformer/variants.h>
 %include <transformer/embedding.h>
 %include <transformer/safetensors.h>
 %include <transformer/model.h>

@@ -17,6 +17,11 @@
  *                               attn_mask, attn_mask_kind)
  *                              whose masks are arrays as above or None.
  *   int32_t ids + sizes        numpy.i typemaps (IN_ARRAY1/IN_ARRAY2).
+ *   value structs              tfm_layer_config, tfm_model_config,
+ *                              tfm_sampling, tfm_attention_config and
+ *                              tfm_model_options are SWIG proxy objects
+ *                              with the C field names; the last two start
+ *                              at their defaults (the *_init functions).
  *   X **out                    handles (modules, KV caches, tokenizers,
  *                              safetensors files and writers) come back as
  *                              plain, non-owning pointer objects; the Python
@@ -330,6 +335,28 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
 %ignore tfm_tokenizer_encode;
 %ignore tfm_tokenizer_decode;
 
+/* The variant structs (variants.h, model.h) begin with their size:
+ * constructing one from Python fills every default through the library's
+ * *_init function, so Python code only sets the fields it means. */
+%extend tfm_attention_config {
+    tfm_attention_config() {
+        tfm_attention_config *c = calloc(1, sizeof *c);
+        if (c)
+            tfm_attention_config_init(c);
+        return c;
+    }
+    ~tfm_attention_config() { free($self); }
+}
+%extend tfm_model_options {
+    tfm_model_options() {
+        tfm_model_options *o = calloc(1, sizeof *o);
+        if (o)
+            tfm_model_options_init(o);
+        return o;
+    }
+    ~tfm_model_options() { free($self); }
+}
+
 /* ---- The public headers ---------------------------------------------------- */
 
 %include "transformer/version.h"
@@ -338,6 +365,7 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
 %include "transformer/module.h"
 %include "transformer/attention.h"
 %include "transformer/layers.h"
+%include "transformer/variants.h"
 %include "transformer/embedding.h"
 %include "transformer/safetensors.h"
 %include "transformer/model.h"

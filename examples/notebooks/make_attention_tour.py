@@ -60,7 +60,8 @@ where the softmax is taken over each row.
 4. The causal mask
 5. Multi-head attention: parameters and multiplies
 6. Attention heatmaps
-7. Text from the shipped model
+7. Beyond the paper: attention variants
+8. Text from the shipped model
 
 To run it yourself, build the library with its Python bindings and start
 Jupyter with `PYTHONPATH=<build>/bindings/python` (see the README).
@@ -433,8 +434,116 @@ plt.show()
 plt.close("all")
 """)
 
+md("variants", r"""
+## 7. Beyond the paper: attention variants
+
+Later work changed the attention of the paper in a few places, and
+libtransformer offers the common changes as options of the same layers
+(`include/transformer/variants.h`; keywords of `MultiheadAttention`,
+`TransformerEncoderLayer` and `transformer.Attention`, which works on
+per-head arrays `[N, H, L, d_k]`):
+
+* **where position enters**: rotary embeddings (RoPE, Su et al. 2021)
+  rotate queries and keys by position, so $q_i \cdot k_j$ depends only on
+  $j - i$; ALiBi (Press et al. 2022) adds $-m_h\,|j - i|$ to the logits,
+  with a different slope $m_h$ per head; T5 (Raffel et al. 2020) and Shaw
+  et al. (2018) learn relative terms;
+* **which keys a query sees**: a sliding window (Longformer), global
+  tokens, BigBird's blocks — patterns the library computes from positions,
+  without an $L 	imes S$ mask;
+* **how many key/value heads**: grouped-query attention (Ainslie et al.
+  2023) shares each key/value head among several query heads.
+
+With RoPE, a query repeated at every position and a key repeated at every
+position give logits that depend only on the offset $j - i$; so the ratio
+of the weights on the key at the same position and on the one just before
+is the same in every row.
+""")
+
+py("variants_rope", r"""
+rng = np.random.default_rng(8)
+L8, d8 = 8, 16
+q8 = np.repeat(rng.standard_normal((1, 1, 1, d8)), L8, axis=2)
+k8 = np.repeat(rng.standard_normal((1, 1, 1, d8)), L8, axis=2)
+q8, k8 = q8.astype(np.float32), k8.astype(np.float32)
+v8 = rng.standard_normal((1, 1, L8, d8)).astype(np.float32)
+
+rope = transformer.Attention(d8, 1, rope="half")          # GPT-NeoX layout
+_, w_rope = rope(q8, k8, v8, is_causal=True, need_weights=True)
+ratios = [w_rope[0, 0, i, i] / w_rope[0, 0, i, i - 1] for i in range(1, L8)]
+print("w[i, i] / w[i, i-1] per row:", np.round(ratios, 5))
+assert np.allclose(ratios, ratios[0], rtol=1e-4)
+
+# Without RoPE every key is the same key: uniform weights over the past.
+_, w_plain = transformer.Attention(d8, 1)(q8, k8, v8, is_causal=True,
+                                          need_weights=True)
+assert np.allclose(w_plain[0, 0, 3, :4], 0.25)
+""")
+
+md("variants_alibi_md", r"""
+ALiBi with zero queries and keys leaves only its bias: each head's weights
+fall off geometrically with distance, by $e^{-m_h}$ per step, the slopes
+being $2^{-2}, 2^{-4}, 2^{-6}, 2^{-8}$ for 4 heads (local heads and almost
+uniform ones). A sliding window of 2 keys each side and BigBird's blocks
+(window, one global block) show the sparse patterns; the keys outside the
+pattern get exactly zero weight.
+""")
+
+py("variants_alibi", r"""
+L12, d4 = 12, 4
+zeros = np.zeros((1, 4, L12, d4), np.float32)
+v12 = np.random.default_rng(12).standard_normal((1, 4, L12, d4))
+v12 = v12.astype(np.float32)
+_, w_alibi = transformer.Attention(d4, 4, relative="alibi")(
+    zeros, zeros, v12, is_causal=True, need_weights=True)
+slopes = [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]
+for h, m in enumerate(slopes):
+    ratio = w_alibi[0, h, 9, 9] / w_alibi[0, h, 9, 8]
+    assert np.isclose(ratio, np.exp(m), rtol=1e-5)
+
+window = transformer.Attention(d4, 4, sparsity="sliding_window", window=2)
+_, w_window = window(zeros, zeros, v12, need_weights=True)
+band = np.abs(np.subtract.outer(np.arange(L12), np.arange(L12))) <= 2
+assert np.all(w_window[0, 0][~band] == 0) and np.all(w_window[0, 0][band] > 0)
+
+bigbird = transformer.Attention(d4, 4, sparsity="bigbird", block_size=2,
+                                window=1, n_global=1)
+_, w_bigbird = bigbird(zeros, zeros, v12, need_weights=True)
+
+panels = [("ALiBi head 1 (m = 1/4)", w_alibi[0, 0]),
+          ("ALiBi head 4 (m = 1/256)", w_alibi[0, 3]),
+          ("sliding window, 2 each side", w_window[0, 0]),
+          ("BigBird: blocks of 2, 1 global", w_bigbird[0, 0])]
+fig, axes = plt.subplots(1, 4, figsize=(16, 4), constrained_layout=True)
+for ax, (title, weights) in zip(axes, panels):
+    im = ax.imshow(weights, cmap="viridis", vmin=0)
+    ax.set_title(title)
+    ax.set_xlabel("key position")
+    ax.set_ylabel("query position")
+plt.show()
+plt.close("all")
+""")
+
+md("variants_gqa_md", r"""
+Grouped-query attention keeps all query heads but fewer key/value heads:
+the key and value projections shrink, and so does what a KV cache stores
+per position. The variant is read back with `attention_config`.
+""")
+
+py("variants_gqa", r"""
+full = transformer.MultiheadAttention(64, 8, batch_first=True)
+gqa = transformer.MultiheadAttention(64, 8, batch_first=True, n_kv_heads=2)
+print("in_proj_weight:", full.state_dict()["in_proj_weight"].shape, "->",
+      gqa.state_dict()["in_proj_weight"].shape)
+print("parameters:", full.num_parameters(), "->", gqa.num_parameters())
+assert gqa.state_dict()["in_proj_weight"].shape == (64 + 2 * 2 * 8, 64)
+print({k: v for k, v in gqa.attention_config.items()
+       if k in ("score", "n_kv_heads", "rope")})
+assert gqa.attention_config["n_kv_heads"] == 2
+""")
+
 md("model", r"""
-## 7. Text from the shipped model
+## 8. Text from the shipped model
 
 libtransformer ships a small decoder-only, character-level Transformer
 trained on the King James Bible: a stack of causal multi-head
@@ -498,6 +607,9 @@ md("end", r"""
 * The causal mask makes outputs depend only on the past, exactly.
 * Multi-head attention splits $d_{model}$ among the heads: same parameters,
   same multiplies, more patterns.
+* Later variants change where position enters (RoPE, ALiBi), which keys
+  a query sees (windows, BigBird) and how many key/value heads there are
+  (grouped-query attention), all as options of the same layers.
 
 Further reading: Vaswani et al. (2017), *Attention Is All You Need*,
 [arXiv:1706.03762](https://arxiv.org/abs/1706.03762); the module

@@ -830,5 +830,222 @@ test("safetensors: module save/load and plain tensors", function()
   os.remove(path)
 end)
 
+---------------------------------------------------------------------------
+-- Attention variants (variants.h).  variants_reference.lua is written by
+-- make_variants_reference.py from float64 numpy references of the papers'
+-- equations (bindings/python/tests/variant_reference.py).
+---------------------------------------------------------------------------
+
+local V = dofile(HERE .. "/variants_reference.lua")
+
+local function variant_args(c, extra)
+  local a = {}
+  for k, v in pairs(c.variant) do a[k] = v end
+  for k, v in pairs(extra) do a[k] = v end
+  return a
+end
+
+for _, name in ipairs({ "gqa", "rope_adjacent", "rope_half_partial", "rope_half_bottom_right",
+                        "alibi_6_heads", "t5_unidirectional", "t5_bidirectional", "shaw_values",
+                        "sliding_window", "general", "additive", "learned_temperature" }) do
+  test("Attention variant " .. name, function()
+    local c = V[name]
+    local attn = T.Attention(variant_args(c, { head_dim = c.head_dim, num_heads = c.num_heads,
+                                               value_dim = c.value_dim }))
+    local n_state = 0
+    for _ in pairs(c.state) do n_state = n_state + 1 end
+    equal(#attn:parameter_names(), n_state, "parameters")
+    if n_state > 0 then attn:load_state_dict(c.state) end
+    local causal = c.causal ~= "none" and c.causal or nil
+    local out, w = attn:forward(c.q, c.k, c.v, { is_causal = causal, need_weights = true })
+    close(out, c.out, name .. " output")
+    close(w, c.weights, name .. " weights")
+    -- unbatched [H][L][d]
+    close(attn:forward(c.q[1], c.k[1], c.v[1], { is_causal = causal }), c.out[1], name .. " unbatched")
+    local back = attn:attention_config()
+    for k, v in pairs(c.variant) do equal(back[k], v, name .. " attention_config " .. k) end
+    assert(tostring(attn):find("Attention(head_dim=", 1, true), tostring(attn))
+  end)
+end
+
+test("Attention without a variant is scaled_dot_product_attention", function()
+  local c = V.rope_adjacent
+  local attn = T.Attention(c.head_dim, c.num_heads)
+  local want = T.scaled_dot_product_attention(c.q, c.k, c.v, { is_causal = true })
+  close(attn:forward(c.q, c.k, c.v, { is_causal = true }), want, "plain", 1e-6)
+  local cfg = attn:attention_config()
+  equal(cfg.score, "scaled_dot", "score")
+  equal(cfg.rope, "none", "rope")
+  equal(cfg.bidirectional, true, "bidirectional")
+  equal(cfg.dilation, 1, "dilation")
+  local d = core.tfm_attention_config_init()
+  equal(d.sparsity, "none", "init")
+  equal(core.tfm_model_options_init().attention.relative, "none", "options init")
+  equal(core.TFM_MODULE_ATTENTION, 14, "TFM_MODULE_ATTENTION")
+  equal(core.TFM_POSITIONAL_SINUSOIDAL_CONCAT, 3, "TFM_POSITIONAL_SINUSOIDAL_CONCAT")
+end)
+
+for _, name in ipairs({ "mha_gqa_rope", "mha_alibi" }) do
+  test("MultiheadAttention variant " .. name, function()
+    local c = V[name]
+    local m = T.MultiheadAttention(variant_args(c, { embed_dim = c.embed_dim, num_heads = c.num_heads }))
+    equal(table.concat(m:parameter_shape("in_proj_weight"), "x"),
+          table.concat(shape_of(c.state.in_proj_weight), "x"), "packed projection")
+    m:load_state_dict(c.state)
+    local out = m:forward(c.x, c.x, c.x, { is_causal = c.is_causal })
+    close(out, c.out, name)
+    for k, v in pairs(c.variant) do equal(m:attention_config()[k], v, k) end
+    local text = tostring(m)
+    for k in pairs(c.variant) do assert(text:find(k, 1, true), text) end
+  end)
+end
+
+test("TransformerEncoderLayer with a variant", function()
+  local layer = T.TransformerEncoderLayer{ d_model = 8, nhead = 4, dim_feedforward = 16,
+                                           n_kv_heads = 1, rope = "adjacent" }
+  equal(table.concat(layer:parameter_shape("self_attn.in_proj_weight"), "x"), "12x8", "GQA rows")
+  equal(layer:attention_config().n_kv_heads, 1, "n_kv_heads")
+  equal(layer:attention_config().rope, "adjacent", "rope")
+  local x = { { { 1, 0, 0, 0, 0, 0, 0, 0 }, { 0, 1, 0, 0, 0, 0, 0, 0 } } }
+  equal(#layer:forward(x, { is_causal = true })[1], 2, "forward")
+  raises(function() T.TransformerEncoder(layer, 2) end, "attention variant")
+  -- a plain layer reports the defaults
+  equal(T.TransformerEncoderLayer(8, 2):attention_config().score, "scaled_dot", "plain")
+end)
+
+test("sinusoidal_positional_encoding concat layout", function()
+  local c = V.sinusoidal_concat
+  close(T.sinusoidal_positional_encoding(c.length, c.d_model, c.offset, c.base, "concat"), c.pe, "pe")
+  close(T.sinusoidal_positional_encoding(3, 8, 1, nil, "interleaved"),
+        T.sinusoidal_positional_encoding(3, 8, 1), "interleaved default", 0)
+  raises(function() T.sinusoidal_positional_encoding(4, 8, 0, nil, "halves") end,
+         '"interleaved", "concat"', true)
+  raises_lib(function() T.sinusoidal_positional_encoding(4, 2, 0, nil, "concat") end)
+end)
+
+-- Deterministic pseudo-random weights (LayerNorm scales near 1).
+local function randomize_state(sd)
+  local s = 12345
+  local function r()
+    s = (s * 1103515245 + 12345) % 2147483648
+    return s / 2147483648 - 0.5
+  end
+  local function fill(t, base, amp)
+    for i = 1, #t do
+      if type(t[i]) == "table" then fill(t[i], base, amp) else t[i] = base + amp * r() end
+    end
+  end
+  for name, t in pairs(sd) do
+    if name:find("norm") and name:find("weight$") then
+      fill(t, 1.0, 0.2)
+    elseif name:find("temperature$") then
+      fill(t, 2.0, 1.0)
+    else
+      fill(t, 0.0, 1.0)
+    end
+  end
+  return sd
+end
+
+test("Model with attention options: config, KV cache, save and load", function()
+  local cfg = { vocab_size = 9, d_model = 8, n_heads = 4, d_ff = 16, n_layers = 2,
+                context_length = 8, positional = "sinusoidal_concat", positional_base = 500,
+                attention = { n_kv_heads = 2, rope = "half", relative = "alibi" } }
+  local m = T.Model(cfg)
+  equal(m.config.positional, "sinusoidal_concat", "positional")
+  equal(m.config.positional_base, 500.0, "positional_base")
+  equal(m.config.attention.rope, "half", "config.attention.rope")
+  equal(m.config.attention.n_kv_heads, 2, "config.attention.n_kv_heads")
+  equal(m.config.attention.score, nil, "only what differs from the defaults")
+  equal(m:attention_config().relative, "alibi", "attention_config")
+  equal(m:attention_config().score, "scaled_dot", "attention_config has every field")
+  m:load_state_dict(randomize_state(m:state_dict()))
+  local ids = { 1, 5, 2, 8, 0, 3 }
+  local full = m:logits(ids)
+  local cache = m:kv_cache()
+  local a = cache:decode({ 1, 5, 2 })
+  local b = cache:decode({ 8, 0, 3 })
+  close({ a[1], a[2], a[3], b[1], b[2], b[3] }, full, "KV cache")
+  local path = os.tmpname()
+  m:save(path)
+  local again = T.load_model(path)
+  os.remove(path)
+  equal(again.config.attention.rope, "half", "file keeps the attention")
+  equal(again.config.positional_base, 500.0, "file keeps the base")
+  close(again:logits(ids), full, "loaded logits", 0)
+  local fresh = T.Model(m.config)
+  fresh:load_state_dict(m:state_dict())
+  close(fresh:logits(ids), full, "Model(model.config)", 0)
+  -- a plain model's config has no options
+  local plain = T.Model{ vocab_size = 5, d_model = 8, n_heads = 2, context_length = 4 }
+  equal(plain.config.attention, nil, "plain attention")
+  equal(plain.config.positional_base, nil, "plain base")
+  raises_lib(function()
+    T.Model{ architecture = "encoder_decoder", vocab_size = 5, d_model = 8, n_heads = 2,
+             context_length = 4, attention = { rope = "half" } }
+  end)
+end)
+
+test("attention variant errors", function()
+  raises(function() T.Attention{ head_dim = 4, num_heads = 2, score = "bahdanau" } end,
+         '"scaled_dot", "dot", "general", "additive", "learned_temperature"', true)
+  raises(function() T.MultiheadAttention{ embed_dim = 8, num_heads = 2, rope = "neox" } end,
+         '"none", "adjacent", "half"', true)
+  raises(function() T.TransformerEncoderLayer{ d_model = 8, nhead = 2, sparsity = "local" } end,
+         '"sliding_window"', true)
+  raises(function()
+    T.Model{ vocab_size = 5, d_model = 8, n_heads = 2, context_length = 4,
+             attention = { relative = "relative" } }
+  end, '"alibi"', true)
+  raises(function()
+    T.Model{ vocab_size = 5, d_model = 8, n_heads = 2, context_length = 4,
+             attention = { ropes = "half" } }
+  end, "unknown option 'ropes'", true)
+  raises(function() T.Attention{ head_dim = 4, num_heads = 2, window = 1.5 } end,
+         "window must be an integer")
+  raises(function() T.Attention{ head_dim = 4, num_heads = 2, relative_values = 1 } end,
+         "must be a boolean")
+  raises(function() T.Attention{ head_dim = 4, num_heads = 2, rope_dim = 2 } end, "unknown argument")
+  -- the core's tables: names listed, unknown fields refused
+  raises(function() core.tfm_attention_create(4, 4, 2, { score = "x" }) end,
+         'score: unknown value "x" (one of "scaled_dot"', true)
+  raises(function() core.tfm_attention_create(4, 4, 2, { bogus = 1 }) end, 'unknown field "bogus"', true)
+  raises(function() core.tfm_model_create_ex({ architecture = "decoder_only",
+    layer = { d_model = 8, n_heads = 2 }, vocab_size = 5, n_layers = 1, context_length = 4 },
+    { base = 1 }) end, 'unknown field "base"', true)
+  -- invalid combinations: the library's message
+  for _, bad in ipairs({
+    { n_kv_heads = 3 }, { rope = "half", rope_dims = 3 }, { rope = "half", rope_dims = 10 },
+    { relative = "shaw" }, { scale = -1.0 }, { score = "learned_temperature", scale = 0.5 },
+    { sparsity = "dilated", window = 2, dilation = 0 },
+    { sparsity = "bigbird", window = 1, block_size = 0 },
+  }) do
+    local c = { variant = bad }
+    raises_lib(function() T.Attention(variant_args(c, { head_dim = 8, num_heads = 4 })) end)
+    raises_lib(function()
+      T.MultiheadAttention(variant_args(c, { embed_dim = 32, num_heads = 4 }))
+    end)
+    raises_lib(function()
+      T.TransformerEncoderLayer(variant_args(c, { d_model = 32, nhead = 4, dim_feedforward = 16 }))
+    end)
+  end
+  raises(function() T.Attention(4, 2):forward(V.gqa.q, V.gqa.k, V.gqa.v, { is_causal = "upper" }) end,
+         "is_causal must be")
+end)
+
+test("learned temperature <= 0 fails the forward pass, output untouched", function()
+  local c = V.learned_temperature
+  local attn = T.Attention{ head_dim = c.head_dim, num_heads = c.num_heads,
+                            score = "learned_temperature" }
+  attn:load_state_dict({ temperature = { 1.0, 0.0, 1.0 } })
+  local q, k, v = core.tensor_from_table(c.q), core.tensor_from_table(c.k), core.tensor_from_table(c.v)
+  local seven = {}
+  for i = 1, 3 * 4 * 4 do seven[i] = 7 end
+  local out = core.tensor_from_table(seven, { 1, 3, 4, 4 })
+  raises_lib(function() core.tfm_attention_forward(attn._h, q, k, v, nil, out, nil) end)
+  for _, x in ipairs(core.tensor_to_flat(out)) do assert(x == 7, "output changed") end
+  raises_lib(function() attn:forward(c.q, c.k, c.v) end)
+end)
+
 print(("%d passed, %d failed"):format(passed, failed))
 os.exit(failed == 0 and 0 or 1, true)  -- close the state: finalizers run

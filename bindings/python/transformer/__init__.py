@@ -16,7 +16,8 @@ defaults, mask conventions and return values::
 
 Layers: MultiheadAttention, LayerNorm, TransformerEncoderLayer,
 TransformerDecoderLayer, TransformerEncoder, TransformerDecoder,
-Transformer, Embedding.  Functions: scaled_dot_product_attention,
+Transformer, Embedding, and Attention (attention variants on per-head
+arrays).  Functions: scaled_dot_product_attention, attention,
 sinusoidal_positional_encoding.  Models: Model (load_model,
 default_model_path), KVCache, Tokenizer, Sampler.  Files:
 load_safetensors, save_safetensors, load_safetensors_metadata.
@@ -34,6 +35,13 @@ Errors: the library's status codes raise subclasses of TransformerError
 that also derive from the matching builtin (ShapeError is a ValueError,
 NotFoundError a KeyError, ...), carrying the library's message.
 
+Attention variants (include/transformer/variants.h): MultiheadAttention,
+TransformerEncoderLayer, Attention and attention take keywords such as
+``score="general"``, ``n_kv_heads=2``, ``rope="half"``,
+``relative="alibi"`` or ``sparsity="sliding_window", window=4`` (see
+``help(transformer.Attention)``), Model configs an ``"attention"`` dict of
+the same keywords; ``module.attention_config`` reads a variant back.
+
 Lifetime: every object owning a C handle frees it exactly once, when
 garbage-collected or on ``close()`` (also a context manager); a closed
 object raises ClosedError (a ValueError).
@@ -47,10 +55,11 @@ from ._errors import (CapacityError, ClosedError, FormatError,
                       TransformerOverflowError, UnsupportedError,
                       WrongKindError)
 from ._core import Module, live_handles
-from .modules import (Embedding, LayerNorm, MultiheadAttention, Transformer,
-                      TransformerDecoder, TransformerDecoderLayer,
-                      TransformerEncoder, TransformerEncoderLayer)
-from .functional import (scaled_dot_product_attention,
+from .modules import (Attention, Embedding, LayerNorm, MultiheadAttention,
+                      Transformer, TransformerDecoder,
+                      TransformerDecoderLayer, TransformerEncoder,
+                      TransformerEncoderLayer)
+from .functional import (attention, scaled_dot_product_attention,
                          sinusoidal_positional_encoding)
 from .models import (KVCache, Model, Sampler, Tokenizer, default_model_path,
                      load_model)
@@ -71,8 +80,8 @@ __all__ = [
     # layers and functions
     "Module", "MultiheadAttention", "LayerNorm", "TransformerEncoderLayer",
     "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
-    "Transformer", "Embedding", "scaled_dot_product_attention",
-    "sinusoidal_positional_encoding",
+    "Transformer", "Embedding", "Attention", "scaled_dot_product_attention",
+    "attention", "sinusoidal_positional_encoding",
     # models
     "Model", "KVCache", "Tokenizer", "Sampler", "load_model",
     "default_model_path",

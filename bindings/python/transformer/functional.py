@@ -9,7 +9,8 @@ from ._core import (CAUSAL_NONE, CAUSAL_TOP_LEFT, MASK_ADDITIVE, MASK_ALLOW,
                     as_float, as_float32, as_int, as_mask)
 from ._errors import ShapeError, UnsupportedError
 
-__all__ = ["scaled_dot_product_attention", "sinusoidal_positional_encoding"]
+__all__ = ["scaled_dot_product_attention", "attention",
+           "sinusoidal_positional_encoding"]
 
 
 def _mask_for(mask, lead, L, S, B, H):
@@ -110,19 +111,60 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None,
     return out
 
 
-def sinusoidal_positional_encoding(length, d_model, offset=0, base=10000.0):
+def attention(query, key, value, attn_mask=None, is_causal=False,
+              need_weights=False, **variant):
+    """One call of attention with a variant (transformer.Attention made for
+    the arrays' sizes, run once and freed):
+
+        attention(query [N, H, L, d_k], key [N, H_kv, S, d_k],
+                  value [N, H_kv, S, d_v], attn_mask=None, is_causal=False,
+                  need_weights=False, rope="half", relative="alibi", ...)
+
+    The head counts and widths come from the shapes (n_kv_heads from key's
+    H_kv unless given); masks, is_causal and the variant keywords are
+    Attention's.  Variants with learned parameters (general, additive,
+    Shaw, T5) would run with their initial values: use Attention and load
+    them instead.  Returns the output, or (output, weights)."""
+    from .modules import Attention
+    q = as_float32(query, "query")
+    k = as_float32(key, "key")
+    v = as_float32(value, "value")
+    if q.ndim not in (3, 4) or k.ndim != q.ndim or v.ndim != q.ndim:
+        raise ShapeError(f"query, key and value must be [N, H, L, d] (or "
+                         f"3-D unbatched), got {q.shape}, {k.shape}, "
+                         f"{v.shape}")
+    if variant.get("n_kv_heads") is None and k.shape[-3] != q.shape[-3]:
+        variant["n_kv_heads"] = k.shape[-3]
+    with Attention(q.shape[-1], q.shape[-3], v.shape[-1], **variant) as a:
+        return a(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
+                 need_weights=need_weights)
+
+
+def sinusoidal_positional_encoding(length, d_model, offset=0, base=10000.0,
+                                   layout="interleaved"):
     """The sinusoidal positional encoding of "Attention Is All You Need",
     section 3.5, for positions offset .. offset+length-1: a float32
-    ``[length, d_model]`` array with PE[pos, 2i] = sin(pos / base^(2i/d)) and
-    PE[pos, 2i+1] = cos(pos / base^(2i/d)).  Add it to ``[N, L, d_model]``
-    embeddings (broadcasting over N)."""
+    ``[length, d_model]`` array.  Add it to ``[N, L, d_model]`` embeddings
+    (broadcasting over N).
+
+    layout "interleaved" (the paper's): PE[pos, 2i] = sin(pos / base^(2i/d))
+    and PE[pos, 2i+1] = cos(pos / base^(2i/d)).
+    layout "concat" (fairseq, tensor2tensor; needs d_model >= 4): with
+    h = d_model // 2, PE[pos, i] = sin(pos * base^(-i/(h-1))) and
+    PE[pos, h+i] = cos(same) for i < h (an odd d_model's last column is 0).
+    """
+    from ._variants import SINUSOIDAL_LAYOUTS, option
     length = as_int(length, "length", 1)
     d_model = as_int(d_model, "d_model", 1)
     offset = as_int(offset, "offset", 0)
     base = as_float(base, "base")
+    code = option(SINUSOIDAL_LAYOUTS, layout, "layout")
     if not math.isfinite(base) or base <= 1.0:
         from ._errors import InvalidArgumentError
         raise InvalidArgumentError(f"base must be finite and > 1, got {base}")
     pe = np.empty((length, d_model), np.float32)
-    _ll.tfm_sinusoidal_encoding(pe, offset, base)
+    if code == _ll.TFM_SINUSOIDAL_INTERLEAVED:
+        _ll.tfm_sinusoidal_encoding(pe, offset, base)
+    else:
+        _ll.tfm_sinusoidal_encoding_ex(pe, offset, base, code)
     return pe

@@ -17,6 +17,7 @@ from ._core import (Module, _Handle, as_float, as_float32, as_ids, as_int,
                     fspath)
 from ._errors import (ClosedError, FormatError, InvalidArgumentError,
                       ShapeError)
+from ._variants import default_dict, normalize, to_config, to_dict
 
 __all__ = ["Model", "KVCache", "Tokenizer", "Sampler", "load_model",
            "default_model_path"]
@@ -30,6 +31,7 @@ _POSITIONALS = {
     _ll.TFM_POSITIONAL_NONE: "none",
     _ll.TFM_POSITIONAL_LEARNED: "learned",
     _ll.TFM_POSITIONAL_SINUSOIDAL: "sinusoidal",
+    _ll.TFM_POSITIONAL_SINUSOIDAL_CONCAT: "sinusoidal_concat",
 }
 _ACTIVATIONS = {
     _ll.TFM_ACTIVATION_RELU: "relu",
@@ -222,7 +224,19 @@ class Model(Module):
     Attributes: ``config`` (dict: architecture, vocab_size, d_model,
     n_heads, d_ff, activation, layer_norm_eps, norm_first, n_layers or
     n_encoder_layers / n_decoder_layers, context_length, positional,
-    tied_embeddings, embedding_scale), ``tokenizer`` (Tokenizer or None).
+    tied_embeddings, embedding_scale, and positional_base and attention
+    when they are not the defaults), ``tokenizer`` (Tokenizer or None).
+
+    Options (tfm_model_create_ex): ``positional`` may be "learned",
+    "sinusoidal" (interleaved, as the paper), "sinusoidal_concat" (sin |
+    cos halves) or "none"; ``positional_base`` is the sinusoids' base
+    (10000); ``attention`` is a dict of the attention-variant keywords of
+    MultiheadAttention (``{"rope": "half", "n_kv_heads": 1}``, see
+    ``help(transformer.Attention)``), used by every block's self-attention
+    and honoured by the KV cache (decoder-only and encoder-only models;
+    encoder-decoder models take only the default).  ``attention_config``
+    has every keyword of the variant; ``config["attention"]`` only those
+    that differ from the defaults.
 
     Methods:
         logits(ids) -> ``[N, L, vocab_size]`` for ids ``[N, L]``
@@ -248,7 +262,11 @@ class Model(Module):
         self._adopt(self._create())
 
     def _create(self):
-        return _ll.tfm_model_create(_model_config(self._config_dict))
+        config = _model_config(self._config_dict)
+        options = _model_options(self._config_dict)
+        if options is None:
+            return _ll.tfm_model_create(config)
+        return _ll.tfm_model_create_ex(config, options)
 
     @property
     def _cache_set(self):
@@ -300,7 +318,27 @@ class Model(Module):
                     "positional": _POSITIONALS.get(c.positional, c.positional),
                     "tied_embeddings": bool(c.tied_embeddings),
                     "embedding_scale": bool(c.embedding_scale)})
+        base, attention = self._options()
+        if base not in (0.0, _DEFAULT_BASE):
+            out["positional_base"] = base
+        defaults = default_dict()
+        variant = {k: v for k, v in attention.items() if v != defaults[k]
+                   and not (k == "n_kv_heads" and v == c.layer.n_heads)}
+        if variant:
+            out["attention"] = variant
         return out
+
+    def _options(self):
+        o = _ll.tfm_model_options()
+        _ll.tfm_model_get_options(self._ptr, o)
+        return float(o.positional_base), to_dict(o.attention)
+
+    @property
+    def attention_config(self):
+        """The self-attention variant of every block: a dict with every
+        keyword, as MultiheadAttention.attention_config (``config`` holds
+        only the keywords that differ from the defaults)."""
+        return self._options()[1]
 
     def logits(self, ids, tgt_ids=None):
         """Logits of every position, all at once.
@@ -424,7 +462,8 @@ def _model_config(cfg):
     known = {"architecture", "vocab_size", "d_model", "n_heads", "d_ff",
              "activation", "layer_norm_eps", "norm_first", "n_layers",
              "n_encoder_layers", "n_decoder_layers", "context_length",
-             "positional", "tied_embeddings", "embedding_scale"}
+             "positional", "tied_embeddings", "embedding_scale",
+             "positional_base", "attention"}
     unknown = set(cfg) - known
     if unknown:
         raise InvalidArgumentError(f"unknown model config keys: "
@@ -452,7 +491,35 @@ def _model_config(cfg):
     c.positional = pick(_POSITIONALS, "positional", "learned")
     c.tied_embeddings = 1 if cfg.get("tied_embeddings", True) else 0
     c.embedding_scale = 1 if cfg.get("embedding_scale", False) else 0
+    _model_options(cfg)                         # check those keys too
     return c
+
+
+_DEFAULT_BASE = 10000.0
+
+
+def _model_options(cfg):
+    """The "attention" and "positional_base" keys of a config dict -> a
+    tfm_model_options, or None when both are the defaults (so that
+    tfm_model_create makes the model)."""
+    attention = cfg.get("attention")
+    if attention is None:
+        attention = {}
+    elif not isinstance(attention, dict):
+        raise TypeError(f"the model config's 'attention' must be a dict of "
+                        f"attention-variant keywords, not "
+                        f"{type(attention).__name__}")
+    variant = normalize(attention, "the model config's 'attention'")
+    base = cfg.get("positional_base")
+    base = 0.0 if base is None else as_float(base, "positional_base")
+    defaults = default_dict()
+    if base in (0.0, _DEFAULT_BASE) and all(
+            defaults[k] == v for k, v in variant.items()):
+        return None
+    o = _ll.tfm_model_options()
+    o.positional_base = base
+    o.attention = to_config(variant)
+    return o
 
 
 # ---- KV cache ----------------------------------------------------------------

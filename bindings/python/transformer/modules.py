@@ -13,13 +13,17 @@ import numbers
 import numpy as np
 
 from . import _lowlevel as _ll
-from ._core import (BatchIO, Module, as_float, as_float32, as_ids, as_int,
+from ._core import (CAUSAL_NONE, CAUSAL_TOP_LEFT, MASK_ADDITIVE, BatchIO,
+                    Module, as_float, as_float32, as_ids, as_int,
                     check_float32_dtype, is_batched, mha_masks)
 from ._errors import InvalidArgumentError, ShapeError, UnsupportedError
+from ._variants import HasAttentionVariant, normalize, to_config, variant_repr
+from .functional import _mask_for
 
-__all__ = ["MultiheadAttention", "LayerNorm", "TransformerEncoderLayer",
-           "TransformerDecoderLayer", "TransformerEncoder",
-           "TransformerDecoder", "Transformer", "Embedding"]
+__all__ = ["MultiheadAttention", "Attention", "LayerNorm",
+           "TransformerEncoderLayer", "TransformerDecoderLayer",
+           "TransformerEncoder", "TransformerDecoder", "Transformer",
+           "Embedding"]
 
 _ACTIVATIONS = {
     "relu": _ll.TFM_ACTIVATION_RELU,
@@ -79,12 +83,12 @@ class _HasLayerConfig:
 
 # ---- MultiheadAttention ------------------------------------------------------
 
-class MultiheadAttention(Module):
+class MultiheadAttention(HasAttentionVariant, Module):
     """Multi-head attention, as ``torch.nn.MultiheadAttention``.
 
     ``MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True,
     add_bias_kv=False, add_zero_attn=False, kdim=None, vdim=None,
-    batch_first=False)``
+    batch_first=False, **variant)``
 
     MultiHead(Q, K, V) = Concat(head_1..head_h) W_O with
     head_i = softmax(Q W_Qi (K W_Ki)^T / sqrt(E / h)) V W_Vi.
@@ -98,11 +102,25 @@ class MultiheadAttention(Module):
         batch_first: True for ``[N, L, E]`` arrays (no copy), False
             (default) for ``[L, N, E]``.
         add_bias_kv, add_zero_attn: must be False (not supported).
+        **variant: (keywords, not in PyTorch) an attention variant of
+            include/transformer/variants.h: ``score=``, ``scale=``,
+            ``additive_dim=``, ``n_kv_heads=``, ``rope=``, ``rope_base=``,
+            ``rope_dims=``, ``relative=``, ``max_distance=``,
+            ``relative_values=``, ``num_buckets=``, ``bidirectional=``,
+            ``sparsity=``, ``window=``, ``dilation=``, ``n_global=``,
+            ``block_size=``, ``n_random_blocks=``, ``seed=`` (see
+            ``help(transformer.Attention)``).  ``attention_config`` reads
+            the variant back as a dict.
 
     Parameters (state_dict): ``in_proj_weight [3E, E]`` (or
     ``q_proj_weight [E, E]``, ``k_proj_weight [E, kdim]``,
     ``v_proj_weight [E, vdim]`` when kdim or vdim differ from E),
     ``in_proj_bias [3E]``, ``out_proj.weight [E, E]``, ``out_proj.bias [E]``.
+    With ``n_kv_heads`` < num_heads the key and value rows shrink to
+    ``n_kv_heads * E / num_heads`` each (``in_proj_weight [E + 2 *
+    n_kv_heads * head_dim, E]``); a variant's own parameters
+    (``score_weight``, ``temperature``, ``relative_key.weight``, ...)
+    follow the projections.
 
     Call: ``mha(query, key, value, key_padding_mask=None, need_weights=True,
     attn_mask=None, average_attn_weights=True, is_causal=False)`` ->
@@ -130,8 +148,9 @@ class MultiheadAttention(Module):
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True,
                  add_bias_kv=False, add_zero_attn=False, kdim=None, vdim=None,
-                 batch_first=False, device=None, dtype=None):
+                 batch_first=False, device=None, dtype=None, **variant):
         check_float32_dtype(dtype, device, "MultiheadAttention")
+        self._variant = normalize(variant, "MultiheadAttention()")
         if add_bias_kv or add_zero_attn:
             raise UnsupportedError("MultiheadAttention: add_bias_kv and "
                                    "add_zero_attn are not supported")
@@ -147,6 +166,10 @@ class MultiheadAttention(Module):
         self._adopt(self._create())
 
     def _create(self):
+        if self._variant:
+            return _ll.tfm_mha_create_ex(self.embed_dim, self.num_heads,
+                                         self.kdim, self.vdim, int(self.bias),
+                                         to_config(self._variant))
         return _ll.tfm_mha_create(self.embed_dim, self.num_heads, self.kdim,
                                   self.vdim, int(self.bias))
 
@@ -181,7 +204,145 @@ class MultiheadAttention(Module):
             text += ", bias=False"
         if not self._qkv_same_embed_dim:
             text += f", kdim={self.kdim}, vdim={self.vdim}"
-        return text + f", batch_first={self.batch_first}"
+        return (text + f", batch_first={self.batch_first}"
+                + variant_repr(self._variant))
+
+
+# ---- Attention (the functional form of a variant) -------------------------
+
+_CAUSALS = {False: CAUSAL_NONE, True: CAUSAL_TOP_LEFT,
+            "none": CAUSAL_NONE, "top_left": CAUSAL_TOP_LEFT,
+            "bottom_right": _ll.TFM_CAUSAL_BOTTOM_RIGHT}
+
+
+def _causal(is_causal):
+    key = is_causal.lower() if isinstance(is_causal, str) else is_causal
+    try:
+        return _CAUSALS[key]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(
+            "is_causal must be False, True, 'none', 'top_left' or "
+            f"'bottom_right'; got {is_causal!r}") from None
+
+
+class Attention(HasAttentionVariant, Module):
+    """Attention with a variant, on per-head arrays: the functional form
+    of include/transformer/variants.h (tfm_attention_create/forward).  Not
+    in PyTorch; with no variant it equals
+    ``F.scaled_dot_product_attention``.
+
+    ``Attention(head_dim, num_heads, value_dim=None, **variant)``
+
+    Args:
+        head_dim: d_k, width of each query/key head.
+        num_heads: H, query heads.
+        value_dim: d_v, width of each value head (default head_dim).
+        **variant: keywords choosing the variant, each independent of the
+            others (defaults: plain scaled dot product):
+
+            score: "scaled_dot" (Vaswani et al. 2017, eq. 1), "dot"
+                (Luong et al. 2015), "general" (Luong: q^T W_h k, learned
+                ``score_weight [H, d_k, d_k]``), "additive" (Bahdanau et
+                al. 2014: v^T tanh(W_q q + W_k k), ``additive_query``,
+                ``additive_key [H, d_a, d_k]``, ``additive_v [H, d_a]``),
+                "learned_temperature" (q.k / tau_h, ``temperature [H]``
+                starting at sqrt(d_k)).
+            scale: logit scale; None or 0 = the score's own.
+            additive_dim: d_a (default d_k).
+            n_kv_heads: key/value heads, dividing num_heads: 1 is
+                multi-query (Shazeer 2019), between is grouped-query
+                (Ainslie et al. 2023).
+            rope: "adjacent" (pairs 2i, 2i+1: RoFormer, GPT-J, LLaMA) or
+                "half" (pairs i, i + rope_dims/2: GPT-NeoX); rope_base
+                (10000), rope_dims (even, default head_dim).
+            relative: "shaw" (Shaw et al. 2018; ``relative_key.weight``,
+                with relative_values also ``relative_value.weight``,
+                ``[2 * max_distance + 1, d_k]``; max_distance required),
+                "t5" (Raffel et al. 2020: bucketed bias
+                ``relative_attention_bias.weight [num_buckets, H]``;
+                num_buckets 32, max_distance 128, bidirectional True),
+                "alibi" (Press et al. 2022: -m_h |j - i|).
+            sparsity: "sliding_window" (|i - j| <= window), "dilated"
+                (also (i - j) divisible by dilation), "bigbird" (blocks of
+                block_size: window blocks each side, n_global global
+                blocks, n_random_blocks random blocks from seed); n_global
+                also adds global tokens to the windows.
+
+    Call: ``attn(query, key, value, attn_mask=None, is_causal=False,
+    need_weights=False)``
+
+        query ``[N, H, L, head_dim]``, key ``[N, H_kv, S, head_dim]``,
+        value ``[N, H_kv, S, value_dim]`` (H_kv = n_kv_heads, default H);
+        3-D ``[H, ., .]`` unbatched.
+        attn_mask: broadcastable to ``[N, H, L, S]``; bool True = MAY
+            attend (F.scaled_dot_product_attention's convention), float =
+            added to the logits.
+        is_causal: True or "top_left" (query i sees keys j <= i, as
+            PyTorch), "bottom_right" (the L queries are the last L of the S
+            positions, as in KV-cache decoding; relative positions then
+            count from there too).
+        need_weights: also return the weights ``[N, H, L, S]``.
+
+        Returns the output ``[N, H, L, value_dim]`` (or ``(output,
+        weights)``).  A query whose keys are all masked gets zeros.
+
+    ``attention_config`` reads the variant back (a dict).
+    """
+
+    def __init__(self, head_dim, num_heads, value_dim=None, **variant):
+        self.head_dim = as_int(head_dim, "head_dim", 1)
+        self.num_heads = as_int(num_heads, "num_heads", 1)
+        self.value_dim = (self.head_dim if value_dim is None
+                          else as_int(value_dim, "value_dim", 1))
+        self._variant = normalize(variant, "Attention()")
+        self._adopt(self._create())
+
+    def _create(self):
+        return _ll.tfm_attention_create(self.head_dim, self.value_dim,
+                                        self.num_heads,
+                                        to_config(self._variant))
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False,
+                need_weights=False):
+        """Runs the attention; see the class docstring for shapes."""
+        ptr = self._ptr
+        q = as_float32(query, "query")
+        k = as_float32(key, "key")
+        v = as_float32(value, "value")
+        if q.ndim not in (3, 4):
+            raise ShapeError(f"query must be [N, H, L, head_dim] (or "
+                             f"unbatched [H, L, head_dim]), got shape "
+                             f"{q.shape}")
+        if k.ndim != q.ndim or v.ndim != q.ndim:
+            raise ShapeError(f"query, key and value must have the same "
+                             f"number of dimensions, got {q.shape}, "
+                             f"{k.shape}, {v.shape}")
+        single = q.ndim == 3
+        if single:
+            q, k, v = q[None], k[None], v[None]
+        B, H, L = q.shape[:3]
+        S = k.shape[2]
+        causal = _causal(is_causal)
+        masks = None
+        if attn_mask is not None:
+            lead = (H,) if single else (B, H)
+            m, kind = _mask_for(attn_mask, lead, L, S, B, H)
+            masks = (causal, None, MASK_ADDITIVE, m, kind)
+        elif causal != CAUSAL_NONE:
+            masks = (causal, None, MASK_ADDITIVE, None, MASK_ADDITIVE)
+        out = np.empty((B, H, L, v.shape[3]), np.float32)
+        weights = np.empty((B, H, L, S), np.float32) if need_weights else None
+        _ll.tfm_attention_forward(ptr, q, k, v, masks, out, weights)
+        if single:
+            out = out[0]
+            weights = None if weights is None else weights[0]
+        return (out, weights) if need_weights else out
+
+    def _extra_repr(self):
+        text = f"head_dim={self.head_dim}, num_heads={self.num_heads}"
+        if self.value_dim != self.head_dim:
+            text += f", value_dim={self.value_dim}"
+        return text + variant_repr(self._variant)
 
 
 # ---- LayerNorm ---------------------------------------------------------------
@@ -295,13 +456,13 @@ class _LayerBase(_HasLayerConfig, Module):
                 f"norm_first={self.norm_first}")
 
 
-class TransformerEncoderLayer(_LayerBase):
+class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
     """Self-attention and feed-forward block, as
     ``torch.nn.TransformerEncoderLayer``.
 
     ``TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048,
     dropout=0.1, activation="relu", layer_norm_eps=1e-05, batch_first=False,
-    norm_first=False, bias=True)``
+    norm_first=False, bias=True, **variant)``
 
         post-norm (default): x = norm1(x + SA(x)); x = norm2(x + FF(x))
         pre-norm (norm_first=True): x = x + SA(norm1(x)); x = x + FF(norm2(x))
@@ -316,6 +477,12 @@ class TransformerEncoderLayer(_LayerBase):
         batch_first: ``[N, L, E]`` (no copy) instead of ``[L, N, E]``.
         norm_first: pre-norm instead of post-norm.
         bias: must be True.
+        **variant: (keywords, not in PyTorch) the self-attention's variant,
+            as for MultiheadAttention and Attention (``score=``,
+            ``n_kv_heads=``, ``rope=``, ``relative=``, ``sparsity=``, ...);
+            its parameters are ``self_attn.*``.  ``attention_config`` reads
+            it back.  Such a layer cannot be the template of a
+            TransformerEncoder (use Model with an "attention" config).
 
     Parameters: ``self_attn.in_proj_weight [3E, E]``,
     ``self_attn.in_proj_bias [3E]``, ``self_attn.out_proj.weight [E, E]``,
@@ -332,14 +499,22 @@ class TransformerEncoderLayer(_LayerBase):
 
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1,
                  activation="relu", layer_norm_eps=1e-5, batch_first=False,
-                 norm_first=False, bias=True, device=None, dtype=None):
+                 norm_first=False, bias=True, device=None, dtype=None,
+                 **variant):
+        self._variant = normalize(variant, "TransformerEncoderLayer()")
         self._init_layer("TransformerEncoderLayer", d_model, nhead,
                          dim_feedforward, dropout, activation, layer_norm_eps,
                          batch_first, norm_first, bias, device, dtype)
         self._adopt(self._create())
 
     def _create(self):
+        if self._variant:
+            return _ll.tfm_encoder_layer_create_ex(self._config,
+                                                   to_config(self._variant))
         return _ll.tfm_encoder_layer_create(self._config)
+
+    def _extra_repr(self):
+        return super()._extra_repr() + variant_repr(self._variant)
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None,
                 is_causal=False):
@@ -451,6 +626,11 @@ class _StackBase(_HasLayerConfig, Module):
         if not isinstance(layer, self._layer_class):
             raise TypeError(f"{who} needs a {self._layer_class.__name__} as "
                             f"its template layer, not {type(layer).__name__}")
+        if getattr(layer, "_variant", None):
+            raise UnsupportedError(f"{who}: the template layer has an "
+                                   "attention variant, which the stacks do "
+                                   "not take; use Model with an "
+                                   "\"attention\" config")
         if norm is not None and not isinstance(norm, LayerNorm):
             raise TypeError(f"{who}: norm must be a transformer.LayerNorm or "
                             f"None, not {type(norm).__name__}")

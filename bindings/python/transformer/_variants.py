@@ -1,0 +1,187 @@
+"""Attention variants (include/transformer/variants.h) as keyword arguments.
+
+The same keywords configure MultiheadAttention, TransformerEncoderLayer,
+Attention, functional.attention and (as a dict under "attention") Model:
+
+    score            "scaled_dot" (default), "dot", "general", "additive",
+                     "learned_temperature"
+    scale            logit scale; None or 0: the score's own (1/sqrt(d_k)
+                     for scaled_dot, 1 otherwise)
+    additive_dim     d_a of the additive score (None: d_k)
+    n_kv_heads       key/value heads (grouped-query; 1 = multi-query)
+    rope             "none", "adjacent" (GPT-J, LLaMA), "half" (GPT-NeoX)
+    rope_base        RoPE base (None: 10000)
+    rope_dims        leading dims of each head rotated (None: all)
+    relative         "none", "shaw", "t5", "alibi"
+    max_distance     Shaw: clipping distance (required); T5: 128
+    relative_values  Shaw: relative vectors on the values too
+    num_buckets      T5: buckets (None: 32)
+    bidirectional    T5: buckets for both signs (default True)
+    sparsity         "none", "sliding_window", "dilated", "bigbird"
+    window           positions (BigBird: blocks) each side
+    dilation         dilated window step (default 1)
+    n_global         global positions (BigBird: blocks)
+    block_size       BigBird block size
+    n_random_blocks  BigBird random blocks per query block
+    seed             BigBird random blocks' seed
+
+Option strings are case-insensitive; an unknown one raises
+InvalidArgumentError (a ValueError) naming the allowed values.  Sizes and
+combinations are checked by the library when the module is created
+(InvalidArgumentError with its message).
+"""
+
+import operator
+
+from . import _lowlevel as _ll
+from ._core import as_float, as_int
+from ._errors import InvalidArgumentError
+
+SCORES = {
+    "scaled_dot": _ll.TFM_SCORE_SCALED_DOT,
+    "dot": _ll.TFM_SCORE_DOT,
+    "general": _ll.TFM_SCORE_GENERAL,
+    "additive": _ll.TFM_SCORE_ADDITIVE,
+    "learned_temperature": _ll.TFM_SCORE_LEARNED_TEMPERATURE,
+}
+ROPES = {
+    "none": _ll.TFM_ROPE_NONE,
+    "adjacent": _ll.TFM_ROPE_ADJACENT,
+    "half": _ll.TFM_ROPE_HALF,
+}
+RELATIVES = {
+    "none": _ll.TFM_RELATIVE_NONE,
+    "shaw": _ll.TFM_RELATIVE_SHAW,
+    "t5": _ll.TFM_RELATIVE_T5,
+    "alibi": _ll.TFM_RELATIVE_ALIBI,
+}
+SPARSITIES = {
+    "none": _ll.TFM_SPARSE_NONE,
+    "sliding_window": _ll.TFM_SPARSE_SLIDING_WINDOW,
+    "dilated": _ll.TFM_SPARSE_DILATED,
+    "bigbird": _ll.TFM_SPARSE_BIGBIRD,
+}
+SINUSOIDAL_LAYOUTS = {
+    "interleaved": _ll.TFM_SINUSOIDAL_INTERLEAVED,
+    "concat": _ll.TFM_SINUSOIDAL_CONCAT,
+}
+
+_ENUMS = {"score": SCORES, "rope": ROPES, "relative": RELATIVES,
+          "sparsity": SPARSITIES}
+_FLOATS = ("scale", "rope_base")
+_FLAGS = ("relative_values", "bidirectional")
+
+# The keywords, in the struct's order.
+VARIANT_KEYS = ("score", "scale", "additive_dim", "n_kv_heads", "rope",
+                "rope_base", "rope_dims", "relative", "max_distance",
+                "relative_values", "num_buckets", "bidirectional",
+                "sparsity", "window", "dilation", "n_global", "block_size",
+                "n_random_blocks", "seed")
+
+
+def option(table, value, name):
+    """An option string (case-insensitive) -> its C enum value."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str (one of "
+                        f"{', '.join(map(repr, table))}), not "
+                        f"{type(value).__name__}")
+    key = value.lower()
+    if key not in table:
+        raise InvalidArgumentError(f"{name} must be one of "
+                                   f"{', '.join(map(repr, table))}; got "
+                                   f"{value!r}")
+    return table[key]
+
+
+def normalize(variant, who):
+    """Checks variant keyword arguments (who: "Class()", for messages) and
+    returns them with canonical values (lowercase option strings, ints,
+    floats, bools); None values are dropped (they mean the default)."""
+    out = {}
+    for key, value in variant.items():
+        if key not in VARIANT_KEYS:
+            raise TypeError(f"{who} got an unexpected keyword argument "
+                            f"{key!r}")
+        if value is None:
+            continue
+        if key in _ENUMS:
+            option(_ENUMS[key], value, key)
+            out[key] = value.lower()
+        elif key in _FLOATS:
+            out[key] = as_float(value, key)
+        elif key in _FLAGS:
+            out[key] = bool(value)
+        elif key == "seed":
+            try:
+                out[key] = operator.index(value) % 2**64
+            except TypeError:
+                raise TypeError(f"seed must be an int, not "
+                                f"{type(value).__name__}") from None
+        else:
+            out[key] = as_int(value, key)
+    return out
+
+
+def to_config(variant):
+    """A normalized variant dict -> a tfm_attention_config (defaults for
+    the keys it lacks)."""
+    c = _ll.tfm_attention_config()
+    for key, value in variant.items():
+        if key in _ENUMS:
+            value = _ENUMS[key][value]
+        elif key in _FLAGS:
+            value = int(value)
+        setattr(c, key, value)
+    return c
+
+
+def _name(table, value):
+    for k, v in table.items():
+        if v == value:
+            return k
+    return int(value)
+
+
+def to_dict(c):
+    """A tfm_attention_config -> {keyword: value} with every field."""
+    out = {}
+    for key in VARIANT_KEYS:
+        value = getattr(c, key)
+        if key in _ENUMS:
+            value = _name(_ENUMS[key], value)
+        elif key in _FLAGS:
+            value = bool(value)
+        elif key in _FLOATS:
+            value = float(value)
+        else:
+            value = int(value)
+        out[key] = value
+    return out
+
+
+def default_dict():
+    """The defaults (tfm_attention_config_init) as a dict."""
+    return to_dict(_ll.tfm_attention_config())
+
+
+def variant_repr(variant):
+    """', key=value' for each given keyword (for reprs)."""
+    return "".join(f", {k}={variant[k]!r}" for k in VARIANT_KEYS
+                   if k in variant)
+
+
+class HasAttentionVariant:
+    """Modules created with variant keywords: they keep the normalized
+    keywords in ``self._variant`` (so that pickling rebuilds them) and
+    report the library's view with ``attention_config``."""
+
+    _variant = {}
+
+    @property
+    def attention_config(self):
+        """The attention variant as the library holds it
+        (tfm_attention_get_config): a dict with every keyword (option
+        strings for the enums), suitable as keyword arguments again."""
+        c = _ll.tfm_attention_config()
+        _ll.tfm_attention_get_config(self._ptr, c)
+        return to_dict(c)
