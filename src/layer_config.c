@@ -1,0 +1,38 @@
+/* Layer configuration (layers.h: tfm_layer_config): its defaults and its
+ * validation, shared by every layer, stack and model constructor. */
+#include <math.h>
+
+#include "activation.h"
+#include "error.h"
+#include "residual.h"
+
+tfm_status tfm__config_check(const tfm_layer_config *c)
+{
+    if (!c)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "config is NULL");
+    if (c->d_model < 1 || c->n_heads < 1 || c->d_ff < 1)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "d_model (%lld), n_heads (%lld) and d_ff (%lld) must "
+                         "be at least 1", (long long)c->d_model,
+                         (long long)c->n_heads, (long long)c->d_ff);
+    if (c->d_model % c->n_heads != 0)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "n_heads (%lld) does not divide d_model (%lld)",
+                         (long long)c->n_heads, (long long)c->d_model);
+    if (!tfm__activation_valid(c->activation))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "unknown activation %d",
+                         (int)c->activation);
+    if (!(c->layer_norm_eps >= 0.0f) || !isfinite(c->layer_norm_eps))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "layer_norm_eps %g must be finite and >= 0",
+                         (double)c->layer_norm_eps);
+    return TFM_OK;
+}
+
+tfm_layer_config tfm_layer_config_default(int64_t d_model, int64_t n_heads)
+{
+    return (tfm_layer_config){ .d_model = d_model, .n_heads = n_heads,
+                               .d_ff = 2048,
+                               .activation = TFM_ACTIVATION_RELU,
+                               .layer_norm_eps = 1e-5f, .norm_first = 0 };
+}
