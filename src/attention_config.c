@@ -140,8 +140,13 @@ static tfm_status check_sparsity(const tfm_attention_config *c)
     if (c->sparsity == TFM_SPARSE_BIGBIRD) {
         if (c->block_size < 1)
             return bad("block_size", c->block_size, "must be at least 1");
-        if (c->n_random_blocks < 0)
-            return bad("n_random_blocks", c->n_random_blocks, "is negative");
+        /* Each random draw is tested for every key block a query row
+         * meets, so the count bounds the kernel's time: a config (or a
+         * model file's metadata) must not make it unbounded. */
+        if (c->n_random_blocks < 0 ||
+            c->n_random_blocks > TFM__MAX_RANDOM_BLOCKS)
+            return bad("n_random_blocks", c->n_random_blocks,
+                       "is out of range (0 .. 4096)");
     }
     return TFM_OK;
 }

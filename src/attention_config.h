@@ -5,6 +5,9 @@
 
 #include "transformer/variants.h"
 
+/* Most random blocks per query block BigBird may draw (variants.h). */
+#define TFM__MAX_RANDOM_BLOCKS 4096
+
 /* Copies pub (NULL = the defaults) into *out, reading only
  * pub->struct_size bytes and taking defaults for the rest; out->struct_size
  * becomes sizeof *out.  Fails with TFM_ERR_INVALID_ARGUMENT when

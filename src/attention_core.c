@@ -23,6 +23,7 @@
  * only for the queries that may see them.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention_core.h"
@@ -181,6 +182,10 @@ static int32_t t5_bucket(int64_t d, int64_t num_buckets, int64_t max_distance,
     float x = logf((float)n / (float)max_exact) /
               (float)log((double)max_distance / (double)max_exact) *
               (float)(nb - max_exact);
+    /* x >= nb (or NaN) would also overflow the conversion: the last
+     * bucket. */
+    if (!(x < (float)nb))
+        return (int32_t)(ret + nb - 1);
     int64_t large = max_exact + (int64_t)x;
     return (int32_t)(ret + (large < nb - 1 ? large : nb - 1));
 }
@@ -243,12 +248,43 @@ static void add_range(int64_t *rg, int64_t *cnt, int64_t lo, int64_t hi,
     }
 }
 
-/* Most ranges key_ranges can produce for blocks of `rows` query rows. */
+/* Key blocks of BigBird in keys [0, n). */
+static int64_t key_blocks(const tfm__sparse *sp, int64_t n)
+{
+    return n > 0 ? (n - 1) / sp->block_size + 1 : 0;
+}
+
+/* Whether the random draws of query blocks a0 .. a1 are more than the key
+ * blocks of [0, n): key_ranges then takes every key instead (a superset),
+ * so that the number of ranges never exceeds the number of key blocks. */
+static int many_draws(const tfm__sparse *sp, int64_t a0, int64_t a1,
+                      int64_t n)
+{
+    const int64_t nr = sp->n_random_blocks;
+    return nr > 0 && a1 - a0 + 1 > key_blocks(sp, n) / nr;
+}
+
+/* Most ranges key_ranges can produce for blocks of `rows` query rows:
+ * the global keys, the window, and at most one per random draw of the
+ * (rows - 1) / block_size + 2 query blocks, never more than the key
+ * blocks (many_draws). */
 static int64_t range_cap(const tfm__attention_job *j, int64_t rows)
 {
     if (!j->sparse || j->sparse->kind != TFM_SPARSE_BIGBIRD)
         return 2;
-    return 2 + (rows / j->sparse->block_size + 2) * j->sparse->n_random_blocks;
+    const tfm__sparse *sp = j->sparse;
+    const int64_t blocks = rows / sp->block_size + 2;
+    const int64_t kb = key_blocks(sp, j->S);
+    return 2 + (sp->n_random_blocks > 0 && blocks > kb / sp->n_random_blocks
+                    ? kb
+                    : blocks * sp->n_random_blocks);
+}
+
+/* qsort order of ranges (lo, hi) by lo. */
+static int range_order(const void *x, const void *y)
+{
+    const int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
 }
 
 /* The keys (within [0, n)) that query rows i0 .. i0+r-1 may see under the
@@ -272,6 +308,10 @@ static int64_t key_ranges(const head_view *a, int64_t i0, int64_t r,
             add_range(rg, &cnt, 0, n, n);
             return cnt;
         }
+        if (many_draws(sp, a0, a1, n)) {
+            add_range(rg, &cnt, 0, n, n);
+            return cnt;
+        }
         add_range(rg, &cnt, 0, g * bs, n);
         add_range(rg, &cnt, (a0 - sp->window) * bs, (a1 + sp->window + 1) * bs,
                   n);
@@ -292,13 +332,9 @@ static int64_t key_ranges(const head_view *a, int64_t i0, int64_t r,
         add_range(rg, &cnt, 0, g, n);
         add_range(rg, &cnt, P0 - span, P1 + span + 1, n);
     }
-    /* Sort by start (few ranges: insertion sort), then merge overlaps. */
-    for (int64_t x = 1; x < cnt; x++)
-        for (int64_t y = x; y > 0 && rg[2 * y] < rg[2 * y - 2]; y--) {
-            int64_t lo = rg[2 * y], hi = rg[2 * y + 1];
-            rg[2 * y] = rg[2 * y - 2], rg[2 * y + 1] = rg[2 * y - 1];
-            rg[2 * y - 2] = lo, rg[2 * y - 1] = hi;
-        }
+    /* Sort by start (up to one range per key block: qsort, not a
+     * quadratic sort), then merge overlaps. */
+    qsort(rg, (size_t)cnt, 2 * sizeof *rg, range_order);
     int64_t m = 0;
     for (int64_t x = 0; x < cnt; x++) {
         if (m > 0 && rg[2 * x] <= rg[2 * m - 1]) {
@@ -822,8 +858,48 @@ static void run_items(void *arg, int64_t begin, int64_t end, int slot)
     }
 }
 
-tfm_status tfm__attention_run(const tfm__attention_job *job)
+/* The job's sparse pattern with its sizes clamped to the run's positions,
+ * as an equivalent pattern: no visible set changes, and the kernel's
+ * position arithmetic (window * dilation, (block + window) * block_size,
+ * n_global * block_size, p + span) stays far from overflow however large
+ * the config's values are (they may be up to INT64_MAX).  Every distance
+ * |p - j| and position |p|, |j| of the run is below D. */
+static tfm__sparse clamp_sparse(const tfm__attention_job *j)
 {
+    tfm__sparse sp = *j->sparse;
+    const int64_t D =
+        (j->q_pos0 < 0 ? -j->q_pos0 : j->q_pos0) + j->L + j->S;
+    if (sp.kind == TFM_SPARSE_BIGBIRD) {
+        /* Blocks of D or more positions: every position in block 0. */
+        if (sp.block_size > D)
+            sp.block_size = D;
+        /* Above any |block| and any distance between two blocks. */
+        const int64_t blocks = 2 * (D / sp.block_size + 1);
+        sp.window = sp.window < blocks ? sp.window : blocks;
+        sp.n_global = sp.n_global < blocks ? sp.n_global : blocks;
+    } else if (sp.kind == TFM_SPARSE_SLIDING_WINDOW ||
+               sp.kind == TFM_SPARSE_DILATED) {
+        int64_t dil = sp.kind == TFM_SPARSE_DILATED ? sp.dilation : 1;
+        /* A dilation beyond D leaves distance 0 only, as D + 1 does. */
+        if (dil > D)
+            dil = sp.dilation = D + 1;
+        /* window * dil > D lets every distance within the window test. */
+        const int64_t w = D / dil + 1;
+        sp.window = sp.window < w ? sp.window : w;
+        sp.n_global = sp.n_global < D ? sp.n_global : D;
+    }
+    return sp;
+}
+
+tfm_status tfm__attention_run(const tfm__attention_job *in)
+{
+    tfm__attention_job clamped = *in;
+    tfm__sparse sparse;
+    if (in->sparse) {
+        sparse = clamp_sparse(in);
+        clamped.sparse = &sparse;
+    }
+    const tfm__attention_job *job = &clamped;
     const int slots = tfm__parallel_slots();
     run_shared sh = { .job = job, .H_kv = job->H / group_of(job) };
     sh.offset = job->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT

@@ -10,6 +10,7 @@
 #include "attention_config.h"
 #include "error.h"
 #include "checkpoint.h"
+#include "mha.h"
 #include "model_impl.h"
 #include "tensor_impl.h"
 #include "transformer/safetensors.h"
@@ -427,6 +428,27 @@ static tfm_status check_config_against_tensors(const tfm_safetensors *f,
                            : expect_layers(f, "layers.", c->n_layers, c, o);
 }
 
+/* The learned parameters a forward pass checks (variant.h: temperatures
+ * finite and > 0) hold valid values in every block: a file whose model
+ * would load but then refuse every forward pass is malformed
+ * (TFM_ERR_FORMAT, naming the tensor). */
+static tfm_status check_variant_params(const tfm_module *model)
+{
+    const tfm__model *m = (const tfm__model *)model;
+    const tfm__stack *s = m->stack;
+    for (int64_t i = 0; s && i < s->n_layers; i++) {
+        const tfm__encoder_layer *l = (const tfm__encoder_layer *)s->layers[i];
+        if (tfm__variant_check_params(&l->self_attn->var) != TFM_OK) {
+            char why[160];
+            snprintf(why, sizeof why, "%s", tfm_last_error());
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "tensor \"layers.%lld.self_attn.temperature\": "
+                             "%s", (long long)i, why);
+        }
+    }
+    return TFM_OK;
+}
+
 tfm_status tfm_model_load(const char *path, tfm_module **out)
 {
     if (!path || !out)
@@ -440,8 +462,9 @@ tfm_status tfm_model_load(const char *path, tfm_module **out)
     if (!st && (st = read_config(f, &c, &o)) == TFM_OK &&
         (st = tfm__model_config_check(&c, &o)) == TFM_OK &&
         (st = check_config_against_tensors(f, &c, &o)) == TFM_OK &&
-        (st = tfm_model_create_ex(&c, &o, &model)) == TFM_OK)
-        st = tfm__load_parameters(model, f, "", 1);
+        (st = tfm_model_create_ex(&c, &o, &model)) == TFM_OK &&
+        (st = tfm__load_parameters(model, f, "", 1)) == TFM_OK)
+        st = check_variant_params(model);
     tfm_safetensors_close(f);
     if (st != TFM_OK) {
         tfm_module_free(model);

@@ -63,8 +63,10 @@ void tfm__variant_param_specs(tfm__variant *v, tfm__param_spec *specs,
     default:
         break;
     }
-    const int64_t n_rel = 2 * v->max_distance + 1;
     if (v->config.relative == TFM_RELATIVE_SHAW) {
+        /* max_distance <= INT32_MAX / 2 (attention_config.c); T5's may be
+         * anything up to INT64_MAX, so this is computed for Shaw only. */
+        const int64_t n_rel = 2 * v->max_distance + 1;
         specs[(*n)++] = (tfm__param_spec){ "relative_key.weight", 2,
                                            { n_rel, dk }, &v->relative_key };
         if (v->config.relative_values)

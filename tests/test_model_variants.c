@@ -474,6 +474,59 @@ static void malformed_metadata(void **s)
                      TFM_OK);
 }
 
+/* A learned temperature <= 0, non-finite-reciprocal or tiny in a file: the
+ * loader used to accept it and every forward pass then failed (found by
+ * fuzz_model_load, whose promise is that a loaded model runs).  Now
+ * TFM_ERR_FORMAT naming the tensor, *out untouched. */
+static void temperature_in_file_refused(void **s)
+{
+    (void)s;
+    static const float bad[] = { 0.0f, -1.0f, -6.5e-17f, 1e-39f };
+    char src[512];
+    snprintf(src, sizeof src, "%s/learned_temperature.safetensors",
+             variants_dir);
+    for (size_t b = 0; b < sizeof bad / sizeof *bad; b++) {
+        char path[] = "/tmp/tfm_variant_temp_XXXXXX";
+        tfm_safetensors *f = NULL;
+        tfm_safetensors_writer *w = NULL;
+        assert_int_equal(tfm_safetensors_open(src, &f), TFM_OK);
+        assert_int_equal(tfm_safetensors_writer_create(&w), TFM_OK);
+        int replaced = 0;
+        for (int64_t i = 0; i < tfm_safetensors_count(f); i++) {
+            const char *tn = tfm_safetensors_name(f, i);
+            tfm_tensor *t = NULL;
+            assert_int_equal(tfm_safetensors_read(f, tn, &t), TFM_OK);
+            if (strcmp(tn, "layers.1.self_attn.temperature") == 0) {
+                tfm_tensor_data(t)[tfm_tensor_numel(t) - 1] = bad[b];
+                replaced = 1;
+            }
+            assert_int_equal(tfm_safetensors_writer_add(w, tn, t), TFM_OK);
+            tfm_tensor_free(t);
+        }
+        assert_true(replaced);
+        for (int64_t i = 0; i < tfm_safetensors_metadata_count(f); i++) {
+            const char *k = tfm_safetensors_metadata_key(f, i);
+            assert_int_equal(tfm_safetensors_writer_set_metadata(
+                                 w, k, tfm_safetensors_metadata(f, k)),
+                             TFM_OK);
+        }
+        tfm_safetensors_close(f);
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        close(fd);
+        assert_int_equal(tfm_safetensors_writer_save(w, path), TFM_OK);
+        tfm_safetensors_writer_free(w);
+        tfm_module *m = SENTINEL_MODULE;
+        tfm_status st = tfm_model_load(path, &m);
+        unlink(path);
+        if (st != TFM_ERR_FORMAT ||
+            !strstr(tfm_last_error(), "layers.1.self_attn.temperature"))
+            fail_msg("temperature %g: status %d, message \"%s\"",
+                     (double)bad[b], (int)st, tfm_last_error());
+        assert_ptr_equal(m, SENTINEL_MODULE);
+    }
+}
+
 /* ---- default options: files as before ---------------------------------------- */
 
 /* Saves model and checks that the file's metadata keys are those of the
@@ -830,6 +883,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(variants_round_trip),
         cmocka_unit_test(variants_generate_sliding),
         cmocka_unit_test(malformed_metadata),
+        cmocka_unit_test(temperature_in_file_refused),
         cmocka_unit_test(default_options_unchanged),
         cmocka_unit_test(create_ex_options),
         cmocka_unit_test(create_ex_errors),

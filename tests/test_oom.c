@@ -366,6 +366,101 @@ static tfm_status create_model(const create_ctx *c, tfm_module **out)
     return tfm_model_create(&c->model, out);
 }
 
+/* ---- attention variants (variants.h) */
+
+/* T5 buckets with a BigBird pattern (global, window, random blocks). */
+static tfm_attention_config t5_bigbird(void)
+{
+    tfm_attention_config a;
+    tfm_attention_config_init(&a);
+    a.relative = TFM_RELATIVE_T5;
+    a.num_buckets = 8;
+    a.max_distance = 6;
+    a.sparsity = TFM_SPARSE_BIGBIRD;
+    a.block_size = 2;
+    a.n_global = 1;
+    a.n_random_blocks = 2;
+    a.seed = 3;
+    return a;
+}
+
+/* Shaw on keys and values, with a learned temperature. */
+static tfm_attention_config shaw_values(void)
+{
+    tfm_attention_config a;
+    tfm_attention_config_init(&a);
+    a.score = TFM_SCORE_LEARNED_TEMPERATURE;
+    a.relative = TFM_RELATIVE_SHAW;
+    a.max_distance = 2;
+    a.relative_values = 1;
+    return a;
+}
+
+/* Grouped-query attention (2 key/value heads of 4) with RoPE, ALiBi and a
+ * sliding window. */
+static tfm_attention_config gqa_rope(void)
+{
+    tfm_attention_config a;
+    tfm_attention_config_init(&a);
+    a.n_kv_heads = 2;
+    a.rope = TFM_ROPE_HALF;
+    a.relative = TFM_RELATIVE_ALIBI;
+    a.sparsity = TFM_SPARSE_SLIDING_WINDOW;
+    a.window = 2;
+    return a;
+}
+
+static tfm_status create_attention_t5_bigbird(const create_ctx *c,
+                                              tfm_module **out)
+{
+    (void)c;
+    const tfm_attention_config a = t5_bigbird();
+    return tfm_attention_create(4, 3, 2, &a, out);
+}
+
+static tfm_status create_attention_shaw(const create_ctx *c, tfm_module **out)
+{
+    (void)c;
+    const tfm_attention_config a = shaw_values();
+    return tfm_attention_create(4, 3, 2, &a, out);
+}
+
+static tfm_status create_mha_gqa(const create_ctx *c, tfm_module **out)
+{
+    (void)c;
+    const tfm_attention_config a = gqa_rope();
+    return tfm_mha_create_ex(8, 4, 0, 0, 1, &a, out);
+}
+
+static tfm_status create_model_variant(const create_ctx *c, tfm_module **out)
+{
+    tfm_model_options o;
+    tfm_model_options_init(&o);
+    o.attention = gqa_rope();
+    return tfm_model_create_ex(&c->model, &o, out);
+}
+
+/* A decoder-only model (context 6, vocab 11) with the GQA/RoPE/ALiBi/
+ * window variant and no position table. */
+static tfm_module *variant_model(uint32_t seed)
+{
+    tfm_model_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.architecture = TFM_ARCH_DECODER_ONLY;
+    mc.layer = small_config(0);
+    mc.layer.n_heads = 4;
+    mc.vocab_size = 11;
+    mc.n_layers = 2;
+    mc.context_length = 6;
+    mc.positional = TFM_POSITIONAL_NONE;
+    mc.tied_embeddings = 1;
+    tfm_module *m = NULL;
+    const create_ctx c = { .model = mc };
+    assert_int_equal(create_model_variant(&c, &m), TFM_OK);
+    randomize(m, seed);
+    return m;
+}
+
 static void create_setup(void *p)
 {
     ((create_ctx *)p)->out = BAD_HANDLE;
@@ -421,6 +516,12 @@ static void test_create_layers(void **state)
     check_create("tfm_transformer_create (2+2 layers)", create_transformer,
                  NULL);
     check_create("tfm_embedding_create", create_embedding, NULL);
+    check_create("tfm_attention_create (T5, BigBird)",
+                 create_attention_t5_bigbird, NULL);
+    check_create("tfm_attention_create (Shaw values, temp.)",
+                 create_attention_shaw, NULL);
+    check_create("tfm_mha_create_ex (GQA, RoPE, ALiBi, window)",
+                 create_mha_gqa, NULL);
 }
 
 static void test_create_models(void **state)
@@ -433,6 +534,11 @@ static void test_create_models(void **state)
                  &dec);
     check_create("tfm_model_create (encoder-only)", create_model, &enc);
     check_create("tfm_model_create (encoder-decoder)", create_model, &s2s);
+    tfm_model_config var = dec;
+    var.layer.n_heads = 4;
+    var.positional = TFM_POSITIONAL_NONE;
+    check_create("tfm_model_create_ex (GQA, RoPE, window)",
+                 create_model_variant, &var);
 }
 
 /* ---- small objects: tensors, caches, tokenizers, writers ---------------- */
@@ -1153,6 +1259,12 @@ static tfm_status call_mha(fwd_ctx *c)
                            c->out[0], c->out[1]);
 }
 
+static tfm_status call_attention(fwd_ctx *c)
+{
+    return tfm_attention_forward(c->module, c->in[0], c->in[1], c->in[2],
+                                 &c->masks, c->out[0], c->out[1]);
+}
+
 static tfm_status call_sdpa(fwd_ctx *c)
 {
     return tfm_sdpa(c->in[0], c->in[1], c->in[2], &c->masks, 0.0f, c->out[0],
@@ -1278,6 +1390,57 @@ static void test_forward_attention(void **state)
     c.n_out = 2;
     c.call = call_sdpa;
     fwd_check("tfm_sdpa", &c);
+
+    /* Attention variants, functional form: T5 + BigBird, and Shaw values
+     * with a learned temperature, each with and without the weights (the
+     * kernel's two paths), with padding and the causal mask; then GQA with
+     * RoPE, ALiBi and a window through multi-head attention. */
+    for (int v = 0; v < 4; v++) {
+        const tfm_attention_config a = v < 2 ? t5_bigbird() : shaw_values();
+        assert_int_equal(tfm_attention_create(4, 3, 2, &a, &c.module),
+                         TFM_OK);
+        randomize(c.module, 15 + v);
+        if (v >= 2) {   /* temperatures > 0 */
+            tfm_tensor *t = tensor(1, 2, 1, 1, 1);
+            tfm_tensor_data(t)[0] = 1.5f, tfm_tensor_data(t)[1] = 0.75f;
+            assert_int_equal(tfm_module_set_parameter(c.module,
+                                                      "temperature", t),
+                             TFM_OK);
+            tfm_tensor_free(t);
+        }
+        lcg_state = 16 + v;
+        c.in[0] = random_tensor(4, 2, 2, 5, 4);
+        c.in[1] = random_tensor(4, 2, 2, 7, 4);
+        c.in[2] = random_tensor(4, 2, 2, 7, 3);
+        c.in[3] = padding(7);
+        c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_BOTTOM_RIGHT,
+                                         .key_padding_mask = c.in[3] };
+        c.out[0] = tensor(4, 2, 2, 5, 3);
+        c.out[1] = v % 2 ? tensor(4, 2, 2, 5, 7) : NULL;
+        c.n_out = v % 2 ? 2 : 1;
+        c.call = call_attention;
+        static const char *const names[] = {
+            "tfm_attention_forward (T5, BigBird)",
+            "tfm_attention_forward (T5, BigBird, weights)",
+            "tfm_attention_forward (Shaw, temperature)",
+            "tfm_attention_forward (Shaw, temp., weights)",
+        };
+        fwd_check(names[v], &c);
+    }
+
+    const tfm_attention_config g = gqa_rope();
+    assert_int_equal(tfm_mha_create_ex(8, 4, 0, 0, 1, &g, &c.module), TFM_OK);
+    randomize(c.module, 19);
+    lcg_state = 20;
+    c.in[0] = random_tensor(3, 2, 5, 8, 1);
+    c.in[1] = clone(c.in[0]);
+    c.in[2] = clone(c.in[0]);
+    c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_TOP_LEFT };
+    c.out[0] = tensor(3, 2, 5, 8, 1);
+    c.out[1] = tensor(4, 2, 4, 5, 5);
+    c.n_out = 2;
+    c.call = call_mha;
+    fwd_check("tfm_mha_forward (GQA, RoPE, ALiBi, window)", &c);
 }
 
 static void test_forward_layers(void **state)
@@ -1654,6 +1817,16 @@ static void test_kv_cache(void **state)
     c.n_prefill = 3;
     c.n_step = 1;
     kv_check("tfm_kv_cache_decode (one step)", &c);
+    tfm_module_free(c.model);
+
+    /* The same with the GQA / RoPE / ALiBi / window variant. */
+    c.model = variant_model(41);
+    c.n_prefill = 0;
+    c.n_step = 3;
+    kv_check("tfm_kv_cache_decode (variant, prefill 3)", &c);
+    c.n_prefill = 3;
+    c.n_step = 1;
+    kv_check("tfm_kv_cache_decode (variant, one step)", &c);
     tfm_module_free(c.model);
 }
 

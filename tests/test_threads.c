@@ -410,6 +410,106 @@ static void test_threads_share_modules(void **state)
            "single-threaded one\n", THREADS, calls);
 }
 
+/* ---- the library's pool size: 1, 2 and 8 threads ---------------------- */
+
+/* One attention variant over enough rows and heads for the pool to split
+ * the kernel's items (batch element, head, block of 128 query rows). */
+static void variant_outputs(const tfm_attention_config *a, int64_t H,
+                            int64_t Hkv, int64_t L, int64_t S, int with_w,
+                            tfm_tensor **out, tfm_tensor **w)
+{
+    const int64_t dk = 8;
+    tfm_module *m = NULL;
+    assert_int_equal(tfm_attention_create(dk, dk, H, a, &m), TFM_OK);
+    randomize(m, 60);
+    lcg_state = 61;
+    const int64_t qs[4] = { 2, H, L, dk }, ks[4] = { 2, Hkv, S, dk };
+    tfm_tensor *q = NULL, *k = NULL, *v = NULL, *pad = NULL;
+    assert_int_equal(tfm_tensor_create(4, qs, &q), TFM_OK);
+    assert_int_equal(tfm_tensor_create(4, ks, &k), TFM_OK);
+    assert_int_equal(tfm_tensor_create(4, ks, &v), TFM_OK);
+    for (int64_t i = 0; i < tfm_tensor_numel(q); i++)
+        tfm_tensor_data(q)[i] = next_value();
+    for (int64_t i = 0; i < tfm_tensor_numel(k); i++) {
+        tfm_tensor_data(k)[i] = next_value();
+        tfm_tensor_data(v)[i] = next_value();
+    }
+    pad = tensor(2, 2, S, 1, 1);
+    tfm_tensor_data(pad)[2 * S - 1] = 1.0f;     /* last key of batch 1 */
+    tfm_tensor_data(pad)[S + 3] = 1.0f;
+    const tfm_attention_masks masks = { .causal = TFM_CAUSAL_BOTTOM_RIGHT,
+                                        .key_padding_mask = pad };
+    const int64_t os[4] = { 2, H, L, dk }, ws[4] = { 2, H, L, S };
+    assert_int_equal(tfm_tensor_create(4, os, out), TFM_OK);
+    *w = NULL;
+    if (with_w)
+        assert_int_equal(tfm_tensor_create(4, ws, w), TFM_OK);
+    assert_int_equal(tfm_attention_forward(m, q, k, v, &masks, *out, *w),
+                     TFM_OK);
+    tfm_tensor *all[] = { q, k, v, pad };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tfm_tensor_free(all[i]);
+    tfm_module_free(m);
+}
+
+/* Sparse patterns with relative terms give the same bits whatever the
+ * size of the library's pool: each item of the kernel is computed by one
+ * thread in a fixed order, so the split must not show in the results. */
+static void test_pool_sizes_variants(void **state)
+{
+    (void)state;
+    const int saved = tfm_get_num_threads();
+    tfm_attention_config a[3];
+    for (int i = 0; i < 3; i++)
+        tfm_attention_config_init(&a[i]);
+    /* BigBird (global, window, random blocks) with T5 buckets. */
+    a[0].sparsity = TFM_SPARSE_BIGBIRD;
+    a[0].block_size = 16;
+    a[0].window = 1;
+    a[0].n_global = 1;
+    a[0].n_random_blocks = 3;
+    a[0].seed = 99;
+    a[0].relative = TFM_RELATIVE_T5;
+    /* A sliding window with global tokens and Shaw on keys and values. */
+    a[1].sparsity = TFM_SPARSE_SLIDING_WINDOW;
+    a[1].window = 40;
+    a[1].n_global = 2;
+    a[1].relative = TFM_RELATIVE_SHAW;
+    a[1].max_distance = 8;
+    a[1].relative_values = 1;
+    /* GQA with RoPE, ALiBi and a dilated window. */
+    a[2].n_kv_heads = 2;
+    a[2].rope = TFM_ROPE_ADJACENT;
+    a[2].relative = TFM_RELATIVE_ALIBI;
+    a[2].sparsity = TFM_SPARSE_DILATED;
+    a[2].window = 20;
+    a[2].dilation = 3;
+    static const int counts[] = { 1, 2, 8 };
+    for (int v = 0; v < 3; v++)
+        for (int with_w = 0; with_w < 2; with_w++) {
+            tfm_tensor *ref_out = NULL, *ref_w = NULL;
+            for (int c = 0; c < 3; c++) {
+                tfm_set_num_threads(counts[c]);
+                tfm_tensor *out = NULL, *w = NULL;
+                variant_outputs(&a[v], 4, v == 2 ? 2 : 4, 300, 340, with_w,
+                                &out, &w);
+                if (!ref_out) {
+                    ref_out = out;
+                    ref_w = w;
+                    continue;
+                }
+                if (!same(out, ref_out) || (w && !same(w, ref_w)))
+                    fail_msg("variant %d (weights %s): %d threads differ "
+                             "from 1", v, with_w ? "on" : "off", counts[c]);
+                tfm_tensor_free(out);
+                tfm_tensor_free(w);
+            }
+            tfm_tensor_free(ref_out);
+            tfm_tensor_free(ref_w);
+        }
+    tfm_set_num_threads(saved);
+}
+
 int main(void)
 {
     const char *r = getenv("TFM_THREADS_ROUNDS");
@@ -417,6 +517,7 @@ int main(void)
         rounds = atoi(r);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_share_modules),
+        cmocka_unit_test(test_pool_sizes_variants),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -35,9 +35,11 @@
 %module transformer_core
 
 %{
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <transformer/transformer.h>
 
@@ -450,7 +452,18 @@ static void tfml_read_attention_config(lua_State *L, int idx,
         lua_pop(L, 1);                                                      \
     }
     TFML_ENUM_FIELD(score, tfml_scores, tfm_score)
-    TFML_NUMBER_FIELD(scale, float)
+    /* scale is a C float: converting a finite double beyond its range is
+     * undefined behaviour, so it is refused here. */
+    if (tfml_field(L, idx, "scale")) {
+        double v = tfml_tonumber(L, -1, "scale");
+        if (isfinite(v) && fabs(v) > FLT_MAX) {
+            char buf[32];   /* luaL_error has no %g */
+            snprintf(buf, sizeof buf, "%g", v);
+            luaL_error(L, "scale = %s is out of the float range", buf);
+        }
+        c->scale = (float)v;
+        lua_pop(L, 1);
+    }
     TFML_INT_FIELD(additive_dim, int64_t)
     TFML_INT_FIELD(n_kv_heads, int64_t)
     TFML_ENUM_FIELD(rope, tfml_ropes, tfm_rope)

@@ -143,7 +143,8 @@ TFM_API tfm_status tfm_model_get_config(const tfm_module *model,
  * shape, and the file must hold no other tensor.
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_FORMAT (malformed
  * file, missing or invalid configuration key, missing or extra tensor,
- * wrong shape), TFM_ERR_UNSUPPORTED, TFM_ERR_NON_FINITE,
+ * wrong shape, a learned attention temperature that is not > 0 so that no
+ * forward pass could run), TFM_ERR_UNSUPPORTED, TFM_ERR_NON_FINITE,
  * TFM_ERR_OUT_OF_MEMORY; and those of tfm_model_create.  *out is freed with
  * tfm_module_free. */
 TFM_API tfm_status tfm_model_load(const char *path, tfm_module **out);

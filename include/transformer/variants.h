@@ -175,7 +175,7 @@ typedef struct tfm_attention_config {
      * mask).  Allowed with SLIDING, DILATED and BIGBIRD. */
     int64_t n_global;
     int64_t block_size;       /* BIGBIRD: >= 1 */
-    int64_t n_random_blocks;  /* BIGBIRD: >= 0 */
+    int64_t n_random_blocks;  /* BIGBIRD: 0 .. 4096 */
     uint64_t seed;            /* BIGBIRD: random blocks */
 } tfm_attention_config;
 
@@ -192,7 +192,8 @@ TFM_API void tfm_attention_config_init(tfm_attention_config *config);
  * Errors: TFM_ERR_NULL_ARGUMENT (out), TFM_ERR_INVALID_ARGUMENT (a size
  * < 1, an unknown enum value, n_kv_heads not dividing n_heads, odd
  * rope_dims or rope_dims > d_k, Shaw without max_distance >= 1, window,
- * dilation, block_size or n_global out of range, n_global without a
+ * dilation, block_size, n_global or n_random_blocks (at most 4096) out
+ * of range, n_global without a
  * sparse pattern, Shaw with the GENERAL or ADDITIVE score (its term needs
  * the untransformed query), T5 with fewer than 2 buckets (4 when
  * bidirectional) or a max_distance not beyond the exact buckets, a

@@ -341,6 +341,86 @@ def model_corpus(rng):
         out["meta_" + name] = model_file(rng, dec, vocab="abcde", meta_edit=setter(key, value))
     out["meta_arch_swap"] = model_file(rng, dec, vocab="abcde",
                                        meta_edit=setter("tfm.architecture", "encoder_decoder"))
+    out.update(variant_corpus(rng))
+    return out
+
+
+def variant_model(rng, att, kv_heads=None, extra=(), ctx=6, positional="none"):
+    """A tiny decoder-only model (d_model 4, 2 heads of 2) whose attention
+    variant is the "tfm.attention.*" metadata att, with the key/value rows
+    of kv_heads heads and the variant's own tensors extra (suffix, shape)
+    in every layer (variants.h)."""
+    cfg = tiny("decoder_only", context_length=ctx, positional=positional, n_layers=2)
+    d = cfg["d_model"]
+    rows = d + 2 * (kv_heads or cfg["n_heads"]) * (d // cfg["n_heads"])
+
+    def edit(t):
+        for x in t:
+            if x[0].endswith("self_attn.in_proj_weight"):
+                x[2] = [rows, d]
+            elif x[0].endswith("self_attn.in_proj_bias"):
+                x[2] = [rows]
+            else:
+                continue
+            x[3] = values(rng, numel(x[2]))
+        for i in range(cfg["n_layers"]):
+            for suffix, shape, fill in extra:
+                vals = [fill] * numel(shape) if fill is not None else values(rng, numel(shape))
+                t.append(["layers.%d.self_attn.%s" % (i, suffix), "F32", shape, vals])
+        return t
+
+    def meta(m):
+        m.update(att)
+
+    return model_file(rng, cfg, vocab="abcde", edit=edit, meta_edit=meta)
+
+
+def variant_corpus(rng):
+    """Attention variants (docs/VARIANTS.md): one valid model of each kind,
+    and hostile "tfm.attention.*" values that the loader must refuse or
+    that must run without overflow (huge windows are all keys)."""
+    A = "tfm.attention."
+    big = "9223372036854775807"
+    out = {}
+    out["variant_gqa_rope_window"] = variant_model(
+        rng, {A + "n_kv_heads": "1", A + "rope": "half", A + "rope_base": "500",
+              A + "sparsity": "sliding_window", A + "window": "2"}, kv_heads=1)
+    out["variant_t5_bigbird"] = variant_model(
+        rng, {A + "relative": "t5", A + "num_buckets": "8", A + "max_distance": "6",
+              A + "bidirectional": "false", A + "sparsity": "bigbird",
+              A + "block_size": "2", A + "n_random_blocks": "2", A + "n_global": "1",
+              A + "seed": "18446744073709551615"},
+        extra=[("relative_attention_bias.weight", [8, 2], None)])
+    out["variant_shaw_temperature"] = variant_model(
+        rng, {A + "score": "learned_temperature", A + "relative": "shaw",
+              A + "max_distance": "2", A + "relative_values": "true"},
+        extra=[("temperature", [2], 1.5), ("relative_key.weight", [5, 2], None),
+               ("relative_value.weight", [5, 2], None)])
+    out["variant_alibi_dilated_global"] = variant_model(
+        rng, {A + "relative": "alibi", A + "sparsity": "dilated", A + "window": "2",
+              A + "dilation": "2", A + "n_global": "1", A + "rope": "adjacent"})
+    out["variant_additive_mqa"] = variant_model(
+        rng, {A + "score": "additive", A + "additive_dim": "3", A + "n_kv_heads": "1"},
+        kv_heads=1, extra=[("additive_query", [2, 3, 2], None),
+                           ("additive_key", [2, 3, 2], None), ("additive_v", [2, 3], None)])
+    out["variant_general_sinusoidal"] = variant_model(
+        rng, {A + "score": "general", A + "scale": "0.5", "tfm.positional_base": "100"},
+        extra=[("score_weight", [2, 2, 2], None)], positional="sinusoidal_concat")
+    # Huge sizes: valid, and every key visible.
+    out["variant_huge_windows"] = variant_model(
+        rng, {A + "sparsity": "bigbird", A + "block_size": big, A + "window": big,
+              A + "n_global": big, A + "n_random_blocks": "4096",
+              A + "relative": "t5", A + "max_distance": big},
+        extra=[("relative_attention_bias.weight", [32, 2], None)])
+    out["variant_huge_dilation"] = variant_model(
+        rng, {A + "sparsity": "dilated", A + "window": big, A + "dilation": "1"})
+    # Refused: too many random blocks, and Shaw's table bigger than the file.
+    out["variant_bad_random_blocks"] = variant_model(
+        rng, {A + "sparsity": "bigbird", A + "block_size": "1",
+              A + "n_random_blocks": "1000000000000"})
+    out["variant_bad_shaw_distance"] = variant_model(
+        rng, {A + "relative": "shaw", A + "max_distance": "1000000000"},
+        extra=[("relative_key.weight", [5, 2], None)])
     return out
 
 

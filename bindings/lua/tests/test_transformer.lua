@@ -1031,6 +1031,18 @@ test("attention variant errors", function()
   end
   raises(function() T.Attention(4, 2):forward(V.gqa.q, V.gqa.k, V.gqa.v, { is_causal = "upper" }) end,
          "is_causal must be")
+  -- a scale beyond the float range (its conversion to float was undefined
+  -- behaviour, seen as "scale = inf"), and too many random blocks
+  raises(function() T.Attention{ head_dim = 4, num_heads = 2, scale = 1e39 } end,
+         "scale = 1e+39 is out of the float range", true)
+  raises(function()
+    T.Model{ vocab_size = 5, d_model = 8, n_heads = 2, context_length = 4,
+             attention = { scale = -1e39 } }
+  end, "out of the float range", true)
+  raises_lib(function()
+    T.Attention{ head_dim = 4, num_heads = 2, sparsity = "bigbird", block_size = 1,
+                 n_random_blocks = 4097 }
+  end)
 end)
 
 test("learned temperature <= 0 fails the forward pass, output untouched", function()

@@ -636,6 +636,39 @@ def test_invalid_configs(kwargs):
     assert transformer.live_handles("module") == before
 
 
+@pytest.mark.parametrize("scale", [1e39, -1e39, 3.5e38])
+def test_scale_beyond_float_range(scale):
+    # Used to escape as SWIG's bare OverflowError ("in method
+    # 'tfm_attention_config_scale_set'"); now the library's error type.
+    before = transformer.live_handles("module")
+    with pytest.raises(transformer.InvalidArgumentError, match="float range"):
+        transformer.Attention(8, 4, scale=scale)
+    with pytest.raises(transformer.InvalidArgumentError, match="float range"):
+        transformer.Model(dict(vocab_size=5, d_model=32, n_heads=4,
+                               context_length=4, attention=dict(scale=scale)))
+    assert transformer.live_handles("module") == before
+
+
+def test_huge_sparse_sizes(rng):
+    # Sizes up to 2^63-1 are valid and mean "every key" (they overflowed
+    # the kernel's position arithmetic: a sliding window of 2^63-1 gave
+    # zeros); compared with float64 dense attention.
+    q, k, v = (rnd(rng, 1, 2, 5, 4) for _ in range(3))
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k) / 2.0
+    w = np.exp(s - s.max(-1, keepdims=True))
+    ref = (w / w.sum(-1, keepdims=True)) @ v.astype(np.float64)
+    big = 2**63 - 1
+    for kw in (dict(sparsity="sliding_window", window=big, n_global=big),
+               dict(sparsity="dilated", window=big // 2, dilation=1),
+               dict(sparsity="bigbird", block_size=big, window=big,
+                    n_global=big, n_random_blocks=4096)):
+        assert_close(transformer.Attention(4, 2, **kw)(q, k, v), ref)
+    with pytest.raises(transformer.InvalidArgumentError,
+                       match="n_random_blocks"):
+        transformer.Attention(4, 2, sparsity="bigbird", block_size=1,
+                              n_random_blocks=4097)
+
+
 def test_shape_errors(rng):
     attn = transformer.Attention(8, 4, n_kv_heads=2)
     q, k, v = qkv(rng, H=4, Hkv=4)

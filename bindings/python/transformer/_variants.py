@@ -31,11 +31,14 @@ combinations are checked by the library when the module is created
 (InvalidArgumentError with its message).
 """
 
+import math
 import operator
 
 from . import _lowlevel as _ll
 from ._core import as_float, as_int
 from ._errors import InvalidArgumentError
+
+_FLOAT32_MAX = 3.4028234663852886e38
 
 SCORES = {
     "scaled_dot": _ll.TFM_SCORE_SCALED_DOT,
@@ -109,6 +112,12 @@ def normalize(variant, who):
             out[key] = value.lower()
         elif key in _FLOATS:
             out[key] = as_float(value, key)
+            # scale is a C float: a finite value beyond its range would
+            # reach SWIG's setter as a bare OverflowError naming the setter.
+            if (key == "scale" and math.isfinite(out[key])
+                    and abs(out[key]) > _FLOAT32_MAX):
+                raise InvalidArgumentError(f"scale = {out[key]!r} is out of "
+                                           f"the float range")
         elif key in _FLAGS:
             out[key] = bool(value)
         elif key == "seed":
