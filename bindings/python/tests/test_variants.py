@@ -600,6 +600,20 @@ def test_bad_keyword_types():
         transformer.Attention(8, 2, score=2)
     with pytest.raises(TypeError, match="window"):
         transformer.Attention(8, 2, sparsity="sliding_window", window=1.5)
+    # Strings and bools are not numbers here, and only bools (or 0 / 1)
+    # are flags: bool("no") would silently be True.
+    with pytest.raises(TypeError, match="relative_values"):
+        transformer.Attention(8, 2, relative="shaw", max_distance=2,
+                              relative_values="no")
+    with pytest.raises(TypeError, match="bidirectional"):
+        transformer.Attention(8, 2, relative="t5", bidirectional=2)
+    with pytest.raises(TypeError, match="window"):
+        transformer.Attention(8, 2, sparsity="sliding_window", window=True)
+    with pytest.raises(TypeError, match="scale"):
+        transformer.Attention(8, 2, score="dot", scale="1")
+    a = transformer.Attention(8, 2, relative="shaw", max_distance=2,
+                              relative_values=1)
+    assert a.attention_config["relative_values"] is True
     with pytest.raises(TypeError, match="attention"):
         variant_model("rope")
     with pytest.raises(TypeError, match="unexpected keyword"):

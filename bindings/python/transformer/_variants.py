@@ -32,7 +32,10 @@ combinations are checked by the library when the module is created
 """
 
 import math
+import numbers
 import operator
+
+import numpy as np
 
 from . import _lowlevel as _ll
 from ._core import as_float, as_int
@@ -111,6 +114,9 @@ def normalize(variant, who):
             option(_ENUMS[key], value, key)
             out[key] = value.lower()
         elif key in _FLOATS:
+            if isinstance(value, (str, bytes, bool, np.bool_)):
+                raise TypeError(f"{key} must be a real number, not "
+                                f"{type(value).__name__}")
             out[key] = as_float(value, key)
             # scale is a C float: a finite value beyond its range would
             # reach SWIG's setter as a bare OverflowError naming the setter.
@@ -119,7 +125,18 @@ def normalize(variant, who):
                 raise InvalidArgumentError(f"scale = {out[key]!r} is out of "
                                            f"the float range")
         elif key in _FLAGS:
-            out[key] = bool(value)
+            # A bool, or the ints 0 and 1: bool("no") would be True.
+            if isinstance(value, (bool, np.bool_)):
+                out[key] = bool(value)
+            elif (isinstance(value, numbers.Integral)
+                    and int(value) in (0, 1)):
+                out[key] = bool(int(value))
+            else:
+                raise TypeError(f"{key} must be a bool, not "
+                                f"{type(value).__name__} {value!r}")
+        elif isinstance(value, (bool, np.bool_)):
+            # True is an int to operator.index, but never a size.
+            raise TypeError(f"{key} must be an int, not bool")
         elif key == "seed":
             try:
                 out[key] = operator.index(value) % 2**64
