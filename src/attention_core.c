@@ -120,7 +120,10 @@ typedef struct run_shared {
     const tfm__attention_job *job;
     int64_t H_kv;               /* key/value heads: H / group */
     int64_t offset;             /* causal: key j visible when j <= i + offset */
-    int64_t K2;                 /* Shaw: 2 * max_distance + 1, else 0 */
+    /* Shaw: the table rows the run's distances reach, shaw_lo .. shaw_lo
+     * + K2 - 1 (at most 2 * max_distance + 1, and at most L + S - 1
+     * however large max_distance is); K2 = 0 without Shaw. */
+    int64_t K2, shaw_lo;
     const int32_t *t5_bucket;   /* T5: bucket of distance d at d - d_min */
     int64_t d_min;              /* smallest distance j - p of the run */
     unsigned char *bad_flags;   /* [B * H_kv * S]: value row non-finite */
@@ -381,7 +384,7 @@ static void add_relative(const head_view *a, int64_t p, const float *qr,
     case TFM_RELATIVE_SHAW: {
         const int64_t k = rel->max_distance;
         for (int64_t j = 0; j < n; j++)
-            row[j] += qr[shaw_index(d0 + j, k)];
+            row[j] += qr[shaw_index(d0 + j, k) - a->sh->shaw_lo];
         break;
     }
     default:
@@ -532,7 +535,8 @@ static void shaw_key_terms(const head_view *a, int64_t i0, int64_t r,
     const tfm__attention_job *j = a->job;
     const int64_t K2 = a->sh->K2;
     tfm__sgemm(0, 1, r, K2, j->d_k, a->scale, a->q + i0 * j->ldq, j->ldq,
-               j->relative->shaw_k, j->d_k, 0.0f, qr, K2);
+               j->relative->shaw_k + a->sh->shaw_lo * j->d_k, j->d_k, 0.0f,
+               qr, K2);
 }
 
 /* Shaw's value term: pb[c] += the weights p[0 .. n-1] (keys j0 ..) of the
@@ -543,7 +547,7 @@ static void shaw_bucket_weights(const head_view *a, int64_t p_q,
 {
     const int64_t k = a->job->relative->max_distance;
     for (int64_t j = 0; j < n; j++)
-        pb[shaw_index(j0 + j - p_q, k)] += p[j];
+        pb[shaw_index(j0 + j - p_q, k) - a->sh->shaw_lo] += p[j];
 }
 
 static int shaw_values(const tfm__attention_job *j)
@@ -723,7 +727,8 @@ static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
         }
     }
     if (with_sv)
-        tfm__sgemm(0, 0, r, dv, K2, 1.0f, pb, K2, j->relative->shaw_v, dv,
+        tfm__sgemm(0, 0, r, dv, K2, 1.0f, pb, K2,
+                   j->relative->shaw_v + a->sh->shaw_lo * dv, dv,
                    1.0f, out, j->ldo);
     for (int64_t i = 0; i < r; i++) {
         float *o = out + i * j->ldo;
@@ -786,7 +791,8 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
     }
     tfm__sgemm(0, 0, r, dv, n, 1.0f, p, ldp, v, ldv, 0.0f, out, j->ldo);
     if (with_sv)
-        tfm__sgemm(0, 0, r, dv, K2, 1.0f, pb, K2, j->relative->shaw_v, dv,
+        tfm__sgemm(0, 0, r, dv, K2, 1.0f, pb, K2,
+                   j->relative->shaw_v + a->sh->shaw_lo * dv, dv,
                    1.0f, out, j->ldo);
 
     if (n_bad)
@@ -905,8 +911,11 @@ tfm_status tfm__attention_run(const tfm__attention_job *in)
     sh.offset = job->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT
                     ? job->S - job->L : 0;
     const tfm__relative *rel = job->relative;
-    if (rel && rel->kind == TFM_RELATIVE_SHAW)
-        sh.K2 = 2 * rel->max_distance + 1;
+    if (rel && rel->kind == TFM_RELATIVE_SHAW) {
+        const int64_t k = rel->max_distance;
+        sh.shaw_lo = shaw_index(-(job->q_pos0 + job->L - 1), k);
+        sh.K2 = shaw_index(job->S - 1 - job->q_pos0, k) - sh.shaw_lo + 1;
+    }
     /* Distances j - p of the run: from -(q_pos0 + L - 1) to S-1 - q_pos0. */
     sh.d_min = -(job->q_pos0 + job->L - 1);
     const int64_t n_dist = job->S + job->L - 1;

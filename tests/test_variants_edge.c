@@ -334,12 +334,64 @@ static void test_many_random_blocks_fast(void **state)
     tfm_module_free(m);
 }
 
+/* Shaw with a table far longer than the sequence (max_distance 1000,
+ * 2001 rows, L = S = 2): the kernel computes q . r^K only for the rows the
+ * run's distances reach.  Worked out by hand, score DOT (scale 1), H = 1,
+ * d_k = d_v = 2, q = [[1, 0], [0, 1]], k = 0, v = [[1, 0], [0, 1]],
+ * r^K(d) = [0.01 d, 0] and r^V(d) = [0, 0.001 d] (row c = d + 1000):
+ *   query 0 (position 0): logits [q0 . r^K(0), q0 . r^K(1)] = [0, 0.01],
+ *     weights [1, e^0.01] / (1 + e^0.01) = [0.4975000208, 0.5024999792],
+ *     out = w v + w_01 r^V(1) = [0.4975000208, 0.5024999792 + 0.0005025].
+ *   query 1: logits [q1 . r^K(-1), q1 . r^K(0)] = [0, 0], weights
+ *     [0.5, 0.5], out = [0.5, 0.5] + 0.5 r^V(-1) = [0.5, 0.4995]. */
+static void test_shaw_table_longer_than_sequence(void **state)
+{
+    (void)state;
+    tfm_attention_config c;
+    tfm_attention_config_init(&c);
+    c.score = TFM_SCORE_DOT;
+    c.relative = TFM_RELATIVE_SHAW;
+    c.max_distance = 1000;
+    c.relative_values = 1;
+    tfm_module *attn = NULL;
+    assert_int_equal(tfm_attention_create(2, 2, 1, &c, &attn), TFM_OK);
+    float *rk = calloc(2001 * 2, sizeof *rk), *rv = calloc(2001 * 2, sizeof *rv);
+    assert_non_null(rk);
+    assert_non_null(rv);
+    for (int64_t row = 0; row < 2001; row++) {
+        rk[row * 2] = 0.01f * (float)(row - 1000);
+        rv[row * 2 + 1] = 0.001f * (float)(row - 1000);
+    }
+    set_param(attn, "relative_key.weight", 2, (const int64_t[]){ 2001, 2 }, rk);
+    set_param(attn, "relative_value.weight", 2, (const int64_t[]){ 2001, 2 },
+              rv);
+    free(rk);
+    free(rv);
+    const float qv[] = { 1, 0, 0, 1 }, kv[] = { 0, 0, 0, 0 };
+    tfm_tensor *q = make4(1, 1, 2, 2, qv), *k = make4(1, 1, 2, 2, kv);
+    tfm_tensor *v = make4(1, 1, 2, 2, qv), *out = make4(1, 1, 2, 2, NULL);
+    tfm_tensor *w = make4(1, 1, 2, 2, NULL);
+    const double want[] = { 0.4975000208, 0.5024999792 + 0.0005024999792,
+                            0.5, 0.4995 };
+    for (int with_weights = 0; with_weights < 2; with_weights++) {
+        assert_int_equal(tfm_attention_forward(attn, q, k, v, NULL, out,
+                                               with_weights ? w : NULL),
+                         TFM_OK);
+        EXPECT_ARRAY(out, want, 1e-6, "Shaw output");
+    }
+    const double want_w[] = { 0.4975000208, 0.5024999792, 0.5, 0.5 };
+    EXPECT_ARRAY(w, want_w, 1e-6, "Shaw weights");
+    FREE_TENSORS(q, k, v, out, w);
+    tfm_module_free(attn);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_edge_cases),
         cmocka_unit_test(test_random_blocks_bound),
         cmocka_unit_test(test_many_random_blocks_fast),
+        cmocka_unit_test(test_shaw_table_longer_than_sequence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
