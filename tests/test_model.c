@@ -96,18 +96,6 @@ static void free_case(ref_case *c)
     tfm_tensor_free(c->logits);
 }
 
-/* max |a - b| / max |b| over n values. */
-static double rel_err(const float *a, const float *b, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        num = e > num || e != e ? e : num;
-        den = fabs(b[i]) > den ? fabs(b[i]) : den;
-    }
-    return num / (den > 0 ? den : 1);
-}
-
 static void check_full_forward(const char *name)
 {
     ref_case c;

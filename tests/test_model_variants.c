@@ -184,18 +184,6 @@ static void unload(loaded *c)
     free(c->ids);
 }
 
-/* max |a - b| / max |b| over n values (NaN counts as infinitely wrong). */
-static double rel_err(const float *a, const float *b, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        num = e > num || e != e ? e : num;
-        den = fabs(b[i]) > den ? fabs(b[i]) : den;
-    }
-    return num / (den > 0 ? den : 1);
-}
-
 static double worse(double a, double b) { return b > a || b != b ? b : a; }
 
 /* The full pass of the loaded model: logits [B, L, V] (caller frees). */
@@ -598,18 +586,11 @@ static void default_options_unchanged(void **s)
 
 static tfm_model_config small_config(tfm_architecture arch)
 {
-    tfm_model_config c;
-    memset(&c, 0, sizeof c);
-    c.architecture = arch;
-    c.layer = tfm_layer_config_default(16, 4);
-    c.layer.d_ff = 32;
-    c.vocab_size = 11;
-    c.n_layers = 2;
+    tfm_layer_config layer = tfm_layer_config_default(16, 4);
+    layer.d_ff = 32;
+    tfm_model_config c = tiny_model_config(arch, layer, 11, 2, 8);
     c.n_encoder_layers = 1;
     c.n_decoder_layers = 1;
-    c.context_length = 8;
-    c.positional = TFM_POSITIONAL_LEARNED;
-    c.tied_embeddings = 1;
     return c;
 }
 

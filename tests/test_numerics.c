@@ -18,63 +18,12 @@
 
 #include <transformer/transformer.h>
 
+#include "test_util.h"
+
 #define D 8
 #define H 2
 #define B 2
 #define L 5
-
-static uint32_t lcg_state;
-
-static float next_value(void)
-{
-    lcg_state = lcg_state * 1664525u + 1013904223u;
-    return (float)(lcg_state >> 8) / 16777216.0f - 0.5f;
-}
-
-static tfm_tensor *tensor(int rank, int64_t a, int64_t b, int64_t c,
-                          int64_t d)
-{
-    const int64_t shape[4] = { a, b, c, d };
-    tfm_tensor *t = NULL;
-    assert_int_equal(tfm_tensor_create(rank, shape, &t), TFM_OK);
-    return t;
-}
-
-static tfm_tensor *random_tensor(int rank, int64_t a, int64_t b, int64_t c,
-                                 int64_t d)
-{
-    tfm_tensor *t = tensor(rank, a, b, c, d);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        tfm_tensor_data(t)[i] = next_value();
-    return t;
-}
-
-static tfm_tensor *clone(const tfm_tensor *t)
-{
-    int64_t s[TFM_MAX_RANK];
-    for (int i = 0; i < tfm_tensor_rank(t); i++)
-        s[i] = tfm_tensor_dim(t, i);
-    tfm_tensor *c = NULL;
-    assert_int_equal(tfm_tensor_create_copy(tfm_tensor_rank(t), s,
-                                            tfm_tensor_data_const(t), &c),
-                     TFM_OK);
-    return c;
-}
-
-static void randomize(tfm_module *m, uint32_t seed)
-{
-    lcg_state = seed;
-    for (int i = 0; i < tfm_module_parameter_count(m); i++) {
-        const char *name = tfm_module_parameter_name(m, i);
-        int rank;
-        int64_t s[TFM_MAX_RANK] = { 1, 1, 1, 1 };
-        assert_int_equal(tfm_module_parameter_shape(m, name, &rank, s),
-                         TFM_OK);
-        tfm_tensor *t = random_tensor(rank, s[0], s[1], s[2], s[3]);
-        assert_int_equal(tfm_module_set_parameter(m, name, t), TFM_OK);
-        tfm_tensor_free(t);
-    }
-}
 
 /* Sets row (b, i) of x [B, n, width] to v. */
 static void set_row(tfm_tensor *x, int64_t b, int64_t i, float v)
@@ -142,14 +91,14 @@ typedef struct mha_fixture {
 static void mha_fixture_init(mha_fixture *f)
 {
     assert_int_equal(tfm_mha_create(D, H, 0, 0, 1, &f->mha), TFM_OK);
-    randomize(f->mha, 1);
-    lcg_state = 2;
-    f->q = random_tensor(3, B, L, D, 1);
-    f->k = random_tensor(3, B, L, D, 1);
-    f->v = random_tensor(3, B, L, D, 1);
-    f->pad = tensor(2, B, L, 1, 1);
-    f->out_ref = tensor(3, B, L, D, 1);
-    f->out = tensor(3, B, L, D, 1);
+    lcg_randomize(f->mha, 1);
+    lcg_seed(2);
+    f->q = lcg_fill(make3(B, L, D, NULL));
+    f->k = lcg_fill(make3(B, L, D, NULL));
+    f->v = lcg_fill(make3(B, L, D, NULL));
+    f->pad = make2(B, L, NULL);
+    f->out_ref = make3(B, L, D, NULL);
+    f->out = make3(B, L, D, NULL);
 }
 
 static void mha_fixture_free(mha_fixture *f)
@@ -203,7 +152,7 @@ static void test_mha_attn_mask_and_causal_hide_non_finite(void **state)
     (void)state;
     mha_fixture f;
     mha_fixture_init(&f);
-    tfm_tensor *am = tensor(2, L, L, 1, 1);
+    tfm_tensor *am = make2(L, L, NULL);
     tfm_tensor_data(am)[0 * L + 2] = 1.0f;
     tfm_tensor_data(am)[4 * L + 2] = 1.0f;
     tfm_attention_masks m = { .attn_mask = am,
@@ -287,7 +236,7 @@ static void test_mha_self_attention_padding(void **state)
     mha_fixture_init(&f);
     tfm_tensor_data(f.pad)[3] = 1.0f;
     tfm_attention_masks m = { .key_padding_mask = f.pad };
-    tfm_tensor *w = tensor(4, B, H, L, L);
+    tfm_tensor *w = make4(B, H, L, L, NULL);
     assert_int_equal(tfm_mha_forward(f.mha, f.q, f.q, f.q, &m, f.out_ref,
                                      w), TFM_OK);
     set_row(f.q, 0, 3, NAN);
@@ -315,12 +264,12 @@ static void test_mha_self_attention_padding(void **state)
 static void test_fully_masked_rows_are_zero(void **state)
 {
     (void)state;
-    lcg_state = 9;
-    tfm_tensor *q = random_tensor(4, 1, 1, 3, 4);
-    tfm_tensor *k = random_tensor(4, 1, 1, 3, 4);
-    tfm_tensor *v = random_tensor(4, 1, 1, 3, 4);
-    tfm_tensor *out = tensor(4, 1, 1, 3, 4);
-    tfm_tensor *am = tensor(2, 3, 3, 1, 1);
+    lcg_seed(9);
+    tfm_tensor *q = lcg_fill(make4(1, 1, 3, 4, NULL));
+    tfm_tensor *k = lcg_fill(make4(1, 1, 3, 4, NULL));
+    tfm_tensor *v = lcg_fill(make4(1, 1, 3, 4, NULL));
+    tfm_tensor *out = make4(1, 1, 3, 4, NULL);
+    tfm_tensor *am = make2(3, 3, NULL);
     for (int j = 0; j < 3; j++)
         tfm_tensor_data(am)[1 * 3 + j] = 1.0f; /* query 1 sees nothing */
     tfm_tensor_data(k)[1 * 4 + 2] = NAN;
@@ -341,12 +290,13 @@ static void test_fully_masked_rows_are_zero(void **state)
 static void test_sdpa_causal_future_non_finite(void **state)
 {
     (void)state;
-    lcg_state = 10;
+    lcg_seed(10);
     const int Lq = 3, S = 6, dk = 4;
-    tfm_tensor *q = random_tensor(4, 2, 2, Lq, dk);
-    tfm_tensor *k = random_tensor(4, 2, 2, S, dk);
-    tfm_tensor *v = random_tensor(4, 2, 2, S, dk);
-    tfm_tensor *ref = tensor(4, 2, 2, Lq, dk), *out = tensor(4, 2, 2, Lq, dk);
+    tfm_tensor *q = lcg_fill(make4(2, 2, Lq, dk, NULL));
+    tfm_tensor *k = lcg_fill(make4(2, 2, S, dk, NULL));
+    tfm_tensor *v = lcg_fill(make4(2, 2, S, dk, NULL));
+    tfm_tensor *ref = make4(2, 2, Lq, dk, NULL);
+    tfm_tensor *out = make4(2, 2, Lq, dk, NULL);
     tfm_attention_masks m = { .causal = TFM_CAUSAL_BOTTOM_RIGHT };
     assert_int_equal(tfm_sdpa(q, k, v, &m, 0.0f, ref, NULL), TFM_OK);
     /* Query i is position S - Lq + i: the last key is seen by query 2
@@ -387,11 +337,11 @@ static void test_encoder_layer(void **state)
         cfg.norm_first = pre;
         tfm_module *layer = NULL;
         assert_int_equal(tfm_encoder_layer_create(&cfg, &layer), TFM_OK);
-        randomize(layer, 20 + pre);
-        lcg_state = 21;
-        tfm_tensor *x = random_tensor(3, B, L, D, 1);
-        tfm_tensor *pad = tensor(2, B, L, 1, 1);
-        tfm_tensor *ref = tensor(3, B, L, D, 1), *out = tensor(3, B, L, D, 1);
+        lcg_randomize(layer, 20 + pre);
+        lcg_seed(21);
+        tfm_tensor *x = lcg_fill(make3(B, L, D, NULL));
+        tfm_tensor *pad = make2(B, L, NULL);
+        tfm_tensor *ref = make3(B, L, D, NULL), *out = make3(B, L, D, NULL);
         tfm_tensor_data(pad)[L + 1] = 1.0f;
         tfm_attention_masks m = { .key_padding_mask = pad };
         assert_int_equal(tfm_encoder_layer_forward(layer, x, &m, ref), TFM_OK);
@@ -449,18 +399,18 @@ static void test_decoder_layer_and_cross_attention(void **state)
     tfm_module *dec = NULL, *cross = NULL;
     assert_int_equal(tfm_decoder_layer_create(&cfg, &dec), TFM_OK);
     assert_int_equal(tfm_cross_attention_create(&cfg, &cross), TFM_OK);
-    randomize(dec, 40);
-    randomize(cross, 41);
-    lcg_state = 42;
+    lcg_randomize(dec, 40);
+    lcg_randomize(cross, 41);
+    lcg_seed(42);
     const int S = 6;
-    tfm_tensor *tgt = random_tensor(3, B, L, D, 1);
-    tfm_tensor *mem = random_tensor(3, B, S, D, 1);
-    tfm_tensor *pad = tensor(2, B, S, 1, 1);
+    tfm_tensor *tgt = lcg_fill(make3(B, L, D, NULL));
+    tfm_tensor *mem = lcg_fill(make3(B, S, D, NULL));
+    tfm_tensor *pad = make2(B, S, NULL);
     tfm_tensor_data(pad)[S + 2] = 1.0f;      /* memory 2 of sequence 1 */
     tfm_attention_masks causal = { .causal = TFM_CAUSAL_TOP_LEFT };
     tfm_attention_masks mm = { .key_padding_mask = pad };
-    tfm_tensor *ref_d = tensor(3, B, L, D, 1), *out_d = tensor(3, B, L, D, 1);
-    tfm_tensor *ref_c = tensor(3, B, L, D, 1), *out_c = tensor(3, B, L, D, 1);
+    tfm_tensor *ref_d = make3(B, L, D, NULL), *out_d = make3(B, L, D, NULL);
+    tfm_tensor *ref_c = make3(B, L, D, NULL), *out_c = make3(B, L, D, NULL);
     assert_int_equal(tfm_decoder_layer_forward(dec, tgt, mem, &causal, &mm,
                                                ref_d), TFM_OK);
     assert_int_equal(tfm_cross_attention_forward(cross, tgt, mem, &mm, ref_c),
@@ -506,20 +456,14 @@ static void test_decoder_layer_and_cross_attention(void **state)
  * others), so this is the only way a non-finite value enters a model. */
 static tfm_module *model_with_bad_token(tfm_architecture arch)
 {
-    tfm_model_config c;
-    memset(&c, 0, sizeof c);
-    c.architecture = arch;
-    c.layer = tfm_layer_config_default(D, H);
-    c.layer.d_ff = 16;
-    c.vocab_size = V;
-    c.n_layers = 2;
-    c.context_length = 8;
-    c.positional = TFM_POSITIONAL_LEARNED;
+    tfm_layer_config layer = tfm_layer_config_default(D, H);
+    layer.d_ff = 16;
+    tfm_model_config c = tiny_model_config(arch, layer, V, 2, 8);
     c.tied_embeddings = 0;
     tfm_module *m = NULL;
     assert_int_equal(tfm_model_create(&c, &m), TFM_OK);
-    randomize(m, 30);
-    tfm_tensor *emb = tensor(2, V, D, 1, 1);
+    lcg_randomize(m, 30);
+    tfm_tensor *emb = make2(V, D, NULL);
     assert_int_equal(tfm_module_get_parameter(m, "token_embedding.weight",
                                               emb), TFM_OK);
     for (int c2 = 0; c2 < D; c2++)
@@ -540,7 +484,7 @@ static void test_decoder_model_causal(void **state)
     tfm_module *m = model_with_bad_token(TFM_ARCH_DECODER_ONLY);
     const int32_t ids[6] = { 1, 4, 9, BAD_TOKEN, 2, 3 };
     const int32_t good[6] = { 1, 4, 9, 5, 2, 3 };
-    tfm_tensor *full = tensor(3, 1, 6, V, 1), *ref = tensor(3, 1, 6, V, 1);
+    tfm_tensor *full = make3(1, 6, V, NULL), *ref = make3(1, 6, V, NULL);
     assert_int_equal(tfm_model_logits(m, good, 1, 6, ref), TFM_OK);
     assert_int_equal(tfm_model_logits(m, ids, 1, 6, full), TFM_OK);
     for (int i = 0; i < 3; i++)
@@ -549,7 +493,7 @@ static void test_decoder_model_causal(void **state)
 
     /* The KV cache: the prefix one token at a time, then the bad token. */
     tfm_kv_cache *cache = NULL;
-    tfm_tensor *one = tensor(2, 1, V, 1, 1);
+    tfm_tensor *one = make2(1, V, NULL);
     assert_int_equal(tfm_kv_cache_create(m, 8, &cache), TFM_OK);
     for (int i = 0; i < 4; i++) {
         assert_int_equal(tfm_kv_cache_decode(cache, ids + i, 1, one), TFM_OK);
@@ -580,7 +524,7 @@ static void test_encoder_model_bidirectional(void **state)
     tfm_module *m = model_with_bad_token(TFM_ARCH_ENCODER_ONLY);
     const int32_t ids[8] = { 1, 4, BAD_TOKEN, 2, 5, 6, 0, 12 };
     const int32_t good[8] = { 1, 4, 3, 2, 5, 6, 0, 12 };
-    tfm_tensor *out = tensor(3, 2, 4, V, 1), *ref = tensor(3, 2, 4, V, 1);
+    tfm_tensor *out = make3(2, 4, V, NULL), *ref = make3(2, 4, V, NULL);
     assert_int_equal(tfm_model_logits(m, good, 2, 4, ref), TFM_OK);
     assert_int_equal(tfm_model_logits(m, ids, 2, 4, out), TFM_OK);
     for (int i = 0; i < 4; i++) {

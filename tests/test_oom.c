@@ -42,9 +42,7 @@
 
 #include <transformer/transformer.h>
 
-/* Exported by the library for tests only (src/alloc.c); not in any public
- * header.  The k-th allocation from now fails; 0 disarms. */
-void tfm_testing_fail_allocation(long k);
+#include "test_util.h"
 
 #ifndef TFM_MODELS_DIR
 #error "TFM_MODELS_DIR must point at tests/models"
@@ -67,6 +65,10 @@ typedef struct oom_case {
     void (*on_ok)(void *ctx);       /* checks after a successful one */
     void (*teardown)(void *ctx);    /* after each attempt, not injected */
     void *ctx;
+    void **handle;  /* the operation's *out, if any: set to BAD_HANDLE before
+                       each attempt, and it must stay so on failure */
+    int parses;     /* cJSON injection: a failed parse (TFM_ERR_FORMAT, "not
+                       valid JSON") counts as the injected failure */
 } oom_case;
 
 typedef struct oom_stats {
@@ -96,48 +98,93 @@ static int still_armed(long k, long *used)
     return 0;
 }
 
-static void run_case(const oom_case *c)
+/* Where run_injected() makes the k-th allocation fail: the library's
+ * allocations (run_case) or cJSON's (run_cjson_case). */
+typedef struct injector {
+    const char *label;  /* before the operation's name in the summary */
+    void (*arm)(long k);
+    /* After the call: the allocations it made when the failure never came
+     * (it made fewer than k), else -1. */
+    long (*disarm)(long k, tfm_status st);
+    /* Whether st is the failure the injection may cause. */
+    int (*failed)(const oom_case *c, long k, tfm_status st);
+} injector;
+
+static void run_injected(const oom_case *c, const injector *inj)
 {
     oom_stats *s = &stats[n_stats < 127 ? n_stats++ : 127];
     memset(s, 0, sizeof *s);
-    snprintf(s->name, sizeof s->name, "%s", c->name);
+    snprintf(s->name, sizeof s->name, "%s%s", inj->label, c->name);
     for (long k = 1;; k++) {
         if (k > MAX_K)
             fail_msg("%s: still failing after %ld allocations", c->name, k);
         if (c->setup)
             c->setup(c->ctx);
-        tfm_workspace_release();
-        tfm_clear_error();
-        tfm_testing_fail_allocation(k);
+        if (c->handle)
+            *c->handle = BAD_HANDLE;
+        inj->arm(k);
         tfm_status st = c->run(c->ctx);
-        long used = -1;
-        int armed = st == TFM_OK && still_armed(k, &used);
-        tfm_testing_fail_allocation(0);
-        if (st == TFM_ERR_OUT_OF_MEMORY) {
-            if (tfm_last_error()[0] == '\0')
-                fail_msg("%s, k = %ld: out of memory without a message",
-                         c->name, k);
+        long used = inj->disarm(k, st);
+        if (inj->failed(c, k, st)) {
             s->failed++;
+            if (c->handle)
+                assert_ptr_equal(*c->handle, BAD_HANDLE);
             if (c->on_oom)
                 c->on_oom(c->ctx);
         } else if (st != TFM_OK) {
-            fail_msg("%s, k = %ld: status %d (%s), expected out of memory: %s",
-                     c->name, k, (int)st, tfm_status_string(st),
-                     tfm_last_error());
+            fail_msg("%s%s, allocation %ld: status %d (%s), expected out of "
+                     "memory: %s", inj->label, c->name, k, (int)st,
+                     tfm_status_string(st), tfm_last_error());
         } else {
-            if (!armed)
+            if (used < 0)
                 s->absorbed++;
+            if (c->handle)
+                assert_ptr_not_equal(*c->handle, BAD_HANDLE);
             if (c->on_ok)
                 c->on_ok(c->ctx);
         }
         if (c->teardown)
             c->teardown(c->ctx);
-        if (armed) {
+        if (used >= 0) {
             s->allocations = used;
             break;
         }
     }
     tfm_workspace_release();
+}
+
+/* The library's allocations (tfm_testing_fail_allocation).  The per-thread
+ * workspace is released first, so that scratch allocations fail too. */
+static void library_arm(long k)
+{
+    tfm_workspace_release();
+    tfm_clear_error();
+    tfm_testing_fail_allocation(k);
+}
+
+static long library_disarm(long k, tfm_status st)
+{
+    long used = -1;
+    if (st == TFM_OK)
+        still_armed(k, &used);
+    tfm_testing_fail_allocation(0);
+    return used;
+}
+
+static int library_failed(const oom_case *c, long k, tfm_status st)
+{
+    if (st != TFM_ERR_OUT_OF_MEMORY)
+        return 0;
+    if (tfm_last_error()[0] == '\0')
+        fail_msg("%s, k = %ld: out of memory without a message", c->name, k);
+    return 1;
+}
+
+static void run_case(const oom_case *c)
+{
+    static const injector library = { "", library_arm, library_disarm,
+                                      library_failed };
+    run_injected(c, &library);
 }
 
 static int print_summary(void **state)
@@ -159,52 +206,6 @@ static int print_summary(void **state)
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static uint32_t lcg_state;
-
-static float next_value(void)
-{
-    lcg_state = lcg_state * 1664525u + 1013904223u;
-    return ((float)(lcg_state >> 8) / 16777216.0f - 0.5f);
-}
-
-static tfm_tensor *tensor(int rank, int64_t a, int64_t b, int64_t c,
-                          int64_t d)
-{
-    const int64_t shape[4] = { a, b, c, d };
-    tfm_tensor *t = NULL;
-    assert_int_equal(tfm_tensor_create(rank, shape, &t), TFM_OK);
-    return t;
-}
-
-static tfm_tensor *random_tensor(int rank, int64_t a, int64_t b, int64_t c,
-                                 int64_t d)
-{
-    tfm_tensor *t = tensor(rank, a, b, c, d);
-    float *x = tfm_tensor_data(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        x[i] = next_value();
-    return t;
-}
-
-static tfm_tensor *clone(const tfm_tensor *t)
-{
-    int64_t shape[TFM_MAX_RANK];
-    for (int i = 0; i < tfm_tensor_rank(t); i++)
-        shape[i] = tfm_tensor_dim(t, i);
-    tfm_tensor *c = NULL;
-    assert_int_equal(tfm_tensor_create_copy(tfm_tensor_rank(t), shape,
-                                            tfm_tensor_data_const(t), &c),
-                     TFM_OK);
-    return c;
-}
-
-static void fill(tfm_tensor *t, float v)
-{
-    float *x = tfm_tensor_data(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        x[i] = v;
-}
-
 static void assert_filled(const tfm_tensor *t, float v, const char *what)
 {
     const float *x = tfm_tensor_data_const(t);
@@ -223,22 +224,6 @@ static void assert_same(const tfm_tensor *a, const tfm_tensor *b,
         fail_msg("%s differs from the run without injection", what);
 }
 
-/* Gives every parameter deterministic values in [-0.5, 0.5). */
-static void randomize(tfm_module *m, uint32_t seed)
-{
-    lcg_state = seed;
-    for (int i = 0; i < tfm_module_parameter_count(m); i++) {
-        const char *name = tfm_module_parameter_name(m, i);
-        int rank;
-        int64_t s[TFM_MAX_RANK] = { 1, 1, 1, 1 };
-        assert_int_equal(tfm_module_parameter_shape(m, name, &rank, s),
-                         TFM_OK);
-        tfm_tensor *t = random_tensor(rank, s[0], s[1], s[2], s[3]);
-        assert_int_equal(tfm_module_set_parameter(m, name, t), TFM_OK);
-        tfm_tensor_free(t);
-    }
-}
-
 /* Two modules have the same parameter names, shapes and values. */
 static void assert_same_module(const tfm_module *a, const tfm_module *b)
 {
@@ -249,11 +234,10 @@ static void assert_same_module(const tfm_module *a, const tfm_module *b)
         const char *name = tfm_module_parameter_name(a, i);
         assert_string_equal(name, tfm_module_parameter_name(b, i));
         int rank;
-        int64_t s[TFM_MAX_RANK] = { 1, 1, 1, 1 };
+        int64_t s[TFM_MAX_RANK];
         assert_int_equal(tfm_module_parameter_shape(a, name, &rank, s),
                          TFM_OK);
-        tfm_tensor *x = tensor(rank, s[0], s[1], s[2], s[3]);
-        tfm_tensor *y = tensor(rank, s[0], s[1], s[2], s[3]);
+        tfm_tensor *x = make(rank, s, NULL), *y = make(rank, s, NULL);
         assert_int_equal(tfm_module_get_parameter(a, name, x), TFM_OK);
         assert_int_equal(tfm_module_get_parameter(b, name, y), TFM_OK);
         assert_same(x, y, name);
@@ -273,15 +257,10 @@ static tfm_layer_config small_config(int norm_first)
 
 static tfm_model_config model_config(tfm_architecture arch, int64_t vocab)
 {
-    tfm_model_config c;
-    memset(&c, 0, sizeof c);
-    c.architecture = arch;
-    c.layer = small_config(arch == TFM_ARCH_ENCODER_ONLY);
-    c.vocab_size = vocab;
-    c.n_layers = 2;
+    tfm_model_config c = tiny_model_config(
+        arch, small_config(arch == TFM_ARCH_ENCODER_ONLY), vocab, 2, 6);
     c.n_encoder_layers = 2;
     c.n_decoder_layers = 2;
-    c.context_length = 6;
     c.positional = arch == TFM_ARCH_ENCODER_DECODER
                        ? TFM_POSITIONAL_SINUSOIDAL
                        : TFM_POSITIONAL_LEARNED;
@@ -444,26 +423,16 @@ static tfm_status create_model_variant(const create_ctx *c, tfm_module **out)
  * window variant and no position table. */
 static tfm_module *variant_model(uint32_t seed)
 {
-    tfm_model_config mc;
-    memset(&mc, 0, sizeof mc);
-    mc.architecture = TFM_ARCH_DECODER_ONLY;
-    mc.layer = small_config(0);
-    mc.layer.n_heads = 4;
-    mc.vocab_size = 11;
-    mc.n_layers = 2;
-    mc.context_length = 6;
+    tfm_layer_config layer = small_config(0);
+    layer.n_heads = 4;
+    tfm_model_config mc =
+        tiny_model_config(TFM_ARCH_DECODER_ONLY, layer, 11, 2, 6);
     mc.positional = TFM_POSITIONAL_NONE;
-    mc.tied_embeddings = 1;
     tfm_module *m = NULL;
     const create_ctx c = { .model = mc };
     assert_int_equal(create_model_variant(&c, &m), TFM_OK);
-    randomize(m, seed);
+    lcg_randomize(m, seed);
     return m;
-}
-
-static void create_setup(void *p)
-{
-    ((create_ctx *)p)->out = BAD_HANDLE;
 }
 
 static tfm_status create_run(void *p)
@@ -472,16 +441,9 @@ static tfm_status create_run(void *p)
     return c->create(c, &c->out);
 }
 
-static void create_on_oom(void *p)
-{
-    create_ctx *c = p;
-    assert_ptr_equal(c->out, BAD_HANDLE);
-}
-
 static void create_on_ok(void *p)
 {
     create_ctx *c = p;
-    assert_ptr_not_equal(c->out, BAD_HANDLE);
     assert_same_module(c->out, c->reference);
     tfm_module_free(c->out);
 }
@@ -495,8 +457,8 @@ static void check_create(const char *name,
     if (model)
         c.model = *model;
     assert_int_equal(create(&c, &c.reference), TFM_OK);
-    oom_case oc = { name, create_setup, create_run, create_on_oom,
-                    create_on_ok, NULL, &c };
+    oom_case oc = { .name = name, .run = create_run, .on_ok = create_on_ok,
+                    .ctx = &c, .handle = (void **)&c.out };
     run_case(&oc);
     tfm_module_free(c.reference);
 }
@@ -504,24 +466,27 @@ static void check_create(const char *name,
 static void test_create_layers(void **state)
 {
     (void)state;
-    check_create("tfm_mha_create (packed, bias)", create_mha, NULL);
-    check_create("tfm_mha_create (kdim, vdim, no bias)", create_mha_kv, NULL);
-    check_create("tfm_layer_norm_create", create_layer_norm, NULL);
-    check_create("tfm_feed_forward_create", create_feed_forward, NULL);
-    check_create("tfm_encoder_layer_create", create_encoder_layer, NULL);
-    check_create("tfm_decoder_layer_create", create_decoder_layer, NULL);
-    check_create("tfm_cross_attention_create", create_cross_attention, NULL);
-    check_create("tfm_encoder_create (3 layers, norm)", create_encoder, NULL);
-    check_create("tfm_decoder_create (2 layers)", create_decoder, NULL);
-    check_create("tfm_transformer_create (2+2 layers)", create_transformer,
-                 NULL);
-    check_create("tfm_embedding_create", create_embedding, NULL);
-    check_create("tfm_attention_create (T5, BigBird)",
-                 create_attention_t5_bigbird, NULL);
-    check_create("tfm_attention_create (Shaw values, temp.)",
-                 create_attention_shaw, NULL);
-    check_create("tfm_mha_create_ex (GQA, RoPE, ALiBi, window)",
-                 create_mha_gqa, NULL);
+    static const struct {
+        const char *name;
+        tfm_status (*create)(const create_ctx *c, tfm_module **out);
+    } layers[] = {
+        { "tfm_mha_create (packed, bias)", create_mha },
+        { "tfm_mha_create (kdim, vdim, no bias)", create_mha_kv },
+        { "tfm_layer_norm_create", create_layer_norm },
+        { "tfm_feed_forward_create", create_feed_forward },
+        { "tfm_encoder_layer_create", create_encoder_layer },
+        { "tfm_decoder_layer_create", create_decoder_layer },
+        { "tfm_cross_attention_create", create_cross_attention },
+        { "tfm_encoder_create (3 layers, norm)", create_encoder },
+        { "tfm_decoder_create (2 layers)", create_decoder },
+        { "tfm_transformer_create (2+2 layers)", create_transformer },
+        { "tfm_embedding_create", create_embedding },
+        { "tfm_attention_create (T5, BigBird)", create_attention_t5_bigbird },
+        { "tfm_attention_create (Shaw values, temp.)", create_attention_shaw },
+        { "tfm_mha_create_ex (GQA, RoPE, ALiBi, window)", create_mha_gqa },
+    };
+    for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++)
+        check_create(layers[i].name, layers[i].create, NULL);
 }
 
 static void test_create_models(void **state)
@@ -549,11 +514,6 @@ typedef struct small_ctx {
     const tfm_module *model;
 } small_ctx;
 
-static void small_setup(void *p)
-{
-    ((small_ctx *)p)->out = BAD_HANDLE;
-}
-
 static tfm_status small_run(void *p)
 {
     small_ctx *c = p;
@@ -573,15 +533,9 @@ static tfm_status small_run(void *p)
     }
 }
 
-static void small_on_oom(void *p)
-{
-    assert_ptr_equal(((small_ctx *)p)->out, BAD_HANDLE);
-}
-
 static void small_on_ok(void *p)
 {
     small_ctx *c = p;
-    assert_ptr_not_equal(c->out, BAD_HANDLE);
     switch (c->which) {
     case 0: case 1: case 2:
         assert_int_equal(tfm_tensor_numel(c->out), 24);
@@ -613,8 +567,8 @@ static void test_create_small(void **state)
     assert_int_equal(tfm_model_create(&mc, &model), TFM_OK);
     for (int i = 0; i < 6; i++) {
         small_ctx c = { i, NULL, model };
-        oom_case oc = { names[i], small_setup, small_run, small_on_oom,
-                        small_on_ok, NULL, &c };
+        oom_case oc = { .name = names[i], .run = small_run,
+                        .on_ok = small_on_ok, .ctx = &c, .handle = &c.out };
         run_case(&oc);
     }
     tfm_module_free(model);
@@ -669,20 +623,10 @@ typedef struct load_ctx {
     tfm_module *reference;
 } load_ctx;
 
-static void load_setup(void *p)
-{
-    ((load_ctx *)p)->out = BAD_HANDLE;
-}
-
 static tfm_status load_run(void *p)
 {
     load_ctx *c = p;
     return tfm_model_load(c->path, &c->out);
-}
-
-static void load_on_oom(void *p)
-{
-    assert_ptr_equal(((load_ctx *)p)->out, BAD_HANDLE);
 }
 
 static void load_on_ok(void *p)
@@ -690,6 +634,23 @@ static void load_on_ok(void *p)
     load_ctx *c = p;
     assert_same_module(c->out, c->reference);
     tfm_module_free(c->out);
+}
+
+/* tfm_model_load of tests/models/<file>.safetensors through run
+ * (run_case or run_cjson_case). */
+static void check_model_load(const char *file,
+                             void (*run)(const oom_case *c))
+{
+    load_ctx c;
+    char name[96];
+    snprintf(c.path, sizeof c.path, "%s/%s.safetensors", TFM_MODELS_DIR,
+             file);
+    assert_int_equal(tfm_model_load(c.path, &c.reference), TFM_OK);
+    snprintf(name, sizeof name, "tfm_model_load %s", file);
+    oom_case oc = { .name = name, .run = load_run, .on_ok = load_on_ok,
+                    .ctx = &c, .handle = (void **)&c.out, .parses = 1 };
+    run(&oc);
+    tfm_module_free(c.reference);
 }
 
 static void test_model_load(void **state)
@@ -701,18 +662,8 @@ static void test_model_load(void **state)
         "encoder_only_learned",
         "encoder_decoder_sinusoidal",
     };
-    for (int i = 0; i < 4; i++) {
-        load_ctx c;
-        char name[96];
-        snprintf(c.path, sizeof c.path, "%s/%s.safetensors", TFM_MODELS_DIR,
-                 files[i]);
-        assert_int_equal(tfm_model_load(c.path, &c.reference), TFM_OK);
-        snprintf(name, sizeof name, "tfm_model_load %s", files[i]);
-        oom_case oc = { name, load_setup, load_run, load_on_oom, load_on_ok,
-                        NULL, &c };
-        run_case(&oc);
-        tfm_module_free(c.reference);
-    }
+    for (int i = 0; i < 4; i++)
+        check_model_load(files[i], run_case);
 }
 
 /* tfm_module_load_safetensors: all or nothing, so a failed attempt leaves
@@ -729,7 +680,7 @@ typedef struct ckpt_ctx {
 
 static void ckpt_setup(void *p)
 {
-    randomize(((ckpt_ctx *)p)->module, 77);
+    lcg_randomize(((ckpt_ctx *)p)->module, 77);
 }
 
 static tfm_status ckpt_run(void *p)
@@ -752,21 +703,21 @@ static void ckpt_on_ok(void *p)
 }
 
 static void check_checkpoint(const char *name, ckpt_ctx *c,
-                             tfm_module *(*make)(const tfm_model_config *))
+                             tfm_module *(*build)(const tfm_model_config *))
 {
     tfm_module *ref = NULL;
     tfm_model_config mc;
     assert_int_equal(tfm_model_load(c->path, &ref), TFM_OK);
     assert_int_equal(tfm_model_get_config(ref, &mc), TFM_OK);
-    c->module = make(&mc);
-    c->before = make(&mc);
-    c->after = make(&mc);
-    randomize(c->before, 77);
-    randomize(c->after, 77);
+    c->module = build(&mc);
+    c->before = build(&mc);
+    c->after = build(&mc);
+    lcg_randomize(c->before, 77);
+    lcg_randomize(c->after, 77);
     assert_int_equal(tfm_module_load_safetensors(c->after, c->path, c->prefix,
                                                  c->strict), TFM_OK);
-    oom_case oc = { name, ckpt_setup, ckpt_run, ckpt_on_oom, ckpt_on_ok, NULL,
-                    c };
+    oom_case oc = { .name = name, .setup = ckpt_setup, .run = ckpt_run,
+                    .on_oom = ckpt_on_oom, .on_ok = ckpt_on_ok, .ctx = c };
     run_case(&oc);
     tfm_module_free(ref);
     tfm_module_free(c->module);
@@ -831,6 +782,27 @@ static unsigned char *read_file(const char *path, long *size)
     return b;
 }
 
+/* After a failed write: no file at path, and no temporary file left
+ * behind. */
+static void expect_no_file(const char *path)
+{
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(tmp_files(), 0);
+}
+
+/* After a successful write: the file at path holds the n bytes of
+ * reference.  Removes it. */
+static void expect_file(const char *path, const unsigned char *reference,
+                        long n)
+{
+    long size;
+    unsigned char *b = read_file(path, &size);
+    assert_int_equal(size, n);
+    assert_memory_equal(b, reference, (size_t)size);
+    free(b);
+    unlink(path);
+}
+
 static void save_setup(void *p)
 {
     unlink(((save_ctx *)p)->path);
@@ -844,37 +816,19 @@ static tfm_status save_run(void *p)
 
 static void save_on_oom(void *p)
 {
-    save_ctx *c = p;
-    /* No file, and no temporary file left behind. */
-    assert_int_equal(access(c->path, F_OK), -1);
-    assert_int_equal(tmp_files(), 0);
+    expect_no_file(((save_ctx *)p)->path);
 }
 
 static void save_on_ok(void *p)
 {
     save_ctx *c = p;
-    long size;
-    unsigned char *b = read_file(c->path, &size);
-    assert_int_equal(size, c->reference_size);
-    assert_memory_equal(b, c->reference, (size_t)size);
-    free(b);
-    unlink(c->path);
-}
-
-static void tok_setup(void *p)
-{
-    ((save_ctx *)p)->tokenizer = BAD_HANDLE;
+    expect_file(c->path, c->reference, c->reference_size);
 }
 
 static tfm_status tok_run(void *p)
 {
     save_ctx *c = p;
     return tfm_tokenizer_load(c->path, &c->tokenizer);
-}
-
-static void tok_on_oom(void *p)
-{
-    assert_ptr_equal(((save_ctx *)p)->tokenizer, BAD_HANDLE);
 }
 
 static void tok_on_ok(void *p)
@@ -884,30 +838,40 @@ static void tok_on_ok(void *p)
     tfm_tokenizer_free(c->tokenizer);
 }
 
-static void test_model_save_and_tokenizer_load(void **state)
+/* tfm_model_save of a small model (its reference: the bytes saved without
+ * injection), then tfm_tokenizer_load of the file, through run (run_case
+ * or run_cjson_case). */
+static void check_save_and_tokenizer_load(void (*run)(const oom_case *c))
 {
-    (void)state;
     save_ctx c;
     memset(&c, 0, sizeof c);
     tfm_model_config mc = model_config(TFM_ARCH_DECODER_ONLY, 11);
     assert_int_equal(tfm_model_create(&mc, &c.model), TFM_OK);
-    randomize(c.model, 7);
+    lcg_randomize(c.model, 7);
     snprintf(c.path, sizeof c.path, "%s/model.safetensors", tmp_dir);
     assert_int_equal(save_run(&c), TFM_OK);
     c.reference = read_file(c.path, &c.reference_size);
     unlink(c.path);
 
-    oom_case save = { "tfm_model_save", save_setup, save_run, save_on_oom,
-                      save_on_ok, NULL, &c };
-    run_case(&save);
+    oom_case save = { .name = "tfm_model_save", .setup = save_setup,
+                      .run = save_run, .on_oom = save_on_oom,
+                      .on_ok = save_on_ok, .ctx = &c };
+    run(&save);
 
     assert_int_equal(save_run(&c), TFM_OK);
-    oom_case tok = { "tfm_tokenizer_load", tok_setup, tok_run, tok_on_oom,
-                     tok_on_ok, NULL, &c };
-    run_case(&tok);
+    oom_case tok = { .name = "tfm_tokenizer_load", .run = tok_run,
+                     .on_ok = tok_on_ok, .ctx = &c,
+                     .handle = (void **)&c.tokenizer, .parses = 1 };
+    run(&tok);
     unlink(c.path);
     free(c.reference);
     tfm_module_free(c.model);
+}
+
+static void test_model_save_and_tokenizer_load(void **state)
+{
+    (void)state;
+    check_save_and_tokenizer_load(run_case);
 }
 
 /* ---- safetensors ------------------------------------------------------- */
@@ -923,11 +887,6 @@ typedef struct st_ctx {
     int n_read;
 } st_ctx;
 
-static void st_open_setup(void *p)
-{
-    ((st_ctx *)p)->out = BAD_HANDLE;
-}
-
 static tfm_status st_open_run(void *p)
 {
     st_ctx *c = p;
@@ -935,11 +894,6 @@ static tfm_status st_open_run(void *p)
                ? tfm_safetensors_open_memory(c->bytes, (size_t)c->size,
                                              &c->out)
                : tfm_safetensors_open(c->path, &c->out);
-}
-
-static void st_open_on_oom(void *p)
-{
-    assert_ptr_equal(((st_ctx *)p)->out, BAD_HANDLE);
 }
 
 static void st_open_on_ok(void *p)
@@ -1024,45 +978,49 @@ static void st_write_setup(void *p)
 
 static void st_write_on_oom(void *p)
 {
-    assert_int_equal(access(((st_ctx *)p)->path, F_OK), -1);
-    assert_int_equal(tmp_files(), 0);
+    expect_no_file(((st_ctx *)p)->path);
 }
 
 static void st_write_on_ok(void *p)
 {
     st_ctx *c = p;
-    long size;
-    unsigned char *b = read_file(c->path, &size);
-    assert_int_equal(size, c->size);
-    assert_memory_equal(b, c->bytes, (size_t)size);
-    free(b);
-    unlink(c->path);
+    expect_file(c->path, c->bytes, c->size);
+}
+
+/* tests/data/numpy_reference.safetensors, opened into c->open. */
+static void st_ctx_init(st_ctx *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->path, sizeof c->path, "%s/numpy_reference.safetensors",
+             TFM_TEST_DATA_DIR);
+    assert_int_equal(tfm_safetensors_open(c->path, &c->open), TFM_OK);
+}
+
+/* tfm_safetensors_open (c->memory: _open_memory) through run (run_case or
+ * run_cjson_case). */
+static void check_st_open(const char *name, st_ctx *c,
+                          void (*run)(const oom_case *c))
+{
+    oom_case oc = { .name = name, .run = st_open_run,
+                    .on_ok = st_open_on_ok, .ctx = c,
+                    .handle = (void **)&c->out, .parses = 1 };
+    run(&oc);
 }
 
 static void test_safetensors(void **state)
 {
     (void)state;
     st_ctx c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.path, sizeof c.path, "%s/numpy_reference.safetensors",
-             TFM_TEST_DATA_DIR);
+    st_ctx_init(&c);
     c.bytes = read_file(c.path, &c.size);
-    assert_int_equal(tfm_safetensors_open(c.path, &c.open), TFM_OK);
-
-    oom_case open_file = { "tfm_safetensors_open", st_open_setup,
-                           st_open_run, st_open_on_oom, st_open_on_ok, NULL,
-                           &c };
-    run_case(&open_file);
+    check_st_open("tfm_safetensors_open", &c, run_case);
     c.memory = 1;
-    oom_case open_mem = { "tfm_safetensors_open_memory", st_open_setup,
-                          st_open_run, st_open_on_oom, st_open_on_ok, NULL,
-                          &c };
-    run_case(&open_mem);
+    check_st_open("tfm_safetensors_open_memory", &c, run_case);
     free(c.bytes);
 
-    oom_case read = { "tfm_safetensors_read (every float tensor)", NULL,
-                      st_read_run, NULL, st_read_on_ok, st_read_teardown,
-                      &c };
+    oom_case read = { .name = "tfm_safetensors_read (every float tensor)",
+                      .run = st_read_run, .on_ok = st_read_on_ok,
+                      .teardown = st_read_teardown, .ctx = &c };
     run_case(&read);
 
     /* The writer's reference: the same session without injection. */
@@ -1071,9 +1029,10 @@ static void test_safetensors(void **state)
     assert_int_equal(st_write_run(&c), TFM_OK);
     c.bytes = read_file(c.path, &c.size);
     unlink(c.path);
-    oom_case write = { "tfm_safetensors_writer_* and _save", st_write_setup,
-                       st_write_run, st_write_on_oom, st_write_on_ok, NULL,
-                       &c };
+    oom_case write = { .name = "tfm_safetensors_writer_* and _save",
+                       .setup = st_write_setup, .run = st_write_run,
+                       .on_oom = st_write_on_oom, .on_ok = st_write_on_ok,
+                       .ctx = &c };
     run_case(&write);
     st_read_teardown(&c);
     free(c.bytes);
@@ -1125,13 +1084,13 @@ static void test_tokenizer_encode_decode(void **state)
     text_ctx c;
     memset(&c, 0, sizeof c);
     assert_int_equal(tfm_tokenizer_create("abcef \xc3\xa9", &c.tok), TFM_OK);
-    oom_case enc = { "tfm_tokenizer_encode", text_setup, text_run, NULL,
-                     text_on_ok, NULL, &c };
+    oom_case enc = { .name = "tfm_tokenizer_encode", .setup = text_setup,
+                     .run = text_run, .on_ok = text_on_ok, .ctx = &c };
     run_case(&enc);
     assert_int_equal(text_run(&c), TFM_OK);
     c.decode = 1;
-    oom_case dec = { "tfm_tokenizer_decode", NULL, text_run, NULL,
-                     text_on_ok, NULL, &c };
+    oom_case dec = { .name = "tfm_tokenizer_decode", .run = text_run,
+                     .on_ok = text_on_ok, .ctx = &c };
     run_case(&dec);
     tfm_tokenizer_free(c.tok);
 }
@@ -1173,14 +1132,16 @@ static void test_sampling(void **state)
     sample_ctx c;
     c.vocab = 1000; /* above the stack buffer: the candidates are malloc'd */
     c.logits = malloc((size_t)c.vocab * sizeof *c.logits);
-    lcg_state = 3;
+    lcg_seed(3);
     for (int64_t i = 0; i < c.vocab; i++)
-        c.logits[i] = 4.0f * next_value();
+        c.logits[i] = 4.0f * lcg_next();
     c.sampling = (tfm_sampling){ 0, 0.8f, 50, 0.9f };
     assert_int_equal(sample_run(&c), TFM_OK);
     c.reference = c.id;
-    oom_case oc = { "tfm_sample (top-k, top-p, 1000 logits)", sample_setup,
-                    sample_run, sample_on_oom, sample_on_ok, NULL, &c };
+    oom_case oc = { .name = "tfm_sample (top-k, top-p, 1000 logits)",
+                    .setup = sample_setup, .run = sample_run,
+                    .on_oom = sample_on_oom, .on_ok = sample_on_ok,
+                    .ctx = &c };
     run_case(&oc);
     free(c.logits);
 }
@@ -1233,8 +1194,8 @@ static void fwd_check(const char *name, fwd_ctx *c)
     assert_int_equal(c->call(c), TFM_OK);
     for (int i = 0; i < c->n_out; i++)
         c->ref[i] = clone(c->out[i]);
-    oom_case oc = { name, fwd_setup, fwd_run, fwd_on_oom, fwd_on_ok, NULL,
-                    c };
+    oom_case oc = { .name = name, .setup = fwd_setup, .run = fwd_run,
+                    .on_oom = fwd_on_oom, .on_ok = fwd_on_ok, .ctx = c };
     run_case(&oc);
     for (int i = 0; i < 4; i++)
         tfm_tensor_free(c->in[i]);
@@ -1326,207 +1287,192 @@ static tfm_status call_seq2seq(fwd_ctx *c)
 /* Padding mask [2, S] hiding the last key of the second sequence. */
 static tfm_tensor *padding(int64_t S)
 {
-    tfm_tensor *t = tensor(2, 2, S, 1, 1);
+    tfm_tensor *t = make2(2, S, NULL);
     tfm_tensor_data(t)[2 * S - 1] = 1.0f;
     return t;
 }
 
+/* The modules of the forward tables that test_create_layers does not
+ * create. */
+static tfm_status create_mha_cross(const create_ctx *c, tfm_module **out)
+{
+    (void)c;
+    return tfm_mha_create(8, 2, 5, 3, 1, out);
+}
+
+static tfm_status create_feed_forward_gelu(const create_ctx *c,
+                                           tfm_module **out)
+{
+    (void)c;
+    return tfm_feed_forward_create(8, 16, TFM_ACTIVATION_GELU, out);
+}
+
+static tfm_status create_encoder_2(const create_ctx *c, tfm_module **out)
+{
+    return tfm_encoder_create(&c->config, 2, 1, out);
+}
+
+static tfm_status create_decoder_2(const create_ctx *c, tfm_module **out)
+{
+    return tfm_decoder_create(&c->config, 2, 1, out);
+}
+
+/* A tensor shape of a forward table: rank 0 is none, CLONE a copy of
+ * in[0]. */
+typedef struct shape {
+    int rank;
+    int64_t dim[4];
+} shape;
+
+#define SHAPE3(a, b, c) { 3, { a, b, c } }
+#define SHAPE4(a, b, c, d) { 4, { a, b, c, d } }
+#define CLONE { -1, { 0 } }
+
+/* The masks of a forward call, in bits: CAUSAL (top left), CAUSAL_BR
+ * (bottom right), PADDED (in[3] as the key padding mask). */
+enum { CAUSAL = 1, CAUSAL_BR = 2, PADDED = 4 };
+
+/* One forward call: the module create() makes with small_config(norm_first)
+ * (none when NULL), its parameters from lcg_randomize(seed); the inputs in[]
+ * from the LCG stream restarted at input_seed (0: going on from the
+ * parameters) and in[3] = padding(pad) when pad > 0; masks and masks2 from
+ * their bits; the outputs out[]. */
+typedef struct fwd_op {
+    const char *name;
+    tfm_status (*call)(fwd_ctx *c);
+    tfm_status (*create)(const create_ctx *c, tfm_module **out);
+    int norm_first;
+    uint32_t seed, input_seed;
+    shape in[3];
+    int64_t pad;
+    int masks, masks2;
+    shape out[2];
+    int temperatures;   /* learned temperatures 1.5 and 0.75 (> 0) */
+} fwd_op;
+
+static tfm_attention_masks masks_of(int bits, tfm_tensor *pad)
+{
+    return (tfm_attention_masks){
+        .causal = bits & CAUSAL      ? TFM_CAUSAL_TOP_LEFT
+                  : bits & CAUSAL_BR ? TFM_CAUSAL_BOTTOM_RIGHT
+                                     : TFM_CAUSAL_NONE,
+        .key_padding_mask = bits & PADDED ? pad : NULL,
+    };
+}
+
+static tfm_tensor *make_shape(const shape *s)
+{
+    return s->rank > 0 ? make(s->rank, s->dim, NULL) : NULL;
+}
+
+static void check_forward(const fwd_op *op)
+{
+    fwd_ctx c;
+    memset(&c, 0, sizeof c);
+    if (op->create) {
+        const create_ctx cc = { .config = small_config(op->norm_first) };
+        assert_int_equal(op->create(&cc, &c.module), TFM_OK);
+        lcg_randomize(c.module, op->seed);
+    }
+    if (op->temperatures)
+        set_param(c.module, "temperature", 1, (const int64_t[]){ 2 },
+                  (const float[]){ 1.5f, 0.75f });
+    if (op->input_seed)
+        lcg_seed(op->input_seed);
+    for (int i = 0; i < 3; i++)
+        c.in[i] = op->in[i].rank < 0 ? clone(c.in[0])
+                  : op->in[i].rank   ? lcg_fill(make_shape(&op->in[i]))
+                                     : NULL;
+    c.in[3] = op->pad > 0 ? padding(op->pad) : NULL;
+    c.masks = masks_of(op->masks, c.in[3]);
+    c.masks2 = masks_of(op->masks2, c.in[3]);
+    c.out[0] = make_shape(&op->out[0]);
+    c.out[1] = make_shape(&op->out[1]);
+    c.n_out = c.out[1] ? 2 : 1;
+    c.call = op->call;
+    fwd_check(op->name, &c);
+}
+
+/* Attention variants, functional form (T5 + BigBird, and Shaw values with
+ * a learned temperature), with and without the weights (the kernel's two
+ * paths), with padding and the causal mask. */
+#define VARIANT_OP(name, create, seed, weights, temperatures)               \
+    { name, call_attention, create, 0, seed, seed + 1,                      \
+      { SHAPE4(2, 2, 5, 4), SHAPE4(2, 2, 7, 4), SHAPE4(2, 2, 7, 3) }, 7,    \
+      CAUSAL_BR | PADDED, 0, { SHAPE4(2, 2, 5, 3), weights }, temperatures }
+#define NO_WEIGHTS { 0, { 0 } }
+
 static void test_forward_attention(void **state)
 {
     (void)state;
-    fwd_ctx c;
-    memset(&c, 0, sizeof c);
-
-    /* Self-attention, packed weights, padding + causal, averaged weights. */
-    assert_int_equal(tfm_mha_create(8, 2, 0, 0, 1, &c.module), TFM_OK);
-    randomize(c.module, 1);
-    lcg_state = 11;
-    c.in[0] = random_tensor(3, 2, 5, 8, 1);
-    c.in[3] = padding(5);
-    c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_TOP_LEFT,
-                                     .key_padding_mask = c.in[3] };
-    c.in[1] = clone(c.in[0]);
-    c.in[2] = clone(c.in[0]);
-    c.out[0] = tensor(3, 2, 5, 8, 1);
-    c.out[1] = tensor(3, 2, 5, 5, 1);
-    c.n_out = 2;
-    c.call = call_mha;
-    fwd_check("tfm_mha_forward (self, masks, weights)", &c);
-
-    /* One tensor as query, key and value (the fused q/k/v product). */
-    assert_int_equal(tfm_mha_create(8, 2, 0, 0, 1, &c.module), TFM_OK);
-    randomize(c.module, 2);
-    lcg_state = 12;
-    c.in[0] = random_tensor(3, 2, 5, 8, 1);
-    c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_TOP_LEFT };
-    c.out[0] = tensor(3, 2, 5, 8, 1);
-    c.n_out = 1;
-    c.call = call_mha_aliased;
-    fwd_check("tfm_mha_forward (q = k = v)", &c);
-
-    /* Cross-attention, kdim and vdim, per-head weights. */
-    assert_int_equal(tfm_mha_create(8, 2, 5, 3, 1, &c.module), TFM_OK);
-    randomize(c.module, 3);
-    lcg_state = 13;
-    c.in[0] = random_tensor(3, 2, 3, 8, 1);
-    c.in[1] = random_tensor(3, 2, 4, 5, 1);
-    c.in[2] = random_tensor(3, 2, 4, 3, 1);
-    c.in[3] = padding(4);
-    c.masks = (tfm_attention_masks){ .key_padding_mask = c.in[3] };
-    c.out[0] = tensor(3, 2, 3, 8, 1);
-    c.out[1] = tensor(4, 2, 2, 3, 4);
-    c.n_out = 2;
-    c.call = call_mha;
-    fwd_check("tfm_mha_forward (cross, kdim, vdim)", &c);
-
-    /* Scaled dot-product attention. */
-    lcg_state = 14;
-    c.in[0] = random_tensor(4, 2, 2, 3, 4);
-    c.in[1] = random_tensor(4, 2, 2, 5, 4);
-    c.in[2] = random_tensor(4, 2, 2, 5, 3);
-    c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_BOTTOM_RIGHT };
-    c.out[0] = tensor(4, 2, 2, 3, 3);
-    c.out[1] = tensor(4, 2, 2, 3, 5);
-    c.n_out = 2;
-    c.call = call_sdpa;
-    fwd_check("tfm_sdpa", &c);
-
-    /* Attention variants, functional form: T5 + BigBird, and Shaw values
-     * with a learned temperature, each with and without the weights (the
-     * kernel's two paths), with padding and the causal mask; then GQA with
-     * RoPE, ALiBi and a window through multi-head attention. */
-    for (int v = 0; v < 4; v++) {
-        const tfm_attention_config a = v < 2 ? t5_bigbird() : shaw_values();
-        assert_int_equal(tfm_attention_create(4, 3, 2, &a, &c.module),
-                         TFM_OK);
-        randomize(c.module, 15 + v);
-        if (v >= 2) {   /* temperatures > 0 */
-            tfm_tensor *t = tensor(1, 2, 1, 1, 1);
-            tfm_tensor_data(t)[0] = 1.5f, tfm_tensor_data(t)[1] = 0.75f;
-            assert_int_equal(tfm_module_set_parameter(c.module,
-                                                      "temperature", t),
-                             TFM_OK);
-            tfm_tensor_free(t);
-        }
-        lcg_state = 16 + v;
-        c.in[0] = random_tensor(4, 2, 2, 5, 4);
-        c.in[1] = random_tensor(4, 2, 2, 7, 4);
-        c.in[2] = random_tensor(4, 2, 2, 7, 3);
-        c.in[3] = padding(7);
-        c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_BOTTOM_RIGHT,
-                                         .key_padding_mask = c.in[3] };
-        c.out[0] = tensor(4, 2, 2, 5, 3);
-        c.out[1] = v % 2 ? tensor(4, 2, 2, 5, 7) : NULL;
-        c.n_out = v % 2 ? 2 : 1;
-        c.call = call_attention;
-        static const char *const names[] = {
-            "tfm_attention_forward (T5, BigBird)",
-            "tfm_attention_forward (T5, BigBird, weights)",
-            "tfm_attention_forward (Shaw, temperature)",
-            "tfm_attention_forward (Shaw, temp., weights)",
-        };
-        fwd_check(names[v], &c);
-    }
-
-    const tfm_attention_config g = gqa_rope();
-    assert_int_equal(tfm_mha_create_ex(8, 4, 0, 0, 1, &g, &c.module), TFM_OK);
-    randomize(c.module, 19);
-    lcg_state = 20;
-    c.in[0] = random_tensor(3, 2, 5, 8, 1);
-    c.in[1] = clone(c.in[0]);
-    c.in[2] = clone(c.in[0]);
-    c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_TOP_LEFT };
-    c.out[0] = tensor(3, 2, 5, 8, 1);
-    c.out[1] = tensor(4, 2, 4, 5, 5);
-    c.n_out = 2;
-    c.call = call_mha;
-    fwd_check("tfm_mha_forward (GQA, RoPE, ALiBi, window)", &c);
+    static const fwd_op ops[] = {
+        /* Self-attention, packed weights, padding + causal, averaged
+         * weights. */
+        { "tfm_mha_forward (self, masks, weights)", call_mha, create_mha, 0,
+          1, 11, { SHAPE3(2, 5, 8), CLONE, CLONE }, 5, CAUSAL | PADDED, 0,
+          { SHAPE3(2, 5, 8), SHAPE3(2, 5, 5) }, 0 },
+        /* One tensor as query, key and value (the fused q/k/v product). */
+        { "tfm_mha_forward (q = k = v)", call_mha_aliased, create_mha, 0, 2,
+          12, { SHAPE3(2, 5, 8) }, 0, CAUSAL, 0, { SHAPE3(2, 5, 8) }, 0 },
+        /* Cross-attention, kdim and vdim, per-head weights. */
+        { "tfm_mha_forward (cross, kdim, vdim)", call_mha, create_mha_cross,
+          0, 3, 13, { SHAPE3(2, 3, 8), SHAPE3(2, 4, 5), SHAPE3(2, 4, 3) }, 4,
+          PADDED, 0, { SHAPE3(2, 3, 8), SHAPE4(2, 2, 3, 4) }, 0 },
+        /* Scaled dot-product attention. */
+        { "tfm_sdpa", call_sdpa, NULL, 0, 0, 14,
+          { SHAPE4(2, 2, 3, 4), SHAPE4(2, 2, 5, 4), SHAPE4(2, 2, 5, 3) }, 0,
+          CAUSAL_BR, 0, { SHAPE4(2, 2, 3, 3), SHAPE4(2, 2, 3, 5) }, 0 },
+        VARIANT_OP("tfm_attention_forward (T5, BigBird)",
+                   create_attention_t5_bigbird, 15, NO_WEIGHTS, 0),
+        VARIANT_OP("tfm_attention_forward (T5, BigBird, weights)",
+                   create_attention_t5_bigbird, 16, SHAPE4(2, 2, 5, 7), 0),
+        VARIANT_OP("tfm_attention_forward (Shaw, temperature)",
+                   create_attention_shaw, 17, NO_WEIGHTS, 1),
+        VARIANT_OP("tfm_attention_forward (Shaw, temp., weights)",
+                   create_attention_shaw, 18, SHAPE4(2, 2, 5, 7), 1),
+        /* GQA with RoPE, ALiBi and a window through multi-head
+         * attention. */
+        { "tfm_mha_forward (GQA, RoPE, ALiBi, window)", call_mha,
+          create_mha_gqa, 0, 19, 20, { SHAPE3(2, 5, 8), CLONE, CLONE }, 0,
+          CAUSAL, 0, { SHAPE3(2, 5, 8), SHAPE4(2, 4, 5, 5) }, 0 },
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        check_forward(&ops[i]);
 }
+
+/* Layers and stacks: x [2, 5, 8], memory [2, 4, 8]. */
+#define X SHAPE3(2, 5, 8)
+#define MEMORY SHAPE3(2, 4, 8)
 
 static void test_forward_layers(void **state)
 {
     (void)state;
-    fwd_ctx c;
-    memset(&c, 0, sizeof c);
-    for (int pre = 0; pre <= 1; pre++) {
-        tfm_layer_config cfg = small_config(pre);
-        assert_int_equal(tfm_encoder_layer_create(&cfg, &c.module), TFM_OK);
-        randomize(c.module, 20 + pre);
-        lcg_state = 21;
-        c.in[0] = random_tensor(3, 2, 5, 8, 1);
-        c.in[3] = padding(5);
-        c.masks = (tfm_attention_masks){ .key_padding_mask = c.in[3] };
-        c.out[0] = tensor(3, 2, 5, 8, 1);
-        c.n_out = 1;
-        c.call = call_encoder_layer;
-        fwd_check(pre ? "tfm_encoder_layer_forward (pre-norm)"
-                      : "tfm_encoder_layer_forward (post-norm)", &c);
-    }
-
-    tfm_layer_config cfg = small_config(0);
-    assert_int_equal(tfm_feed_forward_create(8, 16, TFM_ACTIVATION_GELU,
-                                             &c.module), TFM_OK);
-    randomize(c.module, 22);
-    c.in[0] = random_tensor(3, 2, 5, 8, 1);
-    c.out[0] = tensor(3, 2, 5, 8, 1);
-    c.n_out = 1;
-    c.call = call_ff;
-    fwd_check("tfm_feed_forward_forward", &c);
-
-    assert_int_equal(tfm_decoder_layer_create(&cfg, &c.module), TFM_OK);
-    randomize(c.module, 23);
-    c.in[0] = random_tensor(3, 2, 5, 8, 1);
-    c.in[1] = random_tensor(3, 2, 4, 8, 1);
-    c.in[3] = padding(4);
-    c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_TOP_LEFT };
-    c.masks2 = (tfm_attention_masks){ .key_padding_mask = c.in[3] };
-    c.out[0] = tensor(3, 2, 5, 8, 1);
-    c.n_out = 1;
-    c.call = call_decoder_layer;
-    fwd_check("tfm_decoder_layer_forward", &c);
-
-    assert_int_equal(tfm_cross_attention_create(&cfg, &c.module), TFM_OK);
-    randomize(c.module, 24);
-    c.in[0] = random_tensor(3, 2, 5, 8, 1);
-    c.in[1] = random_tensor(3, 2, 4, 8, 1);
-    c.in[3] = padding(4);
-    c.masks2 = (tfm_attention_masks){ .key_padding_mask = c.in[3] };
-    c.out[0] = tensor(3, 2, 5, 8, 1);
-    c.n_out = 1;
-    c.call = call_cross_attention;
-    fwd_check("tfm_cross_attention_forward", &c);
-
-    assert_int_equal(tfm_encoder_create(&cfg, 2, 1, &c.module), TFM_OK);
-    randomize(c.module, 25);
-    c.in[0] = random_tensor(3, 2, 5, 8, 1);
-    c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_TOP_LEFT };
-    c.out[0] = tensor(3, 2, 5, 8, 1);
-    c.n_out = 1;
-    c.call = call_encoder;
-    fwd_check("tfm_encoder_forward (2 layers)", &c);
-
-    assert_int_equal(tfm_decoder_create(&cfg, 2, 1, &c.module), TFM_OK);
-    randomize(c.module, 26);
-    c.in[0] = random_tensor(3, 2, 5, 8, 1);
-    c.in[1] = random_tensor(3, 2, 4, 8, 1);
-    c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_TOP_LEFT };
-    c.out[0] = tensor(3, 2, 5, 8, 1);
-    c.n_out = 1;
-    c.call = call_decoder;
-    fwd_check("tfm_decoder_forward (2 layers)", &c);
-
-    assert_int_equal(tfm_transformer_create(&cfg, 2, 2, &c.module), TFM_OK);
-    randomize(c.module, 27);
-    c.in[0] = random_tensor(3, 2, 5, 8, 1);
-    c.in[1] = random_tensor(3, 2, 4, 8, 1);
-    c.in[3] = padding(4);
-    c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_TOP_LEFT };
-    c.masks2 = (tfm_attention_masks){ .key_padding_mask = c.in[3] };
-    c.out[0] = tensor(3, 2, 5, 8, 1);
-    c.n_out = 1;
-    c.call = call_transformer;
-    fwd_check("tfm_transformer_forward (2+2 layers)", &c);
+    static const fwd_op ops[] = {
+        { "tfm_encoder_layer_forward (post-norm)", call_encoder_layer,
+          create_encoder_layer, 0, 20, 21, { X }, 5, PADDED, 0, { X }, 0 },
+        { "tfm_encoder_layer_forward (pre-norm)", call_encoder_layer,
+          create_encoder_layer, 1, 21, 21, { X }, 5, PADDED, 0, { X }, 0 },
+        { "tfm_feed_forward_forward", call_ff, create_feed_forward_gelu, 0,
+          22, 0, { X }, 0, 0, 0, { X }, 0 },
+        { "tfm_decoder_layer_forward", call_decoder_layer,
+          create_decoder_layer, 0, 23, 0, { X, MEMORY }, 4, CAUSAL, PADDED,
+          { X }, 0 },
+        { "tfm_cross_attention_forward", call_cross_attention,
+          create_cross_attention, 0, 24, 0, { X, MEMORY }, 4, 0, PADDED,
+          { X }, 0 },
+        { "tfm_encoder_forward (2 layers)", call_encoder, create_encoder_2, 0,
+          25, 0, { X }, 0, CAUSAL, 0, { X }, 0 },
+        { "tfm_decoder_forward (2 layers)", call_decoder, create_decoder_2, 0,
+          26, 0, { X, MEMORY }, 0, CAUSAL, 0, { X }, 0 },
+        { "tfm_transformer_forward (2+2 layers)", call_transformer,
+          create_transformer, 0, 27, 0, { X, MEMORY }, 4, CAUSAL, PADDED,
+          { X }, 0 },
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        check_forward(&ops[i]);
 }
+#undef X
+#undef MEMORY
 
 static void test_forward_models(void **state)
 {
@@ -1539,12 +1485,12 @@ static void test_forward_models(void **state)
                                          : TFM_ARCH_ENCODER_DECODER;
         tfm_model_config mc = model_config(arch, 11);
         assert_int_equal(tfm_model_create(&mc, &c.module), TFM_OK);
-        randomize(c.module, 30 + a);
+        lcg_randomize(c.module, 30 + a);
         for (int i = 0; i < 16; i++) {
             c.ids[i] = (i * 5 + 3) % 11;
             c.ids2[i] = (i * 7 + 1) % 11;
         }
-        c.out[0] = tensor(3, 2, 5, 11, 1);
+        c.out[0] = make3(2, 5, 11, NULL);
         c.n_out = 1;
         c.call = a == 2 ? call_seq2seq : call_logits;
         fwd_check(a == 0   ? "tfm_model_logits (decoder-only)"
@@ -1566,11 +1512,11 @@ static void test_forward_large_scratch(void **state)
     tfm_layer_config cfg = tfm_layer_config_default(32, 4);
     cfg.d_ff = 128;
     assert_int_equal(tfm_encoder_create(&cfg, 2, 1, &c.module), TFM_OK);
-    randomize(c.module, 60);
-    lcg_state = 61;
-    c.in[0] = random_tensor(3, 2, 400, 32, 1);
+    lcg_randomize(c.module, 60);
+    lcg_seed(61);
+    c.in[0] = lcg_fill(make3(2, 400, 32, NULL));
     c.masks = (tfm_attention_masks){ .causal = TFM_CAUSAL_TOP_LEFT };
-    c.out[0] = tensor(3, 2, 400, 32, 1);
+    c.out[0] = make3(2, 400, 32, NULL);
     c.n_out = 1;
     c.call = call_encoder;
     fwd_check("tfm_encoder_forward (2 x 400 x 32, chunks)", &c);
@@ -1578,11 +1524,11 @@ static void test_forward_large_scratch(void **state)
     tfm_model_config mc = model_config(TFM_ARCH_DECODER_ONLY, 3000);
     mc.context_length = 64;
     assert_int_equal(tfm_model_create(&mc, &c.module), TFM_OK);
-    randomize(c.module, 62);
+    lcg_randomize(c.module, 62);
     for (int i = 0; i < 128; i++)
         c.ids[i] = (i * 577 + 3) % 3000;
     c.seq = 64;
-    c.out[0] = tensor(3, 2, 64, 3000, 1);
+    c.out[0] = make3(2, 64, 3000, NULL);
     c.n_out = 1;
     c.call = call_logits;
     fwd_check("tfm_model_logits (vocab 3000, chunks)", &c);
@@ -1605,107 +1551,53 @@ static void cjson_free(void *p)
     free(p);
 }
 
-typedef struct cjson_case {
-    const char *name;
-    void (*setup)(void *ctx);
-    tfm_status (*run)(void *ctx);
-    void (*on_fail)(void *ctx);
-    void (*on_ok)(void *ctx);
-    void (*teardown)(void *ctx);
-    void *ctx;
-    int parses;  /* TFM_ERR_FORMAT allowed (a failed parse) */
-} cjson_case;
+static void cjson_arm(long k)
+{
+    cJSON_Hooks hooks = { cjson_malloc, cjson_free };
+    cJSON_InitHooks(&hooks);
+    cjson_count = 0;
+    cjson_fail_at = k;
+    tfm_clear_error();
+}
+
+static long cjson_disarm(long k, tfm_status st)
+{
+    (void)st;
+    cjson_fail_at = 0;
+    cJSON_InitHooks(NULL);
+    return cjson_count < k ? cjson_count : -1;
+}
+
+/* cJSON does not tell a failed allocation from a syntax error: a parse
+ * may fail with TFM_ERR_FORMAT. */
+static int cjson_failed(const oom_case *c, long k, tfm_status st)
+{
+    (void)k;
+    return st == TFM_ERR_OUT_OF_MEMORY ||
+           (c->parses && st == TFM_ERR_FORMAT &&
+            strstr(tfm_last_error(), "not valid JSON"));
+}
 
 /* As run_case, failing cJSON's k-th allocation instead of the library's. */
-static void run_cjson_case(const cjson_case *c)
+static void run_cjson_case(const oom_case *c)
 {
-    oom_stats *s = &stats[n_stats < 127 ? n_stats++ : 127];
-    memset(s, 0, sizeof *s);
-    snprintf(s->name, sizeof s->name, "cJSON: %s", c->name);
-    cJSON_Hooks hooks = { cjson_malloc, cjson_free };
-    for (long k = 1;; k++) {
-        if (k > MAX_K)
-            fail_msg("%s: still failing after %ld allocations", c->name, k);
-        if (c->setup)
-            c->setup(c->ctx);
-        cJSON_InitHooks(&hooks);
-        cjson_count = 0;
-        cjson_fail_at = k;
-        tfm_clear_error();
-        tfm_status st = c->run(c->ctx);
-        cjson_fail_at = 0;
-        cJSON_InitHooks(NULL);
-        int armed = cjson_count < k;
-        if (st == TFM_ERR_OUT_OF_MEMORY ||
-            (c->parses && st == TFM_ERR_FORMAT &&
-             strstr(tfm_last_error(), "not valid JSON"))) {
-            s->failed++;
-            if (c->on_fail)
-                c->on_fail(c->ctx);
-        } else if (st != TFM_OK) {
-            fail_msg("%s, cJSON allocation %ld: status %d (%s): %s", c->name,
-                     k, (int)st, tfm_status_string(st), tfm_last_error());
-        } else {
-            if (!armed)
-                s->absorbed++;
-            if (c->on_ok)
-                c->on_ok(c->ctx);
-        }
-        if (c->teardown)
-            c->teardown(c->ctx);
-        if (armed) {
-            s->allocations = cjson_count;
-            break;
-        }
-    }
+    static const injector cjson = { "cJSON: ", cjson_arm, cjson_disarm,
+                                    cjson_failed };
+    run_injected(c, &cjson);
 }
 
 static void test_cjson_allocations(void **state)
 {
     (void)state;
-    /* Parsing: opening a file and a model, loading a tokenizer. */
+    /* Parsing: opening a file and a model. */
     st_ctx st;
-    memset(&st, 0, sizeof st);
-    snprintf(st.path, sizeof st.path, "%s/numpy_reference.safetensors",
-             TFM_TEST_DATA_DIR);
-    assert_int_equal(tfm_safetensors_open(st.path, &st.open), TFM_OK);
-    cjson_case open_file = { "tfm_safetensors_open", st_open_setup,
-                             st_open_run, st_open_on_oom, st_open_on_ok, NULL,
-                             &st, 1 };
-    run_cjson_case(&open_file);
-
-    load_ctx lc;
-    snprintf(lc.path, sizeof lc.path, "%s/encoder_only_learned.safetensors",
-             TFM_MODELS_DIR);
-    assert_int_equal(tfm_model_load(lc.path, &lc.reference), TFM_OK);
-    cjson_case load = { "tfm_model_load encoder_only_learned",
-                        load_setup, load_run, load_on_oom, load_on_ok, NULL,
-                        &lc, 1 };
-    run_cjson_case(&load);
-    tfm_module_free(lc.reference);
-
+    st_ctx_init(&st);
+    check_st_open("tfm_safetensors_open", &st, run_cjson_case);
+    tfm_safetensors_close(st.open);
+    check_model_load("encoder_only_learned", run_cjson_case);
     /* Printing: tfm_model_save (with tokenizer metadata), then parsing
      * what it wrote with tfm_tokenizer_load. */
-    save_ctx sc;
-    memset(&sc, 0, sizeof sc);
-    tfm_model_config mc = model_config(TFM_ARCH_DECODER_ONLY, 11);
-    assert_int_equal(tfm_model_create(&mc, &sc.model), TFM_OK);
-    randomize(sc.model, 7);
-    snprintf(sc.path, sizeof sc.path, "%s/model.safetensors", tmp_dir);
-    assert_int_equal(save_run(&sc), TFM_OK);
-    sc.reference = read_file(sc.path, &sc.reference_size);
-    unlink(sc.path);
-    cjson_case save = { "tfm_model_save", save_setup, save_run, save_on_oom,
-                        save_on_ok, NULL, &sc, 0 };
-    run_cjson_case(&save);
-    assert_int_equal(save_run(&sc), TFM_OK);
-    cjson_case tok = { "tfm_tokenizer_load", tok_setup, tok_run, tok_on_oom,
-                       tok_on_ok, NULL, &sc, 1 };
-    run_cjson_case(&tok);
-    unlink(sc.path);
-    free(sc.reference);
-    tfm_module_free(sc.model);
-    tfm_safetensors_close(st.open);
+    check_save_and_tokenizer_load(run_cjson_case);
 }
 
 /* ---- KV cache and generation ------------------------------------------- */
@@ -1791,8 +1683,9 @@ static void kv_check(const char *name, kv_ctx *c)
     assert_int_equal(tfm_kv_cache_decode(c->cache, &c->next_id, 1,
                                          c->next_ref), TFM_OK);
     kv_teardown(c);
-    oom_case oc = { name, kv_setup, kv_run, kv_on_oom, kv_on_ok, kv_teardown,
-                    c };
+    oom_case oc = { .name = name, .setup = kv_setup, .run = kv_run,
+                    .on_oom = kv_on_oom, .on_ok = kv_on_ok,
+                    .teardown = kv_teardown, .ctx = c };
     run_case(&oc);
     tfm_tensor_free(c->logits);
     tfm_tensor_free(c->ref);
@@ -1806,28 +1699,28 @@ static void test_kv_cache(void **state)
     memset(&c, 0, sizeof c);
     tfm_model_config mc = model_config(TFM_ARCH_DECODER_ONLY, 11);
     assert_int_equal(tfm_model_create(&mc, &c.model), TFM_OK);
-    randomize(c.model, 40);
+    lcg_randomize(c.model, 40);
     for (int i = 0; i < 8; i++)
         c.prompt[i] = (i * 3 + 2) % 11;
     c.next_id = 9;
-
-    c.n_prefill = 0;
-    c.n_step = 3;
-    kv_check("tfm_kv_cache_decode (prefill 3)", &c);
-    c.n_prefill = 3;
-    c.n_step = 1;
-    kv_check("tfm_kv_cache_decode (one step)", &c);
-    tfm_module_free(c.model);
-
-    /* The same with the GQA / RoPE / ALiBi / window variant. */
-    c.model = variant_model(41);
-    c.n_prefill = 0;
-    c.n_step = 3;
-    kv_check("tfm_kv_cache_decode (variant, prefill 3)", &c);
-    c.n_prefill = 3;
-    c.n_step = 1;
-    kv_check("tfm_kv_cache_decode (variant, one step)", &c);
-    tfm_module_free(c.model);
+    /* A prefill of 3, then one step after 3; the plain model, then the
+     * GQA / RoPE / ALiBi / window variant. */
+    static const char *const names[2][2] = {
+        { "tfm_kv_cache_decode (prefill 3)",
+          "tfm_kv_cache_decode (one step)" },
+        { "tfm_kv_cache_decode (variant, prefill 3)",
+          "tfm_kv_cache_decode (variant, one step)" },
+    };
+    for (int variant = 0; variant < 2; variant++) {
+        if (variant)
+            c.model = variant_model(41);
+        for (int step = 0; step < 2; step++) {
+            c.n_prefill = step ? 3 : 0;
+            c.n_step = step ? 1 : 3;
+            kv_check(names[variant][step], &c);
+        }
+        tfm_module_free(c.model);
+    }
 }
 
 typedef struct gen_ctx {
@@ -1871,7 +1764,7 @@ static void test_generate(void **state)
     /* vocab 600: tfm_sample's candidate list is heap-allocated. */
     tfm_model_config mc = model_config(TFM_ARCH_DECODER_ONLY, 600);
     assert_int_equal(tfm_model_create(&mc, &c.model), TFM_OK);
-    randomize(c.model, 50);
+    lcg_randomize(c.model, 50);
     c.prompt[0] = 5, c.prompt[1] = 77, c.prompt[2] = 599, c.prompt[3] = 0;
     c.n_prompt = 4;
     c.max_new = 5; /* 9 positions with context 6: the window slides */
@@ -1881,10 +1774,11 @@ static void test_generate(void **state)
         gen_setup(&c);
         assert_int_equal(gen_run(&c), TFM_OK);
         memcpy(c.ref, c.out, sizeof c.ref);
-        oom_case oc = { s ? "tfm_model_generate (sampling, sliding window)"
-                          : "tfm_model_generate (greedy, sliding window)",
-                        gen_setup, gen_run, gen_on_oom, gen_on_ok, NULL,
-                        &c };
+        oom_case oc = {
+            .name = s ? "tfm_model_generate (sampling, sliding window)"
+                      : "tfm_model_generate (greedy, sliding window)",
+            .setup = gen_setup, .run = gen_run, .on_oom = gen_on_oom,
+            .on_ok = gen_on_ok, .ctx = &c };
         run_case(&oc);
     }
     tfm_module_free(c.model);

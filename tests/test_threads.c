@@ -32,6 +32,8 @@
 
 #include <transformer/transformer.h>
 
+#include "test_util.h"
+
 #define THREADS 8
 #define ROUNDS 20 /* $TFM_THREADS_ROUNDS overrides (valgrind: fewer) */
 #define BIG_D 96  /* large enough for the library's pool to split it */
@@ -66,14 +68,8 @@ typedef struct shared {
 
 static shared S;
 
-static uint32_t lcg_state;
-
-static float next_value(void)
-{
-    lcg_state = lcg_state * 1664525u + 1013904223u;
-    return (float)(lcg_state >> 8) / 16777216.0f - 0.5f;
-}
-
+/* A new tensor, or NULL when it cannot be made: no CMocka assertion, so
+ * that the worker threads may call it. */
 static tfm_tensor *tensor(int rank, int64_t a, int64_t b, int64_t c,
                           int64_t d)
 {
@@ -82,33 +78,6 @@ static tfm_tensor *tensor(int rank, int64_t a, int64_t b, int64_t c,
     if (tfm_tensor_create(rank, shape, &t) != TFM_OK)
         return NULL;
     return t;
-}
-
-static tfm_tensor *random_tensor(int rank, int64_t a, int64_t b, int64_t c)
-{
-    tfm_tensor *t = tensor(rank, a, b, c, 1);
-    assert_non_null(t);
-    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
-        tfm_tensor_data(t)[i] = next_value();
-    return t;
-}
-
-static void randomize(tfm_module *m, uint32_t seed)
-{
-    lcg_state = seed;
-    for (int i = 0; i < tfm_module_parameter_count(m); i++) {
-        const char *name = tfm_module_parameter_name(m, i);
-        int rank;
-        int64_t s[TFM_MAX_RANK] = { 1, 1, 1, 1 };
-        assert_int_equal(tfm_module_parameter_shape(m, name, &rank, s),
-                         TFM_OK);
-        tfm_tensor *t = tensor(rank, s[0], s[1], s[2], s[3]);
-        assert_non_null(t);
-        for (int64_t j = 0; j < tfm_tensor_numel(t); j++)
-            tfm_tensor_data(t)[j] = next_value();
-        assert_int_equal(tfm_module_set_parameter(m, name, t), TFM_OK);
-        tfm_tensor_free(t);
-    }
 }
 
 static int same(const tfm_tensor *a, const tfm_tensor *b)
@@ -313,32 +282,25 @@ static int setup(void **state)
     cfg.norm_first = 1;
     assert_int_equal(tfm_transformer_create(&cfg, 2, 2, &S.transformer),
                      TFM_OK);
-    tfm_model_config mc;
-    memset(&mc, 0, sizeof mc);
-    mc.architecture = TFM_ARCH_DECODER_ONLY;
-    mc.layer = cfg;
-    mc.vocab_size = VOCAB;
-    mc.n_layers = 2;
-    mc.context_length = CTX;
-    mc.positional = TFM_POSITIONAL_LEARNED;
-    mc.tied_embeddings = 1;
+    const tfm_model_config mc =
+        tiny_model_config(TFM_ARCH_DECODER_ONLY, cfg, VOCAB, 2, CTX);
     assert_int_equal(tfm_model_create(&mc, &S.model), TFM_OK);
     assert_int_equal(tfm_mha_create(BIG_D, 6, 0, 0, 1, &S.big_mha), TFM_OK);
-    randomize(S.big_mha, 6);
-    randomize(S.mha, 1);
-    randomize(S.encoder_layer, 2);
-    randomize(S.transformer, 3);
-    randomize(S.model, 4);
-    lcg_state = 5;
-    S.x = random_tensor(3, 2, 7, D);
-    S.memory = random_tensor(3, 2, 9, D);
-    S.padding7 = tensor(2, 2, 7, 1, 1);
-    S.padding9 = tensor(2, 2, 9, 1, 1);
+    lcg_randomize(S.big_mha, 6);
+    lcg_randomize(S.mha, 1);
+    lcg_randomize(S.encoder_layer, 2);
+    lcg_randomize(S.transformer, 3);
+    lcg_randomize(S.model, 4);
+    lcg_seed(5);
+    S.x = lcg_fill(make3(2, 7, D, NULL));
+    S.memory = lcg_fill(make3(2, 9, D, NULL));
+    S.padding7 = make2(2, 7, NULL);
+    S.padding9 = make2(2, 9, NULL);
     tfm_tensor_data(S.padding7)[13] = 1.0f;  /* last key of sequence 2 */
     tfm_tensor_data(S.padding9)[16] = 1.0f;
     tfm_tensor_data(S.padding9)[17] = 1.0f;
-    S.additive = random_tensor(2, 7, 7, 1);
-    S.big_x = random_tensor(3, 2, 48, BIG_D);
+    S.additive = lcg_fill(make2(7, 7, NULL));
+    S.big_x = lcg_fill(make3(2, 48, BIG_D, NULL));
     for (int i = 0; i < 20; i++)
         S.ids[i] = (i * 11 + 3) % VOCAB;
     for (int i = 0; i < N_PROMPT; i++)
@@ -347,16 +309,16 @@ static int setup(void **state)
         S.kv_tokens[i] = (i * 5 + 2) % VOCAB;
 
     /* References, on this thread alone. */
-    S.mha_out = tensor(3, 2, 7, D, 1);
-    S.mha_weights = tensor(3, 2, 7, 7, 1);
-    S.enc_out = tensor(3, 2, 7, D, 1);
-    S.tr_out = tensor(3, 2, 7, D, 1);
-    S.logits = tensor(3, 2, 10, VOCAB, 1);
+    S.mha_out = make3(2, 7, D, NULL);
+    S.mha_weights = make3(2, 7, 7, NULL);
+    S.enc_out = make3(2, 7, D, NULL);
+    S.tr_out = make3(2, 7, D, NULL);
+    S.logits = make3(2, 10, VOCAB, NULL);
     assert_int_equal(run_mha(S.mha_out, S.mha_weights), TFM_OK);
     assert_int_equal(run_encoder_layer(S.enc_out), TFM_OK);
     assert_int_equal(run_transformer(S.tr_out), TFM_OK);
     assert_int_equal(run_logits(S.logits), TFM_OK);
-    S.big_out = tensor(3, 2, 48, BIG_D, 1);
+    S.big_out = make3(2, 48, BIG_D, NULL);
     assert_int_equal(run_big_mha(S.big_out), TFM_OK);
     assert_int_equal(run_generate(0, S.gen_greedy), TFM_OK);
     assert_int_equal(run_generate(1, S.gen_sampled), TFM_OK);
@@ -421,20 +383,16 @@ static void variant_outputs(const tfm_attention_config *a, int64_t H,
     const int64_t dk = 8;
     tfm_module *m = NULL;
     assert_int_equal(tfm_attention_create(dk, dk, H, a, &m), TFM_OK);
-    randomize(m, 60);
-    lcg_state = 61;
-    const int64_t qs[4] = { 2, H, L, dk }, ks[4] = { 2, Hkv, S, dk };
-    tfm_tensor *q = NULL, *k = NULL, *v = NULL, *pad = NULL;
-    assert_int_equal(tfm_tensor_create(4, qs, &q), TFM_OK);
-    assert_int_equal(tfm_tensor_create(4, ks, &k), TFM_OK);
-    assert_int_equal(tfm_tensor_create(4, ks, &v), TFM_OK);
-    for (int64_t i = 0; i < tfm_tensor_numel(q); i++)
-        tfm_tensor_data(q)[i] = next_value();
-    for (int64_t i = 0; i < tfm_tensor_numel(k); i++) {
-        tfm_tensor_data(k)[i] = next_value();
-        tfm_tensor_data(v)[i] = next_value();
+    lcg_randomize(m, 60);
+    lcg_seed(61);
+    tfm_tensor *q = lcg_fill(make4(2, H, L, dk, NULL));
+    tfm_tensor *k = make4(2, Hkv, S, dk, NULL);
+    tfm_tensor *v = make4(2, Hkv, S, dk, NULL);
+    for (int64_t i = 0; i < tfm_tensor_numel(k); i++) { /* interleaved */
+        tfm_tensor_data(k)[i] = lcg_next();
+        tfm_tensor_data(v)[i] = lcg_next();
     }
-    pad = tensor(2, 2, S, 1, 1);
+    tfm_tensor *pad = make2(2, S, NULL);
     tfm_tensor_data(pad)[2 * S - 1] = 1.0f;     /* last key of batch 1 */
     tfm_tensor_data(pad)[S + 3] = 1.0f;
     const tfm_attention_masks masks = { .causal = TFM_CAUSAL_BOTTOM_RIGHT,

@@ -18,6 +18,8 @@
 #include <transformer/module.h>
 #include <transformer/tensor.h>
 
+#include "tiny_model.h"
+
 /* Internal test hook of the library (src/alloc.c, exported for tests):
  * the k-th allocation from now fails; 0 disarms it. */
 void tfm_testing_fail_allocation(long k);
@@ -83,6 +85,15 @@ static inline void fill_random(tfm_tensor *t, uint32_t seed)
         d[i] = rnd(&seed);
 }
 
+/* A new tensor with the shape and values of t. */
+static inline tfm_tensor *clone(const tfm_tensor *t)
+{
+    int64_t shape[TFM_MAX_RANK];
+    for (int i = 0; i < tfm_tensor_rank(t); i++)
+        shape[i] = tfm_tensor_dim(t, i);
+    return make(tfm_tensor_rank(t), shape, tfm_tensor_data_const(t));
+}
+
 /* Frees every tensor of a compound-literal list (NULL entries are no-ops). */
 static inline void free_tensors(tfm_tensor *const *t, size_t n)
 {
@@ -95,7 +106,55 @@ static inline void free_tensors(tfm_tensor *const *t, size_t n)
                  sizeof((tfm_tensor *const[]){ __VA_ARGS__ }) /            \
                      sizeof(tfm_tensor *))
 
+/* ---- the LCG stream of test_oom, test_numerics and test_threads -------- */
+
+/* One stream per test program: lcg_seed() restarts it, lcg_next() takes
+ * the next number in [-0.5, 0.5) (the same LCG as rnd(), at half its
+ * scale, in float arithmetic).  Those suites compare runs with each other
+ * and some of their inputs follow on from the parameters in one stream:
+ * keep this sequence exactly as it is.  Not thread-safe. */
+static inline uint32_t *lcg_state(void)
+{
+    static uint32_t state;
+    return &state;
+}
+
+/* Restarts the stream at seed. */
+static inline void lcg_seed(uint32_t seed)
+{
+    *lcg_state() = seed;
+}
+
+/* The next number of the stream, in [-0.5, 0.5). */
+static inline float lcg_next(void)
+{
+    uint32_t *s = lcg_state();
+    *s = *s * 1664525u + 1013904223u;
+    return (float)(*s >> 8) / 16777216.0f - 0.5f;
+}
+
+/* Fills t from the stream, element 0 first; returns t. */
+static inline tfm_tensor *lcg_fill(tfm_tensor *t)
+{
+    float *d = tfm_tensor_data(t);
+    for (int64_t i = 0; i < tfm_tensor_numel(t); i++)
+        d[i] = lcg_next();
+    return t;
+}
+
 /* ---- value checks -------------------------------------------------------- */
+
+/* max |a - b| / max |b| over n values (NaN counts as infinitely wrong). */
+static inline double rel_err(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        num = e > num || e != e ? e : num;
+        den = fabs(b[i]) > den ? fabs(b[i]) : den;
+    }
+    return num / (den > 0 ? den : 1);
+}
 
 /* Fails unless |actual - expected| <= tol * max(1, |expected|). */
 static inline void near_impl(double actual, double expected, double tol,
@@ -253,6 +312,21 @@ static inline void randomize_params(tfm_module *m, uint32_t seed,
 {
     const param_seeds s = { seed, stride };
     set_each_param(m, fill_random_param, &s);
+}
+
+/* set_each_param() filler: lcg_fill(). */
+static inline void lcg_fill_param(tfm_tensor *t, int p, const void *ctx)
+{
+    (void)p, (void)ctx;
+    lcg_fill(t);
+}
+
+/* Restarts the stream at seed and fills every parameter of m from it, in
+ * parameter order; the stream goes on from there. */
+static inline void lcg_randomize(tfm_module *m, uint32_t seed)
+{
+    lcg_seed(seed);
+    set_each_param(m, lcg_fill_param, NULL);
 }
 
 #endif /* TFM_TEST_UTIL_H */

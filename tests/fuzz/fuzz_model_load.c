@@ -31,31 +31,12 @@
 
 #include <transformer/transformer.h>
 
+#include "../tiny_model.h"
+#include "fuzz_util.h"
+
 #define MAX_DIM 4096          /* any one size in the metadata */
 #define MAX_LAYERS 64         /* each of n_layers, n_encoder/decoder_layers */
 #define MAX_PARAMS (1 << 20)  /* estimated parameters plus KV cache floats */
-
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: broken promise: %s (last error: %s)\n", \
-                    __FILE__, __LINE__, #cond, tfm_last_error());          \
-            abort();                                                       \
-        }                                                                  \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-
-/* One thread: inputs are tiny, and a fuzzer wants each run reproducible
- * and its time spent in the code under test.  Called by libFuzzer once,
- * and by regress_main.c. */
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc, (void)argv;
-    tfm_set_num_threads(1);
-    return 0;
-}
 
 /* The metadata value of key as the loader would read it (strtoll), or 0
  * when absent or not a number (the loader refuses those itself). */
@@ -244,16 +225,10 @@ static void load_checkpoint(tfm_module *m, const char *path,
 
 static void run_checkpoints(const char *path)
 {
-    tfm_model_config c;
-    memset(&c, 0, sizeof c);
-    c.architecture = TFM_ARCH_DECODER_ONLY;
-    c.layer = tfm_layer_config_default(4, 2);
-    c.layer.d_ff = 8;
-    c.vocab_size = 5;
-    c.n_layers = 1;
-    c.context_length = 4;
-    c.positional = TFM_POSITIONAL_LEARNED;
-    c.tied_embeddings = 1;
+    tfm_layer_config lc = tfm_layer_config_default(4, 2);
+    lc.d_ff = 8;
+    const tfm_model_config c =
+        tiny_model_config(TFM_ARCH_DECODER_ONLY, lc, 5, 1, 4);
     tfm_module *model = NULL, *layer = NULL;
     CHECK(tfm_model_create(&c, &model) == TFM_OK);
     CHECK(tfm_encoder_layer_create(&c.layer, &layer) == TFM_OK);

@@ -17,27 +17,7 @@
 
 #include <transformer/transformer.h>
 
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: broken promise: %s (last error: %s)\n", \
-                    __FILE__, __LINE__, #cond, tfm_last_error());          \
-            abort();                                                       \
-        }                                                                  \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-
-/* One thread: inputs are tiny, and a fuzzer wants each run reproducible
- * and its time spent in the code under test.  Called by libFuzzer once,
- * and by regress_main.c. */
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc, (void)argv;
-    tfm_set_num_threads(1);
-    return 0;
-}
+#include "fuzz_util.h"
 
 /* Reads one tensor and checks it against tfm_safetensors_info. */
 static void read_one(const tfm_safetensors *f, const char *name,
