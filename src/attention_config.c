@@ -185,10 +185,13 @@ tfm_status tfm__attention_config_check(const tfm_attention_config *c,
     if ((unsigned)c->rope > (unsigned)TFM_ROPE_HALF)
         return bad("rope", c->rope, "is not a tfm_rope value");
     if (c->rope != TFM_ROPE_NONE) {
-        if (!isfinite(c->rope_base) || c->rope_base < 0.0)
+        /* As the sinusoidal encoding's base: above 1, so that the
+         * frequencies base^(-2i/dims) fall from 1 (and never overflow). */
+        if (!isfinite(c->rope_base) ||
+            (c->rope_base != 0.0 && !(c->rope_base > 1.0)))
             return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                              "attention config: rope_base = %g must be "
-                             "finite and > 0 (0 = 10000)", c->rope_base);
+                             "finite and > 1 (0 = 10000)", c->rope_base);
         int64_t dims = c->rope_dims ? c->rope_dims : d_k;
         if (c->rope_dims < 0 || dims > d_k || dims % 2 != 0 || dims < 2)
             return tfm__fail(TFM_ERR_INVALID_ARGUMENT,

@@ -334,6 +334,11 @@ EDIT(e_rope_big, { c->rope = TFM_ROPE_ADJACENT; c->rope_dims = 10; })
 EDIT(e_rope_neg, { c->rope = TFM_ROPE_ADJACENT; c->rope_dims = -2; })
 EDIT(e_rope_base, { c->rope = TFM_ROPE_ADJACENT; c->rope_base = -1.0; })
 EDIT(e_rope_base_nan, { c->rope = TFM_ROPE_HALF; c->rope_base = NAN; })
+/* Bases at or below 1 make frequencies that grow with the pair index (and
+ * overflow to inf, then NaN outputs, near 1e-308): refused as for the
+ * sinusoidal encoding. */
+EDIT(e_rope_base_one, { c->rope = TFM_ROPE_HALF; c->rope_base = 1.0; })
+EDIT(e_rope_base_tiny, { c->rope = TFM_ROPE_ADJACENT; c->rope_base = 1e-309; })
 EDIT(e_relative, c->relative = (tfm_relative)9)
 EDIT(e_shaw_k0, c->relative = TFM_RELATIVE_SHAW)
 EDIT(e_shaw_general, { c->relative = TFM_RELATIVE_SHAW;
@@ -366,7 +371,8 @@ static const bad_config bad_configs[] = {
     { "n_kv_heads", e_kv_big },     { "rope", e_rope },
     { "rope_dims", e_rope_odd },    { "rope_dims", e_rope_big },
     { "rope_dims", e_rope_neg },    { "rope_base", e_rope_base },
-    { "rope_base", e_rope_base_nan },
+    { "rope_base", e_rope_base_nan }, { "rope_base", e_rope_base_one },
+    { "rope_base", e_rope_base_tiny },
     { "relative", e_relative },     { "max_distance", e_shaw_k0 },
     { "relative", e_shaw_general }, { "num_buckets", e_t5_buckets },
     { "num_buckets", e_t5_small },  { "max_distance", e_t5_dist },

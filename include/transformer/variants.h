@@ -154,7 +154,7 @@ typedef struct tfm_attention_config {
      * have n_kv_heads * d_k rows, and a KV cache holds that many columns. */
     int64_t n_kv_heads;
     tfm_rope rope;
-    double rope_base;         /* 0 = 10000 */
+    double rope_base;         /* > 1; 0 = 10000 */
     int64_t rope_dims;        /* leading dims of each head rotated (even);
                                * 0 = d_k (GPT-NeoX's partial rotary) */
     tfm_relative relative;
@@ -191,11 +191,11 @@ TFM_API void tfm_attention_config_init(tfm_attention_config *config);
  * config NULL means the defaults.
  * Errors: TFM_ERR_NULL_ARGUMENT (out), TFM_ERR_INVALID_ARGUMENT (a size
  * < 1, an unknown enum value, n_kv_heads not dividing n_heads, odd
- * rope_dims or rope_dims > d_k, Shaw without max_distance >= 1, window,
- * dilation, block_size, n_global or n_random_blocks (at most 4096) out
- * of range, n_global without a
- * sparse pattern, Shaw with the GENERAL or ADDITIVE score (its term needs
- * the untransformed query), T5 with fewer than 2 buckets (4 when
+ * rope_dims or rope_dims > d_k, rope_base not finite or <= 1, Shaw
+ * without max_distance >= 1, window, dilation, block_size, n_global or
+ * n_random_blocks (at most 4096) out of range, n_global without a sparse
+ * pattern, Shaw with the GENERAL or ADDITIVE score (its term needs the
+ * untransformed query), T5 with fewer than 2 buckets (4 when
  * bidirectional) or a max_distance not beyond the exact buckets, a
  * non-finite or negative scale, struct_size smaller than the first two
  * fields); fields of variants not selected are ignored,
