@@ -33,6 +33,7 @@
 #include "random.h"
 #include "softmax.h"
 #include "tensor_impl.h"
+#include "vmath.h"
 #include "workspace.h"
 
 #define TFM_QUERY_BLOCK 64
@@ -503,6 +504,33 @@ static int masked_at(const head_view *a, int64_t gi, int64_t j)
 
 /* ---- Scores ------------------------------------------------------------ */
 
+/* Lanes of the additive score's partial sums: the loop over d_a runs over
+ * ADDITIVE_LANES independent accumulators so that it vectorises without
+ * reassociating one running sum. */
+#define ADDITIVE_LANES 8
+
+/* dst[c] = scale * sum_e w[e] tanh(q[e] + k_c[e]) for the t keys k_c
+ * (rows of k, stride ldk), d_a = da (Bahdanau et al. 2014, eq. (6)). */
+TFM_CLONES static void additive_row(const float *q, const float *k,
+                                    int64_t ldk, int64_t t, const float *w,
+                                    int64_t da, float scale, float *dst)
+{
+    for (int64_t c = 0; c < t; c++) {
+        const float *kc = k + c * ldk;
+        float lane[ADDITIVE_LANES] = { 0 };
+        int64_t e = 0;
+        for (; e + ADDITIVE_LANES <= da; e += ADDITIVE_LANES)
+            for (int l = 0; l < ADDITIVE_LANES; l++)
+                lane[l] += w[e + l] * tfm__tanh(q[e + l] + kc[e + l]);
+        float s = 0.0f;
+        for (; e < da; e++)
+            s += w[e] * tfm__tanh(q[e] + kc[e]);
+        for (int l = 0; l < ADDITIVE_LANES; l++)
+            s += lane[l];
+        dst[c] = scale * s;
+    }
+}
+
 /* dst [r, t] (row stride ld) = the scaled scores of query rows i0 ..
  * i0+r-1 against keys j0 .. j0+t-1: one product scale * q k^T, or the
  * additive score scale * sum_a v[a] tanh(q[i, a] + k[j, a]). */
@@ -516,16 +544,9 @@ static void scores(const head_view *a, int64_t i0, int64_t r, int64_t j0,
         return;
     }
     const float *w = j->additive_v + a->h * j->d_k;
-    for (int64_t i = 0; i < r; i++) {
-        const float *qi = a->q + (i0 + i) * j->ldq;
-        for (int64_t c = 0; c < t; c++) {
-            const float *kc = a->k + (j0 + c) * j->ldk;
-            float s = 0.0f;
-            for (int64_t e = 0; e < j->d_k; e++)
-                s += w[e] * tanhf(qi[e] + kc[e]);
-            dst[i * ld + c] = a->scale * s;
-        }
-    }
+    for (int64_t i = 0; i < r; i++)
+        additive_row(a->q + (i0 + i) * j->ldq, a->k + j0 * j->ldk, j->ldk, t,
+                     w, j->d_k, a->scale, dst + i * ld);
 }
 
 /* Shaw's key term of rows i0 .. i0+r-1: qr [r, K2] = scale * q r^K^T. */

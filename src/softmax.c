@@ -1,46 +1,15 @@
 /* Softmax (softmax.h).
  *
- * The exponential is a Cephes-style polynomial (range reduction by ln 2,
- * degree-6 polynomial, scaling by 2^n through the exponent bits), written
- * without branches so that the compiler vectorises the row loop; the
- * function is compiled twice (AVX2 and baseline) and the loader picks the
- * one the processor runs.  Its relative error is below 2e-7 on the range
- * softmax uses (x <= 0); inputs below -87.3 (e^-87.3 is about 1e-38) give
- * exactly 0, so masked (-inf) entries are exactly 0.
+ * The exponential is vmath.h's branch-free polynomial, so that the
+ * compiler vectorises the row loops; the functions are compiled twice (AVX2
+ * and baseline) and the loader picks the one the processor runs.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "softmax.h"
-
-static inline float exp_nonpositive(float x)
-{
-    const float lo = -87.3365447f;
-    float xc = x >= lo ? x : lo; /* NaN becomes lo: no NaN reaches the int
-                                  * conversion below */
-    float n = floorf(xc * 1.44269504088896341f + 0.5f);
-    float r = xc - n * 0.693359375f - n * -2.12194440e-4f;
-    float r2 = r * r;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r2 + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    float e = x >= lo ? y * scale : 0.0f;
-    return x != x ? x : e;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TFM_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define TFM_CLONES
-#endif
+#include "vmath.h"
 
 /* Lanes of the partial maxima and sums: the loops below are written over
  * TFM_LANES independent accumulators so that the compiler can vectorise
@@ -73,13 +42,13 @@ static inline double exp_and_sum(float *x, int64_t n, float max)
     int64_t j = 0;
     for (; j + TFM_LANES <= n; j += TFM_LANES)
         for (int l = 0; l < TFM_LANES; l++) {
-            float e = exp_nonpositive(x[j + l] - max);
+            float e = tfm__exp_nonpositive(x[j + l] - max);
             x[j + l] = e;
             lane[l] += e;
         }
     double sum = 0.0;
     for (; j < n; j++) {
-        float e = exp_nonpositive(x[j] - max);
+        float e = tfm__exp_nonpositive(x[j] - max);
         x[j] = e;
         sum += e;
     }
@@ -146,7 +115,7 @@ TFM_CLONES float tfm__softmax_online_step(float *x, int64_t n, float *m,
         }
         return 1.0f;
     }
-    const float alpha = exp_nonpositive(*m - m_new);
+    const float alpha = tfm__exp_nonpositive(*m - m_new);
     const double sum = exp_and_sum(x, n, m_new);
     if (sum != sum) {
         fill_nan(x, n);
