@@ -818,6 +818,28 @@ end
 
 local SDPA_OPTIONS = { "attn_mask", "dropout_p", "is_causal", "scale", "need_weights" }
 
+-- The masks table of an attention call with an attn_mask option: [L][S]
+-- as it is, anything else broadcast to [B][H][L][S]; booleans are "allow"
+-- masks (true = may attend), numbers additive.  {} without a mask.
+local function attn_mask_table(m, B, H, L, S)
+  local masks = {}
+  if m == nil then return masks end
+  local ms = shape_of(m)
+  local t, is_bool
+  if same_shape(ms, { L, S }) then
+    t, is_bool = to_tensor(m, "attn_mask")
+  else
+    local t0
+    t0, is_bool = to_tensor(m, "attn_mask")
+    local flat = core.tensor_to_flat(t0)
+    local target = { B, H, L, S }
+    t = to_tensor(broadcast_mask(flat, ms, target, "attn_mask"), "attn_mask", target)
+  end
+  masks.attn_mask = t
+  masks.attn_mask_kind = is_bool and "allow" or "additive"
+  return masks
+end
+
 --- scaled_dot_product_attention(query, key, value, {attn_mask, dropout_p=0,
 --  is_causal=false, scale=nil, need_weights=false})
 --  PyTorch's F.scaled_dot_product_attention, eq. (1) of Vaswani et al.:
@@ -857,23 +879,7 @@ local function sdpa(query, key, value, opts)
   local tq = to_tensor(query, "query", q4)
   local tk = to_tensor(key, "key", k4)
   local tv = to_tensor(value, "value", v4)
-  local masks = {}
-  if opts.attn_mask ~= nil then
-    local m = opts.attn_mask
-    local ms = shape_of(m)
-    local t, is_bool
-    if same_shape(ms, { L, S }) then
-      t, is_bool = to_tensor(m, "attn_mask")
-    else
-      local t0
-      t0, is_bool = to_tensor(m, "attn_mask")
-      local flat = core.tensor_to_flat(t0)
-      local target = { B, H, L, S }
-      t = to_tensor(broadcast_mask(flat, ms, target, "attn_mask"), "attn_mask", target)
-    end
-    masks.attn_mask = t
-    masks.attn_mask_kind = is_bool and "allow" or "additive"
-  end
+  local masks = attn_mask_table(opts.attn_mask, B, H, L, S)
   if opts.is_causal ~= nil and check_bool("is_causal", opts.is_causal) then
     masks.causal = "top_left"
   end
@@ -983,23 +989,7 @@ function Attention:forward(query, key, value, opts)
   local tq = to_tensor(query, "query", q4)
   local tk = to_tensor(key, "key", k4)
   local tv = to_tensor(value, "value", v4)
-  local masks = {}
-  if opts.attn_mask ~= nil then
-    local m = opts.attn_mask
-    local ms = shape_of(m)
-    local t, is_bool
-    if same_shape(ms, { L, S }) then
-      t, is_bool = to_tensor(m, "attn_mask")
-    else
-      local t0
-      t0, is_bool = to_tensor(m, "attn_mask")
-      local flat = core.tensor_to_flat(t0)
-      local target = { B, H, L, S }
-      t = to_tensor(broadcast_mask(flat, ms, target, "attn_mask"), "attn_mask", target)
-    end
-    masks.attn_mask = t
-    masks.attn_mask_kind = is_bool and "allow" or "additive"
-  end
+  local masks = attn_mask_table(opts.attn_mask, B, H, L, S)
   local c = opts.is_causal
   if c ~= nil then
     if type(c) == "boolean" then
