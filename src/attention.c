@@ -174,11 +174,19 @@ tfm_status tfm_attention_get_config(const tfm_module *module,
                          "tfm_attention_get_config: %s is NULL",
                          !module ? "module" : "config");
     const tfm__variant *v = tfm__variant_of(module);
-    if (!v)
+    if (!v) {
+        const tfm_module_kind k = module->kind;
+        const int model = k == TFM_MODULE_DECODER_ONLY ||
+                          k == TFM_MODULE_ENCODER_ONLY ||
+                          k == TFM_MODULE_ENCODER_DECODER;
         return tfm__fail(TFM_ERR_WRONG_KIND,
-                         "module is of kind %d, expected an attention (%d), "
-                         "multi-head attention (%d) or encoder layer (%d)",
-                         (int)module->kind, (int)TFM_MODULE_ATTENTION,
-                         (int)TFM_MODULE_MHA, (int)TFM_MODULE_ENCODER_LAYER);
+                         "tfm_attention_get_config: module is of kind %d%s, "
+                         "not an attention (%d), multi-head attention (%d) "
+                         "or encoder layer (%d) module%s", (int)k,
+                         model ? " (a model)" : "", (int)TFM_MODULE_ATTENTION,
+                         (int)TFM_MODULE_MHA, (int)TFM_MODULE_ENCODER_LAYER,
+                         model ? "; a model's variant is in "
+                                 "tfm_model_get_options" : "");
+    }
     return tfm__attention_config_write(&v->config, config);
 }

@@ -193,6 +193,12 @@ tfm_status tfm__attention_config_check(const tfm_attention_config *c,
                              "attention config: rope_base = %g must be "
                              "finite and > 1 (0 = 10000)", c->rope_base);
         int64_t dims = c->rope_dims ? c->rope_dims : d_k;
+        if (c->rope_dims == 0 && (d_k % 2 != 0 || d_k < 2))
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "attention config: RoPE rotates pairs of "
+                             "dimensions, and d_k = %lld is odd: set "
+                             "rope_dims to an even number below it (rope_dims "
+                             "0 means all of d_k)", (long long)d_k);
         if (c->rope_dims < 0 || dims > d_k || dims % 2 != 0 || dims < 2)
             return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                              "attention config: rope_dims = %lld must be "

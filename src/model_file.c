@@ -179,10 +179,37 @@ static const attention_key ATTENTION_KEYS[] = {
 
 #define N_ATTENTION_KEYS (sizeof ATTENTION_KEYS / sizeof ATTENTION_KEYS[0])
 
+/* Refuses a key under "tfm.attention." that this library does not know
+ * (a misspelt key, or a variant of a newer library): the file would
+ * otherwise load as a different model without a word. */
+static tfm_status check_attention_keys(const tfm_safetensors *f)
+{
+    static const char prefix[] = "tfm.attention.";
+    const int64_t n = tfm_safetensors_metadata_count(f);
+    for (int64_t e = 0; e < n; e++) {
+        const char *key = tfm_safetensors_metadata_key(f, e);
+        if (!key || strncmp(key, prefix, sizeof prefix - 1) != 0)
+            continue;
+        size_t i = 0;
+        while (i < N_ATTENTION_KEYS && strcmp(ATTENTION_KEYS[i].key, key))
+            i++;
+        if (i == N_ATTENTION_KEYS)
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "unknown metadata key \"%s\": this library "
+                             "knows the \"tfm.attention.*\" keys of model.h "
+                             "(a misspelling, or a variant of a newer "
+                             "version?)", key);
+    }
+    return TFM_OK;
+}
+
 /* Reads the keys present into *a (absent ones keep their value). */
 static tfm_status read_attention(const tfm_safetensors *f,
                                  tfm_attention_config *a)
 {
+    tfm_status known = check_attention_keys(f);
+    if (known != TFM_OK)
+        return known;
     for (size_t i = 0; i < N_ATTENTION_KEYS; i++) {
         const attention_key *k = &ATTENTION_KEYS[i];
         unsigned char *field = (unsigned char *)a + k->offset;
@@ -282,6 +309,20 @@ static tfm_status read_config(const tfm_safetensors *f, tfm_model_config *c,
 
 /* ---- loading -------------------------------------------------------------- */
 
+/* "a, b, c" of the first rank values of dims, cut to size bytes. */
+static void format_dims(char *out, size_t size, const int64_t *dims, int rank)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (int i = 0; i < rank && n < size; i++) {
+        int w = snprintf(out + n, size - n, "%s%lld", i ? ", " : "",
+                         (long long)dims[i]);
+        if (w < 0)
+            break;
+        n += (size_t)w;
+    }
+}
+
 /* The named tensor exists with the given shape. */
 static tfm_status expect_shape(const tfm_safetensors *f, const char *name,
                                int rank, const int64_t *want)
@@ -296,14 +337,14 @@ static tfm_status expect_shape(const tfm_safetensors *f, const char *name,
     for (int i = 0; same && i < rank; i++)
         same = shape[i] == want[i];
     if (!same) {
-        char dims[96];
-        int n = 0;
-        for (int i = 0; i < rank && n < (int)sizeof dims; i++)
-            n += snprintf(dims + n, sizeof dims - (size_t)n, "%s%lld",
-                          i ? ", " : "", (long long)want[i]);
+        char has[96], needs[96];
+        format_dims(has, sizeof has, shape, r);
+        format_dims(needs, sizeof needs, want, rank);
         return tfm__fail(TFM_ERR_FORMAT,
-                         "tensor \"%s\" does not have the shape [%s] the "
-                         "configuration gives", name, dims);
+                         "tensor \"%s\" has shape [%s], but the file's "
+                         "configuration metadata (model.h: \"tfm.d_model\", "
+                         "\"tfm.n_heads\", \"tfm.attention.*\", ...) gives "
+                         "[%s]", name, has, needs);
     }
     return TFM_OK;
 }

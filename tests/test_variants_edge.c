@@ -24,6 +24,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <transformer/attention.h>
@@ -385,6 +386,35 @@ static void test_shaw_table_longer_than_sequence(void **state)
     tfm_module_free(attn);
 }
 
+/* Messages that say what to do (found by trying the library as a new
+ * user): RoPE with an odd d_k blamed a rope_dims of 0 the caller never
+ * set; tfm_attention_get_config on a model gave only kind numbers. */
+static void test_messages_point_to_the_fix(void **state)
+{
+    (void)state;
+    tfm_attention_config c;
+    tfm_attention_config_init(&c);
+    c.rope = TFM_ROPE_HALF;
+    tfm_module *m = SENTINEL_MODULE;
+    assert_int_equal(tfm_attention_create(5, 5, 4, &c, &m),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_ptr_equal(m, SENTINEL_MODULE);
+    assert_non_null(strstr(tfm_last_error(), "d_k = 5 is odd"));
+    c.rope_dims = 4; /* the fix the message suggests */
+    assert_int_equal(tfm_attention_create(5, 5, 4, &c, &m), TFM_OK);
+    tfm_module_free(m);
+
+    tfm_model_config mc = tiny_model_config(TFM_ARCH_DECODER_ONLY,
+                                            tfm_layer_config_default(8, 2),
+                                            11, 1, 6);
+    assert_int_equal(tfm_model_create(&mc, &m), TFM_OK);
+    tfm_attention_config got;
+    tfm_attention_config_init(&got);
+    assert_int_equal(tfm_attention_get_config(m, &got), TFM_ERR_WRONG_KIND);
+    assert_non_null(strstr(tfm_last_error(), "tfm_model_get_options"));
+    tfm_module_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -392,6 +422,7 @@ int main(void)
         cmocka_unit_test(test_random_blocks_bound),
         cmocka_unit_test(test_many_random_blocks_fast),
         cmocka_unit_test(test_shaw_table_longer_than_sequence),
+        cmocka_unit_test(test_messages_point_to_the_fix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -120,6 +120,9 @@ TFM_API void tfm_model_options_init(tfm_model_options *options);
  *   "tfm.attention.n_global", "tfm.attention.block_size",
  *   "tfm.attention.n_random_blocks", "tfm.attention.seed";
  *   "tfm.positional": "sinusoidal_concat" for TFM_POSITIONAL_SINUSOIDAL_CONCAT.
+ * Values are written exactly as above (lowercase names, decimal numbers).
+ * A key under "tfm.attention." that is not in this list is refused with
+ * TFM_ERR_FORMAT (a misspelt key would otherwise load another model).
  * Errors: those of tfm_model_create and tfm_attention_create,
  * TFM_ERR_UNSUPPORTED. */
 TFM_API tfm_status tfm_model_create_ex(const tfm_model_config *config,

@@ -28,7 +28,13 @@ Attention, functional.attention and (as a dict under "attention") Model:
 Option strings are case-insensitive; an unknown one raises
 InvalidArgumentError (a ValueError) naming the allowed values.  Sizes and
 combinations are checked by the library when the module is created
-(InvalidArgumentError with its message).
+(InvalidArgumentError with its message).  (Model files are stricter: their
+"tfm.attention.*" values are exact lowercase names.)
+
+``attention_config`` reports the variant as the library holds it, so a
+field left at its default reads 0 there: rope_base 0 means 10000,
+num_buckets 0 means 32, max_distance 0 means 128 (T5), scale 0 means the
+score's own, n_kv_heads 0 means num_heads, rope_dims 0 means all of d_k.
 """
 
 import math
