@@ -12,7 +12,8 @@
 # <libdir> is CMAKE_INSTALL_LIBDIR from GNUInstallDirs: lib/<multiarch> on
 # Debian with prefix /usr (dh passes it explicitly), lib otherwise.  The
 # command-line program, the model and the bindings install themselves
-# (tools/, bindings/python/, bindings/lua/).
+# (tools/, bindings/python/, bindings/lua/); TRANSFORMER_INSTALL_BIN_RPATH
+# (below) is the RUNPATH of the installed program.
 
 include(CMakePackageConfigHelpers)
 
@@ -34,6 +35,24 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/transformer"
   DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
   COMPONENT Development
   FILES_MATCHING PATTERN "*.h")
+
+# ---- RUNPATH of installed programs ------------------------------------------
+# An installed executable (transformer-generate, tools/) finds
+# libtransformer.so.1 relative to itself: $ORIGIN/<libdir relative to
+# bindir>, e.g. $ORIGIN/../lib, so that `cmake --install --prefix DIR` (any
+# DIR, also one other than the configured prefix) and a moved prefix work
+# without LD_LIBRARY_PATH.  Programs add it with
+#   set_target_properties(T PROPERTIES INSTALL_RPATH "${TRANSFORMER_INSTALL_BIN_RPATH}")
+# The Debian build (debian/rules) configures with CMAKE_SKIP_INSTALL_RPATH=ON,
+# as for the bindings' $ORIGIN rpaths: in /usr the library is on the default
+# search path, and lintian rejects custom library search paths.
+file(RELATIVE_PATH _tfm_bin_to_lib "${CMAKE_INSTALL_FULL_BINDIR}"
+     "${CMAKE_INSTALL_FULL_LIBDIR}")
+if(_tfm_bin_to_lib STREQUAL "")
+  set(TRANSFORMER_INSTALL_BIN_RPATH "$ORIGIN")
+else()
+  set(TRANSFORMER_INSTALL_BIN_RPATH "$ORIGIN/${_tfm_bin_to_lib}")
+endif()
 
 # ---- CMake package: find_package(transformer 1) -> transformer::transformer
 install(EXPORT transformerTargets

@@ -4,7 +4,8 @@
 # programs built against that prefix, one with find_package(transformer)
 # (tests/install/find_package/) and one with pkg-config
 # (tests/install/pkg_config/); both must run and print OK.  The bindings
-# and the command-line program, when built, are loaded from the prefix too.
+# and the command-line program, when built, are loaded from the prefix too,
+# without LD_LIBRARY_PATH (they find the library through their RUNPATH).
 #
 # tests/install/CMakeLists.txt passes everything as environment variables:
 #   BUILD_DIR SOURCE_DIR WORK_DIR CMAKE_COMMAND CMAKE_GENERATOR CC
@@ -70,8 +71,11 @@ found=$(sed -n 's/^transformer_DIR:PATH=//p' fp/CMakeCache.txt)
 [ "$found" = "$prefix/$CMAKEDIR" ] || fail "find_package found $found"
 "$CMAKE_COMMAND" --build fp > fp-build.log || { cat fp-build.log; fail "build"; }
 # CMake's build-tree RPATH points at the prefix's library.
-ldd fp/consumer | grep -q "$libdir/libtransformer.so.$SOVERSION" \
-  || { ldd fp/consumer; fail "fp/consumer does not load the installed library"; }
+# (ldd's output is read whole: with pipefail, `ldd | grep -q` fails at
+# random when grep exits before ldd has written everything.)
+fp_ldd=$(ldd fp/consumer)
+grep -q "$libdir/libtransformer.so.$SOVERSION" <<< "$fp_ldd" \
+  || { echo "$fp_ldd"; fail "fp/consumer does not load the installed library"; }
 fp/consumer | tee fp-run.log
 grep -q ': OK$' fp-run.log || fail "find_package consumer"
 
@@ -107,7 +111,20 @@ if [ "${CLI:-0}" = 1 ]; then
   step "transformer-generate and the model"
   model="$prefix/$DATADIR/transformer/kjv-char.safetensors"
   [ -f "$model" ] || fail "no $DATADIR/transformer/kjv-char.safetensors"
-  LD_LIBRARY_PATH="$libdir" "$prefix/$BINDIR/transformer-generate" \
+  # No LD_LIBRARY_PATH: the program finds the prefix's library through its
+  # RUNPATH, $ORIGIN/<libdir relative to bindir> (cmake/TransformerInstall.cmake).
+  cli="$prefix/$BINDIR/transformer-generate"
+  runpath=$(LC_ALL=C readelf -d "$cli" | sed -n 's/.*(R\(UN\)\{0,1\}PATH).*\[\(.*\)\]/\2/p')
+  echo "$BINDIR/transformer-generate: RUNPATH $runpath"
+  [[ "$runpath" == '$ORIGIN'* ]] || fail "transformer-generate's RUNPATH is '$runpath'"
+  loaded=$(env -u LD_LIBRARY_PATH ldd "$cli" \
+           | sed -n "s/.*libtransformer\.so\.$SOVERSION => \([^ ]*\) .*/\1/p")
+  echo "libtransformer.so.$SOVERSION => ${loaded/#$prefix/<prefix>}"
+  [ -n "$loaded" ] && [ "$(readlink -f "$loaded")" = "$(readlink -f "$libdir/$real")" ] \
+    || { env -u LD_LIBRARY_PATH ldd "$cli"; fail "transformer-generate does not load $LIBDIR/$real"; }
+  env -u LD_LIBRARY_PATH "$cli" --help > cli-help.log \
+    || { cat cli-help.log; fail "transformer-generate --help"; }
+  env -u LD_LIBRARY_PATH "$cli" \
     --model "$model" --prompt "And God said" --max-tokens 20 | tee cli.log
   grep -q '^And God said' cli.log || fail "transformer-generate"
 fi
