@@ -930,19 +930,12 @@ static tfm__sparse clamp_sparse(const tfm__attention_job *j)
     return sp;
 }
 
-tfm_status tfm__attention_run(const tfm__attention_job *in)
+/* Runs a job whose causal mask lets row i see keys j <= i + offset. */
+static tfm_status run_job(const tfm__attention_job *job, int64_t offset)
 {
-    tfm__attention_job clamped = *in;
-    tfm__sparse sparse;
-    if (in->sparse) {
-        sparse = clamp_sparse(in);
-        clamped.sparse = &sparse;
-    }
-    const tfm__attention_job *job = &clamped;
     const int slots = tfm__parallel_slots();
     run_shared sh = { .job = job, .H_kv = job->H / group_of(job) };
-    sh.offset = job->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT
-                    ? job->S - job->L : 0;
+    sh.offset = offset;
     const tfm__relative *rel = job->relative;
     if (rel && rel->kind == TFM_RELATIVE_SHAW) {
         const int64_t k = rel->max_distance;
@@ -988,4 +981,98 @@ tfm_status tfm__attention_run(const tfm__attention_job *in)
     tfm__parallel_for(items, 1, run_items, &c);
     tfm__ws_restore(mark);
     return TFM_OK;
+}
+
+/* Largest dilation run as separate windows (each class costs a pass over
+ * the job's setup). */
+#define TFM_MAX_SPLIT_DILATION 64
+
+/* Whether the job's dilated window runs as sliding windows over the
+ * residue classes (run_dilated): without global tokens, relative terms,
+ * mask tensors or the weights output, whose indexing is by position. */
+static int dilated_as_windows(const tfm__attention_job *j)
+{
+    const tfm__sparse *sp = j->sparse;
+    return sp && sp->kind == TFM_SPARSE_DILATED && sp->dilation > 1 &&
+           sp->dilation <= TFM_MAX_SPLIT_DILATION && sp->dilation <= j->S &&
+           sp->n_global == 0 && !j->weights && !j->relative &&
+           !j->masks->key_padding && !j->masks->attn;
+}
+
+static int64_t floor_div(int64_t a, int64_t b)
+{
+    return a / b - (a % b != 0 && (a < 0) != (b < 0));
+}
+
+/* A dilated window (Longformer) is a sliding window within each class of
+ * positions mod `dilation`: query p sees key j only when dilation divides
+ * p - j, so the queries and keys of class rho are every dilation-th row (a
+ * strided view: the GEMMs take dilation times the row stride), and there
+ * |p' - j'| <= window in class coordinates p = rho + dilation * p'.
+ * Running the classes as sliding windows skips the (dilation - 1) /
+ * dilation of each key band that the general path computes and masks.
+ * The classes write into scratch [B, H, L, d_v], copied to the output once
+ * every class has succeeded, so that a failure writes nothing. */
+static tfm_status run_dilated(const tfm__attention_job *j, int64_t offset)
+{
+    const int64_t dil = j->sparse->dilation, B = j->B, H = j->H, L = j->L;
+    const int64_t dv = j->d_v;
+    tfm__ws_mark mark = tfm__ws_save();
+    float *tmp = tfm__ws_floats((size_t)(B * H * L * dv));
+    if (!tmp) {
+        tfm__ws_restore(mark);
+        return TFM_ERR_OUT_OF_MEMORY;
+    }
+    const tfm__sparse window = { .kind = TFM_SPARSE_SLIDING_WINDOW,
+                                 .window = j->sparse->window };
+    tfm_status st = TFM_OK;
+    for (int64_t rho = 0; rho < dil && st == TFM_OK; rho++) {
+        /* First query row of the class: q_pos0 + i_first = rho mod dil. */
+        const int64_t i_first = ((rho - j->q_pos0) % dil + dil) % dil;
+        if (i_first >= L)
+            continue;
+        tfm__attention_job c = *j;
+        c.q = j->q + i_first * j->ldq;
+        c.ldq = j->ldq * dil;
+        c.k = j->k + rho * j->ldk;
+        c.ldk = j->ldk * dil;
+        c.v = j->v + rho * j->ldv;
+        c.ldv = j->ldv * dil;
+        c.out = tmp + i_first * dv;
+        c.o_bstride = H * L * dv;
+        c.o_hstride = L * dv;
+        c.ldo = dv * dil;
+        c.L = (L - 1 - i_first) / dil + 1;
+        c.S = (j->S - 1 - rho) / dil + 1;   /* >= 1: rho < dil <= S */
+        c.q_pos0 = (j->q_pos0 + i_first - rho) / dil;   /* exact */
+        c.sparse = &window;
+        /* Key rho + dil j' visible to row i_first + dil i' when it is at
+         * most that row + offset. */
+        st = run_job(&c, floor_div(i_first + offset - rho, dil));
+    }
+    if (st == TFM_OK)
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t i = 0; i < L; i++)
+                    memcpy(j->out + b * j->o_bstride + h * j->o_hstride +
+                               i * j->ldo,
+                           tmp + ((b * H + h) * L + i) * dv,
+                           (size_t)dv * sizeof(float));
+    tfm__ws_restore(mark);
+    return st;
+}
+
+tfm_status tfm__attention_run(const tfm__attention_job *in)
+{
+    tfm__attention_job job = *in;
+    tfm__sparse sparse;
+    if (in->sparse) {
+        sparse = clamp_sparse(in);
+        job.sparse = &sparse;
+    }
+    const int64_t offset =
+        job.masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? job.S - job.L : 0;
+    if (dilated_as_windows(&job))
+        return run_dilated(&job, offset);
+    return run_job(&job, offset);
 }

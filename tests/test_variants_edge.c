@@ -415,6 +415,69 @@ static void test_messages_point_to_the_fix(void **state)
     tfm_module_free(m);
 }
 
+/* A dilated window without global tokens, relative terms or mask tensors
+ * runs as one sliding window per class of positions mod dilation (the
+ * kernel's strided split).  Reference: the same pattern written out from
+ * its definition (variants.h: |p - j| <= window * dilation and dilation
+ * divides p - j, positions p = i + S - L under bottom-right causality) as
+ * a boolean attn_mask for plain tfm_sdpa, whose masked path the PyTorch
+ * fixtures check.  Shapes cover L < S bottom-right (KV-cache-like
+ * positions), L = S top-left and no causal mask, with more than one query
+ * block and key tile per class. */
+static void test_dilated_split_matches_mask(void **state)
+{
+    (void)state;
+    static const struct {
+        int64_t L, S, window, dilation;
+        tfm_causal causal;
+    } cases[] = {
+        { 300, 700, 20, 3, TFM_CAUSAL_BOTTOM_RIGHT },
+        { 1000, 1000, 8, 4, TFM_CAUSAL_TOP_LEFT },
+        { 257, 300, 50, 2, TFM_CAUSAL_NONE },
+        { 9, 9, 1, 9, TFM_CAUSAL_TOP_LEFT },
+    };
+    const int64_t H = 2, dk = 16;
+    for (size_t n = 0; n < sizeof cases / sizeof cases[0]; n++) {
+        const int64_t L = cases[n].L, S = cases[n].S;
+        tfm_attention_config c;
+        tfm_attention_config_init(&c);
+        c.sparsity = TFM_SPARSE_DILATED;
+        c.window = cases[n].window;
+        c.dilation = cases[n].dilation;
+        tfm_module *attn = NULL;
+        assert_int_equal(tfm_attention_create(dk, dk, H, &c, &attn), TFM_OK);
+        tfm_tensor *q = make4(1, H, L, dk, NULL), *k = make4(1, H, S, dk, NULL);
+        tfm_tensor *v = make4(1, H, S, dk, NULL);
+        tfm_tensor *out = make4(1, H, L, dk, NULL);
+        tfm_tensor *ref = make4(1, H, L, dk, NULL);
+        tfm_tensor *mask = make2(L, S, NULL);
+        fill_random(q, 11 + (uint32_t)n);
+        fill_random(k, 23 + (uint32_t)n);
+        fill_random(v, 37 + (uint32_t)n);
+        const int64_t shift =
+            cases[n].causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L : 0;
+        float *m = tfm_tensor_data(mask);
+        for (int64_t i = 0; i < L; i++)
+            for (int64_t j = 0; j < S; j++) {
+                const int64_t p = i + shift, d = p > j ? p - j : j - p;
+                int ok = d <= c.window * c.dilation && d % c.dilation == 0;
+                if (cases[n].causal != TFM_CAUSAL_NONE && j > p)
+                    ok = 0;
+                m[i * S + j] = ok ? 1.0f : 0.0f;   /* ALLOW: 1 = visible */
+            }
+        tfm_attention_masks causal = { .causal = cases[n].causal };
+        tfm_attention_masks allow = { .attn_mask = mask,
+                                      .attn_mask_kind = TFM_MASK_ALLOW };
+        assert_int_equal(tfm_attention_forward(attn, q, k, v, &causal, out,
+                                               NULL),
+                         TFM_OK);
+        assert_int_equal(tfm_sdpa(q, k, v, &allow, 0.0f, ref, NULL), TFM_OK);
+        EXPECT_CLOSE(out, ref, 1e-5, "dilated split vs explicit mask");
+        FREE_TENSORS(q, k, v, out, ref, mask);
+        tfm_module_free(attn);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -423,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_many_random_blocks_fast),
         cmocka_unit_test(test_shaw_table_longer_than_sequence),
         cmocka_unit_test(test_messages_point_to_the_fix),
+        cmocka_unit_test(test_dilated_split_matches_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
