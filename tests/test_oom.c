@@ -404,6 +404,20 @@ static tfm_status create_attention_shaw(const create_ctx *c, tfm_module **out)
     return tfm_attention_create(4, 3, 2, &a, out);
 }
 
+/* A dilated window alone: the kernel runs it as one sliding window per
+ * position class, into scratch copied out at the end. */
+static tfm_status create_attention_dilated(const create_ctx *c,
+                                           tfm_module **out)
+{
+    (void)c;
+    tfm_attention_config a;
+    tfm_attention_config_init(&a);
+    a.sparsity = TFM_SPARSE_DILATED;
+    a.window = 1;
+    a.dilation = 2;
+    return tfm_attention_create(4, 3, 2, &a, out);
+}
+
 static tfm_status create_mha_gqa(const create_ctx *c, tfm_module **out)
 {
     (void)c;
@@ -1430,6 +1444,12 @@ static void test_forward_attention(void **state)
                    create_attention_shaw, 17, NO_WEIGHTS, 1),
         VARIANT_OP("tfm_attention_forward (Shaw, temp., weights)",
                    create_attention_shaw, 18, SHAPE4(2, 2, 5, 7), 1),
+        /* A dilated window split into position classes (no padding, no
+         * weights: the split's conditions). */
+        { "tfm_attention_forward (dilated, split by class)", call_attention,
+          create_attention_dilated, 0, 21, 22,
+          { SHAPE4(2, 2, 5, 4), SHAPE4(2, 2, 7, 4), SHAPE4(2, 2, 7, 3) }, 0,
+          CAUSAL_BR, 0, { SHAPE4(2, 2, 5, 3), NO_WEIGHTS }, 0 },
         /* GQA with RoPE, ALiBi and a window through multi-head
          * attention. */
         { "tfm_mha_forward (GQA, RoPE, ALiBi, window)", call_mha,
