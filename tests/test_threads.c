@@ -417,8 +417,8 @@ static void test_pool_sizes_variants(void **state)
 {
     (void)state;
     const int saved = tfm_get_num_threads();
-    tfm_attention_config a[3];
-    for (int i = 0; i < 3; i++)
+    tfm_attention_config a[4];
+    for (int i = 0; i < 4; i++)
         tfm_attention_config_init(&a[i]);
     /* BigBird (global, window, random blocks) with T5 buckets. */
     a[0].sparsity = TFM_SPARSE_BIGBIRD;
@@ -442,14 +442,21 @@ static void test_pool_sizes_variants(void **state)
     a[2].sparsity = TFM_SPARSE_DILATED;
     a[2].window = 20;
     a[2].dilation = 3;
+    /* GQA with RoPE and a dilated window alone: the kernel's split into
+     * position classes (without weights; with them, the general path). */
+    a[3].n_kv_heads = 2;
+    a[3].rope = TFM_ROPE_HALF;
+    a[3].sparsity = TFM_SPARSE_DILATED;
+    a[3].window = 20;
+    a[3].dilation = 3;
     static const int counts[] = { 1, 2, 8 };
-    for (int v = 0; v < 3; v++)
+    for (int v = 0; v < 4; v++)
         for (int with_w = 0; with_w < 2; with_w++) {
             tfm_tensor *ref_out = NULL, *ref_w = NULL;
             for (int c = 0; c < 3; c++) {
                 tfm_set_num_threads(counts[c]);
                 tfm_tensor *out = NULL, *w = NULL;
-                variant_outputs(&a[v], 4, v == 2 ? 2 : 4, 300, 340, with_w,
+                variant_outputs(&a[v], 4, v >= 2 ? 2 : 4, 300, 340, with_w,
                                 &out, &w);
                 if (!ref_out) {
                     ref_out = out;
