@@ -44,6 +44,15 @@ void tfm_attention_config_init(tfm_attention_config *config)
     config->dilation = 1;
 }
 
+/* The error of a struct_size too small to hold struct_size and score. */
+static tfm_status size_error(size_t struct_size)
+{
+    return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                     "attention config: struct_size %zu is smaller than %zu "
+                     "(struct_size and score); call tfm_attention_config_init",
+                     struct_size, min_size);
+}
+
 tfm_status tfm__attention_config_read(const tfm_attention_config *pub,
                                       tfm_attention_config *out)
 {
@@ -51,11 +60,7 @@ tfm_status tfm__attention_config_read(const tfm_attention_config *pub,
     tfm_attention_config_init(&c);
     if (pub) {
         if (pub->struct_size < min_size)
-            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                             "attention config: struct_size %zu is smaller "
-                             "than %zu (struct_size and score); call "
-                             "tfm_attention_config_init",
-                             pub->struct_size, min_size);
+            return size_error(pub->struct_size);
         for (size_t i = 0; i < N_FIELDS; i++)
             if (fields[i].offset + fields[i].size <= pub->struct_size)
                 memcpy((char *)&c + fields[i].offset,
@@ -71,11 +76,7 @@ tfm_status tfm__attention_config_write(const tfm_attention_config *c,
     if (!pub)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "config is NULL");
     if (pub->struct_size < min_size)
-        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "attention config: struct_size %zu is smaller than "
-                         "%zu (struct_size and score); call "
-                         "tfm_attention_config_init",
-                         pub->struct_size, min_size);
+        return size_error(pub->struct_size);
     for (size_t i = 0; i < N_FIELDS; i++)
         if (fields[i].offset + fields[i].size <= pub->struct_size)
             memcpy((char *)pub + fields[i].offset,

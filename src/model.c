@@ -65,6 +65,16 @@ void tfm_model_options_init(tfm_model_options *options)
     tfm_attention_config_init(&options->attention);
 }
 
+/* The error of a struct_size too small for the first two fields. */
+static tfm_status options_size_error(size_t struct_size)
+{
+    return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                     "options->struct_size (%zu) is smaller than the %zu "
+                     "bytes of its first two fields; set it with "
+                     "tfm_model_options_init", struct_size,
+                     (size_t)OPTIONS_MIN_SIZE);
+}
+
 tfm_status tfm__model_options_read(const tfm_model_options *pub,
                                    tfm_model_options *out)
 {
@@ -72,11 +82,7 @@ tfm_status tfm__model_options_read(const tfm_model_options *pub,
     tfm_model_options_init(&o);
     if (pub) {
         if (pub->struct_size < OPTIONS_MIN_SIZE)
-            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                             "options->struct_size (%zu) is smaller than "
-                             "the %zu bytes of its first two fields; set it "
-                             "with tfm_model_options_init",
-                             pub->struct_size, (size_t)OPTIONS_MIN_SIZE);
+            return options_size_error(pub->struct_size);
         o.positional_base = pub->positional_base;
         /* The attention config is last: as many of its bytes as the
          * caller's struct_size covers (its own struct_size is ignored),
@@ -256,11 +262,7 @@ tfm_status tfm_model_get_options(const tfm_module *model,
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "options is NULL");
     const size_t size = options->struct_size;
     if (size < OPTIONS_MIN_SIZE)
-        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "options->struct_size (%zu) is smaller than the %zu "
-                         "bytes of its first two fields; set it with "
-                         "tfm_model_options_init", size,
-                         (size_t)OPTIONS_MIN_SIZE);
+        return options_size_error(size);
     tfm_model_options o = ((const tfm__model *)model)->options;
     const size_t at = offsetof(tfm_model_options, attention);
     if (size > at) /* the attention bytes the caller's struct holds */

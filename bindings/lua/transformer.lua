@@ -1222,6 +1222,21 @@ local function check_final_norm(norm, c)
   return true
 end
 
+-- A stack of a.num_layers copies of the checked template layer (its
+-- current weights in every copy), with a.norm as the optional final
+-- LayerNorm: the body of TransformerEncoder() and TransformerDecoder().
+local function new_stack(cls, create, layer, a)
+  local n = check_int("num_layers", a.num_layers, 1)
+  local c = layer.config
+  local has_norm = check_final_norm(a.norm, c)
+  local h = create(c, n, has_norm)
+  for i = 0, n - 1 do copy_parameters(h, "layers." .. i .. ".", layer) end
+  if has_norm then copy_parameters(h, "norm.", a.norm) end
+  return new_object(cls, h, {
+    config = c, num_layers = n, batch_first = layer.batch_first,
+    _repr = fmt("num_layers=%d, %s, norm=%s", n, layer_repr(c), tostring(has_norm)) })
+end
+
 local TransformerEncoder = class("TransformerEncoder")
 M.TransformerEncoder = TransformerEncoder
 
@@ -1243,15 +1258,7 @@ local function new_encoder(...)
     fail("TransformerEncoder: the template layer has an attention variant, which the stacks "
          .. "do not take; use Model with an attention config")
   end
-  local n = check_int("num_layers", a.num_layers, 1)
-  local c = layer.config
-  local has_norm = check_final_norm(a.norm, c)
-  local h = core.tfm_encoder_create(c, n, has_norm)
-  for i = 0, n - 1 do copy_parameters(h, "layers." .. i .. ".", layer) end
-  if has_norm then copy_parameters(h, "norm.", a.norm) end
-  return new_object(TransformerEncoder, h, {
-    config = c, num_layers = n, batch_first = layer.batch_first,
-    _repr = fmt("num_layers=%d, %s, norm=%s", n, layer_repr(c), tostring(has_norm)) })
+  return new_stack(TransformerEncoder, core.tfm_encoder_create, layer, a)
 end
 constructor(TransformerEncoder, new_encoder)
 
@@ -1277,15 +1284,7 @@ local function new_decoder(...)
     fail("decoder_layer must be a TransformerDecoderLayer")
   end
   handle(layer)
-  local n = check_int("num_layers", a.num_layers, 1)
-  local c = layer.config
-  local has_norm = check_final_norm(a.norm, c)
-  local h = core.tfm_decoder_create(c, n, has_norm)
-  for i = 0, n - 1 do copy_parameters(h, "layers." .. i .. ".", layer) end
-  if has_norm then copy_parameters(h, "norm.", a.norm) end
-  return new_object(TransformerDecoder, h, {
-    config = c, num_layers = n, batch_first = layer.batch_first,
-    _repr = fmt("num_layers=%d, %s, norm=%s", n, layer_repr(c), tostring(has_norm)) })
+  return new_stack(TransformerDecoder, core.tfm_decoder_create, layer, a)
 end
 constructor(TransformerDecoder, new_decoder)
 

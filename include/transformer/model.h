@@ -124,7 +124,9 @@ TFM_API void tfm_model_options_init(tfm_model_options *options);
  * A key under "tfm.attention." that is not in this list is refused with
  * TFM_ERR_FORMAT (a misspelt key would otherwise load another model).
  * Errors: those of tfm_model_create and tfm_attention_create,
- * TFM_ERR_UNSUPPORTED. */
+ * TFM_ERR_UNSUPPORTED (a variant with an encoder-decoder model); on error
+ * *out is unchanged.  config and options are only read.  On success *out
+ * is freed with tfm_module_free. */
 TFM_API tfm_status tfm_model_create_ex(const tfm_model_config *config,
                                        const tfm_model_options *options,
                                        tfm_module **out);

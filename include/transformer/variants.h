@@ -233,16 +233,22 @@ TFM_API tfm_status tfm_attention_get_config(const tfm_module *module,
  * "in_proj_bias" likewise; unpacked "k_proj_weight" / "v_proj_weight" are
  * [n_kv_heads * d_k, kdim / vdim].  The variant's parameters (above) are
  * listed after the projections.  tfm_mha_forward runs it; its weights
- * output and masks are unchanged.  Errors: those of tfm_mha_create and
- * tfm_attention_create. */
+ * output and masks are unchanged.  Source: Vaswani et al. 2017, 3.2.2,
+ * with the variant's papers above; GQA/MQA as in Ainslie et al. 2023 and
+ * Shazeer 2019.  Errors: those of tfm_mha_create and tfm_attention_create;
+ * on error *out is unchanged.  On success *out is freed with
+ * tfm_module_free. */
 TFM_API tfm_status tfm_mha_create_ex(int64_t d_model, int64_t n_heads,
                                      int64_t kdim, int64_t vdim, int bias,
                                      const tfm_attention_config *config,
                                      tfm_module **out);
 
-/* An encoder layer (as tfm_encoder_layer_create) whose self-attention
- * uses the variant (parameters "self_attn.*").  Errors: those of
- * tfm_encoder_layer_create and tfm_attention_create. */
+/* An encoder layer (as tfm_encoder_layer_create: Vaswani et al. 2017,
+ * 3.1) whose self-attention uses the variant (parameters "self_attn.*",
+ * shapes as tfm_mha_create_ex); tfm_encoder_layer_forward runs it, with
+ * query positions as above.  layer and config are only read.  Errors:
+ * those of tfm_encoder_layer_create and tfm_attention_create; on error
+ * *out is unchanged.  On success *out is freed with tfm_module_free. */
 TFM_API tfm_status tfm_encoder_layer_create_ex(
     const tfm_layer_config *layer, const tfm_attention_config *config,
     tfm_module **out);
@@ -260,8 +266,10 @@ typedef enum tfm_sinusoidal_layout {
 
 /* tfm_sinusoidal_encoding with a layout: pe [L, d_model] receives the
  * encoding of positions offset .. offset+L-1.  base 0 = 10000.
+ * Angles are computed in double precision.  Source: Vaswani et al. 2017,
+ * 3.5 (interleaved); fairseq's SinusoidalPositionalEmbedding (concat).
  * Errors: those of tfm_sinusoidal_encoding, TFM_ERR_INVALID_ARGUMENT (an
- * unknown layout; CONCAT needs d_model >= 4). */
+ * unknown layout; CONCAT needs d_model >= 4); on error pe is unchanged. */
 TFM_API tfm_status tfm_sinusoidal_encoding_ex(tfm_tensor *pe, int64_t offset,
                                               double base,
                                               tfm_sinusoidal_layout layout);

@@ -93,16 +93,22 @@ def test_layer_norm_shape_error(rng):
 
 # ---- Encoder layer ---------------------------------------------------------------
 
-def encoder_pair(activation="relu", norm_first=False, batch_first=True, seed=0):
+def layer_pair(torch_cls, our_cls, activation, norm_first, batch_first, seed):
+    """(ours, torch's) layer of the same class with torch's random weights."""
     torch_act, our_act = ACTIVATIONS[activation]
-    tm = randomize(nn.TransformerEncoderLayer(
+    tm = randomize(torch_cls(
         D, H, F, dropout=0.0, activation=torch_act, batch_first=batch_first,
         norm_first=norm_first), seed)
-    ours = transformer.TransformerEncoderLayer(
-        D, H, F, activation=our_act, batch_first=batch_first,
-        norm_first=norm_first)
+    ours = our_cls(D, H, F, activation=our_act, batch_first=batch_first,
+                   norm_first=norm_first)
     ours.load_state_dict(tm.state_dict())
     return ours, tm
+
+
+def encoder_pair(activation="relu", norm_first=False, batch_first=True, seed=0):
+    return layer_pair(nn.TransformerEncoderLayer,
+                      transformer.TransformerEncoderLayer, activation,
+                      norm_first, batch_first, seed)
 
 
 @pytest.mark.parametrize("batch_first", [True, False])
@@ -175,15 +181,9 @@ def test_encoder_layer_macs():
 # ---- Decoder layer ---------------------------------------------------------------
 
 def decoder_pair(activation="relu", norm_first=False, batch_first=True, seed=0):
-    torch_act, our_act = ACTIVATIONS[activation]
-    tm = randomize(nn.TransformerDecoderLayer(
-        D, H, F, dropout=0.0, activation=torch_act, batch_first=batch_first,
-        norm_first=norm_first), seed)
-    ours = transformer.TransformerDecoderLayer(
-        D, H, F, activation=our_act, batch_first=batch_first,
-        norm_first=norm_first)
-    ours.load_state_dict(tm.state_dict())
-    return ours, tm
+    return layer_pair(nn.TransformerDecoderLayer,
+                      transformer.TransformerDecoderLayer, activation,
+                      norm_first, batch_first, seed)
 
 
 @pytest.mark.parametrize("batch_first", [True, False])

@@ -314,25 +314,13 @@ IncompatibleKeys = collections.namedtuple("IncompatibleKeys",
                                           ["missing_keys", "unexpected_keys"])
 
 
-class Module:
-    """Base class of every layer: a libtransformer module handle with
-    PyTorch's parameter API.
-
-    Parameters use PyTorch's ``state_dict`` names and shapes.  A new
-    module's weights are zero (LayerNorm scales one): load real ones with
-    :meth:`load_state_dict` (a ``torch.nn`` module's ``state_dict()`` works
-    as is) or :meth:`load_safetensors`.  Calling the module runs
-    :meth:`forward`.  Modules compute in float32, in evaluation mode
-    (dropout is ignored).  :meth:`close` frees the C handle at once (the
-    garbage collector does it otherwise); a closed module raises
-    :class:`ClosedError`.
-    """
+class HandleOwner:
+    """An object that owns one C handle (``self._handle``, a _Handle):
+    ``close()`` frees it now (idempotent; the garbage collector does it
+    otherwise), ``closed`` tells, ``with`` closes at the end, and ``_ptr``
+    gives the raw pointer or raises :class:`ClosedError`."""
 
     _handle = None
-    training = False
-
-    def _adopt(self, ptr):
-        self._handle = _Handle(ptr, _ll.tfm_module_free, "module")
 
     @property
     def _ptr(self):
@@ -341,9 +329,8 @@ class Module:
             raise ClosedError(f"{type(self).__name__} is closed")
         return h.get(type(self).__name__)
 
-    # -- lifetime --
     def close(self):
-        """Frees the C module now.  Idempotent; later use raises
+        """Frees the C handle now.  Idempotent; later use raises
         ClosedError."""
         if self._handle is not None:
             self._handle.close()
@@ -358,6 +345,26 @@ class Module:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class Module(HandleOwner):
+    """Base class of every layer: a libtransformer module handle with
+    PyTorch's parameter API.
+
+    Parameters use PyTorch's ``state_dict`` names and shapes.  A new
+    module's weights are zero (LayerNorm scales one): load real ones with
+    :meth:`load_state_dict` (a ``torch.nn`` module's ``state_dict()`` works
+    as is) or :meth:`load_safetensors`.  Calling the module runs
+    :meth:`forward`.  Modules compute in float32, in evaluation mode
+    (dropout is ignored).  :meth:`close` frees the C handle at once (the
+    garbage collector does it otherwise); a closed module raises
+    :class:`ClosedError`.
+    """
+
+    training = False
+
+    def _adopt(self, ptr):
+        self._handle = _Handle(ptr, _ll.tfm_module_free, "module")
 
     # -- calling --
     def __call__(self, *args, **kwargs):

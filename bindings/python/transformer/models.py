@@ -13,9 +13,9 @@ import numpy as np
 
 from . import _lowlevel as _ll
 from . import _paths
-from ._core import (Module, _Handle, as_float, as_float32, as_ids, as_int,
-                    fspath)
-from ._errors import (ClosedError, FormatError, InvalidArgumentError,
+from ._core import (HandleOwner, Module, _Handle, as_float, as_float32,
+                    as_ids, as_int, fspath)
+from ._errors import (FormatError, InvalidArgumentError,
                       ShapeError)
 from ._variants import default_dict, normalize, to_config, to_dict
 
@@ -67,7 +67,7 @@ def load_model(path=None):
 
 # ---- Tokenizer -------------------------------------------------------------
 
-class Tokenizer:
+class Tokenizer(HandleOwner):
     """Character-level tokenizer: one token per Unicode code point.
 
     ``Tokenizer(vocab)``: vocab is the string of the tokens in id order (no
@@ -94,13 +94,6 @@ class Tokenizer:
         self._handle = _Handle(_ll.tfm_tokenizer_load(fspath(path)),
                                _ll.tfm_tokenizer_free, "tokenizer")
         return self
-
-    @property
-    def _ptr(self):
-        h = getattr(self, "_handle", None)
-        if h is None:
-            raise ClosedError("Tokenizer is closed")
-        return h.get("Tokenizer")
 
     def __reduce__(self):
         """pickle and copy.deepcopy: rebuilt from the vocabulary."""
@@ -132,22 +125,6 @@ class Tokenizer:
     def vocab(self):
         """The vocabulary string (token i is vocab[i])."""
         return self.decode(np.arange(self.vocab_size, dtype=np.int32))
-
-    def close(self):
-        """Frees the tokenizer now (idempotent)."""
-        if getattr(self, "_handle", None) is not None:
-            self._handle.close()
-
-    @property
-    def closed(self):
-        h = getattr(self, "_handle", None)
-        return h is None or h.closed
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         if self.closed:
@@ -524,7 +501,7 @@ def _model_options(cfg):
 
 # ---- KV cache ----------------------------------------------------------------
 
-class KVCache:
+class KVCache(HandleOwner):
     """The keys and values of the positions decoded so far (batch 1), so
     that each new token costs one position's work.  Made by
     ``model.kv_cache(capacity)``; closed with the model.
@@ -550,13 +527,6 @@ class KVCache:
             _ll.tfm_kv_cache_free, "kv_cache", owner=model._handle)
         model._cache_set.add(self)
 
-    @property
-    def _ptr(self):
-        h = getattr(self, "_handle", None)
-        if h is None:
-            raise ClosedError("KVCache is closed")
-        return h.get("KVCache")
-
     def decode(self, ids, last_only=False):
         """Appends token ids (an int or a 1-D sequence) and returns logits
         ``[n, vocab_size]``, or ``[vocab_size]`` of the last position with
@@ -579,22 +549,6 @@ class KVCache:
     def capacity(self):
         """The most positions the cache holds."""
         return int(_ll.tfm_kv_cache_capacity(self._ptr))
-
-    def close(self):
-        """Frees the cache now (idempotent)."""
-        if getattr(self, "_handle", None) is not None:
-            self._handle.close()
-
-    @property
-    def closed(self):
-        h = getattr(self, "_handle", None)
-        return h is None or h.closed
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __reduce__(self):
         raise TypeError("a KVCache cannot be pickled or copied; make a new "
