@@ -135,6 +135,34 @@ void tfm__alibi_slopes(int64_t n, float *slopes)
 /* Row block (b, h) of a job's tensor x with strides bs, hs. */
 #define AT(x, b, bs, h, hs) ((x) + (b) * (bs) + (h) * (hs))
 
+/* dst [H, B, rows, n] (head-major) = for each query head h and batch
+ * element b, the rows of x's head h / div (x[b, h/div] [rows, k], strides
+ * bstride, hstride, ld) times W_h (w + h * n * k: [k, n], or [n, k] used
+ * transposed when trans_w).  When the batch elements' rows are evenly
+ * spaced (bstride == rows * ld, as multi-head attention's [B, L, d]
+ * activations), a head's B * rows rows are one product. */
+static void per_head_product(const float *x, int64_t bstride, int64_t hstride,
+                             int64_t ld, int64_t B, int64_t H, int64_t div,
+                             int64_t rows, const float *w, int64_t n,
+                             int64_t k, int trans_w, float *dst)
+{
+    const int one = bstride == rows * ld;
+    for (int64_t h = 0; h < H; h++) {
+        const float *wh = w + h * n * k;
+        const int64_t ldw = trans_w ? k : n;
+        float *dh = dst + h * B * rows * n;
+        if (one) {
+            tfm__sgemm(0, trans_w, B * rows, n, k, 1.0f,
+                       x + (h / div) * hstride, ld, wh, ldw, 0.0f, dh, n);
+            continue;
+        }
+        for (int64_t b = 0; b < B; b++)
+            tfm__sgemm(0, trans_w, rows, n, k, 1.0f,
+                       AT(x, b, bstride, h / div, hstride), ld, wh, ldw,
+                       0.0f, dh + b * rows * n, n);
+    }
+}
+
 tfm_status tfm__variant_attend(const tfm__variant *v,
                                const tfm__attention_job *base)
 {
@@ -183,16 +211,13 @@ tfm_status tfm__variant_attend(const tfm__variant *v,
         job.head_scale = head_scale;
     }
     if (c->score == TFM_SCORE_GENERAL) {
-        /* q^T W_h k = (q W_h) . k:  q'[b, h] [L, d_k] = q[b, h] W_h */
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t h = 0; h < H; h++)
-                tfm__sgemm(0, 0, L, dk, dk, 1.0f,
-                           AT(base->q, b, base->q_bstride, h, base->q_hstride),
-                           base->ldq, v->score_weight + h * dk * dk, dk, 0.0f,
-                           qt + (b * H + h) * L * dk, dk);
+        /* q^T W_h k = (q W_h) . k:  q'[h, b] [L, d_k] = q[b, h] W_h */
+        per_head_product(base->q, base->q_bstride, base->q_hstride,
+                         base->ldq, B, H, 1, L, v->score_weight, dk, dk, 0,
+                         qt);
         job.q = qt;
-        job.q_bstride = H * L * dk;
-        job.q_hstride = L * dk;
+        job.q_bstride = L * dk;
+        job.q_hstride = B * L * dk;
         job.ldq = dk;
     }
     if (additive) {
@@ -200,33 +225,28 @@ tfm_status tfm__variant_attend(const tfm__variant *v,
          * k' = k W_k,h^T [S, d_a] per query head h; the kernel does the
          * tanh and the product with additive_v.  k' exists per query
          * head, so under GQA the values are repeated per query head too. */
-        for (int64_t b = 0; b < B; b++)
+        per_head_product(base->q, base->q_bstride, base->q_hstride,
+                         base->ldq, B, H, 1, L, v->additive_query, da, dk, 1,
+                         qt);
+        per_head_product(base->k, base->k_bstride, base->k_hstride,
+                         base->ldk, B, H, group, S, v->additive_key, da, dk,
+                         1, kt);
+        for (int64_t b = 0; vt && b < B; b++)
             for (int64_t h = 0; h < H; h++) {
-                const int64_t g = h / group;
-                tfm__sgemm(0, 1, L, da, dk, 1.0f,
-                           AT(base->q, b, base->q_bstride, h, base->q_hstride),
-                           base->ldq, v->additive_query + h * da * dk, dk,
-                           0.0f, qt + (b * H + h) * L * da, da);
-                tfm__sgemm(0, 1, S, da, dk, 1.0f,
-                           AT(base->k, b, base->k_bstride, g, base->k_hstride),
-                           base->ldk, v->additive_key + h * da * dk, dk,
-                           0.0f, kt + (b * H + h) * S * da, da);
-                if (!vt)
-                    continue;
-                const float *src =
-                    AT(base->v, b, base->v_bstride, g, base->v_hstride);
+                const float *src = AT(base->v, b, base->v_bstride, h / group,
+                                      base->v_hstride);
                 float *dst = vt + (b * H + h) * S * dv;
                 for (int64_t j = 0; j < S; j++)
                     memcpy(dst + j * dv, src + j * base->ldv,
                            (size_t)dv * sizeof(float));
             }
         job.q = qt;
-        job.q_bstride = H * L * da;
-        job.q_hstride = L * da;
+        job.q_bstride = L * da;
+        job.q_hstride = B * L * da;
         job.ldq = da;
         job.k = kt;
-        job.k_bstride = H * S * da;
-        job.k_hstride = S * da;
+        job.k_bstride = S * da;
+        job.k_hstride = B * S * da;
         job.ldk = da;
         job.d_k = da;
         job.additive_v = v->additive_v;
