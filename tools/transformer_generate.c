@@ -2,7 +2,8 @@
  *
  *   transformer-generate [--model FILE] [--prompt TEXT] [--max-tokens N]
  *                        [--temperature T] [--top-k K] [--top-p P]
- *                        [--seed S] [--greedy] [--help] [--version]
+ *                        [--seed S] [--greedy] [--threads N] [--help]
+ *                        [--version]
  *
  * Loads a decoder-only model and its tokenizer from one model file,
  * prints the prompt, then each generated character as soon as it is
@@ -46,6 +47,7 @@ typedef struct options {
     uint64_t seed;
     int sampling_option;   /* --temperature, --top-k, --top-p or --seed */
     int greedy_option;     /* --greedy */
+    int64_t threads;       /* --threads: 0 = the library's default */
 } options;
 
 static void usage(FILE *out)
@@ -71,6 +73,9 @@ static void usage(FILE *out)
         "  -g, --greedy           always take the most likely character "
         "(the\n"
         "                         default; overrides the sampling options)\n"
+        "  -j, --threads N        threads for the forward passes (0: one per\n"
+        "                         online processor, the default; at most 64\n"
+        "                         are used)\n"
         "  -h, --help             show this help and exit\n"
         "  -V, --version          show the version and exit\n"
         "\n"
@@ -171,6 +176,7 @@ static int parse_options(int argc, char **argv, options *o)
         { "top-p", required_argument, NULL, 'P' },
         { "seed", required_argument, NULL, 's' },
         { "greedy", no_argument, NULL, 'g' },
+        { "threads", required_argument, NULL, 'j' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -183,9 +189,10 @@ static int parse_options(int argc, char **argv, options *o)
     o->seed = 42;
     o->sampling_option = 0;
     o->greedy_option = 0;
+    o->threads = 0;
 
     int c;
-    while ((c = getopt_long(argc, argv, "m:p:n:t:k:s:ghV", longs, NULL)) !=
+    while ((c = getopt_long(argc, argv, "m:p:n:t:k:s:gj:hV", longs, NULL)) !=
            -1) {
         switch (c) {
         case 'm':
@@ -225,6 +232,12 @@ static int parse_options(int argc, char **argv, options *o)
             break;
         case 'g':
             o->greedy_option = 1;
+            break;
+        case 'j':
+            if (parse_int64("--threads", optarg, 0, &o->threads))
+                return 1;
+            if (o->threads > INT32_MAX)
+                return fail("--threads: %s is too large", optarg);
             break;
         case 'h':
             usage(stdout);
@@ -479,6 +492,7 @@ static void report(const tfm_module *model, const timings *tm,
                 (long long)o->sampling.top_k, (double)o->sampling.top_p,
                 (unsigned long long)o->seed);
     report_model(model);
+    fprintf(stderr, "threads: %d\n", tfm_get_num_threads());
     const char *core = openblas_get_corename();
     fprintf(stderr, "OpenBLAS core: %s\n", core ? core : "unknown");
 }
@@ -490,6 +504,7 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
 
+    tfm_set_num_threads((int)o.threads);   /* 0: one per processor */
     tfm_module *model = NULL;
     tfm_tokenizer *tok = NULL;
     int32_t *prompt = NULL;

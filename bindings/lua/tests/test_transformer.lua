@@ -1059,5 +1059,22 @@ test("learned temperature <= 0 fails the forward pass, output untouched", functi
   raises_lib(function() attn:forward(c.q, c.k, c.v) end)
 end)
 
+test("set_num_threads / get_num_threads, as torch's", function()
+  local before = T.get_num_threads()
+  T.set_num_threads(3)
+  equal(T.get_num_threads(), 3, "threads")
+  T.set_num_threads(2.0)
+  equal(T.get_num_threads(), 2, "threads from a whole float")
+  T.set_num_threads(1000)
+  equal(T.get_num_threads(), 64, "clamped to the library's maximum")
+  raises(function() T.set_num_threads(-1) end, "at least 0", true)
+  raises(function() T.set_num_threads(1.5) end, "whole number", true)
+  raises(function() T.set_num_threads("2") end, "whole number", true)
+  equal(T.get_num_threads(), 64, "unchanged by the refused calls")
+  T.set_num_threads(0)
+  assert(T.get_num_threads() >= 1, "default")
+  T.set_num_threads(before)
+end)
+
 print(("%d passed, %d failed"):format(passed, failed))
 os.exit(failed == 0 and 0 or 1, true)  -- close the state: finalizers run

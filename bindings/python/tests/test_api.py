@@ -116,3 +116,33 @@ def test_threads_share_a_module():
     for t in threads:
         t.join()
     assert len(results) == 200 and all(results)
+
+
+def test_set_num_threads_like_torch():
+    before = transformer.get_num_threads()
+    try:
+        transformer.set_num_threads(3)
+        assert transformer.get_num_threads() == 3
+        mha = transformer.MultiheadAttention(16, 4, batch_first=True)
+        mha.load_state_dict({k: np.random.default_rng(0).standard_normal(
+            v.shape) for k, v in mha.state_dict().items()})
+        x = np.random.default_rng(1).standard_normal((2, 7, 16))
+        three = mha(x, x, x)[0]
+        transformer.set_num_threads(1)
+        assert transformer.get_num_threads() == 1
+        np.testing.assert_allclose(mha(x, x, x)[0], three, rtol=1e-6,
+                                   atol=1e-7)
+        transformer.set_num_threads(1000)    # clamped by the library
+        assert transformer.get_num_threads() == 64
+        transformer.set_num_threads(0)       # the default: online processors
+        import os
+        assert transformer.get_num_threads() == min(64, os.cpu_count())
+        with pytest.raises(transformer.InvalidArgumentError):
+            transformer.set_num_threads(-1)
+        with pytest.raises(TypeError):
+            transformer.set_num_threads(2.5)
+        with pytest.raises(TypeError):
+            transformer.set_num_threads(True)
+        assert transformer.get_num_threads() == min(64, os.cpu_count())
+    finally:
+        transformer.set_num_threads(before)

@@ -42,6 +42,9 @@ TransformerEncoderLayer, Attention and attention take keywords such as
 ``help(transformer.Attention)``), Model configs an ``"attention"`` dict of
 the same keywords; ``module.attention_config`` reads a variant back.
 
+Threads: ``set_num_threads(n)`` / ``get_num_threads()`` as in torch
+(process-wide; 0 restores the default, one per online processor).
+
 Lifetime: every object owning a C handle frees it exactly once, when
 garbage-collected or on ``close()`` (also a context manager); a closed
 object raises ClosedError (a ValueError).
@@ -54,6 +57,7 @@ from ._errors import (CapacityError, ClosedError, FormatError,
                       TransformerError, TransformerIOError,
                       TransformerOverflowError, UnsupportedError,
                       WrongKindError)
+from . import _core
 from ._core import Module, live_handles
 from .modules import (Attention, Embedding, LayerNorm, MultiheadAttention,
                       Transformer, TransformerDecoder,
@@ -68,6 +72,26 @@ from .safetensors import (load_safetensors, load_safetensors_metadata,
 
 __version__ = _lowlevel.tfm_version_string()
 version_info = tuple(int(p) for p in __version__.split("."))
+
+
+def set_num_threads(n):
+    """Sets how many threads forward passes use, like
+    ``torch.set_num_threads``: n >= 1 threads (the library uses at most
+    64), or 0 for the default, one per online processor.  Process-wide
+    (tfm_set_num_threads); OpenBLAS itself runs single-threaded inside
+    the library's threads.  Results do not depend on it beyond rounding.
+    Raises TypeError for a non-int (bool included) and
+    InvalidArgumentError (a ValueError) for n < 0."""
+    if isinstance(n, bool):
+        raise TypeError("n must be an int, not bool")
+    n = _core.as_int(n, "n", minimum=0)
+    _lowlevel.tfm_set_num_threads(min(n, 2**31 - 1))
+
+
+def get_num_threads():
+    """The number of threads forward passes use (at least 1), like
+    ``torch.get_num_threads``."""
+    return _lowlevel.tfm_get_num_threads()
 
 
 def release_workspace():
@@ -93,5 +117,6 @@ __all__ = [
     "NotFoundError", "WrongKindError", "TransformerIOError", "FormatError",
     "UnsupportedError", "CapacityError", "NonFiniteError", "ClosedError",
     # misc
-    "release_workspace", "live_handles", "__version__", "version_info",
+    "set_num_threads", "get_num_threads", "release_workspace",
+    "live_handles", "__version__", "version_info",
 ]
