@@ -7,6 +7,7 @@
 #include "attention_config.h"
 #include "error.h"
 #include "layers_impl.h"
+#include "parallel.h"
 #include "rope.h"
 #include "tensor_impl.h"
 #include "variant.h"
@@ -82,6 +83,7 @@ tfm_status tfm_attention_forward(const tfm_module *attention,
                                  const tfm_attention_masks *masks,
                                  tfm_tensor *out, tfm_tensor *weights)
 {
+    TFM__PLAN_PIN();
     tfm_status st = tfm__module_check(attention, TFM_MODULE_ATTENTION,
                                       "attention");
     if (st != TFM_OK)

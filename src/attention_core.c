@@ -933,7 +933,10 @@ static tfm__sparse clamp_sparse(const tfm__attention_job *j)
 /* Runs a job whose causal mask lets row i see keys j <= i + offset. */
 static tfm_status run_job(const tfm__attention_job *job, int64_t offset)
 {
-    const int slots = tfm__parallel_slots();
+    /* One snapshot: the scratch below holds plan.slots slots, and both
+     * parallel loops split into at most that many pieces. */
+    const tfm__plan plan = tfm__plan_now();
+    const int slots = plan.slots;
     run_shared sh = { .job = job, .H_kv = job->H / group_of(job) };
     sh.offset = offset;
     const tfm__relative *rel = job->relative;
@@ -976,9 +979,9 @@ static tfm_status run_job(const tfm__attention_job *job, int64_t offset)
                                   rel->max_distance, rel->bidirectional);
         sh.t5_bucket = bucket;
     }
-    tfm__parallel_for(kv_heads, 4, flag_items, &c);
+    tfm__parallel_for(plan, kv_heads, 4, flag_items, &c);
     int64_t items = job->B * (job->average ? 1 : job->H) * c.n_blocks;
-    tfm__parallel_for(items, 1, run_items, &c);
+    tfm__parallel_for(plan, items, 1, run_items, &c);
     tfm__ws_restore(mark);
     return TFM_OK;
 }

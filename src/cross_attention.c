@@ -2,6 +2,7 @@
  * (layers.h). */
 #include "error.h"
 #include "layers_impl.h"
+#include "parallel.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -90,6 +91,7 @@ tfm_status tfm_cross_attention_forward(const tfm_module *block,
                                        const tfm_attention_masks *masks,
                                        tfm_tensor *out)
 {
+    TFM__PLAN_PIN();
     tfm_status st =
         tfm__module_check(block, TFM_MODULE_CROSS_ATTENTION, "block");
     if (st != TFM_OK)

@@ -2,6 +2,7 @@
  * and feed-forward sub-layers (layers.h). */
 #include "error.h"
 #include "layers_impl.h"
+#include "parallel.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -126,6 +127,7 @@ tfm_status tfm_decoder_layer_forward(const tfm_module *layer,
                                      const tfm_attention_masks *memory_masks,
                                      tfm_tensor *out)
 {
+    TFM__PLAN_PIN();
     tfm_status st = tfm__module_check(layer, TFM_MODULE_DECODER_LAYER, "layer");
     if (st != TFM_OK)
         return st;

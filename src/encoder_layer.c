@@ -3,6 +3,7 @@
 
 #include "error.h"
 #include "layers_impl.h"
+#include "parallel.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -134,6 +135,7 @@ tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
                                      const tfm_attention_masks *masks,
                                      tfm_tensor *out)
 {
+    TFM__PLAN_PIN();
     tfm_status st = tfm__module_check(layer, TFM_MODULE_ENCODER_LAYER, "layer");
     if (st != TFM_OK)
         return st;

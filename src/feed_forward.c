@@ -88,9 +88,10 @@ tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
         return TFM_ERR_OUT_OF_MEMORY;
     }
     ff_job j = { f, x, hidden, out };
-    if (rows >= 16 * (int64_t)tfm__parallel_slots()) {
+    const tfm__plan plan = tfm__plan_now();
+    if (rows >= 16 * (int64_t)plan.slots) {
         /* Many rows: each thread takes whole rows through both layers. */
-        tfm__parallel_for(rows, 8, ff_rows, &j);
+        tfm__parallel_for(plan, rows, 8, ff_rows, &j);
     } else {
         /* Few rows (decoding): split each product by output columns. */
         tfm__linear_parallel(x, f->d_model, rows, f->d_model, f->w1, f->b1,
@@ -118,6 +119,7 @@ tfm_status tfm_feed_forward_create(int64_t d_model, int64_t d_ff,
 tfm_status tfm_feed_forward_forward(const tfm_module *ff, const tfm_tensor *x,
                                     tfm_tensor *out)
 {
+    TFM__PLAN_PIN();
     tfm_status st = tfm__module_check(ff, TFM_MODULE_FEED_FORWARD, "ff");
     if (st != TFM_OK)
         return st;

@@ -82,10 +82,10 @@ void tfm__linear_parallel(const float *x, int64_t ldx, int64_t n, int64_t in,
                           float *y, int64_t ldy)
 {
     linear_job j = { x, w, bias, ldx, n, in, out, ldy, y, 0 };
-    const int slots = tfm__parallel_slots();
-    j.by_rows = n >= 16 * (int64_t)slots;
+    const tfm__plan plan = tfm__plan_now();
+    j.by_rows = n >= 16 * (int64_t)plan.slots;
     int64_t items = j.by_rows ? n : out;
     int64_t per_item = j.by_rows ? in * out : n * in;
     int64_t grain = TFM_LINEAR_GRAIN_MACS / (per_item > 0 ? per_item : 1);
-    tfm__parallel_for(items, grain < 1 ? 1 : grain, linear_range, &j);
+    tfm__parallel_for(plan, items, grain < 1 ? 1 : grain, linear_range, &j);
 }

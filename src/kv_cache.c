@@ -4,6 +4,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "model_impl.h"
+#include "parallel.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -104,6 +105,7 @@ static tfm_status decode_blocks(const tfm_kv_cache *c, float *h, int64_t n)
 tfm_status tfm_kv_cache_decode(tfm_kv_cache *cache, const int32_t *ids,
                                int64_t n, tfm_tensor *logits)
 {
+    TFM__PLAN_PIN();
     if (!cache)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "cache is NULL");
     const tfm__model *m = cache->model;
@@ -149,6 +151,7 @@ tfm_status tfm_model_generate(const tfm_module *model, const int32_t *prompt,
                               const tfm_sampling *sampling, uint64_t seed,
                               int32_t *out_ids)
 {
+    TFM__PLAN_PIN();
     tfm_status st =
         tfm__model_check(model, 1u << TFM_ARCH_DECODER_ONLY, "model");
     if (st != TFM_OK)

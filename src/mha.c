@@ -7,6 +7,7 @@
 #include "error.h"
 #include "gemm.h"
 #include "mha.h"
+#include "parallel.h"
 #include "rope.h"
 #include "tensor_impl.h"
 #include "workspace.h"
@@ -297,6 +298,7 @@ tfm_status tfm_mha_forward(const tfm_module *mha, const tfm_tensor *query,
                            const tfm_attention_masks *masks, tfm_tensor *out,
                            tfm_tensor *weights)
 {
+    TFM__PLAN_PIN();
     tfm_status st = tfm__module_check(mha, TFM_MODULE_MHA, "mha");
     if (st != TFM_OK)
         return st;

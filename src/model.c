@@ -7,6 +7,7 @@
 #include "error.h"
 #include "gemm.h"
 #include "model_impl.h"
+#include "parallel.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -327,6 +328,7 @@ static tfm_status check_sizes(const tfm__model *m, int64_t batch, int64_t seq,
 tfm_status tfm_model_logits(const tfm_module *model, const int32_t *ids,
                             int64_t batch, int64_t seq, tfm_tensor *logits)
 {
+    TFM__PLAN_PIN();
     unsigned kinds = (1u << TFM_ARCH_DECODER_ONLY) |
                      (1u << TFM_ARCH_ENCODER_ONLY);
     tfm_status st = tfm__model_check(model, kinds, "model");
@@ -364,6 +366,7 @@ tfm_status tfm_model_seq2seq_logits(const tfm_module *model,
                                     const int32_t *tgt_ids, int64_t tgt_len,
                                     int64_t batch, tfm_tensor *logits)
 {
+    TFM__PLAN_PIN();
     tfm_status st =
         tfm__model_check(model, 1u << TFM_ARCH_ENCODER_DECODER, "model");
     if (st != TFM_OK)

@@ -52,9 +52,30 @@ static int threads(void)
     return n;
 }
 
-int tfm__parallel_slots(void)
+/* The calling thread's pin: depth of nested TFM__PLAN_PIN blocks, and the
+ * plan the outermost one took. */
+static _Thread_local int pin_depth;
+static _Thread_local tfm__plan pinned_plan;
+
+tfm__plan tfm__plan_now(void)
 {
-    return threads();
+    if (pin_depth > 0)
+        return pinned_plan;
+    tfm__plan p = { threads() };
+    return p;
+}
+
+tfm__plan tfm__plan_pin(void)
+{
+    if (pin_depth++ == 0)
+        pinned_plan.slots = threads();
+    return pinned_plan;
+}
+
+void tfm__plan_unpin(const tfm__plan *pinned)
+{
+    (void)pinned;
+    pin_depth--;
 }
 
 static void run_chunk(int c)
@@ -104,14 +125,15 @@ static int ensure_workers(int want)
     return n_workers;
 }
 
-void tfm__parallel_for(int64_t n, int64_t grain, tfm__range_fn fn, void *ctx)
+void tfm__parallel_for(tfm__plan plan, int64_t n, int64_t grain,
+                       tfm__range_fn fn, void *ctx)
 {
     if (n <= 0)
         return;
     if (grain < 1)
         grain = 1;
     int64_t chunks = (n + grain - 1) / grain;
-    int t = threads();
+    int t = plan.slots < 1 ? 1 : plan.slots;
     if (chunks > t)
         chunks = t;
     if (chunks <= 1) {

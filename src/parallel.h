@@ -10,21 +10,46 @@
 
 #include <stdint.h>
 
+/* One parallel call's plan: the thread count read ONCE, when the call
+ * starts (tfm__plan_now).  A call sizes its per-thread scratch with
+ * plan.slots and hands the same plan to every tfm__parallel_for it makes,
+ * so a tfm_set_num_threads from another thread in between can neither
+ * split the work into more pieces than there is scratch for nor change
+ * how the work is divided (the results stay bit-equal).  There is no other
+ * way to read the thread count inside the library. */
+typedef struct tfm__plan {
+    int slots; /* 1 .. 64 (parallel.c: TFM_MAX_THREADS) */
+} tfm__plan;
+
+/* The calling thread's pinned plan (TFM__PLAN_PIN) when it has one, else
+ * the current thread count. */
+tfm__plan tfm__plan_now(void);
+
+/* Pins the calling thread's plan until the end of the enclosing block:
+ * the outermost pin on a thread takes the snapshot, pins nested inside it
+ * (a model's layers, a layer's attention and products) keep it, so one
+ * public call runs on one thread count from start to end.  Every public
+ * entry point that may parallelise opens with it (one line, and no return
+ * path can miss the unpin: GCC's and Clang's cleanup attribute). */
+#define TFM__PLAN_PIN()                                                    \
+    __attribute__((cleanup(tfm__plan_unpin), unused))                    \
+    const tfm__plan tfm__pinned_plan = tfm__plan_pin()
+
+tfm__plan tfm__plan_pin(void);
+void tfm__plan_unpin(const tfm__plan *pinned);
+
 /* fn(ctx, begin, end, slot) computes items begin .. end-1; slot (0 ..
- * tfm__parallel_slots()-1) identifies the thread, for per-thread scratch.
+ * plan.slots-1) identifies the thread, for per-thread scratch.
  * It must not fail. */
 typedef void (*tfm__range_fn)(void *ctx, int64_t begin, int64_t end,
                               int slot);
 
-/* How many slots a parallel call may use (the thread count); callers size
- * per-thread scratch with it. */
-int tfm__parallel_slots(void);
-
-/* Splits items 0 .. n-1 into at most tfm__parallel_slots() contiguous
- * chunks of at least `grain` items and runs them on the pool, the calling
- * thread taking the first.  When the pool is busy (a call from another
- * thread, or from inside a pool task) everything runs in the caller.
- * Returns when all items are done. */
-void tfm__parallel_for(int64_t n, int64_t grain, tfm__range_fn fn, void *ctx);
+/* Splits items 0 .. n-1 into at most plan.slots contiguous chunks of at
+ * least `grain` items and runs them on the pool, the calling thread taking
+ * the first.  When the pool is busy (a call from another thread, or from
+ * inside a pool task) the same chunks run one after another in the caller,
+ * with slot 0.  Returns when all items are done. */
+void tfm__parallel_for(tfm__plan plan, int64_t n, int64_t grain,
+                       tfm__range_fn fn, void *ctx);
 
 #endif

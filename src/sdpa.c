@@ -4,12 +4,14 @@
 
 #include "attention_core.h"
 #include "error.h"
+#include "parallel.h"
 #include "tensor_impl.h"
 
 tfm_status tfm_sdpa(const tfm_tensor *q, const tfm_tensor *k,
                     const tfm_tensor *v, const tfm_attention_masks *masks,
                     float scale, tfm_tensor *out, tfm_tensor *weights)
 {
+    TFM__PLAN_PIN();
     if (!q || !k || !v || !out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "tfm_sdpa: %s is NULL",
                          !q ? "q" : !k ? "k" : !v ? "v" : "out");

@@ -3,6 +3,7 @@
 
 #include "alloc.h"
 #include "error.h"
+#include "parallel.h"
 #include "stack.h"
 #include "tensor_impl.h"
 
@@ -168,6 +169,7 @@ tfm_status tfm_encoder_forward(const tfm_module *encoder, const tfm_tensor *src,
                                const tfm_attention_masks *masks,
                                tfm_tensor *out)
 {
+    TFM__PLAN_PIN();
     tfm_status st = tfm__module_check(encoder, TFM_MODULE_ENCODER, "encoder");
     if (st != TFM_OK)
         return st;
@@ -189,6 +191,7 @@ tfm_status tfm_decoder_forward(const tfm_module *decoder, const tfm_tensor *tgt,
                                const tfm_attention_masks *memory_masks,
                                tfm_tensor *out)
 {
+    TFM__PLAN_PIN();
     tfm_status st = tfm__module_check(decoder, TFM_MODULE_DECODER, "decoder");
     if (st != TFM_OK)
         return st;

@@ -1,6 +1,7 @@
 /* Encoder-decoder Transformer (layers.h; Vaswani et al. 2017, figure 1). */
 #include <string.h>
 #include "error.h"
+#include "parallel.h"
 #include "stack.h"
 #include "tensor_impl.h"
 #include "workspace.h"
@@ -59,6 +60,7 @@ tfm_status tfm_transformer_forward(const tfm_module *model,
                                    const tfm_attention_masks *memory_masks,
                                    tfm_tensor *out)
 {
+    TFM__PLAN_PIN();
     tfm_status st = tfm__module_check(model, TFM_MODULE_TRANSFORMER, "model");
     if (st != TFM_OK)
         return st;

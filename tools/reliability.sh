@@ -168,7 +168,7 @@ for t in json.load(sys.stdin)["tests"]:
         rounds=
         case $name in
         test_model) skip="shipped_*" ;;
-        test_threads) rounds=3 ;; # memcheck runs one thread at a time
+        test_threads | test_thread_count) rounds=3 ;; # memcheck: one thread at a time
         esac
         eval "$envp TFM_CMOCKA_SKIP=\$skip TFM_THREADS_ROUNDS=\$rounds" \
             "LD_PRELOAD=\$2/cmocka_skip.so" \

@@ -138,7 +138,11 @@ TFM_API tfm_status tfm_module_forward_macs(const tfm_module *module,
  * inside them, so the two never oversubscribe the cores: the first forward
  * pass, and this call, set OpenBLAS's process-wide thread count to 1
  * (openblas_set_num_threads(1)).  Results do not depend on the thread count
- * beyond rounding in the order of sums inside OpenBLAS.  Never fails. */
+ * beyond rounding in the order of sums inside OpenBLAS.  Safe to call from
+ * any thread at any time: each call (a forward pass, a decoding step, a
+ * generation) reads the count once when it starts and runs on that count
+ * to its end, so its output is bit for bit the output at that count.
+ * Never fails. */
 TFM_API void tfm_set_num_threads(int n);
 
 /* The thread count forward passes use (at least 1). */
