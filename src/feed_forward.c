@@ -22,7 +22,14 @@ static tfm_status ff_macs(const tfm_module *m, int64_t batch, int64_t L,
     return tfm__feed_forward_macs((const tfm__feed_forward *)m, batch, L, acc);
 }
 
-static const tfm__module_ops ff_ops = { NULL, ff_macs };
+static void ff_destroy(tfm_module *m)
+{
+    tfm__feed_forward *f = (tfm__feed_forward *)m;
+    tfm_module_free(f->linear1 ? &f->linear1->base : NULL);
+    tfm_module_free(f->linear2 ? &f->linear2->base : NULL);
+}
+
+static const tfm__module_ops ff_ops = { ff_destroy, ff_macs };
 
 tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
                                  tfm_activation activation,
@@ -50,8 +57,14 @@ tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
         { "linear2.weight", 2, { d_model, d_ff }, &f->w2 },
         { "linear2.bias", 1, { d_model }, &f->b2 },
     };
-    tfm_status st = tfm__module_own_params(&f->base, specs, 4);
-    if (st != TFM_OK) {
+    tfm_status st;
+    if ((st = tfm__module_own_params(&f->base, specs, 4)) ||
+        (st = tfm__linear_view_new(d_model, d_ff, f->w1, f->b1,
+                                   &f->linear1)) ||
+        (st = tfm__module_add_child(&f->base, "linear1", &f->linear1->base)) ||
+        (st = tfm__linear_view_new(d_ff, d_model, f->w2, f->b2,
+                                   &f->linear2)) ||
+        (st = tfm__module_add_child(&f->base, "linear2", &f->linear2->base))) {
         tfm_module_free(&f->base);
         return st;
     }

@@ -2,6 +2,7 @@
 #ifndef TFM_SRC_FEED_FORWARD_H
 #define TFM_SRC_FEED_FORWARD_H
 
+#include "linear.h"
 #include "module_impl.h"
 #include "transformer/layers.h"
 
@@ -11,6 +12,8 @@ typedef struct tfm__feed_forward {
     tfm_activation activation;
     float *w1, *b1;     /* [d_ff, d_model], [d_ff] */
     float *w2, *b2;     /* [d_model, d_ff], [d_model] */
+    /* Sub-modules "linear1", "linear2": views over w1, b1 and w2, b2. */
+    tfm__linear_module *linear1, *linear2;
 } tfm__feed_forward;
 
 tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,

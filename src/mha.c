@@ -18,7 +18,13 @@ static tfm_status mha_macs(const tfm_module *m, int64_t batch, int64_t L,
     return tfm__mha_macs((const tfm__mha *)m, batch, L, S, acc);
 }
 
-static const tfm__module_ops mha_ops = { NULL, mha_macs };
+static void mha_destroy(tfm_module *m)
+{
+    tfm__mha *a = (tfm__mha *)m;
+    tfm_module_free(a->out_proj ? &a->out_proj->base : NULL);
+}
+
+static const tfm__module_ops mha_ops = { mha_destroy, mha_macs };
 
 tfm_status tfm__mha_macs(const tfm__mha *m, int64_t batch, int64_t L,
                          int64_t S, int64_t *acc)
@@ -102,8 +108,9 @@ tfm_status tfm__mha_new_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
     if (m->bias)
         specs[n++] = (tfm__param_spec){ "out_proj.bias", 1, { d }, &m->b_o };
     tfm__variant_param_specs(&m->var, specs, &n);
-    st = tfm__module_own_params(&m->base, specs, n);
-    if (st != TFM_OK) {
+    if ((st = tfm__module_own_params(&m->base, specs, n)) ||
+        (st = tfm__linear_view_new(d, d, m->w_o, m->b_o, &m->out_proj)) ||
+        (st = tfm__module_add_child(&m->base, "out_proj", &m->out_proj->base))) {
         tfm_module_free(&m->base);
         return st;
     }

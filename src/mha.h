@@ -3,6 +3,7 @@
 #define TFM_SRC_MHA_H
 
 #include "attention_core.h"
+#include "linear.h"
 #include "module_impl.h"
 #include "variant.h"
 
@@ -16,6 +17,7 @@ typedef struct tfm__mha {
     float *b_q, *b_k, *b_v;     /* [d], [kv_dim], [kv_dim], or NULL */
     float *w_o, *b_o;           /* [d, d], [d] or NULL */
     tfm__variant var;           /* attention variant (variants.h) */
+    tfm__linear_module *out_proj; /* sub-module: a view over w_o, b_o */
 } tfm__mha;
 
 /* Creates the module (attention.h: tfm_mha_create). */

@@ -93,14 +93,57 @@ tfm_status tfm__module_own_params(tfm_module *m, const tfm__param_spec *specs,
     return TFM_OK;
 }
 
+tfm_status tfm__module_alias_param(tfm_module *m, const char *name, int rank,
+                                   const int64_t *shape, float *data)
+{
+    int64_t numel = 1;
+    for (int i = 0; i < rank; i++)
+        numel *= shape[i];
+    return push_param(m, "", name, rank, shape, numel, data);
+}
+
+tfm_status tfm__module_add_child(tfm_module *m, const char *name,
+                                 tfm_module *child)
+{
+    size_t len = strlen(name) + 1;
+    char *copy = tfm__malloc(len);
+    tfm__child *c = copy ? tfm__realloc(m->children,
+                                        (size_t)(m->n_children + 1) * sizeof *c)
+                         : NULL;
+    if (!c) {
+        tfm__free(copy);
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                         "cannot allocate the sub-module table");
+    }
+    memcpy(copy, name, len);
+    m->children = c;
+    c[m->n_children++] = (tfm__child){ copy, child };
+    if (!child->owner)
+        child->owner = m;
+    return TFM_OK;
+}
+
 tfm_status tfm__module_adopt(tfm_module *m, const char *prefix,
-                             const tfm_module *child)
+                             tfm_module *child)
 {
     tfm_status st = reserve(m, child->n_params);
     for (int i = 0; st == TFM_OK && i < child->n_params; i++) {
         const tfm__param *c = &child->params[i];
         st = push_param(m, prefix, c->name, c->rank, c->shape, c->numel,
                         c->data);
+    }
+    size_t len = strlen(prefix);
+    if (st == TFM_OK && len == 0) {
+        for (int i = 0; st == TFM_OK && i < child->n_children; i++)
+            st = tfm__module_add_child(m, child->children[i].name,
+                                       child->children[i].module);
+    } else if (st == TFM_OK) {
+        char name[64];
+        if (len >= sizeof name)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "prefix too long");
+        memcpy(name, prefix, len);
+        name[len - (prefix[len - 1] == '.')] = '\0';
+        st = tfm__module_add_child(m, name, child);
     }
     return st;
 }
@@ -133,10 +176,17 @@ int tfm__macs_add(int64_t *acc, int64_t a, int64_t b, int64_t c, int64_t d)
 
 void tfm_module_free(tfm_module *module)
 {
-    if (!module)
-        return;
+    if (!module || module->owner)
+        return;         /* a part of another module: freed with it */
+    /* The kind's destroy frees the parts with tfm_module_free. */
+    for (int i = 0; i < module->n_children; i++)
+        if (module->children[i].module->owner == module)
+            module->children[i].module->owner = NULL;
     if (module->ops && module->ops->destroy)
         module->ops->destroy(module);
+    for (int i = 0; i < module->n_children; i++)
+        tfm__free(module->children[i].name);
+    tfm__free(module->children);
     for (int i = 0; i < module->n_params; i++)
         tfm__free(module->params[i].name);
     tfm__free(module->params);
@@ -231,6 +281,55 @@ tfm_status tfm_module_get_parameter(const tfm_module *module,
     if ((st = tfm__check_shape(out, "out", p->rank, p->shape)) != TFM_OK)
         return st;
     memcpy(out->data, p->data, (size_t)p->numel * sizeof(float));
+    return TFM_OK;
+}
+
+int tfm_module_child_count(const tfm_module *module)
+{
+    return module ? module->n_children : 0;
+}
+
+const char *tfm_module_child_name(const tfm_module *module, int index)
+{
+    if (!module || index < 0 || index >= module->n_children)
+        return NULL;
+    return module->children[index].name;
+}
+
+tfm_status tfm_module_child(tfm_module *module, const char *name,
+                            tfm_module **child)
+{
+    if (!module || !name || !child)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT,
+                         "module, name or child is NULL");
+    const char *rest = name;
+    tfm_module *m = module;
+    while (*rest) {
+        const tfm__child *found = NULL;
+        size_t len = 0;
+        /* The longest child name that is rest or a dotted prefix of it
+         * ("layers.1" before "layers" in "layers.1.norm1"). */
+        for (int i = 0; i < m->n_children; i++) {
+            size_t n = strlen(m->children[i].name);
+            if (n > len && strncmp(rest, m->children[i].name, n) == 0 &&
+                (rest[n] == '\0' || rest[n] == '.')) {
+                found = &m->children[i];
+                len = n;
+            }
+        }
+        if (!found)
+            return tfm__fail(TFM_ERR_NOT_FOUND,
+                             "the module has no sub-module \"%s\"", name);
+        m = found->module;
+        rest += len + (rest[len] == '.');
+        if (rest[-1] == '.' && *rest == '\0')
+            return tfm__fail(TFM_ERR_NOT_FOUND,
+                             "the module has no sub-module \"%s\"", name);
+    }
+    if (m == module)
+        return tfm__fail(TFM_ERR_NOT_FOUND,
+                         "the module has no sub-module \"%s\"", name);
+    *child = m;
     return TFM_OK;
 }
 

@@ -29,6 +29,13 @@ typedef struct tfm__module_ops {
                        int64_t src_len, int64_t *macs);
 } tfm__module_ops;
 
+/* A named sub-module (module.h: tfm_module_child), e.g. "self_attn",
+ * "linear1", "layers.0", "norm". */
+typedef struct tfm__child {
+    char *name;
+    tfm_module *module;     /* owned by a kind's struct, never by the table */
+} tfm__child;
+
 struct tfm_module {
     tfm_module_kind kind;
     const tfm__module_ops *ops;
@@ -36,6 +43,13 @@ struct tfm_module {
     int n_params;
     int cap_params;
     float *storage;     /* this module's own parameters, one block */
+    /* Sub-modules reachable by tfm_module_child, in PyTorch's order. */
+    tfm__child *children;
+    int n_children;
+    /* The module this one is a part of (its child), or NULL for a module
+     * the caller owns: tfm_module_free does nothing on a part; the owner's
+     * destroy frees it (after tfm_module_free cleared this pointer). */
+    tfm_module *owner;
 };
 
 /* Allocates a zeroed module struct of `size` bytes (the kind's struct). */
@@ -55,10 +69,26 @@ typedef struct tfm__param_spec {
 tfm_status tfm__module_own_params(tfm_module *m, const tfm__param_spec *specs,
                                   int n);
 
-/* Appends the child's parameter table under `prefix` (e.g. "self_attn.").
- * The child stays owned by the caller's struct. */
+/* Declares parameter `name` of m over memory another module owns (data,
+ * `rank` dimensions `shape`): a view, for sub-modules whose weights live
+ * in their parent's storage. */
+tfm_status tfm__module_alias_param(tfm_module *m, const char *name, int rank,
+                                   const int64_t *shape, float *data);
+
+/* Appends the child's parameter table under `prefix` (e.g. "self_attn.")
+ * and registers it as sub-module `prefix` without its final dot
+ * (tfm__module_add_child); an empty prefix registers the child's own
+ * sub-modules instead (the feed-forward network's "linear1", "linear2"
+ * become the layer's).  The child stays owned by the caller's struct,
+ * whose destroy frees it. */
 tfm_status tfm__module_adopt(tfm_module *m, const char *prefix,
-                             const tfm_module *child);
+                             tfm_module *child);
+
+/* Registers child as sub-module `name` of m (no parameters are added) and
+ * makes it a part of m (child->owner = m, unless it already is a part of
+ * another module).  The caller's struct keeps owning it. */
+tfm_status tfm__module_add_child(tfm_module *m, const char *name,
+                                 tfm_module *child);
 
 /* Checks that module is non-NULL and of the given kind (message set). */
 tfm_status tfm__module_check(const tfm_module *m, tfm_module_kind kind,

@@ -63,6 +63,26 @@ TFM_API tfm_status tfm_layer_norm_forward(const tfm_module *norm,
                                           const tfm_tensor *x,
                                           tfm_tensor *out);
 
+/* ---- Linear (nn.Linear) -------------------------------------------------
+ * y = x W^T + b, one cblas_sgemm (PyTorch: torch.nn.Linear).
+ * Parameters: "weight" [out_features, in_features] (starts at 0), "bias"
+ * [out_features] (starts at 0; only when bias is nonzero).  Layers show
+ * their own linear parts as Linear sub-modules (module.h:
+ * tfm_module_child).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (a width < 1),
+ * TFM_ERR_OVERFLOW (a width beyond 2^31 - 1), TFM_ERR_OUT_OF_MEMORY.
+ * Since 1.2. */
+TFM_API tfm_status tfm_linear_create(int64_t in_features,
+                                     int64_t out_features, int bias,
+                                     tfm_module **out);
+
+/* x [..., in_features] (rank 1 to 4) -> out [..., out_features], same
+ * leading axes; out must not overlap x.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE,
+ * TFM_ERR_INVALID_ARGUMENT (out overlaps x).  Since 1.2. */
+TFM_API tfm_status tfm_linear_forward(const tfm_module *linear,
+                                      const tfm_tensor *x, tfm_tensor *out);
+
 /* ---- Position-wise feed-forward, eq. (2) -------------------------------
  * out = activation(x W1^T + b1) W2^T + b2.
  * Parameters: "linear1.weight" [d_ff, d_model], "linear1.bias" [d_ff],

@@ -13,6 +13,11 @@
  * "norm2.weight" [d_model]; stacks prefix them with "layers.<i>.".  Linear
  * weights use nn.Linear's layout [out_features, in_features]: y = x W^T + b.
  *
+ * Sub-modules have PyTorch's names too: an encoder layer's "self_attn"
+ * (multi-head attention), "linear1", "linear2" (Linear), "norm1", "norm2"
+ * (LayerNorm); tfm_module_child returns them as handles that share the
+ * parent's parameters.
+ *
  * A new module's linear weights and biases are zero and its LayerNorm
  * scales are one: load real values with tfm_module_set_parameter or from a
  * file (model.h).
@@ -49,6 +54,7 @@ typedef enum tfm_module_kind {
     TFM_MODULE_ENCODER_ONLY = 12,   /* BERT-style model (model.h) */
     TFM_MODULE_ENCODER_DECODER = 13, /* sequence-to-sequence model */
     TFM_MODULE_ATTENTION = 14,      /* attention variant (variants.h) */
+    TFM_MODULE_LINEAR = 15,         /* nn.Linear (layers.h), since 1.2 */
     TFM_MODULE_KIND_COUNT
 } tfm_module_kind;
 
@@ -91,6 +97,56 @@ TFM_API tfm_status tfm_module_set_parameter(tfm_module *module,
 TFM_API tfm_status tfm_module_get_parameter(const tfm_module *module,
                                             const char *name,
                                             tfm_tensor *out);
+
+/* ---- Sub-modules (since 1.2) ---------------------------------------------
+ * A module made of others (a layer of its attention, Linear and LayerNorm
+ * parts, a stack of its layers) lists them by PyTorch's module names, in
+ * PyTorch's order (named_children):
+ *   multi-head attention: "out_proj" (Linear [d_model, d_model])
+ *   feed-forward:         "linear1", "linear2" (Linear)
+ *   encoder layer:        "self_attn", "linear1", "linear2", "norm1",
+ *                         "norm2"
+ *   decoder layer:        "self_attn", "multihead_attn", "linear1",
+ *                         "linear2", "norm1", "norm2", "norm3"
+ *   cross-attention:      "multihead_attn", "norm"
+ *   encoder, decoder:     "layers.0" .. "layers.<n-1>", then "norm" when
+ *                         the stack has a final LayerNorm
+ *   nn.Transformer:       "encoder", "decoder"
+ *   models (model.h):     "token_embedding", "position_embedding" (when
+ *                         learned), then the stack's children ("layers.<i>",
+ *                         "norm") or "transformer.encoder",
+ *                         "transformer.decoder"
+ *   LayerNorm, Linear, embedding, attention variant: none.
+ * (PyTorch's dropout modules have no counterpart: forward passes run in
+ * evaluation mode.)
+ *
+ * A child handle is a part of its parent, not a copy: its parameters are
+ * the parent's memory (tfm_module_set_parameter(child, "weight", w) changes
+ * the parent's forward pass; the parent's "linear1.weight" is the child's
+ * "weight"), and the typed forward function of its kind runs it
+ * (tfm_mha_forward on "self_attn", tfm_linear_forward on "linear1").
+ * Lifetime: the handle is borrowed.  It stays valid exactly as long as the
+ * parent and must not be used after tfm_module_free(parent);
+ * tfm_module_free(child) does nothing.  Reading children never fails and
+ * never allocates; the same name always gives the same handle. */
+
+/* Number of direct sub-modules (0 for NULL or a module without any).
+ * Since 1.2. */
+TFM_API int tfm_module_child_count(const tfm_module *module);
+
+/* Name of sub-module `index` (0 .. count-1) in PyTorch's order, or NULL
+ * when out of range.  Owned by the module.  Since 1.2. */
+TFM_API const char *tfm_module_child_name(const tfm_module *module,
+                                          int index);
+
+/* *child = the sub-module called name: a direct child's name
+ * ("self_attn", "layers.1") or a dotted path through children
+ * ("layers.1.self_attn.out_proj", as nn.Module.get_submodule).  The handle
+ * is borrowed (see above).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_NOT_FOUND (no such sub-module;
+ * *child unchanged).  Since 1.2. */
+TFM_API tfm_status tfm_module_child(tfm_module *module, const char *name,
+                                    tfm_module **child);
 
 /* Loads every parameter of the module from a safetensors file (for
  * instance a PyTorch state_dict written by tools/export_safetensors.py):

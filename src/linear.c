@@ -1,0 +1,122 @@
+/* Linear module, as torch.nn.Linear (layers.h): y = x W^T + b. */
+#include "error.h"
+#include "gemm.h"
+#include "linear.h"
+#include "tensor_impl.h"
+#include "transformer/layers.h"
+
+static tfm_status linear_macs(const tfm_module *m, int64_t batch, int64_t L,
+                              int64_t S, int64_t *acc)
+{
+    const tfm__linear_module *l = (const tfm__linear_module *)m;
+    (void)S;
+    if (!tfm__macs_add(acc, batch, L, l->in_features, l->out_features))
+        return tfm__fail(TFM_ERR_OVERFLOW, "MAC count overflows int64");
+    return TFM_OK;
+}
+
+static const tfm__module_ops linear_ops = { NULL, linear_macs };
+
+static tfm_status linear_alloc(int64_t in_features, int64_t out_features,
+                               tfm__linear_module **out)
+{
+    if (in_features < 1 || out_features < 1)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "in_features (%lld) and out_features (%lld) must be "
+                         "at least 1",
+                         (long long)in_features, (long long)out_features);
+    if (in_features > INT32_MAX || out_features > INT32_MAX)
+        return tfm__fail(TFM_ERR_OVERFLOW, "Linear widths must fit in 32 bits");
+    tfm__linear_module *l = (tfm__linear_module *)tfm__module_alloc(
+        sizeof *l, TFM_MODULE_LINEAR, &linear_ops);
+    if (!l)
+        return TFM_ERR_OUT_OF_MEMORY;
+    l->in_features = in_features;
+    l->out_features = out_features;
+    *out = l;
+    return TFM_OK;
+}
+
+tfm_status tfm__linear_module_new(int64_t in_features, int64_t out_features,
+                                  int bias, tfm__linear_module **out)
+{
+    tfm__linear_module *l = NULL;
+    tfm_status st = linear_alloc(in_features, out_features, &l);
+    if (st != TFM_OK)
+        return st;
+    tfm__param_spec specs[2] = {
+        { "weight", 2, { out_features, in_features }, &l->weight },
+        { "bias", 1, { out_features }, &l->bias },
+    };
+    if ((st = tfm__module_own_params(&l->base, specs, bias ? 2 : 1))) {
+        tfm_module_free(&l->base);
+        return st;
+    }
+    *out = l;
+    return TFM_OK;
+}
+
+tfm_status tfm__linear_view_new(int64_t in_features, int64_t out_features,
+                                float *weight, float *bias,
+                                tfm__linear_module **out)
+{
+    tfm__linear_module *l = NULL;
+    tfm_status st = linear_alloc(in_features, out_features, &l);
+    if (st != TFM_OK)
+        return st;
+    l->weight = weight;
+    l->bias = bias;
+    const int64_t w_shape[2] = { out_features, in_features };
+    st = tfm__module_alias_param(&l->base, "weight", 2, w_shape, weight);
+    if (st == TFM_OK && bias)
+        st = tfm__module_alias_param(&l->base, "bias", 1, w_shape, bias);
+    if (st != TFM_OK) {
+        tfm_module_free(&l->base);
+        return st;
+    }
+    *out = l;
+    return TFM_OK;
+}
+
+tfm_status tfm_linear_create(int64_t in_features, int64_t out_features,
+                             int bias, tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm__linear_module *l = NULL;
+    tfm_status st = tfm__linear_module_new(in_features, out_features, bias,
+                                           &l);
+    if (st == TFM_OK)
+        *out = &l->base;
+    return st;
+}
+
+tfm_status tfm_linear_forward(const tfm_module *linear, const tfm_tensor *x,
+                              tfm_tensor *out)
+{
+    tfm_status st = tfm__module_check(linear, TFM_MODULE_LINEAR, "linear");
+    if (st != TFM_OK)
+        return st;
+    const tfm__linear_module *l = (const tfm__linear_module *)linear;
+    if (!x || !out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL", !x ? "x" : "out");
+    if (x->shape[x->rank - 1] != l->in_features)
+        return tfm__fail(TFM_ERR_SHAPE, "x has %lld columns, expected %lld",
+                         (long long)x->shape[x->rank - 1],
+                         (long long)l->in_features);
+    int64_t want[TFM_MAX_RANK];
+    for (int i = 0; i < x->rank; i++)
+        want[i] = x->shape[i];
+    want[x->rank - 1] = l->out_features;
+    if ((st = tfm__check_shape(out, "out", x->rank, want)) != TFM_OK)
+        return st;
+    if (out->data < x->data + x->numel && x->data < out->data + out->numel)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "out must not overlap x");
+    int64_t rows = x->numel / l->in_features;
+    if (rows > 0)
+        tfm__linear_parallel(x->data, l->in_features, rows, l->in_features,
+                             l->weight, l->bias, l->out_features, out->data,
+                             l->out_features);
+    return TFM_OK;
+}
