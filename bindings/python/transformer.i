@@ -267,6 +267,9 @@ TFMPY_HANDLE_OUT(tfm_kv_cache)
 TFMPY_HANDLE_OUT(tfm_tokenizer)
 TFMPY_HANDLE_OUT(tfm_safetensors)
 TFMPY_HANDLE_OUT(tfm_safetensors_writer)
+/* tfm_module_child: a borrowed handle (the Python side keeps its parent
+ * alive and never frees it). */
+%apply tfm_module **out { tfm_module **child };
 
 /* ---- Output scalars and shapes ------------------------------------------ */
 
