@@ -2,7 +2,7 @@
 #ifndef TFM_SRC_MHA_H
 #define TFM_SRC_MHA_H
 
-#include "attention_core.h"
+#include "attention_kernel.h"
 #include "linear.h"
 #include "module_impl.h"
 #include "variant.h"

@@ -2,7 +2,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "attention_core.h"
+#include "attention_kernel.h"
 #include "error.h"
 #include "parallel.h"
 #include "tensor_impl.h"

@@ -116,20 +116,6 @@ int tfm__variant_macs(const tfm__variant *v, int64_t B, int64_t L, int64_t S,
     }
 }
 
-void tfm__alibi_slopes(int64_t n, float *slopes)
-{
-    /* n' = 2^floor(log2 n) slopes 2^(-8h/n'), h = 1 .. n'; then the odd
-     * h = 1, 3, 5, ... of the 2n' sequence 2^(-8h/(2n')) = 2^(-4h/n'). */
-    int64_t p = 1;
-    while (p * 2 <= n)
-        p *= 2;
-    for (int64_t h = 0; h < n; h++) {
-        double e = h < p ? -8.0 * (double)(h + 1) / (double)p
-                         : -4.0 * (double)(2 * (h - p) + 1) / (double)p;
-        slopes[h] = (float)exp2(e);
-    }
-}
-
 /* ---- the attention call ------------------------------------------------ */
 
 /* Row block (b, h) of a job's tensor x with strides bs, hs. */

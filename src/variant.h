@@ -6,7 +6,7 @@
 #ifndef TFM_SRC_VARIANT_H
 #define TFM_SRC_VARIANT_H
 
-#include "attention_core.h"
+#include "attention_kernel.h"
 #include "module_impl.h"
 
 /* At most this many parameter specs tfm__variant_param_specs adds. */
@@ -69,9 +69,6 @@ int tfm__variant_macs(const tfm__variant *v, int64_t B, int64_t L, int64_t S,
  * TFM_ERR_OUT_OF_MEMORY; then nothing is written. */
 tfm_status tfm__variant_attend(const tfm__variant *v,
                                const tfm__attention_job *base);
-
-/* ALiBi slopes of n heads (Press et al. 2022; variants.h) into slopes[n]. */
-void tfm__alibi_slopes(int64_t n, float *slopes);
 
 /* Copies the config of an ATTENTION, MHA or ENCODER_LAYER module. */
 const tfm__variant *tfm__variant_of(const tfm_module *m);

@@ -1,0 +1,41 @@
+/* Internal: the masks of one attention call (attention.h:
+ * tfm_attention_masks), checked once and kept as raw pointers for the
+ * kernel, and the rule by which one mask value changes one logit. */
+#ifndef TFM_SRC_ATTENTION_MASKS_H
+#define TFM_SRC_ATTENTION_MASKS_H
+
+#include <math.h>
+
+#include "transformer/attention.h"
+
+/* Validated masks of one call, as raw pointers. */
+typedef struct tfm__masks {
+    tfm_causal causal;
+    const float *key_padding;       /* [B, S] or NULL */
+    tfm_mask_kind key_padding_kind;
+    const float *attn;              /* see attn_batch_stride... or NULL */
+    tfm_mask_kind attn_kind;
+    int64_t attn_batch_stride;      /* 0 when broadcast over the batch */
+    int64_t attn_head_stride;       /* 0 when broadcast over the heads */
+} tfm__masks;
+
+/* Checks pub (NULL means no masks) against B, H, L, S and fills *out.
+ * `what` names the call in messages.  Returns TFM_OK or an error status
+ * (message set). */
+tfm_status tfm__masks_resolve(const tfm_attention_masks *pub, int64_t batch,
+                              int64_t heads, int64_t L, int64_t S,
+                              const char *what, tfm__masks *out);
+
+/* One mask value m applied to logit x (attention.h: tfm_mask_kind):
+ * BLOCK hides the key when m != 0, ALLOW when m == 0, ADDITIVE returns
+ * x + m (and -inf, not x - inf, when m is -inf). */
+static inline float tfm__mask_apply(float x, float m, tfm_mask_kind kind)
+{
+    switch (kind) {
+    case TFM_MASK_BLOCK: return m != 0.0f ? -INFINITY : x;
+    case TFM_MASK_ALLOW: return m == 0.0f ? -INFINITY : x;
+    default: return m == -INFINITY ? -INFINITY : x + m;
+    }
+}
+
+#endif
