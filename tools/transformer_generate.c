@@ -2,8 +2,8 @@
  *
  *   transformer-generate [--model FILE] [--prompt TEXT] [--max-tokens N]
  *                        [--temperature T] [--top-k K] [--top-p P]
- *                        [--seed S] [--greedy] [--threads N] [--help]
- *                        [--version]
+ *                        [--seed S] [--sample] [--greedy] [--threads N]
+ *                        [--help] [--version]
  *
  * Loads a decoder-only model and its tokenizer from one model file,
  * prints the prompt, then each generated character as soon as it is
@@ -45,10 +45,15 @@ typedef struct options {
     int64_t max_tokens;
     tfm_sampling sampling;
     uint64_t seed;
-    int sampling_option;   /* --temperature, --top-k, --top-p or --seed */
+    int sampling_option;   /* --temperature, --top-k, --top-p, --seed or
+                              --sample */
     int greedy_option;     /* --greedy */
     int64_t threads;       /* --threads: 0 = the library's default */
+    int sample_option;     /* --sample */
 } options;
+
+/* getopt_long's value for the long-only --sample. */
+enum { OPT_SAMPLE = 256 };
 
 static void usage(FILE *out)
 {
@@ -70,6 +75,8 @@ static void usage(FILE *out)
         "probability\n"
         "                         reaches P, 0 < P <= 1 (default 1.0)\n"
         "  -s, --seed S           random seed for sampling (default 42)\n"
+        "      --sample           sample, with the defaults above for what "
+        "is not given\n"
         "  -g, --greedy           always take the most likely character "
         "(the\n"
         "                         default; overrides the sampling options)\n"
@@ -79,8 +86,9 @@ static void usage(FILE *out)
         "  -h, --help             show this help and exit\n"
         "  -V, --version          show the version and exit\n"
         "\n"
-        "Decoding is greedy unless --temperature, --top-k, --top-p or --seed "
-        "is given.\n"
+        "Decoding is greedy unless --sample, --temperature, --top-k, --top-p "
+        "or --seed\n"
+        "is given (the Python and Lua generate's do_sample rule).\n"
         "The text goes to stdout; prefill and decode speed to stderr.\n"
         "\n"
         "The model file's metadata chooses the architecture, the positional "
@@ -177,6 +185,7 @@ static int parse_options(int argc, char **argv, options *o)
         { "seed", required_argument, NULL, 's' },
         { "greedy", no_argument, NULL, 'g' },
         { "threads", required_argument, NULL, 'j' },
+        { "sample", no_argument, NULL, OPT_SAMPLE },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -190,6 +199,7 @@ static int parse_options(int argc, char **argv, options *o)
     o->sampling_option = 0;
     o->greedy_option = 0;
     o->threads = 0;
+    o->sample_option = 0;
 
     int c;
     while ((c = getopt_long(argc, argv, "m:p:n:t:k:s:gj:hV", longs, NULL)) !=
@@ -239,6 +249,10 @@ static int parse_options(int argc, char **argv, options *o)
             if (o->threads > INT32_MAX)
                 return fail("--threads: %s is too large", optarg);
             break;
+        case OPT_SAMPLE:
+            o->sampling_option = 1;
+            o->sample_option = 1;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -257,6 +271,9 @@ static int parse_options(int argc, char **argv, options *o)
         fprintf(stderr, "Try '" PROGRAM " --help' for more information.\n");
         return 1;
     }
+    if (o->greedy_option && o->sample_option)
+        return fail("--greedy and --sample contradict each other: give one "
+                    "of them");
     o->sampling.greedy = o->greedy_option || !o->sampling_option;
     return -1;
 }

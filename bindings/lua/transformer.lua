@@ -1572,33 +1572,54 @@ function Tokenizer:forward(text)
   return self:encode(text)
 end
 
--- Sampling settings as the core's table: greedy when greedy is true, or
--- when it is nil and temperature is 0 (as the Python binding).
+-- The seed used when sampling is asked for without one (the same in the
+-- Python module and transformer-generate).
+M.DEFAULT_SEED = 42
+
+-- Sampling settings as the core's table, and the seed, by the one decoding
+-- rule of the bindings and transformer-generate: greedy unless sampling is
+-- asked for, i.e. do_sample = true (greedy = false), or any of temperature,
+-- top_k, top_p, seed given (as the command line's --temperature, --top-k,
+-- --top-p, --seed); temperature = 0 means greedy unless do_sample = true
+-- says otherwise.  Unset values: temperature 1, top_k 0 (all), top_p 1,
+-- seed M.DEFAULT_SEED.
 local function sampling_table(o)
-  local temperature = o.temperature == nil and 1.0 or check_number("temperature", o.temperature)
-  local greedy = o.greedy
-  if greedy == nil then greedy = temperature == 0 else check_bool("greedy", greedy) end
+  local greedy, do_sample = o.greedy, o.do_sample
+  if greedy ~= nil then check_bool("greedy", greedy) end
+  if do_sample ~= nil then check_bool("do_sample", do_sample) end
+  if greedy ~= nil and do_sample ~= nil and greedy == do_sample then
+    fail("greedy = %s and do_sample = %s contradict each other: give one of them",
+      tostring(greedy), tostring(do_sample))
+  end
+  local temperature = o.temperature ~= nil and check_number("temperature", o.temperature) or nil
+  local sample
+  if do_sample ~= nil then sample = do_sample
+  elseif greedy ~= nil then sample = not greedy
+  elseif temperature == 0 then sample = false
+  else sample = o.temperature ~= nil or o.top_k ~= nil or o.top_p ~= nil or o.seed ~= nil end
   return {
-    greedy = greedy,
-    temperature = greedy and 1.0 or temperature,
+    greedy = not sample,
+    temperature = (sample and temperature) or 1.0,
     top_k = o.top_k == nil and 0 or check_int("top_k", o.top_k, 0),
-    top_p = (greedy or o.top_p == nil) and 1.0 or check_number("top_p", o.top_p),
-  }
+    top_p = (not sample or o.top_p == nil) and 1.0 or check_number("top_p", o.top_p),
+  }, (o.seed == nil and M.DEFAULT_SEED or check_int("seed", o.seed))
 end
 
 local Sampler = class("Sampler", Object)
 M.Sampler = Sampler
 
---- Sampler{temperature=1.0, top_k=0, top_p=1.0, greedy=nil, seed=0}:
--- draws token ids from logits, reproducibly (the library's SplitMix64
--- stream): greedy (argmax; the default when temperature is 0), temperature,
--- top-k (0: no limit), nucleus top-p (1: no limit).
+--- Sampler{temperature=nil, top_k=nil, top_p=nil, greedy=nil, seed=nil,
+-- do_sample=nil}: draws token ids from logits, reproducibly (the library's
+-- SplitMix64 stream), by generate's rule: greedy (argmax) unless sampling
+-- is asked for with do_sample = true or any of temperature (default 1),
+-- top_k (default 0: no limit), top_p (default 1: no limit), seed (default
+-- 42).
 -- sampler(logits) or sampler:sample(logits): logits [vocab_size] -> id.
 local function new_sampler(...)
-  local a = parse_args("Sampler", { "temperature", "top_k", "top_p", "greedy", "seed" }, {}, {}, ...)
-  local s = sampling_table(a)
+  local a = parse_args("Sampler", { "temperature", "top_k", "top_p", "greedy", "seed", "do_sample" }, {}, {}, ...)
+  local s, seed = sampling_table(a)
   local rng = core.tfm_rng()
-  core.tfm_rng_seed(rng, a.seed == nil and 0 or check_int("seed", a.seed))
+  core.tfm_rng_seed(rng, seed)
   return new_object(Sampler, rng, {
     sampling = s,
     _repr = s.greedy and "greedy=true"
@@ -1885,15 +1906,20 @@ function Model:forward(ids, tgt_ids)
   return self:logits(ids, tgt_ids)
 end
 
-local GEN_OPTIONS = { "max_new_tokens", "temperature", "top_k", "top_p", "seed", "greedy" }
+local GEN_OPTIONS = { "max_new_tokens", "temperature", "top_k", "top_p", "seed", "greedy",
+                      "do_sample" }
 
---- model:generate(prompt, {max_new_tokens=100, temperature=1.0, top_k=0,
---  top_p=1.0, seed=0, greedy=nil}) (decoder-only models; with a KV cache,
---  the window sliding once the sequence is longer than context_length).
---  prompt: a string, or a table of token ids.  Sampling with temperature,
---  top_k (0: all), top_p (1: no limit) from a generator seeded with seed
---  (the same seed gives the same text); greedy (argmax) when greedy is
---  true, or when it is nil and temperature is 0.
+--- model:generate(prompt, {max_new_tokens=100, temperature=nil, top_k=nil,
+--  top_p=nil, seed=nil, greedy=nil, do_sample=nil}) (decoder-only models;
+--  with a KV cache, the window sliding once the sequence is longer than
+--  context_length).
+--  prompt: a string, or a table of token ids.  Decoding is greedy (argmax)
+--  unless sampling is asked for: do_sample = true, or any of temperature
+--  (default 1; 0 means greedy), top_k (default 0: all), top_p (default 1:
+--  no limit), seed (default 42; the same seed gives the same text) given,
+--  as transformer-generate's --temperature, --top-k, --top-p, --seed.
+--  greedy = true (or do_sample = false) decodes greedily whatever else is
+--  given.
 --  Returns, for a string prompt, the generated text (the prompt not
 --  repeated) and the new ids; for an ids prompt, the new ids.
 function Model:generate(prompt, opts)
@@ -1905,8 +1931,8 @@ function Model:generate(prompt, opts)
   if nested then fail("prompt must be one sequence (a string or a flat table of ids)") end
   if L < 1 then fail("prompt must not be empty") end
   local n = opts.max_new_tokens == nil and 100 or check_int("max_new_tokens", opts.max_new_tokens, 0)
-  local seed = opts.seed == nil and 0 or check_int("seed", opts.seed)
-  local new_ids = core.model_generate(h, ids, n, sampling_table(opts), seed)
+  local sampling, seed = sampling_table(opts)
+  local new_ids = core.model_generate(h, ids, n, sampling, seed)
   if as_text then return self.tokenizer:decode(new_ids), new_ids end
   return new_ids
 end

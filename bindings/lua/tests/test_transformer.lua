@@ -457,6 +457,13 @@ test("tiny model: greedy generation against torch (window slides)", function()
   local text3 = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens, greedy = true,
                                         temperature = 0.5, top_k = 3 })
   equal(TM.prompt .. text3, TM.greedy_text, "greedy=true overrides sampling")
+  -- Without sampling options the decoding is greedy (as Python's generate
+  -- and transformer-generate); do_sample = false overrides them too.
+  local text4 = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens })
+  equal(TM.prompt .. text4, TM.greedy_text, "greedy by default")
+  local text5 = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens, do_sample = false,
+                                        seed = 3, top_p = 0.5 })
+  equal(TM.prompt .. text5, TM.greedy_text, "do_sample=false overrides sampling")
   local new = m:generate(m:encode(TM.prompt), { max_new_tokens = TM.max_new_tokens, greedy = true })
   equal(table.concat(new, ","), table.concat(TM.greedy_ids, ","), "ids prompt gives ids")
 end)
@@ -469,8 +476,19 @@ test("tiny model: sampling is reproducible with a seed", function()
   equal(#a, 30, "length")
   local c = m:generate("abc", { max_new_tokens = 30, top_p = 0.8, seed = 123 })
   equal(#c, 30, "length")
-  equal(m:generate("abc", { max_new_tokens = 25 }), m:generate("abc", { max_new_tokens = 25, seed = 0 }),
-        "default seed 0")
+  -- Sampling asked for without a seed uses seed 42 (as Python and
+  -- transformer-generate); any sampling option, or do_sample, asks for it.
+  equal(T.DEFAULT_SEED, 42, "DEFAULT_SEED")
+  local sampled = m:generate("abc", { max_new_tokens = 25, temperature = 1.0, top_k = 0,
+                                      top_p = 1.0, seed = 42 })
+  for _, o in ipairs({ { do_sample = true }, { seed = 42 }, { temperature = 1.0 }, { top_k = 0 },
+                       { top_p = 1.0 }, { greedy = false } }) do
+    o.max_new_tokens = 25
+    equal(m:generate("abc", o), sampled, "sampling defaults")
+  end
+  raises(function() m:generate("abc", { greedy = true, do_sample = true }) end)
+  raises(function() T.Sampler{ greedy = false, do_sample = false } end)
+  raises(function() m:generate("abc", { do_sample = 1 }) end)
   local d = m:generate("abc", { max_new_tokens = 0 })
   equal(d, "", "no new tokens")
   -- a Sampler draws from logits with the library's generator

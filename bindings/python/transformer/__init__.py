@@ -12,7 +12,13 @@ defaults, mask conventions and return values::
     out, weights = mha(x, x, x, is_causal=True)      # [4, 5, 8], [4, 5, 5]
 
     model = transformer.load_model()                 # the shipped model
-    print(model.generate("And God said", max_new_tokens=100, seed=1))
+    print(model.generate("And God said", max_new_tokens=100))   # greedy
+    print(model.generate("And God said", max_new_tokens=100,    # sampled
+                         temperature=0.8, top_p=0.9, seed=1))
+
+Generation is greedy unless sampling is asked for (``do_sample=True``, or
+temperature / top_k / top_p / seed given), as in transformer-generate;
+sampling defaults to temperature 1, all tokens, seed DEFAULT_SEED (42).
 
 Layers: MultiheadAttention, LayerNorm, TransformerEncoderLayer,
 TransformerDecoderLayer, TransformerEncoder, TransformerDecoder,
@@ -65,8 +71,8 @@ from .modules import (Attention, Embedding, LayerNorm, MultiheadAttention,
                       TransformerEncoderLayer)
 from .functional import (attention, scaled_dot_product_attention,
                          sinusoidal_positional_encoding)
-from .models import (KVCache, Model, Sampler, Tokenizer, default_model_path,
-                     load_model)
+from .models import (DEFAULT_SEED, KVCache, Model, Sampler, Tokenizer,
+                     default_model_path, load_model)
 from .safetensors import (load_safetensors, load_safetensors_metadata,
                           save_safetensors)
 
@@ -108,7 +114,7 @@ __all__ = [
     "attention", "sinusoidal_positional_encoding",
     # models
     "Model", "KVCache", "Tokenizer", "Sampler", "load_model",
-    "default_model_path",
+    "default_model_path", "DEFAULT_SEED",
     # files
     "load_safetensors", "load_safetensors_metadata", "save_safetensors",
     # errors

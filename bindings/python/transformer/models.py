@@ -2,7 +2,9 @@
 and text generation.
 
     model = transformer.load_model()          # the shipped model
-    print(model.generate("And God said", max_new_tokens=200, seed=1))
+    print(model.generate("And God said", max_new_tokens=200))  # greedy
+    print(model.generate("And God said", max_new_tokens=200,
+                         temperature=0.8, top_p=0.9, seed=1))  # sampled
 """
 
 import operator
@@ -134,16 +136,45 @@ class Tokenizer(HandleOwner):
 
 # ---- Sampling --------------------------------------------------------------
 
-def _sampling(temperature, top_k, top_p, greedy):
-    temperature = as_float(temperature, "temperature")
-    if greedy is None:
-        greedy = temperature == 0.0
+# The seed used when sampling is asked for without one: the same in
+# generate, Sampler, the Lua module and transformer-generate.
+DEFAULT_SEED = 42
+
+
+def _wants_sampling(temperature, top_k, top_p, seed, greedy, do_sample):
+    """The one decoding rule of the bindings and transformer-generate:
+    greedy unless sampling is asked for, i.e. do_sample=True (greedy=False),
+    or any of temperature, top_k, top_p or seed given (as the command
+    line's --temperature, --top-k, --top-p, --seed).  temperature=0 means
+    greedy unless do_sample=True (or greedy=False) says otherwise."""
+    if greedy is not None and do_sample is not None \
+            and bool(greedy) == bool(do_sample):
+        raise InvalidArgumentError(
+            f"greedy={greedy!r} and do_sample={do_sample!r} contradict each "
+            "other: give one of them")
+    if do_sample is not None:
+        return bool(do_sample)
+    if greedy is not None:
+        return not greedy
+    if temperature is not None and as_float(temperature, "temperature") == 0:
+        return False
+    return any(v is not None for v in (temperature, top_k, top_p, seed))
+
+
+def _sampling(temperature, top_k, top_p, seed, greedy, do_sample):
+    """(tfm_sampling, seed) from the keyword arguments of generate and
+    Sampler; unset values take the defaults temperature 1, top_k 0 (all),
+    top_p 1 (no limit), seed DEFAULT_SEED."""
+    sample = _wants_sampling(temperature, top_k, top_p, seed, greedy,
+                             do_sample)
     s = _ll.tfm_sampling()
-    s.greedy = 1 if greedy else 0
-    s.temperature = 1.0 if greedy else temperature
-    s.top_k = as_int(top_k, "top_k")
-    s.top_p = 1.0 if greedy else as_float(top_p, "top_p")
-    return s
+    s.greedy = 0 if sample else 1
+    s.temperature = (as_float(temperature, "temperature")
+                     if sample and temperature is not None else 1.0)
+    s.top_k = as_int(top_k, "top_k") if top_k is not None else 0
+    s.top_p = (as_float(top_p, "top_p")
+               if sample and top_p is not None else 1.0)
+    return s, _seed(DEFAULT_SEED if seed is None else seed)
 
 
 def _seed(seed):
@@ -157,20 +188,25 @@ def _seed(seed):
 class Sampler:
     """Draws token ids from logits, reproducibly.
 
-    ``Sampler(temperature=1.0, top_k=0, top_p=1.0, greedy=None, seed=0)``:
-    greedy (argmax; the default when temperature is 0), temperature
-    scaling, top-k (0: no limit) and nucleus top-p (1: no limit), from a
-    SplitMix64 generator seeded with seed (the same stream as the C
-    library's).
+    ``Sampler(temperature=None, top_k=None, top_p=None, greedy=None,
+    seed=None, do_sample=None)`` follows generate's rule: greedy (argmax,
+    ties to the lowest id) unless sampling is asked for with
+    ``do_sample=True`` or any of temperature, top_k, top_p, seed.  Sampling
+    scales the logits by 1 / temperature (default 1), keeps the top_k most
+    likely (default 0: all) and the nucleus of probability top_p (default
+    1: all), and draws from a SplitMix64 generator seeded with seed
+    (default 42; the same stream as the C library's).  ``temperature=0``
+    means greedy.
 
     ``sampler(logits)``: logits ``[vocab_size]`` -> int id.
     """
 
-    def __init__(self, temperature=1.0, top_k=0, top_p=1.0, greedy=None,
-                 seed=0):
-        self._sampling = _sampling(temperature, top_k, top_p, greedy)
+    def __init__(self, temperature=None, top_k=None, top_p=None, greedy=None,
+                 seed=None, do_sample=None):
+        self._sampling, seed = _sampling(temperature, top_k, top_p, seed,
+                                         greedy, do_sample)
         self._rng = _ll.tfm_rng()
-        _ll.tfm_rng_seed(self._rng, _seed(seed))
+        _ll.tfm_rng_seed(self._rng, seed)
 
     def __call__(self, logits):
         x = as_float32(logits, "logits")
@@ -219,8 +255,10 @@ class Model(Module):
         logits(ids) -> ``[N, L, vocab_size]`` for ids ``[N, L]``
             (``[L, vocab_size]`` for ``[L]``); encoder-decoder models take
             logits(src_ids, tgt_ids).
-        generate(prompt, max_new_tokens=100, temperature=1.0, top_k=0,
-            top_p=1.0, seed=0, greedy=None) -> str (or ids).
+        generate(prompt, max_new_tokens=100, temperature=None, top_k=None,
+            top_p=None, seed=None, greedy=None, do_sample=None) -> str (or
+            ids): greedy unless sampling is asked for (do_sample=True, or
+            temperature / top_k / top_p / seed given).
         kv_cache(capacity=None) -> KVCache for step-by-step decoding.
         save(path) writes a model file (with the tokenizer).
     Plus the Module methods (state_dict, load_state_dict, num_parameters,
@@ -358,21 +396,33 @@ class Model(Module):
         positions (default: the context length)."""
         return KVCache(self, capacity)
 
-    def generate(self, prompt, max_new_tokens=100, temperature=1.0, top_k=0,
-                 top_p=1.0, seed=0, greedy=None):
+    def generate(self, prompt, max_new_tokens=100, temperature=None,
+                 top_k=None, top_p=None, seed=None, greedy=None,
+                 do_sample=None):
         """Generates max_new_tokens tokens after prompt (decoder-only models),
         with a KV cache; past the context length the window slides.
+
+        Decoding is greedy (argmax, ties to the lowest id) unless sampling
+        is asked for: ``do_sample=True``, or any of temperature, top_k,
+        top_p, seed given -- the rule of transformer-generate, whose
+        --temperature, --top-k, --top-p and --seed likewise sample.  The
+        same call gives the same text every time.
 
         Args:
             prompt: a str (encoded with the model's tokenizer) or token ids.
             max_new_tokens: tokens to generate.
-            temperature: logits / temperature before sampling; 0 means
-                greedy.
-            top_k: sample among the k most likely (0: all).
-            top_p: nucleus sampling (1: no limit).
-            seed: the generator's seed; the same seed gives the same text.
-            greedy: True for argmax decoding; None (default) means greedy
-                exactly when temperature is 0.
+            temperature: logits / temperature before sampling (default 1);
+                0 means greedy.
+            top_k: sample among the k most likely (default 0: all).
+            top_p: nucleus sampling (default 1: no limit).
+            seed: the generator's seed (default 42); the same seed gives
+                the same text.
+            greedy: True for argmax decoding whatever else is given; False
+                is do_sample=True.
+            do_sample: True to sample (with the defaults above for what is
+                not given), False for greedy decoding whatever else is
+                given; None (default): sample exactly when temperature,
+                top_k, top_p or seed is given.
 
         Returns:
             the generated text (str) for a str prompt, else the list of the
@@ -389,10 +439,11 @@ class Model(Module):
             ids = as_ids(prompt, "prompt").reshape(-1)
             as_text = False
         max_new = as_int(max_new_tokens, "max_new_tokens", 0)
-        sampling = _sampling(temperature, top_k, top_p, greedy)
+        sampling, seed = _sampling(temperature, top_k, top_p, seed, greedy,
+                                   do_sample)
         out = np.zeros(max(max_new, 1), np.int32)
         if max_new > 0:
-            _ll.tfmpy_model_generate(ptr, ids, sampling, _seed(seed), out)
+            _ll.tfmpy_model_generate(ptr, ids, sampling, seed, out)
         new = out[:max_new].tolist()
         return self.tokenizer.decode(new) if as_text else new
 
