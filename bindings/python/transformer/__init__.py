@@ -60,12 +60,14 @@ from . import _lowlevel
 from ._errors import (CapacityError, ClosedError, FormatError,
                       InvalidArgumentError, NonFiniteError, NotFoundError,
                       NullArgumentError, OutOfMemoryError, ShapeError,
+                      StateDictError, StateDictShapeError,
                       TransformerError, TransformerIOError,
                       TransformerOverflowError, UnsupportedError,
                       WrongKindError)
 from . import _core
 from ._core import Module, live_handles
-from .modules import (Attention, Embedding, LayerNorm, MultiheadAttention,
+from .modules import (Attention, Embedding, LayerNorm, Linear,
+                      MultiheadAttention,
                       Transformer, TransformerDecoder,
                       TransformerDecoderLayer, TransformerEncoder,
                       TransformerEncoderLayer)
@@ -110,7 +112,8 @@ __all__ = [
     # layers and functions
     "Module", "MultiheadAttention", "LayerNorm", "TransformerEncoderLayer",
     "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
-    "Transformer", "Embedding", "Attention", "scaled_dot_product_attention",
+    "Transformer", "Embedding", "Attention", "Linear",
+    "scaled_dot_product_attention",
     "attention", "sinusoidal_positional_encoding",
     # models
     "Model", "KVCache", "Tokenizer", "Sampler", "load_model",
@@ -122,6 +125,7 @@ __all__ = [
     "ShapeError", "TransformerOverflowError", "OutOfMemoryError",
     "NotFoundError", "WrongKindError", "TransformerIOError", "FormatError",
     "UnsupportedError", "CapacityError", "NonFiniteError", "ClosedError",
+    "StateDictError", "StateDictShapeError",
     # misc
     "set_num_threads", "get_num_threads", "release_workspace",
     "live_handles", "__version__", "version_info",

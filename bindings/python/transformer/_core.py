@@ -10,8 +10,12 @@ import numpy as np
 
 from . import _lowlevel as _ll
 from ._errors import (ClosedError, InvalidArgumentError, NonFiniteError,
-                      NotFoundError, ShapeError, TransformerOverflowError,
+                      NotFoundError, ShapeError, StateDictError,
+                      StateDictShapeError, TransformerOverflowError,
                       UnsupportedError)
+from ._tree import _VIEW, ModuleTree
+from ._tree import using as _tree_using
+from . import _torch
 
 _INT64_MAX = 2**63 - 1
 _INT32_MAX = 2**31 - 1
@@ -347,7 +351,7 @@ class HandleOwner:
         self.close()
 
 
-class Module(HandleOwner):
+class Module(ModuleTree, HandleOwner):
     """Base class of every layer: a libtransformer module handle with
     PyTorch's parameter API.
 
@@ -364,12 +368,82 @@ class Module(HandleOwner):
     training = False
 
     def _adopt(self, ptr):
+        if ptr is _VIEW:            # a sub-module view (_tree.make_view)
+            del self.__dict__["_create"]
+            self._handle = self.__dict__.pop("_view_handle")
+            return
         self._handle = _Handle(ptr, _ll.tfm_module_free, "module")
 
     # -- calling --
     def __call__(self, *args, **kwargs):
-        """module(...) runs module.forward(...)."""
-        return self.forward(*args, **kwargs)
+        """module(...) runs module.forward(...).  When an argument is a
+        torch.Tensor the arrays it returns are torch.Tensors (sharing the
+        result's memory, torch.from_numpy); otherwise numpy arrays."""
+        out = self.forward(*args, **kwargs)
+        if _torch.any_tensor(args, kwargs):
+            out = _torch.to_torch(out)
+        return out
+
+    # -- attributes: parameters and sub-modules, as torch.nn.Module --
+    def __getattr__(self, name):
+        """Sub-modules (``layer.self_attn``) and this module's own
+        parameters (``mha.in_proj_weight``: a read-only copy; assign to
+        the attribute, or use load_state_dict, to change it)."""
+        try:
+            return ModuleTree.__getattr__(self, name)
+        except AttributeError:
+            if (name.startswith("_") or self.closed or
+                    self.__dict__.get("_in_getattr")):
+                raise
+        self.__dict__["_in_getattr"] = True
+        try:
+            entry = self._table().get(name)
+        finally:
+            del self.__dict__["_in_getattr"]
+        if entry is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no "
+                                 f"attribute {name!r}")
+        mod, c_name, c_shape, shape = entry
+        a = np.empty(c_shape, np.float32)
+        with _tree_using(mod) as ptr:
+            _ll.tfm_module_get_parameter(ptr, c_name, a)
+        a = a.reshape(shape)
+        a.flags.writeable = False
+        return a
+
+    def __setattr__(self, name, value):
+        """``module.weight = array`` sets that parameter (as assigning a
+        torch.nn.Parameter); ``layer.norm1 = other`` copies the weights of
+        a module of the same class and configuration into the sub-module
+        (the layer's structure is fixed in C)."""
+        if (name.startswith("_") or name in self.__dict__ or
+                hasattr(type(self), name) or self.closed):
+            object.__setattr__(self, name, value)
+            return
+        children = self._child_map()
+        if name in children:
+            child = children[name]
+            if (type(value) is not type(child) or
+                    value._extra_repr() != child._extra_repr()):
+                raise UnsupportedError(
+                    f"{type(self).__name__}.{name} can only take a "
+                    f"{type(child).__name__}({child._extra_repr()}), whose "
+                    f"weights are copied in (the layer's structure is fixed"
+                    f"); got {value!r}")
+            child.load_state_dict(value.state_dict())
+            return
+        table = self._table()
+        if name in table and "." not in name:
+            self.load_state_dict({name: value}, strict=False)
+            return
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def from_torch(cls, module):
+        """A new module of this class with the configuration and the
+        parameters (copied) of the equivalent ``torch.nn`` module, e.g.
+        ``transformer.TransformerEncoderLayer.from_torch(torch_layer)``."""
+        return _torch.from_torch(cls, module)
 
     def forward(self, *args, **kwargs):   # pragma: no cover - abstract
         """The computation; each layer documents its own shapes."""
@@ -421,26 +495,43 @@ class Module(HandleOwner):
             out[name] = a.reshape(shape)
         return out
 
-    def named_parameters(self):
-        """Iterator of (name, array) pairs, as state_dict().items()."""
-        return iter(self.state_dict().items())
+    def named_parameters(self, prefix="", recurse=True):
+        """Iterator of (name, array) pairs, as state_dict().items(), each
+        name after ``prefix + "."`` when a prefix is given.  The arrays are
+        copies: change parameters with load_state_dict (on this module or
+        on any sub-module view).  recurse=False keeps only this module's
+        own parameters (no dot in the name, as torch)."""
+        p = prefix + "." if prefix else ""
+        items = [(p + k, v) for k, v in self.state_dict().items()
+                 if recurse or k not in self._child_param_names()]
+        return iter(items)
 
-    def parameters(self):
+    def parameters(self, recurse=True):
         """Iterator of the parameter arrays (copies)."""
-        return iter(self.state_dict().values())
+        return iter([v for _, v in self.named_parameters(recurse=recurse)])
+
+    def _child_param_names(self):
+        names = set()
+        for name, child in self._child_map().items():
+            names.update(f"{name}.{k}" for k in child.state_dict())
+        return names
 
     def load_state_dict(self, state_dict, strict=True):
         """Copies parameters from a mapping of PyTorch names to arrays: a
         ``torch.nn`` module's ``state_dict()`` (tensors) or numpy arrays.
 
         strict=True (as PyTorch): every parameter must be present and no
-        other key (NotFoundError, a KeyError, lists them).  Shapes must match
-        exactly (ShapeError) and values be finite (NonFiniteError); nothing
-        is changed unless everything checks out.  Returns
+        other key; otherwise StateDictError lists them (a RuntimeError, as
+        PyTorch raises, and a NotFoundError / KeyError).  strict=False
+        loads the keys that match and reports the others.  Either way
+        shapes must match exactly (StateDictShapeError: a RuntimeError and
+        a ShapeError) and values be finite (NonFiniteError); nothing is
+        changed unless everything checks out.  Returns
         ``(missing_keys, unexpected_keys)`` as PyTorch does."""
         if not isinstance(state_dict, collections.abc.Mapping):
+            hint = _torch.state_dict_hint(state_dict)
             raise TypeError("state_dict must be a mapping of names to arrays, "
-                            f"not {type(state_dict).__name__}")
+                            f"not {type(state_dict).__name__}{hint}")
         table = self._table()
         missing = [k for k in table if k not in state_dict]
         unexpected = [k for k in state_dict if k not in table]
@@ -451,16 +542,17 @@ class Module(HandleOwner):
             if unexpected:
                 parts.append("unexpected keys: " +
                              ", ".join(map(repr, unexpected)))
-            raise NotFoundError(f"error loading state_dict for "
-                                f"{type(self).__name__}: " + "; ".join(parts))
+            raise StateDictError(f"error loading state_dict for "
+                                 f"{type(self).__name__}: " + "; ".join(parts))
         staged = []
         for name, (mod, c_name, c_shape, shape) in table.items():
             if name not in state_dict:
                 continue
             a = as_float32(state_dict[name], name)
             if a.shape != shape:
-                raise ShapeError(f"{name} has shape {a.shape}, expected "
-                                 f"{shape}")
+                raise StateDictShapeError(f"size mismatch for {name}: "
+                                          f"shape {a.shape} given, the "
+                                          f"module has {shape}")
             if not np.isfinite(a).all():
                 raise NonFiniteError(f"{name} holds NaN or infinity")
             staged.append((mod, c_name, a.reshape(c_shape)))
@@ -499,7 +591,7 @@ class Module(HandleOwner):
         return self.load_state_dict(load_safetensors(path), strict=strict)
 
     # -- copies --
-    _transient = ("_handle",)
+    _transient = ("_handle", "_views")
 
     def _create(self):   # pragma: no cover - every layer defines it
         """A new C handle for this module's configuration (attributes)."""

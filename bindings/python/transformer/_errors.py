@@ -19,6 +19,7 @@ __all__ = [
     "ShapeError", "TransformerOverflowError", "OutOfMemoryError",
     "NotFoundError", "WrongKindError", "TransformerIOError", "FormatError",
     "UnsupportedError", "CapacityError", "NonFiniteError", "ClosedError",
+    "StateDictError", "StateDictShapeError",
 ]
 
 
@@ -107,6 +108,17 @@ class ClosedError(TransformerError, ValueError):
     status = None
 
 
+class StateDictError(NotFoundError, RuntimeError):
+    """load_state_dict(strict=True) found missing or unexpected keys.  A
+    RuntimeError, as PyTorch's load_state_dict raises, and a NotFoundError
+    (KeyError)."""
+
+
+class StateDictShapeError(ShapeError, RuntimeError):
+    """load_state_dict was given a tensor of the wrong shape (PyTorch:
+    "size mismatch", a RuntimeError); also a ShapeError (ValueError)."""
+
+
 _BY_STATUS = {cls.status: cls for cls in (
     NullArgumentError, InvalidArgumentError, ShapeError,
     TransformerOverflowError, OutOfMemoryError, NotFoundError,
@@ -118,6 +130,7 @@ for _status, _cls in _BY_STATUS.items():
 del _status, _cls
 
 # Shown as transformer.ShapeError, where people import them from.
-for _cls in (TransformerError, ClosedError, *_BY_STATUS.values()):
+for _cls in (TransformerError, ClosedError, StateDictError,
+             StateDictShapeError, *_BY_STATUS.values()):
     _cls.__module__ = "transformer"
 del _cls

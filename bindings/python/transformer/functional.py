@@ -8,6 +8,7 @@ from . import _lowlevel as _ll
 from ._core import (CAUSAL_NONE, CAUSAL_TOP_LEFT, MASK_ADDITIVE, MASK_ALLOW,
                     as_float, as_float32, as_int, as_mask)
 from ._errors import ShapeError, UnsupportedError
+from ._torch import torch_results
 
 __all__ = ["scaled_dot_product_attention", "attention",
            "sinusoidal_positional_encoding"]
@@ -39,6 +40,7 @@ def _mask_for(mask, lead, L, S, B, H):
     return np.ascontiguousarray(out), (MASK_ALLOW if is_bool else MASK_ADDITIVE)
 
 
+@torch_results
 def scaled_dot_product_attention(query, key, value, attn_mask=None,
                                  dropout_p=0.0, is_causal=False, scale=None,
                                  *, need_weights=False):
@@ -111,6 +113,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None,
     return out
 
 
+@torch_results
 def attention(query, key, value, attn_mask=None, is_causal=False,
               need_weights=False, **variant):
     """One call of attention with a variant (transformer.Attention made for

@@ -17,10 +17,12 @@ from ._core import (CAUSAL_NONE, CAUSAL_TOP_LEFT, MASK_ADDITIVE, BatchIO,
                     Module, as_float, as_float32, as_ids, as_int,
                     check_float32_dtype, is_batched, mha_masks)
 from ._errors import InvalidArgumentError, ShapeError, UnsupportedError
+from ._torch import wrong_module
+from ._tree import ModuleList, make_view, using, view_without_init
 from ._variants import HasAttentionVariant, normalize, to_config, variant_repr
 from .functional import _mask_for
 
-__all__ = ["MultiheadAttention", "Attention", "LayerNorm",
+__all__ = ["MultiheadAttention", "Attention", "LayerNorm", "Linear",
            "TransformerEncoderLayer", "TransformerDecoderLayer",
            "TransformerEncoder", "TransformerDecoder", "Transformer",
            "Embedding"]
@@ -198,6 +200,9 @@ class MultiheadAttention(HasAttentionVariant, Module):
             weights = weights[0]
         return io.give(out), weights
 
+    def _child_specs(self):
+        return [("out_proj", lambda: _linear_view(self, "out_proj"))]
+
     def _extra_repr(self):
         text = f"embed_dim={self.embed_dim}, num_heads={self.num_heads}"
         if not self.bias:
@@ -343,6 +348,87 @@ class Attention(HasAttentionVariant, Module):
         if self.value_dim != self.head_dim:
             text += f", value_dim={self.value_dim}"
         return text + variant_repr(self._variant)
+
+
+# ---- Linear ------------------------------------------------------------------
+
+class Linear(Module):
+    """A linear layer, as ``torch.nn.Linear``: y = x W^T + b (one
+    cblas_sgemm; include/transformer/layers.h: tfm_linear_create).
+
+    ``Linear(in_features, out_features, bias=True)``
+
+    Parameters: ``weight [out_features, in_features]``, ``bias
+    [out_features]`` (with bias).  The layers' own linear parts
+    (``layer.linear1``, ``mha.out_proj``) are Linear views of the layer's
+    weights.
+
+    Call: ``linear(input)``: ``[*, in_features]`` -> ``[*, out_features]``.
+    """
+
+    def __init__(self, in_features, out_features, bias=True, device=None,
+                 dtype=None):
+        check_float32_dtype(dtype, device, "Linear")
+        self.in_features = as_int(in_features, "in_features", 1)
+        self.out_features = as_int(out_features, "out_features", 1)
+        self._has_bias = bool(bias)
+        self._adopt(self._create())
+
+    def _create(self):
+        return _ll.tfm_linear_create(self.in_features, self.out_features,
+                                     int(self._has_bias))
+
+    def forward(self, input):
+        """input ``[*, in_features]`` -> ``[*, out_features]``."""
+        x = as_float32(input, "input")
+        if x.ndim == 0 or x.shape[-1] != self.in_features:
+            raise ShapeError(f"Linear({self.in_features}, "
+                             f"{self.out_features}) expects input of shape "
+                             f"[*, {self.in_features}], got {list(x.shape)}")
+        flat = x.reshape(-1, self.in_features)
+        out = np.empty((flat.shape[0], self.out_features), np.float32)
+        with using(self) as ptr:
+            if flat.shape[0]:
+                _ll.tfm_linear_forward(ptr, flat, out)
+        return out.reshape(x.shape[:-1] + (self.out_features,))
+
+    def _extra_repr(self):
+        return (f"in_features={self.in_features}, "
+                f"out_features={self.out_features}, bias={self._has_bias}")
+
+
+def _linear_view(parent, path):
+    """A Linear view of the parent's sub-module `path`."""
+    with using(parent) as ptr:
+        child = _ll.tfm_module_child(ptr, path)
+        out_f, in_f = _ll.tfm_module_parameter_shape(child, "weight")
+        names = [_ll.tfm_module_parameter_name(child, i) for i in
+                 range(_ll.tfm_module_parameter_count(child))]
+    return make_view(Linear, parent, path, in_f, out_f, bias="bias" in names)
+
+
+def _norm_view(parent, path, d_model, eps):
+    return make_view(LayerNorm, parent, path, d_model, eps=eps)
+
+
+def _mha_view(layer, path):
+    kwargs = dict(layer.__dict__.get("_variant") or {})
+    if not layer.__dict__.get("bias", True):
+        kwargs["bias"] = False
+    return make_view(MultiheadAttention, layer, path, layer.d_model,
+                     layer.nhead, dropout=layer.dropout,
+                     batch_first=layer.batch_first, **kwargs)
+
+
+def _layer_children(layer, attention_names, norms):
+    specs = [(name, lambda name=name: _mha_view(layer, name))
+             for name in attention_names]
+    specs += [(name, lambda name=name: _linear_view(layer, name))
+              for name in ("linear1", "linear2")]
+    specs += [(name, lambda name=name: _norm_view(layer, name, layer.d_model,
+                                                  layer.layer_norm_eps))
+              for name in norms]
+    return specs
 
 
 # ---- LayerNorm ---------------------------------------------------------------
@@ -516,6 +602,9 @@ class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
     def _extra_repr(self):
         return super()._extra_repr() + variant_repr(self._variant)
 
+    def _child_specs(self):
+        return _layer_children(self, ("self_attn",), ("norm1", "norm2"))
+
     def forward(self, src, src_mask=None, src_key_padding_mask=None,
                 is_causal=False):
         """src ``[L, N, E]`` (``[N, L, E]`` if batch_first, ``[L, E]``) ->
@@ -564,6 +653,10 @@ class TransformerDecoderLayer(_LayerBase):
     def _create(self):
         return _ll.tfm_decoder_layer_create(self._config)
 
+    def _child_specs(self):
+        return _layer_children(self, ("self_attn", "multihead_attn"),
+                               ("norm1", "norm2", "norm3"))
+
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None,
                 tgt_key_padding_mask=None, memory_key_padding_mask=None,
                 tgt_is_causal=False, memory_is_causal=False):
@@ -586,7 +679,7 @@ def _encode(module, forward, src, mask, key_padding_mask, is_causal,
     out = np.empty((x.shape[0], x.shape[1], module.d_model), np.float32)
     forward(ptr, x, masks, out)
     norm = getattr(module, "norm", None)
-    if norm is not None:
+    if norm is not None and not getattr(module, "_c_norm", False):
         norm._normalize_in_place(out)
     return io.give(out)
 
@@ -610,7 +703,7 @@ def _decode(module, forward, tgt, memory, tgt_mask, memory_mask,
     out = np.empty((n, x.shape[1], module.d_model), np.float32)
     forward(ptr, x, mem, tgt_masks, memory_masks, out)
     norm = getattr(module, "norm", None)
-    if norm is not None:
+    if norm is not None and not getattr(module, "_c_norm", False):
         norm._normalize_in_place(out)
     return io.give(out)
 
@@ -624,16 +717,14 @@ class _StackBase(_HasLayerConfig, Module):
     def _init_stack(self, layer, num_layers, norm):
         who = type(self).__name__
         if not isinstance(layer, self._layer_class):
-            raise TypeError(f"{who} needs a {self._layer_class.__name__} as "
-                            f"its template layer, not {type(layer).__name__}")
+            raise wrong_module(who, "template layer", self._layer_class, layer)
         if getattr(layer, "_variant", None):
             raise UnsupportedError(f"{who}: the template layer has an "
                                    "attention variant, which the stacks do "
                                    "not take; use Model with an "
                                    "\"attention\" config")
         if norm is not None and not isinstance(norm, LayerNorm):
-            raise TypeError(f"{who}: norm must be a transformer.LayerNorm or "
-                            f"None, not {type(norm).__name__}")
+            raise wrong_module(who, "norm (or None)", LayerNorm, norm, "norm")
         self.num_layers = as_int(num_layers, "num_layers", 1)
         for name in ("d_model", "nhead", "dim_feedforward", "activation",
                      "layer_norm_eps", "norm_first", "batch_first"):
@@ -652,11 +743,33 @@ class _StackBase(_HasLayerConfig, Module):
     def _create(self):
         return self._create_stack(self._config, self.num_layers, 0)
 
+    # _c_norm: the final norm is the C stack's own (a Transformer's
+    # encoder / decoder view), its parameters in the C table.
+    _c_norm = False
+
     def _components(self):
         parts = [("", self)]
-        if self.norm is not None:
+        if self.norm is not None and not self._c_norm:
             parts.append(("norm.", self.norm))
         return parts
+
+    def _layer_view(self, i):
+        kwargs = {}
+        if not self.__dict__.get("bias", True):
+            kwargs["bias"] = False
+        return make_view(self._layer_class, self, f"layers.{i}",
+                         self.d_model, self.nhead, self.dim_feedforward,
+                         activation=self.activation,
+                         layer_norm_eps=self.layer_norm_eps,
+                         batch_first=self.batch_first,
+                         norm_first=self.norm_first, **kwargs)
+
+    def _child_specs(self):
+        specs = [("layers", lambda: ModuleList(
+            self._layer_view(i) for i in range(self.num_layers)))]
+        if self.norm is not None:
+            specs.append(("norm", lambda: self.norm))
+        return specs
 
     def __repr__(self):
         text = (f"{type(self).__name__}(\n  (layers): {self.num_layers} x "
@@ -817,6 +930,24 @@ class Transformer(_LayerBase):
         _ll.tfm_transformer_forward(ptr, s, t, src_masks, tgt_masks,
                                     memory_masks, out)
         return io.give(out)
+
+    def _stack_view(self, name, cls, layer_cls, num_layers):
+        attrs = {k: v for k, v in self.__dict__.items()
+                 if not k.startswith("_") and not k.startswith("num_")}
+        attrs.update(num_layers=num_layers, _layer_type=layer_cls.__name__,
+                     _layer_repr=_LayerBase._extra_repr(self), _c_norm=True)
+        stack = view_without_init(cls, self, name, attrs)
+        stack.__dict__["norm"] = _norm_view(stack, "norm", self.d_model,
+                                            self.layer_norm_eps)
+        return stack
+
+    def _child_specs(self):
+        return [("encoder", lambda: self._stack_view(
+                    "encoder", TransformerEncoder, TransformerEncoderLayer,
+                    self.num_encoder_layers)),
+                ("decoder", lambda: self._stack_view(
+                    "decoder", TransformerDecoder, TransformerDecoderLayer,
+                    self.num_decoder_layers))]
 
     @staticmethod
     def generate_square_subsequent_mask(sz, device=None, dtype=None):
