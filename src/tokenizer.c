@@ -14,6 +14,7 @@
 #include "transformer/tokenizer.h"
 #include "alloc.h"
 #include "error.h"
+#include "tokenizer_impl.h"
 
 #define ASCII_LIMIT 128
 
@@ -30,13 +31,8 @@ typedef struct tfm__lookup {
     int32_t id;
 } tfm__lookup;
 
-struct tfm_tokenizer {
-    int64_t vocab_size;
-    tfm__token *tokens;          /* [vocab_size], by id */
-    int32_t ascii[ASCII_LIMIT];  /* code point -> id, -1 when absent */
-    int64_t n_wide;
-    tfm__lookup *wide;           /* [n_wide], non-ASCII, by code point */
-};
+/* struct tfm_tokenizer is in tokenizer_impl.h: the character-level model
+ * lives in the handle; the other kinds behind its ops. */
 
 /* ---- UTF-8 ------------------------------------------------------------ */
 
@@ -181,6 +177,11 @@ void tfm_tokenizer_free(tfm_tokenizer *tokenizer)
 {
     if (!tokenizer)
         return;
+    if (tokenizer->ops)
+        tokenizer->ops->free(tokenizer->model);
+    for (int i = 0; i < tokenizer->n_specials; i++)
+        tfm__free(tokenizer->specials[i].content);
+    tfm__free(tokenizer->specials);
     tfm__free(tokenizer->tokens);
     tfm__free(tokenizer->wide);
     tfm__free(tokenizer);
@@ -222,6 +223,8 @@ tfm_status tfm_tokenizer_create(const char *vocab, tfm_tokenizer **out)
     if (!t)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "out of memory allocating the tokenizer");
+    for (int r = 0; r < TFM__ROLE_COUNT; r++)
+        t->roles[r] = -1;
     t->vocab_size = count;
     t->n_wide = n_wide;
     t->tokens = tfm__malloc((size_t)count * sizeof *t->tokens);
@@ -290,8 +293,12 @@ tfm_status tfm_tokenizer_load(const char *path, tfm_tokenizer **out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "path is NULL");
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    /* A directory or a vocabulary file (since 1.2): tokenizer_files.c. */
+    tfm_status st = tfm__tokenizer_load_files(path, out);
+    if (st != TFM_ERR_NOT_FOUND)
+        return st;
     tfm_safetensors *file;
-    tfm_status st = tfm_safetensors_open(path, &file);
+    st = tfm_safetensors_open(path, &file);
     if (st != TFM_OK)
         return st;
 
@@ -335,7 +342,11 @@ tfm_status tfm_tokenizer_load(const char *path, tfm_tokenizer **out)
 
 int64_t tfm_tokenizer_vocab_size(const tfm_tokenizer *tokenizer)
 {
-    return tokenizer ? tokenizer->vocab_size : 0;
+    if (!tokenizer)
+        return 0;
+    if (tokenizer->ops)
+        return tokenizer->ops->vocab(tokenizer->model)->size;
+    return tokenizer->vocab_size;
 }
 
 /* ---- Encode, decode --------------------------------------------------- */
@@ -354,6 +365,9 @@ tfm_status tfm_tokenizer_encode(const tfm_tokenizer *tokenizer,
     if (capacity < 0)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "capacity (%lld) is negative", (long long)capacity);
+    if (tokenizer->ops)
+        return tfm_tokenizer_encode_v2(tokenizer, text, text_len, NULL, 0, 0,
+                                       ids, NULL, NULL, capacity, n_ids);
 
     /* Pass 1: validate everything and count, writing nothing. */
     const unsigned char *s = (const unsigned char *)text;
@@ -412,6 +426,9 @@ tfm_status tfm_tokenizer_decode(const tfm_tokenizer *tokenizer,
     if (n_ids < 0)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "n_ids (%lld) is negative",
                          (long long)n_ids);
+    if (tokenizer->ops)
+        return tfm_tokenizer_decode_v2(tokenizer, ids, n_ids, 0, text,
+                                       capacity, text_len);
 
     size_t needed = 0; /* bytes without the NUL; at most 4 * n_ids */
     for (int64_t i = 0; i < n_ids; i++) {

@@ -5,7 +5,9 @@
 
 #include "attention_config.h"
 #include "error.h"
+#include "gemm.h"
 #include "variant.h"
+#include "workspace.h"
 
 tfm_status tfm__variant_init(tfm__variant *v, const tfm_attention_config *pub,
                              int64_t n_heads, int64_t d_k, int64_t d_v)
@@ -112,4 +114,161 @@ int tfm__variant_macs(const tfm__variant *v, int64_t B, int64_t L, int64_t S,
     default:
         return 1;
     }
+}
+
+/* ---- the attention call ------------------------------------------------ */
+
+/* Row block (b, h) of a job's tensor x with strides bs, hs. */
+#define AT(x, b, bs, h, hs) ((x) + (b) * (bs) + (h) * (hs))
+
+/* dst [H, B, rows, n] (head-major) = for each query head h and batch
+ * element b, the rows of x's head h / div (x[b, h/div] [rows, k], strides
+ * bstride, hstride, ld) times W_h (w + h * n * k: [k, n], or [n, k] used
+ * transposed when trans_w).  When the batch elements' rows are evenly
+ * spaced (bstride == rows * ld, as multi-head attention's [B, L, d]
+ * activations), a head's B * rows rows are one product. */
+static void per_head_product(const float *x, int64_t bstride, int64_t hstride,
+                             int64_t ld, int64_t B, int64_t H, int64_t div,
+                             int64_t rows, const float *w, int64_t n,
+                             int64_t k, int trans_w, float *dst)
+{
+    const int one = bstride == rows * ld;
+    for (int64_t h = 0; h < H; h++) {
+        const float *wh = w + h * n * k;
+        const int64_t ldw = trans_w ? k : n;
+        float *dh = dst + h * B * rows * n;
+        if (one) {
+            tfm__sgemm(0, trans_w, B * rows, n, k, 1.0f,
+                       x + (h / div) * hstride, ld, wh, ldw, 0.0f, dh, n);
+            continue;
+        }
+        for (int64_t b = 0; b < B; b++)
+            tfm__sgemm(0, trans_w, rows, n, k, 1.0f,
+                       AT(x, b, bstride, h / div, hstride), ld, wh, ldw,
+                       0.0f, dh + b * rows * n, n);
+    }
+}
+
+tfm_status tfm__variant_attend(const tfm__variant *v,
+                               const tfm__attention_job *base)
+{
+    const tfm_attention_config *c = &v->config;
+    tfm_status st = tfm__variant_check_params(v);
+    if (st != TFM_OK)
+        return st;
+    tfm__attention_job job = *base;
+    const int64_t B = job.B, H = job.H, L = job.L, S = job.S, dk = job.d_k,
+                  dv = job.d_v, da = v->d_a;
+    const int64_t group = v->n_heads / v->n_kv_heads;
+    const int additive = c->score == TFM_SCORE_ADDITIVE;
+
+    /* ---- scratch, all of it before anything is written */
+    tfm__ws_mark mark = tfm__ws_save();
+    float *slopes = NULL, *head_scale = NULL, *qt = NULL, *kt = NULL,
+          *vt = NULL;
+    int ok = 1;
+    if (c->relative == TFM_RELATIVE_ALIBI)
+        ok = (slopes = tfm__ws_floats((size_t)H)) != NULL;
+    if (ok && c->score == TFM_SCORE_LEARNED_TEMPERATURE)
+        ok = (head_scale = tfm__ws_floats((size_t)H)) != NULL;
+    if (ok && c->score == TFM_SCORE_GENERAL)
+        ok = (qt = tfm__ws_floats((size_t)(B * H * L * dk))) != NULL;
+    if (ok && additive)
+        ok = (qt = tfm__ws_floats((size_t)(B * H * L * da))) != NULL &&
+             (kt = tfm__ws_floats((size_t)(B * H * S * da))) != NULL &&
+             (group == 1 ||
+              (vt = tfm__ws_floats((size_t)(B * H * S * dv))) != NULL);
+    if (!ok) {
+        tfm__ws_restore(mark);
+        return TFM_ERR_OUT_OF_MEMORY;
+    }
+
+    /* ---- score */
+    job.group = group;
+    job.scale = c->scale != 0.0f ? c->scale
+                : c->score == TFM_SCORE_SCALED_DOT ||
+                          c->score == TFM_SCORE_LEARNED_TEMPERATURE
+                      ? (float)(1.0 / sqrt((double)dk))
+                      : 1.0f;
+    if (head_scale) {
+        /* q . k / tau_h */
+        for (int64_t h = 0; h < H; h++)
+            head_scale[h] = 1.0f / v->temperature[h];
+        job.head_scale = head_scale;
+    }
+    if (c->score == TFM_SCORE_GENERAL) {
+        /* q^T W_h k = (q W_h) . k:  q'[h, b] [L, d_k] = q[b, h] W_h */
+        per_head_product(base->q, base->q_bstride, base->q_hstride,
+                         base->ldq, B, H, 1, L, v->score_weight, dk, dk, 0,
+                         qt);
+        job.q = qt;
+        job.q_bstride = L * dk;
+        job.q_hstride = B * L * dk;
+        job.ldq = dk;
+    }
+    if (additive) {
+        /* v_h . tanh(W_q,h q + W_k,h k):  q' = q W_q,h^T [L, d_a] and
+         * k' = k W_k,h^T [S, d_a] per query head h; the kernel does the
+         * tanh and the product with additive_v.  k' exists per query
+         * head, so under GQA the values are repeated per query head too. */
+        per_head_product(base->q, base->q_bstride, base->q_hstride,
+                         base->ldq, B, H, 1, L, v->additive_query, da, dk, 1,
+                         qt);
+        per_head_product(base->k, base->k_bstride, base->k_hstride,
+                         base->ldk, B, H, group, S, v->additive_key, da, dk,
+                         1, kt);
+        for (int64_t b = 0; vt && b < B; b++)
+            for (int64_t h = 0; h < H; h++) {
+                const float *src = AT(base->v, b, base->v_bstride, h / group,
+                                      base->v_hstride);
+                float *dst = vt + (b * H + h) * S * dv;
+                for (int64_t j = 0; j < S; j++)
+                    memcpy(dst + j * dv, src + j * base->ldv,
+                           (size_t)dv * sizeof(float));
+            }
+        job.q = qt;
+        job.q_bstride = L * da;
+        job.q_hstride = B * L * da;
+        job.ldq = da;
+        job.k = kt;
+        job.k_bstride = S * da;
+        job.k_hstride = B * S * da;
+        job.ldk = da;
+        job.d_k = da;
+        job.additive_v = v->additive_v;
+        if (vt) {
+            job.v = vt;
+            job.v_bstride = H * S * dv;
+            job.v_hstride = S * dv;
+            job.ldv = dv;
+        }
+        job.group = 1;
+    }
+
+    /* ---- relative term and sparse pattern */
+    tfm__relative rel = { .kind = c->relative };
+    if (c->relative == TFM_RELATIVE_ALIBI) {
+        tfm__alibi_slopes(H, slopes);
+        rel.alibi_slopes = slopes;
+    } else if (c->relative == TFM_RELATIVE_T5) {
+        rel.t5_bias = v->t5_bias;
+        rel.num_buckets = v->num_buckets;
+        rel.max_distance = v->max_distance;
+        rel.bidirectional = c->bidirectional != 0;
+    } else if (c->relative == TFM_RELATIVE_SHAW) {
+        rel.max_distance = v->max_distance;
+        rel.shaw_k = v->relative_key;
+        rel.shaw_v = v->relative_value;
+    }
+    job.relative = c->relative != TFM_RELATIVE_NONE ? &rel : NULL;
+    const tfm__sparse sparse = {
+        .kind = c->sparsity, .window = c->window, .dilation = c->dilation,
+        .n_global = c->n_global, .block_size = c->block_size,
+        .n_random_blocks = c->n_random_blocks, .seed = c->seed,
+    };
+    job.sparse = c->sparsity != TFM_SPARSE_NONE ? &sparse : NULL;
+
+    st = tfm__attention_run(&job);
+    tfm__ws_restore(mark);
+    return st;
 }

@@ -12,7 +12,14 @@ packages=(
   python3-nbclient python3-nbformat python3-ipykernel python3-matplotlib
   debhelper dh-python dpkg-dev lintian
   clang libclang-rt-14-dev valgrind
+  libpcre2-dev bible-kjv
 )
+# node and npm fetch and run the tokenizers' reference implementations at
+# test time (tools/fetch-tokenizer-refs.sh); Debian's own unless some other
+# node (NodeSource's, which carries npm) is already there.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 # Skip apt entirely when everything is already installed.
 missing=()

@@ -250,7 +250,7 @@ step_fuzz() {
     local rc=0 pids=() h
     rm -rf build-fuzz/artifacts
     mkdir -p build-fuzz/artifacts
-    for h in safetensors model_load; do
+    for h in safetensors model_load tokenizer_files; do
         (
             exe=build-fuzz/fuzz_$h
             work=build-fuzz/corpus-$h

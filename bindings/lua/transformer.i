@@ -1147,6 +1147,135 @@ static int tfml_tokenizer_decode(lua_State *L)
     lua_pushlstring(L, text, need);
     return 1;
 }
+/* tokenizer_encode_v2(tokenizer, text, pair or nil, flags) -> ids,
+ * type_ids, offsets ({begin, end} byte pairs, 0-based, end exclusive) */
+static int tfml_tokenizer_encode_v2(lua_State *L)
+{
+    lua_settop(L, 4);
+    const tfm_tokenizer *tok = (const tfm_tokenizer *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_tokenizer, "tokenizer");
+    size_t len, pair_len = 0;
+    const char *text, *pair = NULL;
+    int64_t n = 0;
+    tfm_status st;
+    if (lua_type(L, 2) != LUA_TSTRING)
+        return luaL_error(L, "text must be a string, got %s",
+                          luaL_typename(L, 2));
+    text = lua_tolstring(L, 2, &len);
+    if (!lua_isnil(L, 3)) {
+        if (lua_type(L, 3) != LUA_TSTRING)
+            return luaL_error(L, "pair must be a string, got %s",
+                              luaL_typename(L, 3));
+        pair = lua_tolstring(L, 3, &pair_len);
+    }
+    unsigned flags = (unsigned)luaL_checkinteger(L, 4);
+    tfm_clear_error();
+    st = tfm_tokenizer_encode_v2(tok, text, len, pair, pair_len, flags, NULL,
+                                 NULL, NULL, 0, &n);
+    if (st != TFM_OK && st != TFM_ERR_CAPACITY)
+        return tfml_raise_status(L, st);
+    size_t each = (size_t)(n ? n : 1);
+    int32_t *ids = (int32_t *)tfml_scratch(L, each * sizeof(int32_t));
+    int32_t *types = (int32_t *)tfml_scratch(L, each * sizeof(int32_t));
+    int64_t *offs = (int64_t *)tfml_scratch(L, 2 * each * sizeof(int64_t));
+    st = tfm_tokenizer_encode_v2(tok, text, len, pair, pair_len, flags, ids,
+                                 types, offs, n, &n);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    tfml_push_ids(L, ids, n);
+    tfml_push_ids(L, types, n);
+    lua_createtable(L, (int)n, 0);
+    for (int64_t i = 0; i < n; i++) {
+        lua_createtable(L, 2, 0);
+        lua_pushinteger(L, (lua_Integer)offs[2 * i]);
+        lua_rawseti(L, -2, 1);
+        lua_pushinteger(L, (lua_Integer)offs[2 * i + 1]);
+        lua_rawseti(L, -2, 2);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    return 3;
+}
+
+/* tokenizer_decode_v2(tokenizer, ids, flags) -> bytes */
+static int tfml_tokenizer_decode_v2(lua_State *L)
+{
+    lua_settop(L, 3);
+    const tfm_tokenizer *tok = (const tfm_tokenizer *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_tokenizer, "tokenizer");
+    int64_t batch = 1, n = 0;
+    const int32_t *ids = NULL;
+    size_t need = 0;
+    unsigned flags = (unsigned)luaL_checkinteger(L, 3);
+    if (lua_istable(L, 2) && lua_rawlen(L, 2) == 0) {
+        lua_pushliteral(L, "");
+        return 1;
+    }
+    ids = tfml_read_ids(L, 2, &batch, &n, "ids");
+    if (batch != 1)
+        return luaL_error(L, "ids must be one sequence (a flat table)");
+    tfm_clear_error();
+    tfm_status st = tfm_tokenizer_decode_v2(tok, ids, n, flags, NULL, 0, &need);
+    if (st != TFM_OK && st != TFM_ERR_CAPACITY)
+        return tfml_raise_status(L, st);
+    char *text = (char *)tfml_scratch(L, need + 1);
+    st = tfm_tokenizer_decode_v2(tok, ids, n, flags, text, need + 1, &need);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    lua_pushlstring(L, text, need);
+    return 1;
+}
+
+/* tokenizer_id_to_token(tokenizer, id) -> the vocabulary's string */
+static int tfml_tokenizer_id_to_token(lua_State *L)
+{
+    lua_settop(L, 2);
+    const tfm_tokenizer *tok = (const tfm_tokenizer *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_tokenizer, "tokenizer");
+    lua_Integer id = luaL_checkinteger(L, 2);
+    size_t need = 0;
+    if (id < INT32_MIN || id > INT32_MAX)
+        return luaL_error(L, "id %d does not fit int32", (int)id);
+    tfm_clear_error();
+    tfm_status st = tfm_tokenizer_id_to_token(tok, (int32_t)id, NULL, 0, &need);
+    if (st != TFM_OK && st != TFM_ERR_CAPACITY)
+        return tfml_raise_status(L, st);
+    char *text = (char *)tfml_scratch(L, need + 1);
+    st = tfm_tokenizer_id_to_token(tok, (int32_t)id, text, need + 1, &need);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    lua_pushlstring(L, text, need);
+    return 1;
+}
+
+/* tokenizer_token_to_id(tokenizer, token) -> id, or nil when absent;
+ * tokenizer_special_id(tokenizer, role) -> id, or nil when none */
+static int tfml_tokenizer_lookup(lua_State *L, int special)
+{
+    lua_settop(L, 2);
+    const tfm_tokenizer *tok = (const tfm_tokenizer *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_tokenizer, "tokenizer");
+    const char *name = luaL_checkstring(L, 2);
+    int32_t id = -1;
+    tfm_clear_error();
+    tfm_status st = special ? tfm_tokenizer_special_id(tok, name, &id)
+                            : tfm_tokenizer_token_to_id(tok, name, &id);
+    if (st == TFM_ERR_NOT_FOUND) {
+        lua_pushnil(L);
+        return 1;
+    }
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    lua_pushinteger(L, id);
+    return 1;
+}
+static int tfml_tokenizer_token_to_id(lua_State *L)
+{
+    return tfml_tokenizer_lookup(L, 0);
+}
+static int tfml_tokenizer_special_id(lua_State *L)
+{
+    return tfml_tokenizer_lookup(L, 1);
+}
 %}
 
 %native(tensor_from_table) int tfml_tensor_from_table(lua_State *L);
@@ -1159,6 +1288,11 @@ static int tfml_tokenizer_decode(lua_State *L)
 %native(model_seq2seq_logits) int tfml_model_seq2seq_logits(lua_State *L);
 %native(tokenizer_encode) int tfml_tokenizer_encode(lua_State *L);
 %native(tokenizer_decode) int tfml_tokenizer_decode(lua_State *L);
+%native(tokenizer_encode_v2) int tfml_tokenizer_encode_v2(lua_State *L);
+%native(tokenizer_decode_v2) int tfml_tokenizer_decode_v2(lua_State *L);
+%native(tokenizer_id_to_token) int tfml_tokenizer_id_to_token(lua_State *L);
+%native(tokenizer_token_to_id) int tfml_tokenizer_token_to_id(lua_State *L);
+%native(tokenizer_special_id) int tfml_tokenizer_special_id(lua_State *L);
 
 /* The installed default model (the data directory), baked in at build
  * time; the empty string when unknown. */
@@ -1463,6 +1597,11 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 /* Replaced by natives of the same purpose. */
 %ignore tfm_tokenizer_encode;
 %ignore tfm_tokenizer_decode;
+%ignore tfm_tokenizer_encode_v2;
+%ignore tfm_tokenizer_decode_v2;
+%ignore tfm_tokenizer_id_to_token;
+%ignore tfm_tokenizer_token_to_id;
+%ignore tfm_tokenizer_special_id;
 %ignore tfm_model_generate;
 %ignore tfm_model_seq2seq_logits;
 /* Value structs travel as tables. */

@@ -337,6 +337,9 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
 %ignore tfm_model_seq2seq_logits;
 %ignore tfm_tokenizer_encode;
 %ignore tfm_tokenizer_decode;
+%ignore tfm_tokenizer_encode_v2;
+%ignore tfm_tokenizer_decode_v2;
+%ignore tfm_tokenizer_id_to_token;
 
 /* The variant structs (variants.h, model.h) begin with their size:
  * constructing one from Python fills every default through the library's
@@ -446,6 +449,108 @@ static int tfmpy_utf8(PyObject *obj, PyObject **bytes_obj, const char **data,
     *data = PyBytes_AS_STRING(*bytes_obj);
     *size = PyBytes_GET_SIZE(*bytes_obj);
     return 0;
+}
+%}
+
+%inline %{
+/* tfm_tokenizer_encode_v2 -> (ids, type_ids, offsets) numpy arrays (int32,
+ * int32, int64 [n, 2]); pair None for one text. */
+PyObject *tfmpy_tokenizer_encode_v2(const tfm_tokenizer *tokenizer,
+                                    PyObject *text, PyObject *pair,
+                                    unsigned flags)
+{
+    PyObject *a_obj = NULL, *b_obj = NULL, *ids = NULL, *types = NULL,
+             *offs = NULL, *result = NULL;
+    const char *a, *b = NULL;
+    Py_ssize_t a_len, b_len = 0;
+    int64_t n = 0;
+    tfm_status st;
+
+    if (tfmpy_utf8(text, &a_obj, &a, &a_len) != 0)
+        return NULL;
+    if (pair != Py_None && tfmpy_utf8(pair, &b_obj, &b, &b_len) != 0)
+        goto done;
+    st = tfm_tokenizer_encode_v2(tokenizer, a, (size_t)a_len, b,
+                                 (size_t)b_len, flags, NULL, NULL, NULL, 0,
+                                 &n);
+    if (st != TFM_OK && st != TFM_ERR_CAPACITY) {
+        tfmpy_raise_last(st);
+        goto done;
+    }
+    {
+        npy_intp dims[2] = { (npy_intp)n, 2 };
+        ids = PyArray_SimpleNew(1, dims, NPY_INT32);
+        types = PyArray_SimpleNew(1, dims, NPY_INT32);
+        offs = PyArray_SimpleNew(2, dims, NPY_INT64);
+    }
+    if (!ids || !types || !offs)
+        goto done;
+    st = tfm_tokenizer_encode_v2(
+        tokenizer, a, (size_t)a_len, b, (size_t)b_len, flags,
+        (int32_t *)PyArray_DATA((PyArrayObject *)ids),
+        (int32_t *)PyArray_DATA((PyArrayObject *)types),
+        (int64_t *)PyArray_DATA((PyArrayObject *)offs), n, &n);
+    if (st != TFM_OK) {
+        tfmpy_raise_last(st);
+        goto done;
+    }
+    result = PyTuple_Pack(3, ids, types, offs);
+done:
+    Py_XDECREF(a_obj);
+    Py_XDECREF(b_obj);
+    Py_XDECREF(ids);
+    Py_XDECREF(types);
+    Py_XDECREF(offs);
+    return result;
+}
+
+/* tfm_tokenizer_decode_v2 -> bytes (byte-level BPE may cut a character). */
+PyObject *tfmpy_tokenizer_decode_v2(const tfm_tokenizer *tokenizer,
+                                    const int32_t *ids, int64_t n_ids,
+                                    unsigned flags)
+{
+    size_t need = 0;
+    tfm_status st = tfm_tokenizer_decode_v2(tokenizer, ids, n_ids, flags,
+                                            NULL, 0, &need);
+    if (st != TFM_OK && st != TFM_ERR_CAPACITY) {
+        tfmpy_raise_last(st);
+        return NULL;
+    }
+    char *text = malloc(need + 1);
+    if (!text)
+        return PyErr_NoMemory();
+    st = tfm_tokenizer_decode_v2(tokenizer, ids, n_ids, flags, text,
+                                 need + 1, &need);
+    PyObject *result = NULL;
+    if (st != TFM_OK)
+        tfmpy_raise_last(st);
+    else
+        result = PyBytes_FromStringAndSize(text, (Py_ssize_t)need);
+    free(text);
+    return result;
+}
+
+/* tfm_tokenizer_id_to_token -> str (the vocabulary's string, UTF-8). */
+PyObject *tfmpy_tokenizer_id_to_token(const tfm_tokenizer *tokenizer,
+                                      int32_t id)
+{
+    size_t need = 0;
+    tfm_status st = tfm_tokenizer_id_to_token(tokenizer, id, NULL, 0, &need);
+    if (st != TFM_OK && st != TFM_ERR_CAPACITY) {
+        tfmpy_raise_last(st);
+        return NULL;
+    }
+    char *text = malloc(need + 1);
+    if (!text)
+        return PyErr_NoMemory();
+    st = tfm_tokenizer_id_to_token(tokenizer, id, text, need + 1, &need);
+    PyObject *result = NULL;
+    if (st != TFM_OK)
+        tfmpy_raise_last(st);
+    else
+        result = PyUnicode_DecodeUTF8(text, (Py_ssize_t)need, "replace");
+    free(text);
+    return result;
 }
 %}
 

@@ -1,9 +1,31 @@
 /*
- * libtransformer: a character-level tokenizer.
+ * libtransformer: tokenizers.
  *
- * Each token is one Unicode code point; the vocabulary is the string of
- * those code points in id order (UTF-8), as stored in a model file's
- * "tfm.vocab" metadata with "tfm.tokenizer": "char".
+ * One handle type, tfm_tokenizer, for every kind:
+ *
+ *  - character-level (since 1.0): each token is one Unicode code point; the
+ *    vocabulary is the string of those code points in id order (UTF-8), as
+ *    stored in a model file's "tfm.vocab" metadata with "tfm.tokenizer":
+ *    "char".
+ *  - byte-level BPE as GPT-2's (since 1.2): OpenAI's encoder.json +
+ *    vocab.bpe, or Hugging Face's vocab.json + merges.txt, or a
+ *    tokenizer.json whose model is "BPE" with the "ByteLevel"
+ *    pre-tokenizer.  The text is split by GPT-2's pattern
+ *    's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *    (PCRE2, Unicode properties), each piece's bytes are mapped to
+ *    characters by GPT-2's bytes_to_unicode table, and pairs are merged
+ *    lowest rank first, every occurrence of the pair left to right, as
+ *    OpenAI's encoder.py (Radford et al. 2019, "Language Models are
+ *    Unsupervised Multitask Learners", section 2.2).  Any byte string is
+ *    accepted and decode(encode(s)) == s: invalid UTF-8 cuts the text, the
+ *    pattern runs on each valid stretch, and each run of invalid bytes is
+ *    one piece of its own (so "a\xff b" gives the pieces "a", "\xff",
+ *    " b").  Whitespace is PCRE2's Unicode \s, as Python's regex module
+ *    (OpenAI's encoder): U+0085 and U+180E are whitespace, U+FEFF is not.
+ *
+ * Since 1.2 every kind also gives offsets (the bytes [begin, end) of the
+ * text each token covers), special tokens by role and by name, pairs with
+ * token type ids, and token strings (tfm_tokenizer_encode_v2 and below).
  */
 #ifndef TRANSFORMER_TOKENIZER_H
 #define TRANSFORMER_TOKENIZER_H
@@ -22,10 +44,24 @@ typedef struct tfm_tokenizer tfm_tokenizer;
 TFM_API tfm_status tfm_tokenizer_create(const char *vocab,
                                         tfm_tokenizer **out);
 
-/* Reads "tfm.tokenizer" and "tfm.vocab" from a model file's metadata.
+/* Loads a tokenizer.  path is one of:
+ *  - a model file (safetensors): "tfm.tokenizer" and "tfm.vocab" from its
+ *    metadata (character-level);
+ *  - (since 1.2) a tokenizer.json (Hugging Face tokenizers' format);
+ *  - (since 1.2) encoder.json or vocab.json: GPT-2's vocabulary, its merges
+ *    read from vocab.bpe or merges.txt in the same directory;
+ *  - (since 1.2) a checkpoint directory: the first of tokenizer.json,
+ *    encoder.json + vocab.bpe, vocab.json + merges.txt found there.
+ * With GPT-2's files, <|endoftext|> (when in the vocabulary) is special and
+ * is the bos, eos and unk token, as in Hugging Face's GPT2Tokenizer.  In a
+ * tokenizer.json, the "added_tokens" marked special are special.
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_FORMAT (malformed file
- * or missing/unsupported tokenizer metadata), and those of
- * tfm_tokenizer_create. */
+ * or missing/unsupported tokenizer metadata; truncated JSON, a merge naming
+ * a token the vocabulary lacks, an id given twice, a token given twice, ids
+ * with gaps, a byte without its token: the message says which),
+ * TFM_ERR_UNSUPPORTED (a tokenizer.json using a normalizer, pre-tokenizer
+ * or model this library does not implement), TFM_ERR_OUT_OF_MEMORY, and
+ * those of tfm_tokenizer_create. */
 TFM_API tfm_status tfm_tokenizer_load(const char *path, tfm_tokenizer **out);
 
 /* Frees the tokenizer.  NULL is a no-op. */
@@ -54,6 +90,86 @@ TFM_API tfm_status tfm_tokenizer_decode(const tfm_tokenizer *tokenizer,
                                         const int32_t *ids, int64_t n_ids,
                                         char *text, size_t capacity,
                                         size_t *text_len);
+
+/* ---- Since 1.2 --------------------------------------------------------- */
+
+/* The kinds of tokenizer.  Append-only. */
+typedef enum tfm_tokenizer_kind {
+    TFM_TOKENIZER_CHAR = 0,       /* one token per code point */
+    TFM_TOKENIZER_BYTE_BPE = 1,   /* GPT-2's byte-level BPE */
+    TFM_TOKENIZER_KIND_COUNT      /* grows; never store it */
+} tfm_tokenizer_kind;
+
+/* The tokenizer's kind (TFM_TOKENIZER_CHAR for NULL).  Since 1.2. */
+TFM_API tfm_tokenizer_kind tfm_tokenizer_get_kind(const tfm_tokenizer *t);
+
+/* Flags of tfm_tokenizer_encode_v2. */
+#define TFM_ENCODE_ADD_SPECIAL   0x1u /* frame the text as the model's
+                                         post-processor does (BERT: [CLS] A
+                                         [SEP] B [SEP]; GPT-2: nothing) */
+#define TFM_ENCODE_SPLIT_SPECIAL 0x2u /* a special token written in the text
+                                         ("<|endoftext|>") becomes its id, as
+                                         Hugging Face tokenizers does; without
+                                         it the text is only text, as
+                                         tiktoken's encode_ordinary */
+
+/* Encodes text (text_len bytes) and, when pair is not NULL, the second
+ * text pair (pair_len bytes) after it.  Writes the n tokens' ids[n]; when
+ * not NULL, type_ids[n] (0 for the first text and its framing, 1 for the
+ * pair's) and offsets[n][2] (bytes [begin, end) each token covers, in the
+ * text its type id names; [0, 0) for a token the framing added).  The
+ * capacity counts tokens.  When it is too small (or ids is NULL) nothing is
+ * written, *n_ids says how many are needed and the call returns
+ * TFM_ERR_CAPACITY.  Errors: TFM_ERR_NULL_ARGUMENT,
+ * TFM_ERR_INVALID_ARGUMENT (a negative capacity, unknown flags, text a
+ * character-level tokenizer cannot encode), TFM_ERR_CAPACITY,
+ * TFM_ERR_OUT_OF_MEMORY.  Thread-safe on a shared tokenizer.  Since 1.2. */
+TFM_API tfm_status tfm_tokenizer_encode_v2(const tfm_tokenizer *tokenizer,
+                                           const char *text, size_t text_len,
+                                           const char *pair, size_t pair_len,
+                                           unsigned flags, int32_t *ids,
+                                           int32_t *type_ids,
+                                           int64_t *offsets,
+                                           int64_t capacity, int64_t *n_ids);
+
+/* Flags of tfm_tokenizer_decode_v2. */
+#define TFM_DECODE_SKIP_SPECIAL 0x1u /* leave the special tokens out */
+
+/* As tfm_tokenizer_decode, with flags.  For byte-level BPE the text is the
+ * tokens' bytes, which are valid UTF-8 only when the ids are (a cut in the
+ * middle of a character is kept as its bytes).  Errors: those of
+ * tfm_tokenizer_decode, TFM_ERR_INVALID_ARGUMENT for unknown flags,
+ * TFM_ERR_OUT_OF_MEMORY.  Since 1.2. */
+TFM_API tfm_status tfm_tokenizer_decode_v2(const tfm_tokenizer *tokenizer,
+                                           const int32_t *ids, int64_t n_ids,
+                                           unsigned flags, char *text,
+                                           size_t capacity, size_t *text_len);
+
+/* Id of a token given as its vocabulary string (GPT-2: "\u0120the" for
+ * " the").  Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_NOT_FOUND.  Since 1.2. */
+TFM_API tfm_status tfm_tokenizer_token_to_id(const tfm_tokenizer *tokenizer,
+                                             const char *token, int32_t *id);
+
+/* The vocabulary string of id, NUL-terminated, into token (capacity bytes
+ * with the NUL); *token_len receives its length without the NUL; too small
+ * a capacity: TFM_ERR_CAPACITY, nothing written, *token_len set.  Errors:
+ * TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (id out of range),
+ * TFM_ERR_CAPACITY.  Since 1.2. */
+TFM_API tfm_status tfm_tokenizer_id_to_token(const tfm_tokenizer *tokenizer,
+                                             int32_t id, char *token,
+                                             size_t capacity,
+                                             size_t *token_len);
+
+/* Id of the special token with the role "bos", "eos", "unk", "pad", "cls",
+ * "sep" or "mask".  Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT
+ * (another role name), TFM_ERR_NOT_FOUND (this tokenizer has no such
+ * token).  Since 1.2. */
+TFM_API tfm_status tfm_tokenizer_special_id(const tfm_tokenizer *tokenizer,
+                                            const char *role, int32_t *id);
+
+/* 1 when id is a special token, 0 when not or out of range.  Since 1.2. */
+TFM_API int tfm_tokenizer_is_special(const tfm_tokenizer *tokenizer,
+                                     int32_t id);
 
 #ifdef __cplusplus
 }

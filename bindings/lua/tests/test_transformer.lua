@@ -19,20 +19,8 @@ local TOL = 1e-5
 -- Harness
 ---------------------------------------------------------------------------
 
-local passed, failed = 0, 0
-local only = arg and arg[1]
-
-local function test(name, fn)
-  if only and not name:find(only, 1, true) then return end
-  local ok, err = xpcall(fn, debug.traceback)
-  if ok then
-    passed = passed + 1
-    print("ok    " .. name)
-  else
-    failed = failed + 1
-    print("FAIL  " .. name .. "\n      " .. tostring(err):gsub("\n", "\n      "))
-  end
-end
+local harness = require("harness")
+local test = harness.test
 
 local function shape_of(t)
   local s = {}
@@ -1094,5 +1082,4 @@ test("set_num_threads / get_num_threads, as torch's", function()
   T.set_num_threads(before)
 end)
 
-print(("%d passed, %d failed"):format(passed, failed))
-os.exit(failed == 0 and 0 or 1, true)  -- close the state: finalizers run
+harness.finish()

@@ -1,4 +1,4 @@
-"""Whole models, the character-level tokenizer, KV-cache decoding, sampling
+"""Whole models, KV-cache decoding, sampling
 and text generation.
 
     model = transformer.load_model()          # the shipped model
@@ -20,6 +20,7 @@ from ._core import (HandleOwner, Module, _Handle, as_float, as_float32,
 from ._errors import (FormatError, InvalidArgumentError,
                       ShapeError)
 from ._variants import default_dict, normalize, to_config, to_dict
+from .tokenizers import Tokenizer
 
 __all__ = ["Model", "KVCache", "Tokenizer", "Sampler", "load_model",
            "default_model_path"]
@@ -65,73 +66,6 @@ def default_model_path():
 def load_model(path=None):
     """Model.load(path); path None means default_model_path()."""
     return Model.load(path)
-
-
-# ---- Tokenizer -------------------------------------------------------------
-
-class Tokenizer(HandleOwner):
-    """Character-level tokenizer: one token per Unicode code point.
-
-    ``Tokenizer(vocab)``: vocab is the string of the tokens in id order (no
-    character twice).  ``Tokenizer.load(path)`` reads it from a model file.
-
-    encode(text) -> list of ids; decode(ids) -> str; len(tokenizer) is the
-    vocabulary size.  A character outside the vocabulary raises
-    InvalidArgumentError naming it.
-    """
-
-    def __init__(self, vocab):
-        if not isinstance(vocab, str):
-            raise TypeError(f"vocab must be a str, not {type(vocab).__name__}")
-        if "\0" in vocab:
-            raise InvalidArgumentError("vocab must not contain NUL")
-        self._handle = _Handle(_ll.tfm_tokenizer_create(vocab),
-                               _ll.tfm_tokenizer_free, "tokenizer")
-
-    @classmethod
-    def load(cls, path):
-        """The tokenizer stored in a model file's metadata ("tfm.tokenizer":
-        "char", "tfm.vocab").  FormatError when the file has none."""
-        self = cls.__new__(cls)
-        self._handle = _Handle(_ll.tfm_tokenizer_load(fspath(path)),
-                               _ll.tfm_tokenizer_free, "tokenizer")
-        return self
-
-    def __reduce__(self):
-        """pickle and copy.deepcopy: rebuilt from the vocabulary."""
-        return (Tokenizer, (self.vocab,))
-
-    def encode(self, text):
-        """str (or UTF-8 bytes) -> list of token ids."""
-        if not isinstance(text, (str, bytes)):
-            raise TypeError(f"text must be a str, not {type(text).__name__}")
-        return _ll.tfmpy_tokenizer_encode(self._ptr, text).tolist()
-
-    def decode(self, ids):
-        """Token ids (list or 1-D array) -> str."""
-        ptr = self._ptr
-        ids = as_ids(ids, "ids").reshape(-1)
-        if ids.size == 0:
-            return ""
-        return _ll.tfmpy_tokenizer_decode(ptr, ids)
-
-    @property
-    def vocab_size(self):
-        """Number of tokens."""
-        return _ll.tfm_tokenizer_vocab_size(self._ptr)
-
-    def __len__(self):
-        return self.vocab_size
-
-    @property
-    def vocab(self):
-        """The vocabulary string (token i is vocab[i])."""
-        return self.decode(np.arange(self.vocab_size, dtype=np.int32))
-
-    def __repr__(self):
-        if self.closed:
-            return "Tokenizer(<closed>)"
-        return f"Tokenizer(vocab_size={self.vocab_size})"
 
 
 # ---- Sampling --------------------------------------------------------------

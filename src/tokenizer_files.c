@@ -1,0 +1,124 @@
+/* Which files make a tokenizer (tfm_tokenizer_load, tokenizer.h): a
+ * directory, a tokenizer.json, GPT-2's encoder.json / vocab.json with their
+ * merges beside them.  Anything else is left to the model-file reader. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "alloc.h"
+#include "error.h"
+#include "tokenizer_impl.h"
+
+tfm_status tfm__read_file(const char *path, char **data, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return tfm__fail(TFM_ERR_IO, "%.200s: cannot open: %s", path,
+                         strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = tfm__malloc(cap);
+    tfm_status st = buf ? TFM_OK
+                        : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    while (st == TFM_OK) {
+        if (cap - n < 2) {
+            char *p = cap < SIZE_MAX / 2 ? tfm__realloc(buf, cap * 2) : NULL;
+            if (!p) {
+                st = tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                               "%.200s: out of memory reading it", path);
+                break;
+            }
+            buf = p;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f))
+                st = tfm__fail(TFM_ERR_IO, "%.200s: read error", path);
+            break;
+        }
+    }
+    fclose(f);
+    if (st != TFM_OK) {
+        tfm__free(buf);
+        return st;
+    }
+    buf[n] = '\0';
+    *data = buf;
+    *len = n;
+    return TFM_OK;
+}
+
+static int is_file(const char *path)
+{
+    struct stat s;
+    return stat(path, &s) == 0 && S_ISREG(s.st_mode);
+}
+
+/* dir + "/" + name into buf; 0 when it does not fit. */
+static int join(char *buf, size_t size, const char *dir, size_t dir_len,
+                const char *name)
+{
+    int n = snprintf(buf, size, "%.*s%s%s", (int)dir_len, dir,
+                     dir_len && dir[dir_len - 1] != '/' ? "/" : "", name);
+    return n >= 0 && (size_t)n < size;
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && strcmp(s + a - b, tail) == 0;
+}
+
+/* GPT-2's vocabulary file and its merges file in directory dir. */
+static tfm_status load_pair(const char *dir, size_t dir_len,
+                            const char *vocab, const char *merges,
+                            tfm_tokenizer **out)
+{
+    char a[4096], b[4096];
+    if (!join(a, sizeof a, dir, dir_len, vocab) ||
+        !join(b, sizeof b, dir, dir_len, merges))
+        return tfm__fail(TFM_ERR_IO, "path too long");
+    if (!is_file(b))
+        return tfm__fail(TFM_ERR_IO, "%.200s: no %s beside it", a, merges);
+    return tfm__bpe_load_gpt2(a, b, out);
+}
+
+tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out)
+{
+    struct stat s;
+    if (stat(path, &s) != 0)
+        return TFM_ERR_NOT_FOUND;  /* the model-file reader says why */
+    if (S_ISDIR(s.st_mode)) {
+        size_t n = strlen(path);
+        char p[4096], q[4096];
+        if (!join(p, sizeof p, path, n, "tokenizer.json"))
+            return tfm__fail(TFM_ERR_IO, "path too long");
+        if (is_file(p))
+            return tfm__tokenizer_json_load(p, out);
+        static const char *const PAIRS[][2] = {
+            { "encoder.json", "vocab.bpe" }, { "vocab.json", "merges.txt" },
+        };
+        for (size_t i = 0; i < sizeof PAIRS / sizeof PAIRS[0]; i++) {
+            if (join(p, sizeof p, path, n, PAIRS[i][0]) &&
+                join(q, sizeof q, path, n, PAIRS[i][1]) && is_file(p) &&
+                is_file(q))
+                return tfm__bpe_load_gpt2(p, q, out);
+        }
+        return tfm__fail(TFM_ERR_IO,
+                         "%.200s: no tokenizer.json, encoder.json + "
+                         "vocab.bpe or vocab.json + merges.txt in this "
+                         "directory", path);
+    }
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dir_len = (size_t)(base - path);
+    if (strcmp(base, "encoder.json") == 0)
+        return load_pair(path, dir_len, "encoder.json", "vocab.bpe", out);
+    if (strcmp(base, "vocab.json") == 0)
+        return load_pair(path, dir_len, "vocab.json", "merges.txt", out);
+    if (ends_with(base, ".json"))
+        return tfm__tokenizer_json_load(path, out);
+    return TFM_ERR_NOT_FOUND;
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/python3
+"""Writes the seed corpus of fuzz_tokenizer_files.c into
+tests/fuzz/corpus/tokenizer_files/: a small byte-level BPE vocabulary (the
+256 byte tokens in GPT-2's bytes_to_unicode form, five merges,
+<|endoftext|>) as encoder.json + vocab.bpe and as a tokenizer.json, each
+with texts that reach the pattern's branches, invalid UTF-8 and the special
+token, and one file whose merge names an unknown token.
+
+Usage: /usr/bin/python3 tests/fuzz/make_tokenizer_corpus.py
+"""
+import json
+import os
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus",
+                   "tokenizer_files")
+SEP = b"\xff\xff"
+
+
+def printable(b):
+    return 33 <= b <= 126 or 0xA1 <= b <= 0xAC or b >= 0xAE
+
+
+def byte_char(b):
+    if printable(b):
+        return chr(b)
+    return chr(256 + sum(1 for c in range(b) if not printable(c)))
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    vocab = {byte_char(b): b for b in range(256)}
+    for i, tok in enumerate(["he", "ll", "hell", "hello", "\u0120w",
+                             "<|endoftext|>"]):
+        vocab[tok] = 256 + i
+    merges = "#version: 0.2\nh e\nl l\nhe ll\nhell o\n\u0120 w\n"
+    encoder = json.dumps(vocab).encode()
+    texts = [b"hello world", "it's  a test\n\n 123 \u4f60\u597d \U0001f600".encode(),
+             b"a\xff b\xe4\xbd<|endoftext|>"]
+    def write(name, data):
+        with open(os.path.join(OUT, name), "wb") as f:
+            f.write(data)
+    for i, text in enumerate(texts):
+        for mode in (0, 4):  # without / with TFM_ENCODE_SPLIT_SPECIAL
+            write(f"gpt2_{i}_{mode}.bin", bytes([mode]) + encoder + SEP +
+                  merges.encode() + SEP + text)
+    doc = {"added_tokens": [{"id": 261, "content": "<|endoftext|>",
+                             "special": True}],
+           "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
+                             "use_regex": True},
+           "post_processor": None, "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "vocab": vocab,
+                     "merges": ["h e", ["l", "l"], "he ll", "hell o",
+                                "\u0120 w"]}}
+    for i, text in enumerate(texts):
+        write(f"json_{i}.bin", bytes([1 | 4]) + json.dumps(doc).encode() +
+              SEP + text)
+    write("bad_merge.bin", bytes([0]) + encoder + SEP +
+          b"#version: 0.2\nh zz\n" + SEP + b"x")
+
+
+if __name__ == "__main__":
+    main()
