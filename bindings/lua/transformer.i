@@ -1365,6 +1365,16 @@ TFML_HANDLE_OUT(tfm_tensor)
 TFML_HANDLE_OUT(tfm_module)
 TFML_HANDLE_OUT(tfm_tokenizer)
 TFML_HANDLE_OUT(tfm_safetensors_writer)
+/* tfm_module_child: a borrowed part of its parent, not owned by the
+ * collector (a finalizer running after the parent's, as when the state
+ * closes, must not touch it); transformer.lua keeps the parent object
+ * alive, and close() on it only marks it closed. */
+%typemap(in, numinputs=0) tfm_module **child (tfm_module *tmp = NULL)
+%{ $1 = &tmp; %}
+%typemap(argout) tfm_module **child %{
+  SWIG_NewPointerObj(L, tmp$argnum, $descriptor(tfm_module *), 0);
+  SWIG_arg++;
+%}
 
 /* A KV cache keeps its model alive, and close(model) closes it first. */
 %typemap(in, numinputs=0) tfm_kv_cache **out (tfm_kv_cache *tmp = NULL)

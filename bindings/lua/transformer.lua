@@ -422,6 +422,15 @@ local function handle(self)
   if h == nil or core.is_closed(h) then
     fail("this %s has been closed", self._class_name)
   end
+  -- A sub-module (Module:child) is valid while its parents are open.
+  local p = rawget(self, "_parent")
+  while p ~= nil do
+    local ph = rawget(p, "_h")
+    if ph == nil or core.is_closed(ph) then
+      fail("this %s is a part of a %s that has been closed", self._class_name, p._class_name)
+    end
+    p = rawget(p, "_parent")
+  end
   return h
 end
 
@@ -1381,6 +1390,162 @@ local function ids_shape(ids, what)
     return ids, true, #ids, L
   end
   return ids, false, 1, #ids
+end
+
+---------------------------------------------------------------------------
+-- Linear and sub-modules
+---------------------------------------------------------------------------
+
+local Linear = class("Linear")
+M.Linear = Linear
+
+--- Linear(in_features, out_features, bias=true): PyTorch's nn.Linear,
+--  y = x W^T + b.  Parameters: weight [out][in], bias [out].
+local function new_linear(...)
+  local a = parse_args("Linear", { "in_features", "out_features", "bias" }, { bias = true },
+                       { "in_features", "out_features" }, ...)
+  local n_in = check_int("in_features", a.in_features, 1)
+  local n_out = check_int("out_features", a.out_features, 1)
+  local bias = check_bool("bias", a.bias)
+  return new_object(Linear, core.tfm_linear_create(n_in, n_out, bias), {
+    in_features = n_in, out_features = n_out, bias = bias,
+    _repr = fmt("in_features=%d, out_features=%d, bias=%s", n_in, n_out, tostring(bias)) })
+end
+constructor(Linear, new_linear)
+
+--- linear:forward(x): x of rank 1 to 4 whose last axis is in_features ->
+--  the same leading axes, last axis out_features.
+function Linear:forward(x)
+  local h = handle(self)
+  local t = to_tensor(x, "input")
+  local shape = core.tensor_shape(t)
+  shape[#shape] = self.out_features
+  local out = core.tfm_tensor_create(shape)
+  core.tfm_linear_forward(h, t, out)
+  return tensor_table(out)
+end
+
+-- The Lua object for sub-module `name` of `parent` (handle ch): its class
+-- from the C kind, its fields from the parent's configuration.
+local function child_object(parent, name, ch)
+  local kind = core.tfm_module_kind_of(ch)
+  local c = rawget(parent, "config")
+  local fields = { _parent = parent }
+  local cls
+  if kind == core.TFM_MODULE_LINEAR then
+    local shape = core.tfm_module_parameter_shape(ch, "weight")
+    local bias = false
+    for i = 0, core.tfm_module_parameter_count(ch) - 1 do
+      if core.tfm_module_parameter_name(ch, i) == "bias" then bias = true end
+    end
+    cls = Linear
+    fields.in_features, fields.out_features, fields.bias = shape[2], shape[1], bias
+    fields._repr = fmt("in_features=%d, out_features=%d, bias=%s", shape[2], shape[1],
+                       tostring(bias))
+  elseif kind == core.TFM_MODULE_LAYER_NORM then
+    local d = core.tfm_module_parameter_shape(ch, "weight")[1]
+    cls = LayerNorm
+    fields.normalized_shape, fields.eps, fields.elementwise_affine = { d }, c.layer_norm_eps, true
+    fields._repr = fmt("%d, eps=%g, elementwise_affine=true", d, c.layer_norm_eps)
+  elseif kind == core.TFM_MODULE_MHA then
+    local E, H = c.d_model, c.n_heads
+    cls = MultiheadAttention
+    fields.embed_dim, fields.num_heads, fields.head_dim = E, H, E // H
+    fields.kdim, fields.vdim, fields.bias = E, E, true
+    fields.batch_first, fields.variant = parent.batch_first, rawget(parent, "variant")
+    fields._repr = fmt("embed_dim=%d, num_heads=%d, bias=true%s", E, H,
+                       variant_repr(fields.variant))
+  elseif kind == core.TFM_MODULE_ENCODER_LAYER or kind == core.TFM_MODULE_DECODER_LAYER then
+    cls = kind == core.TFM_MODULE_ENCODER_LAYER and TransformerEncoderLayer
+          or TransformerDecoderLayer
+    fields.config, fields.batch_first, fields._repr = c, parent.batch_first, layer_repr(c)
+  elseif kind == core.TFM_MODULE_ENCODER or kind == core.TFM_MODULE_DECODER then
+    cls = kind == core.TFM_MODULE_ENCODER and TransformerEncoder or TransformerDecoder
+    local n = 0
+    for i = 0, core.tfm_module_child_count(ch) - 1 do
+      if core.tfm_module_child_name(ch, i):match("^layers%.") then n = n + 1 end
+    end
+    fields.config, fields.num_layers, fields.batch_first = c, n, parent.batch_first
+    fields._repr = fmt("num_layers=%d, %s, norm=true", n, layer_repr(c))
+  else
+    fail("%s: sub-module %s has no Lua class (kind %d)", parent._class_name, name, kind)
+  end
+  return new_object(cls, ch, fields)
+end
+
+--- module:child(name): the sub-module called name, with PyTorch's names:
+--  "self_attn", "multihead_attn", "linear1", "linear2", "norm1".."norm3"
+--  of a layer, "out_proj" of a MultiheadAttention, "layers.<i>" (from 0,
+--  as PyTorch) and "norm" of a stack, "encoder" and "decoder" of a
+--  Transformer, or a dotted path ("layers.0.self_attn.out_proj").  A
+--  sub-module is a view, not a copy: its parameters are the parent's
+--  (load_state_dict on it changes the parent's forward), it keeps its
+--  parent alive, and it raises an error once the parent is closed.  The
+--  same name gives the same object.
+function Module:child(name)
+  local h = handle(self)
+  if type(name) ~= "string" then fail("child: name must be a string, got %s", type(name)) end
+  local cache = rawget(self, "_children")
+  if cache == nil then
+    cache = {}
+    rawset(self, "_children", cache)
+  end
+  if cache[name] then return cache[name] end
+  local obj = self
+  local direct = {}
+  for i = 0, core.tfm_module_child_count(h) - 1 do
+    direct[core.tfm_module_child_name(h, i)] = true
+  end
+  if direct[name] then
+    obj = child_object(self, name, core.tfm_module_child(h, name))
+  else
+    -- a path: the longest direct child name that starts it, then the rest
+    local first
+    for n in pairs(direct) do
+      if name:sub(1, #n + 1) == n .. "." and (first == nil or #n > #first) then first = n end
+    end
+    if first == nil then
+      fail("%s has no sub-module \"%s\"", self._class_name, name)
+    end
+    obj = self:child(first):child(name:sub(#first + 2))
+  end
+  cache[name] = obj
+  return obj
+end
+
+--- module:named_children(): iterator of (name, sub-module) over the direct
+--  sub-modules in PyTorch's order (a stack's layers are "layers.0",
+--  "layers.1", ...: Lua has no ModuleList; PyTorch's dropout modules have
+--  no counterpart).
+function Module:named_children()
+  local h = handle(self)
+  local names = {}
+  for i = 0, core.tfm_module_child_count(h) - 1 do
+    names[#names + 1] = core.tfm_module_child_name(h, i)
+  end
+  local i = 0
+  return function()
+    i = i + 1
+    if names[i] then return names[i], self:child(names[i]) end
+  end
+end
+
+--- module:named_modules(): iterator of (dotted name, module) over the
+--  module itself ("") and every sub-module, depth first, as PyTorch's.
+function Module:named_modules()
+  local list = {}
+  local function walk(prefix, m)
+    list[#list + 1] = { prefix, m }
+    for name, c in m:named_children() do
+      walk(prefix == "" and name or prefix .. "." .. name, c)
+    end
+  end
+  walk("", self)
+  local i = 0
+  return function()
+    i = i + 1
+    if list[i] then return list[i][1], list[i][2] end
+  end
 end
 
 local Embedding = class("Embedding")

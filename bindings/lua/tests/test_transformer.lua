@@ -1082,4 +1082,98 @@ test("set_num_threads / get_num_threads, as torch's", function()
   T.set_num_threads(before)
 end)
 
+---------------------------------------------------------------------------
+-- Linear and sub-modules (Module:child, named_children, named_modules)
+---------------------------------------------------------------------------
+
+-- W = [[1, 2], [3, 4], [5, 6]], b = [1, 0, -1]: x = [1, -1] -> [0, -1, -2],
+-- x = [0.5, 2] -> [5.5, 9.5, 13.5]; without bias [-1, -1, -1], [4.5, 9.5, 14.5].
+test("Linear, hand-worked", function()
+  local lin = T.Linear(2, 3)
+  lin:load_state_dict({ weight = { { 1, 2 }, { 3, 4 }, { 5, 6 } }, bias = { 1, 0, -1 } })
+  close(lin:forward({ 1, -1 }), { 0, -1, -2 }, "rank 1")
+  close(lin:forward({ { { 1, -1 }, { 0.5, 2 } } }), { { { 0, -1, -2 }, { 5.5, 9.5, 13.5 } } },
+        "rank 3")
+  local nb = T.Linear{ in_features = 2, out_features = 3, bias = false }
+  equal(#nb:parameter_names(), 1, "parameters without bias")
+  nb:load_state_dict({ weight = { { 1, 2 }, { 3, 4 }, { 5, 6 } } })
+  close(nb:forward({ { 1, -1 }, { 0.5, 2 } }), { { -1, -1, -1 }, { 4.5, 9.5, 14.5 } }, "no bias")
+  raises_lib(function() lin:forward({ 1, 2, 3 }) end)
+end)
+
+test("sub-module names and classes, as PyTorch's named_modules", function()
+  local l = T.TransformerEncoderLayer{ d_model = 4, nhead = 2, dim_feedforward = 6 }
+  local names = {}
+  for n, m in l:named_modules() do names[#names + 1] = n .. "=" .. m._class_name end
+  equal(table.concat(names, " "), "=TransformerEncoderLayer self_attn=MultiheadAttention "
+        .. "self_attn.out_proj=Linear linear1=Linear linear2=Linear norm1=LayerNorm "
+        .. "norm2=LayerNorm", "encoder layer")
+  local t = T.Transformer{ d_model = 4, nhead = 2, num_encoder_layers = 2,
+                           num_decoder_layers = 1, dim_feedforward = 6 }
+  names = {}
+  for n in t:named_children() do names[#names + 1] = n end
+  equal(table.concat(names, " "), "encoder decoder", "Transformer")
+  names = {}
+  for n in t:child("decoder"):named_children() do names[#names + 1] = n end
+  equal(table.concat(names, " "), "layers.0 norm", "decoder stack")
+  equal(t:child("decoder.layers.0.multihead_attn.out_proj")._class_name, "Linear", "path")
+  equal(t:child("encoder"):child("layers.1"), t:child("encoder.layers.1"), "same object")
+  equal(t:child("encoder").num_layers, 2, "num_layers")
+  equal(l:child("linear1").out_features, 6, "linear1 width")
+  raises(function() l:child("norm3") end, "no sub-module \"norm3\"", true)
+  raises(function() l:child("self_attn.nope") end, "no sub-module", true)
+end)
+
+test("sub-modules share the parent's parameters, forward as torch's layer", function()
+  local C = R.encoder_layer
+  local l = T.TransformerEncoderLayer{ d_model = C.d_model, nhead = C.nhead,
+                                       dim_feedforward = C.dim_feedforward, dropout = 0.0 }
+  l:load_state_dict(C.post.state)
+  -- post-norm: h = norm1(x + SA(x)); out = norm2(h + linear2(relu(linear1(h)))),
+  -- written with the children's forwards: torch's output (reference.lua).
+  local x = C.post.x
+  local function add(a, b)
+    if type(a) ~= "table" then return a + b end
+    local r = {}
+    for i = 1, #a do r[i] = add(a[i], b[i]) end
+    return r
+  end
+  local function relu(a)
+    if type(a) ~= "table" then return math.max(a, 0) end
+    local r = {}
+    for i = 1, #a do r[i] = relu(a[i]) end
+    return r
+  end
+  local sa = l:child("self_attn"):forward(x, x, x, { key_padding_mask = C.post.src_key_padding_mask,
+                                                     need_weights = false })
+  local h = l:child("norm1"):forward(add(x, sa))
+  local f = l:child("linear2"):forward(relu(l:child("linear1"):forward(h)))
+  close(l:child("norm2"):forward(add(h, f)), C.post.out, "children composed")
+  -- an edit through a child shows in the parent
+  local lin = l:child("linear2")
+  local b = {}
+  for i = 1, C.d_model do b[i] = i end
+  lin:load_state_dict({ weight = lin:state_dict().weight, bias = b })
+  close(l:state_dict()["linear2.bias"], b, "parent sees the child's bias", 0)
+  local moved = rel_error(l:forward(x, { src_key_padding_mask = C.post.src_key_padding_mask }),
+                          C.post.out)
+  assert(moved > 1e-3, "the parent's forward changed")
+end)
+
+test("a sub-module keeps its parent alive and fails once it is closed", function()
+  local norm
+  do
+    local l = T.TransformerEncoderLayer{ d_model = 4, nhead = 2, dim_feedforward = 6 }
+    norm = l:child("norm1")
+  end
+  collectgarbage()
+  collectgarbage()
+  close(norm:forward({ { 1, 2, 3, 4 } }), { { -1.3416355, -0.4472118, 0.4472118, 1.3416355 } },
+        "LayerNorm of 1..4 (mean 2.5, variance 1.25, eps 1e-5)")
+  local l = T.TransformerDecoderLayer{ d_model = 4, nhead = 2, dim_feedforward = 6 }
+  local op = l:child("multihead_attn.out_proj")
+  l:close()
+  raises(function() op:forward({ 1, 2, 3, 4 }) end, "has been closed", true)
+end)
+
 harness.finish()
