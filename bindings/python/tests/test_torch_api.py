@@ -107,6 +107,7 @@ def test_submodules_are_views_with_torch_classes():
         layer.norm3
     enc = transformer.TransformerEncoder(layer, 3)
     assert len(enc.layers) == 3
+    assert isinstance(enc.layers, transformer.ModuleList)
     assert isinstance(enc.layers[2], transformer.TransformerEncoderLayer)
     assert [type(m).__name__ for m in enc.layers] == \
         ["TransformerEncoderLayer"] * 3
@@ -154,6 +155,12 @@ def test_stack_and_transformer_submodules_match_torch(rng):
                  r64.decoder.layers[0](t64(tgt), t64(src)))
     assert_close(ours.decoder.norm(tgt), r64.decoder.norm(t64(tgt)))
     assert_close(ours(src, tgt), r64(t64(src), t64(tgt)))
+    # a copy of a stack view is a stack of its own, with its final norm
+    for enc in (copy.deepcopy(ours.encoder),
+                pickle.loads(pickle.dumps(ours.encoder))):
+        assert_close(enc(src), ref_memory)
+        assert list(enc.state_dict()) == list(ref.encoder.state_dict())
+        assert isinstance(enc.norm, transformer.LayerNorm)
 
 
 def test_editing_a_submodule_changes_the_parent(rng):

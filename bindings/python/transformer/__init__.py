@@ -66,6 +66,7 @@ from ._errors import (CapacityError, ClosedError, FormatError,
                       WrongKindError)
 from . import _core
 from ._core import Module, live_handles
+from ._tree import ModuleList
 from .modules import (Attention, Embedding, LayerNorm, Linear,
                       MultiheadAttention,
                       Transformer, TransformerDecoder,
@@ -111,8 +112,8 @@ def release_workspace():
 
 __all__ = [
     # layers and functions
-    "Module", "MultiheadAttention", "LayerNorm", "TransformerEncoderLayer",
-    "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
+    "Module", "ModuleList", "MultiheadAttention", "LayerNorm",
+    "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
     "Transformer", "Embedding", "Attention", "Linear",
     "scaled_dot_product_attention",
     "attention", "sinusoidal_positional_encoding",

@@ -741,7 +741,8 @@ class _StackBase(_HasLayerConfig, Module):
                                   for k, v in template.items()}, strict=False)
 
     def _create(self):
-        return self._create_stack(self._config, self.num_layers, 0)
+        return self._create_stack(self._config, self.num_layers,
+                                  int(self._c_norm))
 
     # _c_norm: the final norm is the C stack's own (a Transformer's
     # encoder / decoder view), its parameters in the C table.
@@ -749,7 +750,7 @@ class _StackBase(_HasLayerConfig, Module):
 
     def _components(self):
         parts = [("", self)]
-        if self.norm is not None and not self._c_norm:
+        if not self._c_norm and self.norm is not None:
             parts.append(("norm.", self.norm))
         return parts
 
@@ -767,7 +768,10 @@ class _StackBase(_HasLayerConfig, Module):
     def _child_specs(self):
         specs = [("layers", lambda: ModuleList(
             self._layer_view(i) for i in range(self.num_layers)))]
-        if self.norm is not None:
+        if self._c_norm:
+            specs.append(("norm", lambda: _norm_view(
+                self, "norm", self.d_model, self.layer_norm_eps)))
+        elif self.__dict__.get("norm") is not None:
             specs.append(("norm", lambda: self.norm))
         return specs
 
@@ -936,10 +940,7 @@ class Transformer(_LayerBase):
                  if not k.startswith("_") and not k.startswith("num_")}
         attrs.update(num_layers=num_layers, _layer_type=layer_cls.__name__,
                      _layer_repr=_LayerBase._extra_repr(self), _c_norm=True)
-        stack = view_without_init(cls, self, name, attrs)
-        stack.__dict__["norm"] = _norm_view(stack, "norm", self.d_model,
-                                            self.layer_norm_eps)
-        return stack
+        return view_without_init(cls, self, name, attrs)
 
     def _child_specs(self):
         return [("encoder", lambda: self._stack_view(
