@@ -24,6 +24,12 @@
  * NaN inside a matrix product.  So value rows holding non-finite numbers
  * are zeroed in a copy for the product, and then added back, row by row,
  * only for the queries that may see them.
+ *
+ * Per head h of batch element b (Vaswani et al. 2017, eq. (1)):
+ *   s_ij = scale_h * score(q_i, k_j) + rel_h(j - p_i)     logits [L, S]
+ *   s_ij = -inf where a mask or the sparse pattern hides key j
+ *   w_ij = exp(s_ij - m_i) / l_i,  m_i = max_j s_ij,  l_i = sum_j exp(..)
+ *   o_i  = sum_j w_ij v_j (+ sum_j w_ij r^V(j - p_i), Shaw)  out [L, d_v]
  */
 #include <math.h>
 #include <stdlib.h>
@@ -37,10 +43,12 @@
 #include "softmax.h"
 #include "workspace.h"
 
-#define TFM_QUERY_BLOCK 64
-#define TFM_BLOCK_FLOATS 131072
-#define TFM_TILED_ROWS 128
-#define TFM_KEY_TILE 512
+/* ==== Blocks, per-run state and per-head views ========================= */
+
+#define TFM_QUERY_BLOCK 64      /* fewest query rows of a whole-row block */
+#define TFM_BLOCK_FLOATS 131072 /* logits of a whole-row block: 512 KiB */
+#define TFM_TILED_ROWS 128      /* most query rows of a tiled block */
+#define TFM_KEY_TILE 512        /* keys per tile of the tiled path */
 
 /* Query rows per block: enough that each product is large for OpenBLAS,
  * few enough that a block of logits (rows x S) stays about 512 KiB. */
@@ -78,11 +86,14 @@ typedef struct head_view {
     int64_t n_bad;              /* how many rows of this head do */
 } head_view;
 
+/* Query heads per key/value head (GQA, MQA): 1 when unset. */
 static int64_t group_of(const tfm__attention_job *j)
 {
     return j->group > 1 ? j->group : 1;
 }
 
+/* The view of (b, h): q [L, d_k], k [S, d_k], v [S, d_v] of its key/value
+ * head h / group, out [L, d_v], all with the job's row strides. */
 static head_view view_of(const run_shared *sh, int64_t b, int64_t h)
 {
     const tfm__attention_job *j = sh->job;
@@ -99,9 +110,12 @@ static head_view view_of(const run_shared *sh, int64_t b, int64_t h)
     };
 }
 
+/* ==== One row of logits: positions and masks ============================ */
+
 /* Finishes row `gi` of the logits (keys j0 .. j0+n-1) in place: the
- * relative-position term, then the causal mask, the sparse pattern and the
- * mask tensors. */
+ * causal mask (keys j > gi + offset to -inf), the relative-position term
+ * and the sparse pattern (attention_positions.h), then the mask tensors
+ * (attention_masks.h).  qr: Shaw's key terms of this row [K2]. */
 static void mask_row(const head_view *a, int64_t gi, const float *qr,
                      float *row, int64_t j0, int64_t n)
 {
@@ -137,7 +151,7 @@ static void mask_row(const head_view *a, int64_t gi, const float *qr,
 }
 
 /* Whether key j is masked out for query row gi (the logit is -inf whatever
- * the scores are). */
+ * the scores are): mask_row's rules for one key. */
 static int masked_at(const head_view *a, int64_t gi, int64_t j)
 {
     const tfm__attention_job *jb = a->job;
@@ -150,12 +164,13 @@ static int masked_at(const head_view *a, int64_t gi, int64_t j)
         return 1;
     float x = 0.0f;
     if (m->key_padding)
-        x = tfm__mask_apply(x, m->key_padding[a->b * S + j], m->key_padding_kind);
+        x = tfm__mask_apply(x, m->key_padding[a->b * S + j],
+                            m->key_padding_kind);
     if (m->attn && x != -INFINITY)
         x = tfm__mask_apply(x,
-                       m->attn[a->b * m->attn_batch_stride +
-                               a->h * m->attn_head_stride + gi * S + j],
-                       m->attn_kind);
+                            m->attn[a->b * m->attn_batch_stride +
+                                    a->h * m->attn_head_stride + gi * S + j],
+                            m->attn_kind);
     return x == -INFINITY;
 }
 
@@ -186,7 +201,7 @@ static int shaw_values(const tfm__attention_job *j)
            j->relative->shaw_v;
 }
 
-/* ---- Non-finite values ------------------------------------------------- */
+/* ==== Non-finite values ================================================= */
 
 /* Flags the value rows of (b, key/value head kvh) holding a NaN or an
  * infinity (all exponent bits set), with integer tests the compiler
@@ -251,7 +266,7 @@ static void add_back_bad(const head_view *a, int64_t i0, int64_t r,
     }
 }
 
-/* ---- The two paths ------------------------------------------------------ */
+/* ==== The two paths ===================================================== */
 
 /* Query rows per block of a job: the whole-row path (weights requested)
  * or the tiled path.  Under a sparse pattern a block computes the whole
@@ -306,19 +321,25 @@ static int64_t causal_limit(const head_view *a, int64_t i0, int64_t r)
  * the visible key ranges, TFM_KEY_TILE keys at a time, with the online
  * softmax, accumulating directly into the output rows.  Only a tile of
  * logits exists at a time; keys outside the causal limit and the sparse
- * pattern's ranges are never computed. */
+ * pattern's ranges are never computed.  Per tile of logits s_ij and row i
+ * (Milakov and Gimelshein 2018, "Online normalizer calculation for
+ * softmax"; as FlashAttention, Dao et al. 2022, algorithm 1):
+ *   m' = max(m_i, max_j s_ij),  alpha = exp(m_i - m'),
+ *   l_i = alpha l_i + sum_j exp(s_ij - m'),
+ *   o_i = alpha o_i + sum_j exp(s_ij - m') v_j       (one GEMM per tile)
+ * and at the end o_i /= l_i (zeros when every key is masked). */
 static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
                                const slot_scratch *sc)
 {
     const tfm__attention_job *j = a->job;
     const int64_t dv = j->d_v, T = TFM_KEY_TILE, K2 = a->sh->K2;
     const int64_t rows = job_rows(j);
-    float *tile = sc->f;
-    float *mrow = tile + rows * T;
-    float *lrow = mrow + rows;
-    float *clean_v = lrow + rows;
-    float *qr = clean_v + T * dv;       /* [rows, K2] */
-    float *pb = qr + rows * K2;         /* [rows, K2] */
+    float *tile = sc->f;                /* [rows, T] logits, then weights */
+    float *mrow = tile + rows * T;      /* [rows] running maxima m_i */
+    float *lrow = mrow + rows;          /* [rows] running sums l_i */
+    float *clean_v = lrow + rows;       /* [T, d_v] values, non-finite = 0 */
+    float *qr = clean_v + T * dv;       /* [rows, K2] Shaw key terms */
+    float *pb = qr + rows * K2;         /* [rows, K2] Shaw bucket weights */
     const int with_sv = shaw_values(j);
     float *out = a->out + i0 * j->ldo;
     for (int64_t i = 0; i < r; i++) {
@@ -390,18 +411,21 @@ static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
 }
 
 /* The whole-row path (weights requested): query rows i0 .. i0+r-1 of one
- * head.  With averaged weights the caller has zeroed (or accumulated into)
- * their rows. */
+ * head get their rows of logits p [r, n] (in the caller's weights, or in
+ * scratch when averaging), the exact softmax row by row (softmax.h), and
+ * out [r, d_v] = p v [n, d_v] in one GEMM; n is the causal limit.  With
+ * averaged weights the caller has zeroed (or accumulated into) their rows,
+ * which receive p / H. */
 static void attend_block(const head_view *a, int64_t i0, int64_t r,
                          const slot_scratch *sc)
 {
     const tfm__attention_job *j = a->job;
     const int64_t L = j->L, S = j->S, dv = j->d_v, K2 = a->sh->K2;
     const int64_t rows = block_rows(L, S);
-    float *block = sc->f;
-    float *clean_v = block + rows * S;
-    float *qr = clean_v + S * dv;       /* [rows, K2] */
-    float *pb = qr + rows * K2;         /* [rows, K2] */
+    float *block = sc->f;               /* [rows, S] weights (averaged) */
+    float *clean_v = block + rows * S;  /* [S, d_v] values, non-finite = 0 */
+    float *qr = clean_v + S * dv;       /* [rows, K2] Shaw key terms */
+    float *pb = qr + rows * K2;         /* [rows, K2] Shaw bucket weights */
     const int with_sv = shaw_values(j);
     const int64_t n = causal_limit(a, i0, r);
 
@@ -455,12 +479,13 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
     }
 }
 
-/* ---- Running a job ------------------------------------------------------ */
+/* ==== Running a job on the threads ====================================== */
 
+/* What the pool's items read: the run and every thread slot's scratch. */
 typedef struct run_ctx {
     const run_shared *sh;
-    float *scratch;         /* slots x scratch_floats */
-    int64_t *ranges;        /* slots x 2 * range_cap */
+    float *scratch;         /* [slots, slot_floats] (scratch_floats) */
+    int64_t *ranges;        /* [slots, slot_ranges] visible key ranges */
     int64_t slot_floats, slot_ranges;
     int64_t n_blocks, rows;
 } run_ctx;
@@ -511,7 +536,10 @@ static void run_items(void *arg, int64_t begin, int64_t end, int slot)
     }
 }
 
-/* Runs a job whose causal mask lets row i see keys j <= i + offset. */
+/* Runs a job whose causal mask lets row i see keys j <= i + offset: the
+ * per-run tables (Shaw's reachable rows, T5's buckets of the run's
+ * L + S - 1 distances), every thread slot's scratch, the non-finite flags
+ * of the value rows, then the (b, h, block) items on the pool. */
 static tfm_status run_job(const tfm__attention_job *job, int64_t offset)
 {
     /* One snapshot: the scratch below holds plan.slots slots, and both
@@ -537,6 +565,8 @@ static tfm_status run_job(const tfm__attention_job *job, int64_t offset)
     const int64_t kv_heads = job->B * sh.H_kv;
 
     tfm__ws_mark mark = tfm__ws_save();
+    /* scratch [slots, slot_floats], ranges [slots, slot_ranges],
+     * bad_count [B * H_kv], bad_flags [B * H_kv, S], bucket [L + S - 1] */
     c.scratch = tfm__ws_floats((size_t)(slots * c.slot_floats));
     c.ranges = c.scratch ? tfm__ws_alloc((size_t)(slots * c.slot_ranges) *
                                          sizeof(int64_t))
@@ -564,6 +594,8 @@ static tfm_status run_job(const tfm__attention_job *job, int64_t offset)
     tfm__ws_restore(mark);
     return TFM_OK;
 }
+
+/* ==== The dilated split ================================================= */
 
 /* Largest dilation run as separate windows (each class costs a pass over
  * the job's setup). */
@@ -600,7 +632,7 @@ static tfm_status run_dilated(const tfm__attention_job *j, int64_t offset)
     const int64_t dil = j->sparse->dilation, B = j->B, H = j->H, L = j->L;
     const int64_t dv = j->d_v;
     tfm__ws_mark mark = tfm__ws_save();
-    float *tmp = tfm__ws_floats((size_t)(B * H * L * dv));
+    float *tmp = tfm__ws_floats((size_t)(B * H * L * dv)); /* [B, H, L, d_v] */
     if (!tmp) {
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;

@@ -5,6 +5,8 @@
 #include "gemm.h"
 #include "vmath.h"
 
+/* ==== Scores ============================================================ */
+
 /* Lanes of the additive score's partial sums: the loop over d_a runs over
  * ADDITIVE_LANES independent accumulators so that it vectorises without
  * reassociating one running sum. */
@@ -44,6 +46,8 @@ void tfm__scores(const float *q, int64_t ldq, const float *k, int64_t ldk,
         additive_row(q + i * ldq, k, ldk, t, additive_v, d, scale,
                      dst + i * ld);
 }
+
+/* ==== Shaw's relative terms (Shaw et al. 2018, eqs. (3)-(5)) ============ */
 
 void tfm__shaw_key_terms(const float *q, int64_t ldq, int64_t r, int64_t d_k,
                          float scale, const float *shaw_k, int64_t K2,

@@ -209,6 +209,8 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
      * weights: one product x [W_q; W_k; W_v]^T gives q, k and v side by
      * side in rows of d + 2 kv_dim. */
     const int fused = query == key && key == value && L == S && m->packed;
+    /* q [B, L, d] (row stride ld), k and v [B, S, kv_dim] (row stride
+     * ldkv), ctx [B, L, d]: the heads' outputs side by side. */
     tfm__ws_mark mark = tfm__ws_save();
     float *q, *k = NULL, *v = NULL;
     int64_t ld = d, ldkv = kv;
