@@ -40,7 +40,7 @@ tfm_status tfm_cross_attention_create(const tfm_layer_config *config,
     tfm_layer_config checked = *config;
     checked.d_ff = 1;
     checked.activation = TFM_ACTIVATION_RELU;
-    tfm_status st = tfm__config_check(&checked);
+    tfm_status st = tfm__layer_config_check(&checked);
     if (st != TFM_OK)
         return st;
     tfm__cross_attention *c = (tfm__cross_attention *)tfm__module_alloc(
@@ -76,10 +76,10 @@ static tfm_status cross_step(const void *ctx, float *x)
     float *tmp = tfm__ws_floats((size_t)(rows * c->block->config.d_model));
     tfm_status st = TFM_ERR_OUT_OF_MEMORY;
     if (tmp) {
-        tfm__sublayer ca = tfm__cross_attention_sublayer(
+        tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
             c->block->attn, c->B, c->L, c->memory, c->S, c->masks);
-        st = tfm__residual(&ca, c->block->norm, c->block->config.norm_first, x,
-                           tmp, rows);
+        st = tfm__residual(&ca.base, c->block->norm,
+                           c->block->config.norm_first, x, tmp, rows);
     }
     tfm__ws_restore(mark);
     return st;

@@ -1,5 +1,7 @@
 /* Decoder layer: self-attention, cross-attention over the encoder memory,
  * and feed-forward sub-layers (layers.h). */
+#include <stddef.h>
+
 #include "error.h"
 #include "layers_impl.h"
 #include "parallel.h"
@@ -38,7 +40,7 @@ static const tfm__module_ops decoder_layer_ops = { decoder_layer_destroy,
 tfm_status tfm__decoder_layer_new(const tfm_layer_config *c,
                                   tfm__decoder_layer **out)
 {
-    tfm_status st = tfm__config_check(c);
+    tfm_status st = tfm__layer_config_check(c);
     if (st != TFM_OK)
         return st;
     tfm__decoder_layer *l = (tfm__decoder_layer *)tfm__module_alloc(
@@ -78,17 +80,17 @@ tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
     float *tmp = tfm__ws_floats((size_t)(rows * l->config.d_model));
     tfm_status st = TFM_ERR_OUT_OF_MEMORY;
     if (tmp) {
-        tfm__sublayer sa =
-            tfm__self_attention_sublayer(l->self_attn, B, L, tgt_masks);
-        tfm__sublayer ca = tfm__cross_attention_sublayer(
+        tfm__self_attention_sublayer sa =
+            tfm__sublayer_self_attention(l->self_attn, B, L, tgt_masks);
+        tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
             l->cross_attn, B, L, memory, S, memory_masks);
-        tfm__sublayer ff = tfm__feed_forward_sublayer(l->ff, rows);
+        tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(l->ff, rows);
         int pre = l->config.norm_first;
-        st = tfm__residual(&sa, l->norm1, pre, x, tmp, rows);
+        st = tfm__residual(&sa.base, l->norm1, pre, x, tmp, rows);
         if (st == TFM_OK)
-            st = tfm__residual(&ca, l->norm2, pre, x, tmp, rows);
+            st = tfm__residual(&ca.base, l->norm2, pre, x, tmp, rows);
         if (st == TFM_OK)
-            st = tfm__residual(&ff, l->norm3, pre, x, tmp, rows);
+            st = tfm__residual(&ff.base, l->norm3, pre, x, tmp, rows);
     }
     tfm__ws_restore(mark);
     return st;
@@ -106,19 +108,19 @@ tfm_status tfm_decoder_layer_create(const tfm_layer_config *config,
     return st;
 }
 
-typedef struct decoder_layer_call {
-    const tfm__decoder_layer *layer;
-    int64_t B, L, S;
-    const float *memory;
-    const tfm__masks *tgt_masks, *memory_masks;
-} decoder_layer_call;
-
-static tfm_status decoder_layer_step(const void *ctx, float *x)
+static tfm_status decoder_layer_step(const void *layer, float *x, int64_t B,
+                                     int64_t L, const float *memory, int64_t S,
+                                     const tfm__masks *tgt_masks,
+                                     const tfm__masks *memory_masks)
 {
-    const decoder_layer_call *c = ctx;
-    return tfm__decoder_layer_run(c->layer, x, c->B, c->L, c->memory, c->S,
-                                  c->tgt_masks, c->memory_masks);
+    return tfm__decoder_layer_run(layer, x, B, L, memory, S, tgt_masks,
+                                  memory_masks);
 }
+
+static const tfm__block_kind decoder_layer_kind = {
+    TFM_MODULE_DECODER_LAYER, "layer", "tfm_decoder_layer_forward",
+    offsetof(tfm__decoder_layer, config), decoder_layer_step
+};
 
 tfm_status tfm_decoder_layer_forward(const tfm_module *layer,
                                      const tfm_tensor *tgt,
@@ -128,16 +130,6 @@ tfm_status tfm_decoder_layer_forward(const tfm_module *layer,
                                      tfm_tensor *out)
 {
     TFM__PLAN_PIN();
-    tfm_status st = tfm__module_check(layer, TFM_MODULE_DECODER_LAYER, "layer");
-    if (st != TFM_OK)
-        return st;
-    const tfm__decoder_layer *l = (const tfm__decoder_layer *)layer;
-    tfm__decoder_inputs in;
-    if ((st = tfm__check_decoder_inputs(&l->config, tgt, "tgt", memory,
-                                        tgt_masks, memory_masks, out, &in)))
-        return st;
-    decoder_layer_call call = { l, in.B, in.L, in.S, memory->data,
-                                &in.tgt_masks, &in.memory_masks };
-    return tfm__run_copy(tgt->data, out->data, tgt->numel, decoder_layer_step,
-                         &call);
+    return tfm__decoder_forward(&decoder_layer_kind, layer, tgt, memory, tgt_masks,
+                                memory_masks, out);
 }

@@ -1,4 +1,5 @@
 /* Encoder layer: self-attention and feed-forward sub-layers (layers.h). */
+#include <stddef.h>
 #include <string.h>
 
 #include "error.h"
@@ -43,7 +44,7 @@ tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
                                      const tfm_attention_config *a,
                                      tfm__encoder_layer **out)
 {
-    tfm_status st = tfm__config_check(c);
+    tfm_status st = tfm__layer_config_check(c);
     if (st != TFM_OK)
         return st;
     tfm__encoder_layer *l = (tfm__encoder_layer *)tfm__module_alloc(
@@ -68,19 +69,21 @@ tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
     return TFM_OK;
 }
 
-tfm_status tfm__encoder_layer_run_with(const tfm__encoder_layer *l, float *x,
-                                       int64_t rows,
-                                       const tfm__sublayer *self_attention)
+/* The layer on x [rows, d] with a given self-attention sub-layer: x <-
+ * residual(self_attention), then x <- residual(feed-forward).  tmp [rows, d]
+ * of workspace is the residuals' scratch.  Fails only with out-of-memory. */
+static tfm_status run_with(const tfm__encoder_layer *l, float *x, int64_t rows,
+                           const tfm__sublayer *self_attention)
 {
     tfm__ws_mark mark = tfm__ws_save();
     float *tmp = tfm__ws_floats((size_t)(rows * l->config.d_model));
     tfm_status st = TFM_ERR_OUT_OF_MEMORY;
     if (tmp) {
-        tfm__sublayer ff = tfm__feed_forward_sublayer(l->ff, rows);
+        tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(l->ff, rows);
         int pre = l->config.norm_first;
         st = tfm__residual(self_attention, l->norm1, pre, x, tmp, rows);
         if (st == TFM_OK)
-            st = tfm__residual(&ff, l->norm2, pre, x, tmp, rows);
+            st = tfm__residual(&ff.base, l->norm2, pre, x, tmp, rows);
     }
     tfm__ws_restore(mark);
     return st;
@@ -89,8 +92,18 @@ tfm_status tfm__encoder_layer_run_with(const tfm__encoder_layer *l, float *x,
 tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
                                   int64_t B, int64_t L, const tfm__masks *m)
 {
-    tfm__sublayer sa = tfm__self_attention_sublayer(l->self_attn, B, L, m);
-    return tfm__encoder_layer_run_with(l, x, B * L, &sa);
+    tfm__self_attention_sublayer sa =
+        tfm__sublayer_self_attention(l->self_attn, B, L, m);
+    return run_with(l, x, B * L, &sa.base);
+}
+
+tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
+                                         int64_t n, float *k_cache,
+                                         float *v_cache, int64_t past)
+{
+    tfm__cached_attention_sublayer sa = tfm__sublayer_cached_attention(
+        l->self_attn, n, k_cache, v_cache, past);
+    return run_with(l, x, n, &sa.base);
 }
 
 tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,
@@ -118,17 +131,20 @@ tfm_status tfm_encoder_layer_create_ex(const tfm_layer_config *layer,
     return st;
 }
 
-typedef struct encoder_layer_call {
-    const tfm__encoder_layer *layer;
-    int64_t B, L;
-    const tfm__masks *masks;
-} encoder_layer_call;
-
-static tfm_status encoder_layer_step(const void *ctx, float *x)
+/* The layer's run for tfm__encoder_forward (no memory). */
+static tfm_status encoder_layer_step(const void *layer, float *x, int64_t B,
+                                     int64_t L, const float *memory, int64_t S,
+                                     const tfm__masks *masks,
+                                     const tfm__masks *memory_masks)
 {
-    const encoder_layer_call *c = ctx;
-    return tfm__encoder_layer_run(c->layer, x, c->B, c->L, c->masks);
+    (void)memory, (void)S, (void)memory_masks;
+    return tfm__encoder_layer_run(layer, x, B, L, masks);
 }
+
+static const tfm__block_kind encoder_layer_kind = {
+    TFM_MODULE_ENCODER_LAYER, "layer", "tfm_encoder_layer_forward",
+    offsetof(tfm__encoder_layer, config), encoder_layer_step
+};
 
 tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
                                      const tfm_tensor *src,
@@ -136,18 +152,5 @@ tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
                                      tfm_tensor *out)
 {
     TFM__PLAN_PIN();
-    tfm_status st = tfm__module_check(layer, TFM_MODULE_ENCODER_LAYER, "layer");
-    if (st != TFM_OK)
-        return st;
-    const tfm__encoder_layer *l = (const tfm__encoder_layer *)layer;
-    int64_t B, L;
-    tfm__masks m;
-    if ((st = tfm__check_activation(src, "src", l->config.d_model, &B, &L)) ||
-        (st = tfm__check_shape(out, "out", 3, src ? src->shape : NULL)) ||
-        (st = tfm__masks_resolve(masks, B, l->config.n_heads, L, L,
-                                 "tfm_encoder_layer_forward", &m)))
-        return st;
-    encoder_layer_call call = { l, B, L, &m };
-    return tfm__run_copy(src->data, out->data, src->numel, encoder_layer_step,
-                         &call);
+    return tfm__encoder_forward(&encoder_layer_kind, layer, src, masks, out);
 }

@@ -4,9 +4,9 @@
 
 #include "activation.h"
 #include "error.h"
-#include "residual.h"
+#include "layer_config.h"
 
-tfm_status tfm__config_check(const tfm_layer_config *c)
+tfm_status tfm__layer_config_check(const tfm_layer_config *c)
 {
     if (!c)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "config is NULL");

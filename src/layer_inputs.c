@@ -65,3 +65,68 @@ tfm_status tfm__check_decoder_inputs(const tfm_layer_config *c,
     return tfm__masks_resolve(memory_masks, in->B, H, in->L, in->S,
                               "memory_masks", &in->memory_masks);
 }
+
+/* ---- The public forward of a layer or stack -------------------------- */
+
+/* The arguments of a block's run, for tfm__run_copy. */
+typedef struct block_call {
+    const void *block;
+    tfm__block_run_fn run;
+    int64_t B, L, S;
+    const float *memory;
+    const tfm__masks *masks, *memory_masks;
+} block_call;
+
+static tfm_status block_step(const void *ctx, float *x)
+{
+    const block_call *c = ctx;
+    return c->run(c->block, x, c->B, c->L, c->memory, c->S, c->masks,
+                  c->memory_masks);
+}
+
+/* block's tfm_layer_config (block already checked). */
+static const tfm_layer_config *config_of(const tfm__block_kind *k,
+                                         const tfm_module *block)
+{
+    return (const tfm_layer_config *)((const char *)block + k->config_offset);
+}
+
+tfm_status tfm__encoder_forward(const tfm__block_kind *k,
+                                const tfm_module *block, const tfm_tensor *src,
+                                const tfm_attention_masks *masks,
+                                tfm_tensor *out)
+{
+    tfm_status st = tfm__module_check(block, k->kind, k->what);
+    if (st != TFM_OK)
+        return st;
+    const tfm_layer_config *c = config_of(k, block);
+    int64_t B = 0, L = 0;
+    tfm__masks m;
+    if ((st = tfm__check_activation(src, "src", c->d_model, &B, &L)) ||
+        (st = tfm__check_shape(out, "out", 3, src->shape)) ||
+        (st = tfm__masks_resolve(masks, B, c->n_heads, L, L, k->function,
+                                 &m)))
+        return st;
+    block_call call = { block, k->run, B, L, 0, NULL, &m, NULL };
+    return tfm__run_copy(src->data, out->data, src->numel, block_step, &call);
+}
+
+tfm_status tfm__decoder_forward(const tfm__block_kind *k,
+                                const tfm_module *block, const tfm_tensor *tgt,
+                                const tfm_tensor *memory,
+                                const tfm_attention_masks *tgt_masks,
+                                const tfm_attention_masks *memory_masks,
+                                tfm_tensor *out)
+{
+    tfm_status st = tfm__module_check(block, k->kind, k->what);
+    if (st != TFM_OK)
+        return st;
+    tfm__decoder_inputs in;
+    if ((st = tfm__check_decoder_inputs(config_of(k, block), tgt, "tgt",
+                                        memory, tgt_masks, memory_masks, out,
+                                        &in)))
+        return st;
+    block_call call = { block, k->run, in.B, in.L, in.S, memory->data,
+                        &in.tgt_masks, &in.memory_masks };
+    return tfm__run_copy(tgt->data, out->data, tgt->numel, block_step, &call);
+}

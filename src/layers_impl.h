@@ -2,8 +2,14 @@
 #ifndef TFM_SRC_LAYERS_IMPL_H
 #define TFM_SRC_LAYERS_IMPL_H
 
+#include "layer_config.h"
 #include "residual.h"
 
+/* Vaswani et al.'s encoder layer: self-attention then feed-forward, each in
+ * a residual connection with LayerNorm.  It is also the block of
+ * decoder-only models (GPT's block: the same sub-layers, run under a causal
+ * mask and, when decoding, over a KV cache) and of encoder-only models
+ * (BERT's), so one kind serves the three. */
 typedef struct tfm__encoder_layer {
     tfm_module base;
     tfm_layer_config config;
@@ -12,6 +18,8 @@ typedef struct tfm__encoder_layer {
     tfm__layer_norm *norm1, *norm2;
 } tfm__encoder_layer;
 
+/* Vaswani et al.'s decoder layer: self-attention, cross-attention over the
+ * encoder's memory, feed-forward, each in a residual connection. */
 typedef struct tfm__decoder_layer {
     tfm_module base;
     tfm_layer_config config;
@@ -33,10 +41,14 @@ tfm_status tfm__decoder_layer_new(const tfm_layer_config *c,
 /* In place on x [B, L, d]; fail only with out-of-memory. */
 tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
                                   int64_t B, int64_t L, const tfm__masks *m);
-/* The same with a given self-attention sub-layer (e.g. over a KV cache). */
-tfm_status tfm__encoder_layer_run_with(const tfm__encoder_layer *l, float *x,
-                                       int64_t rows,
-                                       const tfm__sublayer *self_attention);
+/* The same for n new positions x [n, d] of one sequence whose
+ * self-attention runs over a KV cache of `past` positions: k_cache and
+ * v_cache [capacity, kv_dim] get the new keys and values at rows
+ * past .. past+n-1 (tfm__mha_run_cached).  The block of a decoder-only
+ * model when it decodes.  Fails only with out-of-memory. */
+tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
+                                         int64_t n, float *k_cache,
+                                         float *v_cache, int64_t past);
 tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
                                   int64_t B, int64_t L, const float *memory,
                                   int64_t S, const tfm__masks *tgt_masks,
@@ -65,6 +77,44 @@ tfm_status tfm__check_decoder_inputs(const tfm_layer_config *c,
                                      const tfm_attention_masks *memory_masks,
                                      const tfm_tensor *out,
                                      tfm__decoder_inputs *in);
+
+/* A layer or stack run in place on x [B, L, d]; decoder-style blocks
+ * attend over memory [B, S, d] too (encoder-style ones get NULL, 0 and
+ * NULL).  Fails only with out-of-memory. */
+typedef tfm_status (*tfm__block_run_fn)(const void *block, float *x,
+                                        int64_t B, int64_t L,
+                                        const float *memory, int64_t S,
+                                        const tfm__masks *masks,
+                                        const tfm__masks *memory_masks);
+
+/* What the public forward of a layer or stack needs to know about it: its
+ * module kind and argument name (for the kind check), the public function's
+ * name (for mask messages of encoder-style blocks), where its
+ * tfm_layer_config lies in its struct, and how to run it. */
+typedef struct tfm__block_kind {
+    tfm_module_kind kind;
+    const char *what;
+    const char *function;
+    size_t config_offset;
+    tfm__block_run_fn run;
+} tfm__block_kind;
+
+/* The public forward of an encoder-style block: checks block's kind, src
+ * [B, L, d], out shaped as src and the masks, then runs it on a copy of src
+ * written to out only on success. */
+tfm_status tfm__encoder_forward(const tfm__block_kind *k,
+                                const tfm_module *block, const tfm_tensor *src,
+                                const tfm_attention_masks *masks,
+                                tfm_tensor *out);
+
+/* The same for a decoder-style block, with the inputs checked by
+ * tfm__check_decoder_inputs (the name "tgt"). */
+tfm_status tfm__decoder_forward(const tfm__block_kind *k,
+                                const tfm_module *block, const tfm_tensor *tgt,
+                                const tfm_tensor *memory,
+                                const tfm_attention_masks *tgt_masks,
+                                const tfm_attention_masks *memory_masks,
+                                tfm_tensor *out);
 
 /* Runs fn(x) on a scratch copy of src [n floats] and copies the result into
  * dst, so that dst is untouched when fn fails. */

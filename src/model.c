@@ -1,4 +1,15 @@
-/* Whole models: decoder-only, encoder-only and encoder-decoder (model.h). */
+/* Whole models: decoder-only, encoder-only and encoder-decoder (model.h).
+ *
+ * A model is token embeddings [V, d] (+ learned or sinusoidal positions),
+ * then blocks, then a head:
+ *   decoder-only / encoder-only: one stack of encoder layers with a final
+ *     LayerNorm (GPT / BERT blocks; decoder-only runs it under a causal
+ *     mask, and over a KV cache in kv_cache.c);
+ *   encoder-decoder: Vaswani et al.'s encoder and decoder stacks, the
+ *     source through the encoder, the target through the decoder over the
+ *     encoder's memory;
+ * and the logits are h lm_head^T, lm_head [V, d] (the token embedding when
+ * tied).  Generation is in generate.c, the file format in model_file.c. */
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -6,6 +17,7 @@
 #include "attention_config.h"
 #include "error.h"
 #include "gemm.h"
+#include "layer_config.h"
 #include "model_impl.h"
 #include "parallel.h"
 #include "tensor_impl.h"
@@ -29,6 +41,8 @@ static void model_destroy(tfm_module *mod)
     tfm_module_free(m->decoder ? &m->decoder->base : NULL);
 }
 
+/* Multiply-accumulates of one forward pass: the blocks' for batch B, L
+ * target and S source positions, plus the head's B * L * d * V. */
 static tfm_status model_macs(const tfm_module *mod, int64_t B, int64_t L,
                              int64_t S, int64_t *acc)
 {
@@ -49,6 +63,7 @@ static tfm_status model_macs(const tfm_module *mod, int64_t B, int64_t L,
 
 static const tfm__module_ops model_ops = { model_destroy, model_macs };
 
+/* The module kind tagging a model of architecture a. */
 static tfm_module_kind kind_of(tfm_architecture a)
 {
     return a == TFM_ARCH_DECODER_ONLY   ? TFM_MODULE_DECODER_ONLY
@@ -127,6 +142,7 @@ tfm_status tfm__model_config_check(const tfm_model_config *c,
         c->architecture != TFM_ARCH_ENCODER_DECODER)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "unknown architecture %d",
                          (int)c->architecture);
+    /* The enums, then the sizes, then the layer and attention configs. */
     if (c->positional != TFM_POSITIONAL_NONE &&
         c->positional != TFM_POSITIONAL_LEARNED &&
         c->positional != TFM_POSITIONAL_SINUSOIDAL &&
@@ -145,7 +161,7 @@ tfm_status tfm__model_config_check(const tfm_model_config *c,
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "positional_base %g must be finite and greater "
                          "than 1", o->positional_base);
-    tfm_status st = tfm__config_check(&c->layer);
+    tfm_status st = tfm__layer_config_check(&c->layer);
     if (st != TFM_OK)
         return st;
     if (c->positional == TFM_POSITIONAL_SINUSOIDAL_CONCAT &&
@@ -167,6 +183,11 @@ tfm_status tfm_model_create(const tfm_model_config *config, tfm_module **out)
     return tfm_model_create_ex(config, NULL, out);
 }
 
+/* Builds the modules under their PyTorch-style prefixes:
+ * "token_embedding.", "position_embedding." (learned only), the blocks
+ * ("layers.<i>." and "norm." at the top level for the one-stack models;
+ * "transformer.encoder." and "transformer.decoder." otherwise) and
+ * "lm_head.weight" unless tied. */
 tfm_status tfm_model_create_ex(const tfm_model_config *config,
                                const tfm_model_options *options,
                                tfm_module **out)
@@ -228,6 +249,7 @@ tfm_status tfm_model_create_ex(const tfm_model_config *config,
     return TFM_OK;
 }
 
+/* Each architecture a in `kinds` is bit 1 << a (0xE: all three). */
 tfm_status tfm__model_check(const tfm_module *mod, unsigned kinds,
                             const char *what)
 {
@@ -264,6 +286,8 @@ tfm_status tfm_model_get_options(const tfm_module *model,
     const size_t size = options->struct_size;
     if (size < OPTIONS_MIN_SIZE)
         return options_size_error(size);
+    /* Copy at most the caller's struct_size bytes; the nested attention
+     * config's own struct_size says how many of its bytes were written. */
     tfm_model_options o = ((const tfm__model *)model)->options;
     const size_t at = offsetof(tfm_model_options, attention);
     if (size > at) /* the attention bytes the caller's struct holds */
@@ -311,6 +335,7 @@ void tfm__model_head(const tfm__model *m, const float *h, int64_t rows,
     tfm__linear(h, d, rows, d, m->lm_head, NULL, V, logits, V);
 }
 
+/* batch and seq (named `what` in the message) within 1 .. context_length. */
 static tfm_status check_sizes(const tfm__model *m, int64_t batch, int64_t seq,
                               const char *what)
 {
@@ -342,6 +367,8 @@ tfm_status tfm_model_logits(const tfm_module *model, const int32_t *ids,
         (st = tfm__check_shape(logits, "logits", 3, shape)))
         return st;
 
+    /* x [batch, seq, d]: the hidden states; out [batch, seq, V]: the
+     * logits, copied to the caller only on success. */
     tfm__ws_mark mark = tfm__ws_save();
     float *x = tfm__ws_floats((size_t)(batch * seq * d));
     float *out = x ? tfm__ws_floats((size_t)(batch * seq * V)) : NULL;
@@ -382,6 +409,8 @@ tfm_status tfm_model_seq2seq_logits(const tfm_module *model,
         (st = tfm__check_shape(logits, "logits", 3, shape)))
         return st;
 
+    /* memory [B, S, d]: the encoder's output; x [B, L, d]: the decoder's
+     * hidden states; out [B, L, V]: the logits. */
     tfm__ws_mark mark = tfm__ws_save();
     float *memory = tfm__ws_floats((size_t)(B * S * d));
     float *x = memory ? tfm__ws_floats((size_t)(B * L * d)) : NULL;

@@ -1,62 +1,72 @@
 /* Residual connections around sub-layers (residual.h). */
 #include "residual.h"
 
-static tfm_status run_self(const tfm__sublayer *s, const float *in,
+/* ---- The sub-layer kinds: each run reads its own struct around s ------ */
+
+static tfm_status run_self(const tfm__sublayer *base, const float *in,
                            float *out)
 {
+    const tfm__self_attention_sublayer *s =
+        (const tfm__self_attention_sublayer *)base;
     return tfm__mha_run(s->mha, in, in, in, s->batch, s->L, s->L, s->masks,
                         out, NULL, 0);
 }
 
-static tfm_status run_cross(const tfm__sublayer *s, const float *in,
+static tfm_status run_cross(const tfm__sublayer *base, const float *in,
                             float *out)
 {
+    const tfm__cross_attention_sublayer *s =
+        (const tfm__cross_attention_sublayer *)base;
     return tfm__mha_run(s->mha, in, s->memory, s->memory, s->batch, s->L, s->S,
                         s->masks, out, NULL, 0);
 }
 
-static tfm_status run_cached(const tfm__sublayer *s, const float *in,
+static tfm_status run_cached(const tfm__sublayer *base, const float *in,
                              float *out)
 {
-    return tfm__mha_run_cached(s->mha, in, s->L, s->k_cache, s->v_cache,
-                               s->S - s->L, out);
+    const tfm__cached_attention_sublayer *s =
+        (const tfm__cached_attention_sublayer *)base;
+    return tfm__mha_run_cached(s->mha, in, s->n, s->k_cache, s->v_cache,
+                               s->past, out);
 }
 
-static tfm_status run_ff(const tfm__sublayer *s, const float *in, float *out)
+static tfm_status run_ff(const tfm__sublayer *base, const float *in,
+                         float *out)
 {
-    return tfm__feed_forward_run(s->ff, in, s->batch * s->L, out);
+    const tfm__feed_forward_sublayer *s =
+        (const tfm__feed_forward_sublayer *)base;
+    return tfm__feed_forward_run(s->ff, in, s->rows, out);
 }
 
-tfm__sublayer tfm__self_attention_sublayer(const tfm__mha *m, int64_t batch,
-                                           int64_t L, const tfm__masks *masks)
+tfm__self_attention_sublayer tfm__sublayer_self_attention(
+    const tfm__mha *m, int64_t batch, int64_t L, const tfm__masks *masks)
 {
-    return (tfm__sublayer){ .run = run_self, .mha = m, .masks = masks,
-                            .batch = batch, .L = L, .S = L };
+    return (tfm__self_attention_sublayer){ { run_self }, m, batch, L, masks };
 }
 
-tfm__sublayer tfm__cross_attention_sublayer(const tfm__mha *m, int64_t batch,
-                                            int64_t L, const float *memory,
-                                            int64_t S,
-                                            const tfm__masks *masks)
+tfm__cross_attention_sublayer tfm__sublayer_cross_attention(
+    const tfm__mha *m, int64_t batch, int64_t L, const float *memory,
+    int64_t S, const tfm__masks *masks)
 {
-    return (tfm__sublayer){ .run = run_cross, .mha = m, .memory = memory,
-                            .masks = masks, .batch = batch, .L = L, .S = S };
+    return (tfm__cross_attention_sublayer){ { run_cross }, m, batch, L, S,
+                                            memory, masks };
 }
 
-tfm__sublayer tfm__cached_attention_sublayer(const tfm__mha *m, int64_t n,
-                                             float *k_cache, float *v_cache,
-                                             int64_t past)
+tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
+    const tfm__mha *m, int64_t n, float *k_cache, float *v_cache,
+    int64_t past)
 {
-    return (tfm__sublayer){ .run = run_cached, .mha = m, .batch = 1, .L = n,
-                            .S = past + n, .k_cache = k_cache,
-                            .v_cache = v_cache };
+    return (tfm__cached_attention_sublayer){ { run_cached }, m, n, past,
+                                             k_cache, v_cache };
 }
 
-tfm__sublayer tfm__feed_forward_sublayer(const tfm__feed_forward *f,
-                                         int64_t rows)
+tfm__feed_forward_sublayer tfm__sublayer_feed_forward(
+    const tfm__feed_forward *f, int64_t rows)
 {
-    return (tfm__sublayer){ .run = run_ff, .ff = f, .batch = 1, .L = rows };
+    return (tfm__feed_forward_sublayer){ { run_ff }, f, rows };
 }
+
+/* ---- The residual connection ----------------------------------------- */
 
 tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
                          int norm_first, float *x, float *tmp, int64_t rows)
@@ -64,12 +74,14 @@ tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
     const int64_t n = rows * norm->d;
     tfm_status st;
     if (norm_first) {
+        /* x + f(LN(x)): tmp = LN(x), then f in place on tmp. */
         tfm__layer_norm_run(norm, x, rows, tmp);
         if ((st = f->run(f, tmp, tmp)) != TFM_OK)
             return st;
         for (int64_t i = 0; i < n; i++)
             x[i] += tmp[i];
     } else {
+        /* LN(x + f(x)): tmp = f(x), then the sum normalised in place. */
         if ((st = f->run(f, x, tmp)) != TFM_OK)
             return st;
         for (int64_t i = 0; i < n; i++)

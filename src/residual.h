@@ -8,38 +8,62 @@
 #include "layer_norm.h"
 #include "mha.h"
 
-/* A sub-layer: out [rows, d] = f(in [rows, d]); out may alias in. */
-typedef struct tfm__sublayer {
-    tfm_status (*run)(const struct tfm__sublayer *s, const float *in,
-                      float *out);
-    const tfm__mha *mha;            /* attention sub-layers */
-    const tfm__feed_forward *ff;    /* feed-forward sub-layer */
-    const float *memory;            /* cross-attention: [B, S, d] */
-    const tfm__masks *masks;
-    int64_t batch, L, S;
-    float *k_cache, *v_cache;       /* cached self-attention */
-} tfm__sublayer;
+/* A sub-layer: out [rows, d] = f(in [rows, d]); out may alias in.  Each kind
+ * below embeds it as its first member and carries only its own data; run
+ * receives that member and reads the kind around it. */
+typedef struct tfm__sublayer tfm__sublayer;
+struct tfm__sublayer {
+    tfm_status (*run)(const tfm__sublayer *s, const float *in, float *out);
+};
 
-tfm__sublayer tfm__self_attention_sublayer(const tfm__mha *m, int64_t batch,
-                                           int64_t L, const tfm__masks *masks);
-tfm__sublayer tfm__cross_attention_sublayer(const tfm__mha *m, int64_t batch,
-                                            int64_t L, const float *memory,
-                                            int64_t S,
-                                            const tfm__masks *masks);
-/* Self-attention of n new positions over a KV cache holding `past`
- * positions (tfm__mha_run_cached). */
-tfm__sublayer tfm__cached_attention_sublayer(const tfm__mha *m, int64_t n,
-                                             float *k_cache, float *v_cache,
-                                             int64_t past);
-tfm__sublayer tfm__feed_forward_sublayer(const tfm__feed_forward *f,
-                                         int64_t rows);
+/* Self-attention of in [batch, L, d] over itself. */
+typedef struct tfm__self_attention_sublayer {
+    tfm__sublayer base;
+    const tfm__mha *mha;
+    int64_t batch, L;
+    const tfm__masks *masks;
+} tfm__self_attention_sublayer;
+
+/* Cross-attention of in [batch, L, d] over memory [batch, S, d]. */
+typedef struct tfm__cross_attention_sublayer {
+    tfm__sublayer base;
+    const tfm__mha *mha;
+    int64_t batch, L, S;
+    const float *memory;
+    const tfm__masks *masks;
+} tfm__cross_attention_sublayer;
+
+/* Self-attention of n new positions in [n, d] over a KV cache holding
+ * `past` positions (tfm__mha_run_cached); k_cache / v_cache [capacity,
+ * kv_dim] receive the new keys and values at rows past .. past+n-1. */
+typedef struct tfm__cached_attention_sublayer {
+    tfm__sublayer base;
+    const tfm__mha *mha;
+    int64_t n, past;
+    float *k_cache, *v_cache;
+} tfm__cached_attention_sublayer;
+
+/* The position-wise feed-forward network on rows [rows, d]. */
+typedef struct tfm__feed_forward_sublayer {
+    tfm__sublayer base;
+    const tfm__feed_forward *ff;
+    int64_t rows;
+} tfm__feed_forward_sublayer;
+
+tfm__self_attention_sublayer tfm__sublayer_self_attention(
+    const tfm__mha *m, int64_t batch, int64_t L, const tfm__masks *masks);
+tfm__cross_attention_sublayer tfm__sublayer_cross_attention(
+    const tfm__mha *m, int64_t batch, int64_t L, const float *memory,
+    int64_t S, const tfm__masks *masks);
+tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
+    const tfm__mha *m, int64_t n, float *k_cache, float *v_cache,
+    int64_t past);
+tfm__feed_forward_sublayer tfm__sublayer_feed_forward(
+    const tfm__feed_forward *f, int64_t rows);
 
 /* x [rows, d] <- post-norm: norm(x + f(x)); pre-norm: x + f(norm(x)).
  * tmp: rows * d floats of scratch.  Fails only with out-of-memory. */
 tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
                          int norm_first, float *x, float *tmp, int64_t rows);
-
-/* Validates a layer configuration (message set). */
-tfm_status tfm__config_check(const tfm_layer_config *config);
 
 #endif

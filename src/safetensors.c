@@ -27,6 +27,7 @@
 #include "transformer/safetensors.h"
 #include "alloc.h"
 #include "error.h"
+#include "utf8.h"
 
 /* Largest integer accepted in the JSON header, 2^53 - 1: cJSON keeps
  * numbers as doubles, every double up to here is an exact integer, and a
@@ -156,53 +157,12 @@ static void convert_to_f32(int dtype, const unsigned char *src, int64_t n,
     }
 }
 
-/* ---- UTF-8 validation ------------------------------------------------- */
-
-/* NULL when s[0..n-1] is valid UTF-8 (no overlong forms, no surrogates,
- * nothing above U+10FFFF); otherwise what is wrong, with *at its offset. */
-static const char *utf8_error(const unsigned char *s, size_t n, size_t *at)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t len;
-        uint32_t cp, min;
-        *at = i;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xc0 && c <= 0xdf) {
-            len = 2, cp = c & 0x1f, min = 0x80;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3, cp = c & 0x0f, min = 0x800;
-        } else if (c >= 0xf0 && c <= 0xf7) {
-            len = 4, cp = c & 0x07, min = 0x10000;
-        } else {
-            return c < 0xc0 ? "stray continuation byte" : "invalid lead byte";
-        }
-        if (n - i < len)
-            return "truncated sequence";
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return "missing continuation byte";
-            cp = cp << 6 | (s[i + k] & 0x3f);
-        }
-        if (cp < min)
-            return "overlong encoding";
-        if (cp >= 0xd800 && cp <= 0xdfff)
-            return "UTF-16 surrogate";
-        if (cp > 0x10ffff)
-            return "code point above U+10FFFF";
-        i += len;
-    }
-    return NULL;
-}
+/* ---- UTF-8 validation (utf8.h) --------------------------------------- */
 
 static int is_utf8(const char *s)
 {
     size_t at;
-    return utf8_error((const unsigned char *)s, strlen(s), &at) == NULL;
+    return tfm__utf8_check((const unsigned char *)s, strlen(s), &at) == NULL;
 }
 
 /* ---- The file handle -------------------------------------------------- */
@@ -646,7 +606,7 @@ static tfm_status build_from_json(const cJSON *root, tfm_safetensors *f)
 static tfm_status check_header_bytes(const unsigned char *h, size_t n)
 {
     size_t at;
-    const char *why = utf8_error(h, n, &at);
+    const char *why = tfm__utf8_check(h, n, &at);
     if (why)
         return tfm__fail(TFM_ERR_FORMAT,
                          "header is not valid UTF-8: %s at byte %zu", why, at);

@@ -1,4 +1,9 @@
-/* Encoder and decoder stacks (layers.h; Vaswani et al. section 3.1). */
+/* Encoder and decoder stacks (layers.h; Vaswani et al. section 3.1): N
+ * layers applied in turn to one activation x [B, L, d_model], then an
+ * optional final LayerNorm (the pre-norm stacks' and the models' last
+ * norm).  The blocks of decoder-only and encoder-only models are such a
+ * stack of encoder layers (model.c, kv_cache.c). */
+#include <stddef.h>
 #include <stdio.h>
 
 #include "alloc.h"
@@ -16,6 +21,8 @@ static void stack_destroy(tfm_module *m)
     tfm_module_free(s->norm ? &s->norm->base : NULL);
 }
 
+/* Multiply-accumulates of every layer for batch B, L queries and S memory
+ * positions, added to *acc. */
 tfm_status tfm__stack_macs(const tfm__stack *s, int64_t B, int64_t L,
                            int64_t S, int64_t *acc)
 {
@@ -46,12 +53,15 @@ tfm_status tfm__stack_new(const tfm_layer_config *c, int64_t n_layers,
     return tfm__stack_new_ex(c, NULL, n_layers, final_norm, decoder, out);
 }
 
+/* Creates n_layers layers named "layers.<i>." (PyTorch's
+ * nn.TransformerEncoder / nn.TransformerDecoder names) and the final norm
+ * "norm."; frees everything on failure. */
 tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
                              const tfm_attention_config *attention,
                              int64_t n_layers, int final_norm, int decoder,
                              tfm__stack **out)
 {
-    tfm_status st = tfm__config_check(c);
+    tfm_status st = tfm__layer_config_check(c);
     if (st != TFM_OK)
         return st;
     if (decoder && attention)
@@ -105,6 +115,7 @@ tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
     return TFM_OK;
 }
 
+/* x [B, L, d] <- norm(layer_{N-1}( ... layer_0(x))), in place. */
 tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,
                           const float *memory, int64_t S,
                           const tfm__masks *masks,
@@ -127,6 +138,24 @@ tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,
     return TFM_OK;
 }
 
+tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
+                                 float *keys, float *values, int64_t stride,
+                                 int64_t past)
+{
+    for (int64_t i = 0; i < s->n_layers; i++) {
+        /* Layer i's cache: rows [capacity, kv_dim] at i * stride. */
+        const tfm__encoder_layer *l = (const tfm__encoder_layer *)s->layers[i];
+        tfm_status st = tfm__encoder_layer_run_cached(
+            l, h, n, keys + i * stride, values + i * stride, past);
+        if (st != TFM_OK)
+            return st;
+    }
+    if (s->norm)
+        tfm__layer_norm_run(s->norm, h, n, h);
+    return TFM_OK;
+}
+
+/* The public constructors: a stack without variants, owned by the caller. */
 static tfm_status create(const tfm_layer_config *config, int64_t n_layers,
                          int final_norm, int decoder, tfm_module **out)
 {
@@ -151,39 +180,32 @@ tfm_status tfm_decoder_create(const tfm_layer_config *config, int64_t n_layers,
     return create(config, n_layers, final_norm, 1, out);
 }
 
-typedef struct stack_call {
-    const tfm__stack *stack;
-    int64_t B, L, S;
-    const float *memory;
-    const tfm__masks *masks, *memory_masks;
-} stack_call;
-
-static tfm_status stack_step(const void *ctx, float *x)
+/* The stacks' runs for tfm__encoder_forward / tfm__decoder_forward. */
+static tfm_status stack_step(const void *stack, float *x, int64_t B,
+                             int64_t L, const float *memory, int64_t S,
+                             const tfm__masks *masks,
+                             const tfm__masks *memory_masks)
 {
-    const stack_call *c = ctx;
-    return tfm__stack_run(c->stack, x, c->B, c->L, c->memory, c->S, c->masks,
-                          c->memory_masks);
+    return tfm__stack_run(stack, x, B, L, memory, S, masks, memory_masks);
 }
+
+static const tfm__block_kind encoder_kind = {
+    TFM_MODULE_ENCODER, "encoder", "tfm_encoder_forward",
+    offsetof(tfm__stack, config), stack_step
+};
 
 tfm_status tfm_encoder_forward(const tfm_module *encoder, const tfm_tensor *src,
                                const tfm_attention_masks *masks,
                                tfm_tensor *out)
 {
     TFM__PLAN_PIN();
-    tfm_status st = tfm__module_check(encoder, TFM_MODULE_ENCODER, "encoder");
-    if (st != TFM_OK)
-        return st;
-    const tfm__stack *s = (const tfm__stack *)encoder;
-    int64_t B, L;
-    tfm__masks m;
-    if ((st = tfm__check_activation(src, "src", s->config.d_model, &B, &L)) ||
-        (st = tfm__check_shape(out, "out", 3, src->shape)) ||
-        (st = tfm__masks_resolve(masks, B, s->config.n_heads, L, L,
-                                 "tfm_encoder_forward", &m)))
-        return st;
-    stack_call call = { s, B, L, 0, NULL, &m, NULL };
-    return tfm__run_copy(src->data, out->data, src->numel, stack_step, &call);
+    return tfm__encoder_forward(&encoder_kind, encoder, src, masks, out);
 }
+
+static const tfm__block_kind decoder_kind = {
+    TFM_MODULE_DECODER, "decoder", "tfm_decoder_forward",
+    offsetof(tfm__stack, config), stack_step
+};
 
 tfm_status tfm_decoder_forward(const tfm_module *decoder, const tfm_tensor *tgt,
                                const tfm_tensor *memory,
@@ -192,15 +214,6 @@ tfm_status tfm_decoder_forward(const tfm_module *decoder, const tfm_tensor *tgt,
                                tfm_tensor *out)
 {
     TFM__PLAN_PIN();
-    tfm_status st = tfm__module_check(decoder, TFM_MODULE_DECODER, "decoder");
-    if (st != TFM_OK)
-        return st;
-    const tfm__stack *s = (const tfm__stack *)decoder;
-    tfm__decoder_inputs in;
-    if ((st = tfm__check_decoder_inputs(&s->config, tgt, "tgt", memory,
-                                        tgt_masks, memory_masks, out, &in)))
-        return st;
-    stack_call call = { s, in.B, in.L, in.S, memory->data, &in.tgt_masks,
-                        &in.memory_masks };
-    return tfm__run_copy(tgt->data, out->data, tgt->numel, stack_step, &call);
+    return tfm__decoder_forward(&decoder_kind, decoder, tgt, memory, tgt_masks,
+                                memory_masks, out);
 }

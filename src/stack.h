@@ -4,9 +4,10 @@
 
 #include "layers_impl.h"
 
+/* N encoder or decoder layers and an optional final LayerNorm. */
 typedef struct tfm__stack {
     tfm_module base;
-    tfm_layer_config config;
+    tfm_layer_config config;        /* every layer's */
     int64_t n_layers;
     int decoder;                    /* 0: encoder layers, 1: decoder */
     tfm_module **layers;            /* n_layers encoder or decoder layers */
@@ -30,6 +31,15 @@ tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,
                           const float *memory, int64_t S,
                           const tfm__masks *masks,
                           const tfm__masks *memory_masks);
+
+/* The blocks of a decoder-only model (a stack of encoder layers) on n new
+ * positions h [n, d] of one sequence over its KV cache: layer i's keys and
+ * values are keys / values + i * stride, [capacity, kv_dim] each, holding
+ * `past` positions; the new ones are written at rows past .. past+n-1.
+ * Then the final norm.  Fails only with out-of-memory. */
+tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
+                                 float *keys, float *values, int64_t stride,
+                                 int64_t past);
 
 tfm_status tfm__stack_macs(const tfm__stack *s, int64_t B, int64_t L,
                            int64_t S, int64_t *acc);

@@ -15,6 +15,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "tokenizer_impl.h"
+#include "utf8.h"
 
 #define ASCII_LIMIT 128
 
@@ -34,102 +35,6 @@ typedef struct tfm__lookup {
 /* struct tfm_tokenizer is in tokenizer_impl.h: the character-level model
  * lives in the handle; the other kinds behind its ops. */
 
-/* ---- UTF-8 ------------------------------------------------------------ */
-
-/* Why a sequence was refused (index into UTF8_ERRORS). */
-enum {
-    UTF8_OK = 0,
-    UTF8_STRAY_CONTINUATION,
-    UTF8_BAD_LEAD,
-    UTF8_BAD_CONTINUATION,
-    UTF8_TRUNCATED,
-    UTF8_OVERLONG,
-    UTF8_SURROGATE,
-    UTF8_TOO_LARGE
-};
-
-static const char *const UTF8_ERRORS[] = {
-    "valid",
-    "unexpected continuation byte",
-    "byte that never occurs in UTF-8",
-    "missing continuation byte",
-    "truncated sequence",
-    "overlong encoding",
-    "UTF-16 surrogate",
-    "code point above U+10FFFF",
-};
-
-/* Decodes the sequence at s[0 .. len-1] (len >= 1) into *cp and *n_bytes.
- * Returns UTF8_OK or the reason the bytes are not valid UTF-8. */
-static int utf8_decode(const unsigned char *s, size_t len, uint32_t *cp,
-                       size_t *n_bytes)
-{
-    static const uint32_t min_for_length[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-    unsigned char b = s[0];
-    size_t n;
-    uint32_t c;
-    if (b < 0x80) {
-        *cp = b;
-        *n_bytes = 1;
-        return UTF8_OK;
-    }
-    if (b < 0xC0)
-        return UTF8_STRAY_CONTINUATION;
-    if (b < 0xE0) {
-        n = 2;
-        c = b & 0x1Fu;
-    } else if (b < 0xF0) {
-        n = 3;
-        c = b & 0x0Fu;
-    } else if (b < 0xF8) {
-        n = 4;
-        c = b & 0x07u;
-    } else {
-        return UTF8_BAD_LEAD;
-    }
-    for (size_t i = 1; i < n; i++) {
-        if (i >= len)
-            return UTF8_TRUNCATED;
-        if ((s[i] & 0xC0u) != 0x80u)
-            return UTF8_BAD_CONTINUATION;
-        c = (c << 6) | (s[i] & 0x3Fu);
-    }
-    if (c < min_for_length[n])
-        return UTF8_OVERLONG;
-    if (c >= 0xD800 && c <= 0xDFFF)
-        return UTF8_SURROGATE;
-    if (c > 0x10FFFF)
-        return UTF8_TOO_LARGE;
-    *cp = c;
-    *n_bytes = n;
-    return UTF8_OK;
-}
-
-/* UTF-8 bytes of a valid code point into out; returns their number. */
-static uint8_t utf8_encode(uint32_t c, char *out)
-{
-    if (c < 0x80) {
-        out[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        out[0] = (char)(0xC0 | (c >> 6));
-        out[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        out[0] = (char)(0xE0 | (c >> 12));
-        out[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (c >> 18));
-    out[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((c >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
-}
-
 /* Describes code point c for a message: "'x' (U+0078)", or only "U+000A"
  * for control characters, which would garble the message. */
 static void describe_code_point(uint32_t c, char *buf, size_t size)
@@ -139,7 +44,7 @@ static void describe_code_point(uint32_t c, char *buf, size_t size)
         return;
     }
     char bytes[5];
-    bytes[utf8_encode(c, bytes)] = '\0';
+    bytes[tfm__utf8_encode(c, bytes)] = '\0';
     snprintf(buf, size, "'%s' (U+%04X)", bytes, (unsigned)c);
 }
 
@@ -203,12 +108,12 @@ tfm_status tfm_tokenizer_create(const char *vocab, tfm_tokenizer **out)
     for (size_t pos = 0; pos < len;) {
         uint32_t c;
         size_t n;
-        int why = utf8_decode(s + pos, len - pos, &c, &n);
-        if (why != UTF8_OK)
+        const char *why = tfm__utf8_decode(s + pos, len - pos, &c, &n);
+        if (why)
             return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                              "vocabulary is not valid UTF-8: %s at byte "
                              "offset %zu",
-                             UTF8_ERRORS[why], pos);
+                             why, pos);
         count++;
         n_wide += c >= ASCII_LIMIT;
         pos += n;
@@ -244,7 +149,7 @@ tfm_status tfm_tokenizer_create(const char *vocab, tfm_tokenizer **out)
     for (size_t pos = 0; pos < len; id++) {
         uint32_t c;
         size_t n;
-        (void)utf8_decode(s + pos, len - pos, &c, &n);
+        (void)tfm__utf8_decode(s + pos, len - pos, &c, &n);
         tfm__token *tok = &t->tokens[id];
         tok->code_point = c;
         tok->n_bytes = (uint8_t)n;
@@ -375,11 +280,11 @@ tfm_status tfm_tokenizer_encode(const tfm_tokenizer *tokenizer,
     for (size_t pos = 0; pos < text_len; count++) {
         uint32_t c;
         size_t n;
-        int why = utf8_decode(s + pos, text_len - pos, &c, &n);
-        if (why != UTF8_OK)
+        const char *why = tfm__utf8_decode(s + pos, text_len - pos, &c, &n);
+        if (why)
             return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                              "text is not valid UTF-8: %s at byte offset %zu",
-                             UTF8_ERRORS[why], pos);
+                             why, pos);
         if (lookup(tokenizer, c) < 0) {
             char what[32];
             describe_code_point(c, what, sizeof what);
@@ -402,7 +307,7 @@ tfm_status tfm_tokenizer_encode(const tfm_tokenizer *tokenizer,
     for (size_t pos = 0; pos < text_len; k++) {
         uint32_t c;
         size_t n;
-        (void)utf8_decode(s + pos, text_len - pos, &c, &n);
+        (void)tfm__utf8_decode(s + pos, text_len - pos, &c, &n);
         ids[k] = lookup(tokenizer, c);
         pos += n;
     }

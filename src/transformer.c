@@ -35,7 +35,7 @@ tfm_status tfm_transformer_create(const tfm_layer_config *config,
 {
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
-    tfm_status st = tfm__config_check(config);
+    tfm_status st = tfm__layer_config_check(config);
     if (st != TFM_OK)
         return st;
     tfm__transformer *t = (tfm__transformer *)tfm__module_alloc(

@@ -646,6 +646,11 @@ static void test_header_not_utf8(void **state)
         assert_error_mentions(cases[i].why);
     }
     expect_format("{}\xc3", 0, "truncated"); /* cut at the end */
+    /* One validator with the tokenizer (src/utf8.c): a byte that is not a
+     * continuation is reported before the end of the buffer, and a bad lead
+     * byte gives the tokenizer's reason too. */
+    expect_format("{}\xe4(", 0, "missing continuation byte");
+    expect_format("{}\xff", 0, "never occurs in UTF-8");
     /* the extremes of the valid ranges are accepted */
     unsigned char *buf;
     tfm_safetensors *f = open_valid(
