@@ -303,6 +303,12 @@ static tfm_status create_feed_forward(const create_ctx *c, tfm_module **out)
     return tfm_feed_forward_create(8, 16, TFM_ACTIVATION_GELU_TANH, out);
 }
 
+static tfm_status create_linear(const create_ctx *c, tfm_module **out)
+{
+    (void)c;
+    return tfm_linear_create(8, 16, 1, out);
+}
+
 static tfm_status create_encoder_layer(const create_ctx *c, tfm_module **out)
 {
     return tfm_encoder_layer_create(&c->config, out);
@@ -488,6 +494,7 @@ static void test_create_layers(void **state)
         { "tfm_mha_create (kdim, vdim, no bias)", create_mha_kv },
         { "tfm_layer_norm_create", create_layer_norm },
         { "tfm_feed_forward_create", create_feed_forward },
+        { "tfm_linear_create", create_linear },
         { "tfm_encoder_layer_create", create_encoder_layer },
         { "tfm_decoder_layer_create", create_decoder_layer },
         { "tfm_cross_attention_create", create_cross_attention },

@@ -479,6 +479,15 @@ def test_torch_in_torch_out(rng):
         q.numpy(), q.numpy(), q.numpy())) is np.ndarray
     att = transformer.Attention(4, H)
     assert type(att(q, q, q)) is torch.Tensor
+    lm = transformer.Model(vocab_size=11, d_model=D, n_heads=H, n_layers=1,
+                           d_ff=F, context_length=8)
+    logits = lm.logits(torch.tensor([[1, 2, 3]]))
+    assert type(logits) is torch.Tensor and logits.shape == (1, 3, 11)
+    np.testing.assert_array_equal(logits.numpy(),
+                                  lm.logits(np.array([[1, 2, 3]])))
+    cache = lm.kv_cache()
+    assert type(cache.decode(torch.tensor([1, 2]))) is torch.Tensor
+    assert type(cache.decode([3])) is np.ndarray
 
 
 def test_torch_out_shares_the_result_memory(rng):

@@ -19,6 +19,7 @@ from ._core import (HandleOwner, Module, _Handle, as_float, as_float32,
                     as_ids, as_int, fspath)
 from ._errors import (FormatError, InvalidArgumentError,
                       ShapeError)
+from ._torch import torch_results
 from ._variants import default_dict, normalize, to_config, to_dict
 from .tokenizers import Tokenizer
 
@@ -289,6 +290,7 @@ class Model(Module):
         only the keywords that differ from the defaults)."""
         return self._options()[1]
 
+    @torch_results
     def logits(self, ids, tgt_ids=None):
         """Logits of every position, all at once.
 
@@ -512,6 +514,7 @@ class KVCache(HandleOwner):
             _ll.tfm_kv_cache_free, "kv_cache", owner=model._handle)
         model._cache_set.add(self)
 
+    @torch_results
     def decode(self, ids, last_only=False):
         """Appends token ids (an int or a 1-D sequence) and returns logits
         ``[n, vocab_size]``, or ``[vocab_size]`` of the last position with
