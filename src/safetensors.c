@@ -27,6 +27,7 @@
 #include "transformer/safetensors.h"
 #include "alloc.h"
 #include "error.h"
+#include "float16.h"
 #include "utf8.h"
 
 /* Largest integer accepted in the JSON header, 2^53 - 1: cJSON keeps
@@ -86,6 +87,12 @@ static uint64_t load_u64(const unsigned char *p)
     return (uint64_t)load_u32(p) | (uint64_t)load_u32(p + 4) << 32;
 }
 
+static void store_u16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
 static void store_u32(unsigned char *p, uint32_t v)
 {
     p[0] = (unsigned char)v;
@@ -107,30 +114,6 @@ static float float_from_bits(uint32_t bits)
     return f;
 }
 
-/* IEEE binary16 -> binary32 bits, exact: sign s, exponent e (bias 15),
- * mantissa m (10 bits).  Normal: 2^(e-15) * 1.m, rebiased to 127.
- * Subnormal (e = 0, m != 0): m * 2^-24, normalised by shifting m up until
- * its implicit bit (0x400) is set.  e = 31: infinity (m = 0) or NaN, with
- * the payload kept in the top mantissa bits. */
-static uint32_t f16_to_f32_bits(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    if (exp == 0x1f)
-        return sign | 0x7f800000u | mant << 13;
-    if (exp != 0)
-        return sign | (exp + 112u) << 23 | mant << 13;
-    if (mant == 0)
-        return sign;
-    exp = 113; /* 2^(113-127) = 2^-14, the subnormal scale times 2^10 */
-    while (!(mant & 0x400u)) {
-        mant <<= 1;
-        exp--;
-    }
-    return sign | exp << 23 | (mant & 0x3ffu) << 13;
-}
-
 /* n elements of dtype at src (any alignment) -> n float32 at dst. */
 static void convert_to_f32(int dtype, const unsigned char *src, int64_t n,
                            float *dst)
@@ -141,10 +124,12 @@ static void convert_to_f32(int dtype, const unsigned char *src, int64_t n,
             dst[i] = float_from_bits(load_u32(src + 4 * i));
             break;
         case TFM_DTYPE_F16:
-            dst[i] = float_from_bits(f16_to_f32_bits(load_u16(src + 2 * i)));
+            dst[i] = float_from_bits(
+                tfm__f16_to_f32_bits(load_u16(src + 2 * i)));
             break;
         case TFM_DTYPE_BF16:
-            dst[i] = float_from_bits((uint32_t)load_u16(src + 2 * i) << 16);
+            dst[i] = float_from_bits(
+                tfm__bf16_to_f32_bits(load_u16(src + 2 * i)));
             break;
         default: { /* F64, rounded to nearest */
             uint64_t bits = load_u64(src + 8 * i);
@@ -885,7 +870,8 @@ typedef struct w_tensor {
     int rank;
     int64_t shape[TFM_MAX_RANK];
     int64_t numel;
-    float *data; /* own copy */
+    tfm_dtype dtype; /* F32, F16 or BF16: how the file stores it */
+    float *data;     /* own copy, converted when the file is written */
 } w_tensor;
 
 struct tfm_safetensors_writer {
@@ -1006,9 +992,25 @@ tfm_status tfm_safetensors_writer_add(tfm_safetensors_writer *writer,
                                       const char *name,
                                       const tfm_tensor *tensor)
 {
+    return tfm_safetensors_writer_add_as(writer, name, tensor, TFM_DTYPE_F32);
+}
+
+tfm_status tfm_safetensors_writer_add_as(tfm_safetensors_writer *writer,
+                                         const char *name,
+                                         const tfm_tensor *tensor,
+                                         tfm_dtype dtype)
+{
     if (!writer || !name || !tensor)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL",
                          !writer ? "writer" : !name ? "name" : "tensor");
+    if ((int)dtype < 0 || (int)dtype >= TFM_DTYPE_COUNT)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "dtype %d is not a tfm_dtype", (int)dtype);
+    if (dtype != TFM_DTYPE_F32 && dtype != TFM_DTYPE_F16 &&
+        dtype != TFM_DTYPE_BF16)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "the writer stores F32, F16 or BF16, not %s",
+                         DTYPES[dtype].name);
     size_t pos = tensor_position(writer, name);
     w_tensor t;
     tfm_status st = check_name(writer, name, pos);
@@ -1021,6 +1023,7 @@ tfm_status tfm_safetensors_writer_add(tfm_safetensors_writer *writer,
         st = copy_tensor(name, tensor, &t);
     if (st != TFM_OK)
         return st;
+    t.dtype = dtype;
     memmove(&writer->tensors[pos + 1], &writer->tensors[pos],
             (writer->count - pos) * sizeof *writer->tensors);
     writer->tensors[pos] = t;
@@ -1087,10 +1090,16 @@ static int json_append_uint(cJSON *array, uint64_t v)
     return 1;
 }
 
+/* Bytes of t in the file (numel fits a tensor in memory, so no overflow). */
+static uint64_t tensor_bytes(const w_tensor *t)
+{
+    return (uint64_t)t->numel * DTYPES[t->dtype].size;
+}
+
 static int json_add_tensor(cJSON *root, const w_tensor *t, uint64_t begin)
 {
     cJSON *obj = cJSON_AddObjectToObject(root, t->name);
-    if (!obj || !cJSON_AddStringToObject(obj, "dtype", "F32"))
+    if (!obj || !cJSON_AddStringToObject(obj, "dtype", DTYPES[t->dtype].name))
         return 0;
     cJSON *shape = cJSON_AddArrayToObject(obj, "shape");
     if (!shape)
@@ -1100,7 +1109,7 @@ static int json_add_tensor(cJSON *root, const w_tensor *t, uint64_t begin)
             return 0;
     cJSON *offsets = cJSON_AddArrayToObject(obj, "data_offsets");
     return offsets && json_append_uint(offsets, begin) &&
-           json_append_uint(offsets, begin + (uint64_t)t->numel * 4);
+           json_append_uint(offsets, begin + tensor_bytes(t));
 }
 
 static int json_fill(cJSON *root, const tfm_safetensors_writer *w)
@@ -1118,7 +1127,7 @@ static int json_fill(cJSON *root, const tfm_safetensors_writer *w)
     for (size_t i = 0; i < w->count; i++) {
         if (!json_add_tensor(root, &w->tensors[i], offset))
             return 0;
-        offset += (uint64_t)w->tensors[i].numel * 4;
+        offset += tensor_bytes(&w->tensors[i]);
     }
     return 1;
 }
@@ -1172,20 +1181,26 @@ static tfm_status write_header(int fd, const char *json, const char *path)
     return st;
 }
 
-/* One tensor's floats as little-endian bytes, through a stack buffer. */
-static tfm_status write_floats(int fd, const float *data, int64_t n,
-                               const char *path)
+/* One tensor as little-endian bytes of its dtype (float16.h converts F16
+ * and BF16), through a stack buffer. */
+static tfm_status write_tensor(int fd, const w_tensor *t, const char *path)
 {
     unsigned char buf[4096];
+    const size_t size = DTYPES[t->dtype].size;
     const int64_t per = (int64_t)(sizeof buf / 4);
-    for (int64_t i = 0; i < n; i += per) {
-        int64_t k = n - i < per ? n - i : per;
+    for (int64_t i = 0; i < t->numel; i += per) {
+        int64_t k = t->numel - i < per ? t->numel - i : per;
         for (int64_t j = 0; j < k; j++) {
             uint32_t bits;
-            memcpy(&bits, &data[i + j], sizeof bits);
-            store_u32(buf + 4 * j, bits);
+            memcpy(&bits, &t->data[i + j], sizeof bits);
+            if (t->dtype == TFM_DTYPE_F32)
+                store_u32(buf + 4 * j, bits);
+            else
+                store_u16(buf + 2 * j, t->dtype == TFM_DTYPE_F16
+                                           ? tfm__f32_to_f16_bits(bits)
+                                           : tfm__f32_to_bf16_bits(bits));
         }
-        tfm_status st = write_all(fd, buf, (size_t)k * 4, path);
+        tfm_status st = write_all(fd, buf, (size_t)k * size, path);
         if (st != TFM_OK)
             return st;
     }
@@ -1198,14 +1213,38 @@ static tfm_status write_contents(int fd, const tfm_safetensors_writer *w,
 {
     tfm_status st = write_header(fd, json, path);
     for (size_t i = 0; st == TFM_OK && i < w->count; i++)
-        st = write_floats(fd, w->tensors[i].data, w->tensors[i].numel, path);
+        st = write_tensor(fd, &w->tensors[i], path);
     if (st == TFM_OK && fsync(fd) != 0)
         st = tfm__fail(TFM_ERR_IO, "cannot flush \"%s\": %s", path,
                        strerror(errno));
     return st;
 }
 
-/* Writes to tmp, then renames tmp to path; removes tmp on failure. */
+/* Flushes the directory holding path, so that the rename itself survives
+ * a crash.  Best effort: a directory that cannot be opened for reading, or
+ * a file system without directory fsync, leaves the (complete, renamed)
+ * file as it is. */
+static void sync_directory(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else if ((size_t)(slash - path) < sizeof dir)
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    else
+        return;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    (void)fsync(fd);
+    close(fd);
+}
+
+/* Writes to tmp (flushed with fsync), then renames tmp to path and flushes
+ * the directory; removes tmp on failure. */
 static tfm_status write_file(const tfm_safetensors_writer *w, const char *json,
                              const char *tmp, const char *path)
 {
@@ -1222,6 +1261,8 @@ static tfm_status write_file(const tfm_safetensors_writer *w, const char *json,
                        path, strerror(errno));
     if (st != TFM_OK)
         unlink(tmp);
+    else
+        sync_directory(path);
     return st;
 }
 

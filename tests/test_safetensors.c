@@ -404,6 +404,174 @@ static void test_writer_errors(void **state)
     tfm_tensor_free(t);
 }
 
+/* ---- F16 and BF16 writing (tfm_safetensors_writer_add_as) -------------- */
+
+/* Inputs (float32 bits) and the binary16 bits round-to-nearest-even gives,
+ * worked out by hand (binary16: 5-bit exponent bias 15, 10-bit mantissa;
+ * ulp of [1, 2) is 2^-10; subnormal unit 2^-24; largest finite 65504). */
+static const uint32_t F16_IN[] = {
+    0x3f800000u, /* 1.0                                  -> 0x3C00 */
+    0xc0000000u, /* -2.0                                 -> 0xC000 */
+    0x477fe000u, /* 65504, the largest finite half       -> 0x7BFF */
+    0x477fef00u, /* 65519: below 65520, the midpoint     -> 0x7BFF */
+    0x477ff000u, /* 65520: midpoint, 0x7BFF odd, so up   -> 0x7C00 inf */
+    0x501502f9u, /* 1e10                                 -> 0x7C00 */
+    0xff800000u, /* -inf                                 -> 0xFC00 */
+    0x3f801000u, /* 1 + 2^-11: midpoint of 1 and 1+2^-10, even 1.0
+                                                         -> 0x3C00 */
+    0x3f803000u, /* 1 + 3*2^-11: midpoint, 0x3C01 odd, up -> 0x3C02 */
+    0x3f801001u, /* just above 1 + 2^-11                 -> 0x3C01 */
+    0x33800000u, /* 2^-24, the smallest subnormal        -> 0x0001 */
+    0x33000000u, /* 2^-25: midpoint of 0 and 2^-24, even 0 -> 0x0000 */
+    0x33400000u, /* 0.75 * 2^-24: nearer 2^-24           -> 0x0001 */
+    0x33c00000u, /* 1.5 * 2^-24: midpoint of 1 and 2 units, even 2
+                                                         -> 0x0002 */
+    0x38800000u, /* 2^-14, the smallest normal           -> 0x0400 */
+    0x387fe000u, /* 1023.5 units: midpoint, 0x3FF odd, up -> 0x0400 */
+    0x387fc000u, /* 1023 units, the largest subnormal    -> 0x03FF */
+    0x80000000u, /* -0.0                                 -> 0x8000 */
+    0x00000001u, /* float32 subnormal 2^-149             -> 0x0000 */
+    0x7fc00000u, /* quiet NaN                            -> 0x7E00 */
+};
+static const uint16_t F16_OUT[] = {
+    0x3c00, 0xc000, 0x7bff, 0x7bff, 0x7c00, 0x7c00, 0xfc00, 0x3c00, 0x3c02,
+    0x3c01, 0x0001, 0x0000, 0x0001, 0x0002, 0x0400, 0x0400, 0x03ff, 0x8000,
+    0x0000, 0x7e00,
+};
+
+/* bfloat16 keeps the upper 16 bits, rounded to nearest even on the lower
+ * 16 (ulp of [1, 2) is 2^-7). */
+static const uint32_t BF16_IN[] = {
+    0x3f800000u, /* 1.0                                  -> 0x3F80 */
+    0x3f808000u, /* 1 + 2^-8: midpoint, 0x3F80 even      -> 0x3F80 */
+    0x3f818000u, /* 1 + 3*2^-8: midpoint, 0x3F81 odd, up -> 0x3F82 */
+    0x3f808001u, /* above the midpoint                   -> 0x3F81 */
+    0x40490fdbu, /* (float)pi: lower half 0x0FDB < 0x8000 -> 0x4049 */
+    0x7f7fffffu, /* FLT_MAX: lower half 0xFFFF rounds up into inf
+                                                         -> 0x7F80 */
+    0xff800000u, /* -inf                                 -> 0xFF80 */
+    0x80000000u, /* -0.0                                 -> 0x8000 */
+    0xffc00001u, /* a negative NaN                       -> 0x7FC0 */
+};
+static const uint16_t BF16_OUT[] = {
+    0x3f80, 0x3f80, 0x3f82, 0x3f81, 0x4049, 0x7f80, 0xff80, 0x8000, 0x7fc0,
+};
+
+#define N_F16 (sizeof F16_IN / sizeof F16_IN[0])
+#define N_BF16 (sizeof BF16_IN / sizeof BF16_IN[0])
+
+static tfm_tensor *tensor_of_bits(const uint32_t *bits, int64_t n)
+{
+    float v[32];
+    assert_true(n <= 32);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = f32_from_bits(bits[i]);
+    return make_tensor(1, &n, v);
+}
+
+static uint16_t le16(const unsigned char *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static void test_write_f16_bf16(void **state)
+{
+    (void)state;
+    char path[256];
+    tmp_path(path, sizeof path, "half.safetensors");
+    tfm_tensor *h = tensor_of_bits(F16_IN, (int64_t)N_F16);
+    tfm_tensor *b = tensor_of_bits(BF16_IN, (int64_t)N_BF16);
+    static const int64_t s2[1] = {2};
+    static const float two[2] = {1.5f, -3.25f};
+    tfm_tensor *f = make_tensor(1, s2, two);
+    tfm_safetensors_writer *wr = NULL;
+    assert_int_equal(tfm_safetensors_writer_create(&wr), TFM_OK);
+    assert_int_equal(tfm_safetensors_writer_add_as(wr, "h", h, TFM_DTYPE_F16),
+                     TFM_OK);
+    assert_int_equal(
+        tfm_safetensors_writer_add_as(wr, "b", b, TFM_DTYPE_BF16), TFM_OK);
+    assert_int_equal(tfm_safetensors_writer_add_as(wr, "f", f, TFM_DTYPE_F32),
+                     TFM_OK);
+    /* refused dtypes change nothing */
+    assert_int_equal(tfm_safetensors_writer_add_as(wr, "i", f, TFM_DTYPE_I32),
+                     TFM_ERR_UNSUPPORTED);
+    assert_error_mentions("I32");
+    assert_int_equal(tfm_safetensors_writer_add_as(wr, "i", f, TFM_DTYPE_F64),
+                     TFM_ERR_UNSUPPORTED);
+    assert_int_equal(
+        tfm_safetensors_writer_add_as(wr, "i", f, (tfm_dtype)TFM_DTYPE_COUNT),
+        TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(
+        tfm_safetensors_writer_add_as(wr, "i", f, (tfm_dtype)-1),
+        TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_safetensors_writer_add_as(NULL, "i", f,
+                                                   TFM_DTYPE_F16),
+                     TFM_ERR_NULL_ARGUMENT);
+    assert_int_equal(tfm_safetensors_writer_add_as(wr, "h", f, TFM_DTYPE_F16),
+                     TFM_ERR_INVALID_ARGUMENT); /* duplicate */
+    assert_int_equal(tfm_safetensors_writer_save(wr, path), TFM_OK);
+    tfm_safetensors_writer_free(wr);
+    tfm_tensor_free(h);
+    tfm_tensor_free(b);
+    tfm_tensor_free(f);
+    assert_int_equal(count_in_tmp(".tmp."), 0);
+
+    /* The data section, in name order b (BF16), f (F32), h (F16). */
+    size_t size;
+    unsigned char *bytes = read_bytes(path, &size);
+    uint64_t n = 0;
+    for (int i = 0; i < 8; i++)
+        n |= (uint64_t)bytes[i] << (8 * i);
+    assert_int_equal(size, 8 + n + 2 * N_BF16 + 8 + 2 * N_F16);
+    const unsigned char *data = bytes + 8 + n;
+    for (size_t i = 0; i < N_BF16; i++)
+        assert_int_equal(le16(data + 2 * i), BF16_OUT[i]);
+    data += 2 * N_BF16 + 8;
+    for (size_t i = 0; i < N_F16; i++)
+        assert_int_equal(le16(data + 2 * i), F16_OUT[i]);
+    assert_non_null(strstr((const char *)bytes + 8,
+                           "\"h\":{\"dtype\":\"F16\",\"shape\":[20]"));
+    free(bytes);
+
+    /* Read back: the dtypes, and the narrowed values widened exactly
+     * (F16 bits b: sign, exponent and mantissa shifted into float32's;
+     * BF16 bits b: b << 16). */
+    tfm_safetensors *file = NULL;
+    assert_int_equal(tfm_safetensors_open(path, &file), TFM_OK);
+    tfm_dtype dt;
+    assert_int_equal(tfm_safetensors_info(file, "h", &dt, NULL, NULL),
+                     TFM_OK);
+    assert_int_equal(dt, TFM_DTYPE_F16);
+    assert_int_equal(tfm_safetensors_info(file, "b", &dt, NULL, NULL),
+                     TFM_OK);
+    assert_int_equal(dt, TFM_DTYPE_BF16);
+    tfm_tensor *t = NULL;
+    assert_int_equal(tfm_safetensors_read(file, "b", &t), TFM_OK);
+    for (size_t i = 0; i < N_BF16; i++) {
+        uint32_t got = f32_bits(tfm_tensor_data(t)[i]);
+        if (BF16_OUT[i] == 0x7fc0)
+            assert_true(isnan(tfm_tensor_data(t)[i]));
+        else
+            assert_int_equal(got, (uint32_t)BF16_OUT[i] << 16);
+    }
+    tfm_tensor_free(t);
+    assert_int_equal(tfm_safetensors_read(file, "h", &t), TFM_OK);
+    const float *hv = tfm_tensor_data(t);
+    assert_true(hv[0] == 1.0f && hv[1] == -2.0f && hv[2] == 65504.0f);
+    assert_true(isinf(hv[4]) && hv[4] > 0 && isinf(hv[6]) && hv[6] < 0);
+    assert_true(hv[8] == 1.0f + 2.0f / 1024.0f);
+    assert_true(hv[10] == ldexpf(1.0f, -24) && hv[11] == 0.0f);
+    assert_true(hv[13] == ldexpf(2.0f, -24) && hv[14] == ldexpf(1.0f, -14));
+    assert_true(hv[17] == 0.0f && signbit(hv[17]) && isnan(hv[19]));
+    tfm_tensor_free(t);
+    assert_int_equal(tfm_safetensors_read(file, "f", &t), TFM_OK);
+    assert_true(tfm_tensor_data(t)[0] == 1.5f &&
+                tfm_tensor_data(t)[1] == -3.25f);
+    tfm_tensor_free(t);
+    tfm_safetensors_close(file);
+    unlink(path);
+}
+
 /* ---- A hand-written file at an odd data offset ------------------------ */
 
 /* Header length 223 (odd), so the data starts at file byte 231; in memory
@@ -1209,6 +1377,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_write_empty),
         cmocka_unit_test(test_writer_errors),
+        cmocka_unit_test(test_write_f16_bf16),
         cmocka_unit_test(test_odd_offset_memory),
         cmocka_unit_test(test_odd_offset_file),
         cmocka_unit_test(test_numpy_reference),

@@ -8,22 +8,34 @@ File layout (https://github.com/huggingface/safetensors):
     [...]      data section: raw little-endian tensor bytes, packed back to
                back with no gaps, in sorted tensor-name order
 
-JSON header:
+JSON header (compact, in this order, as libtransformer's writer prints it):
 
-    {"__metadata__": {str: str, ...},
+    {"__metadata__": {str: str, ...},                # keys sorted
      "<name>": {"dtype": "F32", "shape": [d0, d1, ...],
                 "data_offsets": [begin, end]},      # relative to data section
-     ...}
+     ...}                                           # names sorted
 
-Supported dtypes: F32 (float32), F16 (float16), BF16 (bfloat16; given as a
-float32 array and converted with round-to-nearest-even on the upper 16 bits).
+Supported dtypes: F32 (float32), F16 (float16, numpy's round-to-nearest-even
+conversion), BF16 (bfloat16; given as a float32 array and rounded to nearest
+even on the upper 16 bits, NaN written as 0x7FC0), as torch's
+.to(torch.float16) / .to(torch.bfloat16).
 
-    save_safetensors(path, tensors, metadata, dtype="F32")
+    save_safetensors(tensors, path, metadata=None, dtype="F32") -> bytes
     load_safetensors(path) -> (tensors, metadata)
     state_dict_to_numpy(module) -> {name: float32 ndarray}
+
+save_safetensors has the signature of the Python package's
+transformer.save_safetensors and writes the same bytes (rank-0 arrays
+aside: kept as shape [] here, stored as [1] by the package); it exists so
+that the reference generators (tools/make_*.py) and train_charlm.py run with
+numpy alone, before and independently of a build.  Files are written
+atomically: a temporary file in the same directory, fsync, rename, and an
+fsync of the directory.
 """
 
+import collections.abc
 import json
+import os
 import struct
 
 import numpy as np
@@ -42,10 +54,9 @@ def float32_to_bf16_bits(a):
     u = a.view(np.uint32).astype(np.uint64)
     rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
     out = rounded.astype(np.uint16)
-    # NaN must stay NaN (rounding could carry a NaN mantissa into infinity).
-    nan = np.isnan(a)
-    if nan.any():
-        out[nan] = ((u[nan] >> 16).astype(np.uint16)) | np.uint16(0x0040)
+    # NaN must stay NaN (rounding could carry a NaN mantissa into infinity):
+    # 0x7FC0, as c10::BFloat16 and libtransformer's writer.
+    out[np.isnan(a)] = np.uint16(0x7FC0)
     return out
 
 
@@ -55,56 +66,108 @@ def bf16_bits_to_float32(b):
     return (b.astype(np.uint32) << 16).view(np.float32)
 
 
+def dtype_name(dtype):
+    """The file's dtype name for "F32", "F16", "BF16" (any case) or the
+    numpy dtypes float32 and float16.  (transformer.save_safetensors also
+    takes torch dtypes and the names float16, half, bfloat16.)"""
+    if isinstance(dtype, str) and dtype.upper() in _DTYPES:
+        return dtype.upper()
+    by_numpy = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16"}
+    try:
+        return by_numpy[np.dtype(dtype)]
+    except (TypeError, KeyError):
+        raise ValueError("unsupported dtype %r (use F32, F16 or BF16)"
+                         % (dtype,)) from None
+
+
 def _encode(arr, dtype):
-    if dtype not in _DTYPES:
-        raise ValueError("unsupported dtype %r (use F32, F16 or BF16)" % dtype)
+    if hasattr(arr, "detach"):                       # a torch tensor
+        arr = arr.detach().cpu().float().numpy()
     arr = np.asarray(arr)
     if dtype == "F32":
         data = np.ascontiguousarray(arr, dtype="<f4")
     elif dtype == "F16":
-        data = np.ascontiguousarray(arr, dtype="<f2")
+        with np.errstate(over="ignore"):    # beyond 65504: inf, on purpose
+            data = np.ascontiguousarray(arr.astype(np.float32), dtype="<f2")
     else:  # BF16
         data = float32_to_bf16_bits(arr.astype(np.float32)).astype("<u2")
-    return data.tobytes(order="C")
+    return data.tobytes(order="C"), arr.shape
 
 
-def save_safetensors(path, tensors, metadata=None, dtype="F32", sort_keys=False):
-    """Write ``tensors`` ({name: ndarray}) to ``path`` in safetensors format.
+def _write_atomically(path, chunks):
+    """Writes the byte chunks to path through path.tmp.<pid> in the same
+    directory: fsync, rename over path, fsync of the directory."""
+    path = os.fspath(path)
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    try:
+        with open(tmp, "wb") as f:
+            for c in chunks:
+                f.write(c)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
-    ``dtype`` is either one dtype name for all tensors ("F32", "F16", "BF16")
-    or a dict {name: dtype name}; names missing from the dict get "F32".
+
+def save_safetensors(tensors, path, metadata=None, dtype="F32", *,
+                     sort_keys=False):
+    """Write ``tensors`` ({name: ndarray or torch tensor}) to ``path`` in
+    safetensors format, with the signature of transformer.save_safetensors.
+
     ``metadata`` is a {str: str} dict stored as "__metadata__".
-    ``sort_keys`` writes every JSON object of the header with sorted keys.
+    ``dtype`` is one dtype for all tensors ("F32", "F16", "BF16", or
+    numpy's float32 / float16) or a dict {name: dtype}; names missing from
+    the dict get "F32".
+    ``sort_keys`` (this tool only) writes every JSON object of the header
+    with sorted keys, the layout of the committed tests/fixtures files.
     Returns the number of bytes written.
     """
+    if isinstance(tensors, (str, bytes, os.PathLike)) and \
+            isinstance(path, collections.abc.Mapping):
+        raise TypeError("save_safetensors(tensors, path, metadata=None, "
+                        "dtype='F32'): the tensors come first, as in "
+                        "transformer.save_safetensors")
     metadata = dict(metadata or {})
     for k, v in metadata.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise TypeError("metadata keys and values must be str: %r=%r" % (k, v))
+    if isinstance(dtype, collections.abc.Mapping):
+        per_name = {k: dtype_name(v) for k, v in dtype.items()}
+        default = "F32"
+    else:
+        per_name, default = {}, dtype_name(dtype)
     header = {}
     if metadata:
-        header["__metadata__"] = metadata
+        header["__metadata__"] = dict(sorted(metadata.items()))
     chunks = []
     offset = 0
     for name in sorted(tensors):
         if name == "__metadata__":
             raise ValueError("tensor name __metadata__ is reserved")
-        dt = dtype.get(name, "F32") if isinstance(dtype, dict) else dtype
-        arr = np.asarray(tensors[name])
-        raw = _encode(arr, dt)
-        header[name] = {"dtype": dt, "shape": [int(d) for d in arr.shape],
+        dt = per_name.get(name, default)
+        raw, shape = _encode(tensors[name], dt)
+        header[name] = {"dtype": dt, "shape": [int(d) for d in shape],
                         "data_offsets": [offset, offset + len(raw)]}
         chunks.append(raw)
         offset += len(raw)
-    hjson = json.dumps(header, separators=(",", ":"), ensure_ascii=True,
+    hjson = json.dumps(header, separators=(",", ":"), ensure_ascii=False,
                        sort_keys=sort_keys).encode("utf-8")
     pad = (-(8 + len(hjson))) % 8
     hjson += b" " * pad
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hjson)))
-        f.write(hjson)
-        for raw in chunks:
-            f.write(raw)
+    _write_atomically(path, [struct.pack("<Q", len(hjson)), hjson] + chunks)
     return 8 + len(hjson) + offset
 
 
@@ -173,7 +236,7 @@ def _selftest():
     os.close(fd)
     try:
         for dt in ("F32", "F16", "BF16"):
-            n = save_safetensors(p, t, meta, dtype=dt)
+            n = save_safetensors(t, p, meta, dtype=dt)
             assert n == os.path.getsize(p)
             with open(p, "rb") as f:
                 assert (8 + struct.unpack("<Q", f.read(8))[0]) % 8 == 0

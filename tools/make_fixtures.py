@@ -980,12 +980,10 @@ def main(argv=None):
             if key.startswith("output.") and not np.isfinite(arr).all():
                 raise AssertionError("%s: %s is not finite" % (name, key))
         filename = name + ".safetensors"
-        # Sorted header keys, as the committed fixtures have them; written to
-        # a temporary name and renamed, so an interrupted run leaves no
-        # partial file.
+        # Sorted header keys, as the committed fixtures have them (written
+        # atomically: an interrupted run leaves no partial file).
         path = os.path.join(args.out, filename)
-        size = save_safetensors(path + ".tmp", tensors, meta, sort_keys=True)
-        os.replace(path + ".tmp", path)
+        size = save_safetensors(tensors, path, meta, sort_keys=True)
         written.add(filename)
         total += size
         print("%-36s %6d bytes" % (filename, size))

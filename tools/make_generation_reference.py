@@ -39,11 +39,12 @@ def main():
     stoi = {c: i for i, c in enumerate(vocab)}
     prompt_ids = [stoi[c] for c in args.prompt]
     ids, logits = generate(model, prompt_ids, args.max_tokens)
-    save_safetensors(args.out, {
+    save_safetensors({
         "prompt_ids": np.asarray(prompt_ids, np.float32),
         "ids": np.asarray(ids, np.float32),
         "logits": np.asarray(logits, np.float32),
-    }, {"prompt": args.prompt, "text": "".join(vocab[i] for i in ids)})
+    }, args.out, {"prompt": args.prompt,
+                  "text": "".join(vocab[i] for i in ids)})
     print(args.prompt + "".join(vocab[i] for i in ids))
 
 

@@ -171,8 +171,9 @@ def main():
         model.train()  # no fast paths; dropout is 0
         weights = {k: v.detach().numpy().astype(np.float32)
                    for k, v in model.state_dict().items()}
-        save_safetensors(os.path.join(args.out, name + ".safetensors"),
-                         weights, metadata(cfg))
+        save_safetensors(weights,
+                         os.path.join(args.out, name + ".safetensors"),
+                         metadata(cfg))
         model = model.double()
         g = torch.Generator().manual_seed(3000 + i)
         V, B, L = cfg["vocab_size"], cfg["B"], cfg["L"]
@@ -189,8 +190,9 @@ def main():
                 logits = model(ids)
                 ref["ids"] = ids.numpy().astype(np.float32)
         ref["logits"] = logits.numpy().astype(np.float32)
-        save_safetensors(os.path.join(args.out, name + ".ref.safetensors"),
-                         ref, {"case": name})
+        save_safetensors(ref,
+                         os.path.join(args.out, name + ".ref.safetensors"),
+                         {"case": name})
         print("wrote", name)
 
 

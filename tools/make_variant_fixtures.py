@@ -621,8 +621,8 @@ def main():
     for name, make in all_cases:
         tensors, meta = make(name)
         path = os.path.join(args.out, name + ".safetensors")
-        save_safetensors(path, {k: np.ascontiguousarray(v, dtype=np.float32)
-                                for k, v in tensors.items()}, meta)
+        save_safetensors({k: np.ascontiguousarray(v, dtype=np.float32)
+                          for k, v in tensors.items()}, path, meta)
         wanted.add(name + ".safetensors")
     for f in os.listdir(args.out):
         if f.endswith(".safetensors") and f not in wanted:

@@ -354,8 +354,8 @@ def main():
                    for k, v in model.state_dict().items()}
         meta = model_metadata(cfg)
         meta.update({"tfm.tokenizer": "char", "tfm.vocab": VOCAB})
-        save_safetensors(os.path.join(args.out, name + ".safetensors"),
-                         weights, meta)
+        save_safetensors(weights,
+                         os.path.join(args.out, name + ".safetensors"), meta)
         # The reference runs on the stored (float32-rounded) weights.
         model.load_state_dict({k: torch.from_numpy(v)
                                for k, v in weights.items()})
@@ -367,8 +367,9 @@ def main():
             logits = model(ids)
         ref = {"ids": ids.numpy().astype(np.float32),
                "logits": logits.numpy().astype(np.float32)}
-        save_safetensors(os.path.join(args.out, name + ".ref.safetensors"),
-                         ref, {"case": name})
+        save_safetensors(ref,
+                         os.path.join(args.out, name + ".ref.safetensors"),
+                         {"case": name})
         print("wrote", name)
 
 

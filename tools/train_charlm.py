@@ -219,7 +219,7 @@ def main():
         "tfm.val_loss_bpc": "%.4f" % val_bpc,
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    nbytes = save_safetensors(args.out, tensors, meta, dtype="F32")
+    nbytes = save_safetensors(tensors, args.out, meta, dtype="F32")
     back, bmeta = load_safetensors(args.out)
     assert bmeta == meta and sorted(back) == sorted(tensors)
     assert all(np.array_equal(back[k], tensors[k]) for k in tensors)

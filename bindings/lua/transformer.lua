@@ -576,19 +576,53 @@ function Module:load_state_dict(state_dict, strict)
   return set_parameters(self, tensors, strict, "state_dict")
 end
 
---- Writes the parameters to a safetensors file (F32, PyTorch names);
--- metadata: optional table of strings.
-function Module:save_safetensors(path, metadata)
-  local h = handle(self)
+-- dtype names of save_safetensors -> the core's tfm_dtype.
+local SAVE_DTYPES = {
+  F32 = "TFM_DTYPE_F32", f32 = "TFM_DTYPE_F32", float32 = "TFM_DTYPE_F32",
+  F16 = "TFM_DTYPE_F16", f16 = "TFM_DTYPE_F16", float16 = "TFM_DTYPE_F16",
+  half = "TFM_DTYPE_F16",
+  BF16 = "TFM_DTYPE_BF16", bf16 = "TFM_DTYPE_BF16", bfloat16 = "TFM_DTYPE_BF16",
+}
+local function save_dtype(dtype, name)
+  local d = dtype
+  if type(dtype) == "table" then d = dtype[name] end
+  if d == nil then return core.TFM_DTYPE_F32 end
+  local key = SAVE_DTYPES[d]
+  if not key then
+    fail("dtype %s: the writer stores \"F32\", \"F16\" or \"BF16\"", tostring(d))
+  end
+  return core[key]
+end
+
+-- Adds every (name, tensor) of pairs to a new writer with the metadata and
+-- saves it to path (tfm_safetensors_writer_save: temporary file, fsync,
+-- rename).
+local function write_safetensors(pairs_, path, metadata, dtype)
+  if type(path) ~= "string" then fail("path must be a string, got %s", type(path)) end
+  if dtype ~= nil and type(dtype) ~= "string" and not is_plain_table(dtype) then
+    fail("dtype must be a string or a table {name = dtype}, got %s", type(dtype))
+  end
   local w = core.tfm_safetensors_writer_create()
-  for _, name in ipairs(self:parameter_names()) do
-    core.tfm_safetensors_writer_add(w, name, get_parameter_tensor(h, name))
+  for _, p in ipairs(pairs_) do
+    core.tfm_safetensors_writer_add_as(w, p[1], p[2], save_dtype(dtype, p[1]))
   end
   for k, v in pairs(metadata or {}) do
     core.tfm_safetensors_writer_set_metadata(w, tostring(k), tostring(v))
   end
   core.tfm_safetensors_writer_save(w, path)
   core.close(w)
+end
+
+--- module:save_safetensors(path [, metadata [, dtype]]): writes the
+-- parameters to a safetensors file (PyTorch names); metadata: optional
+-- table of strings; dtype as M.save_safetensors's ("F32" by default).
+function Module:save_safetensors(path, metadata, dtype)
+  local h = handle(self)
+  local list = {}
+  for _, name in ipairs(self:parameter_names()) do
+    list[#list + 1] = { name, get_parameter_tensor(h, name) }
+  end
+  write_safetensors(list, path, metadata, dtype)
 end
 
 --- Loads the parameters from a safetensors file (F32, F16 or BF16) with
@@ -1666,21 +1700,19 @@ function M.load_safetensors_metadata(path)
   return meta
 end
 
---- save_safetensors(tensors, path, metadata): tensors {name = nested
--- table} written as F32 (the argument order of the safetensors library's
--- save_file); metadata an optional table of strings.
-function M.save_safetensors(tensors, path, metadata)
+--- save_safetensors(tensors, path [, metadata [, dtype]]): tensors {name =
+-- nested table} (the argument order of the safetensors library's
+-- save_file, and of the Python module's); metadata an optional table of
+-- strings; dtype "F32" (default), "F16" or "BF16" (also "float16", "half",
+-- "bfloat16"), or a table {name = dtype}: F16 and BF16 round to nearest
+-- even as torch's .to(torch.float16) / .to(torch.bfloat16).
+function M.save_safetensors(tensors, path, metadata, dtype)
   if not is_plain_table(tensors) then fail("tensors must be a table {name = values}") end
-  if type(path) ~= "string" then fail("path must be a string, got %s", type(path)) end
-  local w = core.tfm_safetensors_writer_create()
+  local list = {}
   for name, v in pairs(tensors) do
-    core.tfm_safetensors_writer_add(w, tostring(name), (to_tensor(v, tostring(name))))
+    list[#list + 1] = { tostring(name), (to_tensor(v, tostring(name))) }
   end
-  for k, v in pairs(metadata or {}) do
-    core.tfm_safetensors_writer_set_metadata(w, tostring(k), tostring(v))
-  end
-  core.tfm_safetensors_writer_save(w, path)
-  core.close(w)
+  write_safetensors(list, path, metadata, dtype)
 end
 
 ---------------------------------------------------------------------------

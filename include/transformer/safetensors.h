@@ -116,12 +116,30 @@ TFM_API tfm_status tfm_safetensors_writer_create(tfm_safetensors_writer **out);
 TFM_API void tfm_safetensors_writer_free(tfm_safetensors_writer *writer);
 
 /* Adds a copy of tensor as F32 under name (names must be unique and not
- * "__metadata__").  Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT
+ * "__metadata__"); tfm_safetensors_writer_add_as chooses F16 or BF16.  Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT
  * (duplicate or reserved name, name not valid UTF-8),
  * TFM_ERR_OUT_OF_MEMORY. */
 TFM_API tfm_status tfm_safetensors_writer_add(tfm_safetensors_writer *writer,
                                               const char *name,
                                               const tfm_tensor *tensor);
+
+/* Adds a copy of tensor under name, stored in the file as dtype:
+ * TFM_DTYPE_F32 (exactly; the same as tfm_safetensors_writer_add),
+ * TFM_DTYPE_F16 (IEEE 754 binary16) or TFM_DTYPE_BF16 (bfloat16, the upper
+ * half of a binary32).  Both round to nearest, ties to even, as PyTorch's
+ * Tensor.to(torch.float16) and Tensor.to(torch.bfloat16): in F16,
+ * magnitudes of 65520 and more become infinity, those of 2^-25 and less
+ * zero (with their sign), those below 2^-14 subnormal; in BF16 the range
+ * is float32's.  NaN is written as a quiet NaN (F16: 0x7e00 with the sign
+ * and top payload bits; BF16: 0x7fc0, c10::BFloat16's scalar conversion,
+ * where torch's vectorised one writes 0xffff, also a NaN).  tfm_safetensors_read widens the values back exactly.
+ * Since 1.2.
+ * Errors: those of tfm_safetensors_writer_add; TFM_ERR_INVALID_ARGUMENT
+ * (dtype not a tfm_dtype), TFM_ERR_UNSUPPORTED (a dtype other than F32,
+ * F16, BF16). */
+TFM_API tfm_status tfm_safetensors_writer_add_as(
+    tfm_safetensors_writer *writer, const char *name,
+    const tfm_tensor *tensor, tfm_dtype dtype);
 
 /* Adds (or replaces) a metadata entry.  Errors: TFM_ERR_NULL_ARGUMENT,
  * TFM_ERR_INVALID_ARGUMENT (key or value not valid UTF-8),
@@ -131,8 +149,10 @@ TFM_API tfm_status tfm_safetensors_writer_set_metadata(
 
 /* Writes the file: header padded with spaces so that the data starts at a
  * multiple of 8 bytes, tensors in name order, back to back.  The file is
- * written to a temporary name and renamed, so a failure leaves no partial
- * file.  Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_OUT_OF_MEMORY. */
+ * written to a temporary name in the same directory, flushed to disk
+ * (fsync), renamed over path, and the directory is flushed too (where it
+ * can be opened): a failure or a crash leaves either the old file or the
+ * whole new one, never a partial file.  Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_OUT_OF_MEMORY. */
 TFM_API tfm_status tfm_safetensors_writer_save(
     const tfm_safetensors_writer *writer, const char *path);
 

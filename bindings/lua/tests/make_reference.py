@@ -404,7 +404,7 @@ def tiny_model(out_dir):
         "tfm.embedding_scale": "false", "tfm.tokenizer": "char", "tfm.vocab": vocab,
     }
     path = os.path.join(out_dir, "tiny_model.safetensors")
-    save_safetensors(path, tensors, meta, dtype="F32")
+    save_safetensors(tensors, path, meta, dtype="F32")
     return {"file": "tiny_model.safetensors", "vocab": vocab, "context_length": ctx,
             "num_parameters": sum(int(v.size) for v in tensors.values()),
             "ids": ids.numpy().tolist(), "logits": out64(logits),

@@ -833,6 +833,21 @@ test("safetensors: module save/load and plain tensors", function()
   close(t2.a, { { 1, 2 }, { 3, 4 } }, "plain tensor", 0)
   equal(meta2.k, "v", "plain metadata")
   equal(T.load_safetensors_metadata(path).k, "v", "load_safetensors_metadata")
+  -- F16 and BF16, rounded to nearest even (worked by hand: in F16 65520 is
+  -- the midpoint past 65504 and goes to inf; 1 + 2^-11 is the midpoint of
+  -- 1 and 1 + 2^-10 and goes to the even 1; 1 + 3*2^-11 to 1 + 2^-9.  In
+  -- BF16 (ulp 2^-7 at 1) 1 + 2^-8 goes to 1, 1 + 3*2^-8 to 1 + 2^-6.)
+  T.save_safetensors({ h = { 1, 65520, 1 + 2^-11, 1 + 3 * 2^-11 },
+                       b = { 1 + 2^-8, 1 + 3 * 2^-8, -2.5 } }, path, nil,
+                     { h = "F16", b = "bfloat16" })
+  local t3 = T.load_safetensors(path)
+  close(t3.h, { 1, math.huge, 1, 1 + 2^-9 }, "F16 values", 0)
+  close(t3.b, { 1, 1 + 2^-6, -2.5 }, "BF16 values", 0)
+  m:save_safetensors(path, nil, "BF16")
+  local t4 = T.load_safetensors(path)
+  equal(#t4.in_proj_weight, #S.state.in_proj_weight, "module as BF16")
+  raises(function() T.save_safetensors({ a = { 1 } }, path, nil, "I32") end)
+  raises(function() T.save_safetensors({ a = { 1 } }, path, nil, 16) end)
   os.remove(path)
 end)
 

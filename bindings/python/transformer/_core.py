@@ -578,11 +578,12 @@ class Module(ModuleTree, HandleOwner):
                                                  src_len)
         return total
 
-    def save_safetensors(self, path, metadata=None):
-        """Writes state_dict() to a safetensors file (PyTorch names, F32),
-        with optional string metadata."""
+    def save_safetensors(self, path, metadata=None, dtype="F32"):
+        """Writes state_dict() to a safetensors file (PyTorch names), with
+        optional string metadata, stored as dtype ("F32", "F16", "BF16";
+        see transformer.save_safetensors).  Returns the bytes written."""
         from .safetensors import save_safetensors
-        save_safetensors(self.state_dict(), path, metadata)
+        return save_safetensors(self.state_dict(), path, metadata, dtype)
 
     def load_safetensors(self, path, strict=True):
         """Loads parameters from a safetensors file written by
