@@ -3,17 +3,18 @@
  *   transformer-generate [--model FILE] [--prompt TEXT] [--max-tokens N]
  *                        [--temperature T] [--top-k K] [--top-p P]
  *                        [--seed S] [--sample] [--greedy] [--threads N]
- *                        [--help] [--version]
+ *                        [--stop TEXT]... [--eos-token-id ID]...
+ *                        [--min-new-tokens N] [--repetition-penalty R]
+ *                        [--no-repeat-ngram-size N] [--help] [--version]
  *
  * Loads a decoder-only model and its tokenizer from one model file,
  * prints the prompt, then each generated character as soon as it is
- * produced.  The loop is tfm_model_generate's (model.h) written out so
- * that characters stream and prefill and decode are timed apart: prefill
- * the prompt into a KV cache, then sample, append one token per step;
- * once the sequence is longer than the context length, every further step
- * encodes the last context_length tokens afresh.  stdout is therefore
- * exactly the prompt followed by what tfm_model_generate returns for the
- * same model, prompt, sampling and seed (and a final newline); timings,
+ * produced, through a tfm_generator (model.h): tfm_generator_create
+ * prefills the prompt (timed as the prefill), each tfm_generator_next
+ * makes one token (timed as decoding) until a stop condition.  stdout is
+ * therefore exactly the prompt followed by what tfm_model_generate_v2
+ * returns for the same model, prompt and options (and a final newline);
+ * timings,
  * a line describing the model (positional encoding and attention variant,
  * from the file's metadata: model.h, variants.h) and the OpenBLAS core go
  * to stderr. */
@@ -39,6 +40,9 @@ char *openblas_get_corename(void);
 #define PROGRAM "transformer-generate"
 #define MODEL_ENV "TRANSFORMER_MODEL"
 
+/* The most --stop and --eos-token-id options. */
+#define MAX_LIST 64
+
 typedef struct options {
     const char *model;
     const char *prompt;
@@ -50,10 +54,20 @@ typedef struct options {
     int greedy_option;     /* --greedy */
     int64_t threads;       /* --threads: 0 = the library's default */
     int sample_option;     /* --sample */
+    /* --stop, --eos-token-id, --min-new-tokens, --repetition-penalty,
+     * --no-repeat-ngram-size (tfm_generate_options) */
+    const char *stops[MAX_LIST];
+    int64_t n_stops;
+    int32_t eos[MAX_LIST];
+    int64_t n_eos;
+    int64_t min_new_tokens;
+    float repetition_penalty;
+    int64_t no_repeat_ngram_size;
 } options;
 
-/* getopt_long's value for the long-only --sample. */
-enum { OPT_SAMPLE = 256 };
+/* getopt_long's values for the long-only options. */
+enum { OPT_SAMPLE = 256, OPT_STOP, OPT_EOS, OPT_MIN_NEW, OPT_REPETITION,
+       OPT_NO_REPEAT };
 
 static void usage(FILE *out)
 {
@@ -83,13 +97,29 @@ static void usage(FILE *out)
         "  -j, --threads N        threads for the forward passes (0: one per\n"
         "                         online processor, the default; at most 64\n"
         "                         are used)\n"
+        "      --max-new-tokens N the same as --max-tokens\n"
+        "      --stop TEXT        stop once the generated text contains TEXT "
+        "(may be\n"
+        "                         given up to 64 times)\n"
+        "      --eos-token-id ID  stop after token ID (may be given up to 64 "
+        "times)\n"
+        "      --min-new-tokens N no end-of-sequence token before N tokens\n"
+        "      --repetition-penalty R  CTRL's penalty R > 0 on tokens already "
+        "seen\n"
+        "                         (1: none, the default)\n"
+        "      --no-repeat-ngram-size N  no N-gram twice (0: no limit)\n"
         "  -h, --help             show this help and exit\n"
         "  -V, --version          show the version and exit\n"
         "\n"
         "Decoding is greedy unless --sample, --temperature, --top-k, --top-p "
         "or --seed\n"
         "is given (the Python and Lua generate's do_sample rule).\n"
-        "The text goes to stdout; prefill and decode speed to stderr.\n"
+        "The text goes to stdout, each character as it is generated; "
+        "prefill and\n"
+        "decode speed and why generation stopped to stderr.  The prompt must "
+        "fit in\n"
+        "the model's context; generation continues past it (the window "
+        "slides).\n"
         "\n"
         "The model file's metadata chooses the architecture, the positional "
         "encoding\n"
@@ -186,6 +216,12 @@ static int parse_options(int argc, char **argv, options *o)
         { "greedy", no_argument, NULL, 'g' },
         { "threads", required_argument, NULL, 'j' },
         { "sample", no_argument, NULL, OPT_SAMPLE },
+        { "max-new-tokens", required_argument, NULL, 'n' },
+        { "stop", required_argument, NULL, OPT_STOP },
+        { "eos-token-id", required_argument, NULL, OPT_EOS },
+        { "min-new-tokens", required_argument, NULL, OPT_MIN_NEW },
+        { "repetition-penalty", required_argument, NULL, OPT_REPETITION },
+        { "no-repeat-ngram-size", required_argument, NULL, OPT_NO_REPEAT },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -200,8 +236,14 @@ static int parse_options(int argc, char **argv, options *o)
     o->greedy_option = 0;
     o->threads = 0;
     o->sample_option = 0;
+    o->n_stops = 0;
+    o->n_eos = 0;
+    o->min_new_tokens = 0;
+    o->repetition_penalty = 1.0f;
+    o->no_repeat_ngram_size = 0;
 
     int c;
+    int64_t v;
     while ((c = getopt_long(argc, argv, "m:p:n:t:k:s:gj:hV", longs, NULL)) !=
            -1) {
         switch (c) {
@@ -253,6 +295,39 @@ static int parse_options(int argc, char **argv, options *o)
             o->sampling_option = 1;
             o->sample_option = 1;
             break;
+        case OPT_STOP:
+            if (!optarg[0])
+                return fail("--stop: the text must not be empty");
+            if (o->n_stops == MAX_LIST)
+                return fail("--stop: at most %d", MAX_LIST);
+            o->stops[o->n_stops++] = optarg;
+            break;
+        case OPT_EOS:
+            if (parse_int64("--eos-token-id", optarg, 0, &v))
+                return 1;
+            if (v > INT32_MAX)
+                return fail("--eos-token-id: %s is too large", optarg);
+            if (o->n_eos == MAX_LIST)
+                return fail("--eos-token-id: at most %d", MAX_LIST);
+            o->eos[o->n_eos++] = (int32_t)v;
+            break;
+        case OPT_MIN_NEW:
+            if (parse_int64("--min-new-tokens", optarg, 0, &o->min_new_tokens))
+                return 1;
+            break;
+        case OPT_REPETITION:
+            if (parse_float("--repetition-penalty", optarg,
+                            &o->repetition_penalty))
+                return 1;
+            if (!(o->repetition_penalty > 0.0f))
+                return fail("--repetition-penalty: %s must be greater than 0",
+                            optarg);
+            break;
+        case OPT_NO_REPEAT:
+            if (parse_int64("--no-repeat-ngram-size", optarg, 0,
+                            &o->no_repeat_ngram_size))
+                return 1;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -282,26 +357,27 @@ static int parse_options(int argc, char **argv, options *o)
 
 typedef struct timings {
     int64_t prefill_tokens;
-    double prefill_s;
-    int64_t decode_tokens;   /* forward steps after the prefill */
-    int64_t slides;          /* of which the window was encoded afresh */
-    double decode_s;         /* their forward passes and all sampling */
+    double prefill_s;        /* tfm_generator_create */
+    int64_t tokens;          /* generated */
+    int64_t slides;          /* steps that encoded the window afresh */
+    double decode_s;         /* every tfm_generator_next */
+    tfm_stop_reason reason;
 } timings;
 
-/* Prints the character of id (flushed). */
+/* Prints the text of id (flushed). */
 static int emit(const tfm_tokenizer *tok, int32_t id)
 {
-    char text[8];
+    char text[64];
     size_t len;
-    if (tfm_tokenizer_decode(tok, &id, 1, text, sizeof text, &len) != TFM_OK)
+    if (tfm_tokenizer_decode_v2(tok, &id, 1, 0, text, sizeof text, &len) !=
+        TFM_OK)
         return fail("cannot decode token %d: %s", id, tfm_last_error());
     fwrite(text, 1, len, stdout);
     fflush(stdout);
     return 0;
 }
 
-/* The loop of tfm_model_generate.  seq holds the last tokens: `cap` =
- * 2 * ctx slots, the window is its last ctx (or fewer) entries. */
+/* Generates with a tfm_generator, printing each token as it comes. */
 static int generate(const tfm_module *model, const tfm_tokenizer *tok,
                     const int32_t *prompt, int64_t n_prompt,
                     const options *o, timings *tm)
@@ -309,73 +385,52 @@ static int generate(const tfm_module *model, const tfm_tokenizer *tok,
     tfm_model_config cfg;
     if (tfm_model_get_config(model, &cfg) != TFM_OK)
         return fail("%s", tfm_last_error());
-    const int64_t ctx = cfg.context_length, V = cfg.vocab_size;
-    const int64_t cap = 2 * ctx;
-    int32_t *seq = malloc((size_t)cap * sizeof *seq);
-    tfm_kv_cache *cache = NULL;
-    tfm_tensor *logits = NULL;
-    const int64_t shape[2] = { 1, V };
-    int rc = 1;
-    if (!seq) {
-        fail("out of memory");
-        goto done;
-    }
-    if (tfm_kv_cache_create(model, ctx, &cache) != TFM_OK ||
-        tfm_tensor_create(2, shape, &logits) != TFM_OK) {
-        fail("%s", tfm_last_error());
-        goto done;
-    }
-    int64_t len = n_prompt < ctx ? n_prompt : ctx;
-    memcpy(seq, prompt + n_prompt - len, (size_t)len * sizeof *seq);
+    tfm_generate_options g;
+    tfm_generate_options_init(&g);
+    g.max_new_tokens = o->max_tokens;
+    g.min_new_tokens = o->min_new_tokens;
+    g.sampling = o->sampling;
+    g.seed = o->seed;
+    g.eos_token_ids = o->eos;
+    g.n_eos_token_ids = o->n_eos;
+    g.stop_strings = o->stops;
+    g.n_stop_strings = o->n_stops;
+    g.tokenizer = tok;
+    g.repetition_penalty = o->repetition_penalty;
+    g.no_repeat_ngram_size = o->no_repeat_ngram_size;
 
+    tfm_generator *gen = NULL;
     double t0 = now_seconds();
-    if (tfm_kv_cache_decode(cache, seq, len, logits) != TFM_OK) {
-        fail("prefill failed: %s", tfm_last_error());
-        goto done;
-    }
-    tm->prefill_tokens = len;
+    if (tfm_generator_create(model, prompt, n_prompt, &g, &gen) != TFM_OK)
+        return fail("%s", tfm_last_error());
+    tm->prefill_tokens = n_prompt;
     tm->prefill_s = now_seconds() - t0;
-
-    tfm_rng rng;
-    tfm_rng_seed(&rng, o->seed);
-    for (int64_t t = 0; t < o->max_tokens; t++) {
-        t0 = now_seconds();
+    int rc = 1;
+    for (;;) {
         int32_t id;
-        if (tfm_sample(tfm_tensor_data(logits), V, &o->sampling, &rng, &id) !=
-            TFM_OK) {
-            fail("sampling failed: %s", tfm_last_error());
-            goto done;
-        }
-        if (len == cap) {   /* keep the last ctx tokens */
-            memmove(seq, seq + len - ctx, (size_t)ctx * sizeof *seq);
-            len = ctx;
-        }
-        seq[len++] = id;
-        tfm_status st = TFM_OK;
-        if (t + 1 < o->max_tokens) {
-            if (tfm_kv_cache_length(cache) < tfm_kv_cache_capacity(cache)) {
-                st = tfm_kv_cache_decode(cache, &id, 1, logits);
-            } else {
-                tfm_kv_cache_reset(cache);
-                st = tfm_kv_cache_decode(cache, seq + len - ctx, ctx, logits);
-                tm->slides++;
-            }
-            tm->decode_tokens++;
-        }
+        int produced;
+        t0 = now_seconds();
+        tfm_status st = tfm_generator_next(gen, &id, &produced);
         tm->decode_s += now_seconds() - t0;
-        if (emit(tok, id))
-            goto done;
         if (st != TFM_OK) {
             fputc('\n', stdout);
             fail("decoding failed: %s", tfm_last_error());
             goto done;
         }
+        if (!produced)
+            break;
+        /* Every step after the first runs the previous token; once the
+         * cache holds the context, that re-encodes the window. */
+        if (tm->tokens > 0 && n_prompt + tm->tokens > cfg.context_length)
+            tm->slides++;
+        tm->tokens++;
+        if (emit(tok, id))
+            goto done;
     }
+    tm->reason = tfm_generator_stop_reason(gen);
     rc = 0;
 done:
-    free(seq);
-    tfm_kv_cache_free(cache);
-    tfm_tensor_free(logits);
+    tfm_generator_free(gen);
     return rc;
 }
 
@@ -489,17 +544,23 @@ static void report(const tfm_module *model, const timings *tm,
         snprintf(rate, sizeof rate, "- tokens/s");
     fprintf(stderr, "prefill: %lld tokens in %.3f ms (%s)\n",
             (long long)tm->prefill_tokens, 1e3 * tm->prefill_s, rate);
-    if (tm->decode_s > 0 && tm->decode_tokens > 0)
+    if (tm->decode_s > 0 && tm->tokens > 0)
         snprintf(rate, sizeof rate, "%.1f tokens/s",
-                 (double)tm->decode_tokens / tm->decode_s);
+                 (double)tm->tokens / tm->decode_s);
     else
         snprintf(rate, sizeof rate, "- tokens/s");
     fprintf(stderr, "decode:  %lld tokens in %.3f ms (%s)",
-            (long long)tm->decode_tokens, 1e3 * tm->decode_s, rate);
+            (long long)tm->tokens, 1e3 * tm->decode_s, rate);
     if (tm->slides)
         fprintf(stderr, ", %lld of them re-encoding the full window",
                 (long long)tm->slides);
     fputc('\n', stderr);
+    static const char *const reasons[] = {
+        "-", "max-tokens reached", "end-of-sequence token",
+        "stop string", "callback" };
+    fprintf(stderr, "stopped: %s\n",
+            (int)tm->reason >= 0 && (int)tm->reason <= 4
+                ? reasons[tm->reason] : "?");
     if (o->sampling.greedy)
         fprintf(stderr, "sampling: greedy\n");
     else
@@ -581,8 +642,8 @@ int main(int argc, char **argv)
 
     fputs(o.prompt, stdout);
     fflush(stdout);
-    timings tm = { 0, 0.0, 0, 0, 0.0 };
-    if (o.max_tokens > 0 && generate(model, tok, prompt, n_prompt, &o, &tm))
+    timings tm = { 0, 0.0, 0, 0, 0.0, TFM_STOP_MAX_NEW_TOKENS };
+    if (generate(model, tok, prompt, n_prompt, &o, &tm))
         goto done;
     fputc('\n', stdout);
     fflush(stdout);

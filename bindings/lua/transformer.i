@@ -58,18 +58,21 @@
 %nodefaultctor tfm_module;
 %nodefaultctor tfm_tokenizer;
 %nodefaultctor tfm_kv_cache;
+%nodefaultctor tfm_generator;
 %nodefaultctor tfm_safetensors;
 %nodefaultctor tfm_safetensors_writer;
 struct tfm_tensor {};
 struct tfm_module {};
 struct tfm_tokenizer {};
 struct tfm_kv_cache {};
+struct tfm_generator {};
 struct tfm_safetensors {};
 struct tfm_safetensors_writer {};
 %extend tfm_tensor { ~tfm_tensor() { tfm_tensor_free($self); } }
 %extend tfm_module { ~tfm_module() { tfm_module_free($self); } }
 %extend tfm_tokenizer { ~tfm_tokenizer() { tfm_tokenizer_free($self); } }
 %extend tfm_kv_cache { ~tfm_kv_cache() { tfm_kv_cache_free($self); } }
+%extend tfm_generator { ~tfm_generator() { tfm_generator_free($self); } }
 %extend tfm_safetensors { ~tfm_safetensors() { tfm_safetensors_close($self); } }
 %extend tfm_safetensors_writer {
   ~tfm_safetensors_writer() { tfm_safetensors_writer_free($self); }
@@ -1067,6 +1070,131 @@ static int tfml_model_generate(lua_State *L)
     return 1;
 }
 
+/* generator_create(model, prompt_ids, options [, tokenizer]) -> generator
+ * (tfm_generator_create).  options: max_new_tokens, min_new_tokens,
+ * sampling (a sampling table), seed, eos_token_id (a table of ids),
+ * stop_strings (a table of strings), repetition_penalty,
+ * no_repeat_ngram_size; absent keys take tfm_generate_options_init's
+ * defaults.  The generator keeps the model alive and is closed with it. */
+static int tfml_generator_create(lua_State *L)
+{
+    static const char *const keys[] = {
+        "max_new_tokens", "min_new_tokens", "sampling", "seed",
+        "eos_token_id", "stop_strings", "repetition_penalty",
+        "no_repeat_ngram_size", NULL };
+    lua_settop(L, 4);
+    const tfm_module *model = (const tfm_module *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_module, "model");
+    int64_t batch, n_prompt, i, n;
+    const int32_t *prompt = tfml_read_ids(L, 2, &batch, &n_prompt, "prompt");
+    tfm_generate_options o;
+    tfm_generator *g = NULL;
+    tfm_status st;
+    if (batch != 1)
+        return luaL_error(L, "prompt must be one sequence of ids");
+    if (!lua_istable(L, 3))
+        return luaL_error(L, "options must be a table, got %s",
+                          luaL_typename(L, 3));
+    tfml_check_keys(L, 3, keys, "options");
+    tfm_generate_options_init(&o);
+    if (tfml_field(L, 3, "max_new_tokens")) {
+        o.max_new_tokens = tfml_tointeger(L, -1, "max_new_tokens");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, 3, "min_new_tokens")) {
+        o.min_new_tokens = tfml_tointeger(L, -1, "min_new_tokens");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, 3, "sampling")) {
+        tfml_read_sampling(L, -1, &o.sampling);
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, 3, "seed")) {
+        o.seed = (uint64_t)tfml_tointeger(L, -1, "seed");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, 3, "repetition_penalty")) {
+        o.repetition_penalty =
+            (float)tfml_tonumber(L, -1, "repetition_penalty");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, 3, "no_repeat_ngram_size")) {
+        o.no_repeat_ngram_size = tfml_tointeger(L, -1, "no_repeat_ngram_size");
+        lua_pop(L, 1);
+    }
+    /* The arrays stay on the stack (scratch above the arguments) until the
+     * call returns; tfm_generator_create copies them. */
+    if (tfml_field(L, 3, "eos_token_id")) {
+        int t = lua_gettop(L);
+        int32_t *eos;
+        if (!lua_istable(L, t))
+            return luaL_error(L, "eos_token_id must be a table of ids");
+        n = (int64_t)lua_rawlen(L, t);
+        eos = (int32_t *)tfml_scratch(L, (size_t)(n ? n : 1) * sizeof *eos);
+        for (i = 0; i < n; i++) {
+            lua_Integer v;
+            lua_rawgeti(L, t, i + 1);
+            v = tfml_tointeger(L, -1, "eos_token_id");
+            lua_pop(L, 1);
+            if (v < INT32_MIN || v > INT32_MAX)
+                return luaL_error(L, "eos_token_id %I is outside the "
+                                  "vocabulary", v);
+            eos[i] = (int32_t)v;
+        }
+        o.eos_token_ids = eos;
+        o.n_eos_token_ids = n;
+    }
+    if (tfml_field(L, 3, "stop_strings")) {
+        int t = lua_gettop(L);
+        const char **stops;
+        if (!lua_istable(L, t))
+            return luaL_error(L, "stop_strings must be a table of strings");
+        n = (int64_t)lua_rawlen(L, t);
+        stops = (const char **)tfml_scratch(L, (size_t)(n ? n : 1)
+                                                   * sizeof *stops);
+        for (i = 0; i < n; i++) {
+            lua_rawgeti(L, t, i + 1);
+            if (lua_type(L, -1) != LUA_TSTRING)
+                return luaL_error(L, "stop_strings[%d] must be a string, "
+                                  "got %s", (int)(i + 1),
+                                  luaL_typename(L, -1));
+            stops[i] = lua_tostring(L, -1);   /* held by the table */
+            lua_pop(L, 1);
+        }
+        o.stop_strings = stops;
+        o.n_stop_strings = n;
+    }
+    if (!lua_isnil(L, 4))
+        o.tokenizer = (const tfm_tokenizer *)tfml_check_handle(
+            L, 4, SWIGTYPE_p_tfm_tokenizer, "tokenizer");
+    tfm_clear_error();
+    st = tfm_generator_create(model, prompt, n_prompt, &o, &g);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    SWIG_NewPointerObj(L, g, SWIGTYPE_p_tfm_generator, 1);
+    tfml_register_cache(L, -1, 1);
+    return 1;
+}
+
+/* generator_next(generator) -> the next id, or nil once it has ended. */
+static int tfml_generator_next(lua_State *L)
+{
+    tfm_generator *g = (tfm_generator *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_generator, "generator");
+    int32_t id = 0;
+    int produced = 0;
+    tfm_status st;
+    tfm_clear_error();
+    st = tfm_generator_next(g, &id, &produced);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    if (produced)
+        lua_pushinteger(L, id);
+    else
+        lua_pushnil(L);
+    return 1;
+}
+
 /* model_seq2seq_logits(model, src_ids, tgt_ids, logits): src [B][S] and
  * tgt [B][L] ids (flat tables for B = 1) into logits [B, L, vocab]. */
 static int tfml_model_seq2seq_logits(lua_State *L)
@@ -1285,6 +1413,8 @@ static int tfml_tokenizer_special_id(lua_State *L)
 %native(close) int tfml_close(lua_State *L);
 %native(is_closed) int tfml_is_closed(lua_State *L);
 %native(model_generate) int tfml_model_generate(lua_State *L);
+%native(generator_create) int tfml_generator_create(lua_State *L);
+%native(generator_next) int tfml_generator_next(lua_State *L);
 %native(model_seq2seq_logits) int tfml_model_seq2seq_logits(lua_State *L);
 %native(tokenizer_encode) int tfml_tokenizer_encode(lua_State *L);
 %native(tokenizer_decode) int tfml_tokenizer_decode(lua_State *L);
@@ -1419,6 +1549,7 @@ TFML_HANDLE_CHECK(tfm_tensor, "tensor")
 TFML_HANDLE_CHECK(tfm_module, "module")
 TFML_HANDLE_CHECK(tfm_tokenizer, "tokenizer")
 TFML_HANDLE_CHECK(tfm_kv_cache, "KV cache")
+TFML_HANDLE_CHECK(tfm_generator, "generator")
 TFML_HANDLE_CHECK(tfm_safetensors, "safetensors file")
 TFML_HANDLE_CHECK(tfm_safetensors_writer, "safetensors writer")
 TFML_HANDLE_CHECK(tfm_rng, "random generator")
@@ -1597,6 +1728,7 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %ignore tfm_module_free;
 %ignore tfm_tokenizer_free;
 %ignore tfm_kv_cache_free;
+%ignore tfm_generator_free;
 %ignore tfm_safetensors_close;
 %ignore tfm_safetensors_writer_free;
 /* Raw memory: tables cross the boundary through the tensor natives. */
@@ -1613,6 +1745,11 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %ignore tfm_tokenizer_token_to_id;
 %ignore tfm_tokenizer_special_id;
 %ignore tfm_model_generate;
+%ignore tfm_model_generate_v2;
+%ignore tfm_generator_create;
+%ignore tfm_generator_next;
+%ignore tfm_generate_options;
+%ignore tfm_generate_options_init;
 %ignore tfm_model_seq2seq_logits;
 /* Value structs travel as tables. */
 %ignore tfm_attention_masks;

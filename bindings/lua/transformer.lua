@@ -1771,9 +1771,9 @@ end
 Tokenizer.from_pretrained = Tokenizer.load
 M.load_tokenizer = Tokenizer.load
 
-local KINDS = { [0] = "char", [1] = "byte_bpe", [2] = "wordpiece" }
+local KINDS = { [0] = "char", [1] = "byte_bpe" }
 
---- tok:kind() -> "char", "byte_bpe" or "wordpiece".
+--- tok:kind() -> "char" or "byte_bpe".
 function Tokenizer:kind()
   local k = core.tfm_tokenizer_get_kind(handle(self))
   return KINDS[k] or fmt("kind %d", k)
@@ -2197,34 +2197,113 @@ function Model:forward(ids, tgt_ids)
 end
 
 local GEN_OPTIONS = { "max_new_tokens", "temperature", "top_k", "top_p", "seed", "greedy",
-                      "do_sample" }
+                      "do_sample", "min_new_tokens", "eos_token_id", "stop_strings",
+                      "repetition_penalty", "no_repeat_ngram_size" }
 
---- model:generate(prompt, {max_new_tokens=100, temperature=nil, top_k=nil,
---  top_p=nil, seed=nil, greedy=nil, do_sample=nil}) (decoder-only models;
---  with a KV cache, the window sliding once the sequence is longer than
---  context_length).
---  prompt: a string, or a table of token ids.  Decoding is greedy (argmax)
---  unless sampling is asked for: do_sample = true, or any of temperature
---  (default 1; 0 means greedy), top_k (default 0: all), top_p (default 1:
---  no limit), seed (default 42; the same seed gives the same text) given,
---  as transformer-generate's --temperature, --top-k, --top-p, --seed.
---  greedy = true (or do_sample = false) decodes greedily whatever else is
---  given.
---  Returns, for a string prompt, the generated text (the prompt not
---  repeated) and the new ids; for an ids prompt, the new ids.
-function Model:generate(prompt, opts)
+-- A core generator (tfm_generator_create) for generate's options.
+local function new_generator(self, prompt, opts, what)
   local h = handle(self)
-  opts = check_options("generate", opts, GEN_OPTIONS)
-  local as_text = type(prompt) == "string"
+  opts = check_options(what, opts, GEN_OPTIONS)
   local ids = model_ids(self, prompt)
   local _, nested, _, L = ids_shape(ids, "prompt")
   if nested then fail("prompt must be one sequence (a string or a flat table of ids)") end
   if L < 1 then fail("prompt must not be empty") end
-  local n = opts.max_new_tokens == nil and 100 or check_int("max_new_tokens", opts.max_new_tokens, 0)
   local sampling, seed = sampling_table(opts)
-  local new_ids = core.model_generate(h, ids, n, sampling, seed)
-  if as_text then return self.tokenizer:decode(new_ids), new_ids end
+  local o = {
+    max_new_tokens = opts.max_new_tokens == nil and 100
+      or check_int("max_new_tokens", opts.max_new_tokens, 0),
+    sampling = sampling, seed = seed,
+  }
+  if opts.min_new_tokens ~= nil then o.min_new_tokens = check_int("min_new_tokens", opts.min_new_tokens) end
+  if opts.repetition_penalty ~= nil then
+    o.repetition_penalty = check_number("repetition_penalty", opts.repetition_penalty)
+  end
+  if opts.no_repeat_ngram_size ~= nil then
+    o.no_repeat_ngram_size = check_int("no_repeat_ngram_size", opts.no_repeat_ngram_size)
+  end
+  local eos = opts.eos_token_id
+  if eos ~= nil then o.eos_token_id = type(eos) == "table" and eos or { eos } end
+  local tok
+  local stops = opts.stop_strings
+  if stops ~= nil then
+    o.stop_strings = type(stops) == "table" and stops or { stops }
+    tok = rawget(self, "tokenizer")
+    if tok == nil then fail("stop_strings need the model's tokenizer, and this model has none") end
+    tok = handle(tok)
+  end
+  return core.generator_create(h, ids, o, tok)
+end
+
+--- model:generate(prompt, {max_new_tokens=100, temperature=nil, top_k=nil,
+--  top_p=nil, seed=nil, greedy=nil, do_sample=nil, min_new_tokens=0,
+--  eos_token_id=nil, stop_strings=nil, repetition_penalty=1,
+--  no_repeat_ngram_size=0}) (decoder-only models; with a KV cache, the
+--  window sliding once the sequence is longer than context_length).  The
+--  names are Hugging Face generate()'s, as in Python.
+--  prompt: a string, or a table of 1 .. context_length token ids.
+--  Decoding is greedy (argmax) unless sampling is asked for: do_sample =
+--  true, or any of temperature (default 1; 0 means greedy), top_k (default
+--  0: all), top_p (default 1: no limit), seed (default 42; the same seed
+--  gives the same text) given, as transformer-generate's --temperature,
+--  --top-k, --top-p, --seed.  greedy = true (or do_sample = false) decodes
+--  greedily whatever else is given.
+--  Generation stops after max_new_tokens, after an EOS id (eos_token_id: an
+--  id or a table of ids; the EOS token is returned), or once the generated
+--  text contains one of stop_strings (a string or a table of strings; it may
+--  span tokens).  min_new_tokens masks the EOS ids until that many tokens
+--  are generated; repetition_penalty is CTRL's (a logit x of a token already
+--  seen becomes x / r if x > 0, else x * r); no_repeat_ngram_size n forbids
+--  any n-gram twice.
+--  Returns, for a string prompt, the generated text (the prompt not
+--  repeated) and the new ids; for an ids prompt, the new ids.
+function Model:generate(prompt, opts)
+  local g = new_generator(self, prompt, opts, "generate")
+  local new_ids = {}
+  while true do
+    local id = core.generator_next(g)
+    if id == nil then break end
+    new_ids[#new_ids + 1] = id
+  end
+  core.close(g)
+  if type(prompt) == "string" then return self.tokenizer:decode(new_ids), new_ids end
   return new_ids
+end
+
+--- model:stream(prompt, opts): an iterator over what model:generate(prompt,
+--  opts) returns, as it is generated: for a string prompt, text pieces
+--  (each new piece of text once it is whole UTF-8 characters;
+--  table.concat of them is generate's text) and, second, the piece's ids;
+--  for an ids prompt, one id per token.
+--    for piece in model:stream("And God said", {max_new_tokens = 50}) do
+--      io.write(piece) end
+function Model:stream(prompt, opts)
+  local g = new_generator(self, prompt, opts, "stream")
+  local as_text = type(prompt) == "string"
+  local tok = self.tokenizer
+  local pending = {}
+  return function()
+    while true do
+      local id = core.generator_next(g)
+      if id == nil then
+        core.close(g)
+        if #pending > 0 then
+          local ids = pending
+          pending = {}
+          return tok:decode(ids), ids
+        end
+        return nil
+      end
+      if not as_text then return id end
+      pending[#pending + 1] = id
+      local ok, text = pcall(tok.decode, tok, pending)
+      -- A character cut in the middle waits for its next bytes.
+      if ok and utf8.len(text) then
+        local ids = pending
+        pending = {}
+        return text, ids
+      end
+    end
+  end
 end
 
 --- model:save(path [, metadata]): writes a model file: configuration,

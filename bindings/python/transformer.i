@@ -264,6 +264,7 @@ static PyObject *tfmpy_array_from_tensor(const tfm_tensor *tensor)
 %enddef
 TFMPY_HANDLE_OUT(tfm_module)
 TFMPY_HANDLE_OUT(tfm_kv_cache)
+TFMPY_HANDLE_OUT(tfm_generator)
 TFMPY_HANDLE_OUT(tfm_tokenizer)
 TFMPY_HANDLE_OUT(tfm_safetensors)
 TFMPY_HANDLE_OUT(tfm_safetensors_writer)
@@ -275,6 +276,7 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
 
 %apply int64_t *OUTPUT { int64_t *macs };
 %apply int32_t *OUTPUT { int32_t *id };
+%apply int *OUTPUT { int *produced };
 %apply int *OUTPUT { tfm_dtype *dtype };
 
 /* (int *rank, int64_t *shape) -> a tuple of ints, the shape. */
@@ -334,6 +336,15 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
 /* Replaced by the helpers below, whose arguments fit the typemaps. */
 %ignore tfm_model_save;
 %ignore tfm_model_generate;
+/* Generation with options: tfmpy_generator_create fills the array members;
+ * the callback form is C's (Python iterates tfm_generator_next). */
+%ignore tfm_model_generate_v2;
+%ignore tfm_generator_create;
+%ignore tfm_generate_options::eos_token_ids;
+%ignore tfm_generate_options::stop_strings;
+%ignore tfm_generate_options::tokenizer;
+%ignore tfm_generate_options::callback;
+%ignore tfm_generate_options::callback_data;
 %ignore tfm_model_seq2seq_logits;
 %ignore tfm_tokenizer_encode;
 %ignore tfm_tokenizer_decode;
@@ -352,6 +363,15 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
         return c;
     }
     ~tfm_attention_config() { free($self); }
+}
+%extend tfm_generate_options {
+    tfm_generate_options() {
+        tfm_generate_options *o = calloc(1, sizeof *o);
+        if (o)
+            tfm_generate_options_init(o);
+        return o;
+    }
+    ~tfm_generate_options() { free($self); }
 }
 %extend tfm_model_options {
     tfm_model_options() {
@@ -399,6 +419,60 @@ tfm_status tfmpy_model_generate(const tfm_module *model,
 {
     return tfm_model_generate(model, prompt, n_prompt, max_new, sampling,
                               seed, out_ids);
+}
+
+/* tfm_generator_create with the options' arrays from Python: eos ids (an
+ * int32 array, may be empty), stop strings (a list of str, may be empty)
+ * and the tokenizer that decodes for them (None when there are none).
+ * Returns the generator pointer (owned by the caller). */
+PyObject *tfmpy_generator_create(const tfm_module *model,
+                                 const int32_t *prompt, int64_t n_prompt,
+                                 tfm_generate_options *options,
+                                 const int32_t *ids, int64_t n_ids,
+                                 PyObject *stop_strings,
+                                 const tfm_tokenizer *tokenizer)
+{
+    tfm_generate_options o = *options;
+    tfm_generator *g = NULL;
+    Py_ssize_t n_stop = 0, i;
+    const char **stops = NULL;
+    tfm_status st;
+    if (!PyList_Check(stop_strings)) {
+        PyErr_SetString(PyExc_TypeError, "stop_strings must be a list");
+        return NULL;
+    }
+    n_stop = PyList_GET_SIZE(stop_strings);
+    if (n_stop > 0) {
+        stops = calloc((size_t)n_stop, sizeof *stops);
+        if (!stops)
+            return PyErr_NoMemory();
+    }
+    for (i = 0; i < n_stop; i++) {
+        PyObject *item = PyList_GET_ITEM(stop_strings, i);
+        if (!PyUnicode_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "stop_strings[%zd] must be a str, "
+                         "not %s", i, Py_TYPE(item)->tp_name);
+            free(stops);
+            return NULL;
+        }
+        stops[i] = PyUnicode_AsUTF8(item);   /* borrowed: lives with item */
+        if (!stops[i]) {
+            free(stops);
+            return NULL;
+        }
+    }
+    o.eos_token_ids = ids;
+    o.n_eos_token_ids = n_ids;
+    o.stop_strings = stops;
+    o.n_stop_strings = n_stop;
+    o.tokenizer = tokenizer;
+    st = tfm_generator_create(model, prompt, n_prompt, &o, &g);
+    free(stops);
+    if (st != TFM_OK) {
+        tfmpy_raise_last(st);
+        return NULL;
+    }
+    return SWIG_NewPointerObj(SWIG_as_voidptr(g), SWIGTYPE_p_tfm_generator, 0);
 }
 
 /* tfm_model_seq2seq_logits with src [B, S] and tgt [B, L] as arrays. */

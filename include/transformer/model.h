@@ -259,19 +259,151 @@ TFM_API tfm_status tfm_sample(const float *logits, int64_t vocab_size,
                               const tfm_sampling *sampling, tfm_rng *rng,
                               int32_t *id);
 
+/* Since 1.2: the most tokens one tfm_model_generate call makes, 2^24
+ * (16,777,216: a 64 MiB output).  The window slides, so the model itself
+ * bounds no length; this bound keeps a size argument from a caller (a
+ * binding's max_new_tokens=2**40) from becoming a huge allocation: larger
+ * requests are refused before anything is allocated, here and in the
+ * Python and Lua bindings, which size their output arrays from it. */
+#define TFM_MAX_NEW_TOKENS 16777216 /* 2^24 */
+
 /* Generates max_new tokens after the prompt with a decoder-only model and a
  * KV cache: prefill the prompt, then one token per step.  Once the
  * sequence is longer than the context length, the window slides: each
  * further step encodes the last context_length tokens again (positions
- * 0 .. context_length-1), as a model trained on that length expects.  out_ids receives max_new
- * ids.  sampling NULL means greedy.  Errors: those of tfm_kv_cache_create,
- * tfm_kv_cache_decode and tfm_sample; n_prompt < 1 or max_new < 0 give
- * TFM_ERR_INVALID_ARGUMENT. */
+ * 0 .. context_length-1), as a model trained on that length expects.
+ * out_ids receives max_new ids.  sampling NULL means greedy.  Errors:
+ * those of tfm_kv_cache_create, tfm_kv_cache_decode and tfm_sample;
+ * n_prompt < 1, max_new < 0 or max_new > TFM_MAX_NEW_TOKENS give
+ * TFM_ERR_INVALID_ARGUMENT (before anything is allocated). */
 TFM_API tfm_status tfm_model_generate(const tfm_module *model,
                                       const int32_t *prompt, int64_t n_prompt,
                                       int64_t max_new,
                                       const tfm_sampling *sampling,
                                       uint64_t seed, int32_t *out_ids);
+
+/* ---- Generation with stop conditions and streaming (since 1.2) ---------
+ * What Hugging Face's generate() does for one decoder-only sequence, in
+ * its order (transformers' LogitsProcessorList as generate builds it):
+ *   1. repetition_penalty (CTRL, Keskar et al. 2019, eq. in sec. 4.1; HF's
+ *      RepetitionPenaltyLogitsProcessor): for every distinct token of the
+ *      prompt and the tokens generated so far, a logit x becomes x / r if
+ *      x > 0 and x * r otherwise;
+ *   2. no_repeat_ngram_size n (HF's NoRepeatNGramLogitsProcessor): a token
+ *      that would complete an n-gram already present in prompt + generated
+ *      tokens gets -inf;
+ *   3. min_new_tokens (HF's MinNewTokensLengthLogitsProcessor): while fewer
+ *      than min_new_tokens tokens are generated, every EOS id gets -inf;
+ *   4. tfm_sample with `sampling` (temperature, top-k, top-p, or greedy).
+ * Generation stops after max_new_tokens tokens, after a token that is one
+ * of eos_token_ids (the EOS token is returned, as HF does), or once the
+ * decoded generated text contains one of stop_strings ending in the newest
+ * token's text (matched on the bytes of the decoded text, so a stop string
+ * may span several tokens; the prompt's text is not searched; the tokens
+ * that complete it are returned, as HF's StopStringCriteria).  Past the
+ * context length the window slides as in tfm_model_generate. */
+
+/* Per generated token: id, and its index among the new tokens (0, 1, ...).
+ * Return 0 to go on, a positive value to stop (tfm_model_generate_v2 then
+ * succeeds with the tokens so far, reason TFM_STOP_CALLBACK), a negative
+ * value to report a failure (the call fails with TFM_ERR_INVALID_ARGUMENT
+ * naming the value, and writes nothing). */
+typedef int (*tfm_token_callback)(void *user_data, int32_t id, int64_t index);
+
+/* Why a generation ended. */
+typedef enum tfm_stop_reason {
+    TFM_STOP_NONE = 0,            /* not ended (a generator still running) */
+    TFM_STOP_MAX_NEW_TOKENS = 1,  /* max_new_tokens generated */
+    TFM_STOP_EOS = 2,             /* an EOS token was generated */
+    TFM_STOP_STRING = 3,          /* a stop string was decoded */
+    TFM_STOP_CALLBACK = 4         /* the callback asked to stop */
+} tfm_stop_reason;
+
+/* Options of tfm_generator_create and tfm_model_generate_v2.  ABI: begins
+ * with its size (docs/ABI.md); set it with tfm_generate_options_init; the
+ * library reads only struct_size bytes (defaults for the rest), and only
+ * during the call: arrays and strings are copied. */
+typedef struct tfm_generate_options {
+    size_t struct_size;            /* sizeof(tfm_generate_options) */
+    int64_t max_new_tokens;        /* 0 .. TFM_MAX_NEW_TOKENS; default 100 */
+    int64_t min_new_tokens;        /* >= 0; default 0 */
+    tfm_sampling sampling;         /* default greedy (tfm_sampling_default) */
+    uint64_t seed;                 /* of the generator; default 42 */
+    const int32_t *eos_token_ids;  /* n_eos_token_ids ids in [0, vocab) */
+    int64_t n_eos_token_ids;       /* default 0: none */
+    const char *const *stop_strings; /* n_stop_strings non-empty UTF-8 */
+    int64_t n_stop_strings;        /* default 0: none */
+    const struct tfm_tokenizer *tokenizer; /* decodes for stop_strings (needed when
+                                       n_stop_strings > 0; its vocabulary
+                                       must be the model's) */
+    float repetition_penalty;      /* > 0 and finite; default 1: none */
+    int64_t no_repeat_ngram_size;  /* >= 0; default 0: none */
+    tfm_token_callback callback;   /* tfm_model_generate_v2 only; NULL */
+    void *callback_data;           /* passed to callback */
+} tfm_generate_options;
+
+/* Fills *options with the defaults above and sets struct_size.  NULL is a
+ * no-op.  Since 1.2. */
+TFM_API void tfm_generate_options_init(tfm_generate_options *options);
+
+/* A generation in progress, one token per tfm_generator_next: the
+ * streaming form of tfm_model_generate_v2 (the Python and Lua iterators
+ * stand on it). */
+typedef struct tfm_generator tfm_generator;
+
+/* Checks the options, copies the prompt and prefills it into a KV cache.
+ * The prompt must hold 1 .. context_length ids.  Errors:
+ * TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND (not a decoder-only model),
+ * TFM_ERR_INVALID_ARGUMENT (an empty prompt, an id out of range, an EOS id
+ * outside the vocabulary, max_new_tokens < 0 or > TFM_MAX_NEW_TOKENS,
+ * min_new_tokens < 0, repetition_penalty not > 0 and finite,
+ * no_repeat_ngram_size < 0, an empty stop string, stop strings without a
+ * tokenizer or with one of another vocabulary size, struct_size too small,
+ * the sampling errors of tfm_sample), TFM_ERR_CAPACITY (a prompt longer
+ * than the context), TFM_ERR_OUT_OF_MEMORY.  On error *out is unchanged.
+ * The generator refers to the model (and the tokenizer, if given), which
+ * must outlive it.  Not thread-safe on one generator.  Since 1.2. */
+TFM_API tfm_status tfm_generator_create(const tfm_module *model,
+                                        const int32_t *prompt,
+                                        int64_t n_prompt,
+                                        const tfm_generate_options *options,
+                                        tfm_generator **out);
+
+/* Generates the next token: *id receives it and *produced is 1; once the
+ * generation has ended (tfm_generator_stop_reason says why) *produced is 0
+ * and *id is unchanged.  Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_NON_FINITE
+ * (a NaN logit), TFM_ERR_INVALID_ARGUMENT (the tokenizer cannot decode
+ * the token), TFM_ERR_OUT_OF_MEMORY; on error nothing is written and the
+ * generator is as before the call.  Since 1.2. */
+TFM_API tfm_status tfm_generator_next(tfm_generator *generator, int32_t *id,
+                                      int *produced);
+
+/* Why the generation ended; TFM_STOP_NONE while it runs (and for NULL).
+ * Since 1.2. */
+TFM_API tfm_stop_reason tfm_generator_stop_reason(
+    const tfm_generator *generator);
+
+/* Tokens generated so far (0 for NULL).  Since 1.2. */
+TFM_API int64_t tfm_generator_count(const tfm_generator *generator);
+
+/* Frees the generator.  NULL is a no-op.  Since 1.2. */
+TFM_API void tfm_generator_free(tfm_generator *generator);
+
+/* Generates with the options (NULL: the defaults) until a stop condition:
+ * out_ids (capacity ids, at least max_new_tokens) receives the *n_out new
+ * ids; *reason (may be NULL) why it stopped.  options->callback, when set,
+ * is called after each token.  Errors: those of tfm_generator_create and
+ * tfm_generator_next, TFM_ERR_NULL_ARGUMENT (out_ids with max_new_tokens
+ * > 0, n_out), TFM_ERR_CAPACITY (capacity < max_new_tokens),
+ * TFM_ERR_INVALID_ARGUMENT (the callback returned a negative value).  On
+ * error nothing is written to out_ids, *n_out or *reason.  Since 1.2. */
+TFM_API tfm_status tfm_model_generate_v2(const tfm_module *model,
+                                         const int32_t *prompt,
+                                         int64_t n_prompt,
+                                         const tfm_generate_options *options,
+                                         int32_t *out_ids, int64_t capacity,
+                                         int64_t *n_out,
+                                         tfm_stop_reason *reason);
 
 #ifdef __cplusplus
 }

@@ -456,6 +456,98 @@ test("tiny model: greedy generation against torch (window slides)", function()
   equal(table.concat(new, ","), table.concat(TM.greedy_ids, ","), "ids prompt gives ids")
 end)
 
+-- Stopping and shaping against a reference written here from Hugging
+-- Face's definitions (RepetitionPenaltyLogitsProcessor,
+-- NoRepeatNGramLogitsProcessor, MinNewTokensLengthLogitsProcessor): full
+-- passes of m:logits over the window, no KV cache, argmax ties to the
+-- lowest id.
+local function reference_generate(m, prompt, n, o)
+  local seq = {}
+  for i, v in ipairs(prompt) do seq[i] = v end
+  local new = {}
+  for _ = 1, n do
+    local window = {}
+    for i = math.max(1, #seq - m.context_length + 1), #seq do window[#window + 1] = seq[i] end
+    local logits = m:logits(window)
+    local x = {}
+    for i, v in ipairs(logits[#logits]) do x[i] = v end
+    if o.repetition_penalty then
+      local seen = {}
+      for _, t in ipairs(seq) do
+        if not seen[t] then
+          seen[t] = true
+          local v = x[t + 1]
+          x[t + 1] = v < 0 and v * o.repetition_penalty or v / o.repetition_penalty
+        end
+      end
+    end
+    local ng = o.no_repeat_ngram_size
+    if ng and #seq + 1 >= ng then
+      for i = 1, #seq - ng + 1 do
+        local same = true
+        for j = 0, ng - 2 do
+          if seq[i + j] ~= seq[#seq - ng + 2 + j] then same = false end
+        end
+        if same then x[seq[i + ng - 1] + 1] = -math.huge end
+      end
+    end
+    if o.eos and #new < (o.min_new_tokens or 0) then x[o.eos + 1] = -math.huge end
+    local best = 1
+    for i = 2, #x do if x[i] > x[best] then best = i end end
+    seq[#seq + 1] = best - 1
+    new[#new + 1] = best - 1
+    if o.eos and best - 1 == o.eos then break end
+  end
+  return new
+end
+
+test("tiny model: repetition penalty, no-repeat n-grams, EOS, min_new_tokens", function()
+  local m = T.load_model(TINY)
+  local prompt = m:encode(TM.prompt)
+  for _, o in ipairs({ { repetition_penalty = 1.5 }, { repetition_penalty = 0.6 },
+                       { no_repeat_ngram_size = 2 },
+                       { no_repeat_ngram_size = 3, repetition_penalty = 1.3 } }) do
+    local want = reference_generate(m, prompt, 20, o)
+    o.max_new_tokens = 20
+    equal(table.concat(m:generate(prompt, o), ","), table.concat(want, ","), "processors")
+  end
+  local plain = m:generate(prompt, { max_new_tokens = 20 })
+  local eos = plain[6]
+  local first = 1
+  while plain[first] ~= eos do first = first + 1 end
+  local out = m:generate(prompt, { max_new_tokens = 20, eos_token_id = eos })
+  equal(#out, first, "stops at the EOS, inclusive")
+  equal(out[#out], eos, "the EOS is returned")
+  local want = reference_generate(m, prompt, 20, { eos = eos, min_new_tokens = first + 1 })
+  out = m:generate(prompt, { max_new_tokens = 20, eos_token_id = { eos }, min_new_tokens = first + 1 })
+  equal(table.concat(out, ","), table.concat(want, ","), "min_new_tokens")
+end)
+
+test("stream and stop strings on the shipped model", function()
+  local m = T.load_model(KJV)
+  local text = m:generate("And God said", { max_new_tokens = 80 })
+  local stop = text:sub(31, 34)
+  local at = text:find(stop, 1, true)
+  local cut = m:generate("And God said", { max_new_tokens = 80, stop_strings = { stop } })
+  equal(cut, text:sub(1, at + #stop - 1), "stop string across tokens")
+  equal(m:generate("And God said", { max_new_tokens = 80, stop_strings = stop }), cut, "one string")
+  local pieces = {}
+  for piece in m:stream("And God said", { max_new_tokens = 80, stop_strings = { stop } }) do
+    pieces[#pieces + 1] = piece
+  end
+  equal(#pieces > 1, true, "several pieces")
+  equal(table.concat(pieces), cut, "stream gives generate's text")
+  local ids = {}
+  for id in m:stream(m:encode("And"), { max_new_tokens = 10, seed = 3 }) do ids[#ids + 1] = id end
+  equal(table.concat(ids, ","), table.concat(m:generate(m:encode("And"), { max_new_tokens = 10, seed = 3 }), ","),
+        "ids stream")
+  raises(function() m:generate("And", { stop_strings = { "" } }) end, "empty", true)
+  raises(function() m:generate("And", { eos_token_id = 63 }) end, "vocabulary", true)
+  raises(function() m:generate("And", { repetition_penalty = 0 }) end, "repetition_penalty", true)
+  raises(function() m:generate(string.rep("a", 129), { max_new_tokens = 3 }) end, "context length", true)
+  raises(function() m:stream("And", { num_beam = 2 }) end)
+end)
+
 test("tiny model: sampling is reproducible with a seed", function()
   local m = T.load_model(TINY)
   local a = m:generate("abc", { max_new_tokens = 30, temperature = 0.9, top_k = 5, seed = 7 })

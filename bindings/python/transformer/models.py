@@ -332,11 +332,67 @@ class Model(Module):
         positions (default: the context length)."""
         return KVCache(self, capacity)
 
+    def _prompt_ids(self, prompt):
+        """(ids int32 [n], as_text) of a str or ids prompt."""
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InvalidArgumentError(
+                    "this model has no tokenizer (its file has no "
+                    "tfm.tokenizer metadata): pass token ids")
+            return np.asarray(self.tokenizer.encode(prompt), np.int32), True
+        return as_ids(prompt, "prompt").reshape(-1), False
+
+    def _generator(self, ids, max_new_tokens, temperature, top_k, top_p,
+                   seed, greedy, do_sample, min_new_tokens, eos_token_id,
+                   stop_strings, repetition_penalty, no_repeat_ngram_size):
+        """A _Generator (tfm_generator_create) for the keyword arguments
+        of generate."""
+        ptr = self._ptr
+        o = _ll.tfm_generate_options()
+        o.max_new_tokens = as_int(max_new_tokens, "max_new_tokens", 0)
+        o.min_new_tokens = as_int(min_new_tokens, "min_new_tokens", 0)
+        o.sampling, o.seed = _sampling(temperature, top_k, top_p, seed,
+                                       greedy, do_sample)
+        o.repetition_penalty = as_float(repetition_penalty,
+                                        "repetition_penalty")
+        o.no_repeat_ngram_size = as_int(no_repeat_ngram_size,
+                                        "no_repeat_ngram_size", 0)
+        if eos_token_id is None:
+            eos = []
+        elif isinstance(eos_token_id, (int, np.integer)):
+            eos = [eos_token_id]
+        else:
+            eos = list(eos_token_id)
+        eos = np.asarray([as_int(e, "eos_token_id") for e in eos], np.int64)
+        if eos.size and (eos.min() < -2**31 or eos.max() >= 2**31):
+            raise InvalidArgumentError(
+                f"eos_token_id {eos.tolist()} is outside the vocabulary "
+                f"(0 .. {self.config['vocab_size'] - 1})")
+        if stop_strings is None:
+            stops = []
+        elif isinstance(stop_strings, str):
+            stops = [stop_strings]
+        else:
+            stops = list(stop_strings)
+        tok = None
+        if stops:
+            if self.tokenizer is None:
+                raise InvalidArgumentError(
+                    "stop_strings need the model's tokenizer, and this model "
+                    "has none")
+            tok = self.tokenizer._ptr
+        g = _ll.tfmpy_generator_create(ptr, ids, o, eos.astype(np.int32),
+                                       stops, tok)
+        return _Generator(g, self, self.tokenizer if stops else None)
+
     def generate(self, prompt, max_new_tokens=100, temperature=None,
                  top_k=None, top_p=None, seed=None, greedy=None,
-                 do_sample=None):
-        """Generates max_new_tokens tokens after prompt (decoder-only models),
-        with a KV cache; past the context length the window slides.
+                 do_sample=None, min_new_tokens=0, eos_token_id=None,
+                 stop_strings=None, repetition_penalty=1.0,
+                 no_repeat_ngram_size=0):
+        """Generates up to max_new_tokens tokens after prompt (decoder-only
+        models), with a KV cache; past the context length the window
+        slides.  The arguments are Hugging Face generate()'s.
 
         Decoding is greedy (argmax, ties to the lowest id) unless sampling
         is asked for: ``do_sample=True``, or any of temperature, top_k,
@@ -345,8 +401,9 @@ class Model(Module):
         same call gives the same text every time.
 
         Args:
-            prompt: a str (encoded with the model's tokenizer) or token ids.
-            max_new_tokens: tokens to generate.
+            prompt: a str (encoded with the model's tokenizer) or token ids;
+                1 .. context_length tokens (CapacityError beyond).
+            max_new_tokens: the most tokens to generate.
             temperature: logits / temperature before sampling (default 1);
                 0 means greedy.
             top_k: sample among the k most likely (default 0: all).
@@ -359,29 +416,56 @@ class Model(Module):
                 not given), False for greedy decoding whatever else is
                 given; None (default): sample exactly when temperature,
                 top_k, top_p or seed is given.
+            min_new_tokens: EOS ids are masked until this many tokens are
+                generated (HF's MinNewTokensLengthLogitsProcessor).
+            eos_token_id: an id or a list of ids that end the generation
+                (the EOS token is returned).
+            stop_strings: a str or a list of str; generation ends once the
+                generated text contains one (it may span tokens; the text
+                up to and including the token completing it is returned).
+            repetition_penalty: CTRL's penalty (1: none): the logit x of
+                every token already in prompt or output becomes x / r if
+                x > 0, else x * r.
+            no_repeat_ngram_size: no n-gram of this size occurs twice
+                (0: no limit).
 
         Returns:
             the generated text (str) for a str prompt, else the list of the
             new ids (the prompt is not repeated)."""
-        ptr = self._ptr
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise InvalidArgumentError(
-                    "this model has no tokenizer (its file has no "
-                    "tfm.tokenizer metadata): pass token ids")
-            ids = np.asarray(self.tokenizer.encode(prompt), np.int32)
-            as_text = True
-        else:
-            ids = as_ids(prompt, "prompt").reshape(-1)
-            as_text = False
-        max_new = as_int(max_new_tokens, "max_new_tokens", 0)
-        sampling, seed = _sampling(temperature, top_k, top_p, seed, greedy,
-                                   do_sample)
-        out = np.zeros(max(max_new, 1), np.int32)
-        if max_new > 0:
-            _ll.tfmpy_model_generate(ptr, ids, sampling, seed, out)
-        new = out[:max_new].tolist()
+        ids, as_text = self._prompt_ids(prompt)
+        g = self._generator(ids, max_new_tokens, temperature, top_k, top_p,
+                            seed, greedy, do_sample, min_new_tokens,
+                            eos_token_id, stop_strings, repetition_penalty,
+                            no_repeat_ngram_size)
+        with g:
+            new = list(g)
         return self.tokenizer.decode(new) if as_text else new
+
+    def stream(self, prompt, max_new_tokens=100, **kwargs):
+        """Iterates over what generate(prompt, ...) returns, as it is
+        generated: text pieces (str) for a str prompt -- each the new text
+        once it is whole characters, so "".join(...) equals generate's
+        text -- else the new ids (int), one per token.  The arguments are
+        generate's.  Leaving the loop early (break) ends the generation
+        and frees it."""
+        ids, as_text = self._prompt_ids(prompt)
+        g = self._generator(ids, max_new_tokens, *_generate_args(kwargs))
+        with g:
+            if not as_text:
+                yield from g
+                return
+            new, emitted = [], 0
+            for token in g:
+                new.append(token)
+                text = self.tokenizer.decode(new)
+                if text.endswith("\ufffd"):   # a character cut in the middle
+                    continue
+                if len(text) > emitted:
+                    yield text[emitted:]
+                    emitted = len(text)
+            text = self.tokenizer.decode(new)
+            if len(text) > emitted:
+                yield text[emitted:]
 
     def save(self, path, metadata=None):
         """Writes a model file: parameters, configuration and the
@@ -397,6 +481,44 @@ class Model(Module):
     def save_safetensors(self, path, metadata=None):
         """Same as save(): a model file is a safetensors file."""
         self.save(path, metadata)
+
+    def _child_specs(self):
+        """Sub-module views, torch.nn's way: token_embedding and (learned)
+        position_embedding (Embedding), and for decoder-only and
+        encoder-only models layers (a ModuleList of
+        TransformerEncoderLayer, batch_first; decoder-only layers are
+        causal, so call them with is_causal=True) and norm (LayerNorm)."""
+        from . import modules as _m
+        from ._tree import ModuleList, make_view, using
+        c = self.config
+        with using(self) as ptr:
+            names = [_ll.tfm_module_child_name(ptr, i)
+                     for i in range(_ll.tfm_module_child_count(ptr))]
+        specs = [("token_embedding", lambda: make_view(
+            _m.Embedding, self, "token_embedding", c["vocab_size"],
+            c["d_model"], scale=c["embedding_scale"]))]
+        if "position_embedding" in names:
+            specs.append(("position_embedding", lambda: make_view(
+                _m.Embedding, self, "position_embedding",
+                c["context_length"], c["d_model"])))
+        if "layers.0" not in names:
+            return specs
+        variant = c.get("attention") or {}
+
+        def layer(i):
+            return make_view(_m.TransformerEncoderLayer, self, f"layers.{i}",
+                             c["d_model"], c["n_heads"], c["d_ff"],
+                             activation=c["activation"],
+                             layer_norm_eps=c["layer_norm_eps"],
+                             norm_first=c["norm_first"], batch_first=True,
+                             **variant)
+        specs.append(("layers", lambda: ModuleList(
+            layer(i) for i in range(c["n_layers"]))))
+        if "norm" in names:
+            specs.append(("norm", lambda: make_view(
+                _m.LayerNorm, self, "norm", c["d_model"],
+                eps=c["layer_norm_eps"])))
+        return specs
 
     def _extra_repr(self):
         c = self.config
@@ -484,6 +606,53 @@ def _model_options(cfg):
     o.positional_base = base
     o.attention = to_config(variant)
     return o
+
+
+# ---- Generation --------------------------------------------------------------
+
+_GENERATE_KEYWORDS = ("temperature", "top_k", "top_p", "seed", "greedy",
+                      "do_sample", "min_new_tokens", "eos_token_id",
+                      "stop_strings", "repetition_penalty",
+                      "no_repeat_ngram_size")
+_GENERATE_DEFAULTS = {"min_new_tokens": 0, "repetition_penalty": 1.0,
+                      "no_repeat_ngram_size": 0}
+
+
+def _generate_args(kwargs):
+    """generate's keyword arguments after max_new_tokens, in order."""
+    unknown = set(kwargs) - set(_GENERATE_KEYWORDS)
+    if unknown:
+        raise TypeError("unexpected keyword argument(s): "
+                        + ", ".join(sorted(unknown)))
+    return [kwargs.get(k, _GENERATE_DEFAULTS.get(k))
+            for k in _GENERATE_KEYWORDS]
+
+
+class _Generator(HandleOwner):
+    """A tfm_generator: iterating yields the new ids until a stop
+    condition; ``stop_reason`` says which ("max_new_tokens", "eos",
+    "stop_string", or None while it runs)."""
+
+    _REASONS = {0: None, 1: "max_new_tokens", 2: "eos", 3: "stop_string",
+                4: "callback"}
+
+    def __init__(self, ptr, model, tokenizer):
+        self._handle = _Handle(ptr, _ll.tfm_generator_free, "generator",
+                               owner=model._handle)
+        self._model = model            # both must outlive the generator
+        self._tokenizer = tokenizer
+
+    def __iter__(self):
+        while True:
+            token, produced = _ll.tfm_generator_next(self._ptr)
+            if not produced:
+                return
+            yield int(token)
+
+    @property
+    def stop_reason(self):
+        return self._REASONS.get(
+            int(_ll.tfm_generator_stop_reason(self._ptr)))
 
 
 # ---- KV cache ----------------------------------------------------------------

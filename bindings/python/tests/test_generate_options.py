@@ -1,0 +1,239 @@
+"""Stopping and shaping (tfm_generator / tfm_model_generate_v2 through
+model.generate and model.stream) against a reference written here from
+Hugging Face's definitions (transformers/generation/logits_process.py and
+stopping_criteria.py), in PyTorch: every step recomputes the logits of the
+whole window with model.logits (no KV cache), then applies
+RepetitionPenaltyLogitsProcessor, NoRepeatNGramLogitsProcessor and
+MinNewTokensLengthLogitsProcessor as HF writes them, then argmax (or the
+library's Sampler, whose draws test_sampling checks), then the EOS and
+stop-string criteria."""
+
+import numpy as np
+import pytest
+import torch
+
+import transformer
+from conftest import TEST_MODELS, model_path_or_skip
+
+SMALL = TEST_MODELS / "decoder_learned_prenorm_gelu.safetensors"
+
+
+def hf_repetition_penalty(input_ids, scores, penalty):
+    # RepetitionPenaltyLogitsProcessor.__call__
+    score = torch.gather(scores, 1, input_ids)
+    score = torch.where(score < 0, score * penalty, score / penalty)
+    return scores.scatter(1, input_ids, score)
+
+
+def hf_no_repeat_ngram(input_ids, scores, n):
+    # NoRepeatNGramLogitsProcessor via _get_ngrams/_get_generated_ngrams
+    tokens = input_ids[0].tolist()
+    cur_len = len(tokens)
+    if cur_len + 1 < n:
+        return scores
+    ngrams = {}
+    for ngram in zip(*[tokens[i:] for i in range(n)]):
+        ngrams.setdefault(tuple(ngram[:-1]), []).append(ngram[-1])
+    banned = ngrams.get(tuple(tokens[cur_len + 1 - n:cur_len]), [])
+    scores = scores.clone()
+    scores[0, banned] = -float("inf")
+    return scores
+
+
+def reference(model, prompt, max_new_tokens, eos=(), min_new_tokens=0,
+              repetition_penalty=1.0, no_repeat_ngram_size=0,
+              stop_strings=(), sampler=None):
+    """The ids generate should return (decoder-only, greedy unless a
+    Sampler is given)."""
+    ctx = model.config["context_length"]
+    seq = list(prompt)
+    new = []
+    for _ in range(max_new_tokens):
+        window = seq[-ctx:]
+        scores = torch.tensor(model.logits(window)[-1][None], dtype=torch.float32)
+        input_ids = torch.tensor([seq])
+        if repetition_penalty != 1.0:
+            scores = hf_repetition_penalty(input_ids, scores,
+                                           repetition_penalty)
+        if no_repeat_ngram_size:
+            scores = hf_no_repeat_ngram(input_ids, scores,
+                                        no_repeat_ngram_size)
+        if len(new) < min_new_tokens and eos:
+            scores[0, list(eos)] = -float("inf")
+        if sampler is None:
+            token = int(torch.argmax(scores[0]))
+        else:
+            token = sampler(scores[0].numpy())
+        seq.append(token)
+        new.append(token)
+        if token in eos:
+            break
+        if stop_strings:
+            text = model.tokenizer.decode(new)
+            if any(s in text for s in stop_strings):
+                break
+    return new
+
+
+@pytest.fixture(scope="module")
+def kjv():
+    return transformer.load_model(model_path_or_skip())
+
+
+@pytest.fixture(scope="module")
+def small():
+    return transformer.load_model(SMALL)
+
+
+def test_plain_generate_unchanged(small):
+    # The default path still equals argmax over full passes, past the
+    # context (12) too.
+    assert small.generate([1, 2, 3], 20) == reference(small, [1, 2, 3], 20)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(repetition_penalty=1.5),
+    dict(repetition_penalty=0.7),
+    dict(no_repeat_ngram_size=1),
+    dict(no_repeat_ngram_size=2),
+    dict(no_repeat_ngram_size=3, repetition_penalty=1.2),
+])
+def test_processors_greedy(small, kw):
+    want = reference(small, [1, 2, 3, 1, 2], 25, **kw)
+    assert small.generate([1, 2, 3, 1, 2], 25, **kw) == want
+
+
+def test_processors_change_the_output(kjv):
+    # So that the comparisons above cannot pass with processors ignored.
+    prompt = kjv.tokenizer.encode("And the LORD said unto Moses, ")
+    plain = kjv.generate(prompt, 80)
+    for kw in (dict(repetition_penalty=1.3), dict(no_repeat_ngram_size=3)):
+        ours = kjv.generate(prompt, 80, **kw)
+        assert ours != plain, kw
+        assert ours == reference(kjv, prompt, 80, **kw), kw
+    # no_repeat_ngram_size really holds: no 3-gram twice.
+    seq = prompt + kjv.generate(prompt, 80, no_repeat_ngram_size=3)
+    grams = [tuple(seq[i:i + 3]) for i in range(len(seq) - 2)]
+    assert len(grams) == len(set(grams))
+
+
+def test_sampled_processors(small):
+    kw = dict(repetition_penalty=1.4, no_repeat_ngram_size=2)
+    want = reference(small, [4, 5], 30, sampler=transformer.Sampler(
+        temperature=0.8, top_k=5, seed=3), **kw)
+    assert small.generate([4, 5], 30, temperature=0.8, top_k=5, seed=3,
+                          **kw) == want
+
+
+def test_eos_and_min_new_tokens(kjv):
+    prompt = kjv.tokenizer.encode("In the beginning")
+    plain = kjv.generate(prompt, 60)
+    eos = plain[10]                       # a token greedy decoding meets
+    first = plain.index(eos)
+    out = kjv.generate(prompt, 60, eos_token_id=eos)
+    assert out == plain[:first + 1]       # EOS returned, then stop
+    assert out == reference(kjv, prompt, 60, eos=(eos,))
+    # min_new_tokens masks it until then: another continuation.
+    out = kjv.generate(prompt, 60, eos_token_id=[eos], min_new_tokens=first + 2)
+    assert len(out) >= first + 2 and eos not in out[:first + 2]
+    assert out == reference(kjv, prompt, 60, eos=(eos,),
+                            min_new_tokens=first + 2)
+    # Several EOS ids: the first met ends it.
+    two = [plain[20], plain[5]]
+    n = min(plain.index(t) for t in two) + 1
+    assert kjv.generate(prompt, 60, eos_token_id=two) == plain[:n]
+
+
+def test_stop_strings_across_tokens(kjv):
+    text = kjv.generate("And God said", 100)
+    # A stop string of several characters (tokens), ending mid-text.
+    stop = text[30:34]
+    assert len(stop) == 4 and text.find(stop) >= 0
+    end = text.find(stop) + len(stop)
+    assert kjv.generate("And God said", 100, stop_strings=[stop]) == text[:end]
+    assert kjv.generate("And God said", 100, stop_strings=stop) == text[:end]
+    # The earliest of several; one never met changes nothing.
+    other = text[50:53]
+    end2 = min(end, text.find(other) + len(other))
+    assert kjv.generate("And God said", 100,
+                        stop_strings=["@@@", stop, other]) == text[:end2]
+    ids = kjv.tokenizer.encode("And God said")
+    assert kjv.tokenizer.decode(reference(
+        kjv, ids, 100, stop_strings=[stop])) == text[:end]
+    # The prompt's text is not searched.
+    assert kjv.generate("And God said", 20, stop_strings=["God"]) == \
+        kjv.generate("And God said", 20)
+
+
+def test_stream_yields_what_generate_returns(kjv):
+    kw = dict(max_new_tokens=50, repetition_penalty=1.2, stop_strings=["LORD"])
+    pieces = list(kjv.stream("And God said", **kw))
+    assert len(pieces) > 1
+    assert "".join(pieces) == kjv.generate("And God said", **kw)
+    ids = kjv.tokenizer.encode("And God said")
+    assert list(kjv.stream(ids, max_new_tokens=30, seed=4)) == \
+        kjv.generate(ids, 30, seed=4)
+    # Breaking out early is fine, and the model stays usable.
+    for i, _ in enumerate(kjv.stream("And", max_new_tokens=1000)):
+        if i == 3:
+            break
+    assert len(kjv.generate("And", 5)) == 5
+    with pytest.raises(TypeError):
+        list(kjv.stream("And", max_new_tokens=3, num_beam=2))
+
+
+def test_bad_input(small, kjv):
+    errors = transformer
+    with pytest.raises(errors.InvalidArgumentError, match="empty"):
+        small.generate([], 5)
+    with pytest.raises(errors.CapacityError, match="context length"):
+        small.generate(list(range(1, 14)), 5)      # context 12
+    vocab = small.config["vocab_size"]
+    for bad in (vocab, -1):
+        with pytest.raises(errors.InvalidArgumentError, match="vocabulary"):
+            small.generate([1, 2], 5, eos_token_id=bad)
+    with pytest.raises(errors.InvalidArgumentError, match="vocabulary"):
+        small.generate([1, 2], 5, eos_token_id=2**40)
+    with pytest.raises(errors.InvalidArgumentError, match="repetition"):
+        small.generate([1, 2], 5, repetition_penalty=0)
+    with pytest.raises(errors.InvalidArgumentError):
+        small.generate([1, 2], 5, no_repeat_ngram_size=-1)
+    with pytest.raises(errors.InvalidArgumentError):
+        small.generate([1, 2], 5, min_new_tokens=-1)
+    with pytest.raises(errors.InvalidArgumentError, match="empty"):
+        kjv.generate("And", 5, stop_strings=[""])
+    with pytest.raises(errors.InvalidArgumentError, match="tokenizer"):
+        small.generate([1, 2], 5, stop_strings=["a"])
+    with pytest.raises(errors.InvalidArgumentError, match="TFM_MAX_NEW"):
+        small.generate([1, 2], 2**30)
+    with pytest.raises(errors.InvalidArgumentError, match="temperature"):
+        small.generate([1, 2], 5, do_sample=True, temperature=-1)
+
+
+def test_cli_options_match_generate(kjv):
+    import os
+    import subprocess
+    cli = os.environ.get("TRANSFORMER_GENERATE")
+    if not cli:
+        pytest.skip("TRANSFORMER_GENERATE (transformer-generate) not set")
+    prompt = "And God said"
+    for args, kw, reason in (
+            (["--stop", "LORD", "--stop", "@@"],
+             dict(stop_strings=["LORD", "@@"]), "stop string"),
+            (["--repetition-penalty", "1.3", "--no-repeat-ngram-size", "3",
+              "--seed", "5", "--top-k", "8"],
+             dict(repetition_penalty=1.3, no_repeat_ngram_size=3, seed=5,
+                  top_k=8), "max-tokens reached"),
+            (["--eos-token-id", "1", "--min-new-tokens", "3"],
+             dict(eos_token_id=1, min_new_tokens=3), "end-of-sequence")):
+        r = subprocess.run([cli, "--model", model_path_or_skip(), "--prompt",
+                            prompt, "--max-new-tokens", "90"] + args,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == prompt + kjv.generate(prompt, 90, **kw) + "\n"
+        assert f"stopped: {reason}" in r.stderr
+    r = subprocess.run([cli, "--model", model_path_or_skip(), "--prompt",
+                        "x" * 129], capture_output=True, text=True)
+    assert r.returncode == 1 and "context length" in r.stderr
+    r = subprocess.run([cli, "--stop", ""], capture_output=True, text=True)
+    assert r.returncode == 1 and "--stop" in r.stderr

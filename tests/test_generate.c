@@ -1,0 +1,344 @@
+/*
+ * Generation with options (model.h: tfm_generate_options, tfm_generator,
+ * tfm_model_generate_v2) on the shipped model: the defaults give
+ * tfm_model_generate's tokens (whose 200 greedy characters equal
+ * PyTorch's, test_model.c), callbacks stop and fail cleanly, EOS ids and
+ * stop strings end where the greedy text says, and bad input is refused
+ * with nothing written.  The processors are compared with PyTorch in
+ * bindings/python/tests/test_generate_options.py.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <transformer/transformer.h>
+
+enum { N = 60, SENTINEL = -7 };
+
+typedef struct fixture {
+    tfm_module *model;
+    tfm_tokenizer *tok;
+    int32_t prompt[16];
+    int64_t n_prompt;
+    int32_t greedy[N];    /* tfm_model_generate's */
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    assert_int_equal(tfm_model_load(TFM_SHIPPED_MODEL, &f->model), TFM_OK);
+    assert_int_equal(tfm_tokenizer_load(TFM_SHIPPED_MODEL, &f->tok), TFM_OK);
+    const char *text = "And God said";
+    assert_int_equal(tfm_tokenizer_encode(f->tok, text, strlen(text),
+                                          f->prompt, 16, &f->n_prompt),
+                     TFM_OK);
+    assert_int_equal(tfm_model_generate(f->model, f->prompt, f->n_prompt, N,
+                                        NULL, 0, f->greedy),
+                     TFM_OK);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    tfm_tokenizer_free(f->tok);
+    tfm_module_free(f->model);
+    free(f);
+    return 0;
+}
+
+static void fill_ids(int32_t *ids, int n)
+{
+    for (int i = 0; i < n; i++)
+        ids[i] = SENTINEL;
+}
+
+static void expect_untouched(const int32_t *ids, int n)
+{
+    for (int i = 0; i < n; i++)
+        assert_int_equal(ids[i], SENTINEL);
+}
+
+static void defaults_equal_generate(void **state)
+{
+    fixture *f = *state;
+    tfm_generate_options o;
+    tfm_generate_options_init(&o);
+    assert_int_equal(o.struct_size, sizeof o);
+    assert_int_equal(o.max_new_tokens, 100);
+    assert_true(o.sampling.greedy);
+    o.max_new_tokens = N;
+    int32_t out[N];
+    int64_t n = -1;
+    tfm_stop_reason why = TFM_STOP_NONE;
+    assert_int_equal(tfm_model_generate_v2(f->model, f->prompt, f->n_prompt,
+                                           &o, out, N, &n, &why),
+                     TFM_OK);
+    assert_int_equal(n, N);
+    assert_int_equal(why, TFM_STOP_MAX_NEW_TOKENS);
+    assert_memory_equal(out, f->greedy, sizeof out);
+
+    /* An older caller's struct (only struct_size and max_new_tokens): the
+     * rest takes the defaults. */
+    tfm_generate_options small;
+    memset(&small, 0x5a, sizeof small);
+    small.struct_size = offsetof(tfm_generate_options, max_new_tokens) +
+                        sizeof(int64_t);
+    small.max_new_tokens = 20;
+    fill_ids(out, N);
+    assert_int_equal(tfm_model_generate_v2(f->model, f->prompt, f->n_prompt,
+                                           &small, out, N, &n, NULL),
+                     TFM_OK);
+    assert_int_equal(n, 20);
+    assert_memory_equal(out, f->greedy, 20 * sizeof *out);
+    expect_untouched(out + 20, N - 20);
+
+    /* The generator, token by token, then nothing more. */
+    tfm_generator *g = NULL;
+    assert_int_equal(tfm_generator_create(f->model, f->prompt, f->n_prompt,
+                                          &o, &g), TFM_OK);
+    for (int i = 0; i < N; i++) {
+        int32_t id = SENTINEL;
+        int produced = 0;
+        assert_int_equal(tfm_generator_stop_reason(g), TFM_STOP_NONE);
+        assert_int_equal(tfm_generator_next(g, &id, &produced), TFM_OK);
+        assert_int_equal(produced, 1);
+        assert_int_equal(id, f->greedy[i]);
+    }
+    int32_t id = SENTINEL;
+    int produced = 1;
+    assert_int_equal(tfm_generator_next(g, &id, &produced), TFM_OK);
+    assert_int_equal(produced, 0);
+    assert_int_equal(id, SENTINEL);
+    assert_int_equal(tfm_generator_count(g), N);
+    assert_int_equal(tfm_generator_stop_reason(g), TFM_STOP_MAX_NEW_TOKENS);
+    tfm_generator_free(g);
+    tfm_generator_free(NULL);
+    assert_int_equal(tfm_generator_stop_reason(NULL), TFM_STOP_NONE);
+}
+
+typedef struct recorder {
+    int32_t ids[N];
+    int64_t count;
+    int64_t stop_at;    /* index at which to return `answer` */
+    int answer;
+} recorder;
+
+static int record(void *user, int32_t id, int64_t index)
+{
+    recorder *r = user;
+    assert_int_equal(index, r->count);
+    r->ids[r->count++] = id;
+    return index == r->stop_at ? r->answer : 0;
+}
+
+static void callback_streams_and_stops(void **state)
+{
+    fixture *f = *state;
+    tfm_generate_options o;
+    tfm_generate_options_init(&o);
+    o.max_new_tokens = N;
+    recorder r = { .stop_at = -1 };
+    o.callback = record;
+    o.callback_data = &r;
+    int32_t out[N];
+    int64_t n = -1;
+    tfm_stop_reason why;
+    assert_int_equal(tfm_model_generate_v2(f->model, f->prompt, f->n_prompt,
+                                           &o, out, N, &n, &why), TFM_OK);
+    assert_int_equal(r.count, N);
+    assert_memory_equal(r.ids, f->greedy, sizeof r.ids);
+
+    /* A positive answer stops after that token. */
+    r = (recorder){ .stop_at = 4, .answer = 1 };
+    fill_ids(out, N);
+    assert_int_equal(tfm_model_generate_v2(f->model, f->prompt, f->n_prompt,
+                                           &o, out, N, &n, &why), TFM_OK);
+    assert_int_equal(n, 5);
+    assert_int_equal(why, TFM_STOP_CALLBACK);
+    assert_memory_equal(out, f->greedy, 5 * sizeof *out);
+    expect_untouched(out + 5, N - 5);
+
+    /* A negative one is a failure: nothing written. */
+    r = (recorder){ .stop_at = 7, .answer = -3 };
+    fill_ids(out, N);
+    n = 99;
+    why = TFM_STOP_NONE;
+    assert_int_equal(tfm_model_generate_v2(f->model, f->prompt, f->n_prompt,
+                                           &o, out, N, &n, &why),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tfm_last_error(), "callback failed"));
+    expect_untouched(out, N);
+    assert_int_equal(n, 99);
+    assert_int_equal(why, TFM_STOP_NONE);
+}
+
+static void eos_and_stop_strings(void **state)
+{
+    fixture *f = *state;
+    tfm_generate_options o;
+    tfm_generate_options_init(&o);
+    o.max_new_tokens = N;
+    /* EOS: the first occurrence of greedy[9]'s id ends it, inclusive. */
+    const int32_t eos[2] = { 62, f->greedy[9] };
+    int first = 0;
+    while (f->greedy[first] != eos[1] && f->greedy[first] != eos[0])
+        first++;
+    o.eos_token_ids = eos;
+    o.n_eos_token_ids = 2;
+    int32_t out[N];
+    int64_t n;
+    tfm_stop_reason why;
+    assert_int_equal(tfm_model_generate_v2(f->model, f->prompt, f->n_prompt,
+                                           &o, out, N, &n, &why), TFM_OK);
+    assert_int_equal(why, TFM_STOP_EOS);
+    assert_int_equal(n, first + 1);
+    assert_memory_equal(out, f->greedy, (size_t)n * sizeof *out);
+
+    /* A stop string of three characters of the greedy text, spanning
+     * three tokens: generation ends with its last one. */
+    char text[N + 1];
+    size_t len;
+    assert_int_equal(tfm_tokenizer_decode(f->tok, f->greedy, N, text,
+                                          sizeof text, &len), TFM_OK);
+    char stop[4];
+    memcpy(stop, text + 30, 3);
+    stop[3] = '\0';
+    const char *end = strstr(text, stop);
+    assert_non_null(end);
+    const int64_t want = (int64_t)(end - text) + 3;   /* one byte a token */
+    const char *stops[2] = { "@@never@@", stop };
+    tfm_generate_options_init(&o);
+    o.max_new_tokens = N;
+    o.stop_strings = stops;
+    o.n_stop_strings = 2;
+    o.tokenizer = f->tok;
+    assert_int_equal(tfm_model_generate_v2(f->model, f->prompt, f->n_prompt,
+                                           &o, out, N, &n, &why), TFM_OK);
+    assert_int_equal(why, TFM_STOP_STRING);
+    assert_int_equal(n, want);
+    assert_memory_equal(out, f->greedy, (size_t)n * sizeof *out);
+}
+
+/* Runs generate_v2 and expects status, with nothing written. */
+static void expect_refused(const fixture *f, const int32_t *prompt,
+                           int64_t n_prompt, const tfm_generate_options *o,
+                           int64_t capacity, tfm_status want,
+                           const char *words)
+{
+    int32_t out[N];
+    fill_ids(out, N);
+    int64_t n = 99;
+    tfm_stop_reason why = (tfm_stop_reason)77;
+    tfm_status st = tfm_model_generate_v2(f->model, prompt, n_prompt, o, out,
+                                          capacity, &n, &why);
+    if (st != want)
+        fail_msg("status %d, want %d (%s)", st, want, tfm_last_error());
+    if (words && !strstr(tfm_last_error(), words))
+        fail_msg("message '%s' lacks '%s'", tfm_last_error(), words);
+    expect_untouched(out, N);
+    assert_int_equal(n, 99);
+    assert_int_equal(why, 77);
+    tfm_generator *g = (tfm_generator *)(uintptr_t)0x5e47;
+    if (capacity >= (o ? o->max_new_tokens : 100)) {
+        assert_int_equal(tfm_generator_create(f->model, prompt, n_prompt, o,
+                                              &g), want);
+        assert_ptr_equal(g, (tfm_generator *)(uintptr_t)0x5e47);
+    }
+}
+
+static void bad_input(void **state)
+{
+    fixture *f = *state;
+    tfm_model_config c;
+    assert_int_equal(tfm_model_get_config(f->model, &c), TFM_OK);
+    tfm_generate_options o;
+    tfm_generate_options_init(&o);
+    o.max_new_tokens = 10;
+    expect_refused(f, f->prompt, 0, &o, N, TFM_ERR_INVALID_ARGUMENT, "empty");
+    int32_t *longer = calloc((size_t)c.context_length + 1, sizeof *longer);
+    expect_refused(f, longer, c.context_length + 1, &o, N, TFM_ERR_CAPACITY,
+                   "context length");
+    free(longer);
+    int32_t bad_id[2] = { 1, (int32_t)c.vocab_size };
+    expect_refused(f, bad_id, 2, &o, N, TFM_ERR_INVALID_ARGUMENT, NULL);
+    expect_refused(f, f->prompt, f->n_prompt, &o, 9, TFM_ERR_CAPACITY,
+                   "max_new_tokens");
+
+    const int32_t eos = (int32_t)c.vocab_size;
+    o.eos_token_ids = &eos;
+    o.n_eos_token_ids = 1;
+    expect_refused(f, f->prompt, f->n_prompt, &o, N,
+                   TFM_ERR_INVALID_ARGUMENT, "vocabulary");
+    tfm_generate_options_init(&o);
+    o.max_new_tokens = 10;
+    const char *stops[1] = { "" };
+    o.stop_strings = stops;
+    o.n_stop_strings = 1;
+    expect_refused(f, f->prompt, f->n_prompt, &o, N,
+                   TFM_ERR_NULL_ARGUMENT, "tokenizer");
+    o.tokenizer = f->tok;
+    expect_refused(f, f->prompt, f->n_prompt, &o, N,
+                   TFM_ERR_INVALID_ARGUMENT, "empty");
+    tfm_generate_options_init(&o);
+    o.max_new_tokens = 10;
+    o.repetition_penalty = 0.0f;
+    expect_refused(f, f->prompt, f->n_prompt, &o, N,
+                   TFM_ERR_INVALID_ARGUMENT, "repetition_penalty");
+    o.repetition_penalty = 1.0f;
+    o.no_repeat_ngram_size = -1;
+    expect_refused(f, f->prompt, f->n_prompt, &o, N,
+                   TFM_ERR_INVALID_ARGUMENT, "no_repeat_ngram_size");
+    o.no_repeat_ngram_size = 0;
+    o.min_new_tokens = -1;
+    expect_refused(f, f->prompt, f->n_prompt, &o, N,
+                   TFM_ERR_INVALID_ARGUMENT, "min_new_tokens");
+    o.min_new_tokens = 0;
+    o.sampling.greedy = 0;
+    o.sampling.top_p = 0.0f;
+    expect_refused(f, f->prompt, f->n_prompt, &o, N,
+                   TFM_ERR_INVALID_ARGUMENT, "top_p");
+    o.sampling = tfm_sampling_default();
+    o.struct_size = 4;
+    expect_refused(f, f->prompt, f->n_prompt, &o, N,
+                   TFM_ERR_INVALID_ARGUMENT, "struct_size");
+    tfm_generate_options_init(&o);
+    o.max_new_tokens = (int64_t)TFM_MAX_NEW_TOKENS + 1;
+    expect_refused(f, f->prompt, f->n_prompt, &o, INT64_MAX,
+                   TFM_ERR_INVALID_ARGUMENT, "TFM_MAX_NEW_TOKENS");
+    o.max_new_tokens = -1;
+    expect_refused(f, f->prompt, f->n_prompt, &o, N,
+                   TFM_ERR_INVALID_ARGUMENT, "max_new_tokens");
+
+    int64_t n;
+    tfm_module *mha = NULL;
+    assert_int_equal(tfm_mha_create(8, 2, 0, 0, 1, &mha), TFM_OK);
+    tfm_generator *g = NULL;
+    assert_int_equal(tfm_generator_create(mha, f->prompt, f->n_prompt, NULL,
+                                          &g), TFM_ERR_WRONG_KIND);
+    tfm_module_free(mha);
+    assert_int_equal(tfm_model_generate_v2(f->model, f->prompt, f->n_prompt,
+                                           NULL, NULL, 100, &n, NULL),
+                     TFM_ERR_NULL_ARGUMENT);
+    int32_t id;
+    int produced;
+    assert_int_equal(tfm_generator_next(NULL, &id, &produced),
+                     TFM_ERR_NULL_ARGUMENT);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(defaults_equal_generate),
+        cmocka_unit_test(callback_streams_and_stops),
+        cmocka_unit_test(eos_and_stop_strings),
+        cmocka_unit_test(bad_input),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
