@@ -42,7 +42,8 @@ tfm_status tfm__embedding_new(int64_t n_rows, int64_t d_model, int scale,
     e->n_rows = n_rows;
     e->d_model = d_model;
     e->scale = scale != 0;
-    tfm__param_spec spec = { "weight", 2, { n_rows, d_model }, &e->weight };
+    tfm__param_spec spec = { "weight", 2, { n_rows, d_model }, &e->weight,
+                             .init = TFM__INIT_NORMAL };
     tfm_status st = tfm__module_own_params(&e->base, &spec, 1);
     if (st != TFM_OK) {
         tfm_module_free(&e->base);

@@ -52,10 +52,15 @@ tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
     f->d_ff = d_ff;
     f->activation = activation;
     tfm__param_spec specs[4] = {
-        { "linear1.weight", 2, { d_ff, d_model }, &f->w1 },
-        { "linear1.bias", 1, { d_ff }, &f->b1 },
-        { "linear2.weight", 2, { d_model, d_ff }, &f->w2 },
-        { "linear2.bias", 1, { d_model }, &f->b2 },
+        { "linear1.weight", 2, { d_ff, d_model }, &f->w1,
+          .init = TFM__INIT_LINEAR },
+        { "linear1.bias", 1, { d_ff }, &f->b1, .init = TFM__INIT_LINEAR_BIAS,
+          .init_fan_in = d_model },
+        { "linear2.weight", 2, { d_model, d_ff }, &f->w2,
+          .init = TFM__INIT_LINEAR },
+        { "linear2.bias", 1, { d_model }, &f->b2,
+        .init = TFM__INIT_LINEAR_BIAS,
+          .init_fan_in = d_ff },
     };
     tfm_status st;
     if ((st = tfm__module_own_params(&f->base, specs, 4)) ||

@@ -31,8 +31,8 @@ tfm_status tfm__layer_norm_new(int64_t d, float eps, tfm__layer_norm **out)
     n->d = d;
     n->eps = eps;
     tfm__param_spec specs[2] = {
-        { "weight", 1, { d }, &n->weight },
-        { "bias", 1, { d }, &n->bias },
+        { "weight", 1, { d }, &n->weight, .init = TFM__INIT_ONE },
+        { "bias", 1, { d }, &n->bias, .init = TFM__INIT_ZERO },
     };
     tfm_status st = tfm__module_own_params(&n->base, specs, 2);
     if (st != TFM_OK) {

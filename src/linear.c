@@ -37,6 +37,18 @@ static tfm_status linear_alloc(int64_t in_features, int64_t out_features,
     return TFM_OK;
 }
 
+/* nn.Linear's parameters and their reset_parameters: weight and bias
+ * U(-1/sqrt(in), 1/sqrt(in)). */
+static void linear_specs(tfm__linear_module *l, tfm__param_spec specs[2])
+{
+    const int64_t in = l->in_features, out = l->out_features;
+    specs[0] = (tfm__param_spec){ "weight", 2, { out, in }, &l->weight,
+                                  .init = TFM__INIT_LINEAR };
+    specs[1] = (tfm__param_spec){ "bias", 1, { out }, &l->bias,
+                                  .init = TFM__INIT_LINEAR_BIAS,
+                                  .init_fan_in = in };
+}
+
 tfm_status tfm__linear_module_new(int64_t in_features, int64_t out_features,
                                   int bias, tfm__linear_module **out)
 {
@@ -44,10 +56,8 @@ tfm_status tfm__linear_module_new(int64_t in_features, int64_t out_features,
     tfm_status st = linear_alloc(in_features, out_features, &l);
     if (st != TFM_OK)
         return st;
-    tfm__param_spec specs[2] = {
-        { "weight", 2, { out_features, in_features }, &l->weight },
-        { "bias", 1, { out_features }, &l->bias },
-    };
+    tfm__param_spec specs[2];
+    linear_specs(l, specs);
     if ((st = tfm__module_own_params(&l->base, specs, bias ? 2 : 1))) {
         tfm_module_free(&l->base);
         return st;
@@ -66,10 +76,11 @@ tfm_status tfm__linear_view_new(int64_t in_features, int64_t out_features,
         return st;
     l->weight = weight;
     l->bias = bias;
-    const int64_t w_shape[2] = { out_features, in_features };
-    st = tfm__module_alias_param(&l->base, "weight", 2, w_shape, weight);
+    tfm__param_spec specs[2];
+    linear_specs(l, specs);
+    st = tfm__module_alias_param(&l->base, &specs[0], weight);
     if (st == TFM_OK && bias)
-        st = tfm__module_alias_param(&l->base, "bias", 1, w_shape, bias);
+        st = tfm__module_alias_param(&l->base, &specs[1], bias);
     if (st != TFM_OK) {
         tfm_module_free(&l->base);
         return st;

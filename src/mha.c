@@ -93,20 +93,26 @@ tfm_status tfm__mha_new_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
     int packed = kdim == d && vdim == d;
     if (packed) {
         specs[n++] = (tfm__param_spec){ "in_proj_weight", 2, { d + 2 * kv, d },
-                                        &in_proj };
+                                        &in_proj,
+                                        .init = TFM__INIT_XAVIER_UNIFORM };
     } else {
-        specs[n++] = (tfm__param_spec){ "q_proj_weight", 2, { d, d }, &m->w_q };
+        specs[n++] = (tfm__param_spec){ "q_proj_weight", 2, { d, d }, &m->w_q,
+                                        .init = TFM__INIT_XAVIER_UNIFORM };
         specs[n++] = (tfm__param_spec){ "k_proj_weight", 2, { kv, kdim },
-                                        &m->w_k };
+                                        &m->w_k,
+                                        .init = TFM__INIT_XAVIER_UNIFORM };
         specs[n++] = (tfm__param_spec){ "v_proj_weight", 2, { kv, vdim },
-                                        &m->w_v };
+                                        &m->w_v,
+                                        .init = TFM__INIT_XAVIER_UNIFORM };
     }
     if (m->bias)
         specs[n++] = (tfm__param_spec){ "in_proj_bias", 1, { d + 2 * kv },
-                                        &in_bias };
-    specs[n++] = (tfm__param_spec){ "out_proj.weight", 2, { d, d }, &m->w_o };
+                                        &in_bias, .init = TFM__INIT_ZERO };
+    specs[n++] = (tfm__param_spec){ "out_proj.weight", 2, { d, d }, &m->w_o,
+                                    .init = TFM__INIT_LINEAR };
     if (m->bias)
-        specs[n++] = (tfm__param_spec){ "out_proj.bias", 1, { d }, &m->b_o };
+        specs[n++] = (tfm__param_spec){ "out_proj.bias", 1, { d }, &m->b_o,
+                                        .init = TFM__INIT_ZERO };
     tfm__variant_param_specs(&m->var, specs, &n);
     if ((st = tfm__module_own_params(&m->base, specs, n)) ||
         (st = tfm__linear_view_new(d, d, m->w_o, m->b_o, &m->out_proj)) ||

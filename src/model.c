@@ -238,7 +238,7 @@ tfm_status tfm_model_create_ex(const tfm_model_config *config,
         m->lm_head = m->token_embedding->weight;
     } else if (!st) {
         tfm__param_spec spec = { "lm_head.weight", 2, { c->vocab_size, d },
-                                 &m->lm_head };
+                                 &m->lm_head, .init = TFM__INIT_LINEAR };
         st = tfm__module_own_params(&m->base, &spec, 1);
     }
     if (st != TFM_OK) {

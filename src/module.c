@@ -38,9 +38,9 @@ static tfm_status reserve(tfm_module *m, int extra)
 }
 
 static tfm_status push_param(tfm_module *m, const char *prefix,
-                             const char *name, int rank, const int64_t *shape,
-                             int64_t numel, float *data)
+                             const tfm__param *from)
 {
+    const char *name = from->name;
     tfm_status st = reserve(m, 1);
     if (st != TFM_OK)
         return st;
@@ -51,12 +51,22 @@ static tfm_status push_param(tfm_module *m, const char *prefix,
                          "cannot allocate a parameter name");
     snprintf(full, len, "%s%s", prefix, name);
     tfm__param *p = &m->params[m->n_params++];
+    *p = *from;
     p->name = full;
-    p->rank = rank;
-    memcpy(p->shape, shape, (size_t)rank * sizeof *shape);
-    p->numel = numel;
-    p->data = data;
     return TFM_OK;
+}
+
+/* The table entry of spec over data (numel given). */
+static tfm__param param_of(const tfm__param_spec *spec, int64_t numel,
+                           float *data)
+{
+    tfm__param p = {
+        .name = (char *)spec->name, .rank = spec->rank, .numel = numel,
+        .data = data, .init = spec->init, .init_fan_in = spec->init_fan_in,
+        .init_value = spec->init_value,
+    };
+    memcpy(p.shape, spec->shape, (size_t)spec->rank * sizeof *p.shape);
+    return p;
 }
 
 tfm_status tfm__module_own_params(tfm_module *m, const tfm__param_spec *specs,
@@ -83,8 +93,8 @@ tfm_status tfm__module_own_params(tfm_module *m, const tfm__param_spec *specs,
                          "cannot allocate %lld parameters", (long long)total);
     float *p = m->storage;
     for (int i = 0; i < n; i++) {
-        tfm_status st = push_param(m, "", specs[i].name, specs[i].rank,
-                                   specs[i].shape, numel[i], p);
+        const tfm__param param = param_of(&specs[i], numel[i], p);
+        tfm_status st = push_param(m, "", &param);
         if (st != TFM_OK)
             return st;
         *specs[i].ptr = p;
@@ -93,13 +103,14 @@ tfm_status tfm__module_own_params(tfm_module *m, const tfm__param_spec *specs,
     return TFM_OK;
 }
 
-tfm_status tfm__module_alias_param(tfm_module *m, const char *name, int rank,
-                                   const int64_t *shape, float *data)
+tfm_status tfm__module_alias_param(tfm_module *m, const tfm__param_spec *spec,
+                                   float *data)
 {
     int64_t numel = 1;
-    for (int i = 0; i < rank; i++)
-        numel *= shape[i];
-    return push_param(m, "", name, rank, shape, numel, data);
+    for (int i = 0; i < spec->rank; i++)
+        numel *= spec->shape[i];
+    const tfm__param p = param_of(spec, numel, data);
+    return push_param(m, "", &p);
 }
 
 tfm_status tfm__module_add_child(tfm_module *m, const char *name,
@@ -128,9 +139,7 @@ tfm_status tfm__module_adopt(tfm_module *m, const char *prefix,
 {
     tfm_status st = reserve(m, child->n_params);
     for (int i = 0; st == TFM_OK && i < child->n_params; i++) {
-        const tfm__param *c = &child->params[i];
-        st = push_param(m, prefix, c->name, c->rank, c->shape, c->numel,
-                        c->data);
+        st = push_param(m, prefix, &child->params[i]);
     }
     size_t len = strlen(prefix);
     if (st == TFM_OK && len == 0) {

@@ -11,12 +11,30 @@
 
 #include "transformer/module.h"
 
+/* How tfm_module_reset_parameters (module.h) draws a parameter: PyTorch's
+ * default initialisation of the torch.nn module the parameter belongs to
+ * (init.c).  Zero-initialised specs get TFM__INIT_ZERO. */
+typedef enum tfm__init {
+    TFM__INIT_ZERO = 0,       /* 0 (nn.MultiheadAttention's biases) */
+    TFM__INIT_ONE,            /* 1 (LayerNorm weight) */
+    TFM__INIT_CONST,          /* init_value */
+    TFM__INIT_LINEAR,         /* nn.Linear weight, kaiming_uniform_(a =
+                               * sqrt(5)): U(+-1/sqrt(n)), n = last axis */
+    TFM__INIT_LINEAR_BIAS,    /* nn.Linear bias: U(+-1/sqrt(init_fan_in)) */
+    TFM__INIT_XAVIER_UNIFORM, /* U(+-sqrt(6 / (fan_in + fan_out))) */
+    TFM__INIT_XAVIER_NORMAL,  /* N(0, 2 / (fan_in + fan_out)) */
+    TFM__INIT_NORMAL          /* N(0, 1) (nn.Embedding) */
+} tfm__init;
+
 typedef struct tfm__param {
     char *name;
     int rank;
     int64_t shape[TFM_MAX_RANK];
     int64_t numel;
     float *data;
+    tfm__init init;             /* how reset_parameters draws it */
+    int64_t init_fan_in;        /* LINEAR_BIAS: the weight's fan_in */
+    float init_value;           /* TFM__INIT_CONST */
 } tfm__param;
 
 typedef struct tfm__module_ops {
@@ -65,15 +83,18 @@ typedef struct tfm__param_spec {
     int rank;
     int64_t shape[3];           /* rank <= 3 */
     float **ptr;
+    tfm__init init;             /* default initialisation (0: zeros) */
+    int64_t init_fan_in;        /* for TFM__INIT_LINEAR_BIAS */
+    float init_value;           /* for TFM__INIT_CONST */
 } tfm__param_spec;
 tfm_status tfm__module_own_params(tfm_module *m, const tfm__param_spec *specs,
                                   int n);
 
-/* Declares parameter `name` of m over memory another module owns (data,
- * `rank` dimensions `shape`): a view, for sub-modules whose weights live
- * in their parent's storage. */
-tfm_status tfm__module_alias_param(tfm_module *m, const char *name, int rank,
-                                   const int64_t *shape, float *data);
+/* Declares parameter spec->name of m (spec->rank, shape and init; ptr is
+ * ignored) over memory another module owns (data): a view, for
+ * sub-modules whose weights live in their parent's storage. */
+tfm_status tfm__module_alias_param(tfm_module *m, const tfm__param_spec *spec,
+                                   float *data);
 
 /* Appends the child's parameter table under `prefix` (e.g. "self_attn.")
  * and registers it as sub-module `prefix` without its final dot

@@ -46,19 +46,26 @@ void tfm__variant_param_specs(tfm__variant *v, tfm__param_spec *specs,
     switch (v->config.score) {
     case TFM_SCORE_GENERAL:
         specs[(*n)++] = (tfm__param_spec){ "score_weight", 3, { H, dk, dk },
-                                           &v->score_weight };
+                                           &v->score_weight,
+                                           .init = TFM__INIT_LINEAR };
         break;
     case TFM_SCORE_ADDITIVE:
         specs[(*n)++] = (tfm__param_spec){ "additive_query", 3, { H, da, dk },
-                                           &v->additive_query };
+                                           &v->additive_query,
+                                           .init = TFM__INIT_LINEAR };
         specs[(*n)++] = (tfm__param_spec){ "additive_key", 3, { H, da, dk },
-                                           &v->additive_key };
+                                           &v->additive_key,
+                                           .init = TFM__INIT_LINEAR };
         specs[(*n)++] = (tfm__param_spec){ "additive_v", 2, { H, da },
-                                           &v->additive_v };
+                                           &v->additive_v,
+                                           .init = TFM__INIT_LINEAR };
         break;
     case TFM_SCORE_LEARNED_TEMPERATURE:
         specs[(*n)++] = (tfm__param_spec){ "temperature", 1, { H },
-                                           &v->temperature };
+                                           &v->temperature,
+                                           .init = TFM__INIT_CONST,
+                                           .init_value =
+                                               (float)sqrt((double)dk) };
         break;
     default:
         break;
@@ -68,15 +75,18 @@ void tfm__variant_param_specs(tfm__variant *v, tfm__param_spec *specs,
          * anything up to INT64_MAX, so this is computed for Shaw only. */
         const int64_t n_rel = 2 * v->max_distance + 1;
         specs[(*n)++] = (tfm__param_spec){ "relative_key.weight", 2,
-                                           { n_rel, dk }, &v->relative_key };
+                                           { n_rel, dk }, &v->relative_key,
+                                           .init = TFM__INIT_NORMAL };
         if (v->config.relative_values)
             specs[(*n)++] = (tfm__param_spec){ "relative_value.weight", 2,
                                                { n_rel, v->d_v },
-                                               &v->relative_value };
+                                               &v->relative_value,
+                                               .init = TFM__INIT_NORMAL };
     } else if (v->config.relative == TFM_RELATIVE_T5) {
         specs[(*n)++] = (tfm__param_spec){ "relative_attention_bias.weight",
                                            2, { v->num_buckets, H },
-                                           &v->t5_bias };
+                                           &v->t5_bias,
+                                           .init = TFM__INIT_NORMAL };
     }
 }
 

@@ -456,6 +456,44 @@ end
 
 Object.__close = function(self) self:close() end
 
+local get_parameter_tensor   -- defined below
+
+-- The package's generator for default initialisation (manual_seed).
+local default_rng = core.tfm_rng()
+core.tfm_rng_seed(default_rng, 0)
+
+--- manual_seed(seed): seeds the generator that new modules (and
+-- reset_parameters() without a seed) draw their initial weights from, as
+-- torch.manual_seed.  It starts seeded with 0 when the module is loaded.
+function M.manual_seed(seed)
+  core.tfm_rng_seed(default_rng, check_int("seed", seed, 0))
+end
+
+--- module:reset_parameters([seed]): draws every parameter afresh with
+-- PyTorch's default initialisation (tfm_module_reset_parameters, module.h:
+-- xavier-uniform attention projections, zero attention biases, nn.Linear's
+-- U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for out_proj.weight and the
+-- feed-forward layers, LayerNorm ones and zeros, N(0, 1) embeddings;
+-- Transformer then xavier-uniform on every matrix, as nn.Transformer).
+-- seed nil draws from the package's generator (manual_seed), an integer
+-- from a generator seeded with it.  Returns the module.
+function Module:reset_parameters(seed)
+  local h = handle(self)
+  local rng = default_rng
+  if seed ~= nil then
+    rng = core.tfm_rng()
+    core.tfm_rng_seed(rng, check_int("seed", seed, 0))
+  end
+  core.tfm_module_reset_parameters(h, rng)
+  local pad = rawget(self, "padding_idx")
+  if pad ~= nil then     -- nn.Embedding: the padding row starts at zero
+    local flat, shape = core.tensor_to_flat(get_parameter_tensor(h, "weight"))
+    for j = 1, shape[2] do flat[pad * shape[2] + j] = 0 end
+    core.tfm_module_set_parameter(h, "weight", (core.tensor_from_table(flat, shape)))
+  end
+  return self
+end
+
 --- Names of the parameters, in the library's fixed order (PyTorch names).
 function Module:parameter_names()
   local h = handle(self)
@@ -486,7 +524,7 @@ function Module:num_parameters()
   return n
 end
 
-local function get_parameter_tensor(h, name)
+function get_parameter_tensor(h, name)
   local t = core.tfm_tensor_create(core.tfm_module_parameter_shape(h, name))
   core.tfm_module_get_parameter(h, name, t)
   return t
@@ -758,7 +796,7 @@ local function new_mha(...)
     _repr = fmt("embed_dim=%d, num_heads=%d, bias=%s%s%s", E, H, tostring(a.bias),
                 (kdim ~= E or vdim ~= E) and fmt(", kdim=%d, vdim=%d", kdim, vdim) or "",
                 variant_repr(variant)),
-  })
+  }):reset_parameters()
 end
 constructor(MultiheadAttention, new_mha)
 
@@ -993,7 +1031,7 @@ local function new_attention(...)
     head_dim = dk, num_heads = H, value_dim = dv, variant = variant,
     _repr = fmt("head_dim=%d, num_heads=%d%s%s", dk, H,
                 dv ~= dk and fmt(", value_dim=%d", dv) or "", variant_repr(variant)),
-  })
+  }):reset_parameters()
 end
 constructor(Attention, new_attention)
 
@@ -1155,7 +1193,7 @@ local function new_encoder_layer(...)
   end
   return new_object(TransformerEncoderLayer, h, {
     config = c, batch_first = check_bool("batch_first", a.batch_first), variant = variant,
-    _repr = layer_repr(c) .. variant_repr(variant) })
+    _repr = layer_repr(c) .. variant_repr(variant) }):reset_parameters()
 end
 constructor(TransformerEncoderLayer, new_encoder_layer)
 
@@ -1197,7 +1235,8 @@ local function new_decoder_layer(...)
   local c = layer_config("TransformerDecoderLayer", a)
   local h = core.tfm_decoder_layer_create(c)
   return new_object(TransformerDecoderLayer, h, {
-    config = c, batch_first = check_bool("batch_first", a.batch_first), _repr = layer_repr(c) })
+    config = c, batch_first = check_bool("batch_first", a.batch_first),
+    _repr = layer_repr(c) }):reset_parameters()
 end
 constructor(TransformerDecoderLayer, new_decoder_layer)
 
@@ -1366,7 +1405,8 @@ local function new_transformer(...)
   return new_object(Transformer, h, {
     config = c, d_model = c.d_model, nhead = c.n_heads, num_encoder_layers = ne,
     num_decoder_layers = nd, batch_first = check_bool("batch_first", a.batch_first),
-    _repr = fmt("num_encoder_layers=%d, num_decoder_layers=%d, %s", ne, nd, layer_repr(c)) })
+    _repr = fmt("num_encoder_layers=%d, num_decoder_layers=%d, %s", ne, nd, layer_repr(c)) }
+  ):reset_parameters()
 end
 constructor(Transformer, new_transformer)
 
@@ -1588,7 +1628,9 @@ M.Embedding = Embedding
 --- Embedding(num_embeddings, embedding_dim, padding_idx=nil, max_norm=nil,
 --  {scale=false}): PyTorch's nn.Embedding, a lookup table.  scale (not in
 --  PyTorch) multiplies the rows by sqrt(embedding_dim) (section 3.4 of
---  Vaswani et al.).  Parameter: weight [num_embeddings][embedding_dim].
+--  Vaswani et al.).  Parameter: weight [num_embeddings][embedding_dim],
+--  N(0, 1) with row padding_idx (a 0-based id; negative counts from the
+--  end) zero, as PyTorch's.
 local function new_embedding(...)
   local a = parse_args("Embedding", { "num_embeddings", "embedding_dim", "padding_idx",
                                       "max_norm", "scale" },
@@ -1596,10 +1638,16 @@ local function new_embedding(...)
   if a.max_norm ~= nil then fail("Embedding: max_norm is not supported") end
   local n = check_int("num_embeddings", a.num_embeddings, 1)
   local d = check_int("embedding_dim", a.embedding_dim, 1)
+  local pad = a.padding_idx
+  if pad ~= nil then
+    pad = check_int("padding_idx", pad, -n)
+    if pad >= n then fail("padding_idx = %d is outside [-%d, %d)", pad, n, n) end
+    if pad < 0 then pad = pad + n end
+  end
   local h = core.tfm_embedding_create(n, d, check_bool("scale", a.scale))
   return new_object(Embedding, h, {
-    num_embeddings = n, embedding_dim = d, padding_idx = a.padding_idx, scale = a.scale,
-    _repr = fmt("%d, %d%s", n, d, a.scale and ", scale=true" or "") })
+    num_embeddings = n, embedding_dim = d, padding_idx = pad, scale = a.scale,
+    _repr = fmt("%d, %d%s", n, d, a.scale and ", scale=true" or "") }):reset_parameters()
 end
 constructor(Embedding, new_embedding)
 
@@ -2108,7 +2156,7 @@ local function new_model(config, vocab)
   end
   local tok
   if vocab ~= nil then tok = Tokenizer(vocab) end
-  return wrap_model(h, tok, nil)
+  return wrap_model(h, tok, nil):reset_parameters()
 end
 constructor(Model, new_model)
 M.create_model = new_model

@@ -19,8 +19,9 @@
  * parent's parameters.
  *
  * A new module's linear weights and biases are zero and its LayerNorm
- * scales are one: load real values with tfm_module_set_parameter or from a
- * file (model.h).
+ * scales are one (as in 1.0): load real values with tfm_module_set_parameter
+ * or from a file (model.h), or draw PyTorch's default initialisation with
+ * tfm_module_reset_parameters.
  *
  * Threads: forward functions only read the module, and each call keeps its
  * scratch memory in the calling thread's own workspace, so any number of
@@ -37,6 +38,8 @@ extern "C" {
 #endif
 
 typedef struct tfm_module tfm_module;
+
+struct tfm_rng;     /* the seeded generator of model.h */
 
 /* Kinds of module.  Append-only. */
 typedef enum tfm_module_kind {
@@ -166,6 +169,51 @@ TFM_API tfm_status tfm_module_load_safetensors(tfm_module *module,
                                                const char *path,
                                                const char *prefix,
                                                int strict);
+
+/* Draws every parameter of the module afresh with PyTorch's default
+ * initialisation (the reset_parameters of the torch.nn module each
+ * parameter belongs to, PyTorch 1.13), from rng (model.h: tfm_rng_seed;
+ * the generator advances).  fan_in / fan_out are torch.nn.init's:
+ * size(1) and size(0) times the product of the axes after the second.
+ *   Multi-head attention (nn.MultiheadAttention._reset_parameters):
+ *     "in_proj_weight", "q/k/v_proj_weight": xavier_uniform_,
+ *         U(-a, a) with a = sqrt(6 / (fan_in + fan_out))
+ *         ([3d, d]: a = sqrt(3 / (2d)));
+ *     "in_proj_bias", "out_proj.bias": 0;
+ *     "out_proj.weight": nn.Linear's, U(-1/sqrt(d), 1/sqrt(d)).
+ *   Linear (TFM_MODULE_LINEAR) and the linear layers ("linear1.*",
+ *     "linear2.*", "lm_head.weight"; nn.Linear, kaiming_uniform_(a =
+ *     sqrt(5))): weight [out, in] and bias U(-1/sqrt(in), 1/sqrt(in)).
+ *   LayerNorm: weight 1, bias 0.
+ *   Embeddings (nn.Embedding): N(0, 1).
+ *   nn.Transformer (TFM_MODULE_TRANSFORMER, and the "transformer.*" part
+ *     of an encoder-decoder model, which is one; its _reset_parameters):
+ *     every parameter with more than one axis is xavier_uniform_ instead
+ *     (the projections and linear weights); biases and norms as above.
+ *   Attention variants (variants.h; no torch.nn counterpart, chosen so):
+ *     "score_weight" [H, d_k, d_k], "additive_query" / "additive_key"
+ *     [H, d_a, d_k] and "additive_v" [H, d_a] as a per-head nn.Linear,
+ *     U(-1/sqrt(n), 1/sqrt(n)) with n the last axis; "temperature" [H]
+ *     sqrt(d_k) (the standard scaling); Shaw's "relative_key.weight" /
+ *     "relative_value.weight" and T5's "relative_attention_bias.weight"
+ *     as nn.Embedding, N(0, 1).
+ * A sub-module (tfm_module_child) is reset as a module of its own kind,
+ * in the parent's memory: the "out_proj" of multi-head attention as an
+ * nn.Linear (bias U(-1/sqrt(d), 1/sqrt(d)), as torch's out_proj.
+ * reset_parameters()), the "encoder" of nn.Transformer as an encoder.
+ * Stacks draw each layer independently (PyTorch's nn.TransformerEncoder
+ * deep-copies one layer, so its layers start equal; the distribution of
+ * each is the same).  The values are a deterministic function of the
+ * module's kind and shapes and the generator's state: parameters in
+ * tfm_module_parameter_name order, elements in row-major order, uniform
+ * values a + (b - a) u with u from 53 random bits, normal values from the
+ * Box-Muller transform; they are not PyTorch's random stream, and may
+ * differ between library versions.  Models loaded from files, and tied
+ * embeddings, are redrawn like any other module.
+ * Errors: TFM_ERR_NULL_ARGUMENT (module or rng NULL; nothing changed).
+ * Since 1.2. */
+TFM_API tfm_status tfm_module_reset_parameters(tfm_module *module,
+                                               struct tfm_rng *rng);
 
 /* Multiply-accumulate count of one forward pass on `batch` sequences of
  * `tgt_len` query positions attending over `src_len` key positions

@@ -1172,6 +1172,49 @@ test("learned temperature <= 0 fails the forward pass, output untouched", functi
   raises_lib(function() attn:forward(c.q, c.k, c.v) end)
 end)
 
+test("default initialisation as torch's, reproducible by seed", function()
+  local function flat(m, name)
+    local f = core.tensor_to_flat(core.tensor_from_table(m:state_dict()[name]))
+    return f
+  end
+  local function max_abs(t)
+    local m = 0
+    for _, x in ipairs(t) do m = math.max(m, math.abs(x)) end
+    return m
+  end
+  T.manual_seed(11)
+  local a = T.MultiheadAttention(64, 4)
+  -- xavier_uniform_ on [192, 64]: bound sqrt(6 / 256); the largest of
+  -- 12288 draws is within 25/n of it (P(miss) < e^-25)
+  local bound = math.sqrt(6 / 256)
+  local m = max_abs(flat(a, "in_proj_weight"))
+  assert(m <= f32(bound) and m > bound * (1 - 25 / 12288), "in_proj_weight bound " .. m)
+  m = max_abs(flat(a, "out_proj.weight"))           -- nn.Linear: 1/sqrt(64)
+  assert(m <= 0.125 and m > 0.125 * (1 - 25 / 4096), "out_proj.weight bound " .. m)
+  equal(max_abs(flat(a, "in_proj_bias")), 0, "in_proj_bias")
+  equal(max_abs(flat(a, "out_proj.bias")), 0, "out_proj.bias")
+  T.manual_seed(11)
+  local b = T.MultiheadAttention(64, 4)
+  local x, y = flat(a, "in_proj_weight"), flat(b, "in_proj_weight")
+  for i = 1, #x do assert(x[i] == y[i], "manual_seed reproduces") end
+  b:reset_parameters(5)
+  local z = flat(b, "in_proj_weight")
+  b:reset_parameters(5)
+  local w = flat(b, "in_proj_weight")
+  local differ = false
+  for i = 1, #z do
+    assert(z[i] == w[i], "seed reproduces")
+    differ = differ or z[i] ~= x[i]
+  end
+  assert(differ, "another seed, other values")
+  local e = T.Embedding(20, 8, -1)
+  equal(e.padding_idx, 19, "negative padding_idx")
+  local rows = e:state_dict().weight
+  equal(max_abs(rows[20]), 0, "padding row")
+  assert(max_abs(rows[1]) > 0, "other rows drawn")
+  raises(function() T.manual_seed(-1) end, "at least 0", true)
+end)
+
 test("set_num_threads / get_num_threads, as torch's", function()
   local before = T.get_num_threads()
   T.set_num_threads(3)

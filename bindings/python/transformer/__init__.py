@@ -48,6 +48,10 @@ TransformerEncoderLayer, Attention and attention take keywords such as
 ``help(transformer.Attention)``), Model configs an ``"attention"`` dict of
 the same keywords; ``module.attention_config`` reads a variant back.
 
+Initialisation: new modules start with PyTorch's default initialisation
+(``reset_parameters``), drawn from the package's generator;
+``manual_seed(s)`` makes it reproducible, as ``torch.manual_seed``.
+
 Threads: ``set_num_threads(n)`` / ``get_num_threads()`` as in torch
 (process-wide; 0 restores the default, one per online processor).
 
@@ -67,6 +71,7 @@ from ._errors import (CapacityError, ClosedError, FormatError,
 from . import _core
 from ._core import Module, live_handles
 from ._tree import ModuleList
+from ._init import manual_seed
 from .modules import (Attention, Embedding, LayerNorm, Linear,
                       MultiheadAttention,
                       Transformer, TransformerDecoder,
@@ -129,6 +134,7 @@ __all__ = [
     "UnsupportedError", "CapacityError", "NonFiniteError", "ClosedError",
     "StateDictError", "StateDictShapeError",
     # misc
-    "set_num_threads", "get_num_threads", "release_workspace",
+    "manual_seed", "set_num_threads", "get_num_threads",
+    "release_workspace",
     "live_handles", "__version__", "version_info",
 ]

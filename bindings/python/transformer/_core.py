@@ -356,7 +356,9 @@ class Module(ModuleTree, HandleOwner):
     PyTorch's parameter API.
 
     Parameters use PyTorch's ``state_dict`` names and shapes.  A new
-    module's weights are zero (LayerNorm scales one): load real ones with
+    module starts with PyTorch's default initialisation (see
+    :meth:`reset_parameters`), drawn from the package's generator
+    (``transformer.manual_seed``); load trained weights with
     :meth:`load_state_dict` (a ``torch.nn`` module's ``state_dict()`` works
     as is) or :meth:`load_safetensors`.  Calling the module runs
     :meth:`forward`.  Modules compute in float32, in evaluation mode
@@ -559,6 +561,25 @@ class Module(ModuleTree, HandleOwner):
         for mod, c_name, a in staged:
             _ll.tfm_module_set_parameter(mod._ptr, c_name, a)
         return IncompatibleKeys(missing, unexpected)
+
+    def reset_parameters(self, seed=None):
+        """Draws every parameter afresh with PyTorch's default
+        initialisation, as the ``torch.nn`` module's ``reset_parameters``
+        (tfm_module_reset_parameters in module.h lists each parameter's
+        distribution): xavier-uniform attention projections and zero
+        attention biases, nn.Linear's U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+        for out_proj.weight and the feed-forward layers, LayerNorm ones and
+        zeros, N(0, 1) embeddings; Transformer then xavier-uniform on every
+        matrix, as nn.Transformer.  seed None draws from the package's
+        generator (``transformer.manual_seed``), an int from a generator
+        seeded with it (reproducible on its own).  Returns self."""
+        from ._init import reset_module
+        reset_module(self, seed)
+        self._after_reset()
+        return self
+
+    def _after_reset(self):
+        """Hook after reset_parameters (Embedding zeroes padding_idx)."""
 
     def num_parameters(self):
         """Number of scalar parameters (sum of the parameters' sizes)."""

@@ -166,8 +166,10 @@ class Model(Module):
 
     ``Model.load(path)`` (or ``load_model(path)``) reads a libtransformer
     model file (safetensors with the configuration in its metadata).
-    ``Model(config)`` creates one with zero weights from a config dict (the
-    keys of ``model.config``).
+    ``Model(config)`` creates one from a config dict (the keys of
+    ``model.config``), initialised as its torch.nn parts would be
+    (``reset_parameters``: N(0, 1) embeddings, nn.Linear's head, the
+    layers' defaults; from the package's generator, ``manual_seed``).
 
     Attributes: ``config`` (dict: architecture, vocab_size, d_model,
     n_heads, d_ff, activation, layer_norm_eps, norm_first, n_layers or
@@ -210,6 +212,7 @@ class Model(Module):
         _model_config(cfg)                      # check it before keeping it
         self._config_dict = cfg
         self._adopt(self._create())
+        self.reset_parameters()
 
     def _create(self):
         config = _model_config(self._config_dict)

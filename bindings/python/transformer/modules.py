@@ -166,6 +166,7 @@ class MultiheadAttention(HasAttentionVariant, Module):
         self.batch_first = bool(batch_first)
         self.head_dim = self.embed_dim // self.num_heads
         self._adopt(self._create())
+        self.reset_parameters()
 
     def _create(self):
         if self._variant:
@@ -301,6 +302,7 @@ class Attention(HasAttentionVariant, Module):
                           else as_int(value_dim, "value_dim", 1))
         self._variant = normalize(variant, "Attention()")
         self._adopt(self._create())
+        self.reset_parameters()
 
     def _create(self):
         return _ll.tfm_attention_create(self.head_dim, self.value_dim,
@@ -373,6 +375,7 @@ class Linear(Module):
         self.out_features = as_int(out_features, "out_features", 1)
         self._has_bias = bool(bias)
         self._adopt(self._create())
+        self.reset_parameters()
 
     def _create(self):
         return _ll.tfm_linear_create(self.in_features, self.out_features,
@@ -592,6 +595,7 @@ class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
                          dim_feedforward, dropout, activation, layer_norm_eps,
                          batch_first, norm_first, bias, device, dtype)
         self._adopt(self._create())
+        self.reset_parameters()
 
     def _create(self):
         if self._variant:
@@ -649,6 +653,7 @@ class TransformerDecoderLayer(_LayerBase):
                          dim_feedforward, dropout, activation, layer_norm_eps,
                          batch_first, norm_first, bias, device, dtype)
         self._adopt(self._create())
+        self.reset_parameters()
 
     def _create(self):
         return _ll.tfm_decoder_layer_create(self._config)
@@ -901,6 +906,7 @@ class Transformer(_LayerBase):
         self.num_decoder_layers = as_int(num_decoder_layers,
                                          "num_decoder_layers", 1)
         self._adopt(self._create())
+        self.reset_parameters()
 
     def _create(self):
         return _ll.tfm_transformer_create(self._config,
@@ -980,7 +986,8 @@ class Embedding(Module):
     Args:
         num_embeddings: rows (vocabulary size).
         embedding_dim: D, width of each row.
-        padding_idx: accepted (it only matters for training).
+        padding_idx: that row starts at zero, as in PyTorch (otherwise it
+            only matters for training); negative counts from the end.
         max_norm: must be None.
         _weight: optional initial table ``[num_embeddings, D]``.
         scale: (keyword, not in PyTorch) multiply looked-up rows by sqrt(D),
@@ -1001,15 +1008,32 @@ class Embedding(Module):
             raise UnsupportedError("Embedding: max_norm is not supported")
         self.num_embeddings = as_int(num_embeddings, "num_embeddings", 1)
         self.embedding_dim = as_int(embedding_dim, "embedding_dim", 1)
+        if padding_idx is not None:
+            padding_idx = as_int(padding_idx, "padding_idx")
+            if not -self.num_embeddings <= padding_idx < self.num_embeddings:
+                raise InvalidArgumentError(
+                    f"padding_idx = {padding_idx} is outside "
+                    f"[-{self.num_embeddings}, {self.num_embeddings})")
+            if padding_idx < 0:
+                padding_idx += self.num_embeddings
         self.padding_idx = padding_idx
         self.scale = bool(scale)
         self._adopt(self._create())
         if _weight is not None:
             self.load_state_dict({"weight": _weight})
+        else:
+            self.reset_parameters()
 
     def _create(self):
         return _ll.tfm_embedding_create(self.num_embeddings,
                                         self.embedding_dim, int(self.scale))
+
+    def _after_reset(self):
+        # nn.Embedding: N(0, 1), then the padding row zero
+        if self.padding_idx is not None:
+            w = self.state_dict()["weight"]
+            w[self.padding_idx] = 0
+            self.load_state_dict({"weight": w})
 
     def forward(self, input):
         """ids ``[*]`` -> embeddings ``[*, embedding_dim]``."""

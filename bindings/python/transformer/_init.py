@@ -1,0 +1,51 @@
+"""Default initialisation: the package's generator and reset_parameters.
+
+Modules draw PyTorch's default initialisation (``reset_parameters``) from
+the library's SplitMix64 generator (tfm_module_reset_parameters, module.h),
+as torch draws from its default generator: ``manual_seed(s)`` makes the
+modules constructed afterwards reproducible; ``module.reset_parameters(
+seed=s)`` redraws one module from its own generator seeded with s.
+"""
+
+import operator
+import threading
+
+from . import _lowlevel as _ll
+
+_lock = threading.Lock()
+_generator = _ll.tfm_rng()
+_ll.tfm_rng_seed(_generator, 0)
+
+
+def _seed(seed):
+    if isinstance(seed, bool):
+        raise TypeError("seed must be an int, not bool")
+    try:
+        return operator.index(seed) % 2**64
+    except TypeError:
+        raise TypeError(f"seed must be an int, not {type(seed).__name__}") \
+            from None
+
+
+def manual_seed(seed):
+    """Seeds the package's generator, as ``torch.manual_seed``: modules
+    constructed (or reset with ``reset_parameters()``) afterwards draw the
+    same values for the same seed, in the same order.  seed: any int
+    (taken modulo 2**64).  The generator starts seeded with 0 at import."""
+    with _lock:
+        _ll.tfm_rng_seed(_generator, _seed(seed))
+
+
+def reset_module(module, seed=None):
+    """Draws every C component of module with tfm_module_reset_parameters,
+    from a generator seeded with seed, or from the package's generator."""
+    parts = [mod._ptr for _, mod in module._components()]
+    if seed is None:
+        with _lock:
+            for ptr in parts:
+                _ll.tfm_module_reset_parameters(ptr, _generator)
+    else:
+        rng = _ll.tfm_rng()
+        _ll.tfm_rng_seed(rng, _seed(seed))
+        for ptr in parts:
+            _ll.tfm_module_reset_parameters(ptr, rng)
