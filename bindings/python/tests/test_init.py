@@ -71,6 +71,7 @@ CASES = {
         lambda: nn.Transformer(D, H, 1, 1, F),
         lambda: transformer.Transformer(D, H, 1, 1, F)),
     "layer_norm": (lambda: nn.LayerNorm(D), lambda: transformer.LayerNorm(D)),
+    "linear": (lambda: nn.Linear(100, 300), lambda: transformer.Linear(100, 300)),
     "embedding": (lambda: nn.Embedding(1000, D),
                   lambda: transformer.Embedding(1000, D)),
     "embedding_padding": (
@@ -133,6 +134,25 @@ def test_stack_layers_start_as_the_template():
     sd = enc.state_dict()
     assert not np.array_equal(sd["layers.0.linear1.weight"],
                               sd["layers.1.linear1.weight"])
+
+
+def test_views_do_not_reset_their_parent():
+    layer = transformer.TransformerEncoderLayer(16, 2, 32)
+    before = layer.state_dict()
+    views = (layer.self_attn, layer.linear1, layer.norm1,
+             layer.self_attn.out_proj)
+    after = layer.state_dict()
+    for k in before:
+        np.testing.assert_array_equal(before[k], after[k], err_msg=k)
+    # resetting a view redraws that part only, as its own torch.nn class:
+    # out_proj as an nn.Linear (bias no longer zero)
+    views[3].reset_parameters(seed=2)
+    after = layer.state_dict()
+    assert np.abs(after["self_attn.out_proj.bias"]).max() > 0
+    assert np.abs(after["self_attn.out_proj.bias"]).max() <= 0.25
+    for k in before:
+        if not k.startswith("self_attn.out_proj."):
+            np.testing.assert_array_equal(before[k], after[k], err_msg=k)
 
 
 def test_forward_of_a_new_module_is_not_zero():

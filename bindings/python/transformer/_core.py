@@ -578,6 +578,13 @@ class Module(ModuleTree, HandleOwner):
         self._after_reset()
         return self
 
+    def _reset_new(self):
+        """A constructor's initialisation: reset_parameters() for a new
+        module, nothing for a view of a parent's sub-module (its weights
+        are the parent's)."""
+        if isinstance(self._handle, _Handle):
+            self.reset_parameters()
+
     def _after_reset(self):
         """Hook after reset_parameters (Embedding zeroes padding_idx)."""
 

@@ -212,7 +212,7 @@ class Model(Module):
         _model_config(cfg)                      # check it before keeping it
         self._config_dict = cfg
         self._adopt(self._create())
-        self.reset_parameters()
+        self._reset_new()
 
     def _create(self):
         config = _model_config(self._config_dict)

@@ -166,7 +166,7 @@ class MultiheadAttention(HasAttentionVariant, Module):
         self.batch_first = bool(batch_first)
         self.head_dim = self.embed_dim // self.num_heads
         self._adopt(self._create())
-        self.reset_parameters()
+        self._reset_new()
 
     def _create(self):
         if self._variant:
@@ -302,7 +302,7 @@ class Attention(HasAttentionVariant, Module):
                           else as_int(value_dim, "value_dim", 1))
         self._variant = normalize(variant, "Attention()")
         self._adopt(self._create())
-        self.reset_parameters()
+        self._reset_new()
 
     def _create(self):
         return _ll.tfm_attention_create(self.head_dim, self.value_dim,
@@ -375,7 +375,7 @@ class Linear(Module):
         self.out_features = as_int(out_features, "out_features", 1)
         self._has_bias = bool(bias)
         self._adopt(self._create())
-        self.reset_parameters()
+        self._reset_new()
 
     def _create(self):
         return _ll.tfm_linear_create(self.in_features, self.out_features,
@@ -595,7 +595,7 @@ class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
                          dim_feedforward, dropout, activation, layer_norm_eps,
                          batch_first, norm_first, bias, device, dtype)
         self._adopt(self._create())
-        self.reset_parameters()
+        self._reset_new()
 
     def _create(self):
         if self._variant:
@@ -653,7 +653,7 @@ class TransformerDecoderLayer(_LayerBase):
                          dim_feedforward, dropout, activation, layer_norm_eps,
                          batch_first, norm_first, bias, device, dtype)
         self._adopt(self._create())
-        self.reset_parameters()
+        self._reset_new()
 
     def _create(self):
         return _ll.tfm_decoder_layer_create(self._config)
@@ -906,7 +906,7 @@ class Transformer(_LayerBase):
         self.num_decoder_layers = as_int(num_decoder_layers,
                                          "num_decoder_layers", 1)
         self._adopt(self._create())
-        self.reset_parameters()
+        self._reset_new()
 
     def _create(self):
         return _ll.tfm_transformer_create(self._config,
@@ -1022,7 +1022,7 @@ class Embedding(Module):
         if _weight is not None:
             self.load_state_dict({"weight": _weight})
         else:
-            self.reset_parameters()
+            self._reset_new()
 
     def _create(self):
         return _ll.tfm_embedding_create(self.num_embeddings,
