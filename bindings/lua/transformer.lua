@@ -1474,7 +1474,8 @@ local Linear = class("Linear")
 M.Linear = Linear
 
 --- Linear(in_features, out_features, bias=true): PyTorch's nn.Linear,
---  y = x W^T + b.  Parameters: weight [out][in], bias [out].
+--  y = x W^T + b.  Parameters: weight [out][in], bias [out], both drawn
+--  from U(-1/sqrt(in), 1/sqrt(in)) as nn.Linear's reset_parameters.
 local function new_linear(...)
   local a = parse_args("Linear", { "in_features", "out_features", "bias" }, { bias = true },
                        { "in_features", "out_features" }, ...)
@@ -1483,7 +1484,8 @@ local function new_linear(...)
   local bias = check_bool("bias", a.bias)
   return new_object(Linear, core.tfm_linear_create(n_in, n_out, bias), {
     in_features = n_in, out_features = n_out, bias = bias,
-    _repr = fmt("in_features=%d, out_features=%d, bias=%s", n_in, n_out, tostring(bias)) })
+    _repr = fmt("in_features=%d, out_features=%d, bias=%s", n_in, n_out, tostring(bias)) }
+  ):reset_parameters()
 end
 constructor(Linear, new_linear)
 

@@ -1213,6 +1213,15 @@ test("default initialisation as torch's, reproducible by seed", function()
   equal(max_abs(rows[20]), 0, "padding row")
   assert(max_abs(rows[1]) > 0, "other rows drawn")
   raises(function() T.manual_seed(-1) end, "at least 0", true)
+  -- nn.Linear(100, 30): U(+-0.1); a child view is not reset by access
+  local lin = T.Linear(100, 30)
+  m = max_abs(flat(lin, "weight"))
+  assert(m <= f32(0.1) and m > 0.1 * (1 - 25 / 3000), "Linear bound " .. m)
+  local layer = T.TransformerEncoderLayer(16, 2, 32)
+  local w0 = flat(layer, "linear1.weight")
+  layer:child("linear1")
+  local w1 = flat(layer, "linear1.weight")
+  for i = 1, #w0 do assert(w0[i] == w1[i], "child access keeps the weights") end
 end)
 
 test("set_num_threads / get_num_threads, as torch's", function()
