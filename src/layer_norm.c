@@ -87,12 +87,7 @@ tfm_status tfm_layer_norm_forward(const tfm_module *norm, const tfm_tensor *x,
     if (st != TFM_OK)
         return st;
     const tfm__layer_norm *n = (const tfm__layer_norm *)norm;
-    if (!x || !out)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL", !x ? "x" : "out");
-    if (x->shape[x->rank - 1] != n->d)
-        return tfm__fail(TFM_ERR_SHAPE, "x has %lld columns, expected %lld",
-                         (long long)x->shape[x->rank - 1], (long long)n->d);
-    if ((st = tfm__check_shape(out, "out", x->rank, x->shape)) != TFM_OK)
+    if ((st = tfm__check_rows(x, n->d, out, n->d)) != TFM_OK)
         return st;
     tfm__layer_norm_run(n, x->data, x->numel / n->d, out->data);
     return TFM_OK;

@@ -109,17 +109,8 @@ tfm_status tfm_linear_forward(const tfm_module *linear, const tfm_tensor *x,
     if (st != TFM_OK)
         return st;
     const tfm__linear_module *l = (const tfm__linear_module *)linear;
-    if (!x || !out)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL", !x ? "x" : "out");
-    if (x->shape[x->rank - 1] != l->in_features)
-        return tfm__fail(TFM_ERR_SHAPE, "x has %lld columns, expected %lld",
-                         (long long)x->shape[x->rank - 1],
-                         (long long)l->in_features);
-    int64_t want[TFM_MAX_RANK];
-    for (int i = 0; i < x->rank; i++)
-        want[i] = x->shape[i];
-    want[x->rank - 1] = l->out_features;
-    if ((st = tfm__check_shape(out, "out", x->rank, want)) != TFM_OK)
+    if ((st = tfm__check_rows(x, l->in_features, out, l->out_features)) !=
+        TFM_OK)
         return st;
     if (out->data < x->data + x->numel && x->data < out->data + out->numel)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,

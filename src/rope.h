@@ -12,7 +12,8 @@
  * TFM_ROPE_HALF; it turns by theta = p * base^(-2i/rope_dims), computed in
  * double:  (a, b) <- (a cos theta - b sin theta, a sin theta + b cos theta).
  * Dimensions rope_dims .. d_k-1 are left alone.  rope_dims must be even and
- * at most d_k; layout TFM_ROPE_NONE does nothing.  Cannot fail. */
+ * at most d_k; layout TFM_ROPE_NONE does nothing.  Cannot fail.
+ * Called only by the attention door (attention_job.c). */
 void tfm__rope_apply(float *x, int64_t rows, int64_t ld, int64_t heads,
                      int64_t hstride, int64_t pos0, tfm_rope layout,
                      int64_t rope_dims, double base);

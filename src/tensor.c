@@ -201,3 +201,18 @@ tfm_status tfm__check_shape(const tfm_tensor *t, const char *what, int rank,
     return tfm__fail(TFM_ERR_SHAPE, "%s has shape %s, expected %s%s", what,
                      got, want, strstr(want, "-1") ? " (-1: any size)" : "");
 }
+
+tfm_status tfm__check_rows(const tfm_tensor *x, int64_t d_in,
+                           const tfm_tensor *out, int64_t d_out)
+{
+    if (!x || !out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL", !x ? "x" : "out");
+    if (x->shape[x->rank - 1] != d_in)
+        return tfm__fail(TFM_ERR_SHAPE, "x has %lld columns, expected %lld",
+                         (long long)x->shape[x->rank - 1], (long long)d_in);
+    int64_t want[TFM_MAX_RANK];
+    for (int i = 0; i < x->rank; i++)
+        want[i] = x->shape[i];
+    want[x->rank - 1] = d_out;
+    return tfm__check_shape(out, "out", x->rank, want);
+}

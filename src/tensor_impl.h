@@ -15,6 +15,11 @@ struct tfm_tensor {
 /* Checks that t (named `what` in messages) is non-NULL and has exactly the
  * given rank and shape; a negative expected dimension matches any size.
  * Returns TFM_OK or a failure status with the message set. */
+/* Checks the tensors of a row-wise operation: x [..., d_in] and out
+ * [..., d_out] with x's leading dimensions, neither NULL (message set). */
+tfm_status tfm__check_rows(const tfm_tensor *x, int64_t d_in,
+                           const tfm_tensor *out, int64_t d_out);
+
 tfm_status tfm__check_shape(const tfm_tensor *t, const char *what, int rank,
                             const int64_t *shape);
 

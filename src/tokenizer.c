@@ -320,17 +320,10 @@ tfm_status tfm_tokenizer_decode(const tfm_tokenizer *tokenizer,
                                 char *text, size_t capacity,
                                 size_t *text_len)
 {
-    if (!tokenizer)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "tokenizer is NULL");
-    if (!ids && n_ids > 0)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "ids is NULL");
-    if (!text && capacity > 0)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "text is NULL");
-    if (!text_len)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "text_len is NULL");
-    if (n_ids < 0)
-        return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "n_ids (%lld) is negative",
-                         (long long)n_ids);
+    tfm_status st = tfm__decode_check(tokenizer, ids, n_ids, text, capacity,
+                                      text_len);
+    if (st != TFM_OK)
+        return st;
     if (tokenizer->ops)
         return tfm_tokenizer_decode_v2(tokenizer, ids, n_ids, 0, text,
                                        capacity, text_len);

@@ -296,12 +296,10 @@ tfm_status tfm_tokenizer_encode_v2(const tfm_tokenizer *tokenizer,
 
 /* ---- Decode, token strings, roles -------------------------------------- */
 
-tfm_status tfm_tokenizer_decode_v2(const tfm_tokenizer *tokenizer,
-                                   const int32_t *ids, int64_t n_ids,
-                                   unsigned flags, char *text,
-                                   size_t capacity, size_t *text_len)
+tfm_status tfm__decode_check(const tfm_tokenizer *t, const int32_t *ids,
+                             int64_t n_ids, const char *text,
+                             size_t capacity, const size_t *text_len)
 {
-    const tfm_tokenizer *t = tokenizer;
     if (!t)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "tokenizer is NULL");
     if (!ids && n_ids > 0)
@@ -313,6 +311,18 @@ tfm_status tfm_tokenizer_decode_v2(const tfm_tokenizer *tokenizer,
     if (n_ids < 0)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "n_ids (%lld) is negative",
                          (long long)n_ids);
+    return TFM_OK;
+}
+
+tfm_status tfm_tokenizer_decode_v2(const tfm_tokenizer *tokenizer,
+                                   const int32_t *ids, int64_t n_ids,
+                                   unsigned flags, char *text,
+                                   size_t capacity, size_t *text_len)
+{
+    const tfm_tokenizer *t = tokenizer;
+    tfm_status st = tfm__decode_check(t, ids, n_ids, text, capacity, text_len);
+    if (st != TFM_OK)
+        return st;
     if (flags & ~TFM_DECODE_SKIP_SPECIAL)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "unknown decode flags 0x%x",
                          flags);
@@ -336,7 +346,7 @@ tfm_status tfm_tokenizer_decode_v2(const tfm_tokenizer *tokenizer,
             kept[n++] = ids[i];
     }
     tfm__bytes out = { 0 };
-    tfm_status st = t->ops->decode(t->model, kept, n, &out);
+    st = t->ops->decode(t->model, kept, n, &out);
     tfm__free(kept);
     if (st == TFM_OK && capacity <= out.n) {
         *text_len = out.n;

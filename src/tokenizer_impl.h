@@ -108,6 +108,12 @@ tfm_status tfm__bpe_from_json(const struct cJSON *model, const char *path,
 tfm_status tfm__tokenizer_json_load(const char *path, tfm_tokenizer **out);
 tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out);
 
+/* The argument checks of tfm_tokenizer_decode and _decode_v2 (NULL
+ * pointers, n_ids < 0), with their messages. */
+tfm_status tfm__decode_check(const tfm_tokenizer *t, const int32_t *ids,
+                             int64_t n_ids, const char *text,
+                             size_t capacity, const size_t *text_len);
+
 /* Whole file into a NUL-terminated buffer (freed with tfm__free). */
 tfm_status tfm__read_file(const char *path, char **data, size_t *len);
 
