@@ -2,11 +2,13 @@
 # Builds the Debian packages from a copy of this tree, checks them with
 # lintian, installs them with apt, and uses them from the installed files
 # only: pkg-config, a C program compiled against /usr/include/transformer and
-# linked with -ltransformer, a find_package(transformer) program, a program
-# that dlopen()s libtransformer.so.1, `import transformer` in Debian's
-# Python, require("transformer") in Lua 5.4, and transformer-generate with
-# the installed default model.  Every check runs in an empty directory with
-# a clean environment.
+# linked with -ltransformer, a find_package(transformer) program, the
+# installed documentation (README, docs/, examples, manual pages, Python
+# docstrings through pydoc), the dlopen example built with its Makefile
+# from /usr/share/doc/libtransformer-dev/examples, `import transformer` in
+# Debian's Python, require("transformer") in Lua 5.4, and
+# transformer-generate with the installed default model.  Every check runs
+# in an empty directory with a clean environment.
 #
 #   bash tools/package-check.sh
 #
@@ -100,7 +102,6 @@ use=$(mktemp -d "$work/use.XXXXXX")
 mkdir -p "$use/home"
 cp tests/install/pkg_config/main.c "$use/layer_norm.c"
 cp -r tests/install/find_package "$use/find_package"
-cp examples/dlopen/dlopen_mha.c "$use/dlopen_mha.c"
 run() {
   (cd "$use" && env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="$use/home" \
      LANG=C.UTF-8 OPENBLAS_NUM_THREADS=1 "$@")
@@ -133,15 +134,57 @@ grep "transformer " "$work/find_package.log"
 run cmake --build find_package/build > /dev/null || fail "cmake build"
 run find_package/build/consumer | grep ': OK$' || fail "the find_package program"
 
-step "dlopen(\"libtransformer.so.1\") (examples/dlopen)"
-run cc -Wall -Wextra -o dlopen_mha dlopen_mha.c -ldl -lm
-run ./dlopen_mha | tail -2
-run ./dlopen_mha | grep -q '^OK$' || fail "the dlopen program"
+step "the documentation in /usr/share/doc, manual pages"
+dpkg -L libtransformer-dev lua-transformer python3-transformer transformer-tools \
+     transformer-model-kjv | grep -E '^/usr/share/(doc|man)/' | sort \
+  | while IFS= read -r f; do if [ -f "$f" ]; then echo "$f"; fi; done
+doc=/usr/share/doc/libtransformer-dev
+has() { [ -f "$1" ] || [ -f "$1.gz" ] || fail "not installed: $1"; }
+has "$doc/README.md"
+for f in docs/*.md; do has "$doc/$f"; done
+for f in dlopen_mha.c Makefile; do
+  [ -f "$doc/examples/$f" ] || fail "not installed uncompressed: $doc/examples/$f"
+done
+has /usr/share/doc/lua-transformer/README.md
+for f in examples/lua/*.lua; do
+  [ -f "/usr/share/doc/lua-transformer/examples/$(basename "$f")" ] || fail "Lua example $f"
+done
+[ -f /usr/share/doc/python3-transformer/examples/attention_tour.ipynb ] || fail "the notebook"
+has /usr/share/doc/transformer-model-kjv/README.md
+# Every installed program has its manual page.
+for prog in $(dpkg -L "${packages[@]}" | grep '^/usr/s\?bin/.'); do
+  name=$(basename "$prog")
+  dpkg -L "${packages[@]}" | grep -q "^/usr/share/man/man[18]/$name\.[18]\.gz$" \
+    || fail "$prog has no manual page"
+  echo "$prog: $(dpkg -L "${packages[@]}" | grep "/man[18]/$name\.")"
+done
+zcat /usr/share/man/man1/transformer-generate.1.gz | head -1 | grep -q "libtransformer ${version%%-*}\"" \
+  || fail "the manual page does not name version ${version%%-*}"
+
+step "build the dlopen example from $doc/examples with its Makefile (pkg-config)"
+run cp -r "$doc/examples" doc-example
+run make -C doc-example
+run ./doc-example/dlopen_mha | tail -2
+run ./doc-example/dlopen_mha | grep -q '^OK$' || fail "the dlopen program"
 
 step "/usr/bin/python3 -c 'import transformer'"
 where=$(run /usr/bin/python3 -c 'import transformer, os; print(os.path.dirname(transformer.__file__))')
 echo "$where"
 [ "$where" = /usr/lib/python3/dist-packages/transformer ] || fail "imported from $where"
+
+step "help() shows the Python docstrings of the installed package"
+run /usr/bin/python3 -m pydoc transformer.MultiheadAttention > "$work/pydoc.txt"
+head -5 "$work/pydoc.txt"
+grep -q "torch.nn.MultiheadAttention" "$work/pydoc.txt" || fail "pydoc transformer.MultiheadAttention"
+run /usr/bin/python3 -c '
+import inspect, transformer
+missing = [n for n in transformer.__all__
+           if (inspect.isclass(getattr(transformer, n))
+               or inspect.isfunction(getattr(transformer, n)))
+           and not (getattr(transformer, n).__doc__ or "").strip()]
+assert not missing, missing
+print(len(transformer.__all__), "public names, every class and function documented")' \
+  || fail "Python docstrings"
 
 step "lua5.4 -e 'require(\"transformer\")'"
 run lua5.4 -e 'local t = require("transformer")

@@ -123,12 +123,19 @@ class Tokenizer(HandleOwner):
         except NotFoundError:
             return None
 
-    bos_token_id = property(lambda self: self._role("bos"))
-    eos_token_id = property(lambda self: self._role("eos"))
-    unk_token_id = property(lambda self: self._role("unk"))
-    cls_token_id = property(lambda self: self._role("cls"))
-    sep_token_id = property(lambda self: self._role("sep"))
-    mask_token_id = property(lambda self: self._role("mask"))
+    def _role_property(role, what):
+        return property(lambda self: self._role(role),
+                        doc=f"The id of the {what} token "
+                            f"(tfm_tokenizer_special_id \"{role}\"), or "
+                            "None when the tokenizer has none.")
+
+    bos_token_id = _role_property("bos", "beginning-of-sequence")
+    eos_token_id = _role_property("eos", "end-of-sequence")
+    unk_token_id = _role_property("unk", "unknown")
+    cls_token_id = _role_property("cls", "classifier")
+    sep_token_id = _role_property("sep", "separator")
+    mask_token_id = _role_property("mask", "mask")
+    del _role_property
 
     @property
     def pad_token_id(self):
