@@ -175,7 +175,13 @@ def test_editing_a_submodule_changes_the_parent(rng):
     np.testing.assert_array_equal(
         ours.state_dict()["self_attn.in_proj_weight"],
         other.in_proj_weight.detach().numpy())
-    # attribute assignment of a parameter, through two levels of views
+    # attribute assignment of in_proj_weight on the view (an nn.Parameter
+    # works too), then through two levels of views
+    w_in = nn.Parameter(torch.from_numpy(rand(rng, 3 * D, D)))
+    ours.self_attn.in_proj_weight = w_in
+    with torch.no_grad():
+        ref.self_attn.in_proj_weight.copy_(w_in)
+    assert_close(ours(x), ref64(ref)(t64(x)))
     w = rand(rng, D, D)
     ours.self_attn.out_proj.weight = w
     with torch.no_grad():
