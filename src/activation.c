@@ -32,5 +32,7 @@ void tfm__activate(float *x, int64_t n, tfm_activation activation)
         }
         break;
     }
+    case TFM_ACTIVATION_COUNT: /* not an activation; refused by callers */
+        break;
     }
 }

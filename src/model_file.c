@@ -12,6 +12,7 @@
 #include "checkpoint.h"
 #include "mha.h"
 #include "model_impl.h"
+#include "names.h"
 #include "tensor_impl.h"
 #include "transformer/safetensors.h"
 
@@ -55,27 +56,23 @@ static tfm_status meta_bool(const tfm_safetensors *f, const char *key,
     return TFM_OK;
 }
 
-/* Looks value up in names[0..n-1]; *out = its index. */
+/* Looks the value up among the names of enum e (names.h); *out = the
+ * enum value; absent: unchanged (an error when required). */
 static tfm_status meta_enum(const tfm_safetensors *f, const char *key,
-                            const char *const *names, int n, int required,
-                            int *out)
+                            tfm_enum e, int required, int *out)
 {
     const char *v = tfm_safetensors_metadata(f, key);
     if (!v)
         return required ? tfm__fail(TFM_ERR_FORMAT,
                                     "model file lacks metadata \"%s\"", key)
                         : TFM_OK;
-    for (int i = 0; i < n; i++)
-        if (names[i] && strcmp(v, names[i]) == 0) {
-            *out = i;
-            return TFM_OK;
-        }
-    return tfm__fail(TFM_ERR_FORMAT, "metadata \"%s\" has unknown value \"%s\"",
-                     key, v);
+    const int value = tfm__enum_lookup(e, v);
+    if (value < 0)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "metadata \"%s\" has unknown value \"%s\"", key, v);
+    *out = value;
+    return TFM_OK;
 }
-
-static const char *const ARCHS[] = { NULL, "decoder_only", "encoder_only",
-                                     "encoder_decoder" };
 /* A finite number (strtod's syntax, the whole string); absent: unchanged. */
 static tfm_status meta_double(const tfm_safetensors *f, const char *key,
                               double *out)
@@ -111,19 +108,8 @@ static tfm_status meta_u64(const tfm_safetensors *f, const char *key,
     return TFM_OK;
 }
 
-static const char *const POSITIONALS[] = { "none", "learned", "sinusoidal",
-                                           "sinusoidal_concat" };
-static const char *const ACTIVATIONS[] = { "relu", "gelu", "gelu_tanh" };
 
 /* ---- the attention variant: "tfm.attention.*" (model.h) ------------------ */
-
-/* Value names of the enums, indexed by value (variants.h). */
-static const char *const SCORES[] = { "scaled_dot", "dot", "general",
-                                      "additive", "learned_temperature" };
-static const char *const ROPES[] = { "none", "adjacent", "half" };
-static const char *const RELATIVES[] = { "none", "shaw", "t5", "alibi" };
-static const char *const SPARSITIES[] = { "none", "sliding_window",
-                                          "dilated", "bigbird" };
 
 /* Enum and flag fields are read and written as int. */
 _Static_assert(sizeof(tfm_score) == sizeof(int) &&
@@ -133,7 +119,7 @@ _Static_assert(sizeof(tfm_score) == sizeof(int) &&
                "tfm_attention_config enums are int-sized");
 
 typedef enum key_type {
-    KEY_ENUM,   /* int, one of names[0 .. n_names-1] */
+    KEY_ENUM,   /* int, one of the names of an enum (names.h) */
     KEY_BOOL,   /* int, "true" / "false" */
     KEY_INT,    /* int64_t >= 0 */
     KEY_FLOAT,  /* float, finite */
@@ -145,36 +131,34 @@ typedef struct attention_key {
     const char *key;
     key_type type;
     size_t offset, size;            /* of the field in tfm_attention_config */
-    const char *const *names;
-    int n_names;
+    tfm_enum names;                 /* KEY_ENUM: whose names */
 } attention_key;
 
 #define FIELD(f)                                                              \
     offsetof(tfm_attention_config, f), sizeof(((tfm_attention_config *)0)->f)
 
 static const attention_key ATTENTION_KEYS[] = {
-    { "tfm.attention.score", KEY_ENUM, FIELD(score), SCORES, 5 },
-    { "tfm.attention.scale", KEY_FLOAT, FIELD(scale), NULL, 0 },
-    { "tfm.attention.additive_dim", KEY_INT, FIELD(additive_dim), NULL, 0 },
-    { "tfm.attention.n_kv_heads", KEY_INT, FIELD(n_kv_heads), NULL, 0 },
-    { "tfm.attention.rope", KEY_ENUM, FIELD(rope), ROPES, 3 },
-    { "tfm.attention.rope_base", KEY_DOUBLE, FIELD(rope_base), NULL, 0 },
-    { "tfm.attention.rope_dims", KEY_INT, FIELD(rope_dims), NULL, 0 },
-    { "tfm.attention.relative", KEY_ENUM, FIELD(relative), RELATIVES, 4 },
-    { "tfm.attention.max_distance", KEY_INT, FIELD(max_distance), NULL, 0 },
-    { "tfm.attention.relative_values", KEY_BOOL, FIELD(relative_values), NULL,
-      0 },
-    { "tfm.attention.num_buckets", KEY_INT, FIELD(num_buckets), NULL, 0 },
-    { "tfm.attention.bidirectional", KEY_BOOL, FIELD(bidirectional), NULL,
-      0 },
-    { "tfm.attention.sparsity", KEY_ENUM, FIELD(sparsity), SPARSITIES, 4 },
-    { "tfm.attention.window", KEY_INT, FIELD(window), NULL, 0 },
-    { "tfm.attention.dilation", KEY_INT, FIELD(dilation), NULL, 0 },
-    { "tfm.attention.n_global", KEY_INT, FIELD(n_global), NULL, 0 },
-    { "tfm.attention.block_size", KEY_INT, FIELD(block_size), NULL, 0 },
-    { "tfm.attention.n_random_blocks", KEY_INT, FIELD(n_random_blocks), NULL,
-      0 },
-    { "tfm.attention.seed", KEY_U64, FIELD(seed), NULL, 0 },
+    { "tfm.attention.score", KEY_ENUM, FIELD(score), TFM_ENUM_SCORE },
+    { "tfm.attention.scale", KEY_FLOAT, FIELD(scale), 0 },
+    { "tfm.attention.additive_dim", KEY_INT, FIELD(additive_dim), 0 },
+    { "tfm.attention.n_kv_heads", KEY_INT, FIELD(n_kv_heads), 0 },
+    { "tfm.attention.rope", KEY_ENUM, FIELD(rope), TFM_ENUM_ROPE },
+    { "tfm.attention.rope_base", KEY_DOUBLE, FIELD(rope_base), 0 },
+    { "tfm.attention.rope_dims", KEY_INT, FIELD(rope_dims), 0 },
+    { "tfm.attention.relative", KEY_ENUM, FIELD(relative),
+      TFM_ENUM_RELATIVE },
+    { "tfm.attention.max_distance", KEY_INT, FIELD(max_distance), 0 },
+    { "tfm.attention.relative_values", KEY_BOOL, FIELD(relative_values), 0 },
+    { "tfm.attention.num_buckets", KEY_INT, FIELD(num_buckets), 0 },
+    { "tfm.attention.bidirectional", KEY_BOOL, FIELD(bidirectional), 0 },
+    { "tfm.attention.sparsity", KEY_ENUM, FIELD(sparsity),
+      TFM_ENUM_SPARSITY },
+    { "tfm.attention.window", KEY_INT, FIELD(window), 0 },
+    { "tfm.attention.dilation", KEY_INT, FIELD(dilation), 0 },
+    { "tfm.attention.n_global", KEY_INT, FIELD(n_global), 0 },
+    { "tfm.attention.block_size", KEY_INT, FIELD(block_size), 0 },
+    { "tfm.attention.n_random_blocks", KEY_INT, FIELD(n_random_blocks), 0 },
+    { "tfm.attention.seed", KEY_U64, FIELD(seed), 0 },
 };
 
 #define N_ATTENTION_KEYS (sizeof ATTENTION_KEYS / sizeof ATTENTION_KEYS[0])
@@ -221,7 +205,7 @@ static tfm_status read_attention(const tfm_safetensors *f,
         case KEY_BOOL:
             memcpy(&iv, field, sizeof iv);
             st = k->type == KEY_ENUM
-                     ? meta_enum(f, k->key, k->names, k->n_names, 0, &iv)
+                     ? meta_enum(f, k->key, k->names, 0, &iv)
                      : meta_bool(f, k->key, &iv);
             memcpy(field, &iv, sizeof iv);
             break;
@@ -268,7 +252,7 @@ static tfm_status read_config(const tfm_safetensors *f, tfm_model_config *c,
     int arch = 0, pos = TFM_POSITIONAL_LEARNED, act = 0;
     int64_t d = 0, heads = 0;
     tfm_status st;
-    if ((st = meta_enum(f, "tfm.architecture", ARCHS, 4, 1, &arch)) ||
+    if ((st = meta_enum(f, "tfm.architecture", TFM_ENUM_ARCHITECTURE, 1, &arch)) ||
         (st = meta_int(f, "tfm.d_model", 1, &d)) ||
         (st = meta_int(f, "tfm.n_heads", 1, &heads)))
         return st;
@@ -293,8 +277,8 @@ static tfm_status read_config(const tfm_safetensors *f, tfm_model_config *c,
                        &c->n_encoder_layers)) ||
         (st = meta_int(f, "tfm.n_decoder_layers", enc_dec,
                        &c->n_decoder_layers)) ||
-        (st = meta_enum(f, "tfm.activation", ACTIVATIONS, 3, 0, &act)) ||
-        (st = meta_enum(f, "tfm.positional", POSITIONALS, 4, 0, &pos)) ||
+        (st = meta_enum(f, "tfm.activation", TFM_ENUM_ACTIVATION, 0, &act)) ||
+        (st = meta_enum(f, "tfm.positional", TFM_ENUM_POSITIONAL, 0, &pos)) ||
         (st = meta_bool(f, "tfm.norm_first", &c->layer.norm_first)) ||
         (st = meta_bool(f, "tfm.tied_embeddings", &c->tied_embeddings)) ||
         (st = meta_bool(f, "tfm.embedding_scale", &c->embedding_scale)))
@@ -563,7 +547,8 @@ static tfm_status write_options(tfm_safetensors_writer *w,
         switch (k->type) {
         case KEY_ENUM:
             memcpy(&iv, field, sizeof iv);
-            value = iv >= 0 && iv < k->n_names ? k->names[iv] : "?";
+            value = tfm_enum_name(k->names, iv);
+            value = value ? value : "?";
             break;
         case KEY_BOOL:
             memcpy(&iv, field, sizeof iv);
@@ -602,8 +587,9 @@ static tfm_status write_config(tfm_safetensors_writer *w,
     tfm_status st;
     if ((st = tfm_safetensors_writer_set_metadata(w, "format",
                                                   "libtransformer")) ||
-        (st = tfm_safetensors_writer_set_metadata(w, "tfm.architecture",
-                                                  ARCHS[c->architecture])) ||
+        (st = tfm_safetensors_writer_set_metadata(
+             w, "tfm.architecture",
+             tfm_enum_name(TFM_ENUM_ARCHITECTURE, c->architecture))) ||
         (st = set_int(w, "tfm.vocab_size", c->vocab_size)) ||
         (st = set_int(w, "tfm.d_model", c->layer.d_model)) ||
         (st = set_int(w, "tfm.n_heads", c->layer.n_heads)) ||
@@ -612,11 +598,13 @@ static tfm_status write_config(tfm_safetensors_writer *w,
         (st = tfm_safetensors_writer_set_metadata(
              w, "tfm.norm_first", c->layer.norm_first ? "true" : "false")) ||
         (st = tfm_safetensors_writer_set_metadata(
-             w, "tfm.activation", ACTIVATIONS[c->layer.activation])) ||
+             w, "tfm.activation",
+             tfm_enum_name(TFM_ENUM_ACTIVATION, c->layer.activation))) ||
         (st = tfm_safetensors_writer_set_metadata(w, "tfm.layer_norm_eps",
                                                   eps)) ||
         (st = tfm_safetensors_writer_set_metadata(
-             w, "tfm.positional", POSITIONALS[c->positional])) ||
+             w, "tfm.positional",
+             tfm_enum_name(TFM_ENUM_POSITIONAL, c->positional))) ||
         (st = tfm_safetensors_writer_set_metadata(
              w, "tfm.tied_embeddings", c->tied_embeddings ? "true" : "false")) ||
         (st = tfm_safetensors_writer_set_metadata(

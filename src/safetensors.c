@@ -28,6 +28,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "float16.h"
+#include "names.h"
 #include "utf8.h"
 
 /* Largest integer accepted in the JSON header, 2^53 - 1: cJSON keeps
@@ -42,25 +43,23 @@
 
 /* ---- dtypes ----------------------------------------------------------- */
 
-typedef struct dtype_info {
-    const char *name;
-    size_t size; /* bytes per element */
-} dtype_info;
-
-static const dtype_info DTYPES[TFM_DTYPE_COUNT] = {
-    [TFM_DTYPE_F32] = {"F32", 4},   [TFM_DTYPE_F16] = {"F16", 2},
-    [TFM_DTYPE_BF16] = {"BF16", 2}, [TFM_DTYPE_F64] = {"F64", 8},
-    [TFM_DTYPE_I64] = {"I64", 8},   [TFM_DTYPE_I32] = {"I32", 4},
-    [TFM_DTYPE_I16] = {"I16", 2},   [TFM_DTYPE_I8] = {"I8", 1},
-    [TFM_DTYPE_U8] = {"U8", 1},     [TFM_DTYPE_BOOL] = {"BOOL", 1},
+/* Bytes per element; the names ("F32", ...) are in names.c. */
+static const size_t DTYPE_SIZES[TFM_DTYPE_COUNT] = {
+    [TFM_DTYPE_F32] = 4, [TFM_DTYPE_F16] = 2, [TFM_DTYPE_BF16] = 2,
+    [TFM_DTYPE_F64] = 8, [TFM_DTYPE_I64] = 8, [TFM_DTYPE_I32] = 4,
+    [TFM_DTYPE_I16] = 2, [TFM_DTYPE_I8] = 1,  [TFM_DTYPE_U8] = 1,
+    [TFM_DTYPE_BOOL] = 1,
 };
 
 static int dtype_from_string(const char *s)
 {
-    for (int i = 0; i < TFM_DTYPE_COUNT; i++)
-        if (strcmp(s, DTYPES[i].name) == 0)
-            return i;
-    return DTYPE_UNKNOWN;
+    const int v = tfm__enum_lookup(TFM_ENUM_DTYPE, s);
+    return v >= 0 ? v : DTYPE_UNKNOWN;
+}
+
+static const char *dtype_name(int dtype)
+{
+    return tfm_enum_name(TFM_ENUM_DTYPE, dtype);
 }
 
 static int dtype_is_float(int dtype)
@@ -333,7 +332,7 @@ static tfm_status parse_offsets(const cJSON *offsets, uint64_t data_size,
  * numel * element size bytes. */
 static tfm_status check_size(st_entry *e)
 {
-    size_t esize = e->dtype == DTYPE_UNKNOWN ? 1 : DTYPES[e->dtype].size;
+    size_t esize = e->dtype == DTYPE_UNKNOWN ? 1 : DTYPE_SIZES[e->dtype];
     if (!tfm__checked_numel(e->shape, e->rank, esize, &e->numel))
         return tfm__fail(TFM_ERR_FORMAT,
                          "tensor " QUOTED ": the element count of its shape "
@@ -347,7 +346,7 @@ static tfm_status check_size(st_entry *e)
                          ", %" PRIu64 "] hold %" PRIu64 " bytes but %" PRId64
                          " elements of %s need %" PRIu64, e->name, e->begin,
                          e->end, e->end - e->begin, e->numel,
-                         DTYPES[e->dtype].name, need);
+                         dtype_name(e->dtype), need);
     return TFM_OK;
 }
 
@@ -805,7 +804,7 @@ static tfm_status check_readable(const st_entry *e)
         return tfm__fail(TFM_ERR_UNSUPPORTED,
                          "tensor " QUOTED " has dtype %s; only F32, F16, "
                          "BF16 and F64 can be read as float32", e->name,
-                         DTYPES[e->dtype].name);
+                         dtype_name(e->dtype));
     if (e->rank > TFM_MAX_RANK)
         return tfm__fail(TFM_ERR_UNSUPPORTED,
                          "tensor " QUOTED " has rank %d, more than %d",
@@ -1010,7 +1009,7 @@ tfm_status tfm_safetensors_writer_add_as(tfm_safetensors_writer *writer,
         dtype != TFM_DTYPE_BF16)
         return tfm__fail(TFM_ERR_UNSUPPORTED,
                          "the writer stores F32, F16 or BF16, not %s",
-                         DTYPES[dtype].name);
+                         dtype_name(dtype));
     size_t pos = tensor_position(writer, name);
     w_tensor t;
     tfm_status st = check_name(writer, name, pos);
@@ -1093,13 +1092,13 @@ static int json_append_uint(cJSON *array, uint64_t v)
 /* Bytes of t in the file (numel fits a tensor in memory, so no overflow). */
 static uint64_t tensor_bytes(const w_tensor *t)
 {
-    return (uint64_t)t->numel * DTYPES[t->dtype].size;
+    return (uint64_t)t->numel * DTYPE_SIZES[t->dtype];
 }
 
 static int json_add_tensor(cJSON *root, const w_tensor *t, uint64_t begin)
 {
     cJSON *obj = cJSON_AddObjectToObject(root, t->name);
-    if (!obj || !cJSON_AddStringToObject(obj, "dtype", DTYPES[t->dtype].name))
+    if (!obj || !cJSON_AddStringToObject(obj, "dtype", dtype_name(t->dtype)))
         return 0;
     cJSON *shape = cJSON_AddArrayToObject(obj, "shape");
     if (!shape)
@@ -1186,7 +1185,7 @@ static tfm_status write_header(int fd, const char *json, const char *path)
 static tfm_status write_tensor(int fd, const w_tensor *t, const char *path)
 {
     unsigned char buf[4096];
-    const size_t size = DTYPES[t->dtype].size;
+    const size_t size = DTYPE_SIZES[t->dtype];
     const int64_t per = (int64_t)(sizeof buf / 4);
     for (int64_t i = 0; i < t->numel; i += per) {
         int64_t k = t->numel - i < per ? t->numel - i : per;

@@ -464,19 +464,30 @@ static void describe(const tfm_model_config *c, const tfm_model_options *o,
                      text *t)
 {
     const tfm_attention_config *a = &o->attention;
-    static const char *const positions[] = { "none", "learned",
-                                             "sinusoidal interleaved",
-                                             "sinusoidal sin|cos halves" };
+    /* Prose for people; the enums' names (names.h) are for files. */
+    static const char *const positions[TFM_POSITIONAL_COUNT] = {
+        [TFM_POSITIONAL_NONE] = "none",
+        [TFM_POSITIONAL_LEARNED] = "learned",
+        [TFM_POSITIONAL_SINUSOIDAL] = "sinusoidal interleaved",
+        [TFM_POSITIONAL_SINUSOIDAL_CONCAT] = "sinusoidal sin|cos halves",
+    };
     int p = (int)c->positional;
-    add(t, "positions: %s", p >= 0 && p <= 3 ? positions[p] : "?");
+    add(t, "positions: %s",
+        p >= 0 && p < TFM_POSITIONAL_COUNT && positions[p] ? positions[p]
+                                                            : "?");
     if (c->positional == TFM_POSITIONAL_SINUSOIDAL ||
         c->positional == TFM_POSITIONAL_SINUSOIDAL_CONCAT)
         add(t, " (base %g)", o->positional_base);
-    static const char *const scores[] = { "scaled dot product", "dot product",
-                                          "general (q^T W k)", "additive",
-                                          "learned temperature" };
+    static const char *const scores[TFM_SCORE_COUNT] = {
+        [TFM_SCORE_SCALED_DOT] = "scaled dot product",
+        [TFM_SCORE_DOT] = "dot product",
+        [TFM_SCORE_GENERAL] = "general (q^T W k)",
+        [TFM_SCORE_ADDITIVE] = "additive",
+        [TFM_SCORE_LEARNED_TEMPERATURE] = "learned temperature",
+    };
     int s = (int)a->score;
-    add(t, "; attention: %s", s >= 0 && s <= 4 ? scores[s] : "?");
+    add(t, "; attention: %s",
+        s >= 0 && s < TFM_SCORE_COUNT && scores[s] ? scores[s] : "?");
     if (a->scale != 0.0f)
         add(t, " (scale %g)", (double)a->scale);
     const int64_t h = c->layer.n_heads;

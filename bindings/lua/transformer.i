@@ -168,64 +168,24 @@ static void *tfml_check_handle(lua_State *L, int idx, swig_type_info *ty,
     return p;
 }
 
-/* Name -> value tables for the enum fields of the value structs. */
-typedef struct tfml_enum_name {
-    const char *name;
-    int value;
-} tfml_enum_name;
-
-static const tfml_enum_name tfml_activations[] = {
-    { "relu", TFM_ACTIVATION_RELU }, { "gelu", TFM_ACTIVATION_GELU },
-    { "gelu_tanh", TFM_ACTIVATION_GELU_TANH }, { NULL, 0 } };
-static const tfml_enum_name tfml_causals[] = {
-    { "none", TFM_CAUSAL_NONE }, { "top_left", TFM_CAUSAL_TOP_LEFT },
-    { "bottom_right", TFM_CAUSAL_BOTTOM_RIGHT }, { NULL, 0 } };
-static const tfml_enum_name tfml_mask_kinds[] = {
-    { "block", TFM_MASK_BLOCK }, { "allow", TFM_MASK_ALLOW },
-    { "additive", TFM_MASK_ADDITIVE }, { NULL, 0 } };
-static const tfml_enum_name tfml_architectures[] = {
-    { "decoder_only", TFM_ARCH_DECODER_ONLY },
-    { "encoder_only", TFM_ARCH_ENCODER_ONLY },
-    { "encoder_decoder", TFM_ARCH_ENCODER_DECODER }, { NULL, 0 } };
-static const tfml_enum_name tfml_positionals[] = {
-    { "none", TFM_POSITIONAL_NONE }, { "learned", TFM_POSITIONAL_LEARNED },
-    { "sinusoidal", TFM_POSITIONAL_SINUSOIDAL },
-    { "sinusoidal_concat", TFM_POSITIONAL_SINUSOIDAL_CONCAT }, { NULL, 0 } };
-static const tfml_enum_name tfml_scores[] = {
-    { "scaled_dot", TFM_SCORE_SCALED_DOT }, { "dot", TFM_SCORE_DOT },
-    { "general", TFM_SCORE_GENERAL }, { "additive", TFM_SCORE_ADDITIVE },
-    { "learned_temperature", TFM_SCORE_LEARNED_TEMPERATURE }, { NULL, 0 } };
-static const tfml_enum_name tfml_ropes[] = {
-    { "none", TFM_ROPE_NONE }, { "adjacent", TFM_ROPE_ADJACENT },
-    { "half", TFM_ROPE_HALF }, { NULL, 0 } };
-static const tfml_enum_name tfml_relatives[] = {
-    { "none", TFM_RELATIVE_NONE }, { "shaw", TFM_RELATIVE_SHAW },
-    { "t5", TFM_RELATIVE_T5 }, { "alibi", TFM_RELATIVE_ALIBI }, { NULL, 0 } };
-static const tfml_enum_name tfml_sparsities[] = {
-    { "none", TFM_SPARSE_NONE },
-    { "sliding_window", TFM_SPARSE_SLIDING_WINDOW },
-    { "dilated", TFM_SPARSE_DILATED }, { "bigbird", TFM_SPARSE_BIGBIRD },
-    { NULL, 0 } };
-static const tfml_enum_name tfml_sinusoidal_layouts[] = {
-    { "interleaved", TFM_SINUSOIDAL_INTERLEAVED },
-    { "concat", TFM_SINUSOIDAL_CONCAT }, { NULL, 0 } };
-
-/* Enum value at idx: an integer, or one of the names (an unknown name is
- * an error listing the allowed ones). */
-static int tfml_toenum(lua_State *L, int idx, const tfml_enum_name *names,
-                       const char *what)
+/* Enum value at idx: an integer, or one of the names of enum `e` in the
+ * library's table (names.h; an unknown name is an error listing the
+ * allowed ones). */
+static int tfml_toenum(lua_State *L, int idx, tfm_enum e, const char *what)
 {
-    int i;
+    int i, value, listed = 0;
     if (lua_type(L, idx) == LUA_TSTRING) {
         const char *s = lua_tostring(L, idx);
         luaL_Buffer b;
-        for (i = 0; names[i].name; i++)
-            if (strcmp(names[i].name, s) == 0)
-                return names[i].value;
+        if (tfm_enum_from_name(e, s, &value) == TFM_OK)
+            return value;
         luaL_buffinit(L, &b);
-        for (i = 0; names[i].name; i++) {
-            luaL_addstring(&b, i ? ", \"" : "\"");
-            luaL_addstring(&b, names[i].name);
+        for (i = 0; i < tfm_enum_count(e); i++) {
+            const char *name = tfm_enum_name(e, i);
+            if (!name)
+                continue;
+            luaL_addstring(&b, listed++ ? ", \"" : "\"");
+            luaL_addstring(&b, name);
             luaL_addchar(&b, '"');
         }
         luaL_pushresult(&b);
@@ -235,13 +195,10 @@ static int tfml_toenum(lua_State *L, int idx, const tfml_enum_name *names,
     return (int)tfml_tointeger(L, idx, what);
 }
 
-static const char *tfml_enum_string(const tfml_enum_name *names, int v)
+static const char *tfml_enum_string(tfm_enum e, int v)
 {
-    int i;
-    for (i = 0; names[i].name; i++)
-        if (names[i].value == v)
-            return names[i].name;
-    return "unknown";
+    const char *name = tfm_enum_name(e, v);
+    return name ? name : "unknown";
 }
 
 /* Raises an error for a key of the table at idx that is not in `allowed`. */
@@ -305,7 +262,7 @@ static void tfml_read_layer_config(lua_State *L, int idx,
         lua_pop(L, 1);
     }
     if (tfml_field(L, idx, "activation")) {
-        c->activation = (tfm_activation)tfml_toenum(L, -1, tfml_activations,
+        c->activation = (tfm_activation)tfml_toenum(L, -1, TFM_ENUM_ACTIVATION,
                                                     "activation");
         lua_pop(L, 1);
     }
@@ -328,7 +285,7 @@ static void tfml_push_layer_config(lua_State *L, const tfm_layer_config *c)
     lua_setfield(L, -2, "n_heads");
     lua_pushinteger(L, c->d_ff);
     lua_setfield(L, -2, "d_ff");
-    lua_pushstring(L, tfml_enum_string(tfml_activations, c->activation));
+    lua_pushstring(L, tfml_enum_string(TFM_ENUM_ACTIVATION, c->activation));
     lua_setfield(L, -2, "activation");
     lua_pushnumber(L, c->layer_norm_eps);
     lua_setfield(L, -2, "layer_norm_eps");
@@ -362,7 +319,7 @@ static void tfml_read_model_config(lua_State *L, int idx, tfm_model_config *c)
     memset(c, 0, sizeof *c);
     if (!tfml_field(L, idx, "architecture"))
         luaL_error(L, "model configuration: architecture is required");
-    c->architecture = (tfm_architecture)tfml_toenum(L, -1, tfml_architectures,
+    c->architecture = (tfm_architecture)tfml_toenum(L, -1, TFM_ENUM_ARCHITECTURE,
                                                     "architecture");
     lua_pop(L, 1);
     if (!tfml_field(L, idx, "layer"))
@@ -376,7 +333,7 @@ static void tfml_read_model_config(lua_State *L, int idx, tfm_model_config *c)
     c->context_length = tfml_int_field(L, idx, "context_length");
     c->positional = TFM_POSITIONAL_LEARNED;
     if (tfml_field(L, idx, "positional")) {
-        c->positional = (tfm_positional)tfml_toenum(L, -1, tfml_positionals,
+        c->positional = (tfm_positional)tfml_toenum(L, -1, TFM_ENUM_POSITIONAL,
                                                     "positional");
         lua_pop(L, 1);
     }
@@ -393,7 +350,7 @@ static void tfml_read_model_config(lua_State *L, int idx, tfm_model_config *c)
 static void tfml_push_model_config(lua_State *L, const tfm_model_config *c)
 {
     lua_createtable(L, 0, 10);
-    lua_pushstring(L, tfml_enum_string(tfml_architectures, c->architecture));
+    lua_pushstring(L, tfml_enum_string(TFM_ENUM_ARCHITECTURE, c->architecture));
     lua_setfield(L, -2, "architecture");
     tfml_push_layer_config(L, &c->layer);
     lua_setfield(L, -2, "layer");
@@ -407,7 +364,7 @@ static void tfml_push_model_config(lua_State *L, const tfm_model_config *c)
     lua_setfield(L, -2, "n_decoder_layers");
     lua_pushinteger(L, c->context_length);
     lua_setfield(L, -2, "context_length");
-    lua_pushstring(L, tfml_enum_string(tfml_positionals, c->positional));
+    lua_pushstring(L, tfml_enum_string(TFM_ENUM_POSITIONAL, c->positional));
     lua_setfield(L, -2, "positional");
     lua_pushboolean(L, c->tied_embeddings);
     lua_setfield(L, -2, "tied_embeddings");
@@ -454,7 +411,7 @@ static void tfml_read_attention_config(lua_State *L, int idx,
         c->name = tfml_toflag(L, -1, #name);                                \
         lua_pop(L, 1);                                                      \
     }
-    TFML_ENUM_FIELD(score, tfml_scores, tfm_score)
+    TFML_ENUM_FIELD(score, TFM_ENUM_SCORE, tfm_score)
     /* scale is a C float: converting a finite double beyond its range is
      * undefined behaviour, so it is refused here. */
     if (tfml_field(L, idx, "scale")) {
@@ -469,15 +426,15 @@ static void tfml_read_attention_config(lua_State *L, int idx,
     }
     TFML_INT_FIELD(additive_dim, int64_t)
     TFML_INT_FIELD(n_kv_heads, int64_t)
-    TFML_ENUM_FIELD(rope, tfml_ropes, tfm_rope)
+    TFML_ENUM_FIELD(rope, TFM_ENUM_ROPE, tfm_rope)
     TFML_NUMBER_FIELD(rope_base, double)
     TFML_INT_FIELD(rope_dims, int64_t)
-    TFML_ENUM_FIELD(relative, tfml_relatives, tfm_relative)
+    TFML_ENUM_FIELD(relative, TFM_ENUM_RELATIVE, tfm_relative)
     TFML_INT_FIELD(max_distance, int64_t)
     TFML_FLAG_FIELD(relative_values)
     TFML_INT_FIELD(num_buckets, int64_t)
     TFML_FLAG_FIELD(bidirectional)
-    TFML_ENUM_FIELD(sparsity, tfml_sparsities, tfm_sparsity)
+    TFML_ENUM_FIELD(sparsity, TFM_ENUM_SPARSITY, tfm_sparsity)
     TFML_INT_FIELD(window, int64_t)
     TFML_INT_FIELD(dilation, int64_t)
     TFML_INT_FIELD(n_global, int64_t)
@@ -506,19 +463,19 @@ static void tfml_push_attention_config(lua_State *L,
 #define TFML_PUSH_FLAG(name)                                                \
     lua_pushboolean(L, c->name != 0);                                       \
     lua_setfield(L, -2, #name);
-    TFML_PUSH_ENUM(score, tfml_scores)
+    TFML_PUSH_ENUM(score, TFM_ENUM_SCORE)
     TFML_PUSH_NUMBER(scale)
     TFML_PUSH_INT(additive_dim)
     TFML_PUSH_INT(n_kv_heads)
-    TFML_PUSH_ENUM(rope, tfml_ropes)
+    TFML_PUSH_ENUM(rope, TFM_ENUM_ROPE)
     TFML_PUSH_NUMBER(rope_base)
     TFML_PUSH_INT(rope_dims)
-    TFML_PUSH_ENUM(relative, tfml_relatives)
+    TFML_PUSH_ENUM(relative, TFM_ENUM_RELATIVE)
     TFML_PUSH_INT(max_distance)
     TFML_PUSH_FLAG(relative_values)
     TFML_PUSH_INT(num_buckets)
     TFML_PUSH_FLAG(bidirectional)
-    TFML_PUSH_ENUM(sparsity, tfml_sparsities)
+    TFML_PUSH_ENUM(sparsity, TFM_ENUM_SPARSITY)
     TFML_PUSH_INT(window)
     TFML_PUSH_INT(dilation)
     TFML_PUSH_INT(n_global)
@@ -628,7 +585,7 @@ static void tfml_read_masks(lua_State *L, int idx, tfm_attention_masks *m)
             m->causal = lua_toboolean(L, -1) ? TFM_CAUSAL_TOP_LEFT
                                              : TFM_CAUSAL_NONE;
         else
-            m->causal = (tfm_causal)tfml_toenum(L, -1, tfml_causals, "causal");
+            m->causal = (tfm_causal)tfml_toenum(L, -1, TFM_ENUM_CAUSAL, "causal");
         lua_pop(L, 1);
     }
     if (tfml_field(L, idx, "key_padding_mask")) {
@@ -638,7 +595,7 @@ static void tfml_read_masks(lua_State *L, int idx, tfm_attention_masks *m)
     }
     if (tfml_field(L, idx, "key_padding_kind")) {
         m->key_padding_kind = (tfm_mask_kind)tfml_toenum(
-            L, -1, tfml_mask_kinds, "key_padding_kind");
+            L, -1, TFM_ENUM_MASK_KIND, "key_padding_kind");
         lua_pop(L, 1);
     }
     if (tfml_field(L, idx, "attn_mask")) {
@@ -648,7 +605,7 @@ static void tfml_read_masks(lua_State *L, int idx, tfm_attention_masks *m)
     }
     if (tfml_field(L, idx, "attn_mask_kind")) {
         m->attn_mask_kind = (tfm_mask_kind)tfml_toenum(
-            L, -1, tfml_mask_kinds, "attn_mask_kind");
+            L, -1, TFM_ENUM_MASK_KIND, "attn_mask_kind");
         lua_pop(L, 1);
     }
 }
@@ -1709,7 +1666,7 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 /* Layout of tfm_sinusoidal_encoding_ex: "interleaved", "concat" or the
  * constant. */
 %typemap(in) tfm_sinusoidal_layout layout %{
-  $1 = (tfm_sinusoidal_layout)tfml_toenum(L, $input, tfml_sinusoidal_layouts,
+  $1 = (tfm_sinusoidal_layout)tfml_toenum(L, $input, TFM_ENUM_SINUSOIDAL_LAYOUT,
                                           "layout");
 %}
 
@@ -1758,6 +1715,8 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %ignore tfm_sampling;
 %ignore tfm_attention_config;
 %ignore tfm_model_options;
+/* tfm_enum_from_name: option strings are accepted wherever an enum is. */
+%ignore tfm_enum_from_name;
 /* Compile-time helpers. */
 %ignore TFM_AT_LEAST_VERSION;
 
@@ -1773,3 +1732,4 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %include <transformer/safetensors.h>
 %include <transformer/model.h>
 %include <transformer/tokenizer.h>
+%include <transformer/names.h>

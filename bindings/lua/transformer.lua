@@ -190,10 +190,26 @@ local function check_bool(what, v)
   return v
 end
 
-local ACTIVATIONS = { relu = true, gelu = true, gelu_tanh = true }
+-- The names of the C enum `kind` (a TFM_ENUM_* constant), in value order:
+-- the library's own table (names.h), shared with model files and Python.
+local function enum_names(kind)
+  local names = {}
+  for v = 0, core.tfm_enum_count(kind) - 1 do
+    local name = core.tfm_enum_name(kind, v)
+    if name ~= nil then names[#names + 1] = name end
+  end
+  return names
+end
+
+local ACTIVATION_NAMES = enum_names(core.TFM_ENUM_ACTIVATION)
+local ACTIVATIONS = {}
+for _, name in ipairs(ACTIVATION_NAMES) do ACTIVATIONS[name] = true end
+-- '"relu", "gelu" or "gelu_tanh"'
+local ACTIVATION_LIST = "\"" .. table.concat(ACTIVATION_NAMES, "\", \"", 1, #ACTIVATION_NAMES - 1)
+                        .. "\" or \"" .. ACTIVATION_NAMES[#ACTIVATION_NAMES] .. "\""
 local function check_activation(v)
   if not ACTIVATIONS[v] then
-    fail("activation must be \"relu\", \"gelu\" or \"gelu_tanh\", got %s", tostring(v))
+    fail("activation must be %s, got %s", ACTIVATION_LIST, tostring(v))
   end
   return v
 end
@@ -209,10 +225,10 @@ local VARIANT_KEYS = { "score", "scale", "additive_dim", "n_kv_heads", "rope", "
                        "num_buckets", "bidirectional", "sparsity", "window", "dilation",
                        "n_global", "block_size", "n_random_blocks", "seed" }
 local VARIANT_OPTIONS = {
-  score = { "scaled_dot", "dot", "general", "additive", "learned_temperature" },
-  rope = { "none", "adjacent", "half" },
-  relative = { "none", "shaw", "t5", "alibi" },
-  sparsity = { "none", "sliding_window", "dilated", "bigbird" },
+  score = enum_names(core.TFM_ENUM_SCORE),
+  rope = enum_names(core.TFM_ENUM_ROPE),
+  relative = enum_names(core.TFM_ENUM_RELATIVE),
+  sparsity = enum_names(core.TFM_ENUM_SPARSITY),
 }
 local VARIANT_FLAGS = { relative_values = true, bidirectional = true }
 local VARIANT_NUMBERS = { scale = true, rope_base = true }
@@ -1038,7 +1054,8 @@ constructor(Attention, new_attention)
 Attention.attention_config = MultiheadAttention.attention_config
 
 local ATTENTION_OPTIONS = { "attn_mask", "is_causal", "need_weights" }
-local CAUSAL_MODES = { none = "none", top_left = "top_left", bottom_right = "bottom_right" }
+local CAUSAL_MODES = {}
+for _, name in ipairs(enum_names(core.TFM_ENUM_CAUSAL)) do CAUSAL_MODES[name] = name end
 
 --- attn:forward(query, key, value, {attn_mask, is_causal=false,
 --  need_weights=false})
@@ -1679,7 +1696,7 @@ function M.sinusoidal_positional_encoding(length, d_model, offset, base, layout)
   local pe = core.tfm_tensor_create({ check_int("length", length, 1), check_int("d_model", d_model, 1) })
   offset = offset == nil and 0 or check_int("offset", offset, 0)
   base = base == nil and 10000.0 or check_number("base", base)
-  layout = layout == nil and "interleaved" or check_option("layout", layout, { "interleaved", "concat" })
+  layout = layout == nil and "interleaved" or check_option("layout", layout, enum_names(core.TFM_ENUM_SINUSOIDAL_LAYOUT))
   if layout == "interleaved" then
     core.tfm_sinusoidal_encoding(pe, offset, base)
   else

@@ -278,6 +278,7 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
 %apply int32_t *OUTPUT { int32_t *id };
 %apply int *OUTPUT { int *produced };
 %apply int *OUTPUT { tfm_dtype *dtype };
+%apply int *OUTPUT { int *value };   /* tfm_enum_from_name */
 
 /* (int *rank, int64_t *shape) -> a tuple of ints, the shape. */
 %typemap(in, numinputs=0) (int *rank, int64_t *shape)
@@ -396,6 +397,7 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
 %include "transformer/safetensors.h"
 %include "transformer/model.h"
 %include "transformer/tokenizer.h"
+%include "transformer/names.h"
 
 /* ---- Helpers shaped for the typemaps --------------------------------------- */
 

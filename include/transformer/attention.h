@@ -36,7 +36,8 @@ typedef enum tfm_causal {
     TFM_CAUSAL_TOP_LEFT = 1,
     /* offset S - L: the L queries are the last L positions of the S keys, as
      * decoding with a KV cache needs (query i is position S - L + i). */
-    TFM_CAUSAL_BOTTOM_RIGHT = 2
+    TFM_CAUSAL_BOTTOM_RIGHT = 2,
+    TFM_CAUSAL_COUNT             /* since 1.2.0; grows, never store it */
 } tfm_causal;
 
 /* How a mask tensor's values are read.  Append-only. */
@@ -48,7 +49,8 @@ typedef enum tfm_mask_kind {
      * F.scaled_dot_product_attention's boolean attn_mask. */
     TFM_MASK_ALLOW = 1,
     /* Float, added to the scaled logits (-inf masks a position out). */
-    TFM_MASK_ADDITIVE = 2
+    TFM_MASK_ADDITIVE = 2,
+    TFM_MASK_KIND_COUNT          /* since 1.2.0; grows, never store it */
 } tfm_mask_kind;
 
 /* The masks of one attention call.  All of them combine: a key is visible

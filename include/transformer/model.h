@@ -47,7 +47,8 @@ extern "C" {
 typedef enum tfm_architecture {
     TFM_ARCH_DECODER_ONLY = 1,
     TFM_ARCH_ENCODER_ONLY = 2,
-    TFM_ARCH_ENCODER_DECODER = 3
+    TFM_ARCH_ENCODER_DECODER = 3,
+    TFM_ARCH_COUNT               /* since 1.2.0; grows, never store it */
 } tfm_architecture;
 
 /* Append-only. */
@@ -55,7 +56,8 @@ typedef enum tfm_positional {
     TFM_POSITIONAL_NONE = 0,
     TFM_POSITIONAL_LEARNED = 1,     /* "position_embedding.weight" table */
     TFM_POSITIONAL_SINUSOIDAL = 2,  /* embedding.h, interleaved sin/cos */
-    TFM_POSITIONAL_SINUSOIDAL_CONCAT = 3 /* variants.h: sin | cos halves */
+    TFM_POSITIONAL_SINUSOIDAL_CONCAT = 3, /* embedding.h: sin | cos halves */
+    TFM_POSITIONAL_COUNT         /* since 1.2.0; grows, never store it */
 } tfm_positional;
 
 typedef struct tfm_model_config {

@@ -51,5 +51,6 @@
 #include "safetensors.h"
 #include "model.h"
 #include "tokenizer.h"
+#include "names.h"
 
 #endif /* TRANSFORMER_TRANSFORMER_H */

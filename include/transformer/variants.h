@@ -79,7 +79,8 @@ typedef enum tfm_score {
      * ("temperature", starting at sqrt(d_k), i.e. the default scaling).
      * A forward pass with a temperature <= 0 or non-finite fails with
      * TFM_ERR_INVALID_ARGUMENT. */
-    TFM_SCORE_LEARNED_TEMPERATURE = 4
+    TFM_SCORE_LEARNED_TEMPERATURE = 4,
+    TFM_SCORE_COUNT              /* since 1.2.0; grows, never store it */
 } tfm_score;
 
 /* Rotary position embedding (Su et al. 2021, "RoFormer", eq. (34)):
@@ -93,7 +94,8 @@ typedef enum tfm_rope {
     TFM_ROPE_ADJACENT = 1,
     /* Half-split pairs (i, i + rope_dims/2): GPT-NeoX and Hugging Face's
      * LLaMA ("rotate_half"). */
-    TFM_ROPE_HALF = 2
+    TFM_ROPE_HALF = 2,
+    TFM_ROPE_COUNT               /* since 1.2.0; grows, never store it */
 } tfm_rope;
 
 /* Relative-position term of the logits.  Append-only. */
@@ -112,7 +114,8 @@ typedef enum tfm_relative {
      * slopes m_h = 2^(-8h/n) for h = 1 .. n heads when n is a power of two;
      * otherwise the n' = 2^floor(log2 n) slopes followed by every other
      * slope of the 2n' sequence, as in the paper's reference code. */
-    TFM_RELATIVE_ALIBI = 3
+    TFM_RELATIVE_ALIBI = 3,
+    TFM_RELATIVE_COUNT           /* since 1.2.0; grows, never store it */
 } tfm_relative;
 
 /* Which keys a query may see, by position, on top of the masks.
@@ -137,7 +140,8 @@ typedef enum tfm_sparsity {
      * causal mask and a + 1 with one, so that under a causal mask a query's
      * blocks do not depend on the sequence length (KV-cache decoding agrees
      * with a full pass). */
-    TFM_SPARSE_BIGBIRD = 3
+    TFM_SPARSE_BIGBIRD = 3,
+    TFM_SPARSE_COUNT             /* since 1.2.0; grows, never store it */
 } tfm_sparsity;
 
 typedef struct tfm_attention_config {
@@ -261,7 +265,8 @@ typedef enum tfm_sinusoidal_layout {
      * get_timing_signal_1d): PE(p, i) = sin(p * base^(-i/(h-1))) and
      * PE(p, h + i) = cos(same), h = d/2, i = 0 .. h-1; an odd d gets a
      * final 0 column. */
-    TFM_SINUSOIDAL_CONCAT = 1
+    TFM_SINUSOIDAL_CONCAT = 1,
+    TFM_SINUSOIDAL_COUNT         /* since 1.2.0; grows, never store it */
 } tfm_sinusoidal_layout;
 
 /* tfm_sinusoidal_encoding with a layout: pe [L, d_model] receives the

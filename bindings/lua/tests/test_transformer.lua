@@ -1335,4 +1335,18 @@ test("a sub-module keeps its parent alive and fails once it is closed", function
   raises(function() op:forward({ 1, 2, 3, 4 }) end, "has been closed", true)
 end)
 
+test("enum names come from the C tables (names.h)", function()
+  local scores = {}
+  for v = 0, core.tfm_enum_count(core.TFM_ENUM_SCORE) - 1 do
+    scores[#scores + 1] = core.tfm_enum_name(core.TFM_ENUM_SCORE, v)
+  end
+  assert(table.concat(scores, ",") == "scaled_dot,dot,general,additive,learned_temperature")
+  assert(core.tfm_enum_name(core.TFM_ENUM_ARCHITECTURE, 0) == nil)
+  assert(core.tfm_enum_name(core.TFM_ENUM_CAUSAL, core.TFM_CAUSAL_BOTTOM_RIGHT) == "bottom_right")
+  -- an unknown option string lists the C table's names
+  raises(function()
+    core.tfm_mha_forward(nil, nil, nil, nil, { causal = "upper" }, nil, nil)
+  end, 'causal: unknown value "upper" (one of "none", "top_left", "bottom_right")', true)
+end)
+
 harness.finish()

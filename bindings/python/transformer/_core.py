@@ -206,6 +206,24 @@ def check_float32_dtype(dtype, device, who):
                                        f"float32, got dtype={dtype!r}")
 
 
+# ---- Enum names (names.h: one table per enum, in C) -----------------------
+
+def enum_names(kind):
+    """{name: value} of the C enum `kind` (a TFM_ENUM_* constant), in value
+    order: the library's own table, shared with model files and Lua."""
+    names = {}
+    for value in range(_ll.tfm_enum_count(kind)):
+        name = _ll.tfm_enum_name(kind, value)
+        if name is not None:
+            names[name] = value
+    return names
+
+
+def enum_values(kind):
+    """{value: name} of the C enum `kind` (the inverse of enum_names)."""
+    return {value: name for name, value in enum_names(kind).items()}
+
+
 # ---- Masks -----------------------------------------------------------------
 
 CAUSAL_NONE = _ll.TFM_CAUSAL_NONE

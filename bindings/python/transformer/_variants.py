@@ -44,39 +44,17 @@ import operator
 import numpy as np
 
 from . import _lowlevel as _ll
-from ._core import as_float, as_int
+from ._core import as_float, as_int, enum_names
 from ._errors import InvalidArgumentError
 
 _FLOAT32_MAX = 3.4028234663852886e38
 
-SCORES = {
-    "scaled_dot": _ll.TFM_SCORE_SCALED_DOT,
-    "dot": _ll.TFM_SCORE_DOT,
-    "general": _ll.TFM_SCORE_GENERAL,
-    "additive": _ll.TFM_SCORE_ADDITIVE,
-    "learned_temperature": _ll.TFM_SCORE_LEARNED_TEMPERATURE,
-}
-ROPES = {
-    "none": _ll.TFM_ROPE_NONE,
-    "adjacent": _ll.TFM_ROPE_ADJACENT,
-    "half": _ll.TFM_ROPE_HALF,
-}
-RELATIVES = {
-    "none": _ll.TFM_RELATIVE_NONE,
-    "shaw": _ll.TFM_RELATIVE_SHAW,
-    "t5": _ll.TFM_RELATIVE_T5,
-    "alibi": _ll.TFM_RELATIVE_ALIBI,
-}
-SPARSITIES = {
-    "none": _ll.TFM_SPARSE_NONE,
-    "sliding_window": _ll.TFM_SPARSE_SLIDING_WINDOW,
-    "dilated": _ll.TFM_SPARSE_DILATED,
-    "bigbird": _ll.TFM_SPARSE_BIGBIRD,
-}
-SINUSOIDAL_LAYOUTS = {
-    "interleaved": _ll.TFM_SINUSOIDAL_INTERLEAVED,
-    "concat": _ll.TFM_SINUSOIDAL_CONCAT,
-}
+# Option strings -> C enum values: the library's tables (names.h).
+SCORES = enum_names(_ll.TFM_ENUM_SCORE)
+ROPES = enum_names(_ll.TFM_ENUM_ROPE)
+RELATIVES = enum_names(_ll.TFM_ENUM_RELATIVE)
+SPARSITIES = enum_names(_ll.TFM_ENUM_SPARSITY)
+SINUSOIDAL_LAYOUTS = enum_names(_ll.TFM_ENUM_SINUSOIDAL_LAYOUT)
 
 _ENUMS = {"score": SCORES, "rope": ROPES, "relative": RELATIVES,
           "sparsity": SPARSITIES}

@@ -16,7 +16,7 @@ import numpy as np
 from . import _lowlevel as _ll
 from . import _paths
 from ._core import (HandleOwner, Module, _Handle, as_float, as_float32,
-                    as_ids, as_int, fspath)
+                    as_ids, as_int, enum_values, fspath)
 from ._errors import (FormatError, InvalidArgumentError,
                       ShapeError)
 from ._torch import torch_results
@@ -26,22 +26,10 @@ from .tokenizers import Tokenizer
 __all__ = ["Model", "KVCache", "Tokenizer", "Sampler", "load_model",
            "default_model_path"]
 
-_ARCHITECTURES = {
-    _ll.TFM_ARCH_DECODER_ONLY: "decoder_only",
-    _ll.TFM_ARCH_ENCODER_ONLY: "encoder_only",
-    _ll.TFM_ARCH_ENCODER_DECODER: "encoder_decoder",
-}
-_POSITIONALS = {
-    _ll.TFM_POSITIONAL_NONE: "none",
-    _ll.TFM_POSITIONAL_LEARNED: "learned",
-    _ll.TFM_POSITIONAL_SINUSOIDAL: "sinusoidal",
-    _ll.TFM_POSITIONAL_SINUSOIDAL_CONCAT: "sinusoidal_concat",
-}
-_ACTIVATIONS = {
-    _ll.TFM_ACTIVATION_RELU: "relu",
-    _ll.TFM_ACTIVATION_GELU: "gelu",
-    _ll.TFM_ACTIVATION_GELU_TANH: "gelu_tanh",
-}
+# C enum value -> name: the library's tables (names.h).
+_ARCHITECTURES = enum_values(_ll.TFM_ENUM_ARCHITECTURE)
+_POSITIONALS = enum_values(_ll.TFM_ENUM_POSITIONAL)
+_ACTIVATIONS = enum_values(_ll.TFM_ENUM_ACTIVATION)
 
 
 def default_model_path():

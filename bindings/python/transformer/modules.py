@@ -15,7 +15,7 @@ import numpy as np
 from . import _lowlevel as _ll
 from ._core import (CAUSAL_NONE, CAUSAL_TOP_LEFT, MASK_ADDITIVE, BatchIO,
                     Module, as_float, as_float32, as_ids, as_int,
-                    check_float32_dtype, is_batched, mha_masks)
+                    check_float32_dtype, enum_names, is_batched, mha_masks)
 from ._errors import InvalidArgumentError, ShapeError, UnsupportedError
 from ._torch import wrong_module
 from ._tree import ModuleList, make_view, using, view_without_init
@@ -27,11 +27,7 @@ __all__ = ["MultiheadAttention", "Attention", "LayerNorm", "Linear",
            "TransformerEncoder", "TransformerDecoder", "Transformer",
            "Embedding"]
 
-_ACTIVATIONS = {
-    "relu": _ll.TFM_ACTIVATION_RELU,
-    "gelu": _ll.TFM_ACTIVATION_GELU,
-    "gelu_tanh": _ll.TFM_ACTIVATION_GELU_TANH,
-}
+_ACTIVATIONS = enum_names(_ll.TFM_ENUM_ACTIVATION)   # names.h
 _ACTIVATION_NAMES = {v: k for k, v in _ACTIVATIONS.items()}
 
 
@@ -217,8 +213,7 @@ class MultiheadAttention(HasAttentionVariant, Module):
 # ---- Attention (the functional form of a variant) -------------------------
 
 _CAUSALS = {False: CAUSAL_NONE, True: CAUSAL_TOP_LEFT,
-            "none": CAUSAL_NONE, "top_left": CAUSAL_TOP_LEFT,
-            "bottom_right": _ll.TFM_CAUSAL_BOTTOM_RIGHT}
+            **enum_names(_ll.TFM_ENUM_CAUSAL)}
 
 
 def _causal(is_causal):
