@@ -29,6 +29,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "tokenizer_impl.h"
+#include "utf8.h"
 
 /* GPT-2's pre-tokenizer pattern (encoder.py). */
 static const char GPT2_PATTERN[] =
@@ -81,18 +82,6 @@ static int char_byte(uint32_t c)
     return -1;
 }
 
-/* UTF-8 of a code point below U+0800 (all the table needs). */
-static size_t put_char(uint32_t c, char *out)
-{
-    if (c < 0x80) {
-        out[0] = (char)c;
-        return 1;
-    }
-    out[0] = (char)(0xC0 | (c >> 6));
-    out[1] = (char)(0x80 | (c & 0x3F));
-    return 2;
-}
-
 /* The bytes a vocabulary string stands for into out (room for len bytes);
  * returns their number, or (size_t)-1 when a character is not one of the
  * 256 (then the string stands for itself, as Hugging Face's ByteLevel
@@ -101,17 +90,11 @@ static size_t unmap_bytes(const char *s, size_t len, char *out)
 {
     size_t n = 0;
     for (size_t i = 0; i < len;) {
-        unsigned char b = (unsigned char)s[i];
         uint32_t c;
-        if (b < 0x80) {
-            c = b;
-            i += 1;
-        } else if ((b & 0xE0) == 0xC0 && i + 1 < len) {
-            c = ((uint32_t)(b & 0x1F) << 6) | ((unsigned char)s[i + 1] & 0x3F);
-            i += 2;
-        } else {
+        size_t k;
+        if (tfm__utf8_decode((const unsigned char *)s + i, len - i, &c, &k))
             return (size_t)-1;
-        }
+        i += k;
         int byte = char_byte(c);
         if (byte < 0)
             return (size_t)-1;
@@ -377,8 +360,8 @@ static tfm_status bpe_prepare(tfm__bpe *m, int64_t n_merges, const char *what)
 {
     const tfm__vocab *v = &m->vocab;
     for (int b = 0; b < 256; b++) {
-        char utf8[2];
-        size_t k = put_char(byte_char(b), utf8);
+        char utf8[4];
+        size_t k = tfm__utf8_encode(byte_char(b), utf8);
         m->byte_id[b] = tfm__vocab_find(v, utf8, k);
         if (m->byte_id[b] < 0)
             return tfm__fail(TFM_ERR_FORMAT,
@@ -497,7 +480,7 @@ static tfm_status vocab_from_json(tfm__vocab *v, const cJSON *obj,
         return st;
     for (const cJSON *e = obj->child; e; e = e->next) {
         double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
-        if (d < 0 || d != (double)(int64_t)d)
+        if (!(d >= 0 && d <= INT32_MAX) || d != (double)(int64_t)d)
             return tfm__fail(TFM_ERR_FORMAT,
                              "%.200s: the id of \"%.60s\" is not a "
                              "non-negative integer",

@@ -20,6 +20,22 @@ int tfm__role_index(const char *name)
     return -1;
 }
 
+int tfm__role_of_token(const char *content)
+{
+    static const struct { const char *name; int role; } NAMES[] = {
+        { "[UNK]", TFM__ROLE_UNK }, { "<unk>", TFM__ROLE_UNK },
+        { "[CLS]", TFM__ROLE_CLS }, { "[SEP]", TFM__ROLE_SEP },
+        { "[PAD]", TFM__ROLE_PAD }, { "<pad>", TFM__ROLE_PAD },
+        { "[MASK]", TFM__ROLE_MASK }, { "<mask>", TFM__ROLE_MASK },
+        { "<s>", TFM__ROLE_BOS }, { "</s>", TFM__ROLE_EOS },
+        { "<|endoftext|>", TFM__ROLE_EOS },
+    };
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
+        if (strcmp(content, NAMES[i].name) == 0)
+            return NAMES[i].role;
+    return -1;
+}
+
 /* ---- Growing arrays ---------------------------------------------------- */
 
 tfm_status tfm__token_list_push(tfm__token_list *l, int32_t id, int64_t begin,

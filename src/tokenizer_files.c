@@ -1,6 +1,7 @@
 /* Which files make a tokenizer (tfm_tokenizer_load, tokenizer.h): a
  * directory, a tokenizer.json, GPT-2's encoder.json / vocab.json with their
- * merges beside them.  Anything else is left to the model-file reader. */
+ * merges beside them, BERT's vocab.txt (with tokenizer_config.json beside it
+ * when there is one).  Anything else is left to the model-file reader. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -106,10 +107,15 @@ tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out)
                 is_file(q))
                 return tfm__bpe_load_gpt2(p, q, out);
         }
+        if (join(p, sizeof p, path, n, "vocab.txt") && is_file(p)) {
+            int cfg = join(q, sizeof q, path, n, "tokenizer_config.json") &&
+                      is_file(q);
+            return tfm__wordpiece_load_vocab_txt(p, cfg ? q : NULL, out);
+        }
         return tfm__fail(TFM_ERR_IO,
                          "%.200s: no tokenizer.json, encoder.json + "
-                         "vocab.bpe or vocab.json + merges.txt in this "
-                         "directory", path);
+                         "vocab.bpe, vocab.json + merges.txt or vocab.txt in "
+                         "this directory", path);
     }
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
@@ -120,5 +126,11 @@ tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out)
         return load_pair(path, dir_len, "vocab.json", "merges.txt", out);
     if (ends_with(base, ".json"))
         return tfm__tokenizer_json_load(path, out);
+    if (ends_with(base, ".txt")) {  /* BERT's vocab.txt */
+        char q[4096];
+        int cfg = join(q, sizeof q, path, dir_len, "tokenizer_config.json") &&
+                  is_file(q);
+        return tfm__wordpiece_load_vocab_txt(path, cfg ? q : NULL, out);
+    }
     return TFM_ERR_NOT_FOUND;
 }

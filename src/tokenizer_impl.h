@@ -99,12 +99,22 @@ tfm_status tfm__tokenizer_add_special(tfm_tokenizer *t, int32_t id,
 /* Index of a role's name ("bos", "eos", ...), or -1. */
 int tfm__role_index(const char *name);
 
+/* The role a special token's usual name gives it ("[CLS]": cls, "</s>":
+ * eos, "<|endoftext|>": eos, ...), or -1. */
+int tfm__role_of_token(const char *content);
+
 /* The kinds' loaders (tokenizer_files.c finds which to call). */
 tfm_status tfm__bpe_load_gpt2(const char *encoder_json, const char *vocab_bpe,
                               tfm_tokenizer **out);
 struct cJSON;
 tfm_status tfm__bpe_from_json(const struct cJSON *model, const char *path,
                               tfm_tokenizer **out);
+tfm_status tfm__wordpiece_load_vocab_txt(const char *path,
+                                         const char *config_path,
+                                         tfm_tokenizer **out);
+tfm_status tfm__wordpiece_from_json(const struct cJSON *root,
+                                    const struct cJSON *model,
+                                    const char *path, tfm_tokenizer **out);
 tfm_status tfm__tokenizer_json_load(const char *path, tfm_tokenizer **out);
 tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out);
 

@@ -60,6 +60,26 @@ static tfm_status check_byte_level(const cJSON *root, const char *path)
     return TFM_OK;
 }
 
+/* BERT's pipeline: BertNormalizer (or none), BertPreTokenizer, the
+ * WordPiece decoder (or none), [CLS] A [SEP] framing (or none). */
+static tfm_status check_bert(const cJSON *root, const char *path)
+{
+    const char *norm = step_type(root, "normalizer");
+    if (!norm || (norm[0] && strcmp(norm, "BertNormalizer") != 0))
+        return unsupported(path, "normalizer", norm);
+    const char *pre = step_type(root, "pre_tokenizer");
+    if (!pre || strcmp(pre, "BertPreTokenizer") != 0)
+        return unsupported(path, "pre_tokenizer", pre);
+    const char *dec = step_type(root, "decoder");
+    if (!dec || (dec[0] && strcmp(dec, "WordPiece") != 0))
+        return unsupported(path, "decoder", dec);
+    const char *post = step_type(root, "post_processor");
+    if (!post || (post[0] && strcmp(post, "TemplateProcessing") != 0 &&
+                  strcmp(post, "BertProcessing") != 0))
+        return unsupported(path, "post_processor", post);
+    return TFM_OK;
+}
+
 /* "added_tokens": each must be in the vocabulary under its id. */
 static tfm_status added_tokens(tfm_tokenizer *t, const cJSON *root,
                                const char *path)
@@ -85,11 +105,9 @@ static tfm_status added_tokens(tfm_tokenizer *t, const cJSON *root,
                              "%.200s: added token \"%.60s\" (id %.0f) is not "
                              "the vocabulary's token of that id",
                              path, content->valuestring, d);
-        int role = -1;
-        if (strcmp(content->valuestring, "<|endoftext|>") == 0)
-            role = TFM__ROLE_EOS;
+        int role = tfm__role_of_token(content->valuestring);
         tfm_status st = tfm__tokenizer_add_special(t, found, NULL, 0, role);
-        if (st == TFM_OK && role == TFM__ROLE_EOS) {
+        if (st == TFM_OK && strcmp(content->valuestring, "<|endoftext|>") == 0) {
             t->roles[TFM__ROLE_BOS] = found;  /* as GPT2Tokenizer */
             t->roles[TFM__ROLE_UNK] = found;
         }
@@ -124,6 +142,12 @@ tfm_status tfm__tokenizer_json_load(const char *path, tfm_tokenizer **out)
         st = check_byte_level(root, path);
         if (st == TFM_OK)
             st = tfm__bpe_from_json(model, path, &t);
+    } else if (strcmp(type->valuestring, "WordPiece") == 0) {
+        st = check_bert(root, path);
+        if (st == TFM_OK)
+            st = tfm__wordpiece_from_json(root, model, path, &t);
+        if (st == TFM_OK && step_type(root, "post_processor")[0] == '\0')
+            t->framing = TFM__FRAME_NONE;
     } else {
         st = tfm__fail(TFM_ERR_UNSUPPORTED, "%.200s: model type \"%.40s\" is "
                        "not supported", path, type->valuestring);

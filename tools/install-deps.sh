@@ -12,7 +12,7 @@ packages=(
   python3-nbclient python3-nbformat python3-ipykernel python3-matplotlib
   debhelper dh-python dpkg-dev lintian
   clang libclang-rt-14-dev valgrind
-  libpcre2-dev bible-kjv
+  libpcre2-dev libutf8proc-dev bible-kjv
 )
 # node and npm fetch and run the tokenizers' reference implementations at
 # test time (tools/fetch-tokenizer-refs.sh); Debian's own unless some other

@@ -1838,9 +1838,9 @@ end
 Tokenizer.from_pretrained = Tokenizer.load
 M.load_tokenizer = Tokenizer.load
 
-local KINDS = { [0] = "char", [1] = "byte_bpe" }
+local KINDS = { [0] = "char", [1] = "byte_bpe", [2] = "wordpiece" }
 
---- tok:kind() -> "char" or "byte_bpe".
+--- tok:kind() -> "char", "byte_bpe" or "wordpiece".
 function Tokenizer:kind()
   local k = core.tfm_tokenizer_get_kind(handle(self))
   return KINDS[k] or fmt("kind %d", k)

@@ -22,6 +22,18 @@
  *    one piece of its own (so "a\xff b" gives the pieces "a", "\xff",
  *    " b").  Whitespace is PCRE2's Unicode \s, as Python's regex module
  *    (OpenAI's encoder): U+0085 and U+180E are whitespace, U+FEFF is not.
+ *  - WordPiece as BERT's (since 1.2): vocab.txt (one token per line, id =
+ *    line - 1; tokenizer_config.json beside it may set do_lower_case,
+ *    strip_accents, tokenize_chinese_chars), or a tokenizer.json whose
+ *    model is "WordPiece" with BertNormalizer and BertPreTokenizer.  BERT's
+ *    basic tokenizer (Devlin et al. 2019; Unicode data from utf8proc):
+ *    control characters dropped, whitespace to spaces, CJK ideographs
+ *    split, accents stripped (NFD, Mn dropped) and lower case when
+ *    uncased, punctuation split; then greedy longest-match-first with "##"
+ *    continuations, [UNK] for a word over 100 characters or with no match.
+ *    Bytes that are not UTF-8 are dropped, as BERT's convert_to_unicode.
+ *    [CLS], [SEP], [PAD], [MASK], [UNK] are special; TFM_ENCODE_ADD_SPECIAL
+ *    frames [CLS] A [SEP] (B [SEP]).  docs/TOKENIZERS.md has the details.
  *
  * Since 1.2 every kind also gives offsets (the bytes [begin, end) of the
  * text each token covers), special tokens by role and by name, pairs with
@@ -50,11 +62,14 @@ TFM_API tfm_status tfm_tokenizer_create(const char *vocab,
  *  - (since 1.2) a tokenizer.json (Hugging Face tokenizers' format);
  *  - (since 1.2) encoder.json or vocab.json: GPT-2's vocabulary, its merges
  *    read from vocab.bpe or merges.txt in the same directory;
+ *  - (since 1.2) vocab.txt or another *.txt: BERT's WordPiece vocabulary,
+ *    with tokenizer_config.json beside it when there is one;
  *  - (since 1.2) a checkpoint directory: the first of tokenizer.json,
- *    encoder.json + vocab.bpe, vocab.json + merges.txt found there.
+ *    encoder.json + vocab.bpe, vocab.json + merges.txt, vocab.txt found
+ *    there.
  * With GPT-2's files, <|endoftext|> (when in the vocabulary) is special and
  * is the bos, eos and unk token, as in Hugging Face's GPT2Tokenizer.  In a
- * tokenizer.json, the "added_tokens" marked special are special.
+ * tokenizer.json, the "added_tokens" are special.
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_FORMAT (malformed file
  * or missing/unsupported tokenizer metadata; truncated JSON, a merge naming
  * a token the vocabulary lacks, an id given twice, a token given twice, ids
@@ -97,6 +112,7 @@ TFM_API tfm_status tfm_tokenizer_decode(const tfm_tokenizer *tokenizer,
 typedef enum tfm_tokenizer_kind {
     TFM_TOKENIZER_CHAR = 0,       /* one token per code point */
     TFM_TOKENIZER_BYTE_BPE = 1,   /* GPT-2's byte-level BPE */
+    TFM_TOKENIZER_WORDPIECE = 2,  /* BERT's WordPiece */
     TFM_TOKENIZER_KIND_COUNT      /* grows; never store it */
 } tfm_tokenizer_kind;
 

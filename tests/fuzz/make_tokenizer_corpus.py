@@ -4,7 +4,9 @@ tests/fuzz/corpus/tokenizer_files/: a small byte-level BPE vocabulary (the
 256 byte tokens in GPT-2's bytes_to_unicode form, five merges,
 <|endoftext|>) as encoder.json + vocab.bpe and as a tokenizer.json, each
 with texts that reach the pattern's branches, invalid UTF-8 and the special
-token, and one file whose merge names an unknown token.
+token, one file whose merge names an unknown token, and a small BERT
+vocab.txt (uncased, and cased through tokenizer_config.json) with texts
+reaching accents, CJK, Hangul, long words and control characters.
 
 Usage: /usr/bin/python3 tests/fuzz/make_tokenizer_corpus.py
 """
@@ -57,6 +59,17 @@ def main():
               SEP + text)
     write("bad_merge.bin", bytes([0]) + encoder + SEP +
           b"#version: 0.2\nh zz\n" + SEP + b"x")
+    bert = "".join(t + "\n" for t in [
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##aff",
+        "##able", "hello", "!", ",", "cafe", "\u4e2d", "##s", "a", "##a"])
+    bert_texts = [b"unaffable, Hello! caf\xc3\xa9 \xe4\xb8\xad\xe5\x9b\xbd",
+                  b"[CLS] hello [SEP] \xed\x95\x9c\xea\xb5\xad " + b"a" * 120,
+                  b"\xce\x9f\xce\xa3 \x01\xff tab\there"]
+    for i, text in enumerate(bert_texts):
+        for mode in (8, 8 | 2 | 4):
+            write(f"bert_{i}_{mode}.bin", bytes([mode]) + bert.encode() + SEP +
+                  (b'{"do_lower_case": false}' if i == 2 else b"") + SEP +
+                  text)
 
 
 if __name__ == "__main__":

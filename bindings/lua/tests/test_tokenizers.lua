@@ -68,6 +68,28 @@ test("tokens and batches", function()
   same(b.attention_mask, { { 1, 1 }, { 1, 0 } }, "attention_mask")
 end)
 
+test("WordPiece: BERT's framing, kitoken's ids", function()
+  local bert = T.Tokenizer.from_pretrained(REFS .. "/bert-uncased")
+  assert(bert:kind() == "wordpiece")
+  local n = 0
+  for line in io.lines(REFS .. "/bert-uncased/kitoken.tsv") do
+    local hex, ids = line:match("^(%x*)\t(.*)$")
+    local text = hex:gsub("%x%x", function(h) return string.char(tonumber(h, 16)) end)
+    local want = {}
+    for id in ids:gmatch("%d+") do want[#want + 1] = tonumber(id) end
+    same(bert:encode_full(text, nil, { add_special_tokens = false }), want, "ids")
+    n = n + 1
+  end
+  assert(n > 3000, "cases: " .. n)
+  local ids, types = bert:encode_full("God", "In the beginning")
+  assert(ids[1] == bert:special_token_id("cls") and ids[3] == bert:special_token_id("sep"))
+  same(types, { 0, 0, 0, 1, 1, 1, 1 }, "type ids")
+  assert(bert:decode_v2(ids, { skip_special_tokens = true }) == "god in the beginning")
+  local b = bert:batch({ "God", "In the beginning" })
+  same(b.attention_mask, { { 1, 1, 1, 0, 0 }, { 1, 1, 1, 1, 1 } }, "attention_mask")
+  assert(b.input_ids[1][4] == 0, "padded with [PAD]")
+end)
+
 test("bad directory", function()
   local ok, err = pcall(T.load_tokenizer, REFS)
   assert(not ok and tostring(err):find("no tokenizer.json", 1, true), tostring(err))

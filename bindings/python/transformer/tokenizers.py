@@ -1,5 +1,5 @@
-"""Tokenizers: character-level, and (since 1.2) GPT-2's byte-level BPE,
-with Hugging Face's method names.
+"""Tokenizers: character-level, and (since 1.2) GPT-2's byte-level BPE and
+BERT's WordPiece, with Hugging Face's method names.
 
     tok = transformer.load_tokenizer("path/to/gpt2")   # a directory or file
     tok.encode("Hello world")                           # [15496, 995]
@@ -20,6 +20,7 @@ __all__ = ["Tokenizer", "load_tokenizer"]
 _KINDS = {
     _ll.TFM_TOKENIZER_CHAR: "char",
     _ll.TFM_TOKENIZER_BYTE_BPE: "byte_bpe",
+    _ll.TFM_TOKENIZER_WORDPIECE: "wordpiece",
 }
 _ROLES = ("bos", "eos", "unk", "pad", "cls", "sep", "mask")
 
@@ -70,7 +71,7 @@ class Tokenizer(HandleOwner):
     def load(cls, path):
         """The tokenizer of path: a model file's metadata ("tfm.tokenizer":
         "char"), a tokenizer.json, encoder.json + vocab.bpe, vocab.json +
-        merges.txt, or a directory holding one of those.  FormatError,
+        merges.txt, BERT's vocab.txt, or a directory holding one of those.  FormatError,
         UnsupportedError or IOError when it cannot be read."""
         self = cls.__new__(cls)
         path = fspath(path)
@@ -93,7 +94,7 @@ class Tokenizer(HandleOwner):
 
     @property
     def kind(self):
-        """"char" or "byte_bpe"."""
+        """"char", "byte_bpe" or "wordpiece"."""
         k = _ll.tfm_tokenizer_get_kind(self._ptr)
         return _KINDS.get(k, f"kind {k}")
 
