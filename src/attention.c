@@ -5,13 +5,10 @@
 #include <string.h>
 
 #include "attention_config.h"
+#include "attention_job.h"
 #include "error.h"
-#include "layers_impl.h"
 #include "parallel.h"
-#include "rope.h"
 #include "tensor_impl.h"
-#include "variant.h"
-#include "workspace.h"
 
 typedef struct tfm__attention {
     tfm_module base;
@@ -53,6 +50,7 @@ tfm_status tfm_attention_create(int64_t d_k, int64_t d_v, int64_t n_heads,
     if (!a)
         return TFM_ERR_OUT_OF_MEMORY;
     a->var = var;
+    a->base.variant = &a->var;
     tfm__param_spec specs[TFM__VARIANT_MAX_SPECS];
     int n = 0;
     tfm__variant_param_specs(&a->var, specs, &n);
@@ -113,59 +111,9 @@ tfm_status tfm_attention_forward(const tfm_module *attention,
         return st;
     tfm__masks m;
     if ((st = tfm__masks_resolve(masks, B, H, L, S, "tfm_attention_forward",
-                                 &m)) != TFM_OK ||
-        (st = tfm__variant_check_params(var)) != TFM_OK)
+                                 &m)) != TFM_OK)
         return st;
-
-    const int64_t q_pos0 = m.causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L : 0;
-    const float *qd = q->data, *kd = k->data;
-    tfm__ws_mark mark = tfm__ws_save();
-    if (var->config.rope != TFM_ROPE_NONE) {
-        /* RoPE on copies: q rows at q_pos0 + i, k rows at j. */
-        float *qr = tfm__ws_floats((size_t)q->numel);
-        float *kr = qr ? tfm__ws_floats((size_t)k->numel) : NULL;
-        if (!kr) {
-            tfm__ws_restore(mark);
-            return TFM_ERR_OUT_OF_MEMORY;
-        }
-        memcpy(qr, q->data, (size_t)q->numel * sizeof(float));
-        memcpy(kr, k->data, (size_t)k->numel * sizeof(float));
-        tfm__rope_apply(qr, L, dk, B * H, L * dk, q_pos0, var->config.rope,
-                        var->rope_dims, var->rope_base);
-        tfm__rope_apply(kr, S, dk, B * Hkv, S * dk, 0, var->config.rope,
-                        var->rope_dims, var->rope_base);
-        qd = qr;
-        kd = kr;
-    }
-    const tfm__attention_job job = {
-        .q = qd, .q_bstride = H * L * dk, .q_hstride = L * dk, .ldq = dk,
-        .k = kd, .k_bstride = Hkv * S * dk, .k_hstride = S * dk, .ldk = dk,
-        .v = v->data, .v_bstride = Hkv * S * dv, .v_hstride = S * dv,
-        .ldv = dv,
-        .out = out->data, .o_bstride = H * L * dv, .o_hstride = L * dv,
-        .ldo = dv,
-        .B = B, .H = H, .L = L, .S = S, .d_k = dk, .d_v = dv,
-        .scale = (float)(1.0 / sqrt((double)dk)),
-        .masks = &m, .weights = weights ? weights->data : NULL,
-        .average = 0, .q_pos0 = q_pos0,
-    };
-    st = tfm__variant_attend(var, &job);
-    tfm__ws_restore(mark);
-    return st;
-}
-
-const tfm__variant *tfm__variant_of(const tfm_module *m)
-{
-    switch (m->kind) {
-    case TFM_MODULE_ATTENTION:
-        return &((const tfm__attention *)m)->var;
-    case TFM_MODULE_MHA:
-        return &((const tfm__mha *)m)->var;
-    case TFM_MODULE_ENCODER_LAYER:
-        return &((const tfm__encoder_layer *)m)->self_attn->var;
-    default:
-        return NULL;
-    }
+    return tfm__attend_tensors(var, q, k, v, &m, 0.0f, out, weights);
 }
 
 tfm_status tfm_attention_get_config(const tfm_module *module,
@@ -175,7 +123,7 @@ tfm_status tfm_attention_get_config(const tfm_module *module,
         return tfm__fail(TFM_ERR_NULL_ARGUMENT,
                          "tfm_attention_get_config: %s is NULL",
                          !module ? "module" : "config");
-    const tfm__variant *v = tfm__variant_of(module);
+    const tfm__variant *v = module->variant;
     if (!v) {
         const tfm_module_kind k = module->kind;
         const int model = k == TFM_MODULE_DECODER_ONLY ||

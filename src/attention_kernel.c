@@ -684,9 +684,8 @@ tfm_status tfm__attention_run(const tfm__attention_job *in)
         sparse = tfm__sparse_clamp(in->sparse, in->q_pos0, in->L, in->S);
         job.sparse = &sparse;
     }
-    const int64_t offset =
-        job.masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? job.S - job.L : 0;
+    /* The causal offset is the first query's position (attention_job.c). */
     if (dilated_as_windows(&job))
-        return run_dilated(&job, offset);
-    return run_job(&job, offset);
+        return run_dilated(&job, job.q_pos0);
+    return run_job(&job, job.q_pos0);
 }

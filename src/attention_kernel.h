@@ -38,7 +38,9 @@ typedef struct tfm__attention_job {
      * sum_a v_h[a] tanh(q[i, a] + k[j, a]) (times the scale), computed by
      * our own loop instead of the q k^T product. */
     const float *additive_v;
-    /* Query row i is at position q_pos0 + i, key row j at position j. */
+    /* Query row i is at position q_pos0 + i, key row j at position j:
+     * q_pos0 = S - L under TFM_CAUSAL_BOTTOM_RIGHT, else 0, which is also
+     * the causal offset (attention.h: row i sees keys j <= i + q_pos0). */
     int64_t q_pos0;
     /* Relative-position term, or NULL. */
     const struct tfm__relative *relative;

@@ -65,6 +65,7 @@ tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
         tfm_module_free(&l->base);
         return st;
     }
+    l->base.variant = &l->self_attn->var;
     *out = l;
     return TFM_OK;
 }

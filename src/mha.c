@@ -4,11 +4,11 @@
 #include <math.h>
 #include <string.h>
 
+#include "attention_job.h"
 #include "error.h"
 #include "gemm.h"
 #include "mha.h"
 #include "parallel.h"
-#include "rope.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -83,6 +83,7 @@ tfm_status tfm__mha_new_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
     m->vdim = vdim;
     m->bias = bias != 0;
     m->var = var;
+    m->base.variant = &m->var;
 
     /* Key/value rows: n_kv_heads * d_k (= d_model without GQA). */
     const int64_t d = d_model, kv = var.n_kv_heads * dk;
@@ -157,49 +158,29 @@ tfm_status tfm_mha_create_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
     return st;
 }
 
-/* Position of query row 0 (variants.h): S - L under bottom-right causal
- * alignment, else 0. */
-static int64_t query_pos0(const tfm__masks *masks, int64_t L, int64_t S)
+/* The attention part, with the variant, on projected q [B, L, d] (row
+ * stride ldq) and k, v [B, S, kv_dim] (row stride ldkv), all scratch that
+ * RoPE may rotate in place (key rows below k_rotated already are):
+ * ctx [B, L, d] receives the heads' outputs side by side.  Fails like
+ * tfm__attend. */
+static tfm_status mha_attend(const tfm__mha *m, float *q, int64_t ldq,
+                             float *k, const float *v, int64_t ldkv,
+                             int64_t k_rotated, int64_t B, int64_t L,
+                             int64_t S, const tfm__masks *masks, float *ctx,
+                             float *weights, int average)
 {
-    return masks && masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L : 0;
-}
-
-/* RoPE on projected rows: q [B, L, d] (row stride ldq) at positions
- * q_pos0 + i, k [B, S, kv_dim] (row stride ldk) at positions j. */
-static void rotate(const tfm__mha *m, float *q, int64_t ldq, float *k,
-                   int64_t ldk, int64_t B, int64_t L, int64_t S,
-                   int64_t q_pos0)
-{
-    const tfm__variant *v = &m->var;
-    const tfm_rope layout = v->config.rope;
-    if (layout == TFM_ROPE_NONE)
-        return;
-    for (int64_t b = 0; b < B; b++) {
-        tfm__rope_apply(q + b * L * ldq, L, ldq, m->n_heads, m->d_k, q_pos0,
-                        layout, v->rope_dims, v->rope_base);
-        tfm__rope_apply(k + b * S * ldk, S, ldk, v->n_kv_heads, m->d_k, 0,
-                        layout, v->rope_dims, v->rope_base);
-    }
-}
-
-tfm_status tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
-                           const float *k, const float *v, int64_t ldkv,
-                           int64_t B, int64_t L, int64_t S,
-                           const tfm__masks *masks, float *ctx,
-                           float *weights, int average)
-{
+    /* Heads side by side in each row: head h is columns h d_k .. */
     const int64_t d = m->d_model, dk = m->d_k;
-    const tfm__attention_job job = {
-        .q = q, .q_bstride = L * ldq, .q_hstride = dk, .ldq = ldq,
-        .k = k, .k_bstride = S * ldkv, .k_hstride = dk, .ldk = ldkv,
-        .v = v, .v_bstride = S * ldkv, .v_hstride = dk, .ldv = ldkv,
-        .out = ctx, .o_bstride = L * d, .o_hstride = dk, .ldo = d,
-        .B = B, .H = m->n_heads, .L = L, .S = S, .d_k = dk, .d_v = dk,
-        .scale = (float)(1.0 / sqrt((double)dk)),
-        .masks = masks, .weights = weights, .average = average,
-        .q_pos0 = query_pos0(masks, L, S),
+    const tfm__attention_args args = {
+        .q = { q, L * ldq, dk, ldq },
+        .k = { k, S * ldkv, dk, ldkv },
+        .v = { (float *)v, S * ldkv, dk, ldkv },
+        .out = { ctx, L * d, dk, d },
+        .B = B, .L = L, .S = S, .masks = masks,
+        .weights = weights, .average = average,
+        .rope_in_place = 1, .k_rotated = k_rotated,
     };
-    return tfm__variant_attend(&m->var, &job);
+    return tfm__attend(&m->var, &args);
 }
 
 tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
@@ -208,9 +189,6 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                         float *out, float *weights, int average)
 {
     const int64_t d = m->d_model, kv = m->kv_dim;
-    tfm_status st = tfm__variant_check_params(&m->var);
-    if (st != TFM_OK)
-        return st;
     /* Self-attention (the same rows for query, key and value) with packed
      * weights: one product x [W_q; W_k; W_v]^T gives q, k and v side by
      * side in rows of d + 2 kv_dim. */
@@ -257,9 +235,8 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
         tfm__linear_parallel(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v,
                              kv, v, kv);
     }
-    rotate(m, q, ld, k, ldkv, B, L, S, query_pos0(masks, L, S));
-    st = tfm__mha_attend(m, q, ld, k, v, ldkv, B, L, S, masks, ctx, weights,
-                         average);
+    tfm_status st = mha_attend(m, q, ld, k, v, ldkv, 0, B, L, S, masks, ctx,
+                               weights, average);
     if (st == TFM_OK)
         tfm__linear_parallel(ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);
@@ -272,27 +249,19 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
 {
     const int64_t d = m->d_model, kv = m->kv_dim, S = past + n;
     const int64_t w = d + 2 * kv;   /* one row of q, k and v */
-    tfm_status st = tfm__variant_check_params(&m->var);
-    if (st != TFM_OK)
-        return st;
     tfm__ws_mark mark = tfm__ws_save();
-    float *qkv = tfm__ws_floats((size_t)(n * w));
-    float *ctx = qkv ? tfm__ws_floats((size_t)(n * d)) : NULL;
+    float *qkv = tfm__ws_floats((size_t)(n * w));   /* [n, d + 2 kv_dim] */
+    float *ctx = qkv ? tfm__ws_floats((size_t)(n * d)) : NULL;  /* [n, d] */
     if (!ctx) {
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;
     }
     /* One product for q, k and v of the new positions (the cached model's
-     * attention is always packed self-attention); under RoPE their queries
-     * and keys are rotated for positions past .. past+n-1, and the keys
-     * and values are copied into the cache rows past .. past+n-1 (the
-     * caller advances the length only on success). */
+     * attention is always packed self-attention); their keys and values
+     * go to the cache rows past .. past+n-1 (the caller advances the
+     * length only on success), where the door rotates the keys under RoPE
+     * for positions past .. past+n-1 (rows below past already are). */
     tfm__linear_parallel(x, d, n, d, m->w_q, m->b_q, w, qkv, w);
-    const tfm__variant *var = &m->var;
-    tfm__rope_apply(qkv, n, w, m->n_heads, m->d_k, past, var->config.rope,
-                    var->rope_dims, var->rope_base);
-    tfm__rope_apply(qkv + d, n, w, var->n_kv_heads, m->d_k, past,
-                    var->config.rope, var->rope_dims, var->rope_base);
     for (int64_t i = 0; i < n; i++) {
         memcpy(k_cache + (past + i) * kv, qkv + i * w + d,
                (size_t)kv * sizeof(float));
@@ -300,8 +269,8 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
                (size_t)kv * sizeof(float));
     }
     const tfm__masks causal = { .causal = TFM_CAUSAL_BOTTOM_RIGHT };
-    st = tfm__mha_attend(m, qkv, w, k_cache, v_cache, kv, 1, n, S, &causal,
-                         ctx, NULL, 0);
+    tfm_status st = mha_attend(m, qkv, w, k_cache, v_cache, kv, past, 1, n,
+                               S, &causal, ctx, NULL, 0);
     if (st == TFM_OK)
         tfm__linear_parallel(ctx, d, n, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);

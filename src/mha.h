@@ -2,7 +2,7 @@
 #ifndef TFM_SRC_MHA_H
 #define TFM_SRC_MHA_H
 
-#include "attention_kernel.h"
+#include "attention_masks.h"
 #include "linear.h"
 #include "module_impl.h"
 #include "variant.h"
@@ -44,17 +44,6 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                         int64_t L, int64_t S, const tfm__masks *masks,
                         float *out, float *weights, int average);
 
-/* The attention part alone, with the variant, on projected (and rotated)
- * q [B, L, d] (row stride ldq) and k, v [B, S, kv_dim] (row stride ldkv):
- * ctx [B, L, d] receives the heads' outputs side by side.  Query row i is
- * at position i, + S - L under bottom-right causal alignment.  Fails like
- * tfm__mha_run, before writing anything. */
-tfm_status tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
-                           const float *k, const float *v, int64_t ldkv,
-                           int64_t B, int64_t L, int64_t S,
-                           const tfm__masks *masks, float *ctx,
-                           float *weights, int average);
-
 /* Self-attention of n new positions x [n, d] (batch 1) over a KV cache:
  * their keys (rotated for their positions under RoPE) and values are
  * written to rows past .. past+n-1 of k_cache and v_cache ([capacity,
@@ -62,7 +51,8 @@ tfm_status tfm__mha_attend(const tfm__mha *m, const float *q, int64_t ldq,
  * rows 0 .. past+n-1 with bottom-right causal alignment and the variant.
  * out [n, d] may alias x.  Fails only with TFM_ERR_OUT_OF_MEMORY or
  * TFM_ERR_INVALID_ARGUMENT (a learned temperature <= 0), then before
- * writing the cache or out. */
+ * writing out; the cache rows from past on may then hold the new keys and
+ * values, which the caller's length (not advanced) leaves unused. */
 tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
                                float *k_cache, float *v_cache, int64_t past,
                                float *out);

@@ -68,6 +68,10 @@ struct tfm_module {
      * the caller owns: tfm_module_free does nothing on a part; the owner's
      * destroy frees it (after tfm_module_free cleared this pointer). */
     tfm_module *owner;
+    /* The attention variant (variant.h) of the kinds that have one, for
+     * tfm_attention_get_config: an ATTENTION or MHA module's own, an
+     * ENCODER_LAYER's self-attention's; NULL for the other kinds. */
+    const struct tfm__variant *variant;
 };
 
 /* Allocates a zeroed module struct of `size` bytes (the kind's struct). */

@@ -1,8 +1,8 @@
-/* Scaled dot-product attention, the public function (attention.h). */
+/* Scaled dot-product attention, the public function (attention.h): the
+ * default variant through the one door (attention_job.h). */
 #include <math.h>
-#include <string.h>
 
-#include "attention_kernel.h"
+#include "attention_job.h"
 #include "error.h"
 #include "parallel.h"
 #include "tensor_impl.h"
@@ -42,20 +42,14 @@ tfm_status tfm_sdpa(const tfm_tensor *q, const tfm_tensor *k,
         return st;
     if (!isfinite(scale))
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "scale is not finite");
-    if (scale == 0.0f)
-        scale = (float)(1.0 / sqrt((double)dk));
     tfm__masks m;
     if ((st = tfm__masks_resolve(masks, B, H, L, S, "tfm_sdpa", &m)) != TFM_OK)
         return st;
 
-    const tfm__attention_job job = {
-        .q = q->data, .q_bstride = H * L * dk, .q_hstride = L * dk, .ldq = dk,
-        .k = k->data, .k_bstride = H * S * dk, .k_hstride = S * dk, .ldk = dk,
-        .v = v->data, .v_bstride = H * S * dv, .v_hstride = S * dv, .ldv = dv,
-        .out = out->data, .o_bstride = H * L * dv, .o_hstride = L * dv,
-        .ldo = dv,
-        .B = B, .H = H, .L = L, .S = S, .d_k = dk, .d_v = dv, .scale = scale,
-        .masks = &m, .weights = weights ? weights->data : NULL, .average = 0,
-    };
-    return tfm__attention_run(&job);
+    /* Plain attention is the default variant (variants.h): H heads of
+     * widths d_k and d_v; `scale` (0: 1/sqrt(d_k)) replaces its scale. */
+    tfm__variant var;
+    if ((st = tfm__variant_init(&var, NULL, H, dk, dv)) != TFM_OK)
+        return st;
+    return tfm__attend_tensors(&var, q, k, v, &m, scale, out, weights);
 }

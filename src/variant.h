@@ -1,12 +1,12 @@
 /* Internal: the attention variant of a module (variants.h), shared by
- * multi-head attention (mha.c) and the functional attention module
- * (attention.c): its config, its resolved sizes, its learned parameters,
- * and the one function that turns projected queries, keys and values into
- * a tfm__attention_job and runs it. */
+ * multi-head attention (mha.c), the functional attention module
+ * (attention.c) and tfm_sdpa (the default variant): its config, its
+ * resolved sizes and its learned parameters.  attention_job.h runs
+ * attention with it. */
 #ifndef TFM_SRC_VARIANT_H
 #define TFM_SRC_VARIANT_H
 
-#include "attention_kernel.h"
+#include "transformer/variants.h"
 #include "module_impl.h"
 
 /* At most this many parameter specs tfm__variant_param_specs adds. */
@@ -56,21 +56,5 @@ tfm_status tfm__variant_check_params(const tfm__variant *v);
  * batch elements, L queries and S keys, added to *acc (0 on overflow). */
 int tfm__variant_macs(const tfm__variant *v, int64_t B, int64_t L, int64_t S,
                       int64_t *acc);
-
-/* Runs attention with the variant.  base describes the (already projected
- * and, under RoPE, already rotated) q, k, v, out, weights and masks as for
- * plain attention, with H = n_heads query heads; k and v are indexed by
- * key/value head (k_hstride, v_hstride per key/value head), and
- * base->q_pos0 gives the position of query row 0.  The variant's fields of
- * the job (group, scale, head_scale, additive_v, relative, sparse) are set
- * here; GENERAL and ADDITIVE pre-transform q (and k) into scratch.
- * Scratch comes from the thread's workspace before anything is written.
- * Errors: TFM_ERR_INVALID_ARGUMENT (a temperature <= 0 or not finite),
- * TFM_ERR_OUT_OF_MEMORY; then nothing is written. */
-tfm_status tfm__variant_attend(const tfm__variant *v,
-                               const tfm__attention_job *base);
-
-/* Copies the config of an ATTENTION, MHA or ENCODER_LAYER module. */
-const tfm__variant *tfm__variant_of(const tfm_module *m);
 
 #endif

@@ -1,0 +1,277 @@
+/* The one door into the attention kernel (attention_job.h): from a call's
+ * operands and its variant to a tfm__attention_job.
+ *
+ * Steps of tfm__attend, in order (nothing the caller sees is written
+ * before the last allocation):
+ *   1. the variant's learned parameters are checked;
+ *   2. q_pos0, the position of query row 0, is computed;
+ *   3. scratch: RoPE copies, ALiBi slopes, per-head scales, the score's
+ *      transformed q (and k, v);
+ *   4. RoPE rotates q and k (Su et al. 2021);
+ *   5. the score's pre-transforms (Luong's general score, Bahdanau's
+ *      additive projections) run as one GEMM per head;
+ *   6. the relative term and the sparse pattern are resolved;
+ *   7. the job goes to tfm__attention_run (attention_kernel.c). */
+#include <math.h>
+#include <string.h>
+
+#include "attention_job.h"
+#include "gemm.h"
+#include "rope.h"
+#include "tensor_impl.h"
+#include "workspace.h"
+
+/* ==== Operand helpers =================================================== */
+
+/* Row block (b, h) of operand x. */
+static const float *head_at(const tfm__heads *x, int64_t b, int64_t h)
+{
+    return x->data + b * x->bstride + h * x->hstride;
+}
+
+/* dst [B, heads, rows, cols] (contiguous) = x; returns dst's view. */
+static tfm__heads copy_heads(const tfm__heads *x, int64_t B, int64_t heads,
+                             int64_t rows, int64_t cols, float *dst)
+{
+    const tfm__heads out = { dst, heads * rows * cols, rows * cols, cols };
+    if (x->ld == cols && x->hstride == out.hstride &&
+        x->bstride == out.bstride) {
+        memcpy(dst, x->data, (size_t)(B * out.bstride) * sizeof(float));
+        return out;
+    }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(dst + b * out.bstride + h * out.hstride + r * cols,
+                       head_at(x, b, h) + r * x->ld,
+                       (size_t)cols * sizeof(float));
+    return out;
+}
+
+/* RoPE (rope.h) on rows r0 .. rows-1 of every head of x [B, heads, rows,
+ * d_k], in place: row r at position pos0 + r.  When the batch elements
+ * follow each other as further heads (bstride = heads * hstride), the
+ * B * heads heads are one call. */
+static void rotate(const tfm__variant *v, const tfm__heads *x, int64_t B,
+                   int64_t heads, int64_t r0, int64_t rows, int64_t pos0)
+{
+    const tfm_rope layout = v->config.rope;
+    if (layout == TFM_ROPE_NONE || r0 >= rows)
+        return;
+    if (x->bstride == heads * x->hstride) {
+        tfm__rope_apply(x->data + r0 * x->ld, rows - r0, x->ld, B * heads,
+                        x->hstride, pos0 + r0, layout, v->rope_dims,
+                        v->rope_base);
+        return;
+    }
+    for (int64_t b = 0; b < B; b++)
+        tfm__rope_apply(x->data + b * x->bstride + r0 * x->ld, rows - r0,
+                        x->ld, heads, x->hstride, pos0 + r0, layout,
+                        v->rope_dims, v->rope_base);
+}
+
+/* dst [H, B, rows, n] (head-major) = for each query head h and batch
+ * element b, the rows of x's head h / div (x[b, h/div] [rows, k]) times
+ * W_h (w + h * n * k: [k, n], or [n, k] used transposed when trans_w).
+ * When the batch elements' rows are evenly spaced (bstride == rows * ld,
+ * as multi-head attention's [B, L, d] activations), a head's B * rows rows
+ * are one product. */
+static void per_head_product(const tfm__heads *x, int64_t B, int64_t H,
+                             int64_t div, int64_t rows, const float *w,
+                             int64_t n, int64_t k, int trans_w, float *dst)
+{
+    const int one = x->bstride == rows * x->ld;
+    for (int64_t h = 0; h < H; h++) {
+        const float *wh = w + h * n * k;
+        const int64_t ldw = trans_w ? k : n;
+        float *dh = dst + h * B * rows * n;
+        if (one) {
+            tfm__sgemm(0, trans_w, B * rows, n, k, 1.0f, head_at(x, 0, h / div),
+                       x->ld, wh, ldw, 0.0f, dh, n);
+            continue;
+        }
+        for (int64_t b = 0; b < B; b++)
+            tfm__sgemm(0, trans_w, rows, n, k, 1.0f, head_at(x, b, h / div),
+                       x->ld, wh, ldw, 0.0f, dh + b * rows * n, n);
+    }
+}
+
+/* ==== The door ========================================================== */
+
+tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a)
+{
+    const tfm_attention_config *c = &v->config;
+    /* 1. parameters */
+    tfm_status st = tfm__variant_check_params(v);
+    if (st != TFM_OK)
+        return st;
+    const int64_t B = a->B, H = v->n_heads, Hkv = v->n_kv_heads, L = a->L,
+                  S = a->S, dk = v->d_k, dv = v->d_v, da = v->d_a;
+    const int64_t group = H / Hkv;
+    const int additive = c->score == TFM_SCORE_ADDITIVE;
+    /* 2. positions (variants.h): query row i at q_pos0 + i, key row j at
+     * j; also the causal offset (attention.h: j <= i + offset). */
+    const int64_t q_pos0 =
+        a->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L : 0;
+
+    /* 3. scratch, all of it before anything is written */
+    tfm__ws_mark mark = tfm__ws_save();
+    const int rope = c->rope != TFM_ROPE_NONE;
+    const int copies = rope && !a->rope_in_place;
+    float *qr = NULL, *kr = NULL;   /* RoPE copies [B, H(_kv), L(S), d_k] */
+    float *slopes = NULL;           /* [H] */
+    float *head_scale = NULL;       /* [H] */
+    float *qt = NULL;               /* [H, B, L, d_k] or [H, B, L, d_a] */
+    float *kt = NULL;               /* [H, B, S, d_a] */
+    float *vt = NULL;               /* [B, H, S, d_v] */
+    int ok = 1;
+    if (copies)
+        ok = (qr = tfm__ws_floats((size_t)(B * H * L * dk))) != NULL &&
+             (kr = tfm__ws_floats((size_t)(B * Hkv * S * dk))) != NULL;
+    if (ok && c->relative == TFM_RELATIVE_ALIBI)
+        ok = (slopes = tfm__ws_floats((size_t)H)) != NULL;
+    if (ok && c->score == TFM_SCORE_LEARNED_TEMPERATURE)
+        ok = (head_scale = tfm__ws_floats((size_t)H)) != NULL;
+    if (ok && c->score == TFM_SCORE_GENERAL)
+        ok = (qt = tfm__ws_floats((size_t)(B * H * L * dk))) != NULL;
+    if (ok && additive)
+        ok = (qt = tfm__ws_floats((size_t)(B * H * L * da))) != NULL &&
+             (kt = tfm__ws_floats((size_t)(B * H * S * da))) != NULL &&
+             (group == 1 ||
+              (vt = tfm__ws_floats((size_t)(B * H * S * dv))) != NULL);
+    if (!ok) {
+        tfm__ws_restore(mark);
+        return TFM_ERR_OUT_OF_MEMORY;
+    }
+
+    /* 4. RoPE */
+    tfm__heads q = a->q, k = a->k, val = a->v;
+    int64_t k_rotated = a->k_rotated;
+    if (copies) {
+        q = copy_heads(&a->q, B, H, L, dk, qr);
+        k = copy_heads(&a->k, B, Hkv, S, dk, kr);
+    }
+    if (rope) {
+        rotate(v, &q, B, H, 0, L, q_pos0);
+        rotate(v, &k, B, Hkv, k_rotated, S, 0);
+    }
+
+    tfm__attention_job job = {
+        .q = q.data, .q_bstride = q.bstride, .q_hstride = q.hstride,
+        .ldq = q.ld,
+        .k = k.data, .k_bstride = k.bstride, .k_hstride = k.hstride,
+        .ldk = k.ld,
+        .v = val.data, .v_bstride = val.bstride, .v_hstride = val.hstride,
+        .ldv = val.ld,
+        .out = a->out.data, .o_bstride = a->out.bstride,
+        .o_hstride = a->out.hstride, .ldo = a->out.ld,
+        .B = B, .H = H, .L = L, .S = S, .d_k = dk, .d_v = dv,
+        .masks = a->masks, .weights = a->weights, .average = a->average,
+        .group = group, .q_pos0 = q_pos0,
+    };
+
+    /* 5. score: the scale, then the pre-transforms */
+    job.scale = a->scale != 0.0f ? a->scale
+                : c->scale != 0.0f ? c->scale
+                : c->score == TFM_SCORE_SCALED_DOT ||
+                          c->score == TFM_SCORE_LEARNED_TEMPERATURE
+                      ? (float)(1.0 / sqrt((double)dk))
+                      : 1.0f;
+    if (head_scale) {
+        /* q . k / tau_h */
+        for (int64_t h = 0; h < H; h++)
+            head_scale[h] = 1.0f / v->temperature[h];
+        job.head_scale = head_scale;
+    }
+    if (c->score == TFM_SCORE_GENERAL) {
+        /* q^T W_h k = (q W_h) . k:  q'[h, b] [L, d_k] = q[b, h] W_h */
+        per_head_product(&q, B, H, 1, L, v->score_weight, dk, dk, 0, qt);
+        job.q = qt;
+        job.q_bstride = L * dk;
+        job.q_hstride = B * L * dk;
+        job.ldq = dk;
+    }
+    if (additive) {
+        /* v_h . tanh(W_q,h q + W_k,h k):  q' = q W_q,h^T [L, d_a] and
+         * k' = k W_k,h^T [S, d_a] per query head h; the kernel does the
+         * tanh and the product with additive_v.  k' exists per query
+         * head, so under GQA the values are repeated per query head too. */
+        per_head_product(&q, B, H, 1, L, v->additive_query, da, dk, 1, qt);
+        per_head_product(&k, B, H, group, S, v->additive_key, da, dk, 1, kt);
+        for (int64_t b = 0; vt && b < B; b++)
+            for (int64_t h = 0; h < H; h++) {
+                const float *src = head_at(&val, b, h / group);
+                float *dst = vt + (b * H + h) * S * dv;
+                for (int64_t j = 0; j < S; j++)
+                    memcpy(dst + j * dv, src + j * val.ld,
+                           (size_t)dv * sizeof(float));
+            }
+        job.q = qt;
+        job.q_bstride = L * da;
+        job.q_hstride = B * L * da;
+        job.ldq = da;
+        job.k = kt;
+        job.k_bstride = S * da;
+        job.k_hstride = B * S * da;
+        job.ldk = da;
+        job.d_k = da;
+        job.additive_v = v->additive_v;
+        if (vt) {
+            job.v = vt;
+            job.v_bstride = H * S * dv;
+            job.v_hstride = S * dv;
+            job.ldv = dv;
+        }
+        job.group = 1;
+    }
+
+    /* 6. relative term and sparse pattern */
+    tfm__relative rel = { .kind = c->relative };
+    if (c->relative == TFM_RELATIVE_ALIBI) {
+        tfm__alibi_slopes(H, slopes);
+        rel.alibi_slopes = slopes;
+    } else if (c->relative == TFM_RELATIVE_T5) {
+        rel.t5_bias = v->t5_bias;
+        rel.num_buckets = v->num_buckets;
+        rel.max_distance = v->max_distance;
+        rel.bidirectional = c->bidirectional != 0;
+    } else if (c->relative == TFM_RELATIVE_SHAW) {
+        rel.max_distance = v->max_distance;
+        rel.shaw_k = v->relative_key;
+        rel.shaw_v = v->relative_value;
+    }
+    job.relative = c->relative != TFM_RELATIVE_NONE ? &rel : NULL;
+    const tfm__sparse sparse = {
+        .kind = c->sparsity, .window = c->window, .dilation = c->dilation,
+        .n_global = c->n_global, .block_size = c->block_size,
+        .n_random_blocks = c->n_random_blocks, .seed = c->seed,
+    };
+    job.sparse = c->sparsity != TFM_SPARSE_NONE ? &sparse : NULL;
+
+    /* 7. the kernel */
+    st = tfm__attention_run(&job);
+    tfm__ws_restore(mark);
+    return st;
+}
+
+/* The operand of a contiguous [B, heads, rows, cols] tensor. */
+static tfm__heads heads_of(const tfm_tensor *t)
+{
+    const int64_t heads = t->shape[1], rows = t->shape[2], cols = t->shape[3];
+    return (tfm__heads){ t->data, heads * rows * cols, rows * cols, cols };
+}
+
+tfm_status tfm__attend_tensors(const tfm__variant *var, const tfm_tensor *q,
+                               const tfm_tensor *k, const tfm_tensor *v,
+                               const tfm__masks *masks, float scale,
+                               tfm_tensor *out, tfm_tensor *weights)
+{
+    const tfm__attention_args args = {
+        .q = heads_of(q), .k = heads_of(k), .v = heads_of(v),
+        .out = heads_of(out),
+        .B = q->shape[0], .L = q->shape[2], .S = k->shape[2],
+        .masks = masks, .weights = weights ? weights->data : NULL,
+        .scale = scale,
+    };
+    return tfm__attend(var, &args);
+}

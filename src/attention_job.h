@@ -1,0 +1,71 @@
+/* Internal: the one door into the attention kernel.
+ *
+ * Every attention call of the library (tfm_sdpa, tfm_attention_forward,
+ * multi-head attention's self- and cross-attention, and KV-cache decoding)
+ * describes its projected q, k, v and its output as a tfm__attention_args
+ * and calls tfm__attend with its variant (variant.h; tfm_sdpa passes the
+ * default one).  tfm__attend is the only place that
+ *   - checks the variant's learned parameters (once per call),
+ *   - computes the position of the first query (q_pos0),
+ *   - applies rotary embeddings (rope.h),
+ *   - runs the score's pre-transforms (GENERAL, ADDITIVE) and resolves the
+ *     relative term and the sparse pattern,
+ *   - fills the kernel's tfm__attention_job and calls tfm__attention_run.
+ */
+#ifndef TFM_SRC_ATTENTION_JOB_H
+#define TFM_SRC_ATTENTION_JOB_H
+
+#include "attention_kernel.h"
+#include "transformer/tensor.h"
+#include "variant.h"
+
+/* A [B, heads, rows, cols] operand: element (b, h, r, c) lives at
+ * data[b * bstride + h * hstride + r * ld + c]. */
+typedef struct tfm__heads {
+    float *data;
+    int64_t bstride, hstride, ld;
+} tfm__heads;
+
+/* One attention call, before the variant:
+ *   q   [B, H, L, d_k]       H = the variant's n_heads
+ *   k   [B, H_kv, S, d_k]    H_kv = the variant's n_kv_heads
+ *   v   [B, H_kv, S, d_v]
+ *   out [B, H, L, d_v]       written
+ * weights: NULL, or per head [B, H, L, S] (average 0), or the mean over
+ * the heads [B, L, S] (average 1), written.  masks: resolved
+ * (attention_masks.h), never NULL.  scale: 0 = the variant's own; another
+ * value replaces it (tfm_sdpa's argument).
+ * RoPE (variant with rope): q row i is rotated for position q_pos0 + i and
+ * key row j for position j, for j >= k_rotated (rows below k_rotated are
+ * already rotated: a KV cache's).  rope_in_place: q and k are the caller's
+ * scratch and are rotated where they are; otherwise they are only read
+ * and rotated copies are made. */
+typedef struct tfm__attention_args {
+    tfm__heads q, k, v, out;
+    int64_t B, L, S;
+    const tfm__masks *masks;
+    float *weights;
+    int average;
+    float scale;
+    int rope_in_place;
+    int64_t k_rotated;
+} tfm__attention_args;
+
+/* Runs the call with variant v.  Query row i is at position q_pos0 + i,
+ * q_pos0 = S - L under TFM_CAUSAL_BOTTOM_RIGHT, else 0; key row j at j.
+ * Scratch comes from the thread's workspace before out and weights are
+ * written.  Errors: TFM_ERR_INVALID_ARGUMENT (a learned temperature <= 0
+ * or not finite, message set), TFM_ERR_OUT_OF_MEMORY; then out and
+ * weights are not written (under rope_in_place q and k may be). */
+tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a);
+
+/* tfm__attend on the public functions' contiguous tensors (tfm_sdpa,
+ * tfm_attention_forward), already checked against the variant's sizes:
+ * q [B, H, L, d_k], k [B, H_kv, S, d_k], v [B, H_kv, S, d_v], out
+ * [B, H, L, d_v], weights [B, H, L, S] or NULL; q and k are only read. */
+tfm_status tfm__attend_tensors(const tfm__variant *var, const tfm_tensor *q,
+                               const tfm_tensor *k, const tfm_tensor *v,
+                               const tfm__masks *masks, float scale,
+                               tfm_tensor *out, tfm_tensor *weights);
+
+#endif
