@@ -130,8 +130,11 @@ TFM_API tfm_status tfm_module_get_parameter(const tfm_module *module,
  * (tfm_mha_forward on "self_attn", tfm_linear_forward on "linear1").
  * Lifetime: the handle is borrowed.  It stays valid exactly as long as the
  * parent and must not be used after tfm_module_free(parent);
- * tfm_module_free(child) does nothing.  Reading children never fails and
- * never allocates; the same name always gives the same handle. */
+ * tfm_module_free(child) does nothing.  Looking children up never
+ * allocates, and the same name always gives the same handle.  Threads: the
+ * rule at the top of this header holds for a parent and its children
+ * together (setting a child's parameter during a forward pass of its
+ * parent is not safe). */
 
 /* Number of direct sub-modules (0 for NULL or a module without any).
  * Since 1.2. */

@@ -515,3 +515,30 @@ def test_low_level_children():
     with pytest.raises(transformer.NotFoundError):
         ll.tfm_module_child(layer, "self_attn.in_proj")
     ll.tfm_module_free(layer)
+
+
+def test_model_submodules_recompose_the_logits(rng):
+    """A decoder-only model's views (embeddings, causal layers, final
+    norm, tied output) give its logits; editing a layer through its view
+    changes them."""
+    lm = transformer.Model(vocab_size=13, d_model=D, n_heads=H, n_layers=2,
+                           d_ff=F, context_length=8, norm_first=True)
+    lm.load_state_dict({k: rand(rng, *v.shape) * 0.5
+                        for k, v in lm.state_dict().items()})
+    assert our_names(lm)[:5] == ["", "token_embedding", "position_embedding",
+                                 "layers", "layers.0"]
+    assert our_names(lm)[-1] == "norm"
+    ids = np.array([[1, 5, 2, 7]])
+    x = lm.token_embedding(ids) + lm.position_embedding(np.arange(4)[None])
+    for layer in lm.layers:
+        x = layer(x, is_causal=True)
+    logits = lm.norm(x) @ lm.token_embedding.weight.T
+    assert_close(logits, lm.logits(ids))
+    before = lm.logits(ids)
+    lm.layers[1].linear2.bias = np.ones(D, np.float32)
+    assert np.abs(lm.logits(ids) - before).max() > 1e-3
+    s2s = transformer.Model(architecture="encoder_decoder", vocab_size=13,
+                            d_model=D, n_heads=H, n_encoder_layers=1,
+                            n_decoder_layers=1, d_ff=F, context_length=8)
+    assert [n for n, _ in s2s.named_children()] == ["token_embedding",
+                                                    "position_embedding"]

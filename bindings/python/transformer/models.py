@@ -473,6 +473,44 @@ class Model(Module):
         """Same as save(): a model file is a safetensors file."""
         self.save(path, metadata)
 
+    def _child_specs(self):
+        """Sub-module views, torch.nn's way: token_embedding and (learned)
+        position_embedding (Embedding), and for decoder-only and
+        encoder-only models layers (a ModuleList of
+        TransformerEncoderLayer, batch_first; decoder-only layers are
+        causal, so call them with is_causal=True) and norm (LayerNorm)."""
+        from . import modules as _m
+        from ._tree import ModuleList, make_view, using
+        c = self.config
+        with using(self) as ptr:
+            names = [_ll.tfm_module_child_name(ptr, i)
+                     for i in range(_ll.tfm_module_child_count(ptr))]
+        specs = [("token_embedding", lambda: make_view(
+            _m.Embedding, self, "token_embedding", c["vocab_size"],
+            c["d_model"], scale=c["embedding_scale"]))]
+        if "position_embedding" in names:
+            specs.append(("position_embedding", lambda: make_view(
+                _m.Embedding, self, "position_embedding",
+                c["context_length"], c["d_model"])))
+        if "layers.0" not in names:
+            return specs
+        variant = c.get("attention") or {}
+
+        def layer(i):
+            return make_view(_m.TransformerEncoderLayer, self, f"layers.{i}",
+                             c["d_model"], c["n_heads"], c["d_ff"],
+                             activation=c["activation"],
+                             layer_norm_eps=c["layer_norm_eps"],
+                             norm_first=c["norm_first"], batch_first=True,
+                             **variant)
+        specs.append(("layers", lambda: ModuleList(
+            layer(i) for i in range(c["n_layers"]))))
+        if "norm" in names:
+            specs.append(("norm", lambda: make_view(
+                _m.LayerNorm, self, "norm", c["d_model"],
+                eps=c["layer_norm_eps"])))
+        return specs
+
     def _extra_repr(self):
         c = self.config
         layers = (f"n_layers={c['n_layers']}" if "n_layers" in c else
