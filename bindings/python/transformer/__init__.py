@@ -20,7 +20,7 @@ Generation is greedy unless sampling is asked for (``do_sample=True``, or
 temperature / top_k / top_p / seed given), as in transformer-generate;
 sampling defaults to temperature 1, all tokens, seed DEFAULT_SEED (42).
 
-Layers: MultiheadAttention, LayerNorm, TransformerEncoderLayer,
+Layers: MultiheadAttention, LayerNorm, Linear, TransformerEncoderLayer,
 TransformerDecoderLayer, TransformerEncoder, TransformerDecoder,
 Transformer, Embedding, and Attention (attention variants on per-head
 arrays).  Functions: scaled_dot_product_attention, attention,
@@ -28,9 +28,20 @@ sinusoidal_positional_encoding.  Models: Model (load_model,
 default_model_path), KVCache, Tokenizer, Sampler.  Files:
 load_safetensors, save_safetensors, load_safetensors_metadata.
 
+PyTorch models: ``Class.from_torch(torch_module)`` converts any of the
+layers above (configuration and weights).  Sub-modules are views with
+torch.nn's names (``layer.self_attn``, ``layer.linear1`` -- a Linear --,
+``layer.norm1``, ``encoder.layers[0]``, ``transformer.encoder``,
+``model.layers[0]``), sharing the parent's parameters: loading into one
+changes the parent.  ``named_modules()``, ``named_children()``,
+``named_parameters()`` and ``get_submodule()`` work as in torch (without
+dropout modules).
+
 Arrays: float32 numpy arrays (other real dtypes and torch tensors are
 converted; contiguous float32 input is used without a copy).  Results are
-float32 numpy arrays.  Modules run in inference mode: dropout is ignored.
+float32 numpy arrays, or torch.Tensors sharing their memory when an
+argument is a torch.Tensor.  Modules run in inference mode: dropout is
+ignored, and there are no gradients (no requires_grad, nothing to freeze).
 
 Masks: ``MultiheadAttention`` and the layers take PyTorch's
 ``nn.MultiheadAttention`` convention (bool True = masked out, float =
@@ -40,6 +51,8 @@ added to the logits); ``scaled_dot_product_attention`` takes
 Errors: the library's status codes raise subclasses of TransformerError
 that also derive from the matching builtin (ShapeError is a ValueError,
 NotFoundError a KeyError, ...), carrying the library's message.
+load_state_dict's StateDictError (missing or unexpected keys) and
+StateDictShapeError are RuntimeErrors, as PyTorch's.
 
 Attention variants (include/transformer/variants.h): MultiheadAttention,
 TransformerEncoderLayer, Attention and attention take keywords such as
