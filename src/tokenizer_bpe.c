@@ -52,6 +52,7 @@ typedef struct tfm__bpe {
     size_t n_slots;          /* a power of two */
     int64_t n_merges;
     pcre2_code *pattern;
+    int jit;                 /* pattern JIT-compiled: pcre2_jit_match */
     pcre2_general_context *gcx;
 } tfm__bpe;
 
@@ -307,7 +308,8 @@ static tfm_status bpe_encode(const void *model, const char *text, size_t len,
     tfm_status st = TFM_OK;
     size_t pos = 0;
     while (st == TFM_OK && pos < len) {
-        int rc = pcre2_match(m->pattern, s, len, pos, 0, md, NULL);
+        int rc = m->jit ? pcre2_jit_match(m->pattern, s, len, pos, 0, md, NULL)
+                        : pcre2_match(m->pattern, s, len, pos, 0, md, NULL);
         size_t begin = len, end = len;
         if (rc >= 0) {
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
@@ -413,7 +415,7 @@ static tfm_status bpe_prepare(tfm__bpe *m, int64_t n_merges, const char *what)
                          "error %d)", err);
     /* The JIT is only faster; without it (no JIT on this CPU, out of
      * memory) the interpreter gives the same matches. */
-    (void)pcre2_jit_compile(m->pattern, PCRE2_JIT_COMPLETE);
+    m->jit = pcre2_jit_compile(m->pattern, PCRE2_JIT_COMPLETE) == 0;
     return TFM_OK;
 }
 

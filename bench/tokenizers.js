@@ -1,0 +1,32 @@
+// Encode throughput of the JavaScript references on the same text as
+// transformer-tokenizer-bench (bench/tokenizers.py drives both):
+//   node tokenizers.js gpt-3-encoder ENCODER_JS TEXT [REPS]
+//   node tokenizers.js kitoken NODE_CJS TOKENIZER_JSON TEXT [REPS]
+// One encode call per line, best of REPS passes; prints MB/s,lines,bytes,tokens,seconds.
+"use strict";
+const fs = require("fs");
+
+const [kind, ...args] = process.argv.slice(2);
+let encode, textPath, reps;
+if (kind === "gpt-3-encoder") {
+  encode = require(args[0]).encode;
+  textPath = args[1];
+  reps = Number(args[2] || 5);
+} else {
+  const { Kitoken } = require(args[0]);
+  const tok = Kitoken.from_tokenizers(fs.readFileSync(args[1]));
+  encode = (t) => tok.encode(t, false);
+  textPath = args[2];
+  reps = Number(args[3] || 5);
+}
+const raw = fs.readFileSync(textPath);
+const lines = raw.toString("utf8").split("\n");
+let best = Infinity, tokens = 0;
+for (let r = 0; r < reps; r++) {
+  tokens = 0;
+  const t0 = process.hrtime.bigint();
+  for (const line of lines) tokens += encode(line).length;
+  const dt = Number(process.hrtime.bigint() - t0) / 1e9;
+  if (dt < best) best = dt;
+}
+console.log(`${(raw.length / best / 1e6).toFixed(2)},${lines.length},${raw.length},${tokens},${best.toFixed(4)}`);
