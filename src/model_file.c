@@ -1,6 +1,6 @@
 /* Model files: safetensors with the configuration in "__metadata__"
  * (model.h). */
-#include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include "mha.h"
 #include "model_impl.h"
 #include "names.h"
+#include "number_parse.h"
 #include "tensor_impl.h"
 #include "transformer/safetensors.h"
 
@@ -28,10 +29,8 @@ static tfm_status meta_int(const tfm_safetensors *f, const char *key,
         return tfm__fail(TFM_ERR_FORMAT, "model file lacks metadata \"%s\"",
                          key);
     }
-    char *end;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    if (errno || end == v || *end != '\0' || n < 0)
+    int64_t n;
+    if (tfm__parse_int64(v, &n) != TFM__NUMBER_OK || n < 0)
         return tfm__fail(TFM_ERR_FORMAT,
                          "metadata \"%s\" = \"%s\" is not a whole number >= 0",
                          key, v);
@@ -73,16 +72,16 @@ static tfm_status meta_enum(const tfm_safetensors *f, const char *key,
     *out = value;
     return TFM_OK;
 }
-/* A finite number (strtod's syntax, the whole string); absent: unchanged. */
+/* A finite number (number_parse.h's syntax, the whole string); absent:
+ * unchanged. */
 static tfm_status meta_double(const tfm_safetensors *f, const char *key,
                               double *out)
 {
     const char *v = tfm_safetensors_metadata(f, key);
     if (!v)
         return TFM_OK;
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end != '\0' || !isfinite(x))
+    double x;
+    if (tfm__parse_double(v, &x) != TFM__NUMBER_OK)
         return tfm__fail(TFM_ERR_FORMAT,
                          "metadata \"%s\" = \"%s\" is not a finite number",
                          key, v);
@@ -97,10 +96,8 @@ static tfm_status meta_u64(const tfm_safetensors *f, const char *key,
     const char *v = tfm_safetensors_metadata(f, key);
     if (!v)
         return TFM_OK;
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (errno || end == v || *end != '\0' || v[0] < '0' || v[0] > '9')
+    uint64_t n;
+    if (tfm__parse_uint64(v, &n) != TFM__NUMBER_OK)
         return tfm__fail(TFM_ERR_FORMAT,
                          "metadata \"%s\" = \"%s\" is not a whole number "
                          "from 0 to 2^64-1", key, v);
@@ -261,12 +258,12 @@ static tfm_status read_config(const tfm_safetensors *f, tfm_model_config *c,
     c->tied_embeddings = 1;
     const char *eps = tfm_safetensors_metadata(f, "tfm.layer_norm_eps");
     if (eps) {
-        char *end;
-        c->layer.layer_norm_eps = strtof(eps, &end);
-        if (end == eps || *end != '\0')
+        double x;
+        if (tfm__parse_double(eps, &x) != TFM__NUMBER_OK || fabs(x) > FLT_MAX)
             return tfm__fail(TFM_ERR_FORMAT,
                              "metadata \"tfm.layer_norm_eps\" = \"%s\" is not "
-                             "a number", eps);
+                             "a finite number", eps);
+        c->layer.layer_norm_eps = (float)x;
     }
     int enc_dec = c->architecture == TFM_ARCH_ENCODER_DECODER;
     if ((st = meta_int(f, "tfm.d_ff", 1, &c->layer.d_ff)) ||

@@ -6,6 +6,17 @@
  * owns the pool (pool_owner is taken with trylock); any other call, from
  * another thread or nested inside a task, runs the same chunks serially in
  * its caller, so results never depend on whether the pool was free.
+ *
+ * fork: a child process has only the thread that forked, so the workers
+ * the pool counts do not exist there, and a child that waited for them
+ * hung in its first forward pass.  pthread_atfork handlers (registered
+ * with the first worker) take every lock of the pool before the fork, so
+ * that no call is in flight and no lock is held by a thread that will not
+ * exist, release them in the parent, and in the child forget the workers:
+ * the child starts its own on its first parallel call.  OpenBLAS is left
+ * to its own fork handling (it runs single-threaded inside the pool; its
+ * own atfork handler takes care of any threads it has).  The workers'
+ * workspaces stay allocated in the child (its copy of the parent's heap).
  */
 #include <pthread.h>
 #include <unistd.h>
@@ -107,9 +118,38 @@ static void *worker(void *arg)
     return NULL;
 }
 
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&config_lock);
+    pthread_mutex_lock(&pool_owner);    /* waits for a call in flight */
+    pthread_mutex_lock(&pool_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&pool_owner);
+    pthread_mutex_unlock(&config_lock);
+}
+
+static void fork_child(void)
+{
+    /* The only thread here is the one that forked and holds the locks. */
+    n_workers = 0;
+    pending = 0;
+    pthread_cond_init(&pool_wake, NULL);  /* no waiters exist any more */
+    pthread_cond_init(&pool_done, NULL);
+    fork_parent();
+}
+
+static int atfork_registered;           /* under pool_lock */
+
 /* Starts workers up to `want`; returns how many exist. */
 static int ensure_workers(int want)
 {
+    if (n_workers < want && !atfork_registered)
+        atfork_registered =
+            pthread_atfork(fork_prepare, fork_parent, fork_child) == 0;
     while (n_workers < want) {
         pthread_t t;
         pthread_attr_t attr;

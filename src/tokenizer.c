@@ -14,6 +14,7 @@
 #include "transformer/tokenizer.h"
 #include "alloc.h"
 #include "error.h"
+#include "number_parse.h"
 #include "tokenizer_impl.h"
 #include "utf8.h"
 
@@ -229,9 +230,9 @@ tfm_status tfm_tokenizer_load(const char *path, tfm_tokenizer **out)
     }
     if (st == TFM_OK && size_text) {
         /* The model's own vocabulary size, when given, must agree. */
-        char *end;
-        long long n = strtoll(size_text, &end, 10);
-        if (end == size_text || *end != '\0' || n != t->vocab_size) {
+        int64_t n;
+        if (tfm__parse_int64(size_text, &n) != TFM__NUMBER_OK ||
+            n != t->vocab_size) {
             st = tfm__fail(TFM_ERR_FORMAT,
                            "%.200s: \"tfm.vocab\" has %lld characters but "
                            "\"tfm.vocab_size\" is \"%.30s\"",

@@ -474,6 +474,111 @@ static void hostile_metadata_refused_early(void **s)
     unlink(path);
 }
 
+/* A decoder-only model: d_model 8, 2 heads, d_ff 16, 11 tokens, 1 layer,
+ * context 8 (zero weights). */
+static tfm_module *small_decoder(void)
+{
+    tfm_layer_config layer = tfm_layer_config_default(8, 2);
+    layer.d_ff = 16;
+    const tfm_model_config mc =
+        tiny_model_config(TFM_ARCH_DECODER_ONLY, layer, 11, 1, 8);
+    tfm_module *model = NULL;
+    assert_int_equal(tfm_model_create(&mc, &model), TFM_OK);
+    return model;
+}
+
+/* Saves small_decoder() with metadata key = value (replacing the
+ * configuration's own) and loads it: the status, *m on success. */
+static tfm_status load_with(const char *key, const char *value,
+                            tfm_module **m)
+{
+    tfm_module *model = small_decoder();
+    char path[] = "/tmp/tfm_meta_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(tfm_model_save(model, path, 1, &key, &value), TFM_OK);
+    tfm_module_free(model);
+    tfm_status st = tfm_model_load(path, m);
+    unlink(path);
+    return st;
+}
+
+static void expect_metadata_refused(const char *key, const char *value)
+{
+    tfm_module *m = SENTINEL_MODULE;
+    tfm_status st = load_with(key, value, &m);
+    if (st != TFM_ERR_FORMAT || m != SENTINEL_MODULE)
+        fail_msg("\"%s\": \"%s\" loaded (%s)", key, value,
+                 tfm_status_string(st));
+    if (!strstr(tfm_last_error(), key))
+        fail_msg("\"%s\": \"%s\": the error does not name the key: %s", key,
+                 value, tfm_last_error());
+}
+
+static void expect_metadata_loads(const char *key, const char *value)
+{
+    tfm_module *m = NULL;
+    if (load_with(key, value, &m) != TFM_OK)
+        fail_msg("\"%s\": \"%s\" refused: %s", key, value, tfm_last_error());
+    tfm_module_free(m);
+}
+
+/* Issue 13: numbers in metadata are the whole string in one spelling
+ * (src/number_parse.h): strtoll and strtod skipped leading white space,
+ * so "tfm.d_model": " 8" or "\n8" loaded as 8; reals took hexadecimal,
+ * "inf" and "nan" spellings.  And an escaped NUL in a value cut it: an
+ * architecture "decoder_only\u0000x" loaded as "decoder_only". */
+static void metadata_strict_syntax(void **s)
+{
+    (void)s;
+    static const char *const bad_ints[] = { " 8", "\n8", "\t8", "8 ", "8\n",
+                                            "+8", "0x8", "8.0", "1e1", "",
+                                            "-8", "8a" };
+    for (size_t i = 0; i < sizeof bad_ints / sizeof bad_ints[0]; i++) {
+        expect_metadata_refused("tfm.d_model", bad_ints[i]);
+        expect_metadata_refused("tfm.n_layers", bad_ints[i]);
+    }
+    expect_metadata_loads("tfm.d_model", "08");
+    static const char *const bad_reals[] = { " 1e-5", "\n1e-5", "1e-5 ",
+                                             "+1e-5", "0x1p-17", "inf", "nan",
+                                             "-inf", "1e-5f", ".", "1e",
+                                             "1e400", "" };
+    for (size_t i = 0; i < sizeof bad_reals / sizeof bad_reals[0]; i++) {
+        expect_metadata_refused("tfm.layer_norm_eps", bad_reals[i]);
+        expect_metadata_refused("tfm.positional_base", bad_reals[i]);
+    }
+    static const char *const good_reals[] = { "1e-05", "0.00001", ".00001",
+                                              "1E-5", "1e+0", "2." };
+    for (size_t i = 0; i < sizeof good_reals / sizeof good_reals[0]; i++)
+        expect_metadata_loads("tfm.layer_norm_eps", good_reals[i]);
+}
+
+/* Issue 13: max_new beyond TFM_MAX_NEW_TOKENS is refused before anything
+ * is allocated (the ids of the whole sequence were allocated up front:
+ * 2^40 new tokens asked for 4 TiB); out_ids untouched. */
+static void generate_refuses_huge_max_new(void **s)
+{
+    (void)s;
+    tfm_module *model = small_decoder();
+    const int32_t prompt[2] = { 1, 2 };
+    int32_t out[3] = { -7, -7, -7 };
+    const int64_t huge[] = { (int64_t)1 << 40, INT64_MAX,
+                             TFM_MAX_NEW_TOKENS + 1 };
+    for (int i = 0; i < 3; i++) {
+        tfm_testing_fail_allocation(1); /* any allocation would fail */
+        tfm_status st =
+            tfm_model_generate(model, prompt, 2, huge[i], NULL, 0, out);
+        tfm_testing_fail_allocation(0);
+        assert_int_equal(st, TFM_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(tfm_last_error(), "TFM_MAX_NEW_TOKENS"));
+        assert_int_equal(out[0], -7);
+    }
+    assert_int_equal(tfm_model_generate(model, prompt, 2, 3, NULL, 0, out),
+                     TFM_OK);
+    tfm_module_free(model);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -492,6 +597,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(shipped_model_greedy),
         cmocka_unit_test(load_pytorch_checkpoint),
         cmocka_unit_test(hostile_metadata_refused_early),
+        cmocka_unit_test(metadata_strict_syntax),
+        cmocka_unit_test(generate_refuses_huge_max_new),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

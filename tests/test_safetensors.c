@@ -1075,6 +1075,40 @@ static void test_metadata_invalid(void **state)
                   "not a string");
 }
 
+/* An escaped NUL (\u0000) in a tensor name, a metadata key or value, or
+ * a dtype is refused, naming the member (issue 13): cJSON decodes it into
+ * a NUL byte, so "w\u0000" loaded as "w" and "relu\u0000junk" as "relu".
+ * Escapes that are not a NUL stay accepted. */
+static void test_escaped_nul(void **state)
+{
+    (void)state;
+    expect_format("{\"w\\u0000\":{\"dtype\":\"F32\",\"shape\":[1],"
+                  "\"data_offsets\":[0,4]}}", 4,
+                  "the name or key \"w\" holds an escaped NUL");
+    expect_format("{\"__metadata__\":{\"tfm.activation\":"
+                  "\"relu\\u0000junk\"}}", 0,
+                  "the value of \"tfm.activation\" holds an escaped NUL");
+    expect_format("{\"__metadata__\":{\"a\":\"1\",\"k\\u0000x\":\"2\"}}", 0,
+                  "the name or key \"k\" holds an escaped NUL");
+    expect_format("{\"w\":{\"dtype\":\"F32\\u0000\",\"shape\":[1],"
+                  "\"data_offsets\":[0,4]}}", 4,
+                  "the value of \"dtype\" holds an escaped NUL");
+    expect_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],"
+                  "\"data_offsets\":[0,4]},\"__metadata__\":{\"x\":\"y\","
+                  "\"z\":\"\\u0000\"}}", 4,
+                  "the value of \"z\" holds an escaped NUL");
+    /* Not NULs: an escaped backslash before "u0000", \u0001, \u00e9. */
+    unsigned char *buf;
+    tfm_safetensors *f = open_valid(
+        "{\"__metadata__\":{\"a\":\"\\\\u0000\",\"b\":\"\\u0001\","
+        "\"c\":\"\\u00e9\"}}", 0, &buf);
+    assert_string_equal(tfm_safetensors_metadata(f, "a"), "\\u0000");
+    assert_string_equal(tfm_safetensors_metadata(f, "b"), "\x01");
+    assert_string_equal(tfm_safetensors_metadata(f, "c"), "\xc3\xa9");
+    tfm_safetensors_close(f);
+    free(buf);
+}
+
 static void test_metadata_only(void **state)
 {
     (void)state;
@@ -1400,6 +1434,7 @@ int main(void)
         cmocka_unit_test(test_malformed_real_file),
         cmocka_unit_test(test_duplicate_names),
         cmocka_unit_test(test_metadata_invalid),
+        cmocka_unit_test(test_escaped_nul),
         cmocka_unit_test(test_metadata_only),
         cmocka_unit_test(test_unknown_dtype),
         cmocka_unit_test(test_all_dtypes),

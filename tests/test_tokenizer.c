@@ -467,7 +467,8 @@ static int remove_dir(void **state)
 {
     (void)state;
     static const char *names[] = { "ok", "ok_escaped", "no_kind", "bpe",
-                                   "no_vocab", "bad_utf8", "dup", "size" };
+                                   "no_vocab", "bad_utf8", "dup", "size",
+                                   "nul" };
     char path[256];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", tmp_dir, names[i]);
@@ -556,6 +557,37 @@ static void test_load_errors(void **state)
                       TFM_ERR_FORMAT, "tfm.vocab_size");
 }
 
+/* Issue 13: an escaped NUL in the vocabulary cut it there ("ab\u0000c"
+ * loaded as "ab"), and tfm.vocab_size went through strtoll (" 2", "\n2"
+ * and "+2" were 2).  Both are refused, naming the key. */
+static void test_load_strict(void **state)
+{
+    (void)state;
+    expect_load_fails(write_model("nul", "\"tfm.tokenizer\":\"char\","
+                                         "\"tfm.vocab\":\"ab\\u0000c\""),
+                      TFM_ERR_FORMAT, "\"tfm.vocab\" holds an escaped NUL");
+    static const char *const sizes[] = { " 2", "\\n2", "+2", "2 ", "0x2",
+                                         "2.0", "", "-2" };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        char meta[128];
+        snprintf(meta, sizeof meta,
+                 "\"tfm.tokenizer\":\"char\",\"tfm.vocab_size\":\"%s\","
+                 "\"tfm.vocab\":\"ab\"", sizes[i]);
+        expect_load_fails(write_model("size", meta), TFM_ERR_FORMAT,
+                          "tfm.vocab_size");
+    }
+    /* Leading zeros are digits. */
+    tfm_tokenizer *t = NULL;
+    assert_int_equal(
+        tfm_tokenizer_load(write_model("size", "\"tfm.tokenizer\":\"char\","
+                                               "\"tfm.vocab_size\":\"02\","
+                                               "\"tfm.vocab\":\"ab\""),
+                           &t),
+        TFM_OK);
+    assert_int_equal(tfm_tokenizer_vocab_size(t), 2);
+    tfm_tokenizer_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -576,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_large_vocabulary_lookup),
         cmocka_unit_test(test_load),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_load_strict),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }

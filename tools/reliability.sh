@@ -250,7 +250,7 @@ step_fuzz() {
     local rc=0 pids=() h
     rm -rf build-fuzz/artifacts
     mkdir -p build-fuzz/artifacts
-    for h in safetensors model_load tokenizer_files; do
+    for h in safetensors model_load tokenizer_files tokenizer model_metadata; do
         (
             exe=build-fuzz/fuzz_$h
             work=build-fuzz/corpus-$h
@@ -262,8 +262,10 @@ step_fuzz() {
                 >"$LOGS/fuzz-$h-replay.log" 2>&1 ||
                 { echo "FAIL $h: replaying tests/regressions/$h"
                   tail -n 40 "$LOGS/fuzz-$h-replay.log"; exit 1; }
+            dict=tests/fuzz/$h.dict
+            [ -f "$dict" ] || dict=tests/fuzz/safetensors.dict
             "$exe" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 \
-                -dict=tests/fuzz/safetensors.dict -print_final_stats=1 \
+                -dict="$dict" -print_final_stats=1 \
                 -artifact_prefix=build-fuzz/artifacts/$h- \
                 "$work" tests/fuzz/corpus/$h >"$LOGS/fuzz-$h.log" 2>&1
             status=$?

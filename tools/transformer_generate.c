@@ -19,6 +19,7 @@
  * from the file's metadata: model.h, variants.h) and the OpenBLAS core go
  * to stderr. */
 #include <errno.h>
+#include <float.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
@@ -29,6 +30,8 @@
 #include <time.h>
 
 #include <transformer/transformer.h>
+
+#include "number_parse.h"
 
 /* OpenBLAS's name for the CPU kernels it picked (cblas.h of OpenBLAS). */
 char *openblas_get_corename(void);
@@ -162,13 +165,11 @@ static double now_seconds(void)
 static int parse_int64(const char *option, const char *s, int64_t min,
                        int64_t *out)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    int sign = *s == '-' || *s == '+';
-    if (end == s || *end != '\0' || s[sign] < '0' || s[sign] > '9')
+    int64_t v;
+    tfm__number st = tfm__parse_int64(s, &v);
+    if (st == TFM__NUMBER_SYNTAX)
         return fail("%s: '%s' is not a whole number", option, s);
-    if (errno == ERANGE || v < min)
+    if (st == TFM__NUMBER_RANGE || v < min)
         return fail("%s: %s is out of range (at least %lld)", option, s,
                     (long long)min);
     *out = v;
@@ -177,12 +178,11 @@ static int parse_int64(const char *option, const char *s, int64_t min,
 
 static int parse_uint64(const char *option, const char *s, uint64_t *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || *end != '\0' || *s < '0' || *s > '9')
+    uint64_t v;
+    tfm__number st = tfm__parse_uint64(s, &v);
+    if (st == TFM__NUMBER_SYNTAX)
         return fail("%s: '%s' is not a whole number of 0 or more", option, s);
-    if (errno == ERANGE)
+    if (st == TFM__NUMBER_RANGE)
         return fail("%s: %s is too large (at most %llu)", option, s,
                     (unsigned long long)UINT64_MAX);
     *out = v;
@@ -191,14 +191,13 @@ static int parse_uint64(const char *option, const char *s, uint64_t *out)
 
 static int parse_float(const char *option, const char *s, float *out)
 {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (end == s || *end != '\0' || s[0] == ' ' || s[0] == '\t')
+    double v;
+    tfm__number st = tfm__parse_double(s, &v);
+    if (st == TFM__NUMBER_SYNTAX)
         return fail("%s: '%s' is not a number", option, s);
-    if (!isfinite(v) || errno == ERANGE)
+    if (st == TFM__NUMBER_RANGE || fabs(v) > FLT_MAX)
         return fail("%s: %s is not a finite number", option, s);
-    *out = v;
+    *out = (float)v;
     return 0;
 }
 

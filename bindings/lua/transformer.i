@@ -168,6 +168,21 @@ static void *tfml_check_handle(lua_State *L, int idx, swig_type_info *ty,
     return p;
 }
 
+/* The Lua string at idx as a C string: an error when it holds a NUL,
+ * which C would take as its end (a tensor named "w\0x" was written as
+ * "w"). */
+static const char *tfml_c_string(lua_State *L, int idx, const char *what)
+{
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    if (!s)
+        luaL_error(L, "%s must be a string, got %s", what,
+                   luaL_typename(L, idx));
+    if (strlen(s) != len)
+        luaL_error(L, "%s holds a NUL character", what);
+    return s;
+}
+
 /* Enum value at idx: an integer, or one of the names of enum `e` in the
  * library's table (names.h; an unknown name is an error listing the
  * allowed ones). */
@@ -224,10 +239,17 @@ static void tfml_check_keys(lua_State *L, int idx, const char *const *allowed,
 }
 
 /* Pushes field `name` of the table at idx; returns 0 (and pushes nothing)
- * when it is nil. */
+ * when it is nil.  Raw access, as every table read of this module (nested
+ * tensors, ids, shapes): no metamethod runs, so no Lua code can run while
+ * a function holds a handle it has already checked (a __index that closes
+ * the module whose masks table it serves cannot free it under the call).
+ * Lua states run one thread at a time, so that is the only way a close()
+ * could interleave with a call. */
 static int tfml_field(lua_State *L, int idx, const char *name)
 {
-    if (lua_getfield(L, idx, name) == LUA_TNIL) {
+    idx = lua_absindex(L, idx);
+    lua_pushstring(L, name);
+    if (lua_rawget(L, idx) == LUA_TNIL) {
         lua_pop(L, 1);
         return 0;
     }
@@ -1008,8 +1030,9 @@ static int tfml_model_generate(lua_State *L)
     if (batch != 1)
         return luaL_error(L, "prompt must be one sequence of ids");
     max_new = tfml_tointeger(L, 3, "max_new");
-    if (max_new < 0)
-        return luaL_error(L, "max_new must be >= 0, got %I",
+    if (max_new < 0 || max_new > TFM_MAX_NEW_TOKENS)
+        return luaL_error(L, "max_new must be from 0 to TFM_MAX_NEW_TOKENS "
+                          "(%I), got %I", (lua_Integer)TFM_MAX_NEW_TOKENS,
                           (lua_Integer)max_new);
     if (!lua_isnoneornil(L, 4)) {
         tfml_read_sampling(L, 4, &sampling);
@@ -1579,8 +1602,8 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
     while (lua_next(L, $input)) {
       if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
         luaL_error(L, "metadata keys and values must be strings");
-      k[n] = lua_tostring(L, -2);   /* owned by the table */
-      v[n] = lua_tostring(L, -1);
+      k[n] = tfml_c_string(L, -2, "metadata key");   /* owned by the table */
+      v[n] = tfml_c_string(L, -1, "metadata value");
       n++;
       lua_pop(L, 1);
     }
@@ -1721,6 +1744,11 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %ignore TFM_AT_LEAST_VERSION;
 
 /* ---- The public headers ---------------------------------------------------- */
+/* Strings in: no NUL inside (tfml_c_string). */
+%typemap(in, checkfn="lua_isstring") const char * %{
+  $1 = (char *)tfml_c_string(L, $input, "argument $argnum of $symname");
+%}
+
 %include <transformer/version.h>
 %include <transformer/status.h>
 %include <transformer/tensor.h>

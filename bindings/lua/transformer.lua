@@ -287,12 +287,21 @@ end
 -- Nested tables and tensors
 ---------------------------------------------------------------------------
 
--- Shape of a nested table, read down its first elements.
+-- The one walker of nested tables (every activation, mask and variant
+-- argument goes through it): the shape, read down the first elements with
+-- raw access (no metamethods), as the core's tensor_from_table reads them.
+-- A table nested deeper than the library's largest rank -- a table that
+-- contains itself, or a cycle -- is an error at that depth, never a loop.
+local MAX_RANK = 4 -- TFM_MAX_RANK (tensor.h)
 local function shape_of(t)
   local shape = {}
   while type(t) == "table" do
-    shape[#shape + 1] = #t
-    t = t[1]
+    if #shape == MAX_RANK then
+      fail("tables nested deeper than %d levels are not supported (rank > %d; "
+           .. "a table that contains itself?)", MAX_RANK, MAX_RANK)
+    end
+    shape[#shape + 1] = rawlen(t)
+    t = rawget(t, 1)
   end
   return shape
 end

@@ -386,6 +386,28 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
 
 /* ---- The public headers ---------------------------------------------------- */
 
+/* Strings in: str only, and no NUL character, which C would take as the
+ * end (a tensor named "w\0x" was written as "w"): InvalidArgumentError. */
+%typemap(in) const char * {
+  Py_ssize_t size_;
+  if (!PyUnicode_Check($input)) {
+    PyErr_Format(PyExc_TypeError, "%s: argument %d must be str, not %s",
+                 "$symname", $argnum, Py_TYPE($input)->tp_name);
+    SWIG_fail;
+  }
+  $1 = (char *)PyUnicode_AsUTF8AndSize($input, &size_);
+  if (!$1)
+    SWIG_fail;
+  if (strlen($1) != (size_t)size_) {
+    tfmpy_raise(TFM_ERR_INVALID_ARGUMENT,
+                "a string argument holds a NUL character");
+    SWIG_fail;
+  }
+}
+%typemap(freearg) const char * ""   /* the str owns the UTF-8 buffer */
+%typemap(typecheck, precedence=SWIG_TYPECHECK_STRING) const char *
+  "$1 = PyUnicode_Check($input);"
+
 %include "transformer/version.h"
 %include "transformer/status.h"
 %include "transformer/tensor.h"
@@ -724,10 +746,18 @@ PyObject *tfmpy_model_save(const tfm_module *model, const char *path,
                                 "metadata keys and values must be str");
                 goto done;
             }
-            keys[i] = PyUnicode_AsUTF8(key);
-            values[i] = PyUnicode_AsUTF8(value);
+            Py_ssize_t key_size, value_size;
+            keys[i] = PyUnicode_AsUTF8AndSize(key, &key_size);
+            values[i] = PyUnicode_AsUTF8AndSize(value, &value_size);
             if (!keys[i] || !values[i])
                 goto done;
+            if (strlen(keys[i]) != (size_t)key_size ||
+                strlen(values[i]) != (size_t)value_size) {
+                tfmpy_raise(TFM_ERR_INVALID_ARGUMENT,
+                            "metadata keys and values must not hold a NUL "
+                            "character");
+                goto done;
+            }
             i++;
         }
     }

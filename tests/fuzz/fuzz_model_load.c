@@ -32,56 +32,8 @@
 #include <transformer/transformer.h>
 
 #include "../tiny_model.h"
+#include "fuzz_model.h"
 #include "fuzz_util.h"
-
-#define MAX_DIM 4096          /* any one size in the metadata */
-#define MAX_LAYERS 64         /* each of n_layers, n_encoder/decoder_layers */
-#define MAX_PARAMS (1 << 20)  /* estimated parameters plus KV cache floats */
-
-/* The metadata value of key as the loader would read it (strtoll), or 0
- * when absent or not a number (the loader refuses those itself). */
-static long long meta_number(const tfm_safetensors *f, const char *key)
-{
-    const char *v = tfm_safetensors_metadata(f, key);
-    if (!v)
-        return 0;
-    char *end;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    if (end == v || errno)
-        return -1; /* refused by the loader: allowed through */
-    return n;
-}
-
-/* Whether the model the metadata describes is small enough to build. */
-static int small_enough(const uint8_t *data, size_t size)
-{
-    static const char *const keys[] = {
-        "tfm.d_model", "tfm.n_heads", "tfm.d_ff", "tfm.vocab_size",
-        "tfm.context_length", "tfm.n_layers", "tfm.n_encoder_layers",
-        "tfm.n_decoder_layers",
-    };
-    long long v[8];
-    tfm_safetensors *f = NULL;
-    if (tfm_safetensors_open_memory(data, size, &f) != TFM_OK)
-        return 1; /* the loader refuses it just as fast */
-    for (int i = 0; i < 8; i++) {
-        v[i] = meta_number(f, keys[i]);
-        if (v[i] > (i >= 5 ? MAX_LAYERS : MAX_DIM)) {
-            tfm_safetensors_close(f);
-            return 0;
-        }
-        if (v[i] < 0)
-            v[i] = 0;
-    }
-    tfm_safetensors_close(f);
-    const long long d = v[0], dff = v[2], vocab = v[3], ctx = v[4];
-    const long long layers = v[5] + v[6] + 2 * v[7];
-    const long long params = 2 * vocab * d + ctx * d +
-                             layers * (4 * d * d + 2 * d * dff + 10 * d + dff) +
-                             2 * v[5] * ctx * d; /* KV cache */
-    return params <= MAX_PARAMS;
-}
 
 /* Writes the input to a memfd; returns its descriptor, path in path. */
 static int to_memfd(const uint8_t *data, size_t size, char *path, size_t cap)
@@ -95,70 +47,6 @@ static int to_memfd(const uint8_t *data, size_t size, char *path, size_t cap)
     }
     snprintf(path, cap, "/proc/self/fd/%d", fd);
     return fd;
-}
-
-static void run_model(tfm_module *model)
-{
-    tfm_model_config c;
-    CHECK(tfm_model_get_config(model, &c) == TFM_OK);
-    const int64_t V = c.vocab_size;
-    const int64_t shape[3] = { 1, 1, V };
-    tfm_tensor *logits = NULL;
-    CHECK(tfm_tensor_create(3, shape, &logits) == TFM_OK);
-    const int32_t ids[2] = { 0, (int32_t)(V - 1) };
-    tfm_status st;
-    if (c.architecture == TFM_ARCH_ENCODER_DECODER)
-        st = tfm_model_seq2seq_logits(model, ids, 1, ids + 1, 1, 1, logits);
-    else
-        st = tfm_model_logits(model, ids + 1, 1, 1, logits);
-    CHECK(st == TFM_OK);
-
-    if (c.architecture == TFM_ARCH_DECODER_ONLY) {
-        tfm_kv_cache *cache = NULL;
-        const int64_t cap = c.context_length < 2 ? c.context_length : 2;
-        const int64_t shape2[2] = { 1, V };
-        tfm_tensor *step = NULL;
-        CHECK(tfm_kv_cache_create(model, cap, &cache) == TFM_OK);
-        CHECK(tfm_tensor_create(2, shape2, &step) == TFM_OK);
-        CHECK(tfm_kv_cache_decode(cache, ids + 1, 1, step) == TFM_OK);
-        CHECK(tfm_kv_cache_length(cache) == 1);
-        tfm_tensor_free(step);
-        tfm_kv_cache_free(cache);
-
-        /* Logits may overflow to NaN for wild (finite) weights; sampling
-         * refuses NaN with TFM_ERR_NON_FINITE, which is not a bug. */
-        int32_t out[3];
-        st = tfm_model_generate(model, ids, 2, 3, NULL, 1, out);
-        CHECK(st == TFM_OK || st == TFM_ERR_NON_FINITE);
-        for (int i = 0; st == TFM_OK && i < 3; i++)
-            CHECK(out[i] >= 0 && out[i] < V);
-    }
-    tfm_tensor_free(logits);
-}
-
-static void run_tokenizer(tfm_tokenizer *t, const char *path)
-{
-    tfm_safetensors *f = NULL;
-    CHECK(tfm_safetensors_open(path, &f) == TFM_OK);
-    const char *vocab = tfm_safetensors_metadata(f, "tfm.vocab");
-    CHECK(vocab != NULL);
-    const size_t len = strlen(vocab);
-    const int64_t n = tfm_tokenizer_vocab_size(t);
-    int32_t *ids = malloc((size_t)n * sizeof *ids);
-    char *text = malloc(len + 1);
-    CHECK(ids && text);
-    int64_t n_ids = -1;
-    CHECK(tfm_tokenizer_encode(t, vocab, len, ids, n, &n_ids) == TFM_OK);
-    CHECK(n_ids == n);
-    for (int64_t i = 0; i < n; i++)
-        CHECK(ids[i] == i);
-    size_t text_len = 0;
-    CHECK(tfm_tokenizer_decode(t, ids, n_ids, text, len + 1, &text_len) ==
-          TFM_OK);
-    CHECK(text_len == len && memcmp(text, vocab, len) == 0);
-    free(ids);
-    free(text);
-    tfm_safetensors_close(f);
 }
 
 /* Every parameter of m, concatenated, into a new buffer. */
@@ -247,28 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Checkpoints into fixed tiny modules: whatever the metadata says. */
     run_checkpoints(path);
 
-    tfm_tokenizer *t = NULL;
-    tfm_status st = tfm_tokenizer_load(path, &t);
-    if (st == TFM_OK) {
-        run_tokenizer(t, path);
-        tfm_tokenizer_free(t);
-    } else {
-        CHECK(t == NULL);
-        CHECK(st != TFM_ERR_NULL_ARGUMENT && st != TFM_ERR_IO);
-    }
-
-    if (small_enough(size ? data : empty, size)) {
-        tfm_module *model = NULL;
-        st = tfm_model_load(path, &model);
-        if (st == TFM_OK) {
-            run_model(model);
-            tfm_module_free(model);
-        } else {
-            CHECK(model == NULL);
-            CHECK(st != TFM_ERR_NULL_ARGUMENT && st != TFM_ERR_IO);
-            CHECK(tfm_last_error()[0] != '\0');
-        }
-    }
+    load_file(path, size ? data : empty, size);
     close(fd);
     return 0;
 }

@@ -11,6 +11,10 @@ corpus/model_load/   tiny model files of each architecture (with and
                      of tests/models, and broken variants: missing, extra,
                      misshapen or non-finite parameters, bad or missing
                      configuration keys, bad tokenizer metadata.
+corpus/tokenizer/    fuzz_tokenizer inputs: a vocabulary, 0xFF, a text.
+corpus/model_metadata/ fuzz_model_metadata inputs: "key=value" lines over
+                     a tiny model's metadata (numbers in strict and lenient
+                     spellings, enums, variants, tokenizer keys).
 
 Only the standard library is used; the output is deterministic.  The
 committed corpus is this script's output; rerun it after changing it.
@@ -433,6 +437,64 @@ def write(outdir, files):
             f.write(data)
 
 
+def tokenizer_corpus():
+    """Vocabulary, 0xFF, text (fuzz_tokenizer.c)."""
+    return {
+        "ascii": b"abc \xffcab ba",
+        "multibyte": "abé中".encode() + b"\xff" + "中bé".encode(),
+        "unknown_char": b"abc\xffabd",
+        "duplicate": b"aba\xffa",
+        "empty_vocab": b"\xffabc",
+        "invalid_utf8_vocab": b"a\xc3\x28\xffa",
+        "invalid_utf8_text": b"ab\xffa\xe4\xb8",
+        "newline_and_nul": b"a\nb\x00c\xffa\nb",
+        "vocab_only": b"xyz",
+    }
+
+
+def metadata_corpus():
+    """"key=value" lines (fuzz_model_metadata.c)."""
+    lines = {
+        "nothing": [],
+        "d_model_plain": ["tfm.d_model=4"],
+        "d_model_space": ["tfm.d_model= 4"],
+        "d_model_newline_escape": ["tfm.n_heads=2", "tfm.d_ff=08"],
+        "eps_forms": ["tfm.layer_norm_eps=1e-5"],
+        "eps_hex": ["tfm.layer_norm_eps=0x1p-17"],
+        "eps_inf": ["tfm.layer_norm_eps=inf"],
+        "activation": ["tfm.activation=gelu_tanh", "tfm.norm_first=true"],
+        "positional": ["tfm.positional=sinusoidal", "tfm.positional_base=500"],
+        "architecture": ["tfm.architecture=encoder_only"],
+        "layers": ["tfm.n_layers=2"],
+        "tokenizer_size": ["tfm.vocab_size=5", "tfm.vocab=abcdf"],
+        "tokenizer_size_bad": ["tfm.vocab=abc"],
+        "tokenizer_kind": ["tfm.tokenizer=bpe"],
+        "attention_score": ["tfm.attention.score=dot",
+                            "tfm.attention.scale=0.5"],
+        "attention_rope": ["tfm.attention.rope=half",
+                           "tfm.attention.rope_dims=2",
+                           "tfm.attention.rope_base=10000"],
+        "attention_window": ["tfm.attention.sparsity=sliding_window",
+                             "tfm.attention.window=2"],
+        "attention_t5": ["tfm.attention.relative=t5",
+                         "tfm.attention.num_buckets=4",
+                         "tfm.attention.max_distance=8",
+                         "tfm.attention.bidirectional=false"],
+        "attention_gqa": ["tfm.attention.n_kv_heads=1"],
+        "unknown_key": ["tfm.attention.bogus=1"],
+    }
+    return {k: "\n".join(v).encode() for k, v in lines.items()}
+
+
+def write_raw(outdir, files):
+    if os.path.isdir(outdir):
+        shutil.rmtree(outdir)
+    os.makedirs(outdir)
+    for name, data in sorted(files.items()):
+        with open(os.path.join(outdir, name), "wb") as f:
+            f.write(data)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "fuzz", "corpus"))
@@ -442,6 +504,8 @@ def main():
     models = model_corpus(rng)
     write(os.path.join(args.out, "safetensors"), st)
     write(os.path.join(args.out, "model_load"), models)
+    write_raw(os.path.join(args.out, "tokenizer"), tokenizer_corpus())
+    write_raw(os.path.join(args.out, "model_metadata"), metadata_corpus())
     print("%d safetensors and %d model files in %s" % (len(st), len(models), args.out))
 
 

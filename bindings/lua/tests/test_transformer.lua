@@ -1349,4 +1349,107 @@ test("enum names come from the C tables (names.h)", function()
   end, 'causal: unknown value "upper" (one of "none", "top_left", "bottom_right")', true)
 end)
 
+test("generate: max_new_tokens beyond TFM_MAX_NEW_TOKENS refused before allocating", function()
+  local m = T.load_model(TINY)
+  for _, n in ipairs({ math.maxinteger, 1 << 40, (1 << 24) + 1 }) do
+    raises(function() m:generate({ 1, 2 }, { max_new_tokens = n }) end, "TFM_MAX_NEW_TOKENS", true)
+  end
+  equal(#m:generate({ 1, 2 }, { max_new_tokens = 3, greedy = true }), 3, "3 new ids")
+end)
+
+test("strings holding NUL refused (C would cut them there)", function()
+  local path = tmpname(".safetensors")
+  raises(function() T.save_safetensors({ ["w\0x"] = { 1, 2 } }, path) end, "NUL", true)
+  raises(function() T.save_safetensors({ w = { 1, 2 } }, path, { k = "v\0junk" }) end, "NUL", true)
+  raises(function() T.save_safetensors({ w = { 1, 2 } }, path, { ["k\0"] = "v" }) end, "NUL", true)
+  assert(not file_exists(path), "nothing written")
+  raises(function() T.load_safetensors(path .. "\0.x") end, "NUL", true)
+  local m = T.load_model(TINY)
+  raises(function() m:save(path, { note = "a\0b" }) end, "NUL", true)
+  assert(not file_exists(path), "nothing written")
+end)
+
+-- Runs fn with an instruction budget: a loop that never ends becomes an
+-- error ("budget") instead of a hang (the hook runs in Lua code only).
+local function within_budget(fn, budget)
+  local used = 0
+  debug.sethook(function()
+    used = used + 1
+    if used > budget then error("budget exhausted: the call loops") end
+  end, "", 1000)
+  local res = table.pack(pcall(fn))
+  debug.sethook()
+  return table.unpack(res, 1, res.n)
+end
+
+test("self-containing and too deep tables: an error at the largest rank, never a loop", function()
+  local y = {}
+  y[1] = y
+  local cyc = {}                  -- a cycle of two tables
+  cyc[1] = { cyc }
+  local deep = { { { { { 1.0 } } } } }
+  local mha = T.MultiheadAttention(4, 2)
+  local attn = T.Attention(2, 2)
+  local enc = T.TransformerEncoderLayer(4, 2, 8)
+  local x = { { { 1, 2, 3, 4 }, { 4, 3, 2, 1 } } }   -- [1][2][4]
+  local q4 = { { { { 1, 0 }, { 0, 1 } } } }          -- [1][1][2][2]
+  local calls = {
+    ["mha:forward(y, y, y)"] = function() return mha:forward(y, y, y) end,
+    ["mha:forward(cycle)"] = function() return mha:forward(cyc, cyc, cyc) end,
+    ["mha:forward(5 levels)"] = function() return mha:forward(deep, deep, deep) end,
+    ["mha key_padding_mask"] = function() return mha:forward(x, x, x, { key_padding_mask = y }) end,
+    ["mha attn_mask"] = function() return mha:forward(x, x, x, { attn_mask = y }) end,
+    ["scaled_dot_product_attention"] = function() return T.scaled_dot_product_attention(y, y, y) end,
+    ["sdpa attn_mask"] = function() return T.scaled_dot_product_attention(q4, q4, q4, { attn_mask = y }) end,
+    ["Attention:forward"] = function() return attn:forward(y, y, y) end,
+    ["Attention attn_mask"] = function() return attn:forward(q4, q4, q4, { attn_mask = y }) end,
+    ["encoder layer"] = function() return enc:forward(y) end,
+    ["encoder layer src_mask"] = function() return enc:forward(x, { src_mask = y }) end,
+    ["tensor_from_table"] = function() return core.tensor_from_table(y) end,
+  }
+  for what, fn in pairs(calls) do
+    local ok, err = within_budget(fn, 100000)
+    assert(not ok, what .. ": expected an error")
+    assert(tostring(err):find("nested deeper than 4 levels", 1, true),
+           ("%s: error %q"):format(what, tostring(err)))
+  end
+end)
+
+-- Lua and close(): a Lua state runs one thread at a time (coroutines only
+-- switch at yields), so no close() can run while a core function is
+-- inside the library.  Lua code can run between the idiomatic layer's
+-- handle(self) and the core call (argument conversion) -- here a count
+-- hook closes the layer at 60 points spread over that Lua code -- and the core
+-- then reads the pointer from the object at the call: the call completes
+-- or raises "closed", never uses freed memory (lua_tests under ASan would
+-- report it).
+test("close() from a hook at any point of a forward: completes or raises 'closed'", function()
+  local probe = self_mha()
+  local total = 0                  -- Lua instructions of one forward
+  debug.sethook(function() total = total + 1 end, "", 1)
+  local want = probe:forward(S.x, S.x, S.x)
+  debug.sethook()
+  local completed, closed = 0, 0
+  local step = total // 60 + 1
+  for n = 1, total + step, step do
+    local m = self_mha()
+    local count = 0
+    debug.sethook(function()
+      count = count + 1
+      if count == n then m:close() end
+    end, "", 1)
+    local ok, out = pcall(m.forward, m, S.x, S.x, S.x)
+    debug.sethook()
+    if ok then
+      close(out, want, "output")
+      completed = completed + 1
+    else
+      assert(tostring(out):find("closed", 1, true), tostring(out))
+      closed = closed + 1
+    end
+    assert(m:is_closed() or count < n)
+  end
+  assert(closed > 0 and completed > 0, ("closed %d, completed %d"):format(closed, completed))
+end)
+
 harness.finish()

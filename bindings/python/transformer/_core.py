@@ -37,20 +37,38 @@ def live_handles(kind=None):
 
 class _Handle:
     """Owns one C handle and frees it exactly once: on close(), or when the
-    garbage collector drops the last reference.  Closing twice is a no-op;
-    get() after close raises ClosedError."""
+    garbage collector drops the last reference.  Closing twice is a no-op.
 
-    __slots__ = ("_ptr", "_free", "_kind", "_owner", "__weakref__")
+    Every use of the pointer goes through ``with handle.use(what) as ptr``:
+    it raises ClosedError once the handle is closed, and otherwise counts
+    the call as in progress until the block ends.  close() from another
+    thread waits for the calls in progress (it releases the GIL while it
+    waits), so a call either completes or raises ClosedError, and never
+    runs on freed memory.  A close() from inside one of the calling
+    thread's own uses does not wait for itself: the last use to end frees
+    the handle."""
+
+    __slots__ = ("_ptr", "_free", "_kind", "_owner", "_cv", "_users",
+                 "_pending", "__weakref__")
 
     def __init__(self, ptr, free, kind, owner=None):
         self._ptr = ptr
         self._free = free
         self._kind = kind
         self._owner = owner       # a handle that must outlive this one
+        self._cv = threading.Condition(threading.Lock())
+        self._users = {}          # thread ident -> nesting depth of uses
+        self._pending = None      # closed while in use: freed by the last
         with _live_lock:
             _live[kind] += 1
 
+    def use(self, what):
+        """A context manager giving the pointer for the span of a call."""
+        return _Use(self, what)
+
     def get(self, what):
+        """The raw pointer (no in-use count: single-threaded callers and
+        tests only; the package itself uses use())."""
         ptr = self._ptr
         if ptr is None:
             raise ClosedError(f"{what} is closed")
@@ -61,11 +79,22 @@ class _Handle:
         return self._ptr is None
 
     def close(self):
-        ptr, self._ptr = self._ptr, None
-        if ptr is not None:
-            with _live_lock:
-                _live[self._kind] -= 1
-            self._free(ptr)
+        me = threading.get_ident()
+        with self._cv:
+            ptr, self._ptr = self._ptr, None
+            if ptr is None:
+                return
+            if me in self._users:
+                self._pending = ptr
+                return
+            while self._users:
+                self._cv.wait()
+        self._release(ptr)
+
+    def _release(self, ptr):
+        with _live_lock:
+            _live[self._kind] -= 1
+        self._free(ptr)
         self._owner = None
 
     def __del__(self):
@@ -73,6 +102,43 @@ class _Handle:
             self.close()
         except Exception:   # interpreter shutdown: nothing left to do
             pass
+
+
+class _Use:
+    """One call in progress on a _Handle (see _Handle.use)."""
+
+    __slots__ = ("_h", "_what")
+
+    def __init__(self, handle, what):
+        self._h = handle
+        self._what = what
+
+    def __enter__(self):
+        h = self._h
+        me = threading.get_ident()
+        with h._cv:
+            ptr = h._ptr
+            if ptr is None:
+                raise ClosedError(f"{self._what} is closed")
+            h._users[me] = h._users.get(me, 0) + 1
+        return ptr
+
+    def __exit__(self, *exc):
+        h = self._h
+        me = threading.get_ident()
+        pending = None
+        with h._cv:
+            depth = h._users[me] - 1
+            if depth:
+                h._users[me] = depth
+            else:
+                del h._users[me]
+            if not h._users:
+                h._cv.notify_all()
+                pending, h._pending = h._pending, None
+        if pending is not None:
+            h._release(pending)
+        return False
 
 
 # ---- Argument conversion ---------------------------------------------------
@@ -328,7 +394,7 @@ def _rebuild_module(cls, attrs, params):
     module.__dict__.update(attrs)
     module._adopt(module._create())
     for name, value in params.items():
-        _ll.tfm_module_set_parameter(module._ptr, name, value)
+        module._call(_ll.tfm_module_set_parameter, name, value)
     return module
 
 
@@ -336,13 +402,44 @@ IncompatibleKeys = collections.namedtuple("IncompatibleKeys",
                                           ["missing_keys", "unexpected_keys"])
 
 
+class _Closed:
+    """_use() of an owner without a handle: raises ClosedError."""
+
+    def __init__(self, what):
+        self._what = what
+
+    def __enter__(self):
+        raise ClosedError(f"{self._what} is closed")
+
+    def __exit__(self, *exc):   # pragma: no cover - __enter__ raises
+        return False
+
+
 class HandleOwner:
     """An object that owns one C handle (``self._handle``, a _Handle):
     ``close()`` frees it now (idempotent; the garbage collector does it
-    otherwise), ``closed`` tells, ``with`` closes at the end, and ``_ptr``
-    gives the raw pointer or raises :class:`ClosedError`."""
+    otherwise), ``closed`` tells, ``with`` closes at the end.
+
+    Every call into C takes the pointer with ``with self._use() as ptr:``
+    around the whole call, argument conversion included, or with
+    ``self._call(fn, *args)`` for a single call: close() from another thread
+    then waits for it (see _Handle).  ``_ptr`` gives the raw pointer
+    without that protection, for tests that call the low-level module
+    directly; the package itself never uses it
+    (test_threads_close.py::test_package_never_reads_raw_pointers)."""
 
     _handle = None
+
+    def _use(self):
+        h = self._handle
+        if h is None:
+            return _Closed(type(self).__name__)
+        return h.use(type(self).__name__)
+
+    def _call(self, fn, *args):
+        """fn(ptr, *args) with the handle in use for the call."""
+        with self._use() as ptr:
+            return fn(ptr, *args)
 
     @property
     def _ptr(self):
@@ -352,7 +449,8 @@ class HandleOwner:
         return h.get(type(self).__name__)
 
     def close(self):
-        """Frees the C handle now.  Idempotent; later use raises
+        """Frees the C handle now, after any call in progress on it from
+        another thread has finished.  Idempotent; later use raises
         ClosedError."""
         if self._handle is not None:
             self._handle.close()
@@ -495,14 +593,15 @@ class Module(ModuleTree, HandleOwner):
         """name -> (module, C name, C shape, exposed shape), PyTorch order."""
         table = collections.OrderedDict()
         for prefix, mod in self._components():
-            ptr = mod._ptr
-            for i in range(_ll.tfm_module_parameter_count(ptr)):
-                c_name = _ll.tfm_module_parameter_name(ptr, i)
-                c_shape = tuple(_ll.tfm_module_parameter_shape(ptr, c_name))
-                exposed = mod._exposed(c_name, c_shape)
-                if exposed is not None:
-                    table[prefix + exposed[0]] = (mod, c_name, c_shape,
-                                                  tuple(exposed[1]))
+            with mod._use() as ptr:
+                for i in range(_ll.tfm_module_parameter_count(ptr)):
+                    c_name = _ll.tfm_module_parameter_name(ptr, i)
+                    c_shape = tuple(_ll.tfm_module_parameter_shape(ptr,
+                                                                   c_name))
+                    exposed = mod._exposed(c_name, c_shape)
+                    if exposed is not None:
+                        table[prefix + exposed[0]] = (mod, c_name, c_shape,
+                                                      tuple(exposed[1]))
         return table
 
     def state_dict(self):
@@ -511,7 +610,7 @@ class Module(ModuleTree, HandleOwner):
         out = collections.OrderedDict()
         for name, (mod, c_name, c_shape, shape) in self._table().items():
             a = np.empty(c_shape, np.float32)
-            _ll.tfm_module_get_parameter(mod._ptr, c_name, a)
+            mod._call(_ll.tfm_module_get_parameter, c_name, a)
             out[name] = a.reshape(shape)
         return out
 
@@ -577,7 +676,7 @@ class Module(ModuleTree, HandleOwner):
                 raise NonFiniteError(f"{name} holds NaN or infinity")
             staged.append((mod, c_name, a.reshape(c_shape)))
         for mod, c_name, a in staged:
-            _ll.tfm_module_set_parameter(mod._ptr, c_name, a)
+            mod._call(_ll.tfm_module_set_parameter, c_name, a)
         return IncompatibleKeys(missing, unexpected)
 
     def reset_parameters(self, seed=None):
@@ -620,8 +719,8 @@ class Module(ModuleTree, HandleOwner):
         src_len = tgt_len if src_len is None else as_int(src_len, "src_len", 1)
         total = 0
         for _, mod in self._components():
-            total += _ll.tfm_module_forward_macs(mod._ptr, batch, tgt_len,
-                                                 src_len)
+            total += mod._call(_ll.tfm_module_forward_macs, batch, tgt_len,
+                               src_len)
         return total
 
     def save_safetensors(self, path, metadata=None, dtype="F32"):
@@ -647,15 +746,16 @@ class Module(ModuleTree, HandleOwner):
     def __reduce__(self):
         """pickle and copy.deepcopy: the configuration (attributes) and the
         module's own parameters; a new C handle is made on load."""
-        ptr = self._ptr
         attrs = {k: v for k, v in self.__dict__.items()
                  if k not in self._transient}
         params = {}
-        for i in range(_ll.tfm_module_parameter_count(ptr)):
-            name = _ll.tfm_module_parameter_name(ptr, i)
-            a = np.empty(_ll.tfm_module_parameter_shape(ptr, name), np.float32)
-            _ll.tfm_module_get_parameter(ptr, name, a)
-            params[name] = a
+        with self._use() as ptr:
+            for i in range(_ll.tfm_module_parameter_count(ptr)):
+                name = _ll.tfm_module_parameter_name(ptr, i)
+                a = np.empty(_ll.tfm_module_parameter_shape(ptr, name),
+                             np.float32)
+                _ll.tfm_module_get_parameter(ptr, name, a)
+                params[name] = a
         return (_rebuild_module, (type(self), attrs, params))
 
     # -- display --

@@ -193,5 +193,5 @@ class HasAttentionVariant:
         (tfm_attention_get_config): a dict with every keyword (option
         strings for the enums), suitable as keyword arguments again."""
         c = _ll.tfm_attention_config()
-        _ll.tfm_attention_get_config(self._ptr, c)
+        self._call(_ll.tfm_attention_get_config, c)
         return to_dict(c)

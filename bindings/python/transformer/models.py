@@ -7,6 +7,7 @@ and text generation.
                          temperature=0.8, top_p=0.9, seed=1))  # sampled
 """
 
+import contextlib
 import operator
 import os
 import weakref
@@ -17,7 +18,7 @@ from . import _lowlevel as _ll
 from . import _paths
 from ._core import (HandleOwner, Module, _Handle, as_float, as_float32,
                     as_ids, as_int, enum_values, fspath)
-from ._errors import (FormatError, InvalidArgumentError,
+from ._errors import (InvalidArgumentError,
                       ShapeError)
 from ._torch import torch_results
 from ._variants import default_dict, normalize, to_config, to_dict
@@ -225,10 +226,20 @@ class Model(Module):
         self._adopt(_ll.tfm_model_load(path))
         self._config_dict = self.config
         self.path = path
+        # No tokenizer only when the file has no "tfm.tokenizer" key; a
+        # tokenizer that is there but malformed raises its own error.
+        f = _ll.tfm_safetensors_open(path)
         try:
-            self.tokenizer = Tokenizer.load(path)
-        except FormatError:
-            self.tokenizer = None
+            has_tokenizer = _ll.tfm_safetensors_metadata(
+                f, "tfm.tokenizer") is not None
+        finally:
+            _ll.tfm_safetensors_close(f)
+        if has_tokenizer:
+            try:
+                self.tokenizer = Tokenizer.load(path)
+            except BaseException:
+                self.close()
+                raise
         return self
 
     def close(self):
@@ -241,7 +252,7 @@ class Model(Module):
     def config(self):
         """The configuration as a dict (see the class docstring)."""
         c = _ll.tfm_model_config()
-        _ll.tfm_model_get_config(self._ptr, c)
+        self._call(_ll.tfm_model_get_config, c)
         arch = _ARCHITECTURES.get(c.architecture, c.architecture)
         out = {"architecture": arch, "vocab_size": c.vocab_size,
                "d_model": c.layer.d_model, "n_heads": c.layer.n_heads,
@@ -271,7 +282,7 @@ class Model(Module):
 
     def _options(self):
         o = _ll.tfm_model_options()
-        _ll.tfm_model_get_options(self._ptr, o)
+        self._call(_ll.tfm_model_get_options, o)
         return float(o.positional_base), to_dict(o.attention)
 
     @property
@@ -290,31 +301,31 @@ class Model(Module):
         Encoder-decoder: ids are the source ``[N, S]``, tgt_ids the target
         ``[N, L]`` (causal) -> ``[N, L, vocab_size]``.
         L must not exceed context_length (CapacityError)."""
-        ptr = self._ptr
-        c = self.config
-        vocab = c["vocab_size"]
-        src = as_ids(ids, "ids")
-        if src.ndim not in (1, 2):
-            raise ShapeError(f"ids must be [N, L] or [L], got shape "
-                             f"{src.shape}")
-        single = src.ndim == 1
-        if single:
-            src = src[None]
-        if c["architecture"] == "encoder_decoder":
-            if tgt_ids is None:
-                raise TypeError("an encoder-decoder model needs tgt_ids: "
-                                "logits(src_ids, tgt_ids)")
-            tgt = as_ids(tgt_ids, "tgt_ids", 1 if single else 2)
+        with self._use() as ptr:
+            c = self.config
+            vocab = c["vocab_size"]
+            src = as_ids(ids, "ids")
+            if src.ndim not in (1, 2):
+                raise ShapeError(f"ids must be [N, L] or [L], got shape "
+                                 f"{src.shape}")
+            single = src.ndim == 1
             if single:
-                tgt = tgt[None]
-            out = np.empty((tgt.shape[0], tgt.shape[1], vocab), np.float32)
-            _ll.tfmpy_model_seq2seq_logits(ptr, src, tgt, out)
-        else:
-            if tgt_ids is not None:
-                raise TypeError("tgt_ids is only for encoder-decoder models")
-            out = np.empty((src.shape[0], src.shape[1], vocab), np.float32)
-            _ll.tfm_model_logits(ptr, src, out)
-        return out[0] if single else out
+                src = src[None]
+            if c["architecture"] == "encoder_decoder":
+                if tgt_ids is None:
+                    raise TypeError("an encoder-decoder model needs tgt_ids: "
+                                    "logits(src_ids, tgt_ids)")
+                tgt = as_ids(tgt_ids, "tgt_ids", 1 if single else 2)
+                if single:
+                    tgt = tgt[None]
+                out = np.empty((tgt.shape[0], tgt.shape[1], vocab), np.float32)
+                _ll.tfmpy_model_seq2seq_logits(ptr, src, tgt, out)
+            else:
+                if tgt_ids is not None:
+                    raise TypeError("tgt_ids is only for encoder-decoder models")
+                out = np.empty((src.shape[0], src.shape[1], vocab), np.float32)
+                _ll.tfm_model_logits(ptr, src, out)
+            return out[0] if single else out
 
     forward = logits
 
@@ -338,7 +349,6 @@ class Model(Module):
                    stop_strings, repetition_penalty, no_repeat_ngram_size):
         """A _Generator (tfm_generator_create) for the keyword arguments
         of generate."""
-        ptr = self._ptr
         o = _ll.tfm_generate_options()
         o.max_new_tokens = as_int(max_new_tokens, "max_new_tokens", 0)
         o.min_new_tokens = as_int(min_new_tokens, "min_new_tokens", 0)
@@ -365,16 +375,17 @@ class Model(Module):
             stops = [stop_strings]
         else:
             stops = list(stop_strings)
-        tok = None
-        if stops:
-            if self.tokenizer is None:
-                raise InvalidArgumentError(
-                    "stop_strings need the model's tokenizer, and this model "
-                    "has none")
-            tok = self.tokenizer._ptr
-        g = _ll.tfmpy_generator_create(ptr, ids, o, eos.astype(np.int32),
-                                       stops, tok)
-        return _Generator(g, self, self.tokenizer if stops else None)
+        if stops and self.tokenizer is None:
+            raise InvalidArgumentError(
+                "stop_strings need the model's tokenizer, and this model "
+                "has none")
+        tokenizer = self.tokenizer if stops else None
+        with contextlib.ExitStack() as uses:
+            ptr = uses.enter_context(self._use())
+            tok = uses.enter_context(tokenizer._use()) if tokenizer else None
+            g = _ll.tfmpy_generator_create(ptr, ids, o, eos.astype(np.int32),
+                                           stops, tok)
+        return _Generator(g, self, tokenizer)
 
     def generate(self, prompt, max_new_tokens=100, temperature=None,
                  top_k=None, top_p=None, seed=None, greedy=None,
@@ -461,13 +472,13 @@ class Model(Module):
     def save(self, path, metadata=None):
         """Writes a model file: parameters, configuration and the
         tokenizer (if any), plus optional {str: str} metadata."""
-        ptr = self._ptr
-        extra = {}
-        if self.tokenizer is not None:
-            extra["tfm.tokenizer"] = "char"
-            extra["tfm.vocab"] = self.tokenizer.vocab
-        extra.update(metadata or {})
-        _ll.tfmpy_model_save(ptr, fspath(path), extra)
+        with self._use() as ptr:
+            extra = {}
+            if self.tokenizer is not None:
+                extra["tfm.tokenizer"] = "char"
+                extra["tfm.vocab"] = self.tokenizer.vocab
+            extra.update(metadata or {})
+            _ll.tfmpy_model_save(ptr, fspath(path), extra)
 
     def save_safetensors(self, path, metadata=None):
         """Same as save(): a model file is a safetensors file."""
@@ -635,7 +646,16 @@ class _Generator(HandleOwner):
 
     def __iter__(self):
         while True:
-            token, produced = _ll.tfm_generator_next(self._ptr)
+            # Each step uses the model (and the tokenizer of stop strings)
+            # through C: they are in use for the step, so closing them from
+            # another thread waits for it, and a step after raises
+            # ClosedError.
+            with contextlib.ExitStack() as uses:
+                ptr = uses.enter_context(self._use())
+                uses.enter_context(self._model._use())
+                if self._tokenizer is not None:
+                    uses.enter_context(self._tokenizer._use())
+                token, produced = _ll.tfm_generator_next(ptr)
             if not produced:
                 return
             yield int(token)
@@ -643,7 +663,7 @@ class _Generator(HandleOwner):
     @property
     def stop_reason(self):
         return self._REASONS.get(
-            int(_ll.tfm_generator_stop_reason(self._ptr)))
+            int(self._call(_ll.tfm_generator_stop_reason)))
 
 
 # ---- KV cache ----------------------------------------------------------------
@@ -663,40 +683,40 @@ class KVCache(HandleOwner):
     def __init__(self, model, capacity=None):
         if not isinstance(model, Model):
             raise TypeError("KVCache needs a Model")
-        mptr = model._ptr
-        cfg = model.config
-        if capacity is None:
-            capacity = cfg["context_length"]
-        self._vocab = cfg["vocab_size"]
-        self._model = model
-        self._handle = _Handle(
-            _ll.tfm_kv_cache_create(mptr, as_int(capacity, "capacity")),
-            _ll.tfm_kv_cache_free, "kv_cache", owner=model._handle)
-        model._cache_set.add(self)
+        with model._use() as mptr:
+            cfg = model.config
+            if capacity is None:
+                capacity = cfg["context_length"]
+            self._vocab = cfg["vocab_size"]
+            self._model = model
+            self._handle = _Handle(
+                _ll.tfm_kv_cache_create(mptr, as_int(capacity, "capacity")),
+                _ll.tfm_kv_cache_free, "kv_cache", owner=model._handle)
+            model._cache_set.add(self)
 
     @torch_results
     def decode(self, ids, last_only=False):
         """Appends token ids (an int or a 1-D sequence) and returns logits
         ``[n, vocab_size]``, or ``[vocab_size]`` of the last position with
         last_only=True."""
-        ptr = self._ptr
-        ids = as_ids(ids, "ids").reshape(-1)
-        n = 1 if last_only else max(ids.size, 1)
-        logits = np.empty((n, self._vocab), np.float32)
-        _ll.tfm_kv_cache_decode(ptr, ids, logits)
-        return logits[0] if last_only else logits
+        with self._use() as ptr:
+            ids = as_ids(ids, "ids").reshape(-1)
+            n = 1 if last_only else max(ids.size, 1)
+            logits = np.empty((n, self._vocab), np.float32)
+            _ll.tfm_kv_cache_decode(ptr, ids, logits)
+            return logits[0] if last_only else logits
 
     def reset(self):
         """Empties the cache for a new sequence."""
-        _ll.tfm_kv_cache_reset(self._ptr)
+        self._call(_ll.tfm_kv_cache_reset)
 
     def __len__(self):
-        return int(_ll.tfm_kv_cache_length(self._ptr))
+        return int(self._call(_ll.tfm_kv_cache_length))
 
     @property
     def capacity(self):
         """The most positions the cache holds."""
-        return int(_ll.tfm_kv_cache_capacity(self._ptr))
+        return int(self._call(_ll.tfm_kv_cache_capacity))
 
     def __reduce__(self):
         raise TypeError("a KVCache cannot be pickled or copied; make a new "

@@ -177,25 +177,25 @@ class MultiheadAttention(HasAttentionVariant, Module):
                 is_causal=False):
         """Runs the layer; see the class docstring for shapes and masks.
         Returns ``(attn_output, attn_weights or None)``."""
-        ptr = self._ptr
-        batched = is_batched(query, "query")
-        io = BatchIO(self.batch_first, batched)
-        q = io.take(query, "query")
-        k = io.take(key, "key")
-        v = io.take(value, "value")
-        n, tgt_len, src_len = q.shape[0], q.shape[1], k.shape[1]
-        masks = mha_masks(n, self.num_heads, batched, key_padding_mask,
-                          attn_mask, is_causal)
-        out = np.empty((n, tgt_len, self.embed_dim), np.float32)
-        weights = None
-        if need_weights:
-            shape = ((n, tgt_len, src_len) if average_attn_weights
-                     else (n, self.num_heads, tgt_len, src_len))
-            weights = np.empty(shape, np.float32)
-        _ll.tfm_mha_forward(ptr, q, k, v, masks, out, weights)
-        if weights is not None and not batched:
-            weights = weights[0]
-        return io.give(out), weights
+        with self._use() as ptr:
+            batched = is_batched(query, "query")
+            io = BatchIO(self.batch_first, batched)
+            q = io.take(query, "query")
+            k = io.take(key, "key")
+            v = io.take(value, "value")
+            n, tgt_len, src_len = q.shape[0], q.shape[1], k.shape[1]
+            masks = mha_masks(n, self.num_heads, batched, key_padding_mask,
+                              attn_mask, is_causal)
+            out = np.empty((n, tgt_len, self.embed_dim), np.float32)
+            weights = None
+            if need_weights:
+                shape = ((n, tgt_len, src_len) if average_attn_weights
+                         else (n, self.num_heads, tgt_len, src_len))
+                weights = np.empty(shape, np.float32)
+            _ll.tfm_mha_forward(ptr, q, k, v, masks, out, weights)
+            if weights is not None and not batched:
+                weights = weights[0]
+            return io.give(out), weights
 
     def _child_specs(self):
         return [("out_proj", lambda: _linear_view(self, "out_proj"))]
@@ -307,38 +307,38 @@ class Attention(HasAttentionVariant, Module):
     def forward(self, query, key, value, attn_mask=None, is_causal=False,
                 need_weights=False):
         """Runs the attention; see the class docstring for shapes."""
-        ptr = self._ptr
-        q = as_float32(query, "query")
-        k = as_float32(key, "key")
-        v = as_float32(value, "value")
-        if q.ndim not in (3, 4):
-            raise ShapeError(f"query must be [N, H, L, head_dim] (or "
-                             f"unbatched [H, L, head_dim]), got shape "
-                             f"{q.shape}")
-        if k.ndim != q.ndim or v.ndim != q.ndim:
-            raise ShapeError(f"query, key and value must have the same "
-                             f"number of dimensions, got {q.shape}, "
-                             f"{k.shape}, {v.shape}")
-        single = q.ndim == 3
-        if single:
-            q, k, v = q[None], k[None], v[None]
-        B, H, L = q.shape[:3]
-        S = k.shape[2]
-        causal = _causal(is_causal)
-        masks = None
-        if attn_mask is not None:
-            lead = (H,) if single else (B, H)
-            m, kind = _mask_for(attn_mask, lead, L, S, B, H)
-            masks = (causal, None, MASK_ADDITIVE, m, kind)
-        elif causal != CAUSAL_NONE:
-            masks = (causal, None, MASK_ADDITIVE, None, MASK_ADDITIVE)
-        out = np.empty((B, H, L, v.shape[3]), np.float32)
-        weights = np.empty((B, H, L, S), np.float32) if need_weights else None
-        _ll.tfm_attention_forward(ptr, q, k, v, masks, out, weights)
-        if single:
-            out = out[0]
-            weights = None if weights is None else weights[0]
-        return (out, weights) if need_weights else out
+        with self._use() as ptr:
+            q = as_float32(query, "query")
+            k = as_float32(key, "key")
+            v = as_float32(value, "value")
+            if q.ndim not in (3, 4):
+                raise ShapeError(f"query must be [N, H, L, head_dim] (or "
+                                 f"unbatched [H, L, head_dim]), got shape "
+                                 f"{q.shape}")
+            if k.ndim != q.ndim or v.ndim != q.ndim:
+                raise ShapeError(f"query, key and value must have the same "
+                                 f"number of dimensions, got {q.shape}, "
+                                 f"{k.shape}, {v.shape}")
+            single = q.ndim == 3
+            if single:
+                q, k, v = q[None], k[None], v[None]
+            B, H, L = q.shape[:3]
+            S = k.shape[2]
+            causal = _causal(is_causal)
+            masks = None
+            if attn_mask is not None:
+                lead = (H,) if single else (B, H)
+                m, kind = _mask_for(attn_mask, lead, L, S, B, H)
+                masks = (causal, None, MASK_ADDITIVE, m, kind)
+            elif causal != CAUSAL_NONE:
+                masks = (causal, None, MASK_ADDITIVE, None, MASK_ADDITIVE)
+            out = np.empty((B, H, L, v.shape[3]), np.float32)
+            weights = np.empty((B, H, L, S), np.float32) if need_weights else None
+            _ll.tfm_attention_forward(ptr, q, k, v, masks, out, weights)
+            if single:
+                out = out[0]
+                weights = None if weights is None else weights[0]
+            return (out, weights) if need_weights else out
 
     def _extra_repr(self):
         text = f"head_dim={self.head_dim}, num_heads={self.num_heads}"
@@ -485,18 +485,18 @@ class LayerNorm(Module):
 
     def forward(self, input):
         """input ``[*, *normalized_shape]`` -> normalized, same shape."""
-        ptr = self._ptr
-        x = as_float32(input, "input")
-        k = len(self.normalized_shape)
-        if x.ndim < k or x.shape[x.ndim - k:] != self.normalized_shape:
-            raise ShapeError(
-                f"LayerNorm over {list(self.normalized_shape)} expects input "
-                f"of shape [*, {', '.join(map(str, self.normalized_shape))}]"
-                f", got {list(x.shape)}")
-        flat = x.reshape(-1, self._size)
-        out = np.empty_like(flat)
-        _ll.tfm_layer_norm_forward(ptr, flat, out)
-        return out.reshape(x.shape)
+        with self._use() as ptr:
+            x = as_float32(input, "input")
+            k = len(self.normalized_shape)
+            if x.ndim < k or x.shape[x.ndim - k:] != self.normalized_shape:
+                raise ShapeError(
+                    f"LayerNorm over {list(self.normalized_shape)} expects input "
+                    f"of shape [*, {', '.join(map(str, self.normalized_shape))}]"
+                    f", got {list(x.shape)}")
+            flat = x.reshape(-1, self._size)
+            out = np.empty_like(flat)
+            _ll.tfm_layer_norm_forward(ptr, flat, out)
+            return out.reshape(x.shape)
 
     def _normalize_in_place(self, x):
         """x [..., E] float32 contiguous, normalized in place."""
@@ -504,7 +504,7 @@ class LayerNorm(Module):
             raise ShapeError(f"norm normalizes over "
                              f"{list(self.normalized_shape)}, the layers' "
                              f"output has width {x.shape[-1]}")
-        _ll.tfm_layer_norm_forward(self._ptr, x, x)
+        self._call(_ll.tfm_layer_norm_forward, x, x)
         return x
 
     def _extra_repr(self):
@@ -670,42 +670,42 @@ class TransformerDecoderLayer(_LayerBase):
 
 def _encode(module, forward, src, mask, key_padding_mask, is_causal,
             names=("src_key_padding_mask", "src_mask")):
-    ptr = module._ptr
-    batched = is_batched(src, "src")
-    io = BatchIO(module.batch_first, batched)
-    x = io.take(src, "src")
-    masks = mha_masks(x.shape[0], module.nhead, batched, key_padding_mask,
-                      mask, bool(is_causal), names)
-    out = np.empty((x.shape[0], x.shape[1], module.d_model), np.float32)
-    forward(ptr, x, masks, out)
-    norm = getattr(module, "norm", None)
-    if norm is not None and not getattr(module, "_c_norm", False):
-        norm._normalize_in_place(out)
-    return io.give(out)
+    with module._use() as ptr:
+        batched = is_batched(src, "src")
+        io = BatchIO(module.batch_first, batched)
+        x = io.take(src, "src")
+        masks = mha_masks(x.shape[0], module.nhead, batched, key_padding_mask,
+                          mask, bool(is_causal), names)
+        out = np.empty((x.shape[0], x.shape[1], module.d_model), np.float32)
+        forward(ptr, x, masks, out)
+        norm = getattr(module, "norm", None)
+        if norm is not None and not getattr(module, "_c_norm", False):
+            norm._normalize_in_place(out)
+        return io.give(out)
 
 
 def _decode(module, forward, tgt, memory, tgt_mask, memory_mask,
             tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
             memory_is_causal):
-    ptr = module._ptr
-    batched = is_batched(tgt, "tgt")
-    io = BatchIO(module.batch_first, batched)
-    x = io.take(tgt, "tgt")
-    mem = io.take(memory, "memory")
-    n = x.shape[0]
-    tgt_masks = mha_masks(n, module.nhead, batched, tgt_key_padding_mask,
-                          tgt_mask, bool(tgt_is_causal),
-                          ("tgt_key_padding_mask", "tgt_mask"))
-    memory_masks = mha_masks(n, module.nhead, batched,
-                             memory_key_padding_mask, memory_mask,
-                             bool(memory_is_causal),
-                             ("memory_key_padding_mask", "memory_mask"))
-    out = np.empty((n, x.shape[1], module.d_model), np.float32)
-    forward(ptr, x, mem, tgt_masks, memory_masks, out)
-    norm = getattr(module, "norm", None)
-    if norm is not None and not getattr(module, "_c_norm", False):
-        norm._normalize_in_place(out)
-    return io.give(out)
+    with module._use() as ptr:
+        batched = is_batched(tgt, "tgt")
+        io = BatchIO(module.batch_first, batched)
+        x = io.take(tgt, "tgt")
+        mem = io.take(memory, "memory")
+        n = x.shape[0]
+        tgt_masks = mha_masks(n, module.nhead, batched, tgt_key_padding_mask,
+                              tgt_mask, bool(tgt_is_causal),
+                              ("tgt_key_padding_mask", "tgt_mask"))
+        memory_masks = mha_masks(n, module.nhead, batched,
+                                 memory_key_padding_mask, memory_mask,
+                                 bool(memory_is_causal),
+                                 ("memory_key_padding_mask", "memory_mask"))
+        out = np.empty((n, x.shape[1], module.d_model), np.float32)
+        forward(ptr, x, mem, tgt_masks, memory_masks, out)
+        norm = getattr(module, "norm", None)
+        if norm is not None and not getattr(module, "_c_norm", False):
+            norm._normalize_in_place(out)
+        return io.give(out)
 
 
 # ---- Stacks ------------------------------------------------------------------
@@ -915,26 +915,26 @@ class Transformer(_LayerBase):
                 memory_is_causal=False):
         """src ``[S, N, E]``, tgt ``[L, N, E]`` -> ``[L, N, E]``; see the
         class docstring."""
-        ptr = self._ptr
-        batched = is_batched(src, "src")
-        io = BatchIO(self.batch_first, batched)
-        s = io.take(src, "src")
-        t = io.take(tgt, "tgt")
-        n = s.shape[0]
-        src_masks = mha_masks(n, self.nhead, batched, src_key_padding_mask,
-                              src_mask, bool(src_is_causal),
-                              ("src_key_padding_mask", "src_mask"))
-        tgt_masks = mha_masks(n, self.nhead, batched, tgt_key_padding_mask,
-                              tgt_mask, bool(tgt_is_causal),
-                              ("tgt_key_padding_mask", "tgt_mask"))
-        memory_masks = mha_masks(n, self.nhead, batched,
-                                 memory_key_padding_mask, memory_mask,
-                                 bool(memory_is_causal),
-                                 ("memory_key_padding_mask", "memory_mask"))
-        out = np.empty((t.shape[0], t.shape[1], self.d_model), np.float32)
-        _ll.tfm_transformer_forward(ptr, s, t, src_masks, tgt_masks,
-                                    memory_masks, out)
-        return io.give(out)
+        with self._use() as ptr:
+            batched = is_batched(src, "src")
+            io = BatchIO(self.batch_first, batched)
+            s = io.take(src, "src")
+            t = io.take(tgt, "tgt")
+            n = s.shape[0]
+            src_masks = mha_masks(n, self.nhead, batched, src_key_padding_mask,
+                                  src_mask, bool(src_is_causal),
+                                  ("src_key_padding_mask", "src_mask"))
+            tgt_masks = mha_masks(n, self.nhead, batched, tgt_key_padding_mask,
+                                  tgt_mask, bool(tgt_is_causal),
+                                  ("tgt_key_padding_mask", "tgt_mask"))
+            memory_masks = mha_masks(n, self.nhead, batched,
+                                     memory_key_padding_mask, memory_mask,
+                                     bool(memory_is_causal),
+                                     ("memory_key_padding_mask", "memory_mask"))
+            out = np.empty((t.shape[0], t.shape[1], self.d_model), np.float32)
+            _ll.tfm_transformer_forward(ptr, s, t, src_masks, tgt_masks,
+                                        memory_masks, out)
+            return io.give(out)
 
     def _stack_view(self, name, cls, layer_cls, num_layers):
         attrs = {k: v for k, v in self.__dict__.items()
@@ -1032,15 +1032,15 @@ class Embedding(Module):
 
     def forward(self, input):
         """ids ``[*]`` -> embeddings ``[*, embedding_dim]``."""
-        ptr = self._ptr
-        ids = as_ids(input, "input")
-        out = np.empty(ids.shape + (self.embedding_dim,), np.float32)
-        if ids.size == 0:
+        with self._use() as ptr:
+            ids = as_ids(input, "input")
+            out = np.empty(ids.shape + (self.embedding_dim,), np.float32)
+            if ids.size == 0:
+                return out
+            _ll.tfm_embedding_forward(ptr, ids.reshape(1, -1),
+                                      out.reshape(1, ids.size,
+                                                  self.embedding_dim))
             return out
-        _ll.tfm_embedding_forward(ptr, ids.reshape(1, -1),
-                                  out.reshape(1, ids.size,
-                                              self.embedding_dim))
-        return out
 
     def _extra_repr(self):
         text = f"{self.num_embeddings}, {self.embedding_dim}"

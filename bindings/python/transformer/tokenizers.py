@@ -95,13 +95,13 @@ class Tokenizer(HandleOwner):
     @property
     def kind(self):
         """"char", "byte_bpe" or "wordpiece"."""
-        k = _ll.tfm_tokenizer_get_kind(self._ptr)
+        k = self._call(_ll.tfm_tokenizer_get_kind)
         return _KINDS.get(k, f"kind {k}")
 
     @property
     def vocab_size(self):
         """Number of tokens."""
-        return _ll.tfm_tokenizer_vocab_size(self._ptr)
+        return self._call(_ll.tfm_tokenizer_vocab_size)
 
     def __len__(self):
         return self.vocab_size
@@ -120,7 +120,7 @@ class Tokenizer(HandleOwner):
 
     def _role(self, role):
         try:
-            return _ll.tfm_tokenizer_special_id(self._ptr, role)
+            return self._call(_ll.tfm_tokenizer_special_id, role)
         except NotFoundError:
             return None
 
@@ -151,33 +151,33 @@ class Tokenizer(HandleOwner):
     @property
     def all_special_ids(self):
         """Ids of the special tokens."""
-        ptr = self._ptr
-        return [i for i in range(self.vocab_size)
-                if _ll.tfm_tokenizer_is_special(ptr, i)]
+        with self._use() as ptr:
+            return [i for i in range(self.vocab_size)
+                    if _ll.tfm_tokenizer_is_special(ptr, i)]
 
     # ---- tokens --------------------------------------------------------
 
     def _token(self, i):
         if self.kind == "char":
             return self.decode([i])
-        return _ll.tfmpy_tokenizer_id_to_token(self._ptr, int(i))
+        return self._call(_ll.tfmpy_tokenizer_id_to_token, int(i))
 
     def convert_ids_to_tokens(self, ids, skip_special_tokens=False):
         """An id -> its token string; a list of ids -> a list of them."""
         if isinstance(ids, (int, np.integer)):
             return self._token(int(ids))
         ids = as_ids(ids, "ids").reshape(-1)
-        ptr = self._ptr
-        return [self._token(int(i)) for i in ids
-                if not (skip_special_tokens and
-                        _ll.tfm_tokenizer_is_special(ptr, int(i)))]
+        with self._use() as ptr:
+            return [self._token(int(i)) for i in ids
+                    if not (skip_special_tokens and
+                            _ll.tfm_tokenizer_is_special(ptr, int(i)))]
 
     def convert_tokens_to_ids(self, tokens):
         """A token string -> its id (the unk id, or NotFoundError, when it
         is not in the vocabulary); a list -> a list."""
         if isinstance(tokens, str):
             try:
-                return _ll.tfm_tokenizer_token_to_id(self._ptr, tokens)
+                return self._call(_ll.tfm_tokenizer_token_to_id, tokens)
             except NotFoundError:
                 if self.unk_token_id is None:
                     raise
@@ -194,7 +194,7 @@ class Tokenizer(HandleOwner):
         flags = _ll.TFM_ENCODE_SPLIT_SPECIAL
         if add_special_tokens:
             flags |= _ll.TFM_ENCODE_ADD_SPECIAL
-        return _ll.tfmpy_tokenizer_encode_v2(self._ptr, text, text_pair, flags)
+        return self._call(_ll.tfmpy_tokenizer_encode_v2, text, text_pair, flags)
 
     def encode(self, text, text_pair=None, add_special_tokens=True):
         """str (or UTF-8 bytes), with an optional second text -> list of
@@ -205,20 +205,20 @@ class Tokenizer(HandleOwner):
         """Token ids (list or 1-D array) -> str.  Bytes that are not UTF-8
         (a byte-level token cut from a character) become U+FFFD, as in
         Hugging Face tokenizers; decode_bytes gives them as they are."""
-        ptr = self._ptr
-        ids = as_ids(ids, "ids").reshape(-1)
-        if ids.size == 0:
-            return ""
-        if self.kind == "char":
-            return _ll.tfmpy_tokenizer_decode(ptr, ids)
-        return self.decode_bytes(ids, skip_special_tokens).decode(
-            "utf-8", errors="replace")
+        with self._use() as ptr:
+            ids = as_ids(ids, "ids").reshape(-1)
+            if ids.size == 0:
+                return ""
+            if self.kind == "char":
+                return _ll.tfmpy_tokenizer_decode(ptr, ids)
+            return self.decode_bytes(ids, skip_special_tokens).decode(
+                "utf-8", errors="replace")
 
     def decode_bytes(self, ids, skip_special_tokens=False):
         """Token ids -> the bytes they stand for."""
         ids = as_ids(ids, "ids").reshape(-1)
         flags = _ll.TFM_DECODE_SKIP_SPECIAL if skip_special_tokens else 0
-        return _ll.tfmpy_tokenizer_decode_v2(self._ptr, ids, flags)
+        return self._call(_ll.tfmpy_tokenizer_decode_v2, ids, flags)
 
     def batch_decode(self, sequences, skip_special_tokens=False):
         """decode for each sequence."""
