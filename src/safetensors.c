@@ -28,6 +28,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "float16.h"
+#include "json_nul.h"
 #include "names.h"
 #include "utf8.h"
 
@@ -569,80 +570,6 @@ static tfm_status parse_json(const char *text, size_t n, cJSON **root)
     return TFM_OK;
 }
 
-/* ---- Escaped NUL ------------------------------------------------------
- * cJSON decodes "\u0000" inside a string into a NUL byte and hands out C
- * strings, so "w\u0000" would load as "w" (and "relu\u0000junk" as
- * "relu"): other readers of the same file see other names.  A string
- * holding an escaped NUL is refused.  The header text, valid JSON by now,
- * is scanned for its string tokens in order; a pre-order walk of the
- * parsed tree (member key, then its value) meets the strings in the same
- * order, which names the member the bad string belongs to. */
-
-/* Ordinal (from 0) of the first string token of the JSON text[0..n-1]
- * that holds the escape \u0000, or -1 when none does. */
-static long nul_escape_string(const char *text, size_t n)
-{
-    long ordinal = -1;
-    int in_string = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!in_string) {
-            if (text[i] == '"') {
-                in_string = 1;
-                ordinal++;
-            }
-        } else if (text[i] == '"') {
-            in_string = 0;
-        } else if (text[i] == '\\') {
-            if (n - i > 5 && memcmp(text + i + 1, "u0000", 5) == 0)
-                return ordinal;
-            i++; /* the escaped character (\uXXXX's digits hold no quote) */
-        }
-    }
-    return -1;
-}
-
-/* Walks item's strings in document order, counting in *k; returns the
- * member (key owner) whose key (*is_key) or value holds string `target`. */
-static const cJSON *string_owner(const cJSON *item, const cJSON *member,
-                                 long target, long *k, int *is_key)
-{
-    if (cJSON_IsString(item) && (*k)++ == target) {
-        *is_key = 0;
-        return member;
-    }
-    for (const cJSON *c = item->child; c; c = c->next) {
-        if (cJSON_IsObject(item) && (*k)++ == target) {
-            *is_key = 1;
-            return c;
-        }
-        const cJSON *found = string_owner(
-            c, cJSON_IsObject(item) ? c : member, target, k, is_key);
-        if (found)
-            return found;
-    }
-    return NULL;
-}
-
-/* TFM_ERR_FORMAT naming the key when a string of the header holds \u0000. */
-static tfm_status check_nul_escapes(const char *text, size_t n,
-                                    const cJSON *root)
-{
-    long target = nul_escape_string(text, n), k = 0;
-    if (target < 0)
-        return TFM_OK;
-    int is_key = 0;
-    const cJSON *m = string_owner(root, NULL, target, &k, &is_key);
-    if (m && is_key)
-        return tfm__fail(TFM_ERR_FORMAT,
-                         "the name or key " QUOTED " holds an escaped NUL "
-                         "(\\u0000): it would be cut there",
-                         m->string);
-    return tfm__fail(TFM_ERR_FORMAT,
-                     "the value of " QUOTED " holds an escaped NUL "
-                     "(\\u0000): it would be cut there",
-                     m && m->string ? m->string : "");
-}
-
 static tfm_status build_from_json(const cJSON *root, tfm_safetensors *f)
 {
     const cJSON *meta;
@@ -721,7 +648,7 @@ static tfm_status parse_file(const unsigned char *bytes, size_t size,
         f->data_size = size - 8 - n;
         st = parse_json(text, (size_t)n, &root);
         if (st == TFM_OK)
-            st = check_nul_escapes(text, (size_t)n, root);
+            st = tfm__json_check_nul(text, (size_t)n, root, NULL);
     }
     if (st == TFM_OK)
         st = build_from_json(root, f);

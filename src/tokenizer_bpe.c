@@ -28,6 +28,7 @@
 
 #include "alloc.h"
 #include "error.h"
+#include "json_nul.h"
 #include "tokenizer_impl.h"
 #include "utf8.h"
 
@@ -561,6 +562,8 @@ tfm_status tfm__bpe_load_gpt2(const char *encoder_json, const char *vocab_bpe,
         if (!root)
             st = tfm__fail(TFM_ERR_FORMAT, "%.200s: not valid JSON (truncated "
                            "or malformed)", encoder_json);
+        else
+            st = tfm__json_check_nul(json, json_len, root, encoder_json);
     }
     tfm__bpe *m = NULL;
     if (st == TFM_OK) {

@@ -13,6 +13,7 @@
 
 #include "alloc.h"
 #include "error.h"
+#include "json_nul.h"
 #include "tokenizer_impl.h"
 
 /* The "type" of a pipeline step, "" for null or absent, NULL when it is
@@ -125,10 +126,17 @@ tfm_status tfm__tokenizer_json_load(const char *path, tfm_tokenizer **out)
     if (st != TFM_OK)
         return st;
     cJSON *root = cJSON_ParseWithLength(text, len);
-    tfm__free(text);
-    if (!root)
+    if (!root) {
+        tfm__free(text);
         return tfm__fail(TFM_ERR_FORMAT, "%.200s: not valid JSON (truncated "
                          "or malformed)", path);
+    }
+    st = tfm__json_check_nul(text, len, root, path);
+    tfm__free(text);
+    if (st != TFM_OK) {
+        cJSON_Delete(root);
+        return st;
+    }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
     tfm_tokenizer *t = NULL;

@@ -436,6 +436,17 @@ static void test_bad_files(void **state)
     expect_load_fails(dir, TFM_ERR_FORMAT, "twice");
     write_file("encoder.json", "[1, 2]");
     expect_load_fails(dir, TFM_ERR_FORMAT, "not a JSON object");
+    /* Issue 13: an escaped NUL in a token (cJSON would cut it there, and
+     * "a\u0000" would be the token "a") or any other string. */
+    write_file("encoder.json", "{\"a\": 0, \"a\\u0000\": 1}");
+    expect_load_fails(dir, TFM_ERR_FORMAT,
+                      "the name or key \"a\" holds an escaped NUL");
+    write_file("tokenizer.json", "{\"model\": {\"type\": \"BPE\\u0000x\"}}");
+    expect_load_fails(dir, TFM_ERR_FORMAT,
+                      "the value of \"type\" holds an escaped NUL");
+    char tj[512];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    unlink(tj);
     write_file("tokenizer.json", "{\"model\": {\"type\": \"Unigram\"}}");
     expect_load_fails(dir, TFM_ERR_UNSUPPORTED, "Unigram");
     write_file("tokenizer.json", "{\"normalizer\": {\"type\": \"NFC\"}, "
