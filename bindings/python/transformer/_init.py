@@ -7,6 +7,7 @@ modules constructed afterwards reproducible; ``module.reset_parameters(
 seed=s)`` redraws one module from its own generator seeded with s.
 """
 
+import contextlib
 import operator
 import threading
 
@@ -39,13 +40,15 @@ def manual_seed(seed):
 def reset_module(module, seed=None):
     """Draws every C component of module with tfm_module_reset_parameters,
     from a generator seeded with seed, or from the package's generator."""
-    parts = [mod._ptr for _, mod in module._components()]
-    if seed is None:
-        with _lock:
+    with contextlib.ExitStack() as uses:     # every part in use (_core)
+        parts = [uses.enter_context(mod._use())
+                 for _, mod in module._components()]
+        if seed is None:
+            with _lock:
+                for ptr in parts:
+                    _ll.tfm_module_reset_parameters(ptr, _generator)
+        else:
+            rng = _ll.tfm_rng()
+            _ll.tfm_rng_seed(rng, _seed(seed))
             for ptr in parts:
-                _ll.tfm_module_reset_parameters(ptr, _generator)
-    else:
-        rng = _ll.tfm_rng()
-        _ll.tfm_rng_seed(rng, _seed(seed))
-        for ptr in parts:
-            _ll.tfm_module_reset_parameters(ptr, rng)
+                _ll.tfm_module_reset_parameters(ptr, rng)
