@@ -10,6 +10,7 @@ packages=(
   swig liblua5.4-dev lua5.4
   python3-dev abigail-tools
   python3-nbclient python3-nbformat python3-ipykernel python3-matplotlib
+  jupyter-notebook jupyter-nbconvert python3-nbconvert
   debhelper dh-python dpkg-dev lintian
   clang libclang-rt-14-dev valgrind
   libpcre2-dev libutf8proc-dev bible-kjv

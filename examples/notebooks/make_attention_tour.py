@@ -423,12 +423,16 @@ _, w_heads = mha6(x12, x12, x12, average_attn_weights=False)   # [1, heads, L, L
 print("per-head weights:", w_heads.shape)
 assert np.allclose(w_heads.sum(axis=-1), 1.0, atol=1e-5)
 
-fig, axes = plt.subplots(1, heads, figsize=(18, 3.4), constrained_layout=True)
+fig, axes = plt.subplots(1, heads, figsize=(18, 3.8), constrained_layout=True)
 for h, ax in enumerate(axes):
     im = ax.imshow(w_heads[0, h], cmap="magma", vmin=0, vmax=1)
     ax.set_title(f"head {h + 1} (d_k = {48 // heads})")
-    ax.set_xticks([])
-    ax.set_yticks([])
+    ax.set_xlabel("key position")
+    ax.set_ylabel("query position")
+    ax.set_xticks(range(0, L12, 4))
+    ax.set_yticks(range(0, L12, 4))
+fig.suptitle(f"Per-head attention weights of a {heads}-head layer "
+             f"(d_model = 48, {L12} positions)")
 fig.colorbar(im, ax=axes, shrink=0.9, label="attention weight")
 plt.show()
 plt.close("all")

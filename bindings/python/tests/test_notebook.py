@@ -17,6 +17,8 @@ import json
 import os
 import pathlib
 import re
+import shutil
+import subprocess
 import sys
 import time
 
@@ -88,8 +90,61 @@ def outputs_of(nb, output_type=None):
             if output_type is None or out.output_type == output_type]
 
 
+# Run before the notebook's cells: every figure the kernel renders (inline
+# display, savefig: all go through FigureCanvasBase.print_figure) is
+# recorded with its title and the titles and axis labels of its axes
+# (colorbars aside).
+RECORD_FIGURES = """
+import matplotlib.backend_bases as _tfm_mbb
+_tfm_figures = []
+_tfm_print_figure = _tfm_mbb.FigureCanvasBase.print_figure
+def _tfm_recording_print_figure(self, *args, **kwargs):
+    fig = self.figure
+    _tfm_figures.append({
+        "suptitle": fig._suptitle.get_text() if fig._suptitle else "",
+        "axes": [{"title": ax.get_title(), "xlabel": ax.get_xlabel(),
+                  "ylabel": ax.get_ylabel()}
+                 for ax in fig.axes if ax.get_label() != "<colorbar>"]})
+    return _tfm_print_figure(self, *args, **kwargs)
+_tfm_mbb.FigureCanvasBase.print_figure = _tfm_recording_print_figure
+"""
+REPORT_FIGURES = "import json; print(json.dumps(_tfm_figures))"
+
+
+def unlabelled(figures):
+    """What the recorded figures lack: a title (the figure's, or one on
+    every axes) and an x and a y label on every axes."""
+    problems = []
+    for i, fig in enumerate(figures, 1):
+        if not fig["suptitle"].strip() and not all(
+                a["title"].strip() for a in fig["axes"]):
+            problems.append(f"figure {i}: no title")
+        for j, a in enumerate(fig["axes"], 1):
+            for key in ("xlabel", "ylabel"):
+                if not a[key].strip():
+                    problems.append(f"figure {i}, axes {j} "
+                                    f"({a['title']!r}): no {key}")
+    return problems
+
+
+def test_unlabelled_figures_are_noticed():
+    ok = {"suptitle": "", "axes": [{"title": "t", "xlabel": "x",
+                                    "ylabel": "y"}]}
+    per_head = {"suptitle": "", "axes": [{"title": "head 1", "xlabel": "",
+                                          "ylabel": ""}]}
+    assert unlabelled([ok]) == []
+    assert unlabelled([ok, per_head]) == [
+        "figure 2, axes 1 ('head 1'): no xlabel",
+        "figure 2, axes 1 ('head 1'): no ylabel"]
+    assert unlabelled([{"suptitle": "", "axes": [
+        {"title": "", "xlabel": "x", "ylabel": "y"}]}]) == [
+        "figure 1: no title"]
+
+
 def test_attention_tour_runs(kernel_env):
     nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(RECORD_FIGURES))
+    nb.cells.append(nbformat.v4.new_code_cell(REPORT_FIGURES))
     start = time.monotonic()
     failure = None
     try:
@@ -104,6 +159,13 @@ def test_attention_tour_runs(kernel_env):
 
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code)
+    # Every figure has a title and axis labels.
+    report = code.pop()
+    figures = json.loads("".join(o.text for o in report.outputs
+                                 if o.output_type == "stream"))
+    assert len(figures) >= 3, figures
+    assert unlabelled(figures) == [], unlabelled(figures)
+    code.pop(0)
     assert not outputs_of(nb, "error")
     # The heatmaps were displayed inline, as PNG images.
     images = [o for o in outputs_of(nb)
@@ -150,3 +212,23 @@ def test_committed_notebook_is_generated_and_clean(monkeypatch):
     assert committed == generated, (
         f"{NOTEBOOK.name} differs from what {GENERATOR.name} writes: "
         f"run /usr/bin/python3 {GENERATOR.relative_to(REPO)}")
+
+
+def test_readme_commands_are_installed():
+    """Every `jupyter <command>` the notebook README tells users to run
+    comes from a Debian package tools/install-deps.sh installs
+    (jupyter-<command>), and runs here."""
+    readme = (NOTEBOOK_DIR / "README.md").read_text(encoding="utf-8")
+    deps = (REPO / "tools" / "install-deps.sh").read_text(encoding="utf-8")
+    commands = sorted(set(re.findall(r"\bjupyter (notebook|nbconvert)\b",
+                                     readme)))
+    assert commands == ["nbconvert", "notebook"], commands
+    for command in commands:
+        assert re.search(rf"\bjupyter-{command}\b", deps), command
+    if shutil.which("jupyter") is None:
+        pytest.skip("jupyter is not installed (tools/install-deps.sh)")
+    for command in commands:
+        r = subprocess.run(["jupyter", command, "--version"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (command, r.stderr)
+        assert re.match(r"\d+\.\d+", r.stdout.strip()), r.stdout
