@@ -1,4 +1,5 @@
-/* ReLU and GELU (Hendrycks & Gimpel 2016), exact and tanh forms. */
+/* ReLU, GELU (Hendrycks & Gimpel 2016; exact and tanh forms) and SiLU
+ * (Elfwing, Uchibe and Doya 2018). */
 #include <math.h>
 
 #include "activation.h"
@@ -7,7 +8,8 @@ int tfm__activation_valid(tfm_activation activation)
 {
     return activation == TFM_ACTIVATION_RELU ||
            activation == TFM_ACTIVATION_GELU ||
-           activation == TFM_ACTIVATION_GELU_TANH;
+           activation == TFM_ACTIVATION_GELU_TANH ||
+           activation == TFM_ACTIVATION_SILU;
 }
 
 void tfm__activate(float *x, int64_t n, tfm_activation activation)
@@ -32,6 +34,12 @@ void tfm__activate(float *x, int64_t n, tfm_activation activation)
         }
         break;
     }
+    case TFM_ACTIVATION_SILU:
+        /* x / (1 + exp(-x)): exp overflows to inf for x < -88, giving
+         * x / inf = -0 (the limit); NaN stays NaN. */
+        for (int64_t i = 0; i < n; i++)
+            x[i] = x[i] / (1.0f + expf(-x[i]));
+        break;
     case TFM_ACTIVATION_COUNT: /* not an activation; refused by callers */
         break;
     }

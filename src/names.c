@@ -10,6 +10,7 @@ static const char *const ACTIVATIONS[TFM_ACTIVATION_COUNT] = {
     [TFM_ACTIVATION_RELU] = "relu",
     [TFM_ACTIVATION_GELU] = "gelu",
     [TFM_ACTIVATION_GELU_TANH] = "gelu_tanh",
+    [TFM_ACTIVATION_SILU] = "silu",
 };
 static const char *const CAUSALS[TFM_CAUSAL_COUNT] = {
     [TFM_CAUSAL_NONE] = "none",

@@ -350,7 +350,7 @@ static void test_feed_forward_errors(void **state)
 {
     (void)state;
     const struct { int64_t d, ff; int act; } bad[] = {
-        { 0, 4, 0 }, { 4, 0, 0 }, { -1, 4, 0 }, { 4, -4, 0 }, { 4, 4, 3 },
+        { 0, 4, 0 }, { 4, 0, 0 }, { -1, 4, 0 }, { 4, -4, 0 }, { 4, 4, TFM_ACTIVATION_SILU + 1 },
         { 4, 4, -1 }, { 4, 4, 1000 },
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -443,7 +443,7 @@ static void test_invalid_configs(void **state)
         bad[1].d_ff = 0;
         bad[2].layer_norm_eps = -1e-5f;
         bad[3].layer_norm_eps = NAN;
-        bad[4].activation = (tfm_activation)3;
+        bad[4].activation = (tfm_activation)(TFM_ACTIVATION_SILU + 1);
         bad[5].d_model = 0;
         bad[6].n_heads = 0;
         bad[7].layer_norm_eps = INFINITY;
@@ -1340,6 +1340,33 @@ static void test_forward_out_of_memory(void **state)
     tfm_module_free(dl);
 }
 
+/* SiLU through a feed-forward network with identity weights and zero
+ * biases: out = x / (1 + exp(-x)), worked out by hand:
+ *   silu(1) = 1 / (1 + e^-1) = 0.7310585786,
+ *   silu(-2) = -2 / (1 + e^2) = -0.2384058440,
+ *   silu(0) = 0, silu(20) = 20 / (1 + e^-20) = 19.99999996,
+ *   silu(-100) = -100 / (1 + e^100) = -3.7e-42 (a float denormal or 0),
+ *   silu(-1000): exp overflows to inf, -1000 / inf = -0 (+0 after
+ *   linear2's zero bias), not NaN. */
+static void test_feed_forward_silu(void **state)
+{
+    (void)state;
+    tfm_module *ff = NULL;
+    assert_int_equal(tfm_feed_forward_create(1, 1, TFM_ACTIVATION_SILU, &ff),
+                     TFM_OK);
+    const float one = 1.0f;
+    tfm_tensor *w = make2(1, 1, &one);
+    assert_int_equal(tfm_module_set_parameter(ff, "linear1.weight", w), TFM_OK);
+    assert_int_equal(tfm_module_set_parameter(ff, "linear2.weight", w), TFM_OK);
+    const float xs[6] = { 1.0f, -2.0f, 0.0f, 20.0f, -100.0f, -1000.0f };
+    tfm_tensor *x = make3(1, 6, 1, xs), *out = make3(1, 6, 1, NULL);
+    assert_int_equal(tfm_feed_forward_forward(ff, x, out), TFM_OK);
+    EXPECT_VALUES(out, 1e-6, 0.7310585786, -0.2384058440, 0.0, 19.99999996,
+                  0.0, 0.0);
+    FREE_TENSORS(w, x, out);
+    tfm_module_free(ff);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1363,6 +1390,7 @@ int main(void)
         cmocka_unit_test(test_causal_decoder_prefix_is_stable),
         cmocka_unit_test(test_workspace_reuse_does_not_change_results),
         cmocka_unit_test(test_memory_batch_mismatch),
+        cmocka_unit_test(test_feed_forward_silu),
         cmocka_unit_test(test_wrong_kinds),
         cmocka_unit_test(test_create_out_of_memory),
         cmocka_unit_test(test_forward_out_of_memory),

@@ -1201,7 +1201,7 @@ M.TransformerEncoderLayer = TransformerEncoderLayer
 --  dropout=0.1, activation="relu", layer_norm_eps=1e-5, batch_first=true,
 --  norm_first=false, {variant...}): self-attention and feed-forward, each
 --  with residual and LayerNorm (post-norm, or pre-norm with norm_first).
---  Activations: "relu", "gelu" (exact), "gelu_tanh".  The attention
+--  Activations: "relu", "gelu" (exact), "gelu_tanh", "silu".  The attention
 --  variant fields of Attention (score, n_kv_heads, rope, relative,
 --  sparsity, ...) set the self-attention's variant (parameters
 --  self_attn.*); such a layer cannot be a TransformerEncoder's template.

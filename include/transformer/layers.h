@@ -29,6 +29,10 @@ typedef enum tfm_activation {
     TFM_ACTIVATION_RELU = 0,      /* max(0, x) */
     TFM_ACTIVATION_GELU = 1,      /* x * 0.5 * (1 + erf(x / sqrt(2))), exact */
     TFM_ACTIVATION_GELU_TANH = 2, /* 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))) */
+    /* x * sigmoid(x) = x / (1 + exp(-x)): SiLU (Elfwing, Uchibe and Doya
+     * 2018; Hendrycks & Gimpel's sigmoid-weighted unit), torch.nn.SiLU.
+     * Since 1.2. */
+    TFM_ACTIVATION_SILU = 3,
     TFM_ACTIVATION_COUNT          /* since 1.2.0; grows, never store it */
 } tfm_activation;
 

@@ -28,7 +28,7 @@
  *   "tfm.n_heads", "tfm.n_layers" (or "tfm.n_encoder_layers" and
  *   "tfm.n_decoder_layers"), "tfm.d_ff", "tfm.context_length",
  *   "tfm.norm_first" ("true"/"false"), "tfm.activation" ("relu", "gelu",
- *   "gelu_tanh"), "tfm.layer_norm_eps", "tfm.positional" ("learned",
+ *   "gelu_tanh", "silu"), "tfm.layer_norm_eps", "tfm.positional" ("learned",
  *   "sinusoidal", "none"), "tfm.tied_embeddings", "tfm.embedding_scale",
  *   and for the tokenizer (tokenizer.h) "tfm.tokenizer": "char",
  *   "tfm.vocab".

@@ -1224,6 +1224,28 @@ test("default initialisation as torch's, reproducible by seed", function()
   for i = 1, #w0 do assert(w0[i] == w1[i], "child access keeps the weights") end
 end)
 
+test("activation = \"silu\": x * sigmoid(x) in the feed-forward", function()
+  -- pre-norm, attention fed zeros (norm1.weight 0, zero biases), identity
+  -- linears, norm2 weight 1: out = x + silu(norm(x)); x = {-1, 1} has
+  -- norm(x) = {-1, 1} / sqrt(1 + 1e-5); silu(t) = t / (1 + e^-t)
+  local lay = T.TransformerEncoderLayer{ d_model = 2, nhead = 1, dim_feedforward = 2,
+                                         activation = "silu", norm_first = true }
+  local sd = lay:state_dict()
+  for name, t in pairs(sd) do
+    local f, shape = core.tensor_to_flat((core.tensor_from_table(t)))
+    for i = 1, #f do f[i] = 0 end
+    if name == "linear1.weight" or name == "linear2.weight" then f[1], f[4] = 1, 1 end
+    if name == "norm2.weight" then f[1], f[2] = 1, 1 end
+    sd[name] = core.tensor_to_table((core.tensor_from_table(f, shape)))
+  end
+  lay:load_state_dict(sd)
+  local out = lay:forward({ { { -1, 1 } } })
+  local t = 1 / math.sqrt(1 + 1e-5)
+  close(out[1][1], { -1 - t / (1 + math.exp(t)), 1 + t / (1 + math.exp(-t)) }, "silu", 1e-6)
+  raises(function() T.TransformerEncoderLayer{ d_model = 2, nhead = 1, activation = "swish" } end,
+         "silu", true)
+end)
+
 test("set_num_threads / get_num_threads, as torch's", function()
   local before = T.get_num_threads()
   T.set_num_threads(3)

@@ -94,9 +94,9 @@ CASES = [
     ("add_bias_kv", lambda: transformer.MultiheadAttention(E, H,
                                                            add_bias_kv=True),
      transformer.UnsupportedError, NotImplementedError, "add_bias_kv"),
-    ("bias=False layer", lambda: transformer.TransformerEncoderLayer(
-        E, H, bias=False),
-     transformer.UnsupportedError, NotImplementedError, "bias"),
+    ("activation not known", lambda: transformer.TransformerEncoderLayer(
+        E, H, activation="swish"),
+     transformer.UnsupportedError, NotImplementedError, "silu"),
     ("float64 dtype", lambda: transformer.LayerNorm(E, dtype="float64"),
      transformer.UnsupportedError, NotImplementedError, "float32"),
     ("wrong kind", lambda: with_mha(lambda m: ll.tfm_layer_norm_forward(

@@ -32,8 +32,9 @@ _ACTIVATION_NAMES = {v: k for k, v in _ACTIVATIONS.items()}
 
 
 def _activation(activation):
-    """"relu", "gelu", "gelu_tanh", or PyTorch's F.relu / F.gelu /
-    nn.ReLU() / nn.GELU(approximate=...) -> the C enum value."""
+    """"relu", "gelu", "gelu_tanh", "silu", or PyTorch's F.relu / F.gelu /
+    F.silu / nn.ReLU() / nn.GELU(approximate=...) / nn.SiLU() -> the C
+    enum value."""
     if isinstance(activation, str):
         name = activation.lower()
     else:
@@ -43,11 +44,13 @@ def _activation(activation):
                     == "tanh" else "gelu")
         elif cls == "ReLU":
             name = "relu"
+        elif cls == "SiLU":
+            name = "silu"
         else:
             name = getattr(activation, "__name__", cls)
     if name not in _ACTIVATIONS:
-        raise UnsupportedError(f"activation should be 'relu', 'gelu' or "
-                               f"'gelu_tanh', not {activation!r}")
+        raise UnsupportedError(f"activation should be 'relu', 'gelu', "
+                               f"'gelu_tanh' or 'silu', not {activation!r}")
     return _ACTIVATIONS[name]
 
 
@@ -62,10 +65,11 @@ def _layer_config(d_model, nhead, dim_feedforward, activation,
     return cfg
 
 
-def _check_bias(bias, who):
-    if not bias:
-        raise UnsupportedError(f"{who}: bias=False is not supported (the "
-                               "library's layers always have biases)")
+def _hidden_bias(module, c_name):
+    """bias=False on a layer, or on a view of a layer's part: the C module
+    keeps its bias parameters, held at zero (as torch's bias=False) and
+    left out of the state dict."""
+    return not module.__dict__.get("bias", True) and c_name.endswith("bias")
 
 
 class _HasLayerConfig:
@@ -172,6 +176,10 @@ class MultiheadAttention(HasAttentionVariant, Module):
         return _ll.tfm_mha_create(self.embed_dim, self.num_heads, self.kdim,
                                   self.vdim, int(self.bias))
 
+
+    def _exposed(self, c_name, c_shape):
+        # a bias=False view of a layer's attention: its zero biases hidden
+        return None if _hidden_bias(self, c_name) else (c_name, c_shape)
     def forward(self, query, key, value, key_padding_mask=None,
                 need_weights=True, attn_mask=None, average_attn_weights=True,
                 is_causal=False):
@@ -376,6 +384,12 @@ class Linear(Module):
         return _ll.tfm_linear_create(self.in_features, self.out_features,
                                      int(self._has_bias))
 
+
+    def _exposed(self, c_name, c_shape):
+        # a bias=False view of a layer's linear1 / linear2
+        if c_name == "bias" and not self._has_bias:
+            return None
+        return c_name, c_shape
     def forward(self, input):
         """input ``[*, in_features]`` -> ``[*, out_features]``."""
         x = as_float32(input, "input")
@@ -402,11 +416,13 @@ def _linear_view(parent, path):
         out_f, in_f = _ll.tfm_module_parameter_shape(child, "weight")
         names = [_ll.tfm_module_parameter_name(child, i) for i in
                  range(_ll.tfm_module_parameter_count(child))]
-    return make_view(Linear, parent, path, in_f, out_f, bias="bias" in names)
+    bias = "bias" in names and parent.__dict__.get("bias", True)
+    return make_view(Linear, parent, path, in_f, out_f, bias=bias)
 
 
 def _norm_view(parent, path, d_model, eps):
-    return make_view(LayerNorm, parent, path, d_model, eps=eps)
+    return make_view(LayerNorm, parent, path, d_model, eps=eps,
+                     bias=parent.__dict__.get("bias", True))
 
 
 def _mha_view(layer, path):
@@ -519,7 +535,6 @@ class _LayerBase(_HasLayerConfig, Module):
                     activation, layer_norm_eps, batch_first, norm_first, bias,
                     device, dtype):
         check_float32_dtype(dtype, device, who)
-        _check_bias(bias, who)
         config = _layer_config(d_model, nhead, dim_feedforward, activation,
                                layer_norm_eps, norm_first)
         self.d_model = config.d_model
@@ -530,6 +545,12 @@ class _LayerBase(_HasLayerConfig, Module):
         self.layer_norm_eps = as_float(layer_norm_eps, "layer_norm_eps")
         self.batch_first = bool(batch_first)
         self.norm_first = bool(norm_first)
+        self.bias = bool(bias)
+
+    def _exposed(self, c_name, c_shape):
+        # bias=False: every bias (attention, linear, LayerNorm) is zero and
+        # hidden, as torch's layers without bias parameters
+        return None if _hidden_bias(self, c_name) else (c_name, c_shape)
 
     def _extra_repr(self):
         return (f"d_model={self.d_model}, nhead={self.nhead}, "
@@ -556,11 +577,14 @@ class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
         d_model: E.  nhead: heads, dividing d_model.
         dim_feedforward: hidden width of FF.
         dropout: accepted and ignored (inference).
-        activation: "relu", "gelu" (exact), "gelu_tanh", or F.relu / F.gelu.
+        activation: "relu", "gelu" (exact), "gelu_tanh", "silu", or F.relu /
+            F.gelu / F.silu / nn.ReLU() / nn.GELU() / nn.SiLU().
         layer_norm_eps: eps of both LayerNorms.
         batch_first: ``[N, L, E]`` (no copy) instead of ``[L, N, E]``.
         norm_first: pre-norm instead of post-norm.
-        bias: must be True.
+        bias: False: no biases (attention, feed-forward, LayerNorm), as
+            torch 2.1's bias=False; the library holds them at zero, hidden
+            from the state dict.
         **variant: (keywords, not in PyTorch) the self-attention's variant,
             as for MultiheadAttention and Attention (``score=``,
             ``n_kv_heads=``, ``rope=``, ``relative=``, ``sparsity=``, ...);
@@ -727,7 +751,7 @@ class _StackBase(_HasLayerConfig, Module):
             raise wrong_module(who, "norm (or None)", LayerNorm, norm, "norm")
         self.num_layers = as_int(num_layers, "num_layers", 1)
         for name in ("d_model", "nhead", "dim_feedforward", "activation",
-                     "layer_norm_eps", "norm_first", "batch_first"):
+                     "layer_norm_eps", "norm_first", "batch_first", "bias"):
             setattr(self, name, getattr(layer, name))
         self._layer_repr = layer._extra_repr()
         self.norm = norm
@@ -743,6 +767,9 @@ class _StackBase(_HasLayerConfig, Module):
     def _create(self):
         return self._create_stack(self._config, self.num_layers,
                                   int(self._c_norm))
+
+    def _exposed(self, c_name, c_shape):
+        return None if _hidden_bias(self, c_name) else (c_name, c_shape)
 
     # _c_norm: the final norm is the C stack's own (a Transformer's
     # encoder / decoder view), its parameters in the C table.
