@@ -3,7 +3,7 @@
 #ifndef TFM_SRC_ATTENTION_CONFIG_H
 #define TFM_SRC_ATTENTION_CONFIG_H
 
-#include "transformer/variants.h"
+#include "transformer/attention.h"
 
 /* Most random blocks per query block BigBird may draw (variants.h). */
 #define TFM__MAX_RANDOM_BLOCKS 4096

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "transformer/variants.h"
+#include "transformer/attention.h"
 
 /* ==== Relative-position terms ========================================== */
 

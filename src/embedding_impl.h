@@ -4,7 +4,7 @@
 
 #include "module_impl.h"
 #include "transformer/embedding.h"
-#include "transformer/variants.h"
+#include "transformer/embedding.h"
 
 typedef struct tfm__embedding {
     tfm_module base;

@@ -3,7 +3,7 @@
 #ifndef TFM_SRC_ROPE_H
 #define TFM_SRC_ROPE_H
 
-#include "transformer/variants.h"
+#include "transformer/attention.h"
 
 /* Rotates, in place, `rows` rows of `heads` heads of d_k values:
  * element c of head h of row r is x[h * hstride + r * ld + c], and row r

@@ -1755,7 +1755,6 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %include <transformer/module.h>
 %include <transformer/attention.h>
 %include <transformer/layers.h>
-%include <transformer/variants.h>
 %include <transformer/embedding.h>
 %include <transformer/safetensors.h>
 %include <transformer/model.h>

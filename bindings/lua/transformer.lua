@@ -38,7 +38,7 @@ Conventions (as PyTorch's torch.nn, in evaluation mode):
     once (idempotent; a closed object raises an error when used).  Objects
     also work as to-be-closed variables: local m <close> = ...
   * Token ids are 0-based, as the library's and PyTorch's.
-  * Attention variants (include/transformer/variants.h) are more named
+  * Attention variants (include/transformer/attention.h) are more named
     arguments of MultiheadAttention, TransformerEncoderLayer and Attention,
     and an `attention` table in a Model config:
         transformer.MultiheadAttention{embed_dim = 8, num_heads = 4,
@@ -215,7 +215,7 @@ local function check_activation(v)
 end
 
 ---------------------------------------------------------------------------
--- Attention variants (variants.h)
+-- Attention variants (attention.h)
 ---------------------------------------------------------------------------
 
 -- The variant's named arguments, in the C struct's order, and the allowed
@@ -1019,7 +1019,7 @@ local Attention = class("Attention")
 M.Attention = Attention
 
 --- Attention(head_dim, num_heads, value_dim=head_dim, {variant...}): the
---  functional form of include/transformer/variants.h; without a variant it
+--  functional form of include/transformer/attention.h; without a variant it
 --  equals scaled_dot_product_attention.  Variant fields, each independent:
 --    score = "scaled_dot" (Vaswani et al. 2017, eq. 1; the default), "dot"
 --      (Luong et al. 2015), "general" (Luong: q^T W_h k, parameter

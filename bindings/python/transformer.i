@@ -414,7 +414,6 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
 %include "transformer/module.h"
 %include "transformer/attention.h"
 %include "transformer/layers.h"
-%include "transformer/variants.h"
 %include "transformer/embedding.h"
 %include "transformer/safetensors.h"
 %include "transformer/model.h"

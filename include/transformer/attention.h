@@ -16,6 +16,12 @@
  * row's maximum, so large logits do not overflow.  A query row whose keys
  * are all masked gets all-zero weights and an all-zero output, never NaN.
  * NaN in a visible query, key or value propagates to the outputs it touches.
+ *
+ * Attention variants (the section below tfm_sdpa): one tfm_attention_config
+ * chooses the score, grouped-query / multi-query heads, RoPE, relative
+ * positions and sparse patterns for multi-head attention
+ * (tfm_mha_create_ex), the functional form (tfm_attention_forward),
+ * encoder layers and models.
  */
 #ifndef TRANSFORMER_ATTENTION_H
 #define TRANSFORMER_ATTENTION_H
@@ -84,6 +90,191 @@ TFM_API tfm_status tfm_sdpa(const tfm_tensor *q, const tfm_tensor *k,
                             const tfm_attention_masks *masks, float scale,
                             tfm_tensor *out, tfm_tensor *weights);
 
+/*
+ * ---- Attention variants (since 1.1.0) ----------------------------------
+ * Attention variants and positional information from the literature, as
+ * options of the one attention kernel.
+ *
+ * A tfm_attention_config selects, independently of each other:
+ *   - the scoring function s(q_i, k_j) of the logits (tfm_score);
+ *   - the number of key/value heads (grouped-query and multi-query
+ *     attention);
+ *   - rotary position embeddings applied to queries and keys (tfm_rope);
+ *   - a relative-position term of the logits (tfm_relative: Shaw et al.,
+ *     T5 buckets, ALiBi);
+ *   - a sparse pattern of visible keys (tfm_sparsity: sliding, dilated,
+ *     global tokens, BigBird), computed from positions, never built as an
+ *     L x S matrix.
+ * The same config is accepted by the functional form (tfm_attention_*), by
+ * multi-head attention (tfm_mha_create_ex), by encoder layers
+ * (tfm_encoder_layer_create_ex) and by decoder-only and encoder-only models
+ * (tfm_model_create_ex, and the model file's "tfm.attention.*" metadata,
+ * model.h).  A zero-filled config after tfm_attention_config_init is plain
+ * scaled dot-product attention, identical to tfm_sdpa / tfm_mha_create.
+ *
+ * Positions.  Query row i is at position p_i = i + (S - L when the causal
+ * mode is TFM_CAUSAL_BOTTOM_RIGHT, else 0); key row j is at position j.
+ * With a KV cache the n new queries are positions length .. length+n-1.
+ * Relative terms use the distance j - p_i (key minus query).
+ *
+ * Logits of head h (before the masks and the softmax):
+ *   a_ij = scale_h * s(q_i, k_j) + scale_h * q_i . r^K(j - p_i)   [Shaw]
+ *          + b_h(j - p_i)                                 [T5 or ALiBi]
+ * and the output  o_i = sum_j w_ij (v_j + r^V(j - p_i))   [Shaw values].
+ *
+ * Since 1.1.0: everything in this section and the _ex constructors next to
+ * the functions they extend (tfm_mha_create_ex below,
+ * tfm_encoder_layer_create_ex in layers.h, tfm_sinusoidal_encoding_ex in
+ * embedding.h); until 1.2.0 they were declared in variants.h, which still
+ * includes them.
+ *
+ * ABI: the struct begins with its own size.  Callers set it with
+ * tfm_attention_config_init (which writes every default); the library
+ * reads only the first struct_size bytes and takes defaults for fields a
+ * newer library added after them.  The enums are append-only.
+ *
+ * Learned parameters (PyTorch-style names, present only for the variants
+ * that use them; new modules start them at the values given below):
+ *   "score_weight"            [H, d_k, d_k]   TFM_SCORE_GENERAL (zero)
+ *   "additive_query"          [H, d_a, d_k]   TFM_SCORE_ADDITIVE (zero)
+ *   "additive_key"            [H, d_a, d_k]   TFM_SCORE_ADDITIVE (zero)
+ *   "additive_v"              [H, d_a]        TFM_SCORE_ADDITIVE (zero)
+ *   "temperature"             [H]     TFM_SCORE_LEARNED_TEMPERATURE
+ *                                     (starts at sqrt(d_k))
+ *   "relative_key.weight"     [2 * max_distance + 1, d_k]  Shaw (zero)
+ *   "relative_value.weight"   [2 * max_distance + 1, d_v]  Shaw with
+ *                                                          relative_values
+ *   "relative_attention_bias.weight" [num_buckets, H]  T5 (zero; the name
+ *                                     and layout of Hugging Face's T5)
+ */
+
+/* Scoring function s(q, k) of one head.  Append-only. */
+typedef enum tfm_score {
+    /* q . k / sqrt(d_k): Vaswani et al. 2017, eq. (1).  The default. */
+    TFM_SCORE_SCALED_DOT = 0,
+    /* q . k, unscaled: Luong, Pham and Manning 2015, "dot" (eq. 8). */
+    TFM_SCORE_DOT = 1,
+    /* q^T W_h k with a learned W_h [d_k, d_k] per head ("score_weight"):
+     * Luong et al. 2015, "general" (eq. 8).  Unscaled. */
+    TFM_SCORE_GENERAL = 2,
+    /* v_h^T tanh(W_q,h q + W_k,h k), W_q,h and W_k,h [d_a, d_k], v_h [d_a]
+     * ("additive_query", "additive_key", "additive_v"): Bahdanau, Cho and
+     * Bengio 2014, eq. (6) / appendix A.1.2.  Unscaled.  Costs L*S*d_a
+     * tanh evaluations per head. */
+    TFM_SCORE_ADDITIVE = 3,
+    /* q . k / tau_h with a learned temperature tau_h > 0 per head
+     * ("temperature", starting at sqrt(d_k), i.e. the default scaling).
+     * A forward pass with a temperature <= 0 or non-finite fails with
+     * TFM_ERR_INVALID_ARGUMENT. */
+    TFM_SCORE_LEARNED_TEMPERATURE = 4,
+    TFM_SCORE_COUNT              /* since 1.2.0; grows, never store it */
+} tfm_score;
+
+/* Rotary position embedding (Su et al. 2021, "RoFormer", eq. (34)):
+ * queries and keys are rotated by position-dependent angles
+ * theta_{p,i} = p * base^(-2i/rope_dims), i = 0 .. rope_dims/2 - 1, so
+ * q_p . k_p' depends only on p - p'.  The two layouts checkpoints use differ
+ * in which dimensions form rotation pair i.  Append-only. */
+typedef enum tfm_rope {
+    TFM_ROPE_NONE = 0,
+    /* Adjacent pairs (2i, 2i+1): the paper, GPT-J, Meta's LLaMA. */
+    TFM_ROPE_ADJACENT = 1,
+    /* Half-split pairs (i, i + rope_dims/2): GPT-NeoX and Hugging Face's
+     * LLaMA ("rotate_half"). */
+    TFM_ROPE_HALF = 2,
+    TFM_ROPE_COUNT               /* since 1.2.0; grows, never store it */
+} tfm_rope;
+
+/* Relative-position term of the logits.  Append-only. */
+typedef enum tfm_relative {
+    TFM_RELATIVE_NONE = 0,
+    /* Shaw, Uszkoreit and Vaswani 2018, eqs. (3)-(5): learned vectors
+     * r^K(d) = relative_key[clip(d, -k, k) + k] (and r^V on the values when
+     * relative_values is set), k = max_distance, shared by all heads. */
+    TFM_RELATIVE_SHAW = 1,
+    /* Raffel et al. 2020 (T5), section 2.1: a learned scalar per head and
+     * bucket, b_h(d) = relative_attention_bias[bucket(d), h], with
+     * num_buckets buckets, exact for small |d| and logarithmic up to
+     * max_distance (Hugging Face's _relative_position_bucket). */
+    TFM_RELATIVE_T5 = 2,
+    /* Press, Smith and Lewis 2022 (ALiBi), section 3: b_h(d) = -m_h |d|,
+     * slopes m_h = 2^(-8h/n) for h = 1 .. n heads when n is a power of two;
+     * otherwise the n' = 2^floor(log2 n) slopes followed by every other
+     * slope of the 2n' sequence, as in the paper's reference code. */
+    TFM_RELATIVE_ALIBI = 3,
+    TFM_RELATIVE_COUNT           /* since 1.2.0; grows, never store it */
+} tfm_relative;
+
+/* Which keys a query may see, by position, on top of the masks.
+ * Append-only. */
+typedef enum tfm_sparsity {
+    TFM_SPARSE_NONE = 0,
+    /* Key j visible to query position p when |p - j| <= window (with a
+     * causal mask: p - window <= j <= p).  Beltagy et al. 2020
+     * (Longformer), section 3.1; Child et al. 2019 (local attention). */
+    TFM_SPARSE_SLIDING_WINDOW = 1,
+    /* Dilated sliding window: |p - j| <= window * dilation and
+     * (p - j) divisible by dilation (Longformer, section 3.1). */
+    TFM_SPARSE_DILATED = 2,
+    /* BigBird (Zaheer et al. 2020, section 2, ITC variant) on blocks of
+     * block_size positions: query block a sees key block b when
+     * |a - b| <= window, or a < n_global or b < n_global (global blocks),
+     * or b is one of the n_random_blocks random blocks of a.  Random block
+     * r (0 .. n_random_blocks-1) of query block a is x mod n, where x is
+     * the first output of SplitMix64 (tfm_rng, model.h) seeded with
+     * (seed ^ (a * 0x9E3779B97F4A7C15)) + r (64-bit wrapping arithmetic),
+     * and n is the number of key blocks (ceil(S/block_size)) without a
+     * causal mask and a + 1 with one, so that under a causal mask a query's
+     * blocks do not depend on the sequence length (KV-cache decoding agrees
+     * with a full pass). */
+    TFM_SPARSE_BIGBIRD = 3,
+    TFM_SPARSE_COUNT             /* since 1.2.0; grows, never store it */
+} tfm_sparsity;
+
+typedef struct tfm_attention_config {
+    size_t struct_size;       /* sizeof(tfm_attention_config) */
+    tfm_score score;
+    /* Logit scale; 0 = the score's own (1/sqrt(d_k) for SCALED_DOT, 1 for
+     * DOT, GENERAL and ADDITIVE).  Not allowed with LEARNED_TEMPERATURE. */
+    float scale;
+    int64_t additive_dim;     /* d_a of TFM_SCORE_ADDITIVE; 0 = d_k */
+    /* Key/value heads: must divide n_heads; query head h uses key/value
+     * head h / (n_heads / n_kv_heads).  0 = n_heads (standard attention);
+     * 1 = multi-query attention (Shazeer 2019); between: grouped-query
+     * attention (Ainslie et al. 2023).  The key and value projections then
+     * have n_kv_heads * d_k rows, and a KV cache holds that many columns. */
+    int64_t n_kv_heads;
+    tfm_rope rope;
+    double rope_base;         /* > 1; 0 = 10000 */
+    int64_t rope_dims;        /* leading dims of each head rotated (even);
+                               * 0 = d_k (GPT-NeoX's partial rotary) */
+    tfm_relative relative;
+    /* Shaw: clipping distance k (>= 1, required).  T5: max_distance
+     * (0 = 128). */
+    int64_t max_distance;
+    int relative_values;      /* Shaw: also r^V on the values */
+    int64_t num_buckets;      /* T5: 0 = 32 */
+    int bidirectional;        /* T5: buckets for both signs of d (the
+                               * encoder's); 0: as T5's decoder, d > 0 all
+                               * in bucket 0 */
+    tfm_sparsity sparsity;
+    int64_t window;           /* SLIDING / DILATED: positions each side;
+                               * BIGBIRD: blocks each side */
+    int64_t dilation;         /* DILATED: >= 1 */
+    /* Global tokens: the first n_global positions (BIGBIRD: blocks) see
+     * every key and are seen by every query (still subject to the causal
+     * mask).  Allowed with SLIDING, DILATED and BIGBIRD. */
+    int64_t n_global;
+    int64_t block_size;       /* BIGBIRD: >= 1 */
+    int64_t n_random_blocks;  /* BIGBIRD: 0 .. 4096 */
+    uint64_t seed;            /* BIGBIRD: random blocks */
+} tfm_attention_config;
+
+/* Fills *config with the defaults (plain scaled dot-product attention,
+ * bidirectional T5 buckets, dilation 1) and sets struct_size.  NULL is a
+ * no-op. */
+TFM_API void tfm_attention_config_init(tfm_attention_config *config);
+
 /* Creates a multi-head attention layer (PyTorch nn.MultiheadAttention):
  * d_model = embed_dim, n_heads must divide d_model (d_k = d_model/n_heads),
  * kdim / vdim are the widths of the key and value inputs (0 means d_model),
@@ -103,6 +294,22 @@ TFM_API tfm_status tfm_mha_create(int64_t d_model, int64_t n_heads,
                                   int64_t kdim, int64_t vdim, int bias,
                                   tfm_module **out);
 
+/* Multi-head attention (as tfm_mha_create) with a variant.  With
+ * n_kv_heads < n_heads the packed "in_proj_weight" is
+ * [d_model + 2 * n_kv_heads * d_k, d_model] (rows W_q, W_k, W_v) and
+ * "in_proj_bias" likewise; unpacked "k_proj_weight" / "v_proj_weight" are
+ * [n_kv_heads * d_k, kdim / vdim].  The variant's parameters (above) are
+ * listed after the projections.  tfm_mha_forward runs it; its weights
+ * output and masks are unchanged.  Source: Vaswani et al. 2017, 3.2.2,
+ * with the variant's papers above; GQA/MQA as in Ainslie et al. 2023 and
+ * Shazeer 2019.  Errors: those of tfm_mha_create and tfm_attention_create;
+ * on error *out is unchanged.  On success *out is freed with
+ * tfm_module_free. */
+TFM_API tfm_status tfm_mha_create_ex(int64_t d_model, int64_t n_heads,
+                                     int64_t kdim, int64_t vdim, int bias,
+                                     const tfm_attention_config *config,
+                                     tfm_module **out);
+
 /* Multi-head attention forward pass.
  * query [B, L, d_model], key [B, S, kdim], value [B, S, vdim];
  * out [B, L, d_model] (caller-allocated; written; it may be the query
@@ -121,6 +328,49 @@ TFM_API tfm_status tfm_mha_forward(const tfm_module *mha,
                                    const tfm_tensor *value,
                                    const tfm_attention_masks *masks,
                                    tfm_tensor *out, tfm_tensor *weights);
+
+/* The functional form: attention on per-head tensors with a variant,
+ * holding the variant's learned parameters (if any) as a module of kind
+ * TFM_MODULE_ATTENTION.  d_k: query/key width per head, d_v: value width,
+ * n_heads: query heads (key/value heads from config->n_kv_heads).
+ * config NULL means the defaults.
+ * Errors: TFM_ERR_NULL_ARGUMENT (out), TFM_ERR_INVALID_ARGUMENT (a size
+ * < 1, an unknown enum value, n_kv_heads not dividing n_heads, odd
+ * rope_dims or rope_dims > d_k, rope_base not finite or <= 1, Shaw
+ * without max_distance >= 1, window, dilation, block_size, n_global or
+ * n_random_blocks (at most 4096) out of range, n_global without a sparse
+ * pattern, Shaw with the GENERAL or ADDITIVE score (its term needs the
+ * untransformed query), T5 with fewer than 2 buckets (4 when
+ * bidirectional) or a max_distance not beyond the exact buckets, a
+ * non-finite or negative scale, struct_size smaller than the first two
+ * fields); fields of variants not selected are ignored,
+ * TFM_ERR_OVERFLOW, TFM_ERR_OUT_OF_MEMORY.  *out is freed with
+ * tfm_module_free. */
+TFM_API tfm_status tfm_attention_create(int64_t d_k, int64_t d_v,
+                                        int64_t n_heads,
+                                        const tfm_attention_config *config,
+                                        tfm_module **out);
+
+/* Attention of the variant, per batch element and head:
+ *   q [B, H, L, d_k], k [B, H_kv, S, d_k], v [B, H_kv, S, d_v],
+ *   out [B, H, L, d_v] (written), weights NULL or [B, H, L, S].
+ * RoPE, when configured, rotates copies of q and k (the inputs are not
+ * modified).  masks as for tfm_sdpa; they combine with the sparse pattern.
+ * Errors: as tfm_sdpa, plus TFM_ERR_WRONG_KIND and TFM_ERR_INVALID_ARGUMENT
+ * (a learned temperature <= 0).  On error out and weights are unchanged. */
+TFM_API tfm_status tfm_attention_forward(const tfm_module *attention,
+                                         const tfm_tensor *q,
+                                         const tfm_tensor *k,
+                                         const tfm_tensor *v,
+                                         const tfm_attention_masks *masks,
+                                         tfm_tensor *out, tfm_tensor *weights);
+
+/* Copies the variant of an attention module, a multi-head attention
+ * module or an encoder layer into *config (its struct_size is kept and
+ * only that many bytes are written).  Errors: TFM_ERR_NULL_ARGUMENT,
+ * TFM_ERR_WRONG_KIND, TFM_ERR_INVALID_ARGUMENT (struct_size too small). */
+TFM_API tfm_status tfm_attention_get_config(const tfm_module *module,
+                                            tfm_attention_config *config);
 
 #ifdef __cplusplus
 }

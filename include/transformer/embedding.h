@@ -43,6 +43,18 @@ TFM_API tfm_status tfm_embedding_forward(const tfm_module *embedding,
 TFM_API tfm_status tfm_embedding_add_positions(const tfm_module *positions,
                                                tfm_tensor *x, int64_t offset);
 
+/* Layout of a sinusoidal positional encoding.  Append-only. */
+typedef enum tfm_sinusoidal_layout {
+    /* sin on even dimensions, cos on odd (Vaswani et al. 2017, 3.5). */
+    TFM_SINUSOIDAL_INTERLEAVED = 0,
+    /* sin in the first half, cos in the second (fairseq, tensor2tensor's
+     * get_timing_signal_1d): PE(p, i) = sin(p * base^(-i/(h-1))) and
+     * PE(p, h + i) = cos(same), h = d/2, i = 0 .. h-1; an odd d gets a
+     * final 0 column. */
+    TFM_SINUSOIDAL_CONCAT = 1,
+    TFM_SINUSOIDAL_COUNT         /* since 1.2.0; grows, never store it */
+} tfm_sinusoidal_layout;
+
 /* Writes the sinusoidal encoding of positions offset .. offset+L-1 into
  * pe [L, d_model] (interleaved layout of section 3.5: sin on even
  * dimensions, cos on odd).  base: 0 means 10000.  Angles are computed in
@@ -51,6 +63,16 @@ TFM_API tfm_status tfm_embedding_add_positions(const tfm_module *positions,
  * TFM_ERR_INVALID_ARGUMENT (offset < 0, base not finite or <= 1). */
 TFM_API tfm_status tfm_sinusoidal_encoding(tfm_tensor *pe, int64_t offset,
                                            double base);
+
+/* tfm_sinusoidal_encoding with a layout: pe [L, d_model] receives the
+ * encoding of positions offset .. offset+L-1.  base 0 = 10000.
+ * Angles are computed in double precision.  Source: Vaswani et al. 2017,
+ * 3.5 (interleaved); fairseq's SinusoidalPositionalEmbedding (concat).
+ * Errors: those of tfm_sinusoidal_encoding, TFM_ERR_INVALID_ARGUMENT (an
+ * unknown layout; CONCAT needs d_model >= 4); on error pe is unchanged. */
+TFM_API tfm_status tfm_sinusoidal_encoding_ex(tfm_tensor *pe, int64_t offset,
+                                              double base,
+                                              tfm_sinusoidal_layout layout);
 
 /* Adds the sinusoidal encoding of positions offset .. offset+L-1 to every
  * sequence of x [B, L, d_model] in place.  Errors: as

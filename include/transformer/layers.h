@@ -118,6 +118,16 @@ TFM_API tfm_status tfm_feed_forward_forward(const tfm_module *ff,
 TFM_API tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,
                                             tfm_module **out);
 
+/* An encoder layer (as tfm_encoder_layer_create: Vaswani et al. 2017,
+ * 3.1) whose self-attention uses the variant (parameters "self_attn.*",
+ * shapes as tfm_mha_create_ex); tfm_encoder_layer_forward runs it, with
+ * query positions as above.  layer and config are only read.  Errors:
+ * those of tfm_encoder_layer_create and tfm_attention_create; on error
+ * *out is unchanged.  On success *out is freed with tfm_module_free. */
+TFM_API tfm_status tfm_encoder_layer_create_ex(
+    const tfm_layer_config *layer, const tfm_attention_config *config,
+    tfm_module **out);
+
 /* src [B, L, d_model] -> out [B, L, d_model] (may be src).  masks: NULL or
  * the self-attention masks (key_padding_mask [B, L], attn_mask [L, L],
  * [B, L, L] or [B, n_heads, L, L], causal).

@@ -37,7 +37,8 @@
 #define TRANSFORMER_MODEL_H
 
 #include "layers.h"
-#include "variants.h"
+#include "attention.h"
+#include "embedding.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,10 +89,12 @@ TFM_API tfm_status tfm_model_create(const tfm_model_config *config,
 /* Since 1.1.0: tfm_model_options and its three functions, and
  * TFM_POSITIONAL_SINUSOIDAL_CONCAT.
  *
- * Options of a model beyond tfm_model_config (variants.h).  ABI: begins
+ * Options of a model beyond tfm_model_config (attention.h).  ABI: begins
  * with its size; set it with tfm_model_options_init; the library reads
  * only struct_size bytes (defaults for the rest).  `attention` is last so
- * that it may grow; its own struct_size is ignored here. */
+ * that it may grow; its own struct_size is ignored here.  So this struct
+ * takes no new members (docs/ABI.md, "Self-sized structs are not
+ * nested"): later model options come in a struct of their own. */
 typedef struct tfm_model_options {
     size_t struct_size;              /* sizeof(tfm_model_options) */
     double positional_base;          /* sinusoidal base; 0 = 10000 */
@@ -104,7 +107,7 @@ TFM_API void tfm_model_options_init(tfm_model_options *options);
 
 /* tfm_model_create with options (NULL = defaults).  Decoder-only and
  * encoder-only models take any attention variant; every block's
- * self-attention uses it (parameters "layers.<i>.self_attn.*", variants.h)
+ * self-attention uses it (parameters "layers.<i>.self_attn.*", attention.h)
  * and tfm_kv_cache_* and tfm_model_generate honour it (KV-cache logits
  * equal a full pass).  Encoder-decoder models accept only the default
  * attention (TFM_ERR_UNSUPPORTED otherwise).

@@ -56,7 +56,7 @@ typedef enum tfm_module_kind {
     TFM_MODULE_DECODER_ONLY = 11,   /* GPT-style model (model.h) */
     TFM_MODULE_ENCODER_ONLY = 12,   /* BERT-style model (model.h) */
     TFM_MODULE_ENCODER_DECODER = 13, /* sequence-to-sequence model */
-    TFM_MODULE_ATTENTION = 14,      /* attention variant (variants.h) */
+    TFM_MODULE_ATTENTION = 14,      /* attention variant (attention.h) */
     TFM_MODULE_LINEAR = 15,         /* nn.Linear (layers.h), since 1.2 */
     TFM_MODULE_KIND_COUNT
 } tfm_module_kind;
@@ -190,7 +190,7 @@ TFM_API tfm_status tfm_module_load_safetensors(tfm_module *module,
  *     of an encoder-decoder model, which is one; its _reset_parameters):
  *     every parameter with more than one axis is xavier_uniform_ instead
  *     (the projections and linear weights); biases and norms as above.
- *   Attention variants (variants.h; no torch.nn counterpart, chosen so):
+ *   Attention variants (attention.h; no torch.nn counterpart, chosen so):
  *     "score_weight" [H, d_k, d_k], "additive_query" / "additive_key"
  *     [H, d_a, d_k] and "additive_v" [H, d_a] as a per-head nn.Linear,
  *     U(-1/sqrt(n), 1/sqrt(n)) with n the last axis; "temperature" [H]

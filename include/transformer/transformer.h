@@ -28,14 +28,23 @@
  *   version.h      version macros and their run-time twins
  *   status.h       status codes, error messages
  *   tensor.h       tensors
- *   module.h       modules, named parameters, MAC counts, workspace
- *   attention.h    scaled dot-product attention, masks, multi-head attention
- *   layers.h       LayerNorm, feed-forward, encoder/decoder layers and stacks,
- *                  cross-attention block, encoder-decoder Transformer
- *   embedding.h    token embeddings, positional encodings
+ *   module.h       modules, named parameters, sub-modules, MAC counts,
+ *                  initialisation
+ *   attention.h    scaled dot-product attention, masks, multi-head attention,
+ *                  attention variants (tfm_attention_config: scores, GQA/MQA,
+ *                  RoPE, relative positions, sparse patterns) and their
+ *                  functional form
+ *   layers.h       LayerNorm, Linear, feed-forward, encoder/decoder layers
+ *                  and stacks, cross-attention block, encoder-decoder
+ *                  Transformer
+ *   embedding.h    token embeddings, sinusoidal positional encodings
  *   safetensors.h  reading and writing safetensors files
  *   model.h        whole models, model files, KV cache, sampling, generation
- *   tokenizer.h    character-level tokenizer
+ *   tokenizer.h    character-level, byte-level BPE and WordPiece tokenizers
+ *   names.h        the string names of the enums (tfm_enum_name)
+ *   variants.h     compatibility include for 1.1.0 programs (declares
+ *                  nothing; its contents are in attention.h, layers.h and
+ *                  embedding.h)
  */
 #ifndef TRANSFORMER_TRANSFORMER_H
 #define TRANSFORMER_TRANSFORMER_H
@@ -45,7 +54,6 @@
 #include "tensor.h"
 #include "module.h"
 #include "attention.h"
-#include "variants.h"
 #include "layers.h"
 #include "embedding.h"
 #include "safetensors.h"
