@@ -6,7 +6,7 @@
 #ifndef TFM_SRC_VARIANT_H
 #define TFM_SRC_VARIANT_H
 
-#include "transformer/variants.h"
+#include "transformer/attention.h"
 #include "module_impl.h"
 
 /* At most this many parameter specs tfm__variant_param_specs adds. */
