@@ -184,7 +184,12 @@ class Model(Module):
         generate(prompt, max_new_tokens=100, temperature=None, top_k=None,
             top_p=None, seed=None, greedy=None, do_sample=None) -> str (or
             ids): greedy unless sampling is asked for (do_sample=True, or
-            temperature / top_k / top_p / seed given).
+            temperature / top_k / top_p / seed given); also Hugging Face's
+            min_new_tokens, eos_token_id, stop_strings, repetition_penalty,
+            no_repeat_ngram_size.
+        stream(prompt, max_new_tokens=100, ...) -> an iterator over the
+            text pieces (or ids) as they are generated; generate's
+            arguments.
         kv_cache(capacity=None) -> KVCache for step-by-step decoding.
         save(path) writes a model file (with the tokenizer).
     Plus the Module methods (state_dict, load_state_dict, num_parameters,
