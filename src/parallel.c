@@ -15,14 +15,15 @@
  * exist, release them in the parent, and in the child forget the workers:
  * the child starts its own on its first parallel call.  OpenBLAS is left
  * to its own fork handling (it runs single-threaded inside the pool; its
- * own atfork handler takes care of any threads it has).  The workers'
- * workspaces stay allocated in the child (its copy of the parent's heap).
+ * own atfork handler takes care of any threads it has).  The child frees
+ * the workspaces of the threads it did not inherit (workspace.c).
  */
 #include <pthread.h>
 #include <unistd.h>
 
 #include "gemm.h"
 #include "parallel.h"
+#include "workspace.h"
 #include "transformer/module.h"
 
 #define TFM_MAX_THREADS 64
@@ -123,10 +124,12 @@ static void fork_prepare(void)
     pthread_mutex_lock(&config_lock);
     pthread_mutex_lock(&pool_owner);    /* waits for a call in flight */
     pthread_mutex_lock(&pool_lock);
+    tfm__ws_fork_prepare();
 }
 
 static void fork_parent(void)
 {
+    tfm__ws_fork_parent();
     pthread_mutex_unlock(&pool_lock);
     pthread_mutex_unlock(&pool_owner);
     pthread_mutex_unlock(&config_lock);
@@ -139,7 +142,10 @@ static void fork_child(void)
     pending = 0;
     pthread_cond_init(&pool_wake, NULL);  /* no waiters exist any more */
     pthread_cond_init(&pool_done, NULL);
-    fork_parent();
+    tfm__ws_fork_child();   /* frees the workers' workspaces, unlocks */
+    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&pool_owner);
+    pthread_mutex_unlock(&config_lock);
 }
 
 static int atfork_registered;           /* under pool_lock */

@@ -26,6 +26,7 @@ typedef struct ws_chunk {
 } ws_chunk;
 
 typedef struct ws_arena {
+    struct ws_arena *prev, *next;   /* in all_arenas, under arenas_lock */
     ws_chunk chunks[TFM_WS_MAX_CHUNKS];
     int n_chunks;
     int current;
@@ -35,15 +36,70 @@ typedef struct ws_arena {
 static pthread_key_t arena_key;
 static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
 static int arena_key_ok;
+static pthread_mutex_t arenas_lock = PTHREAD_MUTEX_INITIALIZER;
+static ws_arena *all_arenas;    /* every thread's arena, under arenas_lock */
+
+static void arena_link(ws_arena *a)
+{
+    a->prev = NULL;
+    a->next = all_arenas;
+    if (all_arenas)
+        all_arenas->prev = a;
+    all_arenas = a;
+}
+
+static void arena_unlink(ws_arena *a)
+{
+    if (a->prev)
+        a->prev->next = a->next;
+    else
+        all_arenas = a->next;
+    if (a->next)
+        a->next->prev = a->prev;
+}
+
+static void arena_free(ws_arena *a)
+{
+    for (int i = 0; i < a->n_chunks; i++)
+        tfm__free(a->chunks[i].raw);
+    tfm__free(a);
+}
 
 static void arena_destroy(void *p)
 {
     ws_arena *a = p;
     if (!a)
         return;
-    for (int i = 0; i < a->n_chunks; i++)
-        tfm__free(a->chunks[i].raw);
-    tfm__free(a);
+    pthread_mutex_lock(&arenas_lock);
+    arena_unlink(a);
+    pthread_mutex_unlock(&arenas_lock);
+    arena_free(a);
+}
+
+void tfm__ws_fork_prepare(void)
+{
+    pthread_mutex_lock(&arenas_lock);
+}
+
+void tfm__ws_fork_parent(void)
+{
+    pthread_mutex_unlock(&arenas_lock);
+}
+
+void tfm__ws_fork_child(void)
+{
+    /* Only the forking thread exists: every other arena belongs to a thread
+     * that is gone in this process, so nobody can use it again. */
+    ws_arena *own = arena_key_ok ? pthread_getspecific(arena_key) : NULL;
+    for (ws_arena *a = all_arenas, *next; a; a = next) {
+        next = a->next;
+        if (a != own)
+            arena_free(a);
+    }
+    all_arenas = NULL;
+    if (own)
+        arena_link(own);
+    pthread_mutex_unlock(&arenas_lock);
 }
 
 static void arena_key_init(void)
@@ -62,6 +118,11 @@ static ws_arena *arena_get(int create)
         if (a && pthread_setspecific(arena_key, a) != 0) {
             tfm__free(a);
             a = NULL;
+        }
+        if (a) {
+            pthread_mutex_lock(&arenas_lock);
+            arena_link(a);
+            pthread_mutex_unlock(&arenas_lock);
         }
     }
     return a;

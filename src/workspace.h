@@ -28,4 +28,11 @@ void *tfm__ws_alloc(size_t bytes);
 /* Allocates n floats, or sets the out-of-memory message and returns NULL. */
 float *tfm__ws_floats(size_t n);
 
+/* fork handlers (parallel.c's pthread_atfork): prepare takes the arena list's
+ * lock, parent releases it, child frees the arenas of every thread but the
+ * calling one (they do not exist in the child) and releases it. */
+void tfm__ws_fork_prepare(void);
+void tfm__ws_fork_parent(void);
+void tfm__ws_fork_child(void);
+
 #endif

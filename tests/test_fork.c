@@ -113,11 +113,15 @@ static void test_grandchild(void **state)
 }
 
 static int stop;
+/* The computing thread's output, in a global: a child forked while the
+ * thread runs still reaches it (valgrind would call a tensor that only a
+ * vanished thread's stack held "definitely lost"). */
+static tfm_tensor *volatile loop_out;
 
 static void *loop(void *arg)
 {
     long *passes = arg;
-    tfm_tensor *out = clone(x);
+    tfm_tensor *out = loop_out = clone(x);
     while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
         if (forward(out) != TFM_OK ||
             memcmp(tfm_tensor_data_const(out), tfm_tensor_data_const(ref),
@@ -127,6 +131,7 @@ static void *loop(void *arg)
         }
         ++*passes;
     }
+    loop_out = NULL;
     tfm_tensor_free(out);
     return NULL;
 }
