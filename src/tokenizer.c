@@ -262,15 +262,9 @@ tfm_status tfm_tokenizer_encode(const tfm_tokenizer *tokenizer,
                                 int32_t *ids, int64_t capacity,
                                 int64_t *n_ids)
 {
-    if (!tokenizer)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "tokenizer is NULL");
-    if (!text)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "text is NULL");
-    if (!n_ids)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "n_ids is NULL");
-    if (capacity < 0)
-        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "capacity (%lld) is negative", (long long)capacity);
+    tfm_status st = tfm__encode_check(tokenizer, text, capacity, n_ids);
+    if (st != TFM_OK)
+        return st;
     if (tokenizer->ops)
         return tfm_tokenizer_encode_v2(tokenizer, text, text_len, NULL, 0, 0,
                                        ids, NULL, NULL, capacity, n_ids);

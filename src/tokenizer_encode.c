@@ -249,14 +249,10 @@ static tfm_status add_framing(const tfm_tokenizer *t, int role,
     return tfm__token_list_push(out, t->roles[role], 0, 0);
 }
 
-tfm_status tfm_tokenizer_encode_v2(const tfm_tokenizer *tokenizer,
-                                   const char *text, size_t text_len,
-                                   const char *pair, size_t pair_len,
-                                   unsigned flags, int32_t *ids,
-                                   int32_t *type_ids, int64_t *offsets,
-                                   int64_t capacity, int64_t *n_ids)
+tfm_status tfm__encode_check(const tfm_tokenizer *t, const char *text,
+                             int64_t capacity, const int64_t *n_ids)
 {
-    if (!tokenizer)
+    if (!t)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "tokenizer is NULL");
     if (!text)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "text is NULL");
@@ -265,6 +261,19 @@ tfm_status tfm_tokenizer_encode_v2(const tfm_tokenizer *tokenizer,
     if (capacity < 0)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "capacity (%lld) is negative", (long long)capacity);
+    return TFM_OK;
+}
+
+tfm_status tfm_tokenizer_encode_v2(const tfm_tokenizer *tokenizer,
+                                   const char *text, size_t text_len,
+                                   const char *pair, size_t pair_len,
+                                   unsigned flags, int32_t *ids,
+                                   int32_t *type_ids, int64_t *offsets,
+                                   int64_t capacity, int64_t *n_ids)
+{
+    tfm_status st = tfm__encode_check(tokenizer, text, capacity, n_ids);
+    if (st != TFM_OK)
+        return st;
     if (flags & ~(TFM_ENCODE_ADD_SPECIAL | TFM_ENCODE_SPLIT_SPECIAL))
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "unknown encode flags 0x%x",
                          flags);
@@ -273,7 +282,6 @@ tfm_status tfm_tokenizer_encode_v2(const tfm_tokenizer *tokenizer,
     int frame = (flags & TFM_ENCODE_ADD_SPECIAL) && t->framing == TFM__FRAME_BERT;
     tfm__token_list list = { 0 };
     int64_t first_len = 0;
-    tfm_status st = TFM_OK;
     if (frame)
         st = add_framing(t, TFM__ROLE_CLS, &list);
     if (st == TFM_OK)

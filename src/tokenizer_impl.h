@@ -118,6 +118,11 @@ tfm_status tfm__wordpiece_from_json(const struct cJSON *root,
 tfm_status tfm__tokenizer_json_load(const char *path, tfm_tokenizer **out);
 tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out);
 
+/* The argument checks of tfm_tokenizer_encode and _encode_v2 (NULL
+ * pointers, capacity < 0), with their messages. */
+tfm_status tfm__encode_check(const tfm_tokenizer *t, const char *text,
+                             int64_t capacity, const int64_t *n_ids);
+
 /* The argument checks of tfm_tokenizer_decode and _decode_v2 (NULL
  * pointers, n_ids < 0), with their messages. */
 tfm_status tfm__decode_check(const tfm_tokenizer *t, const int32_t *ids,
