@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "attention_job.h"
+#include "error.h"
 #include "gemm.h"
 #include "rope.h"
 #include "tensor_impl.h"
@@ -96,6 +97,78 @@ static void per_head_product(const tfm__heads *x, int64_t B, int64_t H,
     }
 }
 
+/* ==== The job ============================================================ */
+
+/* The first query row's position (variants.h): q_pos0 + i for query row
+ * i, j for key row j; also the causal offset (attention.h: j <= i +
+ * offset). */
+static int64_t first_position(const tfm__attention_args *a)
+{
+    return a->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? a->S - a->L : 0;
+}
+
+/* The job of call a over operands q, k, val (after RoPE) before the
+ * score's pre-transforms and positions: strides, sizes, masks, outputs,
+ * groups and the scale (the call's, else the variant's, else 1/sqrt(d_k)
+ * for the dot-product scores and 1 for the others). */
+static void base_job(const tfm__variant *v, const tfm__attention_args *a,
+                     const tfm__heads *q, const tfm__heads *k,
+                     const tfm__heads *val, int64_t q_pos0,
+                     tfm__attention_job *job)
+{
+    const tfm_attention_config *c = &v->config;
+    *job = (tfm__attention_job){
+        .q = q->data, .q_bstride = q->bstride, .q_hstride = q->hstride,
+        .ldq = q->ld,
+        .k = k->data, .k_bstride = k->bstride, .k_hstride = k->hstride,
+        .ldk = k->ld,
+        .v = val->data, .v_bstride = val->bstride, .v_hstride = val->hstride,
+        .ldv = val->ld,
+        .out = a->out.data, .o_bstride = a->out.bstride,
+        .o_hstride = a->out.hstride, .ldo = a->out.ld,
+        .B = a->B, .H = v->n_heads, .L = a->L, .S = a->S, .d_k = v->d_k,
+        .d_v = v->d_v,
+        .masks = a->masks, .weights = a->weights, .average = a->average,
+        .group = v->n_heads / v->n_kv_heads, .q_pos0 = q_pos0,
+    };
+    job->scale = a->scale != 0.0f ? a->scale
+                 : c->scale != 0.0f ? c->scale
+                 : c->score == TFM_SCORE_SCALED_DOT ||
+                           c->score == TFM_SCORE_LEARNED_TEMPERATURE
+                       ? (float)(1.0 / sqrt((double)v->d_k))
+                       : 1.0f;
+}
+
+/* The job's relative term (into *rel; ALiBi's slopes [H] computed into
+ * `slopes`) and sparse pattern (into *sparse), from the variant. */
+static void resolve_positions(const tfm__variant *v, float *slopes,
+                              tfm__relative *rel, tfm__sparse *sparse,
+                              tfm__attention_job *job)
+{
+    const tfm_attention_config *c = &v->config;
+    *rel = (tfm__relative){ .kind = c->relative };
+    if (c->relative == TFM_RELATIVE_ALIBI) {
+        tfm__alibi_slopes(v->n_heads, slopes);
+        rel->alibi_slopes = slopes;
+    } else if (c->relative == TFM_RELATIVE_T5) {
+        rel->t5_bias = v->t5_bias;
+        rel->num_buckets = v->num_buckets;
+        rel->max_distance = v->max_distance;
+        rel->bidirectional = c->bidirectional != 0;
+    } else if (c->relative == TFM_RELATIVE_SHAW) {
+        rel->max_distance = v->max_distance;
+        rel->shaw_k = v->relative_key;
+        rel->shaw_v = v->relative_value;
+    }
+    job->relative = c->relative != TFM_RELATIVE_NONE ? rel : NULL;
+    *sparse = (tfm__sparse){
+        .kind = c->sparsity, .window = c->window, .dilation = c->dilation,
+        .n_global = c->n_global, .block_size = c->block_size,
+        .n_random_blocks = c->n_random_blocks, .seed = c->seed,
+    };
+    job->sparse = c->sparsity != TFM_SPARSE_NONE ? sparse : NULL;
+}
+
 /* ==== The door ========================================================== */
 
 tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a)
@@ -109,10 +182,8 @@ tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a)
                   S = a->S, dk = v->d_k, dv = v->d_v, da = v->d_a;
     const int64_t group = H / Hkv;
     const int additive = c->score == TFM_SCORE_ADDITIVE;
-    /* 2. positions (variants.h): query row i at q_pos0 + i, key row j at
-     * j; also the causal offset (attention.h: j <= i + offset). */
-    const int64_t q_pos0 =
-        a->masks->causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L : 0;
+    /* 2. positions */
+    const int64_t q_pos0 = first_position(a);
 
     /* 3. scratch, all of it before anything is written */
     tfm__ws_mark mark = tfm__ws_save();
@@ -156,27 +227,11 @@ tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a)
         rotate(v, &k, B, Hkv, k_rotated, S, 0);
     }
 
-    tfm__attention_job job = {
-        .q = q.data, .q_bstride = q.bstride, .q_hstride = q.hstride,
-        .ldq = q.ld,
-        .k = k.data, .k_bstride = k.bstride, .k_hstride = k.hstride,
-        .ldk = k.ld,
-        .v = val.data, .v_bstride = val.bstride, .v_hstride = val.hstride,
-        .ldv = val.ld,
-        .out = a->out.data, .o_bstride = a->out.bstride,
-        .o_hstride = a->out.hstride, .ldo = a->out.ld,
-        .B = B, .H = H, .L = L, .S = S, .d_k = dk, .d_v = dv,
-        .masks = a->masks, .weights = a->weights, .average = a->average,
-        .group = group, .q_pos0 = q_pos0,
-    };
+    tfm__attention_job job;
+    base_job(v, a, &q, &k, &val, q_pos0, &job);
+    job.lse = a->lse;
 
-    /* 5. score: the scale, then the pre-transforms */
-    job.scale = a->scale != 0.0f ? a->scale
-                : c->scale != 0.0f ? c->scale
-                : c->score == TFM_SCORE_SCALED_DOT ||
-                          c->score == TFM_SCORE_LEARNED_TEMPERATURE
-                      ? (float)(1.0 / sqrt((double)dk))
-                      : 1.0f;
+    /* 5. score: the pre-transforms */
     if (head_scale) {
         /* q . k / tau_h */
         for (int64_t h = 0; h < H; h++)
@@ -226,27 +281,9 @@ tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a)
     }
 
     /* 6. relative term and sparse pattern */
-    tfm__relative rel = { .kind = c->relative };
-    if (c->relative == TFM_RELATIVE_ALIBI) {
-        tfm__alibi_slopes(H, slopes);
-        rel.alibi_slopes = slopes;
-    } else if (c->relative == TFM_RELATIVE_T5) {
-        rel.t5_bias = v->t5_bias;
-        rel.num_buckets = v->num_buckets;
-        rel.max_distance = v->max_distance;
-        rel.bidirectional = c->bidirectional != 0;
-    } else if (c->relative == TFM_RELATIVE_SHAW) {
-        rel.max_distance = v->max_distance;
-        rel.shaw_k = v->relative_key;
-        rel.shaw_v = v->relative_value;
-    }
-    job.relative = c->relative != TFM_RELATIVE_NONE ? &rel : NULL;
-    const tfm__sparse sparse = {
-        .kind = c->sparsity, .window = c->window, .dilation = c->dilation,
-        .n_global = c->n_global, .block_size = c->block_size,
-        .n_random_blocks = c->n_random_blocks, .seed = c->seed,
-    };
-    job.sparse = c->sparsity != TFM_SPARSE_NONE ? &sparse : NULL;
+    tfm__relative rel;
+    tfm__sparse sparse;
+    resolve_positions(v, slopes, &rel, &sparse, &job);
 
     /* 7. the kernel */
     st = tfm__attention_run(&job);
@@ -254,8 +291,58 @@ tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a)
     return st;
 }
 
-/* The operand of a contiguous [B, heads, rows, cols] tensor. */
-static tfm__heads heads_of(const tfm_tensor *t)
+/* What the backward does not cover yet, or NULL. */
+static const char *backward_missing(const tfm__variant *v)
+{
+    const tfm_attention_config *c = &v->config;
+    if (c->score != TFM_SCORE_SCALED_DOT)
+        return "a score other than scaled dot product";
+    if (c->rope != TFM_ROPE_NONE)
+        return "RoPE";
+    if (c->relative != TFM_RELATIVE_NONE && c->relative != TFM_RELATIVE_ALIBI)
+        return "a learned relative-position term (Shaw, T5)";
+    return NULL;
+}
+
+tfm_status tfm__attend_backward(const tfm__variant *v,
+                                const tfm__attention_args *a,
+                                const tfm__attention_grad_args *g)
+{
+    const char *missing = backward_missing(v);
+    if (missing)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "attention backward: %s has no backward yet",
+                         missing);
+    tfm__ws_mark mark = tfm__ws_save();
+    float *slopes = NULL;
+    if (v->config.relative == TFM_RELATIVE_ALIBI &&
+        !(slopes = tfm__ws_floats((size_t)v->n_heads))) {
+        tfm__ws_restore(mark);
+        return TFM_ERR_OUT_OF_MEMORY;
+    }
+    tfm__attention_job job;
+    base_job(v, a, &a->q, &a->k, &a->v, first_position(a), &job);
+    job.weights = NULL;
+    tfm__relative rel;
+    tfm__sparse sparse;
+    resolve_positions(v, slopes, &rel, &sparse, &job);
+    const tfm__attention_grads grads = {
+        .dout = g->dout.data, .do_bstride = g->dout.bstride,
+        .do_hstride = g->dout.hstride, .lddo = g->dout.ld,
+        .lse = g->lse,
+        .dq = g->dq.data, .dq_bstride = g->dq.bstride,
+        .dq_hstride = g->dq.hstride, .lddq = g->dq.ld,
+        .dk = g->dk.data, .dk_bstride = g->dk.bstride,
+        .dk_hstride = g->dk.hstride, .lddk = g->dk.ld,
+        .dv = g->dv.data, .dv_bstride = g->dv.bstride,
+        .dv_hstride = g->dv.hstride, .lddv = g->dv.ld,
+    };
+    tfm_status st = tfm__attention_backward_run(&job, &grads);
+    tfm__ws_restore(mark);
+    return st;
+}
+
+tfm__heads tfm__heads_of(const tfm_tensor *t)
 {
     const int64_t heads = t->shape[1], rows = t->shape[2], cols = t->shape[3];
     return (tfm__heads){ t->data, heads * rows * cols, rows * cols, cols };
@@ -267,8 +354,8 @@ tfm_status tfm__attend_tensors(const tfm__variant *var, const tfm_tensor *q,
                                tfm_tensor *out, tfm_tensor *weights)
 {
     const tfm__attention_args args = {
-        .q = heads_of(q), .k = heads_of(k), .v = heads_of(v),
-        .out = heads_of(out),
+        .q = tfm__heads_of(q), .k = tfm__heads_of(k), .v = tfm__heads_of(v),
+        .out = tfm__heads_of(out),
         .B = q->shape[0], .L = q->shape[2], .S = k->shape[2],
         .masks = masks, .weights = weights ? weights->data : NULL,
         .scale = scale,

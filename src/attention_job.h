@@ -49,7 +49,20 @@ typedef struct tfm__attention_args {
     float scale;
     int rope_in_place;
     int64_t k_rotated;
+    /* Training: NULL, or [B, H, L] receiving each query row's log-sum-exp
+     * (attention_kernel.h: tfm__attention_job.lse) for the backward. */
+    float *lse;
 } tfm__attention_args;
+
+/* The gradients of one call (tfm__attend_backward):
+ *   dout [B, H, L, d_v]   read: the gradient of the forward's out
+ *   lse  [B, H, L]        read: what the forward saved (args.lse)
+ *   dq [B, H, L, d_k], dk [B, H_kv, S, d_k], dv [B, H_kv, S, d_v]
+ *                         written (overwritten); data NULL: not wanted. */
+typedef struct tfm__attention_grad_args {
+    tfm__heads dout, dq, dk, dv;
+    const float *lse;
+} tfm__attention_grad_args;
 
 /* Runs the call with variant v.  Query row i is at position q_pos0 + i,
  * q_pos0 = S - L under TFM_CAUSAL_BOTTOM_RIGHT, else 0; key row j at j.
@@ -58,6 +71,21 @@ typedef struct tfm__attention_args {
  * or not finite, message set), TFM_ERR_OUT_OF_MEMORY; then out and
  * weights are not written (under rope_in_place q and k may be). */
 tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a);
+
+/* The backward of tfm__attend with the same variant and args (a->out
+ * holding the forward's output, a->weights and a->lse ignored): the input
+ * gradients g->dq, dk, dv (attention_kernel.h:
+ * tfm__attention_backward_run; memory linear in L and S).  Supported: the
+ * scaled dot-product score (with its scale or the call's), grouped-query
+ * heads, ALiBi, every sparse pattern and every mask.  Errors:
+ * TFM_ERR_INVALID_ARGUMENT (a variant without a backward yet: message
+ * names it), TFM_ERR_OUT_OF_MEMORY; then nothing is written. */
+tfm_status tfm__attend_backward(const tfm__variant *v,
+                                const tfm__attention_args *a,
+                                const tfm__attention_grad_args *g);
+
+/* The operand of a contiguous [B, heads, rows, cols] tensor. */
+tfm__heads tfm__heads_of(const tfm_tensor *t);
 
 /* tfm__attend on the public functions' contiguous tensors (tfm_sdpa,
  * tfm_attention_forward), already checked against the variant's sizes:

@@ -41,6 +41,7 @@
 #include "gemm.h"
 #include "parallel.h"
 #include "softmax.h"
+#include "vmath.h"
 #include "workspace.h"
 
 /* ==== Blocks, per-run state and per-head views ========================= */
@@ -101,8 +102,8 @@ static head_view view_of(const run_shared *sh, int64_t b, int64_t h)
     return (head_view){
         .job = j, .sh = sh, .b = b, .h = h,
         .scale = j->head_scale ? j->head_scale[h] : j->scale,
-        .bad = sh->bad_flags + bk * j->S,
-        .n_bad = sh->bad_count[bk],
+        .bad = sh->bad_flags ? sh->bad_flags + bk * j->S : NULL,
+        .n_bad = sh->bad_count ? sh->bad_count[bk] : 0,
         .q = j->q + b * j->q_bstride + h * j->q_hstride,
         .k = j->k + b * j->k_bstride + kvh * j->k_hstride,
         .v = j->v + b * j->v_bstride + kvh * j->v_hstride,
@@ -397,6 +398,11 @@ static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
         tfm__shaw_value_term(pb, r, K2,
                              j->relative->shaw_v + a->sh->shaw_lo * dv, dv,
                              out, j->ldo);
+    if (j->lse) {
+        float *lse = j->lse + (a->b * j->H + a->h) * j->L + i0;
+        for (int64_t i = 0; i < r; i++)
+            lse[i] = lrow[i] == 0.0f ? -INFINITY : mrow[i] + logf(lrow[i]);
+    }
     for (int64_t i = 0; i < r; i++) {
         float *o = out + i * j->ldo;
         if (lrow[i] == 0.0f) {
@@ -408,6 +414,21 @@ static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
         for (int64_t c = 0; c < dv; c++)
             o[c] *= inv;
     }
+}
+
+/* log sum_j exp(row[j]) of n logits (-inf when all are -inf or n = 0;
+ * NaN propagates), for the training forward's saved log-sum-exp. */
+static float row_lse(const float *row, int64_t n)
+{
+    float m = -INFINITY;
+    for (int64_t j = 0; j < n; j++)
+        m = row[j] > m || row[j] != row[j] ? row[j] : m;
+    if (m == -INFINITY || m != m || m == INFINITY)
+        return m;
+    double l = 0.0;
+    for (int64_t j = 0; j < n; j++)
+        l += exp((double)row[j] - m);
+    return m + (float)log(l);
 }
 
 /* The whole-row path (weights requested): query rows i0 .. i0+r-1 of one
@@ -452,6 +473,8 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
     for (int64_t i = 0; i < r; i++) {
         float *row = p + i * ldp;
         mask_row(a, i0 + i, qr + i * K2, row, 0, n);
+        if (j->lse)
+            j->lse[(a->b * j->H + a->h) * L + i0 + i] = row_lse(row, n);
         tfm__softmax_row(row, n);
         if (in_place && n < S)
             memset(row + n, 0, (size_t)(S - n) * sizeof(float));
@@ -609,7 +632,7 @@ static int dilated_as_windows(const tfm__attention_job *j)
     const tfm__sparse *sp = j->sparse;
     return sp && sp->kind == TFM_SPARSE_DILATED && sp->dilation > 1 &&
            sp->dilation <= TFM_MAX_SPLIT_DILATION && sp->dilation <= j->S &&
-           sp->n_global == 0 && !j->weights && !j->relative &&
+           sp->n_global == 0 && !j->weights && !j->relative && !j->lse &&
            !j->masks->key_padding && !j->masks->attn;
 }
 
@@ -688,4 +711,242 @@ tfm_status tfm__attention_run(const tfm__attention_job *in)
     if (dilated_as_windows(&job))
         return run_dilated(&job, job.q_pos0);
     return run_job(&job, job.q_pos0);
+}
+
+/* ==== The backward (FlashAttention-2, Dao 2023, algorithm 2) ============ */
+
+#define TFM_BWD_ROWS 128    /* Br: query rows of a backward tile */
+#define TFM_BWD_KEYS 128    /* Bc: keys of a backward tile */
+#define TFM_BWD_SPLIT 8     /* work items a backward aims at (shapes only) */
+
+/* What the backward's items read. */
+typedef struct bwd_ctx {
+    const run_shared *sh;
+    const tfm__attention_grads *g;
+    float *D;               /* [B, H, L]: D_i = dO_i . O_i */
+    float *dq_parts;        /* [B, H, n_chunks - 1, L, d_k] or NULL */
+    float *scratch;         /* [slots, 2 * Br * Bc]: P and dP / dS */
+    int64_t n_chunks, n_tiles;
+} bwd_ctx;
+
+/* Chunks of keys per key/value head: enough items for TFM_BWD_SPLIT
+ * threads when there are few heads, from the shapes alone (never the
+ * thread count), so that the sums do not depend on it. */
+static int64_t bwd_chunks(const tfm__attention_job *j, int64_t H_kv,
+                          int64_t n_tiles)
+{
+    const int64_t heads = j->B * H_kv;
+    int64_t nc = heads >= TFM_BWD_SPLIT || heads == 0
+                     ? 1
+                     : (TFM_BWD_SPLIT + heads - 1) / heads;
+    nc = nc < n_tiles ? nc : n_tiles;
+    return nc < 1 ? 1 : nc;
+}
+
+/* Items: query heads (b, h) = b * H + h.  D of their rows, and their dq
+ * zeroed (the chunks accumulate into it). */
+static void bwd_rows(void *arg, int64_t begin, int64_t end, int slot)
+{
+    const bwd_ctx *c = arg;
+    const tfm__attention_job *j = c->sh->job;
+    const tfm__attention_grads *g = c->g;
+    (void)slot;
+    for (int64_t bh = begin; bh < end; bh++) {
+        const int64_t b = bh / j->H, h = bh % j->H;
+        const float *o = j->out + b * j->o_bstride + h * j->o_hstride;
+        const float *d_o = g->dout + b * g->do_bstride + h * g->do_hstride;
+        float *D = c->D + bh * j->L;
+        for (int64_t i = 0; i < j->L; i++) {
+            float s = 0.0f;
+            for (int64_t e = 0; e < j->d_v; e++)
+                s += d_o[i * g->lddo + e] * o[i * j->ldo + e];
+            D[i] = s;
+        }
+        if (g->dq)
+            for (int64_t i = 0; i < j->L; i++)
+                memset(g->dq + b * g->dq_bstride + h * g->dq_hstride +
+                           i * g->lddq,
+                       0, (size_t)j->d_k * sizeof(float));
+    }
+}
+
+/* P [r, t] (row stride ld) <- exp(s - lse_i) of the masked logits in
+ * place (0 where masked, and for a row whose keys are all masked). */
+TFM_CLONES static void bwd_probs(float *p, int64_t r, int64_t t, int64_t ld,
+                                 const float *lse)
+{
+    for (int64_t i = 0; i < r; i++) {
+        float *row = p + i * ld;
+        const float l = lse[i];
+        if (l == -INFINITY) {
+            memset(row, 0, (size_t)t * sizeof(float));
+            continue;
+        }
+        for (int64_t c = 0; c < t; c++)
+            row[c] = tfm__exp_nonpositive(row[c] - l);
+    }
+}
+
+/* dS [r, t] <- P (dP - D_i), exactly 0 where P is 0 (a masked key's
+ * non-finite value must not reach the gradients through dP). */
+TFM_CLONES static void bwd_dscores(const float *p, float *ds, int64_t r,
+                                   int64_t t, int64_t ld, const float *D)
+{
+    for (int64_t i = 0; i < r; i++) {
+        const float d = D[i];
+        const float *pr = p + i * ld;
+        float *sr = ds + i * ld;
+        for (int64_t c = 0; c < t; c++)
+            sr[c] = pr[c] == 0.0f ? 0.0f : pr[c] * (sr[c] - d);
+    }
+}
+
+/* One tile: query rows i0 .. i0+r-1 of head view a against keys j0 ..
+ * j0+t-1.  dK, dV: the key/value head's gradient rows from 0 (NULL: not
+ * wanted); dQ: this chunk's dq of the head (row stride lddq) or NULL. */
+static void bwd_tile(const head_view *a, const bwd_ctx *c, int64_t i0,
+                     int64_t r, int64_t j0, int64_t t, float *P, float *dS,
+                     const float *d_o, const float *lse, const float *D,
+                     float *dK, float *dV, float *dQ, int64_t lddq)
+{
+    const tfm__attention_job *j = a->job;
+    const tfm__attention_grads *g = c->g;
+    const int64_t ld = TFM_BWD_KEYS;
+    head_scores(a, i0, r, j0, t, P, ld);
+    for (int64_t i = 0; i < r; i++)
+        mask_row(a, i0 + i, NULL, P + i * ld, j0, t);
+    bwd_probs(P, r, t, ld, lse + i0);
+    const float *dOi = d_o + i0 * g->lddo;
+    if (dV)
+        tfm__sgemm(1, 0, t, j->d_v, r, 1.0f, P, ld, dOi, g->lddo, 1.0f,
+                   dV + j0 * g->lddv, g->lddv);
+    if (!dK && !dQ)
+        return;
+    tfm__sgemm(0, 1, r, t, j->d_v, 1.0f, dOi, g->lddo, a->v + j0 * j->ldv,
+               j->ldv, 0.0f, dS, ld);
+    bwd_dscores(P, dS, r, t, ld, D + i0);
+    if (dK)
+        tfm__sgemm(1, 0, t, j->d_k, r, a->scale, dS, ld, a->q + i0 * j->ldq,
+                   j->ldq, 1.0f, dK + j0 * g->lddk, g->lddk);
+    if (dQ)
+        tfm__sgemm(0, 0, r, j->d_k, t, a->scale, dS, ld, a->k + j0 * j->ldk,
+                   j->ldk, 1.0f, dQ + i0 * lddq, lddq);
+}
+
+/* Items: (b, key/value head kvh, chunk) = (b * H_kv + kvh) * n_chunks +
+ * chunk.  The chunk's rows of dk and dv are this item's alone; so is the
+ * dq of chunk 0 (the caller's) and of the other chunks (dq_parts).  The
+ * query heads of a group accumulate in order h = kvh * group .. */
+static void bwd_items(void *arg, int64_t begin, int64_t end, int slot)
+{
+    const bwd_ctx *c = arg;
+    const run_shared *sh = c->sh;
+    const tfm__attention_job *j = sh->job;
+    const tfm__attention_grads *g = c->g;
+    const int64_t Br = TFM_BWD_ROWS, Bc = TFM_BWD_KEYS, NC = c->n_chunks;
+    const int64_t group = group_of(j), L = j->L, S = j->S;
+    float *P = c->scratch + (int64_t)slot * 2 * Br * Bc, *dS = P + Br * Bc;
+    for (int64_t item = begin; item < end; item++) {
+        const int64_t ch = item % NC, bk = item / NC;
+        const int64_t b = bk / sh->H_kv, kvh = bk % sh->H_kv;
+        const int64_t k_lo = ch * c->n_tiles / NC * Bc;
+        int64_t k_hi = (ch + 1) * c->n_tiles / NC * Bc;
+        k_hi = k_hi < S ? k_hi : S;
+        float *dK = g->dk ? g->dk + b * g->dk_bstride + kvh * g->dk_hstride
+                          : NULL;
+        float *dV = g->dv ? g->dv + b * g->dv_bstride + kvh * g->dv_hstride
+                          : NULL;
+        for (int64_t s = k_lo; s < k_hi; s++) {
+            if (dK)
+                memset(dK + s * g->lddk, 0, (size_t)j->d_k * sizeof(float));
+            if (dV)
+                memset(dV + s * g->lddv, 0, (size_t)j->d_v * sizeof(float));
+        }
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; h++) {
+            const head_view a = view_of(sh, b, h);
+            const int64_t bh = b * j->H + h;
+            const float *d_o = g->dout + b * g->do_bstride + h * g->do_hstride;
+            float *dQ = NULL;
+            int64_t lddq = g->lddq;
+            if (g->dq && ch == 0) {
+                dQ = g->dq + b * g->dq_bstride + h * g->dq_hstride;
+            } else if (g->dq) {
+                dQ = c->dq_parts + (bh * (NC - 1) + ch - 1) * L * j->d_k;
+                lddq = j->d_k;
+                memset(dQ, 0, (size_t)(L * j->d_k) * sizeof(float));
+            }
+            for (int64_t j0 = k_lo; j0 < k_hi; j0 += Bc) {
+                const int64_t t = k_hi - j0 < Bc ? k_hi - j0 : Bc;
+                /* Causal: key j0 is first visible to row j0 - offset. */
+                int64_t i_start = j->masks->causal ? j0 - sh->offset : 0;
+                i_start = i_start < 0 ? 0 : i_start;
+                for (int64_t i0 = i_start; i0 < L; i0 += Br) {
+                    const int64_t r = L - i0 < Br ? L - i0 : Br;
+                    bwd_tile(&a, c, i0, r, j0, t, P, dS, d_o,
+                             g->lse + bh * L, c->D + bh * L, dK, dV, dQ,
+                             lddq);
+                }
+            }
+        }
+    }
+}
+
+/* Items: query heads (b, h): dq += the parts of chunks 1 .. n-1, in order. */
+static void bwd_reduce(void *arg, int64_t begin, int64_t end, int slot)
+{
+    const bwd_ctx *c = arg;
+    const tfm__attention_job *j = c->sh->job;
+    const tfm__attention_grads *g = c->g;
+    const int64_t NC = c->n_chunks, L = j->L, dk = j->d_k;
+    (void)slot;
+    for (int64_t bh = begin; bh < end; bh++) {
+        float *dq = g->dq + bh / j->H * g->dq_bstride +
+                    bh % j->H * g->dq_hstride;
+        for (int64_t ch = 1; ch < NC; ch++) {
+            const float *part = c->dq_parts + (bh * (NC - 1) + ch - 1) * L * dk;
+            for (int64_t i = 0; i < L; i++)
+                for (int64_t e = 0; e < dk; e++)
+                    dq[i * g->lddq + e] += part[i * dk + e];
+        }
+    }
+}
+
+tfm_status tfm__attention_backward_run(const tfm__attention_job *in,
+                                       const tfm__attention_grads *g)
+{
+    tfm__attention_job job = *in;
+    tfm__sparse sparse;
+    if (in->sparse) {
+        sparse = tfm__sparse_clamp(in->sparse, in->q_pos0, in->L, in->S);
+        job.sparse = &sparse;
+    }
+    const tfm__plan plan = tfm__plan_now();
+    run_shared sh = { .job = &job, .H_kv = job.H / group_of(&job),
+                      .offset = job.q_pos0,
+                      .d_min = -(job.q_pos0 + job.L - 1) };
+    const int64_t Br = TFM_BWD_ROWS, Bc = TFM_BWD_KEYS;
+    bwd_ctx c = { .sh = &sh, .g = g };
+    c.n_tiles = (job.S + Bc - 1) / Bc;
+    c.n_chunks = bwd_chunks(&job, sh.H_kv, c.n_tiles);
+    const int64_t BH = job.B * job.H;
+
+    tfm__ws_mark mark = tfm__ws_save();
+    c.D = tfm__ws_floats((size_t)(BH * job.L + 1));
+    c.scratch = c.D ? tfm__ws_floats((size_t)(plan.slots * 2 * Br * Bc))
+                    : NULL;
+    int ok = c.scratch != NULL;
+    if (ok && g->dq && c.n_chunks > 1)
+        ok = (c.dq_parts = tfm__ws_floats((size_t)(
+                  BH * (c.n_chunks - 1) * job.L * job.d_k))) != NULL;
+    if (!ok) {
+        tfm__ws_restore(mark);
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                         "cannot allocate attention backward scratch memory");
+    }
+    tfm__parallel_for(plan, BH, 1, bwd_rows, &c);
+    tfm__parallel_for(plan, job.B * sh.H_kv * c.n_chunks, 1, bwd_items, &c);
+    if (c.dq_parts)
+        tfm__parallel_for(plan, BH, 1, bwd_reduce, &c);
+    tfm__ws_restore(mark);
+    return TFM_OK;
 }

@@ -46,6 +46,12 @@ typedef struct tfm__attention_job {
     const struct tfm__relative *relative;
     /* Sparse pattern, or NULL. */
     const struct tfm__sparse *sparse;
+    /* Training (a backward will follow): NULL, or [B, H, L] receiving each
+     * row's log-sum-exp of its logits, lse[(b * H + h) * L + i] =
+     * log sum_j exp(s_ij) over the visible keys (-inf for a row whose keys
+     * are all masked), which tfm__attention_backward_run reads.  The
+     * outputs are the same bits with or without it. */
+    float *lse;
 } tfm__attention_job;
 
 /* Runs the job on the library's threads (parallel.h), over batch elements,
@@ -53,5 +59,37 @@ typedef struct tfm__attention_job {
  * workspace before anything is written: fails only with
  * TFM_ERR_OUT_OF_MEMORY, and then writes nothing. */
 tfm_status tfm__attention_run(const tfm__attention_job *job);
+
+/* The gradients of one job (FlashAttention-2's backward, Dao 2023,
+ * algorithm 2).  dout [B, H, L, d_v] is the gradient of job->out (read, with
+ * job->out itself, which must hold the forward's output); lse [B, H, L] the
+ * forward's (job->lse).  dq [B, H, L, d_k], dk [B, H_kv, S, d_k], dv [B,
+ * H_kv, S, d_v] are written (overwritten), each NULL when not wanted;
+ * element strides as the job's operands. */
+typedef struct tfm__attention_grads {
+    const float *dout;
+    int64_t do_bstride, do_hstride, lddo;
+    const float *lse;
+    float *dq;
+    int64_t dq_bstride, dq_hstride, lddq;
+    float *dk;
+    int64_t dk_bstride, dk_hstride, lddk;
+    float *dv;
+    int64_t dv_bstride, dv_hstride, lddv;
+} tfm__attention_grads;
+
+/* The backward of job (which supports: the dot-product score with scale or
+ * head_scale, group, ALiBi, sparse patterns and every mask; the door
+ * refuses the rest).  Per tile of Br queries and Bc keys the logits are
+ * recomputed from q, k and lse (no L x S matrix exists): P = exp(s - lse),
+ * dV += P^T dO, dP = dO V^T, dS = P (dP - D) with D_i = dO_i . O_i,
+ * dK += scale dS^T Q, dQ += scale dS K, every product one cblas_sgemm.
+ * Work items are (batch element, key/value head, chunk of keys) with a
+ * chunk count that depends on the shapes only, and the chunks' dQ parts
+ * are added in a fixed order: the result is the same bits for every thread
+ * count.  Scratch comes first: fails only with TFM_ERR_OUT_OF_MEMORY, and
+ * then writes nothing. */
+tfm_status tfm__attention_backward_run(const tfm__attention_job *job,
+                                       const tfm__attention_grads *g);
 
 #endif

@@ -90,6 +90,48 @@ TFM_API tfm_status tfm_sdpa(const tfm_tensor *q, const tfm_tensor *k,
                             const tfm_attention_masks *masks, float scale,
                             tfm_tensor *out, tfm_tensor *weights);
 
+/* The training forward of tfm_sdpa: the same out (the same bits), and
+ * lse [B, H, L] (caller-allocated, written) receiving each query row's
+ * log-sum-exp of its masked, scaled logits,
+ *   lse[b, h, i] = log sum_j exp(scale q_i . k_j + masks_ij),
+ * -inf for a row whose keys are all masked (PyTorch's
+ * _scaled_dot_product_flash_attention returns the same logsumexp).  It is
+ * what tfm_sdpa_backward needs to recompute the weights tile by tile
+ * (FlashAttention-2, Dao 2023).  Arguments, errors and memory (linear in
+ * L and S) as tfm_sdpa without weights; lse NULL is
+ * TFM_ERR_NULL_ARGUMENT.  Since 1.2. */
+TFM_API tfm_status tfm_sdpa_lse(const tfm_tensor *q, const tfm_tensor *k,
+                                const tfm_tensor *v,
+                                const tfm_attention_masks *masks, float scale,
+                                tfm_tensor *out, tfm_tensor *lse);
+
+/* The backward of tfm_sdpa (torch.autograd's gradients of
+ * F.scaled_dot_product_attention), by FlashAttention-2's tiled algorithm
+ * (Dao 2023, algorithm 2): per tile of queries and keys the weights are
+ * recomputed from q, k and lse, P = exp(scale q k^T + masks - lse), and
+ *   grad_v = P^T grad_out,  dP = grad_out v^T,
+ *   dS = P * (dP - D),  D_i = sum_c grad_out_ic out_ic,
+ *   grad_q = scale dS k,  grad_k = scale dS^T q,
+ * each product one cblas_sgemm; no [L, S] matrix is built (scratch linear
+ * in L and S).  q, k, v, masks, scale: those of the forward.  out [B, H,
+ * L, d_v] and lse [B, H, L]: what tfm_sdpa_lse wrote for them, or both
+ * NULL (the forward is then run again inside).  grad_out [B, H, L, d_v]:
+ * the gradient of the loss with respect to out.  grad_q [B, H, L, d_k],
+ * grad_k [B, H, S, d_k], grad_v [B, H, S, d_v]: caller-allocated, written
+ * (overwritten, not accumulated); each may be NULL when not wanted.
+ * Masked keys get no gradient, whatever their values; a query row whose
+ * keys are all masked gets zero gradients (never NaN).  The results are
+ * the same bits for every thread count.
+ * Errors: TFM_ERR_NULL_ARGUMENT (q, k, v or grad_out NULL; only one of out
+ * and lse), TFM_ERR_SHAPE, TFM_ERR_INVALID_ARGUMENT (as tfm_sdpa),
+ * TFM_ERR_NON_FINITE (grad_out holds NaN or infinity),
+ * TFM_ERR_OUT_OF_MEMORY.  On error no gradient is written.  Since 1.2. */
+TFM_API tfm_status tfm_sdpa_backward(
+    const tfm_tensor *q, const tfm_tensor *k, const tfm_tensor *v,
+    const tfm_attention_masks *masks, float scale, const tfm_tensor *out,
+    const tfm_tensor *lse, const tfm_tensor *grad_out, tfm_tensor *grad_q,
+    tfm_tensor *grad_k, tfm_tensor *grad_v);
+
 /*
  * ---- Attention variants (since 1.1.0) ----------------------------------
  * Attention variants and positional information from the literature, as
