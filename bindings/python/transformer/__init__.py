@@ -23,7 +23,8 @@ sampling defaults to temperature 1, all tokens, seed DEFAULT_SEED (42).
 Layers: MultiheadAttention, LayerNorm, Linear, TransformerEncoderLayer,
 TransformerDecoderLayer, TransformerEncoder, TransformerDecoder,
 Transformer, Embedding, and Attention (attention variants on per-head
-arrays).  Functions: scaled_dot_product_attention, attention,
+arrays).  Functions: scaled_dot_product_attention (and its gradients,
+scaled_dot_product_attention_backward), attention,
 sinusoidal_positional_encoding.  Models: Model (load_model,
 default_model_path), KVCache, Tokenizer, Sampler.  Files:
 load_safetensors, save_safetensors, load_safetensors_metadata.
@@ -91,6 +92,7 @@ from .modules import (Attention, Embedding, LayerNorm, Linear,
                       TransformerDecoderLayer, TransformerEncoder,
                       TransformerEncoderLayer)
 from .functional import (attention, scaled_dot_product_attention,
+                         scaled_dot_product_attention_backward,
                          sinusoidal_positional_encoding)
 from .models import (DEFAULT_SEED, KVCache, Model, Sampler, Tokenizer,
                      default_model_path, load_model)
@@ -134,6 +136,7 @@ __all__ = [
     "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
     "Transformer", "Embedding", "Attention", "Linear",
     "scaled_dot_product_attention",
+    "scaled_dot_product_attention_backward",
     "attention", "sinusoidal_positional_encoding",
     # models
     "Model", "KVCache", "Tokenizer", "Sampler", "load_model",

@@ -10,7 +10,8 @@ from ._core import (CAUSAL_NONE, CAUSAL_TOP_LEFT, MASK_ADDITIVE, MASK_ALLOW,
 from ._errors import ShapeError, UnsupportedError
 from ._torch import torch_results
 
-__all__ = ["scaled_dot_product_attention", "attention",
+__all__ = ["scaled_dot_product_attention",
+           "scaled_dot_product_attention_backward", "attention",
            "sinusoidal_positional_encoding"]
 
 
@@ -70,6 +71,56 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None,
     if as_float(dropout_p, "dropout_p") != 0.0:
         raise UnsupportedError("dropout_p must be 0: libtransformer runs "
                                "inference only")
+    q, k, v, masks, c_scale, lead, (B, H, L, S, Ev) = _sdpa_args(
+        query, key, value, attn_mask, is_causal, scale)
+    out = np.empty((B, H, L, Ev), np.float32)
+    weights = np.empty((B, H, L, S), np.float32) if need_weights else None
+    _ll.tfm_sdpa(q, k, v, masks, c_scale, out, weights)
+    out = out.reshape(lead + (L, Ev))
+    if need_weights:
+        return out, weights.reshape(lead + (L, S))
+    return out
+
+
+@torch_results
+def scaled_dot_product_attention_backward(query, key, value, grad_output,
+                                          attn_mask=None, is_causal=False,
+                                          scale=None):
+    """The gradients of :func:`scaled_dot_product_attention` (what
+    ``torch.autograd`` gives for ``F.scaled_dot_product_attention``), by
+    FlashAttention-2's tiled backward (no ``[L, S]`` matrix is built):
+
+        grad_query, grad_key, grad_value = \
+            scaled_dot_product_attention_backward(query, key, value,
+                                                  grad_output, ...)
+
+    query, key, value, attn_mask, is_causal, scale: those of the forward;
+    grad_output ``[..., L, Ev]``: the loss's gradient with respect to its
+    output.  Returns three float32 arrays shaped as query, key and value.
+    Masked keys get no gradient; a query whose keys are all masked gets
+    zeros.  Raises NonFiniteError when grad_output holds NaN or infinity.
+    """
+    q, k, v, masks, c_scale, lead, (B, H, L, S, Ev) = _sdpa_args(
+        query, key, value, attn_mask, is_causal, scale)
+    dout = as_float32(grad_output, "grad_output")
+    if dout.shape != lead + (L, Ev):
+        raise ShapeError(f"grad_output must have the output's shape "
+                         f"{list(lead + (L, Ev))}, got {list(dout.shape)}")
+    dq, dk, dv = (np.empty(x.shape, np.float32) for x in (q, k, v))
+    _ll.tfm_sdpa_backward(q, k, v, masks, c_scale, None, None,
+                          np.ascontiguousarray(dout).reshape(B, H, L, Ev),
+                          dq, dk, dv)
+    if scale is not None and c_scale == 1.0 and as_float(scale, "scale") == 0:
+        dq[...] = 0.0                       # logits do not depend on q, k
+        dk[...] = 0.0
+    return (dq.reshape(np.shape(query)), dk.reshape(np.shape(key)),
+            dv.reshape(np.shape(value)))
+
+
+def _sdpa_args(query, key, value, attn_mask, is_causal, scale):
+    """The C arguments of one sdpa call: q, k, v as [B, H, L|S, E]
+    float32, the masks tuple, the C scale, the leading axes and the sizes
+    (B, H, L, S, Ev)."""
     q = as_float32(query, "query")
     k = as_float32(key, "key")
     v = as_float32(value, "value")
@@ -103,14 +154,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None,
         if c_scale == 0.0:                  # 0 means "default" in C:
             q = np.zeros_like(q)            # zero logits instead
             c_scale = 1.0
-    out = np.empty((B, H, L, Ev), np.float32)
-    weights = np.empty((B, H, L, S), np.float32) if need_weights else None
-    _ll.tfm_sdpa(q.reshape(B, H, L, q.shape[-1]), k.reshape(B, H, S, k.shape[-1]),
-                 v.reshape(B, H, S, Ev), masks, c_scale, out, weights)
-    out = out.reshape(lead + (L, Ev))
-    if need_weights:
-        return out, weights.reshape(lead + (L, S))
-    return out
+    return (np.ascontiguousarray(q).reshape(B, H, L, q.shape[-1]),
+            np.ascontiguousarray(k).reshape(B, H, S, k.shape[-1]),
+            np.ascontiguousarray(v).reshape(B, H, S, Ev), masks, c_scale,
+            lead, (B, H, L, S, Ev))
 
 
 @torch_results
