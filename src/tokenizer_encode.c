@@ -279,20 +279,30 @@ tfm_status tfm_tokenizer_encode_v2(const tfm_tokenizer *tokenizer,
                          flags);
     const tfm_tokenizer *t = tokenizer;
     int split = (flags & TFM_ENCODE_SPLIT_SPECIAL) != 0;
-    int frame = (flags & TFM_ENCODE_ADD_SPECIAL) && t->framing == TFM__FRAME_BERT;
+    tfm__framing frame = (flags & TFM_ENCODE_ADD_SPECIAL) ? t->framing
+                                                         : TFM__FRAME_NONE;
+    /* The role framing adds before each text, and after it. */
+    int before = frame == TFM__FRAME_BOS ? TFM__ROLE_BOS : -1;
+    int after = frame == TFM__FRAME_BERT  ? TFM__ROLE_SEP
+                : frame == TFM__FRAME_EOS ? TFM__ROLE_EOS : -1;
     tfm__token_list list = { 0 };
     int64_t first_len = 0;
-    if (frame)
+    if (frame == TFM__FRAME_BERT)
         st = add_framing(t, TFM__ROLE_CLS, &list);
+    if (st == TFM_OK && before >= 0)
+        st = add_framing(t, before, &list);
     if (st == TFM_OK)
         st = encode_text(t, text, text_len, split, &list);
-    if (st == TFM_OK && frame)
-        st = add_framing(t, TFM__ROLE_SEP, &list);
+    if (st == TFM_OK && after >= 0)
+        st = add_framing(t, after, &list);
     first_len = list.n;
     if (st == TFM_OK && pair) {
-        st = encode_text(t, pair, pair_len, split, &list);
-        if (st == TFM_OK && frame)
-            st = add_framing(t, TFM__ROLE_SEP, &list);
+        if (before >= 0)
+            st = add_framing(t, before, &list);
+        if (st == TFM_OK)
+            st = encode_text(t, pair, pair_len, split, &list);
+        if (st == TFM_OK && after >= 0)
+            st = add_framing(t, after, &list);
     }
     if (st != TFM_OK) {
         tfm__token_list_free(&list);

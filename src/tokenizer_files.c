@@ -1,7 +1,8 @@
 /* Which files make a tokenizer (tfm_tokenizer_load, tokenizer.h): a
  * directory, a tokenizer.json, GPT-2's encoder.json / vocab.json with their
  * merges beside them, BERT's vocab.txt (with tokenizer_config.json beside it
- * when there is one).  Anything else is left to the model-file reader. */
+ * when there is one), a SentencePiece *.model / *.spm.  Anything else is
+ * left to the model-file reader. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "alloc.h"
 #include "error.h"
+#include "sentencepiece.h"
 #include "tokenizer_impl.h"
 
 tfm_status tfm__read_file(const char *path, char **data, size_t *len)
@@ -96,8 +98,25 @@ tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out)
         char p[4096], q[4096];
         if (!join(p, sizeof p, path, n, "tokenizer.json"))
             return tfm__fail(TFM_ERR_IO, "path too long");
-        if (is_file(p))
-            return tfm__tokenizer_json_load(p, out);
+        /* SentencePiece model files, by the names checkpoints give them
+         * (Llama, T5, XLM-R / mBART, Marian). */
+        static const char *const SPM[] = {
+            "tokenizer.model", "spiece.model", "sentencepiece.bpe.model",
+            "source.spm",
+        };
+        int spm = -1;
+        for (size_t i = 0; spm < 0 && i < sizeof SPM / sizeof SPM[0]; i++)
+            if (join(q, sizeof q, path, n, SPM[i]) && is_file(q))
+                spm = (int)i;
+        if (is_file(p)) {
+            tfm_status st = tfm__tokenizer_json_load(p, out);
+            /* A tokenizer.json this library cannot run, beside the
+             * SentencePiece model it was made from: the model. */
+            if (st != TFM_ERR_UNSUPPORTED || spm < 0)
+                return st;
+        }
+        if (spm >= 0)
+            return tfm__spm_load(q, out);
         static const char *const PAIRS[][2] = {
             { "encoder.json", "vocab.bpe" }, { "vocab.json", "merges.txt" },
         };
@@ -114,8 +133,10 @@ tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out)
         }
         return tfm__fail(TFM_ERR_IO,
                          "%.200s: no tokenizer.json, encoder.json + "
-                         "vocab.bpe, vocab.json + merges.txt or vocab.txt in "
-                         "this directory", path);
+                         "vocab.bpe, vocab.json + merges.txt, vocab.txt or "
+                         "SentencePiece model (tokenizer.model, spiece.model, "
+                         "sentencepiece.bpe.model, source.spm) in this "
+                         "directory", path);
     }
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
@@ -126,6 +147,8 @@ tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out)
         return load_pair(path, dir_len, "vocab.json", "merges.txt", out);
     if (ends_with(base, ".json"))
         return tfm__tokenizer_json_load(path, out);
+    if (ends_with(base, ".model") || ends_with(base, ".spm"))
+        return tfm__spm_load(path, out);
     if (ends_with(base, ".txt")) {  /* BERT's vocab.txt */
         char q[4096];
         int cfg = join(q, sizeof q, path, dir_len, "tokenizer_config.json") &&

@@ -2,7 +2,8 @@
  * the interface each kind's model implements.
  *
  * A handle holds one model (character-level in tokenizer.c, byte-level BPE
- * in tokenizer_bpe.c, WordPiece in tokenizer_wordpiece.c) behind a table of
+ * in tokenizer_bpe.c, WordPiece in tokenizer_wordpiece.c, SentencePiece in
+ * tokenizer_sentencepiece.c) behind a table of
  * functions, plus what is common to every kind: the special tokens (matched
  * in the text when asked, never split by the model), their roles (bos,
  * eos, unk, ...), and how the post-processor frames one text or a pair
@@ -54,6 +55,8 @@ typedef struct tfm__tokenizer_ops {
 typedef enum tfm__framing {
     TFM__FRAME_NONE = 0,   /* nothing added (GPT-2) */
     TFM__FRAME_BERT,       /* [CLS] A [SEP] B [SEP], types 0 .. 0 1 .. 1 */
+    TFM__FRAME_BOS,        /* <s> A <s> B (Llama's LlamaTokenizer) */
+    TFM__FRAME_EOS,        /* A </s> B </s> (T5's and Marian's) */
 } tfm__framing;
 
 /* A special token: matched whole in the text, never split. */

@@ -5,7 +5,9 @@
  *   tokenizer_reference TOKENIZER REF.tsv [--split-special] [--add-special]
  *
  * REF.tsv holds one case per line: the text's bytes in hex, a tab, the
- * reference ids separated by spaces.  Every case is encoded; the ids must
+ * reference ids separated by spaces, and optionally a tab and the bytes of
+ * the reference's decoding of those ids in hex (then decoding the ids must
+ * give exactly those bytes).  Every case is encoded; the ids must
  * be equal, the offsets must cover the text in order, and decoding must give
  * the text back (byte-level BPE, whose decode is exact; byte-level BPE's
  * tokens also tile the text).  Prints each
@@ -58,6 +60,7 @@ int main(int argc, char **argv)
     int32_t *got = malloc(cap * sizeof *got);
     int64_t *off = malloc(2 * cap * sizeof *off);
     char *back = malloc(cap);
+    char *decoded = malloc(cap);
     long cases = 0, bad = 0, tokens = 0;
     size_t bytes = 0;
     while (fgets(line, (int)cap, f)) {
@@ -68,11 +71,19 @@ int main(int argc, char **argv)
         for (char *p = line; p + 1 < tab; p += 2)
             text[len++] = (char)(hex_value(p[0]) * 16 + hex_value(p[1]));
         int64_t n_want = 0;
-        for (char *p = tab + 1; *p && *p != '\n';) {
+        char *p = tab + 1;
+        while (*p && *p != '\n' && *p != '\t') {
             want[n_want++] = (int32_t)strtol(p, &p, 10);
             while (*p == ' ')
                 p++;
         }
+        /* An optional third column: the reference's decoding of its ids. */
+        int has_decoded = *p == '\t';
+        size_t decoded_len = 0;
+        if (has_decoded)
+            for (p++; p[0] && p[0] != '\n' && p[1]; p += 2)
+                decoded[decoded_len++] =
+                    (char)(hex_value(p[0]) * 16 + hex_value(p[1]));
         int64_t n = 0;
         cases++;
         bytes += len;
@@ -97,6 +108,17 @@ int main(int argc, char **argv)
             for (int64_t i = 0; ok && i + 1 < n; i++)
                 ok = off[2 * i + 1] == off[2 * i + 2];
             ok = ok && (n == 0 || (off[0] == 0 && off[2 * n - 1] == (int64_t)len));
+        }
+        if (ok && has_decoded) {
+            size_t back_len = 0;
+            ok = tfm_tokenizer_decode(tok, want, n_want, back, cap,
+                                      &back_len) == TFM_OK &&
+                 back_len == decoded_len &&
+                 memcmp(back, decoded, decoded_len) == 0;
+            if (!ok)
+                printf("DECODE MISMATCH case %ld: want \"%.*s\" got \"%.*s\"\n",
+                       cases + 0, (int)(decoded_len > 200 ? 200 : decoded_len),
+                       decoded, (int)(back_len > 200 ? 200 : back_len), back);
         }
         if (!ok) {
             bad++;
@@ -124,6 +146,7 @@ int main(int argc, char **argv)
     free(got);
     free(off);
     free(back);
+    free(decoded);
     tfm_tokenizer_free(tok);
     return bad == 0 && cases > 0 ? 0 : 1;
 }

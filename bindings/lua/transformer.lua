@@ -1847,9 +1847,10 @@ end
 Tokenizer.from_pretrained = Tokenizer.load
 M.load_tokenizer = Tokenizer.load
 
-local KINDS = { [0] = "char", [1] = "byte_bpe", [2] = "wordpiece" }
+local KINDS = { [0] = "char", [1] = "byte_bpe", [2] = "wordpiece",
+                [3] = "sentencepiece" }
 
---- tok:kind() -> "char", "byte_bpe" or "wordpiece".
+--- tok:kind() -> "char", "byte_bpe", "wordpiece" or "sentencepiece".
 function Tokenizer:kind()
   local k = core.tfm_tokenizer_get_kind(handle(self))
   return KINDS[k] or fmt("kind %d", k)

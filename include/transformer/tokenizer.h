@@ -33,7 +33,20 @@
  *    continuations, [UNK] for a word over 100 characters or with no match.
  *    Bytes that are not UTF-8 are dropped, as BERT's convert_to_unicode.
  *    [CLS], [SEP], [PAD], [MASK], [UNK] are special; TFM_ENCODE_ADD_SPECIAL
- *    frames [CLS] A [SEP] (B [SEP]).  docs/TOKENIZERS.md has the details.
+ *    frames [CLS] A [SEP] (B [SEP]).
+ *  - SentencePiece (since 1.2): a .model / .spm file (sentencepiece's
+ *    ModelProto), BPE as Llama's or unigram as T5's and Marian's, with the
+ *    ids of sentencepiece 0.1.97 (Kudo and Richardson 2018).  The text is
+ *    normalized by the model's own precompiled charsmap and flags (extra
+ *    whitespace removed, a dummy-prefix space, spaces written U+2581);
+ *    BPE merges the adjacent pair whose piece scores highest (leftmost
+ *    first); unigram takes the segmentation of highest total score
+ *    (Viterbi; an unknown character scores min - 10).  Unknown pieces
+ *    become <0xNN> byte tokens with byte fallback, else one unknown token
+ *    per run; a malformed UTF-8 byte is U+FFFD.  Control pieces and <unk>
+ *    are special; TFM_ENCODE_ADD_SPECIAL frames <s> A (BPE, as Llama) or
+ *    A </s> (unigram, as T5).
+ * docs/TOKENIZERS.md has the details of each.
  *
  * Since 1.2 every kind also gives offsets (the bytes [begin, end) of the
  * text each token covers), special tokens by role and by name, pairs with
@@ -64,9 +77,12 @@ TFM_API tfm_status tfm_tokenizer_create(const char *vocab,
  *    read from vocab.bpe or merges.txt in the same directory;
  *  - (since 1.2) vocab.txt or another *.txt: BERT's WordPiece vocabulary,
  *    with tokenizer_config.json beside it when there is one;
+ *  - (since 1.2) *.model or *.spm: a SentencePiece model;
  *  - (since 1.2) a checkpoint directory: the first of tokenizer.json,
- *    encoder.json + vocab.bpe, vocab.json + merges.txt, vocab.txt found
- *    there.
+ *    encoder.json + vocab.bpe, vocab.json + merges.txt, vocab.txt,
+ *    tokenizer.model, spiece.model, sentencepiece.bpe.model, source.spm
+ *    found there (a tokenizer.json this library does not support, beside
+ *    a SentencePiece model, gives way to the model).
  * With GPT-2's files, <|endoftext|> (when in the vocabulary) is special and
  * is the bos, eos and unk token, as in Hugging Face's GPT2Tokenizer.  In a
  * tokenizer.json, the "added_tokens" are special.
@@ -75,7 +91,8 @@ TFM_API tfm_status tfm_tokenizer_create(const char *vocab,
  * a token the vocabulary lacks, an id given twice, a token given twice, ids
  * with gaps, a byte without its token: the message says which),
  * TFM_ERR_UNSUPPORTED (a tokenizer.json using a normalizer, pre-tokenizer
- * or model this library does not implement), TFM_ERR_OUT_OF_MEMORY, and
+ * or model this library does not implement; a SentencePiece WORD or CHAR
+ * model), TFM_ERR_OUT_OF_MEMORY, and
  * those of tfm_tokenizer_create. */
 TFM_API tfm_status tfm_tokenizer_load(const char *path, tfm_tokenizer **out);
 
@@ -113,6 +130,7 @@ typedef enum tfm_tokenizer_kind {
     TFM_TOKENIZER_CHAR = 0,       /* one token per code point */
     TFM_TOKENIZER_BYTE_BPE = 1,   /* GPT-2's byte-level BPE */
     TFM_TOKENIZER_WORDPIECE = 2,  /* BERT's WordPiece */
+    TFM_TOKENIZER_SENTENCEPIECE = 3, /* SentencePiece BPE or unigram */
     TFM_TOKENIZER_KIND_COUNT      /* grows; never store it */
 } tfm_tokenizer_kind;
 

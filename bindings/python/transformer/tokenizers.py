@@ -21,6 +21,7 @@ _KINDS = {
     _ll.TFM_TOKENIZER_CHAR: "char",
     _ll.TFM_TOKENIZER_BYTE_BPE: "byte_bpe",
     _ll.TFM_TOKENIZER_WORDPIECE: "wordpiece",
+    _ll.TFM_TOKENIZER_SENTENCEPIECE: "sentencepiece",
 }
 _ROLES = ("bos", "eos", "unk", "pad", "cls", "sep", "mask")
 
@@ -94,7 +95,7 @@ class Tokenizer(HandleOwner):
 
     @property
     def kind(self):
-        """"char", "byte_bpe" or "wordpiece"."""
+        """"char", "byte_bpe", "wordpiece" or "sentencepiece"."""
         k = self._call(_ll.tfm_tokenizer_get_kind)
         return _KINDS.get(k, f"kind {k}")
 

@@ -1,0 +1,899 @@
+/* SentencePiece tokenizers (tokenizer.h, sentencepiece.h): the normalizer,
+ * BPE merges by score (Llama's models, with byte fallback), the unigram
+ * model's Viterbi segmentation (T5's, Marian's), and decoding, as
+ * sentencepiece 0.1.97 does them (Kudo and Richardson 2018, "SentencePiece:
+ * A simple and language independent subword tokenizer"; Kudo 2018,
+ * "Subword Regularization", section 3 for the unigram model; Sennrich et
+ * al. 2016 for BPE).  docs/TOKENIZERS.md gives the rules one by one. */
+#include <float.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "error.h"
+#include "sentencepiece.h"
+#include "utf8.h"
+
+static const char SPACE_SYMBOL[] = "\xe2\x96\x81";  /* U+2581 */
+static const char REPLACEMENT[] = "\xef\xbf\xbd";   /* U+FFFD */
+static const char UNK_SURFACE[] = " \xe2\x81\x87 "; /* " U+2047 " */
+
+/* ---- A byte trie in a hash table ----------------------------------------
+ * Node 0 is the root; the child of node n by byte c is found under the key
+ * (n << 8 | c) + 1.  value[n] is the piece id ending at n, or -1. */
+typedef struct spm_trie {
+    uint64_t *keys;     /* [n_slots], 0 for an empty slot */
+    int32_t *child;     /* [n_slots] */
+    int32_t *value;     /* [n_nodes] */
+    size_t n_slots, n_nodes;
+} spm_trie;
+
+static size_t trie_slot(const spm_trie *t, uint64_t key)
+{
+    size_t mask = t->n_slots - 1;
+    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+    while (t->keys[i] && t->keys[i] != key)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static inline int32_t trie_child(const spm_trie *t, int32_t node,
+                                 unsigned char c)
+{
+    uint64_t key = (((uint64_t)node << 8) | c) + 1;
+    size_t i = trie_slot(t, key);
+    return t->keys[i] ? t->child[i] : -1;
+}
+
+/* A trie of the pieces whose type keep(type) accepts. */
+static tfm_status trie_build(spm_trie *t, const tfm__spm_file *f,
+                             int (*keep)(int type))
+{
+    memset(t, 0, sizeof *t);
+    size_t bytes = 1;
+    for (int64_t i = 0; i < f->vocab.size; i++)
+        if (keep(f->types[i]))
+            bytes += f->vocab.lengths[i];
+    size_t slots = 16;
+    while (slots < 2 * bytes)
+        slots *= 2;
+    t->n_slots = slots;
+    t->keys = tfm__calloc(slots, sizeof *t->keys);
+    t->child = tfm__malloc(slots * sizeof *t->child);
+    t->value = tfm__malloc(bytes * sizeof *t->value);
+    if (!t->keys || !t->child || !t->value)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    t->n_nodes = 1;
+    t->value[0] = -1;
+    for (int64_t i = 0; i < f->vocab.size; i++) {
+        if (!keep(f->types[i]))
+            continue;
+        const unsigned char *s = (const unsigned char *)f->vocab.tokens[i];
+        int32_t node = 0;
+        for (uint32_t k = 0; k < f->vocab.lengths[i]; k++) {
+            uint64_t key = (((uint64_t)node << 8) | s[k]) + 1;
+            size_t slot = trie_slot(t, key);
+            if (!t->keys[slot]) {
+                t->keys[slot] = key;
+                t->child[slot] = (int32_t)t->n_nodes;
+                t->value[t->n_nodes++] = -1;
+            }
+            node = t->child[slot];
+        }
+        t->value[node] = (int32_t)i;
+    }
+    return TFM_OK;
+}
+
+static void trie_free(spm_trie *t)
+{
+    tfm__free(t->keys);
+    tfm__free(t->child);
+    tfm__free(t->value);
+    memset(t, 0, sizeof *t);
+}
+
+static int keep_pieces(int type)  /* the model's pieces_ */
+{
+    return type == TFM__SPM_NORMAL || type == TFM__SPM_USER_DEFINED ||
+           type == TFM__SPM_UNUSED;
+}
+
+static int keep_user(int type)
+{
+    return type == TFM__SPM_USER_DEFINED;
+}
+
+/* ---- The model ------------------------------------------------------- */
+
+typedef struct spm {
+    tfm__spm_file f;
+    int32_t unk;
+    int32_t byte_id[256];     /* <0xNN> pieces with byte fallback, else -1 */
+    float min_score, max_score;  /* over the NORMAL pieces */
+    int has_unused, has_user;
+    spm_trie pieces;          /* NORMAL, USER_DEFINED, UNUSED */
+    spm_trie user;            /* USER_DEFINED: matched whole, never split */
+    /* precompiled charsmap: darts-clone double array + NUL-ended strings */
+    uint32_t *units;
+    size_t n_units;
+    const char *norm;
+    size_t norm_len;
+} spm;
+
+/* A growing array of size_t (the normalized text's byte origins). */
+typedef struct spm_offsets {
+    size_t *v;
+    size_t n, cap;
+} spm_offsets;
+
+static int offsets_push(spm_offsets *o, size_t x)
+{
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 256;
+        size_t *p = tfm__realloc(o->v, cap * sizeof *p);
+        if (!p)
+            return 0;
+        o->v = p;
+        o->cap = cap;
+    }
+    o->v[o->n++] = x;
+    return 1;
+}
+
+/* Longest rule of the charsmap at s[0 .. len-1]: its length (0: none) and
+ * its replacement.  darts-clone's commonPrefixSearch: unit bits 0-7 label,
+ * 8 has-leaf, 9 offset scale, 10-31 offset; a leaf unit's value (bits 0-30)
+ * is the replacement's position in the strings. */
+static size_t charsmap_match(const spm *m, const unsigned char *s, size_t len,
+                             const char **repl, size_t *repl_len)
+{
+    size_t best = 0;
+    size_t pos = 0;
+    uint32_t unit = m->units[0];
+    pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
+    for (size_t i = 0; i < len; i++) {
+        pos ^= s[i];
+        if (pos >= m->n_units)
+            break;
+        unit = m->units[pos];
+        if ((unit & ((1u << 31) | 0xffu)) != s[i])
+            break;
+        pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
+        if (pos >= m->n_units)
+            break;
+        if ((unit >> 8) & 1) {
+            size_t v = m->units[pos] & ((1u << 31) - 1);
+            if (v < m->norm_len) {
+                best = i + 1;
+                *repl = m->norm + v;
+                *repl_len = strnlen(m->norm + v, m->norm_len - v);
+            }
+        }
+    }
+    return best;
+}
+
+/* Longest user-defined piece at s[0 .. len-1], or 0. */
+static size_t user_match(const spm *m, const unsigned char *s, size_t len)
+{
+    size_t best = 0;
+    int32_t node = 0;
+    for (size_t i = 0; i < len; i++) {
+        node = trie_child(&m->user, node, s[i]);
+        if (node < 0)
+            break;
+        if (m->user.value[node] >= 0)
+            best = i + 1;
+    }
+    return best;
+}
+
+/* One character's worth of the input (Normalizer::NormalizePrefix): a
+ * user-defined piece as is, else the longest charsmap rule, else one
+ * UTF-8 character, else U+FFFD for one malformed byte.  Returns the bytes
+ * consumed. */
+static size_t normalize_prefix(const spm *m, const unsigned char *s,
+                               size_t len, const char **out, size_t *out_len)
+{
+    if (m->has_user) {
+        size_t n = user_match(m, s, len);
+        if (n) {
+            *out = (const char *)s;
+            *out_len = n;
+            return n;
+        }
+    }
+    if (m->units) {
+        size_t n = charsmap_match(m, s, len, out, out_len);
+        if (n)
+            return n;
+    }
+    uint32_t cp;
+    size_t n;
+    if (s[0] < 0x80) {
+        n = 1;
+    } else if (tfm__utf8_decode(s, len, &cp, &n) != NULL) {
+        *out = REPLACEMENT;
+        *out_len = 3;
+        return 1;
+    }
+    *out = (const char *)s;
+    *out_len = n;
+    return n;
+}
+
+static int append_ws(const spm *m, tfm__bytes *norm, spm_offsets *o,
+                     size_t consumed)
+{
+    if (m->f.escape_whitespaces) {
+        if (tfm__bytes_append(norm, SPACE_SYMBOL, 3) != TFM_OK)
+            return 0;
+        return offsets_push(o, consumed) && offsets_push(o, consumed) &&
+               offsets_push(o, consumed);
+    }
+    return tfm__bytes_append(norm, " ", 1) == TFM_OK &&
+           offsets_push(o, consumed);
+}
+
+/* Normalizer::Normalize: text -> norm, and for each byte of norm (and one
+ * past the end) the byte of text it comes from. */
+static tfm_status normalize(const spm *m, const unsigned char *text,
+                            size_t len, tfm__bytes *norm, spm_offsets *o)
+{
+    size_t consumed = 0;
+    const char *r;
+    size_t rn;
+    if (m->f.remove_extra_whitespaces) {
+        while (consumed < len) {
+            size_t n = normalize_prefix(m, text + consumed, len - consumed,
+                                        &r, &rn);
+            if (!(rn == 1 && r[0] == ' '))
+                break;
+            consumed += n;
+        }
+    }
+    if (consumed == len)
+        return TFM_OK;  /* empty, or only whitespace */
+    int ok = 1;
+    if (!m->f.treat_whitespace_as_suffix && m->f.add_dummy_prefix)
+        ok = append_ws(m, norm, o, consumed);
+    int prev_space = m->f.remove_extra_whitespaces;
+    while (ok && consumed < len) {
+        size_t n = normalize_prefix(m, text + consumed, len - consumed, &r,
+                                    &rn);
+        while (prev_space && rn > 0 && r[0] == ' ') {
+            r++;
+            rn--;
+        }
+        if (rn > 0) {
+            for (size_t k = 0; ok && k < rn; k++) {
+                if (m->f.escape_whitespaces && r[k] == ' ') {
+                    ok = tfm__bytes_append(norm, SPACE_SYMBOL, 3) == TFM_OK &&
+                         offsets_push(o, consumed) &&
+                         offsets_push(o, consumed) &&
+                         offsets_push(o, consumed);
+                } else {
+                    ok = tfm__bytes_append(norm, r + k, 1) == TFM_OK &&
+                         offsets_push(o, consumed);
+                }
+            }
+            prev_space = r[rn - 1] == ' ';
+        }
+        consumed += n;
+        if (!m->f.remove_extra_whitespaces)
+            prev_space = 0;
+    }
+    if (ok && m->f.remove_extra_whitespaces) {
+        const char *sp = m->f.escape_whitespaces ? SPACE_SYMBOL : " ";
+        size_t sn = m->f.escape_whitespaces ? 3 : 1;
+        while (norm->n >= sn && memcmp(norm->data + norm->n - sn, sp, sn) == 0) {
+            norm->n -= sn;
+            consumed = o->v[norm->n];
+            o->n = norm->n;
+        }
+    }
+    if (ok && m->f.treat_whitespace_as_suffix && m->f.add_dummy_prefix)
+        ok = append_ws(m, norm, o, consumed);
+    if (ok)
+        ok = offsets_push(o, consumed);
+    return ok ? TFM_OK : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+}
+
+static size_t one_char_len(unsigned char c)
+{
+    static const unsigned char LEN[16] = { 1, 1, 1, 1, 1, 1, 1, 1,
+                                           1, 1, 1, 1, 2, 2, 3, 4 };
+    return LEN[c >> 4];
+}
+
+/* The pieces of the segmentation: [begin, begin + len) of norm, and id. */
+typedef struct spm_seg {
+    size_t begin;
+    uint32_t len;
+    int32_t id;
+} spm_seg;
+
+typedef struct spm_segs {
+    spm_seg *v;
+    size_t n, cap;
+} spm_segs;
+
+static int segs_push(spm_segs *s, size_t begin, size_t len, int32_t id)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        spm_seg *p = tfm__realloc(s->v, cap * sizeof *p);
+        if (!p)
+            return 0;
+        s->v = p;
+        s->cap = cap;
+    }
+    s->v[s->n].begin = begin;
+    s->v[s->n].len = (uint32_t)len;
+    s->v[s->n].id = id;
+    s->n++;
+    return 1;
+}
+
+/* PieceToId: the piece's id (any type), else unk. */
+static int32_t piece_id(const spm *m, const char *s, size_t len)
+{
+    int32_t id = tfm__vocab_find(&m->f.vocab, s, len);
+    return id < 0 ? m->unk : id;
+}
+
+/* ---- BPE (bpe_model.cc) ---------------------------------------------- */
+
+typedef struct bpe_sym {
+    int32_t prev, next;
+    size_t begin;
+    uint32_t len;    /* 0 once merged into its left neighbour */
+    int freeze;
+} bpe_sym;
+
+typedef struct bpe_pair {
+    float score;
+    int32_t left, right;
+    uint32_t len;
+} bpe_pair;
+
+/* Higher score first; the leftmost of equal scores. */
+static int pair_before(const bpe_pair *a, const bpe_pair *b)
+{
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+typedef struct bpe_heap {
+    bpe_pair *v;
+    size_t n, cap;
+} bpe_heap;
+
+static int heap_push(bpe_heap *h, bpe_pair p)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 256;
+        bpe_pair *q = tfm__realloc(h->v, cap * sizeof *q);
+        if (!q)
+            return 0;
+        h->v = q;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0 && pair_before(&p, &h->v[(i - 1) / 2])) {
+        h->v[i] = h->v[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->v[i] = p;
+    return 1;
+}
+
+static bpe_pair heap_pop(bpe_heap *h)
+{
+    bpe_pair top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n)
+            break;
+        if (c + 1 < h->n && pair_before(&h->v[c + 1], &h->v[c]))
+            c++;
+        if (!pair_before(&h->v[c], &last))
+            break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n)
+        h->v[i] = last;
+    return top;
+}
+
+typedef struct bpe_state {
+    const spm *m;
+    const char *norm;
+    bpe_sym *sym;
+    bpe_heap heap;
+    int32_t *rev_left;  /* [vocab]: an UNUSED piece's left part's length */
+} bpe_state;
+
+static int bpe_add_pair(bpe_state *s, int32_t left, int32_t right)
+{
+    if (left < 0 || right < 0 || s->sym[left].freeze || s->sym[right].freeze)
+        return 1;
+    size_t len = (size_t)s->sym[left].len + s->sym[right].len;
+    int32_t id = tfm__vocab_find(&s->m->f.vocab, s->norm + s->sym[left].begin,
+                                 len);
+    if (id < 0 || !keep_pieces(s->m->f.types[id]))
+        return 1;
+    bpe_pair p = { s->m->f.scores[id], left, right, (uint32_t)len };
+    if (s->m->f.types[id] == TFM__SPM_UNUSED)
+        s->rev_left[id] = (int32_t)s->sym[left].len;
+    return heap_push(&s->heap, p);
+}
+
+/* bpe_model.cc's resegment: an UNUSED piece splits back into the two it
+ * was merged from. */
+static int bpe_resegment(const bpe_state *s, size_t begin, size_t len,
+                         spm_segs *out, int depth)
+{
+    int32_t id = piece_id(s->m, s->norm + begin, len);
+    if (depth > 64 || s->m->f.types[id] != TFM__SPM_UNUSED ||
+        s->rev_left[id] <= 0)
+        return segs_push(out, begin, len, id);
+    size_t l = (size_t)s->rev_left[id];
+    return bpe_resegment(s, begin, l, out, depth + 1) &&
+           bpe_resegment(s, begin + l, len - l, out, depth + 1);
+}
+
+static tfm_status encode_bpe(const spm *m, const char *norm, size_t n,
+                             spm_segs *out)
+{
+    bpe_state s = { m, norm, NULL, { 0 }, NULL };
+    s.sym = tfm__malloc((n ? n : 1) * sizeof *s.sym);
+    int ok = s.sym != NULL;
+    if (ok && m->has_unused) {
+        s.rev_left = tfm__calloc((size_t)m->f.vocab.size, sizeof *s.rev_left);
+        ok = s.rev_left != NULL;
+    }
+    int32_t n_sym = 0;
+    for (size_t pos = 0; ok && pos < n;) {
+        size_t len = 0;
+        int freeze = 0;
+        if (m->has_user)
+            len = user_match(m, (const unsigned char *)norm + pos, n - pos);
+        if (len)
+            freeze = 1;
+        else
+            len = one_char_len((unsigned char)norm[pos]);
+        if (len > n - pos)
+            len = n - pos;
+        bpe_sym *y = &s.sym[n_sym];
+        y->prev = n_sym - 1;
+        y->begin = pos;
+        y->len = (uint32_t)len;
+        y->freeze = freeze;
+        pos += len;
+        y->next = pos < n ? n_sym + 1 : -1;
+        n_sym++;
+    }
+    for (int32_t i = 1; ok && i < n_sym; i++)
+        ok = bpe_add_pair(&s, i - 1, i);
+    while (ok && s.heap.n) {
+        bpe_pair top = heap_pop(&s.heap);
+        bpe_sym *l = &s.sym[top.left], *r = &s.sym[top.right];
+        if (l->len == 0 || r->len == 0 || l->len + r->len != top.len)
+            continue;
+        l->len += r->len;
+        l->next = r->next;
+        if (r->next >= 0)
+            s.sym[r->next].prev = top.left;
+        r->len = 0;
+        ok = bpe_add_pair(&s, l->prev, top.left) &&
+             bpe_add_pair(&s, top.left, l->next);
+    }
+    for (int32_t i = 0; ok && n_sym > 0 && i != -1; i = s.sym[i].next)
+        ok = bpe_resegment(&s, s.sym[i].begin, s.sym[i].len, out, 0);
+    tfm__free(s.sym);
+    tfm__free(s.heap.v);
+    tfm__free(s.rev_left);
+    return ok ? TFM_OK : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+}
+
+/* ---- Unigram (unigram_model.cc, EncodeOptimized) --------------------- */
+
+typedef struct uni_node {
+    float score;       /* best path score ending here */
+    int32_t id;
+    int64_t starts_at; /* -1 until reached */
+} uni_node;
+
+static tfm_status encode_unigram(const spm *m, const char *norm, size_t n,
+                                 spm_segs *out)
+{
+    uni_node *best = tfm__malloc((n + 1) * sizeof *best);
+    if (!best)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    for (size_t i = 0; i <= n; i++) {
+        best[i].score = 0.0f;
+        best[i].id = -1;
+        best[i].starts_at = -1;
+    }
+    const float unk_score = m->min_score - 10.0f;  /* kUnkPenalty */
+    const unsigned char *s = (const unsigned char *)norm;
+    for (size_t at = 0; at < n;) {
+        const float till_here = best[at].score;
+        size_t mblen = one_char_len(s[at]);
+        if (mblen > n - at)
+            mblen = n - at;
+        int has_single = 0;
+        int32_t node = 0;
+        for (size_t k = at; k < n; k++) {
+            node = trie_child(&m->pieces, node, s[k]);
+            if (node < 0)
+                break;
+            int32_t id = m->pieces.value[node];
+            if (id < 0 || m->f.types[id] == TFM__SPM_UNUSED)
+                continue;
+            size_t end = k + 1, length = end - at;
+            /* As the reference: a user-defined piece scores
+             * length * max_score - 0.1 (float product, double difference),
+             * the candidate is a double compared with the float stored. */
+            double score = m->f.types[id] == TFM__SPM_USER_DEFINED
+                               ? (double)((float)length * m->max_score) - 0.1
+                               : (double)m->f.scores[id];
+            double cand = score + (double)till_here;
+            if (best[end].starts_at == -1 || cand > (double)best[end].score) {
+                best[end].score = (float)cand;
+                best[end].starts_at = (int64_t)at;
+                best[end].id = id;
+            }
+            if (length == mblen)
+                has_single = 1;
+        }
+        if (!has_single) {
+            uni_node *t = &best[at + mblen];
+            float cand = unk_score + till_here;
+            if (t->starts_at == -1 || cand > t->score) {
+                t->score = cand;
+                t->starts_at = (int64_t)at;
+                t->id = m->unk;
+            }
+        }
+        at += mblen;
+    }
+    /* Backtrack, then reverse. */
+    size_t first = out->n;
+    int ok = 1;
+    for (size_t end = n; ok && end > 0;) {
+        size_t begin = (size_t)best[end].starts_at;
+        ok = segs_push(out, begin, end - begin, best[end].id);
+        end = begin;
+    }
+    for (size_t i = first, j = out->n; ok && j > i + 1; i++, j--) {
+        spm_seg t = out->v[i];
+        out->v[i] = out->v[j - 1];
+        out->v[j - 1] = t;
+    }
+    tfm__free(best);
+    return ok ? TFM_OK : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+}
+
+/* ---- Encode, decode: the tokenizer_impl.h interface ------------------- */
+
+/* SentencePieceProcessor::PopulateSentencePieceText: unknown pieces become
+ * their bytes with byte fallback (the last byte covers the character, the
+ * others nothing), or a run of them one unknown token without it. */
+static tfm_status spm_encode(const void *model, const char *text, size_t len,
+                             int64_t base, tfm__token_list *out)
+{
+    const spm *m = model;
+    if (len > (size_t)INT32_MAX / 4)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "text of %zu bytes is too long for SentencePiece "
+                         "(at most %d)", len, INT32_MAX / 4);
+    tfm__bytes norm = { 0 };
+    spm_offsets o = { 0 };
+    spm_segs segs = { 0 };
+    tfm_status st = normalize(m, (const unsigned char *)text, len, &norm, &o);
+    if (st == TFM_OK && norm.n > 0) {
+        if (m->f.model_type == TFM__SPM_BPE)
+            st = encode_bpe(m, norm.data, norm.n, &segs);
+        else
+            st = encode_unigram(m, norm.data, norm.n, &segs);
+    }
+    int prev_unk = 0;
+    int64_t last_unk = -1;
+    for (size_t i = 0; st == TFM_OK && i < segs.n; i++) {
+        const spm_seg *g = &segs.v[i];
+        int32_t id = g->id;
+        int type = m->f.types[id];
+        int is_unk = type == TFM__SPM_UNKNOWN;
+        int64_t b = base + (int64_t)o.v[g->begin];
+        int64_t e = base + (int64_t)o.v[g->begin + g->len];
+        if (type == TFM__SPM_CONTROL) {
+            st = tfm__token_list_push(out, id, b, b);
+        } else if (is_unk && m->f.byte_fallback) {
+            for (uint32_t k = 0; st == TFM_OK && k < g->len; k++) {
+                unsigned char c = (unsigned char)norm.data[g->begin + k];
+                st = tfm__token_list_push(out, m->byte_id[c], b,
+                                          k + 1 == g->len ? e : b);
+            }
+        } else if (is_unk && prev_unk) {
+            out->offsets[2 * last_unk + 1] = e;
+        } else {
+            st = tfm__token_list_push(out, id, b, e);
+            if (is_unk)
+                last_unk = out->n - 1;
+        }
+        prev_unk = is_unk;
+    }
+    tfm__free(norm.data);
+    tfm__free(o.v);
+    tfm__free(segs.v);
+    return st;
+}
+
+/* Bytes of byte pieces: each UTF-8 character as is, each malformed byte
+ * U+FFFD. */
+static tfm_status flush_bytes(const unsigned char *b, size_t n,
+                              tfm__bytes *out)
+{
+    tfm_status st = TFM_OK;
+    for (size_t i = 0; st == TFM_OK && i < n;) {
+        uint32_t cp;
+        size_t k = 1;
+        if (b[i] >= 0x80 && tfm__utf8_decode(b + i, n - i, &cp, &k) != NULL) {
+            st = tfm__bytes_append(out, REPLACEMENT, 3);
+            i++;
+            continue;
+        }
+        st = tfm__bytes_append(out, (const char *)b + i, k);
+        i += k;
+    }
+    return st;
+}
+
+/* SentencePieceProcessor::Decode: control pieces are empty, <unk> is the
+ * unknown surface, byte pieces are gathered into UTF-8, U+2581 is a space,
+ * and at the start one leading U+2581 is dropped (with add_dummy_prefix;
+ * every leading one with remove_extra_whitespaces). */
+static tfm_status spm_decode(const void *model, const int32_t *ids,
+                             int64_t n, tfm__bytes *out)
+{
+    const spm *m = model;
+    size_t start = out->n;
+    unsigned char *bytes = tfm__malloc((size_t)(n ? n : 1));
+    if (!bytes)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    size_t n_bytes = 0;
+    int is_bos_ws = 1, bos_ws_seen = 0;
+    tfm_status st = TFM_OK;
+    for (int64_t i = 0; st == TFM_OK && i < n; i++) {
+        int32_t id = ids[i];
+        int type = m->f.types[id];
+        if (type == TFM__SPM_BYTE) {
+            unsigned v = 0;
+            const char *p = m->f.vocab.tokens[id];
+            for (int k = 3; k < 5; k++)
+                v = v * 16 + (unsigned)(p[k] <= '9' ? p[k] - '0'
+                                                    : p[k] - 'A' + 10);
+            bytes[n_bytes++] = (unsigned char)v;
+            continue;
+        }
+        st = flush_bytes(bytes, n_bytes, out);
+        n_bytes = 0;
+        if (bos_ws_seen || out->n > start)
+            is_bos_ws = 0;
+        bos_ws_seen = 0;
+        if (st != TFM_OK || type == TFM__SPM_CONTROL)
+            continue;
+        if (type == TFM__SPM_UNKNOWN) {
+            if (m->f.unk_surface)
+                st = tfm__bytes_append(out, m->f.unk_surface,
+                                       m->f.unk_surface_len);
+            else
+                st = tfm__bytes_append(out, UNK_SURFACE,
+                                       sizeof UNK_SURFACE - 1);
+            continue;
+        }
+        const char *p = m->f.vocab.tokens[id];
+        size_t len = m->f.vocab.lengths[id];
+        if (is_bos_ws &&
+            (m->f.add_dummy_prefix || m->f.remove_extra_whitespaces) &&
+            len >= 3 && memcmp(p, SPACE_SYMBOL, 3) == 0) {
+            p += 3;
+            len -= 3;
+            bos_ws_seen = !m->f.remove_extra_whitespaces;
+        }
+        size_t run = 0;
+        for (size_t k = 0; st == TFM_OK && k <= len; k++) {
+            if (k == len || (k + 3 <= len && memcmp(p + k, SPACE_SYMBOL, 3) == 0)) {
+                st = tfm__bytes_append(out, p + run, k - run);
+                if (st == TFM_OK && k < len)
+                    st = tfm__bytes_append(out, " ", 1);
+                k += 2;
+                run = k + 1;
+            }
+        }
+    }
+    if (st == TFM_OK)
+        st = flush_bytes(bytes, n_bytes, out);
+    tfm__free(bytes);
+    return st;
+}
+
+static const tfm__vocab *spm_vocab(const void *model)
+{
+    return &((const spm *)model)->f.vocab;
+}
+
+static void spm_free(void *model)
+{
+    spm *m = model;
+    if (!m)
+        return;
+    tfm__spm_file_free(&m->f);
+    trie_free(&m->pieces);
+    trie_free(&m->user);
+    tfm__free(m->units);
+    tfm__free(m);
+}
+
+static const tfm__tokenizer_ops SPM_OPS = {
+    TFM_TOKENIZER_SENTENCEPIECE, spm_free, spm_encode, spm_decode, spm_vocab,
+};
+
+/* "<0xNN>" (upper-case hex, as ByteToPiece) -> NN, else -1. */
+static int piece_byte(const char *p, size_t len)
+{
+    if (len != 6 || memcmp(p, "<0x", 3) != 0 || p[5] != '>')
+        return -1;
+    int v = 0;
+    for (int k = 3; k < 5; k++) {
+        char c = p[k];
+        if (c >= '0' && c <= '9')
+            v = v * 16 + (c - '0');
+        else if (c >= 'A' && c <= 'F')
+            v = v * 16 + (c - 'A' + 10);
+        else
+            return -1;
+    }
+    return v;
+}
+
+/* ModelInterface::InitializePieces' checks, the charsmap, the tries. */
+static tfm_status spm_setup(spm *m, const char *path)
+{
+    tfm__spm_file *f = &m->f;
+    if (f->model_type == TFM__SPM_WORD || f->model_type == TFM__SPM_CHAR)
+        return tfm__fail(TFM_ERR_UNSUPPORTED, "%.200s: a SentencePiece %s "
+                         "model (only unigram and BPE are supported)", path,
+                         f->model_type == TFM__SPM_WORD ? "WORD" : "CHAR");
+    if (f->model_type != TFM__SPM_UNIGRAM && f->model_type != TFM__SPM_BPE)
+        return tfm__fail(TFM_ERR_FORMAT, "%.200s: unknown model_type %d",
+                         path, f->model_type);
+    if (f->has_denormalizer)
+        return tfm__fail(TFM_ERR_UNSUPPORTED, "%.200s: a denormalizer_spec "
+                         "with rules is not supported", path);
+    m->unk = -1;
+    for (int b = 0; b < 256; b++)
+        m->byte_id[b] = -1;
+    m->min_score = FLT_MAX;
+    m->max_score = FLT_MIN;
+    for (int64_t i = 0; i < f->vocab.size; i++) {
+        int type = f->types[i];
+        const char *p = f->vocab.tokens[i];
+        if (type == TFM__SPM_UNKNOWN) {
+            if (m->unk >= 0)
+                return tfm__fail(TFM_ERR_FORMAT, "%.200s: two unknown pieces "
+                                 "(%d and %lld)", path, m->unk, (long long)i);
+            m->unk = (int32_t)i;
+        } else if (type == TFM__SPM_BYTE) {
+            if (!f->byte_fallback)
+                return tfm__fail(TFM_ERR_FORMAT, "%.200s: byte piece \"%.20s\" "
+                                 "although byte_fallback is false", path, p);
+            int b = piece_byte(p, f->vocab.lengths[i]);
+            if (b < 0)
+                return tfm__fail(TFM_ERR_FORMAT, "%.200s: byte piece \"%.20s\" "
+                                 "is not <0xNN>", path, p);
+            m->byte_id[b] = (int32_t)i;
+        } else if (type == TFM__SPM_NORMAL) {
+            if (f->scores[i] < m->min_score)
+                m->min_score = f->scores[i];
+            if (f->scores[i] > m->max_score)
+                m->max_score = f->scores[i];
+        }
+        m->has_unused |= type == TFM__SPM_UNUSED;
+        m->has_user |= type == TFM__SPM_USER_DEFINED;
+    }
+    if (m->unk < 0)
+        return tfm__fail(TFM_ERR_FORMAT, "%.200s: no unknown piece (type "
+                         "UNKNOWN, usually <unk>)", path);
+    if (f->byte_fallback)
+        for (int b = 0; b < 256; b++)
+            if (m->byte_id[b] < 0)
+                return tfm__fail(TFM_ERR_FORMAT, "%.200s: byte_fallback is "
+                                 "true but there is no piece <0x%02X>", path,
+                                 b);
+    if (f->charsmap) {
+        uint32_t trie_size = 0;
+        if (f->charsmap_len > 4)
+            trie_size = (uint32_t)((unsigned char)f->charsmap[0] |
+                                   (unsigned char)f->charsmap[1] << 8 |
+                                   (unsigned char)f->charsmap[2] << 16 |
+                                   (uint32_t)(unsigned char)f->charsmap[3] << 24);
+        if (f->charsmap_len <= 4 || trie_size < 4 || trie_size % 4 ||
+            trie_size > f->charsmap_len - 4)
+            return tfm__fail(TFM_ERR_FORMAT, "%.200s: the normalizer's "
+                             "precompiled_charsmap is broken", path);
+        m->n_units = trie_size / 4;
+        m->units = tfm__malloc(trie_size);
+        if (!m->units)
+            return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+        for (size_t u = 0; u < m->n_units; u++) {
+            const unsigned char *q =
+                (const unsigned char *)f->charsmap + 4 + 4 * u;
+            m->units[u] = (uint32_t)q[0] | (uint32_t)q[1] << 8 |
+                          (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
+        }
+        m->norm = f->charsmap + 4 + trie_size;
+        m->norm_len = f->charsmap_len - 4 - trie_size;
+    }
+    tfm_status st = trie_build(&m->pieces, f, keep_pieces);
+    if (st == TFM_OK && m->has_user)
+        st = trie_build(&m->user, f, keep_user);
+    return st;
+}
+
+tfm_status tfm__spm_load(const char *path, tfm_tokenizer **out)
+{
+    char *data;
+    size_t len;
+    tfm_status st = tfm__read_file(path, &data, &len);
+    if (st != TFM_OK)
+        return st;
+    spm *m = tfm__calloc(1, sizeof *m);
+    if (!m) {
+        tfm__free(data);
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    st = tfm__spm_file_read((const unsigned char *)data, len, path, &m->f);
+    tfm__free(data);
+    if (st == TFM_OK)
+        st = spm_setup(m, path);
+    if (st != TFM_OK) {
+        spm_free(m);
+        return st;
+    }
+    const tfm__spm_file *f = &m->f;
+    int64_t size = f->vocab.size;
+    int bpe = f->model_type == TFM__SPM_BPE;
+    int32_t unk = m->unk;
+    tfm_tokenizer *t;
+    st = tfm__tokenizer_wrap(&SPM_OPS, m, &t);  /* m is t's from here */
+    if (st != TFM_OK)
+        return st;
+    /* Control and unknown pieces are special; the trainer's ids give the
+     * roles (sentencepiece's bos_id() and so on). */
+    for (int64_t i = 0; st == TFM_OK && i < size; i++) {
+        int type = f->types[i];
+        if (type != TFM__SPM_CONTROL && type != TFM__SPM_UNKNOWN)
+            continue;
+        int role = -1;
+        if (i == unk)
+            role = TFM__ROLE_UNK;
+        else if (i == f->bos_id)
+            role = TFM__ROLE_BOS;
+        else if (i == f->eos_id)
+            role = TFM__ROLE_EOS;
+        else if (i == f->pad_id)
+            role = TFM__ROLE_PAD;
+        st = tfm__tokenizer_add_special(t, (int32_t)i, NULL, 0, role);
+    }
+    t->framing = bpe ? TFM__FRAME_BOS : TFM__FRAME_EOS;
+    if (st != TFM_OK) {
+        tfm_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return TFM_OK;
+}
