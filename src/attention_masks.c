@@ -6,6 +6,7 @@
 #include "attention_masks.h"
 #include "error.h"
 #include "tensor_impl.h"
+#include "workspace.h"
 
 static int valid_kind(tfm_mask_kind k)
 {
@@ -73,3 +74,77 @@ tfm_status tfm__masks_resolve(const tfm_attention_masks *pub, int64_t batch,
     return TFM_OK;
 }
 
+
+/* ---- Padding for extra keys (add_bias_kv, add_zero_attn) -------------- */
+
+/* The value of a mask of this kind that leaves a key visible / hides it. */
+static float visible_value(tfm_mask_kind k)
+{
+    return k == TFM_MASK_ALLOW ? 1.0f : 0.0f;
+}
+
+static float hidden_value(tfm_mask_kind k)
+{
+    return k == TFM_MASK_ALLOW ? 0.0f
+           : k == TFM_MASK_BLOCK ? 1.0f : -INFINITY;
+}
+
+tfm_status tfm__masks_pad(const tfm__masks *in, int64_t B, int64_t H,
+                          int64_t L, int64_t S, int64_t extra,
+                          tfm__masks *out)
+{
+    const int64_t S2 = S + extra;
+    tfm__masks m = *in;
+    m.causal = TFM_CAUSAL_NONE;
+    if (in->key_padding) {
+        /* pad [B, S] -> [B, S + extra] */
+        float *kp = tfm__ws_floats((size_t)(B * S2));
+        if (!kp)
+            return TFM_ERR_OUT_OF_MEMORY;
+        const float vis = visible_value(in->key_padding_kind);
+        for (int64_t b = 0; b < B; b++) {
+            memcpy(kp + b * S2, in->key_padding + b * S,
+                   (size_t)S * sizeof(float));
+            for (int64_t j = S; j < S2; j++)
+                kp[b * S2 + j] = vis;
+        }
+        m.key_padding = kp;
+    }
+    if (in->attn || in->causal != TFM_CAUSAL_NONE) {
+        /* [Bm, Hm, L, S] -> [Bm, Hm, L, S + extra]; a causal mode alone
+         * becomes a BLOCK mask [L, S + extra]. */
+        const int64_t Bm = in->attn && in->attn_batch_stride ? B : 1;
+        const int64_t Hm = in->attn && in->attn_head_stride ? H : 1;
+        const tfm_mask_kind kind = in->attn ? in->attn_kind : TFM_MASK_BLOCK;
+        float *am = tfm__ws_floats((size_t)(Bm * Hm * L * S2));
+        if (!am)
+            return TFM_ERR_OUT_OF_MEMORY;
+        const int64_t offset = in->causal == TFM_CAUSAL_BOTTOM_RIGHT ? S - L
+                                                                     : 0;
+        const float vis = visible_value(kind), hid = hidden_value(kind);
+        for (int64_t b = 0; b < Bm; b++)
+            for (int64_t h = 0; h < Hm; h++)
+                for (int64_t i = 0; i < L; i++) {
+                    float *row = am + ((b * Hm + h) * L + i) * S2;
+                    if (in->attn)
+                        memcpy(row, in->attn + b * in->attn_batch_stride +
+                                        h * in->attn_head_stride + i * S,
+                               (size_t)S * sizeof(float));
+                    else
+                        for (int64_t j = 0; j < S; j++)
+                            row[j] = vis;
+                    if (in->causal != TFM_CAUSAL_NONE)
+                        for (int64_t j = i + offset + 1; j < S; j++)
+                            if (j >= 0)
+                                row[j] = hid;
+                    for (int64_t j = S; j < S2; j++)
+                        row[j] = vis;
+                }
+        m.attn = am;
+        m.attn_kind = kind;
+        m.attn_batch_stride = Bm > 1 ? Hm * L * S2 : 0;
+        m.attn_head_stride = Hm > 1 ? L * S2 : 0;
+    }
+    *out = m;
+    return TFM_OK;
+}

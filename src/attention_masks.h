@@ -26,6 +26,19 @@ tfm_status tfm__masks_resolve(const tfm_attention_masks *pub, int64_t batch,
                               int64_t heads, int64_t L, int64_t S,
                               const char *what, tfm__masks *out);
 
+/* The masks of a call whose S keys are followed by `extra` keys that
+ * every query sees, as PyTorch pads attn_mask and key_padding_mask with
+ * zeros for add_bias_kv and add_zero_attn (F.multi_head_attention_forward,
+ * 1.13): *out describes S + extra keys, in copies from the thread's
+ * workspace ([B, S + extra] padding; attention mask [Bm, Hm, L, S + extra]
+ * with in's broadcast axes kept); a causal mode becomes part of the
+ * attention mask (hiding key j < S from query i when j > i + offset) and
+ * out->causal is TFM_CAUSAL_NONE.  in is not changed; out may not be in.
+ * Returns TFM_OK or TFM_ERR_OUT_OF_MEMORY (message not set). */
+tfm_status tfm__masks_pad(const tfm__masks *in, int64_t B, int64_t H,
+                          int64_t L, int64_t S, int64_t extra,
+                          tfm__masks *out);
+
 /* One mask value m applied to logit x (attention.h: tfm_mask_kind):
  * BLOCK hides the key when m != 0, ALLOW when m == 0, ADDITIVE returns
  * x + m (and -inf, not x - inf, when m is -inf). */

@@ -8,6 +8,7 @@
 #include "error.h"
 #include "gemm.h"
 #include "mha.h"
+#include "mha_extra_kv.h"
 #include "parallel.h"
 #include "tensor_impl.h"
 #include "workspace.h"
@@ -46,10 +47,19 @@ tfm_status tfm__mha_new(int64_t d_model, int64_t n_heads, int64_t kdim,
     return tfm__mha_new_ex(d_model, n_heads, kdim, vdim, bias, NULL, out);
 }
 
-tfm_status tfm__mha_new_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
-                           int64_t vdim, int bias,
-                           const tfm_attention_config *config,
-                           tfm__mha **out)
+/* A variant that gives key rows positions (RoPE, a relative term, a
+ * sparse pattern), where PyTorch's extra and static rows have none. */
+static int positional(const tfm_attention_config *c)
+{
+    return c->rope != TFM_ROPE_NONE || c->relative != TFM_RELATIVE_NONE ||
+           c->sparsity != TFM_SPARSE_NONE;
+}
+
+/* tfm__mha_new_ex with add_bias_kv / add_zero_attn (tfm_mha_options). */
+static tfm_status mha_new(int64_t d_model, int64_t n_heads, int64_t kdim,
+                          int64_t vdim, int bias,
+                          const tfm_attention_config *config, int bias_kv,
+                          int zero_attn, tfm__mha **out)
 {
     if (kdim == 0)
         kdim = d_model;
@@ -72,6 +82,11 @@ tfm_status tfm__mha_new_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
     tfm_status st = tfm__variant_init(&var, config, n_heads, dk, dk);
     if (st != TFM_OK)
         return st;
+    if ((bias_kv || zero_attn) && positional(&var.config))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "add_bias_kv and add_zero_attn need a variant "
+                         "without positions (RoPE, relative term, sparse "
+                         "pattern): their extra key rows have none");
     tfm__mha *m = (tfm__mha *)tfm__module_alloc(sizeof *m, TFM_MODULE_MHA,
                                                 &mha_ops);
     if (!m)
@@ -89,7 +104,7 @@ tfm_status tfm__mha_new_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
     const int64_t d = d_model, kv = var.n_kv_heads * dk;
     m->kv_dim = kv;
     float *in_proj = NULL, *in_bias = NULL;
-    tfm__param_spec specs[6 + TFM__VARIANT_MAX_SPECS];
+    tfm__param_spec specs[8 + TFM__VARIANT_MAX_SPECS];
     int n = 0;
     int packed = kdim == d && vdim == d;
     if (packed) {
@@ -109,6 +124,14 @@ tfm_status tfm__mha_new_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
     if (m->bias)
         specs[n++] = (tfm__param_spec){ "in_proj_bias", 1, { d + 2 * kv },
                                         &in_bias, .init = TFM__INIT_ZERO };
+    if (bias_kv) {
+        /* nn.MultiheadAttention: xavier_normal_ on [1, 1, E] */
+        specs[n++] = (tfm__param_spec){ "bias_k", 3, { 1, 1, kv }, &m->bias_k,
+                                        .init = TFM__INIT_XAVIER_NORMAL };
+        specs[n++] = (tfm__param_spec){ "bias_v", 3, { 1, 1, kv }, &m->bias_v,
+                                        .init = TFM__INIT_XAVIER_NORMAL };
+    }
+    m->add_zero_attn = zero_attn != 0;
     specs[n++] = (tfm__param_spec){ "out_proj.weight", 2, { d, d }, &m->w_o,
                                     .init = TFM__INIT_LINEAR };
     if (m->bias)
@@ -137,6 +160,60 @@ tfm_status tfm__mha_new_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
     return TFM_OK;
 }
 
+tfm_status tfm__mha_new_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
+                           int64_t vdim, int bias,
+                           const tfm_attention_config *config,
+                           tfm__mha **out)
+{
+    return mha_new(d_model, n_heads, kdim, vdim, bias, config, 0, 0, out);
+}
+
+void tfm_mha_options_init(tfm_mha_options *options)
+{
+    if (!options)
+        return;
+    memset(options, 0, sizeof *options);
+    options->struct_size = sizeof *options;
+    options->bias = 1;
+}
+
+/* The smallest struct_size a caller may pass: struct_size itself. */
+#define MHA_OPTIONS_MIN_SIZE sizeof(size_t)
+
+tfm_status tfm__mha_new_v2(int64_t d_model, int64_t n_heads,
+                           const tfm_mha_options *options, tfm__mha **out)
+{
+    tfm_mha_options o;
+    tfm_mha_options_init(&o);
+    if (options) {
+        if (options->struct_size < MHA_OPTIONS_MIN_SIZE)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "options->struct_size (%zu) is too small: set "
+                             "it with tfm_mha_options_init",
+                             options->struct_size);
+        /* The members the caller has (whole members only: a newer library
+         * takes its defaults for the rest). */
+        size_t n = options->struct_size < sizeof o ? options->struct_size
+                                                   : sizeof o;
+        memcpy(&o, options, n);
+        o.struct_size = sizeof o;
+    }
+    return mha_new(d_model, n_heads, o.kdim, o.vdim, o.bias, o.attention,
+                   o.add_bias_kv != 0, o.add_zero_attn != 0, out);
+}
+
+tfm_status tfm_mha_create_v2(int64_t d_model, int64_t n_heads,
+                             const tfm_mha_options *options, tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm__mha *m = NULL;
+    tfm_status st = tfm__mha_new_v2(d_model, n_heads, options, &m);
+    if (st == TFM_OK)
+        *out = &m->base;
+    return st;
+}
+
 tfm_status tfm_mha_create(int64_t d_model, int64_t n_heads, int64_t kdim,
                           int64_t vdim, int bias, tfm_module **out)
 {
@@ -159,22 +236,34 @@ tfm_status tfm_mha_create_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
 }
 
 /* The attention part, with the variant, on projected q [B, L, d] (row
- * stride ldq) and k, v [B, S, kv_dim] (row stride ldkv), all scratch that
- * RoPE may rotate in place (key rows below k_rotated already are):
- * ctx [B, L, d] receives the heads' outputs side by side.  Fails like
+ * stride ldq) and the keys and values k, v (operands [B, H_kv, S, d_k]),
+ * all scratch that RoPE may rotate in place (key rows below k_rotated
+ * already are): ctx [B, L, d] receives the heads' outputs side by side.
+ * The module's extra rows (add_bias_kv, add_zero_attn) are appended here,
+ * so that weights has S + tfm__mha_extra_rows(m) columns.  Fails like
  * tfm__attend. */
 static tfm_status mha_attend(const tfm__mha *m, float *q, int64_t ldq,
-                             float *k, const float *v, int64_t ldkv,
-                             int64_t k_rotated, int64_t B, int64_t L,
-                             int64_t S, const tfm__masks *masks, float *ctx,
+                             tfm__heads k, tfm__heads v, int64_t k_rotated,
+                             int64_t B, int64_t L, int64_t S,
+                             const tfm__masks *masks, float *ctx,
                              float *weights, int average)
 {
+    tfm__masks padded;
+    if (tfm__mha_extra_rows(m) > 0) {
+        /* (scratch of the caller's workspace mark) */
+        tfm_status st = tfm__mha_extra_kv(m, &k, &v, B, L, S, masks, &k, &v,
+                                          &padded);
+        if (st != TFM_OK)
+            return st;
+        masks = &padded;
+        S += tfm__mha_extra_rows(m);
+    }
     /* Heads side by side in each row: head h is columns h d_k .. */
     const int64_t d = m->d_model, dk = m->d_k;
     const tfm__attention_args args = {
         .q = { q, L * ldq, dk, ldq },
-        .k = { k, S * ldkv, dk, ldkv },
-        .v = { (float *)v, S * ldkv, dk, ldkv },
+        .k = k,
+        .v = v,
         .out = { ctx, L * d, dk, d },
         .B = B, .L = L, .S = S, .masks = masks,
         .weights = weights, .average = average,
@@ -183,40 +272,74 @@ static tfm_status mha_attend(const tfm__mha *m, float *q, int64_t ldq,
     return tfm__attend(&m->var, &args);
 }
 
+/* The keys or values of rows [B, S, ld] (head h: columns h d_k ..). */
+static tfm__heads rows_heads(const tfm__mha *m, float *x, int64_t S,
+                             int64_t ld)
+{
+    return (tfm__heads){ x, S * ld, m->d_k, ld };
+}
+
+/* A caller's static keys or values [B, H_kv, S, d_k] (only read: static
+ * rows are refused with RoPE, the one variant that writes keys). */
+static tfm__heads static_heads(const tfm__mha *m, const float *x, int64_t S)
+{
+    const int64_t dk = m->d_k, hkv = m->kv_dim / dk;
+    return (tfm__heads){ (float *)x, hkv * S * dk, S * dk, dk };
+}
+
 tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                         const float *key, const float *value, int64_t B,
                         int64_t L, int64_t S, const tfm__masks *masks,
                         float *out, float *weights, int average)
 {
+    return tfm__mha_run_static(m, query, key, value, NULL, NULL, B, L, S,
+                               masks, out, weights, average);
+}
+
+tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
+                               const float *key, const float *value,
+                               const float *static_k, const float *static_v,
+                               int64_t B, int64_t L, int64_t S,
+                               const tfm__masks *masks, float *out,
+                               float *weights, int average)
+{
     const int64_t d = m->d_model, kv = m->kv_dim;
+    const int proj_k = !static_k, proj_v = !static_v;
     /* Self-attention (the same rows for query, key and value) with packed
      * weights: one product x [W_q; W_k; W_v]^T gives q, k and v side by
      * side in rows of d + 2 kv_dim. */
-    const int fused = query == key && key == value && L == S && m->packed;
+    const int fused = proj_k && proj_v && query == key && key == value &&
+                      L == S && m->packed;
     /* q [B, L, d] (row stride ld), k and v [B, S, kv_dim] (row stride
      * ldkv), ctx [B, L, d]: the heads' outputs side by side. */
     tfm__ws_mark mark = tfm__ws_save();
     float *q, *k = NULL, *v = NULL;
     int64_t ld = d, ldkv = kv;
+    int ok;
     if (fused) {
         q = tfm__ws_floats((size_t)(B * L * (d + 2 * kv)));
         /* (no offset from a NULL q: that is undefined behaviour) */
         k = q ? q + d : NULL;
         v = q ? q + d + kv : NULL;
         ld = ldkv = d + 2 * kv;
-    } else if (key == value && m->packed) {
+        ok = q != NULL;
+    } else if (proj_k && proj_v && key == value && m->packed) {
         /* Cross-attention (keys and values from the same memory): one
          * product memory [W_k; W_v]^T gives k and v side by side. */
         q = tfm__ws_floats((size_t)(B * L * d));
         k = q ? tfm__ws_floats((size_t)(B * S * 2 * kv)) : NULL;
         v = k ? k + kv : NULL;
         ldkv = 2 * kv;
+        ok = k != NULL;
     } else {
         q = tfm__ws_floats((size_t)(B * L * d));
-        k = q ? tfm__ws_floats((size_t)(B * S * kv)) : NULL;
-        v = k ? tfm__ws_floats((size_t)(B * S * kv)) : NULL;
+        ok = q != NULL;
+        if (ok && proj_k)
+            ok = (k = tfm__ws_floats((size_t)(B * S * kv))) != NULL;
+        if (ok && proj_v)
+            ok = (v = tfm__ws_floats((size_t)(B * S * kv))) != NULL;
     }
-    float *ctx = q && v ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
+    float *ctx = ok ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
     if (!ctx) {
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;
@@ -230,12 +353,18 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                              2 * kv);
     } else {
         tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
-        tfm__linear_parallel(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k, kv,
-                             k, kv);
-        tfm__linear_parallel(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v,
-                             kv, v, kv);
+        if (proj_k)
+            tfm__linear_parallel(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k,
+                                 kv, k, kv);
+        if (proj_v)
+            tfm__linear_parallel(value, m->vdim, B * S, m->vdim, m->w_v,
+                                 m->b_v, kv, v, kv);
     }
-    tfm_status st = mha_attend(m, q, ld, k, v, ldkv, 0, B, L, S, masks, ctx,
+    const tfm__heads kh = proj_k ? rows_heads(m, k, S, ldkv)
+                                 : static_heads(m, static_k, S);
+    const tfm__heads vh = proj_v ? rows_heads(m, v, S, ldkv)
+                                 : static_heads(m, static_v, S);
+    tfm_status st = mha_attend(m, q, ld, kh, vh, 0, B, L, S, masks, ctx,
                                weights, average);
     if (st == TFM_OK)
         tfm__linear_parallel(ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
@@ -269,28 +398,34 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
                (size_t)kv * sizeof(float));
     }
     const tfm__masks causal = { .causal = TFM_CAUSAL_BOTTOM_RIGHT };
-    tfm_status st = mha_attend(m, qkv, w, k_cache, v_cache, kv, past, 1, n,
-                               S, &causal, ctx, NULL, 0);
+    tfm_status st = mha_attend(m, qkv, w, rows_heads(m, k_cache, S, kv),
+                               rows_heads(m, v_cache, S, kv), past, 1, n, S,
+                               &causal, ctx, NULL, 0);
     if (st == TFM_OK)
         tfm__linear_parallel(ctx, d, n, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);
     return st;
 }
 
-tfm_status tfm_mha_forward(const tfm_module *mha, const tfm_tensor *query,
-                           const tfm_tensor *key, const tfm_tensor *value,
-                           const tfm_attention_masks *masks, tfm_tensor *out,
-                           tfm_tensor *weights)
+/* The checks and the run of tfm_mha_forward (static_k, static_v NULL) and
+ * tfm_mha_forward_v2; `what` names the function in messages. */
+static tfm_status mha_forward(const char *what, const tfm_module *mha,
+                              const tfm_tensor *query, const tfm_tensor *key,
+                              const tfm_tensor *value,
+                              const tfm_tensor *static_k,
+                              const tfm_tensor *static_v,
+                              const tfm_attention_masks *masks,
+                              tfm_tensor *out, tfm_tensor *weights)
 {
     TFM__PLAN_PIN();
     tfm_status st = tfm__module_check(mha, TFM_MODULE_MHA, "mha");
     if (st != TFM_OK)
         return st;
     const tfm__mha *m = (const tfm__mha *)mha;
-    if (!query || !key || !value || !out)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "tfm_mha_forward: %s is NULL",
-                         !query ? "query" : !key ? "key"
-                         : !value ? "value" : "out");
+    if (!query || (!key && !static_k) || (!value && !static_v) || !out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s: %s is NULL", what,
+                         !query ? "query" : !key && !static_k ? "key"
+                         : !value && !static_v ? "value" : "out");
     if (query->rank != 3)
         return tfm__fail(TFM_ERR_SHAPE,
                          "query has rank %d, expected 3 [B, L, d_model]",
@@ -299,25 +434,57 @@ tfm_status tfm_mha_forward(const tfm_module *mha, const tfm_tensor *query,
     if (query->shape[2] != m->d_model)
         return tfm__fail(TFM_ERR_SHAPE, "query has %lld columns, expected %lld",
                          (long long)query->shape[2], (long long)m->d_model);
-    if (key->rank != 3)
-        return tfm__fail(TFM_ERR_SHAPE,
-                         "key has rank %d, expected 3 [B, S, kdim]", key->rank);
-    const int64_t S = key->shape[1];
-    if (key->shape[0] != B)
-        return tfm__fail(TFM_ERR_SHAPE, "key has batch %lld, expected %lld",
-                         (long long)key->shape[0], (long long)B);
-    if (key->shape[2] != m->kdim)
-        return tfm__fail(TFM_ERR_SHAPE, "key has %lld columns, expected %lld",
-                         (long long)key->shape[2], (long long)m->kdim);
-    const int64_t v_shape[3] = { B, S, m->vdim };
+    if ((static_k || static_v) &&
+        (m->bias_k || positional(&m->var.config)))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "%s: static_k / static_v cannot be used with "
+                         "add_bias_kv (as PyTorch) or with a variant with "
+                         "positions (RoPE, relative term, sparse pattern)",
+                         what);
+    /* S: the keys' rows (the static ones' when given) */
+    const tfm_tensor *first = static_k ? static_k : static_v ? static_v : key;
+    const int64_t hkv = m->kv_dim / m->d_k;
+    /* (a wrong rank is reported by the shape checks below) */
+    const int64_t S = first == key ? (key->rank == 3 ? key->shape[1] : 0)
+                                   : (first->rank == 4 ? first->shape[2] : 0);
+    if (static_k) {
+        const int64_t shape[4] = { B, hkv, S, m->d_k };
+        if ((st = tfm__check_shape(static_k, "static_k", 4, shape)) != TFM_OK)
+            return st;
+    } else {
+        if (key->rank != 3)
+            return tfm__fail(TFM_ERR_SHAPE,
+                             "key has rank %d, expected 3 [B, S, kdim]",
+                             key->rank);
+        if (key->shape[0] != B)
+            return tfm__fail(TFM_ERR_SHAPE, "key has batch %lld, expected %lld",
+                             (long long)key->shape[0], (long long)B);
+        if (key->shape[1] != S)
+            return tfm__fail(TFM_ERR_SHAPE, "key has %lld rows, expected %lld",
+                             (long long)key->shape[1], (long long)S);
+        if (key->shape[2] != m->kdim)
+            return tfm__fail(TFM_ERR_SHAPE,
+                             "key has %lld columns, expected %lld",
+                             (long long)key->shape[2], (long long)m->kdim);
+    }
+    if (static_v) {
+        const int64_t shape[4] = { B, hkv, S, m->d_k };
+        if ((st = tfm__check_shape(static_v, "static_v", 4, shape)) != TFM_OK)
+            return st;
+    } else {
+        const int64_t v_shape[3] = { B, S, m->vdim };
+        if ((st = tfm__check_shape(value, "value", 3, v_shape)) != TFM_OK)
+            return st;
+    }
     const int64_t o_shape[3] = { B, L, m->d_model };
-    if ((st = tfm__check_shape(value, "value", 3, v_shape)) != TFM_OK ||
-        (st = tfm__check_shape(out, "out", 3, o_shape)) != TFM_OK)
+    if ((st = tfm__check_shape(out, "out", 3, o_shape)) != TFM_OK)
         return st;
     int average = 0;
     if (weights) {
-        const int64_t w4[4] = { B, m->n_heads, L, S };
-        const int64_t w3[3] = { B, L, S };
+        /* the keys attended: S, then the extra rows */
+        const int64_t S2 = S + tfm__mha_extra_rows(m);
+        const int64_t w4[4] = { B, m->n_heads, L, S2 };
+        const int64_t w3[3] = { B, L, S2 };
         if (weights->rank == 3) {
             average = 1;
             st = tfm__check_shape(weights, "weights", 3, w3);
@@ -332,9 +499,32 @@ tfm_status tfm_mha_forward(const tfm_module *mha, const tfm_tensor *query,
             return st;
     }
     tfm__masks mk;
-    st = tfm__masks_resolve(masks, B, m->n_heads, L, S, "tfm_mha_forward", &mk);
+    st = tfm__masks_resolve(masks, B, m->n_heads, L, S, what, &mk);
     if (st != TFM_OK)
         return st;
-    return tfm__mha_run(m, query->data, key->data, value->data, B, L, S, &mk,
-                        out->data, weights ? weights->data : NULL, average);
+    return tfm__mha_run_static(
+        m, query->data, static_k ? NULL : key->data,
+        static_v ? NULL : value->data, static_k ? static_k->data : NULL,
+        static_v ? static_v->data : NULL, B, L, S, &mk, out->data,
+        weights ? weights->data : NULL, average);
+}
+
+tfm_status tfm_mha_forward(const tfm_module *mha, const tfm_tensor *query,
+                           const tfm_tensor *key, const tfm_tensor *value,
+                           const tfm_attention_masks *masks, tfm_tensor *out,
+                           tfm_tensor *weights)
+{
+    return mha_forward("tfm_mha_forward", mha, query, key, value, NULL, NULL,
+                       masks, out, weights);
+}
+
+tfm_status tfm_mha_forward_v2(const tfm_module *mha, const tfm_tensor *query,
+                              const tfm_tensor *key, const tfm_tensor *value,
+                              const tfm_tensor *static_k,
+                              const tfm_tensor *static_v,
+                              const tfm_attention_masks *masks,
+                              tfm_tensor *out, tfm_tensor *weights)
+{
+    return mha_forward("tfm_mha_forward_v2", mha, query, key, value,
+                       static_k, static_v, masks, out, weights);
 }

@@ -18,6 +18,10 @@ typedef struct tfm__mha {
     float *w_o, *b_o;           /* [d, d], [d] or NULL */
     tfm__variant var;           /* attention variant (variants.h) */
     tfm__linear_module *out_proj; /* sub-module: a view over w_o, b_o */
+    /* PyTorch's add_bias_kv / add_zero_attn (mha_extra_kv.h): rows
+     * appended to the keys and values of every call. */
+    float *bias_k, *bias_v;     /* [kv_dim] each, or NULL */
+    int add_zero_attn;
 } tfm__mha;
 
 /* Creates the module (attention.h: tfm_mha_create). */
@@ -32,6 +36,11 @@ tfm_status tfm__mha_new_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
                            const tfm_attention_config *config,
                            tfm__mha **out);
 
+/* The same with tfm_mha_options (attention.h: tfm_mha_create_v2), read
+ * and checked here; options NULL = the defaults. */
+tfm_status tfm__mha_new_v2(int64_t d_model, int64_t n_heads,
+                           const tfm_mha_options *options, tfm__mha **out);
+
 /* Forward on raw row-major arrays: query [B, L, d], key [B, S, kdim],
  * value [B, S, vdim] -> out [B, L, d] (out may alias query).  masks are
  * validated.  weights: NULL, or per head [B, H, L, S] (average 0), or
@@ -43,6 +52,19 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                         const float *key, const float *value, int64_t B,
                         int64_t L, int64_t S, const tfm__masks *masks,
                         float *out, float *weights, int average);
+
+/* tfm__mha_run with F.multi_head_attention_forward's static_k / static_v
+ * (attention.h: tfm_mha_forward_v2): NULL, or [B, H_kv, S, d_k] keys /
+ * values used instead of projecting key / value (which are then not
+ * read).  With the module's extra rows (add_bias_kv, add_zero_attn)
+ * weights has S + tfm__mha_extra_rows(m) columns; masks are over the S
+ * keys.  Fails as tfm__mha_run. */
+tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
+                               const float *key, const float *value,
+                               const float *static_k, const float *static_v,
+                               int64_t B, int64_t L, int64_t S,
+                               const tfm__masks *masks, float *out,
+                               float *weights, int average);
 
 /* Self-attention of n new positions x [n, d] (batch 1) over a KV cache:
  * their keys (rotated for their positions under RoPE) and values are

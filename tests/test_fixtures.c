@@ -324,8 +324,23 @@ static int create_module(fixture *fx, const char *kind)
         TRY(meta_i64_or(fx, "kdim", 0, &kdim));
         TRY(meta_i64_or(fx, "vdim", 0, &vdim));
         TRY(meta_i64_or(fx, "bias", 1, &bias));
-        st = tfm_mha_create(d_model, n_heads, kdim, vdim, (int)bias,
-                            &fx->module);
+        int64_t bias_kv, zero_attn;
+        TRY(meta_i64_or(fx, "add_bias_kv", 0, &bias_kv));
+        TRY(meta_i64_or(fx, "add_zero_attn", 0, &zero_attn));
+        if (bias_kv || zero_attn) {
+            /* (since 1.2: PyTorch's add_bias_kv / add_zero_attn) */
+            tfm_mha_options o;
+            tfm_mha_options_init(&o);
+            o.kdim = kdim;
+            o.vdim = vdim;
+            o.bias = (int)bias;
+            o.add_bias_kv = (int)bias_kv;
+            o.add_zero_attn = (int)zero_attn;
+            st = tfm_mha_create_v2(d_model, n_heads, &o, &fx->module);
+        } else {
+            st = tfm_mha_create(d_model, n_heads, kdim, vdim, (int)bias,
+                                &fx->module);
+        }
     } else if (strcmp(kind, "layer_norm") == 0) {
         TRY(meta_i64(fx, "d_model", &d_model));
         TRY(meta_float(fx, "layer_norm_eps", &eps));
@@ -517,9 +532,23 @@ static int run_case(fixture *fx)
         TRY(read_tensor(fx, "input.key", &b));
         TRY(read_tensor(fx, "input.value", &c));
         TRY(load_masks(fx, "causal", "key_padding_mask", "attn_mask", &g1));
-        what = "tfm_mha_forward";
-        st = tfm_mha_forward(fx->module, a, b, c, masks_arg(&g1), out,
-                             weights);
+        if (has_tensor(fx, "input.static_k") ||
+            has_tensor(fx, "input.static_v")) {
+            /* F.multi_head_attention_forward's static_k / static_v */
+            tfm_tensor *sk = NULL, *sv = NULL;
+            if (has_tensor(fx, "input.static_k"))
+                TRY(read_tensor(fx, "input.static_k", &sk));
+            if (has_tensor(fx, "input.static_v"))
+                TRY(read_tensor(fx, "input.static_v", &sv));
+            what = "tfm_mha_forward_v2";
+            st = tfm_mha_forward_v2(fx->module, a, sk ? NULL : b,
+                                    sv ? NULL : c, sk, sv, masks_arg(&g1),
+                                    out, weights);
+        } else {
+            what = "tfm_mha_forward";
+            st = tfm_mha_forward(fx->module, a, b, c, masks_arg(&g1), out,
+                                 weights);
+        }
     } else if (strcmp(kind, "layer_norm") == 0) {
         TRY(read_tensor(fx, "input.x", &a));
         what = "tfm_layer_norm_forward";

@@ -305,16 +305,30 @@ def layer_meta(d_model, n_heads, d_ff, activation, norm_first, eps):
 
 
 def mha_case(name, description, B=2, L=5, S=None, d=8, H=2, kdim=None,
-             vdim=None, bias=True, masks=None, weights="none", self_attn=None):
-    """Build one nn.MultiheadAttention case."""
+             vdim=None, bias=True, masks=None, weights="none", self_attn=None,
+             add_bias_kv=False, add_zero_attn=False, static_k=None,
+             static_v=None):
+    """Build one nn.MultiheadAttention case.
+
+    add_bias_kv / add_zero_attn: the module's options (metadata keys of
+    the same names).  static_k / static_v: None, or the number of rows S_s
+    of random F.multi_head_attention_forward static keys / values
+    (input.static_k / input.static_v, [B, H, S_s, d/H], PyTorch's
+    [B*H, S_s, d/H]); masks are then over S_s keys and the reference is
+    F.multi_head_attention_forward on the module's parameters."""
     S = L if S is None else S
+    if static_k is not None or static_v is not None:
+        return mha_static_case(name, description, B, L, S, d, H, bias, masks,
+                               weights, add_zero_attn, static_k, static_v)
     kdim = d if kdim is None else kdim
     vdim = d if vdim is None else vdim
     masks = masks or (lambda: MaskGroup())
     if self_attn is None:
         self_attn = (S == L and kdim == d and vdim == d)
     mha = nn.MultiheadAttention(d, H, dropout=0.0, bias=bias, kdim=kdim,
-                                vdim=vdim, batch_first=True)
+                                vdim=vdim, batch_first=True,
+                                add_bias_kv=add_bias_kv,
+                                add_zero_attn=add_zero_attn)
     randomize(mha)
     query = randn(B, L, d)
     if self_attn:
@@ -331,6 +345,9 @@ def mha_case(name, description, B=2, L=5, S=None, d=8, H=2, kdim=None,
     meta = {"module": "mha", "description": description, "d_model": d,
             "n_heads": H, "kdim": kdim, "vdim": vdim, "bias": int(bias),
             "weights": weights}
+    if add_bias_kv or add_zero_attn:
+        meta["add_bias_kv"] = int(add_bias_kv)
+        meta["add_zero_attn"] = int(add_zero_attn)
     group.store(tensors, meta, "causal", "key_padding_mask", "attn_mask")
     attn_mask, kpm = group.torch_args(B, H, L, S)
     mha.double().train()
@@ -342,6 +359,146 @@ def mha_case(name, description, B=2, L=5, S=None, d=8, H=2, kdim=None,
     if weights != "none":
         tensors["output.weights"] = f32(w)
     return name, tensors, meta
+
+
+def mha_static_case(name, description, B, L, S, d, H, bias, masks, weights,
+                    add_zero_attn, static_k, static_v):
+    """A case of F.multi_head_attention_forward with static_k / static_v
+    (rows static_k / static_v, or None) on an nn.MultiheadAttention's
+    parameters; key and value have S rows, the masks are over the S_s
+    keys attended."""
+    dk = d // H
+    mha = nn.MultiheadAttention(d, H, dropout=0.0, bias=bias,
+                                batch_first=True,
+                                add_zero_attn=add_zero_attn)
+    randomize(mha)
+    S_s = static_k if static_k is not None else static_v
+    if static_k is not None and static_v is not None:
+        assert static_k == static_v
+    if static_k is None or static_v is None:
+        assert S == S_s, "a projected key or value has the static rows"
+    query = randn(B, L, d)
+    key = randn(B, S, d)
+    value = randn(B, S, d)
+    sk = randn(B, H, S_s, dk) if static_k is not None else None
+    sv = randn(B, H, S_s, dk) if static_v is not None else None
+    masks = masks or (lambda: MaskGroup())
+    group = masks()
+    group.check(B, H, L, S_s, name)
+    tensors = params_of(mha)
+    tensors["input.query"] = f32(query)
+    tensors["input.key"] = f32(key)
+    tensors["input.value"] = f32(value)
+    if sk is not None:
+        tensors["input.static_k"] = f32(sk)
+    if sv is not None:
+        tensors["input.static_v"] = f32(sv)
+    meta = {"module": "mha", "description": description, "d_model": d,
+            "n_heads": H, "kdim": d, "vdim": d, "bias": int(bias),
+            "weights": weights}
+    if add_zero_attn:
+        meta["add_bias_kv"] = 0
+        meta["add_zero_attn"] = 1
+    group.store(tensors, meta, "causal", "key_padding_mask", "attn_mask")
+    attn_mask, kpm = group.torch_args(B, H, L, S_s)
+    mha.double()
+    out, w = F.multi_head_attention_forward(
+        query.double().transpose(0, 1), key.double().transpose(0, 1),
+        value.double().transpose(0, 1), d, H, mha.in_proj_weight,
+        mha.in_proj_bias, None, None, add_zero_attn, 0.0,
+        mha.out_proj.weight, mha.out_proj.bias, training=True,
+        key_padding_mask=kpm, need_weights=(weights != "none"),
+        attn_mask=attn_mask,
+        static_k=None if sk is None else sk.double().reshape(B * H, S_s, dk),
+        static_v=None if sv is None else sv.double().reshape(B * H, S_s, dk),
+        average_attn_weights=(weights == "average"))
+    tensors["output.out"] = f32(out.transpose(0, 1))
+    if weights != "none":
+        tensors["output.weights"] = f32(w)
+    return name, tensors, meta
+
+
+@case
+def mha_bias_kv():
+    return mha_case(
+        "mha_bias_kv", "add_bias_kv, self-attention, padding and bool mask",
+        add_bias_kv=True, weights="per_head",
+        masks=lambda: MaskGroup(
+            kpm=padding(2, 5, [0, 2]),
+            attn=as_kind(random_bool((5, 5)), "block")))
+
+
+@case
+def mha_zero_attn():
+    return mha_case(
+        "mha_zero_attn", "add_zero_attn, cross-attention, additive mask",
+        L=4, S=7, add_zero_attn=True, weights="average",
+        masks=lambda: MaskGroup(attn=(random_additive((4, 7)), "additive")))
+
+
+@case
+def mha_bias_kv_zero_attn_causal():
+    return mha_case(
+        "mha_bias_kv_zero_attn_causal",
+        "add_bias_kv and add_zero_attn, causal (top left) and padding",
+        B=3, L=6, d=12, H=3, add_bias_kv=True, add_zero_attn=True,
+        weights="per_head",
+        masks=lambda: MaskGroup(causal="top_left",
+                                kpm=padding(3, 6, [1, 0, 2], "additive")))
+
+
+@case
+def mha_bias_kv_bottom_right():
+    return mha_case(
+        "mha_bias_kv_bottom_right",
+        "add_bias_kv, cross-attention, bottom-right causal, allow padding",
+        L=3, S=6, add_bias_kv=True, weights="average",
+        masks=lambda: MaskGroup(causal="bottom_right",
+                                kpm=padding(2, 6, [0, 1], "allow")))
+
+
+@case
+def mha_bias_kv_kdim_4d():
+    return mha_case(
+        "mha_bias_kv_kdim_4d",
+        "add_bias_kv and add_zero_attn, kdim/vdim, [B,H,L,S] allow mask",
+        L=4, S=5, kdim=6, vdim=3, add_bias_kv=True, add_zero_attn=True,
+        weights="per_head",
+        masks=lambda: MaskGroup(
+            attn=as_kind(random_bool((2, 2, 4, 5)), "allow")))
+
+
+@case
+def mha_bias_kv_no_bias():
+    return mha_case("mha_bias_kv_no_bias",
+                    "add_bias_kv without projection biases",
+                    bias=False, add_bias_kv=True)
+
+
+@case
+def mha_static_kv():
+    return mha_case(
+        "mha_static_kv", "static_k and static_v (6 rows), padding",
+        L=4, S=5, static_k=6, static_v=6, weights="per_head",
+        masks=lambda: MaskGroup(kpm=padding(2, 6, [2, 0])))
+
+
+@case
+def mha_static_k_zero_attn():
+    return mha_case(
+        "mha_static_k_zero_attn",
+        "static_k, projected value, add_zero_attn, additive mask, padding",
+        L=3, S=5, static_k=5, add_zero_attn=True, weights="average",
+        masks=lambda: MaskGroup(attn=(random_additive((3, 5)), "additive"),
+                                kpm=padding(2, 5, [1, 0])))
+
+
+@case
+def mha_static_v_causal():
+    return mha_case(
+        "mha_static_v_causal", "static_v, no biases, causal",
+        B=1, L=5, d=12, H=4, bias=False, static_v=5, weights="per_head",
+        masks=lambda: MaskGroup(causal="top_left"))
 
 
 @case

@@ -374,6 +374,15 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
     }
     ~tfm_generate_options() { free($self); }
 }
+%extend tfm_mha_options {
+    tfm_mha_options() {
+        tfm_mha_options *o = calloc(1, sizeof *o);
+        if (o)
+            tfm_mha_options_init(o);
+        return o;
+    }
+    ~tfm_mha_options() { free($self); }
+}
 %extend tfm_model_options {
     tfm_model_options() {
         tfm_model_options *o = calloc(1, sizeof *o);

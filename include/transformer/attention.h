@@ -359,7 +359,9 @@ TFM_API tfm_status tfm_mha_create_ex(int64_t d_model, int64_t n_heads,
  * [B, S] and attn_mask [L, S], [B, L, S] or [B, n_heads, L, S].
  * weights: NULL, or [B, n_heads, L, S] for the weights of each head, or
  * [B, L, S] for their average over the heads (PyTorch's
- * average_attn_weights=True).
+ * average_attn_weights=True); for a module with add_bias_kv /
+ * add_zero_attn (tfm_mha_create_v2) S + 1 columns for each (the extra
+ * keys follow the S keys and are visible to every query).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND (not an MHA module),
  * TFM_ERR_SHAPE (e.g. "key has 5 columns, expected 8"),
  * TFM_ERR_INVALID_ARGUMENT (unknown enum value), TFM_ERR_OUT_OF_MEMORY.
@@ -370,6 +372,79 @@ TFM_API tfm_status tfm_mha_forward(const tfm_module *mha,
                                    const tfm_tensor *value,
                                    const tfm_attention_masks *masks,
                                    tfm_tensor *out, tfm_tensor *weights);
+
+/* ---- Multi-head attention with PyTorch's extra key/value rows ----------
+ * Options of tfm_mha_create_v2: the arguments of tfm_mha_create_ex and
+ * nn.MultiheadAttention's add_bias_kv and add_zero_attn.  Self-sized
+ * (docs/ABI.md): set struct_size with tfm_mha_options_init, which writes
+ * every default; the library reads only the first struct_size bytes and
+ * takes its defaults for members a newer library appends.  Since 1.2. */
+typedef struct tfm_mha_options {
+    size_t struct_size;       /* sizeof(tfm_mha_options) */
+    int64_t kdim, vdim;       /* key / value input widths; 0 = d_model */
+    int bias;                 /* projection biases; default 1 */
+    /* PyTorch's add_bias_kv: learned rows "bias_k" and "bias_v" [1, 1,
+     * kv_dim] (kv_dim = n_kv_heads * d_k, d_model without GQA; drawn as
+     * torch's xavier_normal_ by tfm_module_reset_parameters, zero in a new
+     * module) appended to every batch element's projected keys and values
+     * after the S key rows, so attention sees S + 1 keys.  Default 0. */
+    int add_bias_kv;
+    /* PyTorch's add_zero_attn: an all-zero key row and value row appended
+     * after those (after bias_k / bias_v), one more key.  Default 0. */
+    int add_zero_attn;
+    /* The attention variant (NULL = plain scaled dot-product attention);
+     * only read during the call.  Extra rows are refused (TFM_ERR_INVALID_
+     * ARGUMENT) with a variant that uses positions (RoPE, a relative term
+     * or a sparse pattern): PyTorch gives the extra rows no position. */
+    const tfm_attention_config *attention;
+} tfm_mha_options;
+
+/* Writes the defaults (kdim = vdim = 0, bias 1, no extra rows, no
+ * variant) and struct_size.  NULL is a no-op.  Since 1.2. */
+TFM_API void tfm_mha_options_init(tfm_mha_options *options);
+
+/* Multi-head attention (as tfm_mha_create_ex) with options; options NULL
+ * means the defaults (tfm_mha_create(d_model, n_heads, 0, 0, 1)).
+ * Parameters: those of tfm_mha_create_ex, with add_bias_kv "bias_k" and
+ * "bias_v" [1, 1, kv_dim] after "in_proj_bias" (PyTorch's state_dict
+ * order).  Source: torch.nn.MultiheadAttention (PyTorch 1.13).
+ * Errors: those of tfm_mha_create_ex; TFM_ERR_INVALID_ARGUMENT also for a
+ * struct_size smaller than its first member or extra rows with a
+ * positional variant.  On error *out is unchanged; on success it is freed
+ * with tfm_module_free.  Since 1.2. */
+TFM_API tfm_status tfm_mha_create_v2(int64_t d_model, int64_t n_heads,
+                                     const tfm_mha_options *options,
+                                     tfm_module **out);
+
+/* tfm_mha_forward with F.multi_head_attention_forward's static_k and
+ * static_v (PyTorch 1.13): precomputed keys / values that replace the
+ * projections of key / value.
+ *   static_k: NULL or [B, H_kv, S, d_k] (H_kv = n_kv_heads, n_heads
+ *             without GQA; PyTorch's [B * n_heads, S, d_k]), used as the
+ *             projected keys as they are; key is then not read (may be
+ *             NULL).
+ *   static_v: NULL or [B, H_kv, S, d_k] likewise for the values.
+ * S is static_k's rows, else static_v's, else key's; a projected key or
+ * value must have S rows too.  Then, as PyTorch: with add_bias_kv (which
+ * refuses static_k / static_v) bias_k / bias_v follow the S rows, with
+ * add_zero_attn a zero row follows, so attention sees S' = S + (bias_kv)
+ * + (zero_attn) keys.  masks are over the S keys (key_padding_mask [B,
+ * S], attn_mask [L, S] ...); the extra keys are visible to every query,
+ * as PyTorch pads its masks with zeros (a causal mode masks only among
+ * the S keys, as PyTorch with a causal attn_mask).  weights: NULL,
+ * [B, n_heads, L, S'] or [B, L, S'].  static_k / static_v are refused
+ * with a positional variant (RoPE, relative term, sparse pattern).
+ * Errors: those of tfm_mha_forward; TFM_ERR_INVALID_ARGUMENT (static rows
+ * with add_bias_kv or a positional variant).  On error out and weights
+ * are unchanged.  Since 1.2. */
+TFM_API tfm_status tfm_mha_forward_v2(const tfm_module *mha,
+                                      const tfm_tensor *query,
+                                      const tfm_tensor *key,
+                                      const tfm_tensor *value,
+                                      const tfm_tensor *static_k,
+                                      const tfm_tensor *static_v,
+                                      const tfm_attention_masks *masks,
+                                      tfm_tensor *out, tfm_tensor *weights);
 
 /* The functional form: attention on per-head tensors with a variant,
  * holding the variant's learned parameters (if any) as a module of kind

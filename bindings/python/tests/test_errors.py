@@ -91,9 +91,9 @@ CASES = [
      transformer.ClosedError, ValueError, "MultiheadAttention is closed"),
     ("closed state_dict", lambda: closed_mha().state_dict(),
      transformer.ClosedError, ValueError, "is closed"),
-    ("add_bias_kv", lambda: transformer.MultiheadAttention(E, H,
-                                                           add_bias_kv=True),
-     transformer.UnsupportedError, NotImplementedError, "add_bias_kv"),
+    ("add_bias_kv with RoPE", lambda: transformer.MultiheadAttention(
+        E, H, add_bias_kv=True, rope="half"),
+     transformer.InvalidArgumentError, ValueError, "add_bias_kv"),
     ("activation not known", lambda: transformer.TransformerEncoderLayer(
         E, H, activation="swish"),
      transformer.UnsupportedError, NotImplementedError, "silu"),

@@ -88,8 +88,8 @@ class FormatError(TransformerError, ValueError):
 
 
 class UnsupportedError(TransformerError, NotImplementedError):
-    """Valid, but not supported by libtransformer (a dtype, a rank, a
-    PyTorch option such as add_bias_kv)."""
+    """Valid, but not supported by libtransformer (a dtype, a rank, an
+    activation it does not have)."""
     status = _ll.TFM_ERR_UNSUPPORTED
 
 

@@ -103,7 +103,14 @@ class MultiheadAttention(HasAttentionVariant, Module):
         kdim, vdim: widths of key and value (default embed_dim).
         batch_first: True for ``[N, L, E]`` arrays (no copy), False
             (default) for ``[L, N, E]``.
-        add_bias_kv, add_zero_attn: must be False (not supported).
+        add_bias_kv: learned rows ``bias_k``, ``bias_v`` ``[1, 1, E]``
+            appended to the keys and values (PyTorch's; drawn with
+            xavier_normal_); then one more key for every query.
+        add_zero_attn: an all-zero key and value row appended after
+            those.  Both extra keys are seen by every query: the masks
+            are over the S given keys, as PyTorch pads them with zeros.
+            Neither goes with a variant that uses positions (rope,
+            relative, sparsity).
         **variant: (keywords, not in PyTorch) an attention variant of
             include/transformer/variants.h: ``score=``, ``scale=``,
             ``additive_dim=``, ``n_kv_heads=``, ``rope=``, ``rope_base=``,
@@ -153,9 +160,12 @@ class MultiheadAttention(HasAttentionVariant, Module):
                  batch_first=False, device=None, dtype=None, **variant):
         check_float32_dtype(dtype, device, "MultiheadAttention")
         self._variant = normalize(variant, "MultiheadAttention()")
-        if add_bias_kv or add_zero_attn:
-            raise UnsupportedError("MultiheadAttention: add_bias_kv and "
-                                   "add_zero_attn are not supported")
+        self.add_zero_attn = bool(add_zero_attn)
+        self._add_bias_kv = bool(add_bias_kv)
+        if not self._add_bias_kv:
+            # torch's attributes without add_bias_kv (with it, bias_k and
+            # bias_v are the parameters)
+            self.__dict__["bias_k"] = self.__dict__["bias_v"] = None
         self.embed_dim = as_int(embed_dim, "embed_dim", 1)
         self.num_heads = as_int(num_heads, "num_heads", 1)
         self.kdim = self.embed_dim if kdim is None else as_int(kdim, "kdim", 1)
@@ -169,6 +179,15 @@ class MultiheadAttention(HasAttentionVariant, Module):
         self._reset_new()
 
     def _create(self):
+        if self.__dict__.get("_add_bias_kv") or self.__dict__.get(
+                "add_zero_attn"):
+            o = _ll.tfm_mha_options()
+            o.kdim, o.vdim, o.bias = self.kdim, self.vdim, int(self.bias)
+            o.add_bias_kv = int(self._add_bias_kv)
+            o.add_zero_attn = int(self.add_zero_attn)
+            config = to_config(self._variant) if self._variant else None
+            o.attention = config
+            return _ll.tfm_mha_create_v2(self.embed_dim, self.num_heads, o)
         if self._variant:
             return _ll.tfm_mha_create_ex(self.embed_dim, self.num_heads,
                                          self.kdim, self.vdim, int(self.bias),
@@ -182,8 +201,14 @@ class MultiheadAttention(HasAttentionVariant, Module):
         return None if _hidden_bias(self, c_name) else (c_name, c_shape)
     def forward(self, query, key, value, key_padding_mask=None,
                 need_weights=True, attn_mask=None, average_attn_weights=True,
-                is_causal=False):
+                is_causal=False, static_k=None, static_v=None):
         """Runs the layer; see the class docstring for shapes and masks.
+        static_k / static_v (not in nn.MultiheadAttention.forward; those of
+        F.multi_head_attention_forward): None, or precomputed keys / values
+        ``[N * num_heads, S, head_dim]`` (or ``[N, num_heads, S,
+        head_dim]``) used instead of projecting key / value; the masks are
+        then over their S keys.  With add_bias_kv / add_zero_attn the
+        weights have one more column for each.
         Returns ``(attn_output, attn_weights or None)``."""
         with self._use() as ptr:
             batched = is_batched(query, "query")
@@ -192,18 +217,45 @@ class MultiheadAttention(HasAttentionVariant, Module):
             k = io.take(key, "key")
             v = io.take(value, "value")
             n, tgt_len, src_len = q.shape[0], q.shape[1], k.shape[1]
+            statics = [self._static(x, n, name) for x, name in
+                       ((static_k, "static_k"), (static_v, "static_v"))]
+            for s in statics:
+                if s is not None:
+                    src_len = s.shape[2]
             masks = mha_masks(n, self.num_heads, batched, key_padding_mask,
                               attn_mask, is_causal)
             out = np.empty((n, tgt_len, self.embed_dim), np.float32)
             weights = None
             if need_weights:
-                shape = ((n, tgt_len, src_len) if average_attn_weights
-                         else (n, self.num_heads, tgt_len, src_len))
+                cols = (src_len + int(self.__dict__.get("_add_bias_kv", 0))
+                        + int(self.__dict__.get("add_zero_attn", 0)))
+                shape = ((n, tgt_len, cols) if average_attn_weights
+                         else (n, self.num_heads, tgt_len, cols))
                 weights = np.empty(shape, np.float32)
-            _ll.tfm_mha_forward(ptr, q, k, v, masks, out, weights)
+            if statics[0] is None and statics[1] is None:
+                _ll.tfm_mha_forward(ptr, q, k, v, masks, out, weights)
+            else:
+                _ll.tfm_mha_forward_v2(ptr, q, k, v, statics[0], statics[1],
+                                       masks, out, weights)
             if weights is not None and not batched:
                 weights = weights[0]
             return io.give(out), weights
+
+    def _static(self, x, n, name):
+        """static_k / static_v as a float32 [N, H_kv, S, head_dim] array."""
+        if x is None:
+            return None
+        a = np.ascontiguousarray(as_float32(x, name))
+        if a.ndim == 3:
+            if a.shape[0] % n:
+                raise ShapeError(f"{name} has {a.shape[0]} rows, expected a "
+                                 f"multiple of the batch {n}")
+            a = a.reshape(n, a.shape[0] // n, a.shape[1], a.shape[2])
+        if a.ndim != 4:
+            raise ShapeError(f"{name} must be [N * num_heads, S, head_dim] "
+                             f"or [N, num_heads, S, head_dim], not "
+                             f"{list(a.shape)}")
+        return a
 
     def _child_specs(self):
         return [("out_proj", lambda: _linear_view(self, "out_proj"))]
