@@ -7,7 +7,9 @@ tools/kjv_text.py: 31,102 verses, 4,137,848 bytes) one verse per call, on
 one thread; the best of --reps passes is reported in MB/s of input text.
 The vocabularies and the JavaScript references are those of the test
 fixtures (ctest -R tokenizer, or tools/fetch-tokenizer-refs.sh and the
-scripts in tests/tokenizers/), in --refs.
+scripts in tests/tokenizers/), in --refs; the SentencePiece models are the
+ones tests/tokenizers/spm_reference.py trains, timed against Debian's
+python3-sentencepiece.
 
 Usage: /usr/bin/python3 bench/tokenizers.py [--build build] [--refs DIR] [--reps 5]
 """
@@ -29,7 +31,30 @@ def run(cmd):
     return float(mbs), int(tokens)
 
 
+def sentencepiece_bench(model, text, reps):
+    """Debian's python3-sentencepiece on the same lines: one batch call
+    (encode of the list, num_threads=1), so the loop is in its C++ and not
+    in Python; prints the CSV line of transformer-tokenizer-bench."""
+    import time
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=model)
+    with open(text, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    size = sum(len(x.encode("utf-8")) for x in lines)
+    best, tokens = None, 0
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        ids = sp.encode(lines, num_threads=1)
+        t = time.perf_counter() - t0
+        tokens = sum(len(x) for x in ids)
+        best = t if best is None or t < best else best
+    print(f"{size / best / 1e6:.3f},{len(lines)},{size},{tokens},{best:.4f}")
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--sentencepiece":
+        sentencepiece_bench(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--refs", default=None)
@@ -54,6 +79,15 @@ def main():
         ("WordPiece (uncased test vocabulary)", "kitoken 0.10.1 (node, WebAssembly)",
          ["node", js, "kitoken", kit, os.path.join(refs, "bert-uncased", "tokenizer.json"), text, reps]),
     ]
+    spm_dir = os.path.join(refs, "sentencepiece")
+    for model, name in (("llama-bpe", "SentencePiece BPE (Llama-style test model)"),
+                        ("t5-unigram", "SentencePiece unigram (T5-style test model)")):
+        path = os.path.join(spm_dir, model + ".model")
+        rows += [
+            (name, "libtransformer", [bench, path, text, reps]),
+            (name, "python3-sentencepiece 0.1.97 (C++, one batch call, 1 thread)",
+             [sys.executable, os.path.abspath(__file__), "--sentencepiece", path, text, reps]),
+        ]
     print("| tokenizer | implementation | MB/s | tokens |")
     print("| --- | --- | ---: | ---: |")
     for name, impl, cmd in rows:

@@ -1216,9 +1216,17 @@ static int tfml_tokenizer_encode(lua_State *L)
                           luaL_typename(L, 2));
     text = lua_tolstring(L, 2, &len);
     tfm_clear_error();
-    /* At most one token per byte. */
+    /* Mostly at most one token per byte; when not (SentencePiece: the
+     * dummy-prefix space, a byte that becomes three byte tokens), the size
+     * the call asks for. */
     ids = (int32_t *)tfml_scratch(L, (len ? len : 1) * sizeof(int32_t));
     st = tfm_tokenizer_encode(tok, text, len, ids, (int64_t)len, &n);
+    if (st == TFM_ERR_CAPACITY && n > (int64_t)len) {
+        lua_settop(L, 2);
+        ids = (int32_t *)tfml_scratch(L, (size_t)n * sizeof(int32_t));
+        tfm_clear_error();
+        st = tfm_tokenizer_encode(tok, text, len, ids, n, &n);
+    }
     if (st != TFM_OK)
         return tfml_raise_status(L, st);
     tfml_push_ids(L, ids, n);

@@ -662,7 +662,8 @@ PyObject *tfmpy_tokenizer_id_to_token(const tfm_tokenizer *tokenizer,
 
 %inline %{
 /* Encodes text (str, as UTF-8, or UTF-8 bytes) -> int32 numpy array of ids.
- * A character-level token is at least one byte, so len(bytes) ids fit. */
+ * A character-level token is at least one byte, so len(bytes) ids fit;
+ * other kinds may need more, and get the size the call asks for. */
 PyObject *tfmpy_tokenizer_encode(const tfm_tokenizer *tokenizer, PyObject *text)
 {
     PyObject *bytes_obj = NULL, *array;
@@ -683,6 +684,21 @@ PyObject *tfmpy_tokenizer_encode(const tfm_tokenizer *tokenizer, PyObject *text)
     st = tfm_tokenizer_encode(tokenizer, data, (size_t)size,
                               (int32_t *)PyArray_DATA((PyArrayObject *)array),
                               (int64_t)size, &n_ids);
+    if (st == TFM_ERR_CAPACITY && n_ids > (int64_t)size) {
+        /* More tokens than bytes (SentencePiece's dummy prefix, or a byte
+         * that becomes three byte tokens): the size asked for. */
+        Py_DECREF(array);
+        n = (npy_intp)n_ids;
+        array = PyArray_SimpleNew(1, &n, NPY_INT32);
+        if (!array) {
+            Py_DECREF(bytes_obj);
+            return NULL;
+        }
+        tfm_clear_error();
+        st = tfm_tokenizer_encode(tokenizer, data, (size_t)size,
+                                  (int32_t *)PyArray_DATA((PyArrayObject *)array),
+                                  n_ids, &n_ids);
+    }
     Py_DECREF(bytes_obj);
     if (st != TFM_OK) {
         Py_DECREF(array);

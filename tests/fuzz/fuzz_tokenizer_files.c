@@ -1,8 +1,10 @@
 /* libFuzzer harness: tokenizer files from untrusted bytes (byte-level BPE's
- * encoder.json + vocab.bpe, and tokenizer.json), then text through them.
+ * encoder.json + vocab.bpe, tokenizer.json, BERT's vocab.txt, SentencePiece
+ * .model), then text through them.
  *
  * Input: one mode byte, then parts separated by the two bytes 0xFF 0xFF.
- * Mode bit 0 set: tokenizer.json, text; else bit 3 set: BERT's vocab.txt,
+ * Mode bit 0 set: tokenizer.json, text; else bit 4 set: a SentencePiece
+ * tokenizer.model, text; else bit 3 set: BERT's vocab.txt,
  * tokenizer_config.json, text; else GPT-2's encoder.json, vocab.bpe, text.
  * Bits 1 and 2 are the encode flags TFM_ENCODE_ADD_SPECIAL and
  * TFM_ENCODE_SPLIT_SPECIAL.  The files go into one temporary directory,
@@ -65,16 +67,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned mode = data[0];
     size_t pos = 1, n_a, n_b = 0, n_text;
     const uint8_t *a = part(data, size, &pos, &n_a), *b = NULL;
-    if (!(mode & 1))
+    if (!(mode & 1) && !(mode & 16))
         b = part(data, size, &pos, &n_b);
     const uint8_t *text = part(data, size, &pos, &n_text);
     static const char *const NAMES[] = { "tokenizer.json", "encoder.json",
                                          "vocab.bpe", "vocab.txt",
-                                         "tokenizer_config.json" };
+                                         "tokenizer_config.json",
+                                         "tokenizer.model" };
     for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
         drop(NAMES[i]);
     if (mode & 1) {
         put("tokenizer.json", a, n_a);
+    } else if (mode & 16) {
+        put("tokenizer.model", a, n_a);
     } else if (mode & 8) {
         put("vocab.txt", a, n_a);
         if (n_b)

@@ -6,7 +6,10 @@ tests/fuzz/corpus/tokenizer_files/: a small byte-level BPE vocabulary (the
 with texts that reach the pattern's branches, invalid UTF-8 and the special
 token, one file whose merge names an unknown token, and a small BERT
 vocab.txt (uncased, and cased through tokenizer_config.json) with texts
-reaching accents, CJK, Hangul, long words and control characters.
+reaching accents, CJK, Hangul, long words and control characters, and two
+small SentencePiece models (BPE with byte fallback, unigram with a
+user-defined piece) with texts reaching spaces, unknown characters and
+invalid UTF-8.
 
 Usage: /usr/bin/python3 tests/fuzz/make_tokenizer_corpus.py
 """
@@ -70,6 +73,56 @@ def main():
             write(f"bert_{i}_{mode}.bin", bytes([mode]) + bert.encode() + SEP +
                   (b'{"do_lower_case": false}' if i == 2 else b"") + SEP +
                   text)
+    # SentencePiece (mode bit 4): a BPE model with byte fallback and a
+    # unigram one with a user-defined piece, as protocol buffers.
+    for i, model in enumerate((spm_model(True), spm_model(False))):
+        for j, text in enumerate(SPM_TEXTS):
+            write(f"spm_{i}_{j}.bin", bytes([16 | (2 if j else 0)]) + model +
+                  SEP + text)
+
+
+def pb_varint(v):
+    out = b""
+    while v >= 0x80:
+        out += bytes([v & 0x7F | 0x80])
+        v >>= 7
+    return out + bytes([v])
+
+
+def pb_field(number, wire, payload):
+    key = pb_varint(number << 3 | wire)
+    if wire == 2:
+        return key + pb_varint(len(payload)) + payload
+    return key + payload
+
+
+def spm_piece(piece, score, kind):
+    import struct
+    body = pb_field(1, 2, piece.encode()) + pb_field(2, 5, struct.pack("<f", score))
+    if kind != 1:
+        body += pb_field(3, 0, pb_varint(kind))
+    return pb_field(1, 2, body)
+
+
+def spm_model(bpe):
+    """sentencepiece's ModelProto: <unk>, <s>, </s>, (bytes), pieces."""
+    m = spm_piece("<unk>", 0, 2) + spm_piece("<s>", 0, 3) + spm_piece("</s>", 0, 3)
+    if bpe:
+        m += b"".join(spm_piece("<0x%02X>" % b, 0, 6) for b in range(256))
+    else:
+        m += spm_piece("<sep>", 0, 4)
+    for k, p in enumerate(["\u2581", "a", "b", "c", "\u2581a", "ab", "\u2581ab",
+                           "bc", "abc", "\u4e2d"]):
+        m += spm_piece(p, -1.0 - 0.5 * k, 1)
+    trainer = pb_field(3, 0, pb_varint(2 if bpe else 1))
+    if bpe:
+        trainer += pb_field(35, 0, pb_varint(1))
+    normalizer = pb_field(3, 0, pb_varint(1)) + pb_field(4, 0, pb_varint(0 if bpe else 1))
+    return m + pb_field(2, 2, trainer) + pb_field(3, 2, normalizer)
+
+
+SPM_TEXTS = [b"ab abc  c\xe4\xb8\xad", b"  a<sep>b \xc3\xa9\xff<s>",
+             b"\xe2\x96\x81 x\tz  "]
 
 
 if __name__ == "__main__":

@@ -90,6 +90,41 @@ test("WordPiece: BERT's framing, kitoken's ids", function()
   assert(b.input_ids[1][4] == 0, "padded with [PAD]")
 end)
 
+-- SentencePiece models trained on the KJV by sentencepiece's trainer
+-- (tests/tokenizers/spm_reference.py), with python3-sentencepiece's ids and
+-- decodings: every text, invalid UTF-8 included (Lua strings are bytes).
+local function unhex(h)
+  return (h:gsub("%x%x", function(x) return string.char(tonumber(x, 16)) end))
+end
+
+for _, name in ipairs({ "llama-bpe", "t5-unigram", "unigram-bytes", "bpe-nfkc" }) do
+  test("SentencePiece " .. name .. ": sentencepiece's ids and decoding", function()
+    local dir = REFS .. "/sentencepiece/"
+    local f = io.open(dir .. name .. ".tsv")
+    if not f then return end  -- no python3-sentencepiece: no fixture
+    f:close()
+    local sp = T.load_tokenizer(dir .. name .. ".model")
+    assert(sp:kind() == "sentencepiece")
+    local n = 0
+    for line in io.lines(dir .. name .. ".tsv") do
+      local hex, ids, back = line:match("^(%x*)\t([%d ]*)\t(%x*)$")
+      local want = {}
+      for id in ids:gmatch("%d+") do want[#want + 1] = tonumber(id) end
+      same(sp:encode(unhex(hex)), want, name .. " ids")
+      assert(sp:decode(want) == unhex(back), name .. " decode")
+      n = n + 1
+    end
+    assert(n > 3000, "cases: " .. n)
+    if name == "llama-bpe" then
+      local ids = sp:encode_full("In the beginning")
+      assert(ids[1] == sp:special_token_id("bos"), "Llama framing: <s> first")
+    elseif name == "t5-unigram" then
+      local ids = sp:encode_full("In the beginning")
+      assert(ids[#ids] == sp:special_token_id("eos"), "T5 framing: </s> last")
+    end
+  end)
+end
+
 test("bad directory", function()
   local ok, err = pcall(T.load_tokenizer, REFS)
   assert(not ok and tostring(err):find("no tokenizer.json", 1, true), tostring(err))

@@ -72,7 +72,8 @@ class Tokenizer(HandleOwner):
     def load(cls, path):
         """The tokenizer of path: a model file's metadata ("tfm.tokenizer":
         "char"), a tokenizer.json, encoder.json + vocab.bpe, vocab.json +
-        merges.txt, BERT's vocab.txt, or a directory holding one of those.  FormatError,
+        merges.txt, BERT's vocab.txt, a SentencePiece .model, or a directory
+        holding one of those.  FormatError,
         UnsupportedError or IOError when it cannot be read."""
         self = cls.__new__(cls)
         path = fspath(path)
