@@ -42,6 +42,8 @@
  *   model.h        whole models, model files, KV cache, sampling, generation
  *   tokenizer.h    character-level, byte-level BPE and WordPiece tokenizers
  *   names.h        the string names of the enums (tfm_enum_name)
+ *   training.h     losses (cross-entropy with ignore_index and label
+ *                  smoothing, the causal LM loss), BERT's masked-LM inputs
  *   variants.h     compatibility include for 1.1.0 programs (declares
  *                  nothing; its contents are in attention.h, layers.h and
  *                  embedding.h)
@@ -60,5 +62,6 @@
 #include "model.h"
 #include "tokenizer.h"
 #include "names.h"
+#include "training.h"
 
 #endif /* TRANSFORMER_TRANSFORMER_H */

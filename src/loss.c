@@ -1,0 +1,171 @@
+/* Cross-entropy with ignore_index and label smoothing, and the causal
+ * language-model loss (training.h).  Source: torch.nn.functional.
+ * cross_entropy, PyTorch 1.13 (aten/src/ATen/native/LossNLL.cpp,
+ * cross_entropy_loss_label_smoothing): the smoothing term is
+ * -sum_c log p[c] masked to 0 at ignored rows, and with the mean reduction
+ * both terms are divided by the number of rows that are not ignored.
+ *
+ * Everything is checked before anything is written: a first pass over the
+ * rows validates them and sums the loss (double precision, log-sum-exp
+ * with the row maximum subtracted); the second pass writes dlogits. */
+#include <math.h>
+
+#include "error.h"
+#include "tensor_impl.h"
+#include "transformer/training.h"
+
+/* Rows, classes and where each row's target comes from: targets[row], or
+ * for the causal loss (shift) ids[row + 1] except at each sequence's last
+ * position (row % seq == seq - 1), which has none. */
+typedef struct ce_rows {
+    const float *x;         /* [rows, classes] */
+    int64_t rows, classes;
+    const int32_t *targets;
+    int64_t seq;            /* > 0: shifted (causal), else direct */
+    int32_t ignore_index;
+} ce_rows;
+
+static int32_t row_target(const ce_rows *r, int64_t row)
+{
+    if (r->seq <= 0)
+        return r->targets[row];
+    if (row % r->seq == r->seq - 1)
+        return r->ignore_index;
+    return r->targets[row + 1];
+}
+
+/* log(sum_c exp(x[c])) of one row, with its maximum subtracted. */
+static double row_lse(const float *x, int64_t c)
+{
+    double m = x[0];
+    for (int64_t j = 1; j < c; j++)
+        if (x[j] > m)
+            m = x[j];
+    double s = 0.0;
+    for (int64_t j = 0; j < c; j++)
+        s += exp((double)x[j] - m);
+    return m + log(s);
+}
+
+static tfm_status cross_entropy_rows(const ce_rows *r, float smoothing,
+                                     tfm_reduction reduction, float *loss,
+                                     tfm_tensor *dlogits, const char *what)
+{
+    if (!(smoothing >= 0.0f && smoothing <= 1.0f))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "%s: label_smoothing %g is not in [0, 1]", what,
+                         (double)smoothing);
+    if (reduction != TFM_REDUCTION_MEAN && reduction != TFM_REDUCTION_SUM)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "%s: unknown reduction %d (0 mean, 1 sum)", what,
+                         (int)reduction);
+    const int64_t c = r->classes;
+    const double e = smoothing;
+    double total = 0.0;
+    int64_t kept = 0;
+    for (int64_t i = 0; i < r->rows; i++) {
+        const float *x = r->x + i * c;
+        double sum_x = 0.0;
+        for (int64_t j = 0; j < c; j++) {
+            if (!isfinite(x[j]))
+                return tfm__fail(TFM_ERR_NON_FINITE,
+                                 "%s: logits row %lld holds %s at class %lld",
+                                 what, (long long)i,
+                                 isnan(x[j]) ? "NaN" : "an infinity",
+                                 (long long)j);
+            sum_x += x[j];
+        }
+        const int32_t t = row_target(r, i);
+        if (t == r->ignore_index)
+            continue;
+        if (t < 0 || t >= c)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "%s: target %d of row %lld is not in [0, %lld) "
+                             "and is not ignore_index %d", what, (int)t,
+                             (long long)i, (long long)c, (int)r->ignore_index);
+        const double lse = row_lse(x, c);
+        const double nll = lse - x[t];
+        const double smooth = (double)c * lse - sum_x;     /* -sum log p */
+        total += (1.0 - e) * nll + (e / (double)c) * smooth;
+        kept++;
+    }
+    double scale = 1.0;
+    if (reduction == TFM_REDUCTION_MEAN)
+        scale = kept > 0 ? 1.0 / (double)kept : 0.0;
+    if (dlogits) {
+        float *d = dlogits->data;
+        for (int64_t i = 0; i < r->rows; i++) {
+            const float *x = r->x + i * c;
+            float *g = d + i * c;
+            const int32_t t = row_target(r, i);
+            if (t == r->ignore_index || scale == 0.0) {
+                for (int64_t j = 0; j < c; j++)
+                    g[j] = 0.0f;
+                continue;
+            }
+            const double lse = row_lse(x, c);
+            const double u = e / (double)c;
+            for (int64_t j = 0; j < c; j++)
+                g[j] = (float)(scale * (exp((double)x[j] - lse) - u));
+            g[t] = (float)(scale * (exp((double)x[t] - lse) - u - (1.0 - e)));
+        }
+    }
+    *loss = (float)(total * scale);
+    return TFM_OK;
+}
+
+/* Checks logits (rank 2 or 3, or exactly 3 when rank3_only) and dlogits. */
+static tfm_status check_logits(const tfm_tensor *logits,
+                               const tfm_tensor *dlogits, int rank3_only,
+                               const char *what)
+{
+    if (rank3_only ? logits->rank != 3
+                   : (logits->rank != 2 && logits->rank != 3))
+        return tfm__fail(TFM_ERR_SHAPE,
+                         "%s: logits have rank %d, expected %s", what,
+                         logits->rank,
+                         rank3_only ? "3 [batch, seq, vocab]"
+                                    : "2 [N, C] or 3 [B, T, C]");
+    if (dlogits)
+        return tfm__check_shape(dlogits, "dlogits", logits->rank,
+                                logits->shape);
+    return TFM_OK;
+}
+
+tfm_status tfm_cross_entropy(const tfm_tensor *logits, const int32_t *targets,
+                             int32_t ignore_index, float label_smoothing,
+                             tfm_reduction reduction, float *loss,
+                             tfm_tensor *dlogits)
+{
+    if (!logits || !targets || !loss)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT,
+                         "tfm_cross_entropy: logits, targets and loss are "
+                         "required");
+    tfm_status st = check_logits(logits, dlogits, 0, "tfm_cross_entropy");
+    if (st != TFM_OK)
+        return st;
+    const int64_t c = logits->shape[logits->rank - 1];
+    ce_rows r = { logits->data, logits->numel / c, c, targets, 0,
+                  ignore_index };
+    return cross_entropy_rows(&r, label_smoothing, reduction, loss, dlogits,
+                              "tfm_cross_entropy");
+}
+
+tfm_status tfm_causal_lm_loss(const tfm_tensor *logits, const int32_t *ids,
+                              int32_t ignore_index, float label_smoothing,
+                              tfm_reduction reduction, float *loss,
+                              tfm_tensor *dlogits)
+{
+    if (!logits || !ids || !loss)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT,
+                         "tfm_causal_lm_loss: logits, ids and loss are "
+                         "required");
+    tfm_status st = check_logits(logits, dlogits, 1, "tfm_causal_lm_loss");
+    if (st != TFM_OK)
+        return st;
+    const int64_t c = logits->shape[2];
+    ce_rows r = { logits->data, logits->numel / c, c, ids, logits->shape[1],
+                  ignore_index };
+    return cross_entropy_rows(&r, label_smoothing, reduction, loss, dlogits,
+                              "tfm_causal_lm_loss");
+}
