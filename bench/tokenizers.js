@@ -1,7 +1,8 @@
 // Encode throughput of the JavaScript references on the same text as
 // transformer-tokenizer-bench (bench/tokenizers.py drives both):
 //   node tokenizers.js gpt-3-encoder ENCODER_JS TEXT [REPS]
-//   node tokenizers.js kitoken NODE_CJS TOKENIZER_JSON TEXT [REPS]
+//   node tokenizers.js kitoken NODE_CJS TOKENIZER_JSON|MODEL TEXT [REPS]
+//       (a .model file is read as SentencePiece's)
 // One encode call per line, best of REPS passes; prints MB/s,lines,bytes,tokens,seconds.
 "use strict";
 const fs = require("fs");
@@ -14,7 +15,9 @@ if (kind === "gpt-3-encoder") {
   reps = Number(args[2] || 5);
 } else {
   const { Kitoken } = require(args[0]);
-  const tok = Kitoken.from_tokenizers(fs.readFileSync(args[1]));
+  const data = fs.readFileSync(args[1]);
+  const tok = args[1].endsWith(".json") ? Kitoken.from_tokenizers(data)
+                                        : Kitoken.from_sentencepiece(data);
   encode = (t) => tok.encode(t, false);
   textPath = args[2];
   reps = Number(args[3] || 5);

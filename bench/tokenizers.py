@@ -87,6 +87,8 @@ def main():
             (name, "libtransformer", [bench, path, text, reps]),
             (name, "python3-sentencepiece 0.1.97 (C++, one batch call, 1 thread)",
              [sys.executable, os.path.abspath(__file__), "--sentencepiece", path, text, reps]),
+            (name, "kitoken 0.10.1 (node, WebAssembly)",
+             ["node", js, "kitoken", kit, path, text, reps]),
         ]
     print("| tokenizer | implementation | MB/s | tokens |")
     print("| --- | --- | ---: | ---: |")

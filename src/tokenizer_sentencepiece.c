@@ -111,6 +111,7 @@ typedef struct spm {
     int32_t byte_id[256];     /* <0xNN> pieces with byte fallback, else -1 */
     float min_score, max_score;  /* over the NORMAL pieces */
     int has_unused, has_user;
+    int split_at_space;       /* no piece spans a ▁ after another character */
     spm_trie pieces;          /* NORMAL, USER_DEFINED, UNUSED */
     spm_trie user;            /* USER_DEFINED: matched whole, never split */
     /* precompiled charsmap: darts-clone double array + NUL-ended strings */
@@ -348,6 +349,7 @@ typedef struct bpe_sym {
     int32_t prev, next;
     size_t begin;
     uint32_t len;    /* 0 once merged into its left neighbour */
+    int32_t node;    /* its bytes' node in the pieces' trie, -1 if none */
     int freeze;
 } bpe_sym;
 
@@ -355,6 +357,7 @@ typedef struct bpe_pair {
     float score;
     int32_t left, right;
     uint32_t len;
+    int32_t node;    /* the merged piece's trie node */
 } bpe_pair;
 
 /* Higher score first; the leftmost of equal scores. */
@@ -415,19 +418,26 @@ typedef struct bpe_state {
     int32_t *rev_left;  /* [vocab]: an UNUSED piece's left part's length */
 } bpe_state;
 
+/* The pair's concatenation is looked up in the pieces' trie (NORMAL,
+ * USER_DEFINED, UNUSED: the model's pieces_) from where the left symbol's
+ * bytes end, so only the right symbol's bytes are walked. */
 static int bpe_add_pair(bpe_state *s, int32_t left, int32_t right)
 {
     if (left < 0 || right < 0 || s->sym[left].freeze || s->sym[right].freeze)
         return 1;
-    size_t len = (size_t)s->sym[left].len + s->sym[right].len;
-    int32_t id = tfm__vocab_find(&s->m->f.vocab, s->norm + s->sym[left].begin,
-                                 len);
-    if (id < 0 || !keep_pieces(s->m->f.types[id]))
+    const bpe_sym *r = &s->sym[right];
+    int32_t node = s->sym[left].node;
+    const unsigned char *p = (const unsigned char *)s->norm + r->begin;
+    for (uint32_t k = 0; node >= 0 && k < r->len; k++)
+        node = trie_child(&s->m->pieces, node, p[k]);
+    int32_t id = node >= 0 ? s->m->pieces.value[node] : -1;
+    if (id < 0)
         return 1;
-    bpe_pair p = { s->m->f.scores[id], left, right, (uint32_t)len };
+    size_t len = (size_t)s->sym[left].len + r->len;
+    bpe_pair pr = { s->m->f.scores[id], left, right, (uint32_t)len, node };
     if (s->m->f.types[id] == TFM__SPM_UNUSED)
         s->rev_left[id] = (int32_t)s->sym[left].len;
-    return heap_push(&s->heap, p);
+    return heap_push(&s->heap, pr);
 }
 
 /* bpe_model.cc's resegment: an UNUSED piece splits back into the two it
@@ -444,6 +454,64 @@ static int bpe_resegment(const bpe_state *s, size_t begin, size_t len,
            bpe_resegment(s, begin + l, len - l, out, depth + 1);
 }
 
+/* BPE over norm[begin .. end-1], appended to out; s->sym and s->heap are
+ * reused. */
+static int bpe_run(bpe_state *s, size_t begin, size_t end, spm_segs *out)
+{
+    const spm *m = s->m;
+    const char *norm = s->norm;
+    int ok = 1;
+    int32_t n_sym = 0;
+    s->heap.n = 0;
+    for (size_t pos = begin; pos < end;) {
+        size_t len = 0;
+        int freeze = 0;
+        if (m->has_user)
+            len = user_match(m, (const unsigned char *)norm + pos, end - pos);
+        if (len)
+            freeze = 1;
+        else
+            len = one_char_len((unsigned char)norm[pos]);
+        if (len > end - pos)
+            len = end - pos;
+        bpe_sym *y = &s->sym[n_sym];
+        y->prev = n_sym - 1;
+        y->begin = pos;
+        y->len = (uint32_t)len;
+        y->freeze = freeze;
+        y->node = 0;
+        for (size_t k = 0; y->node >= 0 && k < len; k++)
+            y->node = trie_child(&m->pieces, y->node,
+                                 (unsigned char)norm[pos + k]);
+        pos += len;
+        y->next = pos < end ? n_sym + 1 : -1;
+        n_sym++;
+    }
+    for (int32_t i = 1; ok && i < n_sym; i++)
+        ok = bpe_add_pair(s, i - 1, i);
+    while (ok && s->heap.n) {
+        bpe_pair top = heap_pop(&s->heap);
+        bpe_sym *l = &s->sym[top.left], *r = &s->sym[top.right];
+        if (l->len == 0 || r->len == 0 || l->len + r->len != top.len)
+            continue;
+        l->len += r->len;
+        l->node = top.node;
+        l->next = r->next;
+        if (r->next >= 0)
+            s->sym[r->next].prev = top.left;
+        r->len = 0;
+        ok = bpe_add_pair(s, l->prev, top.left) &&
+             bpe_add_pair(s, top.left, l->next);
+    }
+    for (int32_t i = 0; ok && n_sym > 0 && i != -1; i = s->sym[i].next)
+        ok = bpe_resegment(s, s->sym[i].begin, s->sym[i].len, out, 0);
+    return ok;
+}
+
+/* bpe_model.cc's Encode.  When no piece can span a "▁" that follows
+ * another character (m->split_at_space), the text is cut before each such
+ * "▁" and the parts are merged separately: no pair ever spans a cut, so
+ * the merges, and the result, are the same, with smaller heaps. */
 static tfm_status encode_bpe(const spm *m, const char *norm, size_t n,
                              spm_segs *out)
 {
@@ -454,44 +522,20 @@ static tfm_status encode_bpe(const spm *m, const char *norm, size_t n,
         s.rev_left = tfm__calloc((size_t)m->f.vocab.size, sizeof *s.rev_left);
         ok = s.rev_left != NULL;
     }
-    int32_t n_sym = 0;
-    for (size_t pos = 0; ok && pos < n;) {
-        size_t len = 0;
-        int freeze = 0;
-        if (m->has_user)
-            len = user_match(m, (const unsigned char *)norm + pos, n - pos);
-        if (len)
-            freeze = 1;
-        else
-            len = one_char_len((unsigned char)norm[pos]);
-        if (len > n - pos)
-            len = n - pos;
-        bpe_sym *y = &s.sym[n_sym];
-        y->prev = n_sym - 1;
-        y->begin = pos;
-        y->len = (uint32_t)len;
-        y->freeze = freeze;
-        pos += len;
-        y->next = pos < n ? n_sym + 1 : -1;
-        n_sym++;
+    size_t begin = 0;
+    if (ok && m->split_at_space) {
+        /* 0xE2 is never a continuation byte: i is a character's start. */
+        for (size_t i = 1; ok && i + 3 <= n; i++) {
+            if (norm[i] == SPACE_SYMBOL[0] &&
+                memcmp(norm + i, SPACE_SYMBOL, 3) == 0 &&
+                !(i >= 3 && memcmp(norm + i - 3, SPACE_SYMBOL, 3) == 0)) {
+                ok = bpe_run(&s, begin, i, out);
+                begin = i;
+            }
+        }
     }
-    for (int32_t i = 1; ok && i < n_sym; i++)
-        ok = bpe_add_pair(&s, i - 1, i);
-    while (ok && s.heap.n) {
-        bpe_pair top = heap_pop(&s.heap);
-        bpe_sym *l = &s.sym[top.left], *r = &s.sym[top.right];
-        if (l->len == 0 || r->len == 0 || l->len + r->len != top.len)
-            continue;
-        l->len += r->len;
-        l->next = r->next;
-        if (r->next >= 0)
-            s.sym[r->next].prev = top.left;
-        r->len = 0;
-        ok = bpe_add_pair(&s, l->prev, top.left) &&
-             bpe_add_pair(&s, top.left, l->next);
-    }
-    for (int32_t i = 0; ok && n_sym > 0 && i != -1; i = s.sym[i].next)
-        ok = bpe_resegment(&s, s.sym[i].begin, s.sym[i].len, out, 0);
+    if (ok && begin < n)
+        ok = bpe_run(&s, begin, n, out);
     tfm__free(s.sym);
     tfm__free(s.heap.v);
     tfm__free(s.rev_left);
@@ -837,6 +881,22 @@ static tfm_status spm_setup(spm *m, const char *path)
         }
         m->norm = f->charsmap + 4 + trie_size;
         m->norm_len = f->charsmap_len - 4 - trie_size;
+    }
+    /* A piece of pieces_ with a ▁ after a character that is not ▁ could
+     * be merged across the start of a word; without one, BPE may work word
+     * by word (encode_bpe). */
+    m->split_at_space = 1;
+    for (int64_t i = 0; m->split_at_space && i < f->vocab.size; i++) {
+        if (!keep_pieces(f->types[i]))
+            continue;
+        const char *p = f->vocab.tokens[i];
+        size_t len = f->vocab.lengths[i];
+        for (size_t k = 1; k + 3 <= len; k++)
+            if (memcmp(p + k, SPACE_SYMBOL, 3) == 0 &&
+                !(k >= 3 && memcmp(p + k - 3, SPACE_SYMBOL, 3) == 0)) {
+                m->split_at_space = 0;
+                break;
+            }
     }
     tfm_status st = trie_build(&m->pieces, f, keep_pieces);
     if (st == TFM_OK && m->has_user)

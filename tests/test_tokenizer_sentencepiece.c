@@ -265,6 +265,24 @@ static void test_bpe_merges_by_score(void **state)
     tfm_tokenizer_free(t);
 }
 
+/* A piece with a ▁ inside ("a▁", 265, -0.1) can merge across a word's
+ * start, so the text must not be cut into words there: "a a" -> "▁a▁a",
+ * symbols ▁ a ▁ a; a▁ (-0.1) first -> [▁ a▁ a]; "▁a▁" and "a▁a" are not
+ * pieces and the two ▁a pairs are stale: 259 265 260 (cut into "▁a" "▁a"
+ * it would be 262 262). */
+static void test_bpe_piece_across_words(void **state)
+{
+    (void)state;
+    buf m;
+    bpe_model(&m, 1, 256);
+    put_piece(&m, "a" SP, -0.1f, NORMAL);
+    write_model("m.model", &m);
+    tfm_tokenizer *t = load_model("m.model");
+    EXPECT(t, "a a", 0, NULL, 259, 265, 260);
+    EXPECT(t, "b", 0, NULL, 259, 261);
+    tfm_tokenizer_free(t);
+}
+
 static void test_bpe_decode(void **state)
 {
     (void)state;
@@ -422,6 +440,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bpe_merges_by_score),
+        cmocka_unit_test(test_bpe_piece_across_words),
         cmocka_unit_test(test_bpe_decode),
         cmocka_unit_test(test_unigram_viterbi),
         cmocka_unit_test(test_directory),
