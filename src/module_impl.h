@@ -32,6 +32,9 @@ typedef struct tfm__param {
     int64_t shape[TFM_MAX_RANK];
     int64_t numel;
     float *data;
+    /* NULL until gradients are enabled (GRAD.md), else numel floats with
+     * data's layout; optimizers (optimizer.c) read and zero it. */
+    float *grad;
     tfm__init init;             /* how reset_parameters draws it */
     int64_t init_fan_in;        /* LINEAR_BIAS: the weight's fan_in */
     float init_value;           /* TFM__INIT_CONST */

@@ -1274,12 +1274,17 @@ tfm_status tfm_safetensors_writer_save(const tfm_safetensors_writer *writer,
     if (!writer || !path)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL",
                          !writer ? "writer" : "path");
-    size_t tmp_size = strlen(path) + 32;
+    /* The temporary name is unique to the process and the call, so that
+     * threads saving to the same path never write into one file (the
+     * last rename wins, each file whole). */
+    static _Atomic unsigned long calls;
+    size_t tmp_size = strlen(path) + 48;
     char *tmp = tfm__malloc(tmp_size);
     if (!tmp)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "cannot allocate a temporary file name");
-    snprintf(tmp, tmp_size, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(tmp, tmp_size, "%s.tmp.%ld.%lu", path, (long)getpid(),
+             (unsigned long)++calls);
     char *json = NULL;
     tfm_status st = build_header(writer, &json);
     if (st == TFM_OK)

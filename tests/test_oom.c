@@ -1811,6 +1811,87 @@ static void test_generate(void **state)
     tfm_module_free(c.model);
 }
 
+/* ---- optimizers (training.h) ------------------------------------------- */
+
+/* An encoder layer's optimizer: create, save and load under injection.
+ * A failed load leaves the state and the lr as they were. */
+typedef struct optim_ctx {
+    tfm_module *m;
+    tfm_optimizer_options o;
+    tfm_optimizer *out, *opt;
+    char path[64];
+} optim_ctx;
+
+static tfm_status optim_create_run(void *p)
+{
+    optim_ctx *c = p;
+    return tfm_optimizer_create(c->m, &c->o, &c->out);
+}
+
+static void optim_create_on_ok(void *p)
+{
+    optim_ctx *c = p;
+    tfm_optimizer_free(c->out);
+}
+
+static tfm_status optim_save_run(void *p)
+{
+    optim_ctx *c = p;
+    return tfm_optimizer_save(c->opt, c->path);
+}
+
+static void optim_load_setup(void *p)
+{
+    optim_ctx *c = p;
+    assert_int_equal(tfm_optimizer_set_lr(c->opt, 0.5), TFM_OK);
+}
+
+static tfm_status optim_load_run(void *p)
+{
+    optim_ctx *c = p;
+    return tfm_optimizer_load(c->opt, c->path);
+}
+
+static void optim_load_on_oom(void *p)
+{
+    optim_ctx *c = p;
+    assert_true(tfm_optimizer_get_lr(c->opt) == 0.5);
+}
+
+static void optim_load_on_ok(void *p)
+{
+    optim_ctx *c = p;
+    assert_true(tfm_optimizer_get_lr(c->opt) == 1e-3);
+}
+
+static void test_optimizers(void **state)
+{
+    (void)state;
+    optim_ctx c = { 0 };
+    tfm_layer_config cfg = small_config(1);
+    assert_int_equal(tfm_encoder_layer_create(&cfg, &c.m), TFM_OK);
+    tfm_optimizer_options_init(&c.o, TFM_OPTIMIZER_ADAMW);
+    c.o.amsgrad = 1;
+    oom_case create = { .name = "tfm_optimizer_create (AdamW, amsgrad)",
+                        .run = optim_create_run,
+                        .on_ok = optim_create_on_ok, .ctx = &c,
+                        .handle = (void **)&c.out };
+    run_case(&create);
+    assert_int_equal(tfm_optimizer_create(c.m, &c.o, &c.opt), TFM_OK);
+    snprintf(c.path, sizeof c.path, "/tmp/tfm_oom_optim_%ld.safetensors",
+             (long)getpid());
+    oom_case save = { .name = "tfm_optimizer_save", .run = optim_save_run,
+                      .ctx = &c };
+    run_case(&save);
+    oom_case load = { .name = "tfm_optimizer_load", .setup = optim_load_setup,
+                      .run = optim_load_run, .on_oom = optim_load_on_oom,
+                      .on_ok = optim_load_on_ok, .ctx = &c };
+    run_case(&load);
+    unlink(c.path);
+    tfm_optimizer_free(c.opt);
+    tfm_module_free(c.m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1830,6 +1911,7 @@ int main(void)
         cmocka_unit_test(test_kv_cache),
         cmocka_unit_test(test_generate),
         cmocka_unit_test(test_cjson_allocations),
+        cmocka_unit_test(test_optimizers),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

@@ -10,32 +10,7 @@
 #include "test_util.h"
 #include <transformer/transformer.h>
 
-static const char *g_path;
-static tfm_safetensors *g_file;
-
-static int setup(void **state)
-{
-    (void)state;
-    return tfm_safetensors_open(g_path, &g_file) == TFM_OK ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tfm_safetensors_close(g_file);
-    return 0;
-}
-
-/* The named tensor, or NULL when the file has no such name. */
-static tfm_tensor *ref(const char *prefix, const char *name)
-{
-    char key[64];
-    snprintf(key, sizeof key, "%s%s", prefix, name);
-    tfm_tensor *t = NULL;
-    if (tfm_safetensors_read(g_file, key, &t) != TFM_OK)
-        return NULL;
-    return t;
-}
+#include "training_reference.h"
 
 static int32_t *to_ids(const tfm_tensor *t)
 {

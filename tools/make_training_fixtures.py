@@ -15,10 +15,22 @@ targets are stored as floats; they are small and exact):
       training.h specifies it, with SplitMix64 (Steele et al. 2014, the
       constants of Vigna's splitmix64.c) written here in Python integers.
 
+  opt<k>.meta = [kind (0 SGD, 1 Adam, 2 AdamW), lr, weight_decay,
+      momentum, dampening, nesterov, beta1, beta2, eps, amsgrad, maximize,
+      schedule (0 none, 1 inverse-sqrt warm-up, 2 warm-up + cosine), its
+      three arguments, steps, clip max_norm (0: none), clip norm_type],
+      opt<k>.<weight|bias>.init, .grad<s> (the gradient given at step s),
+      .after<s> (torch.optim's parameter after step s), .<state> (the
+      final state), opt<k>.lr [steps] and opt<k>.norm [steps]: the
+      parameters of an nn.Linear(6, 4) stepped by torch.optim (foreach=
+      False) under torch.optim.lr_scheduler.LambdaLR with the formulas of
+      training.h written here, clipped by torch.nn.utils.clip_grad_norm_.
+
 Usage: make_training_fixtures.py --out FILE
 """
 import argparse
 import json
+import math
 import struct
 
 import numpy as np
@@ -144,6 +156,114 @@ def masked_lm_cases(out, rng):
                                    np.float32)
 
 
+def noam(d_model, warmup):
+    def f(s):
+        n = max(s, 1)
+        return d_model ** -0.5 * min(n ** -0.5, n * warmup ** -1.5)
+    return f
+
+
+def warmup_cosine(warmup, total, floor):
+    def f(s):
+        if s < warmup:
+            return s / warmup
+        q = min(1.0, (s - warmup) / max(1, total - warmup))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * q))
+    return f
+
+
+def optimizer_cases(out, rng):
+    f = f32
+    # kind, options, schedule (kind, a, b, c), steps, clip (max, type)
+    cases = [
+        (0, dict(lr=0.1), (0, 0, 0, 0), 1, (0, 2)),
+        (0, dict(lr=0.05, momentum=0.9), (0, 0, 0, 0), 8, (0, 2)),
+        (0, dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01),
+         (0, 0, 0, 0), 6, (0, 2)),
+        (0, dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1,
+                 maximize=True), (0, 0, 0, 0), 6, (1.0, 2)),
+        (1, dict(lr=1e-3), (0, 0, 0, 0), 1, (0, 2)),
+        (1, dict(lr=1e-2), (0, 0, 0, 0), 20, (0, 2)),
+        (1, dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1,
+                 amsgrad=True), (0, 0, 0, 0), 12, (0.5, 2)),
+        (2, dict(lr=1e-3), (0, 0, 0, 0), 1, (0, 2)),
+        (2, dict(lr=1.0, weight_decay=0.01), (1, 16, 4, 0), 12, (0, 2)),
+        (2, dict(lr=2e-2, weight_decay=0.1, amsgrad=True, maximize=True),
+         (2, 3, 10, 0.1), 12, (0.7, float("inf"))),
+        (1, dict(lr=2e-2), (2, 0, 5, 0.0), 8, (2.0, 1.5)),
+    ]
+    names = {0: torch.optim.SGD, 1: torch.optim.Adam, 2: torch.optim.AdamW}
+    for k, (kind, opts, sched, steps, clip) in enumerate(cases):
+        opts = {key: (tuple(f(b) for b in v) if isinstance(v, tuple)
+                      else (f(v) if isinstance(v, float) else v))
+                for key, v in opts.items()}
+        w = torch.tensor(rng.standard_normal((4, 6)).astype(np.float32),
+                         requires_grad=True)
+        b = torch.tensor(rng.standard_normal(4).astype(np.float32),
+                         requires_grad=True)
+        p = "opt%d." % k
+        out[p + "weight.init"] = w.detach().numpy().copy()
+        out[p + "bias.init"] = b.detach().numpy().copy()
+        # Every hyperparameter explicit and float32-representable, as the
+        # test passes them (the meta row is float32).
+        g = {"momentum": 0.0, "dampening": 0.0, "nesterov": False,
+             "weight_decay": 0.01 if kind == 2 else 0.0,
+             "betas": (0.9, 0.999), "eps": 1e-8, "amsgrad": False,
+             "maximize": False}
+        g.update(opts)
+        g = {key: (tuple(f(b) for b in v) if isinstance(v, tuple)
+                   else (f(v) if isinstance(v, float) else v))
+             for key, v in g.items()}
+        if kind == 0:
+            kw = {key: g[key] for key in ("lr", "momentum", "dampening",
+                                          "nesterov", "weight_decay",
+                                          "maximize")}
+        else:
+            kw = {key: g[key] for key in ("lr", "betas", "eps",
+                                          "weight_decay", "amsgrad",
+                                          "maximize")}
+        opt = names[kind]([w, b], foreach=False, **kw)
+        if sched[0] == 1:
+            lam = noam(sched[1], sched[2])
+        elif sched[0] == 2:
+            lam = warmup_cosine(sched[1], sched[2], sched[3])
+        else:
+            lam = lambda s: 1.0
+        sch = torch.optim.lr_scheduler.LambdaLR(opt, lam)
+        lrs, norms = [], []
+        for s in range(steps):
+            gw = rng.standard_normal((4, 6)).astype(np.float32)
+            gb = rng.standard_normal(4).astype(np.float32)
+            out[p + "weight.grad%d" % s] = gw
+            out[p + "bias.grad%d" % s] = gb
+            w.grad = torch.tensor(gw)
+            b.grad = torch.tensor(gb)
+            if clip[0] > 0:
+                norms.append(float(torch.nn.utils.clip_grad_norm_(
+                    [w, b], clip[0], norm_type=clip[1])))
+            else:
+                norms.append(0.0)
+            lrs.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sch.step()
+            out[p + "weight.after%d" % s] = w.detach().numpy().copy()
+            out[p + "bias.after%d" % s] = b.detach().numpy().copy()
+        for name, t in (("weight", w), ("bias", b)):
+            for key, v in opt.state[t].items():
+                if v is None:       # SGD without momentum
+                    continue
+                out[p + name + "." + key] = np.array(
+                    v.detach().numpy(), np.float32).reshape(-1) \
+                    if key == "step" else v.detach().numpy()
+        out[p + "meta"] = np.array(
+            [kind, g["lr"], g["weight_decay"], g["momentum"], g["dampening"],
+             g["nesterov"], g["betas"][0], g["betas"][1], g["eps"],
+             g["amsgrad"], g["maximize"], sched[0], sched[1], sched[2],
+             sched[3], steps, clip[0], clip[1]], np.float32)
+        out[p + "lr"] = np.array(lrs, np.float32)
+        out[p + "norm"] = np.array(norms, np.float32)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -152,6 +272,7 @@ def main():
     out = {}
     cross_entropy_cases(out, rng)
     masked_lm_cases(out, rng)
+    optimizer_cases(out, rng)
     save(args.out, out)
 
 

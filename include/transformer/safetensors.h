@@ -152,7 +152,11 @@ TFM_API tfm_status tfm_safetensors_writer_set_metadata(
  * written to a temporary name in the same directory, flushed to disk
  * (fsync), renamed over path, and the directory is flushed too (where it
  * can be opened): a failure or a crash leaves either the old file or the
- * whole new one, never a partial file.  Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_OUT_OF_MEMORY. */
+ * whole new one, never a partial file.  The temporary name
+ * ("<path>.tmp.<pid>.<n>", n counting the calls in the process) is unique
+ * to the call, so threads saving to one path at once each write their own
+ * file and the last rename wins.  Errors: TFM_ERR_NULL_ARGUMENT,
+ * TFM_ERR_IO, TFM_ERR_OUT_OF_MEMORY. */
 TFM_API tfm_status tfm_safetensors_writer_save(
     const tfm_safetensors_writer *writer, const char *path);
 

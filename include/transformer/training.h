@@ -1,5 +1,6 @@
 /*
- * libtransformer: losses and the masked-language-model objective.
+ * libtransformer: losses, the masked-language-model objective, optimizers,
+ * gradient clipping and learning-rate schedules.
  * Since 1.2.
  *
  *   float loss;
@@ -17,6 +18,7 @@
 #define TRANSFORMER_TRAINING_H
 
 #include "tensor.h"
+#include "module.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -122,6 +124,195 @@ TFM_API tfm_status tfm_masked_lm_inputs(const int32_t *ids, int64_t n,
                                         int32_t ignore_index,
                                         struct tfm_rng *rng,
                                         int32_t *inputs, int32_t *targets);
+
+
+/* ---- Optimizers ---------------------------------------------------------
+ * Sources: torch.optim.SGD, Adam and AdamW of PyTorch 1.13 (the
+ * single-tensor "for" loop, foreach=False), step by step in float32 with
+ * the scalars (1 - beta1, lr / bias_correction1, ...) computed in double
+ * as Python computes them:
+ *   SGD:   d = g + wd p; buf = d at the first step, else
+ *          buf = momentum buf + (1 - dampening) d; d = d + momentum buf
+ *          (Nesterov) or d = buf (when momentum != 0); p -= lr d
+ *   Adam:  g = g + wd p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ *          (amsgrad: vmax = max(vmax, v), used for v below)
+ *          p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+ *   AdamW: p *= 1 - lr wd (decoupled weight decay, Loshchilov and Hutter
+ *          2019), then Adam without the wd term.
+ * maximize negates g first.  t counts the steps of each parameter.
+ *
+ * An optimizer works on a module's parameter table: every parameter of
+ * the module and its children, each once (parameters sharing memory are
+ * stepped once).  It reads the gradients that backward passes accumulated
+ * (module.h: tfm_module_train allocates them; a parameter without
+ * gradient storage is skipped, as torch skips p.grad None) and updates
+ * the parameters in place.  The module must outlive the optimizer.
+ *
+ *   tfm_optimizer_options o;
+ *   tfm_optimizer_options_init(&o, TFM_OPTIMIZER_ADAMW);   // torch defaults
+ *   o.lr = 3e-4;
+ *   tfm_optimizer *opt;
+ *   tfm_optimizer_create(model, &o, &opt);
+ *   for (int64_t s = 0; s < steps; s++) {
+ *       tfm_optimizer_zero_grad(opt);
+ *       ... forward, loss, backward (k times without zeroing: gradient
+ *           accumulation; scale each loss by 1/k for a mean) ...
+ *       double f, norm;
+ *       tfm_lr_warmup_cosine(s, 100, steps, 0.0, &f);        // LambdaLR(s)
+ *       tfm_optimizer_set_lr(opt, 3e-4 * f);
+ *       tfm_optimizer_clip_grad_norm(opt, 1.0, 2.0, &norm);
+ *       tfm_optimizer_step(opt);
+ *   }
+ *   tfm_optimizer_free(opt);
+ *
+ * Threads: an optimizer and its module are used by one thread at a time. */
+typedef struct tfm_optimizer tfm_optimizer;
+
+/* Append-only. */
+typedef enum tfm_optimizer_kind {
+    TFM_OPTIMIZER_SGD = 0,
+    TFM_OPTIMIZER_ADAM = 1,
+    TFM_OPTIMIZER_ADAMW = 2,
+    TFM_OPTIMIZER_KIND_COUNT
+} tfm_optimizer_kind;
+
+/* Hyperparameters, with torch.optim's names.  Self-sized: the library
+ * reads only struct_size bytes and takes the defaults of `kind` for the
+ * fields beyond them; new fields are appended. */
+typedef struct tfm_optimizer_options {
+    size_t struct_size;         /* sizeof(tfm_optimizer_options) */
+    tfm_optimizer_kind kind;
+    double lr;                  /* >= 0; SGD 1e-3 (torch 1.13 requires
+                                 * it; later versions default to 1e-3),
+                                 * Adam and AdamW 1e-3 */
+    double weight_decay;        /* >= 0; 0, AdamW 1e-2 */
+    double momentum;            /* SGD: >= 0, default 0 */
+    double dampening;           /* SGD: default 0 */
+    int nesterov;               /* SGD: needs momentum > 0 and dampening 0 */
+    double beta1, beta2;        /* Adam(W): in [0, 1); 0.9, 0.999 */
+    double eps;                 /* Adam(W): >= 0; 1e-8 */
+    int amsgrad;                /* Adam(W): Reddi et al. 2018; default 0 */
+    int maximize;               /* every kind: default 0 */
+} tfm_optimizer_options;
+
+/* PyTorch's defaults for `kind` (above); sets struct_size.  NULL is a
+ * no-op; an unknown kind gives SGD's defaults with that kind (refused by
+ * tfm_optimizer_create). */
+TFM_API void tfm_optimizer_options_init(tfm_optimizer_options *options,
+                                        tfm_optimizer_kind kind);
+
+/* Creates an optimizer over module's parameters; its state (SGD's
+ * momentum_buffer; Adam's exp_avg, exp_avg_sq, max_exp_avg_sq with
+ * amsgrad; the step count) starts at zero, as torch's first step makes it.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (unknown kind,
+ * a value out of range as torch checks them, nesterov without momentum or
+ * with dampening, struct_size too small to hold `kind`), TFM_ERR_OVERFLOW,
+ * TFM_ERR_OUT_OF_MEMORY.  *out is freed with tfm_optimizer_free. */
+TFM_API tfm_status tfm_optimizer_create(tfm_module *module,
+                                        const tfm_optimizer_options *options,
+                                        tfm_optimizer **out);
+
+/* NULL is a no-op.  The module is not freed. */
+TFM_API void tfm_optimizer_free(tfm_optimizer *optimizer);
+
+/* One update of every parameter that has gradient storage (above).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (no parameter
+ * has gradient storage: the module was never put in training mode),
+ * TFM_ERR_NON_FINITE (a NaN or infinite gradient: the message names the
+ * parameter; no parameter and no state is changed). */
+TFM_API tfm_status tfm_optimizer_step(tfm_optimizer *optimizer);
+
+/* Sets every gradient of the optimizer's parameters to zero (torch's
+ * zero_grad(set_to_none=False)).  Not calling it between backward passes
+ * accumulates their gradients.  NULL is a no-op. */
+TFM_API void tfm_optimizer_zero_grad(tfm_optimizer *optimizer);
+
+/* The learning rate used by the next step (a scheduler's
+ * param_group["lr"]).  set: lr >= 0 and finite, else
+ * TFM_ERR_INVALID_ARGUMENT; get of NULL gives 0. */
+TFM_API tfm_status tfm_optimizer_set_lr(tfm_optimizer *optimizer, double lr);
+TFM_API double tfm_optimizer_get_lr(const tfm_optimizer *optimizer);
+
+/* Gradient clipping by global norm, torch.nn.utils.clip_grad_norm_ of
+ * PyTorch 1.13: total = the norm_type-norm of all the gradients together
+ * (norm_type > 0, or INFINITY for the largest magnitude), computed in
+ * double; when max_norm / (total + 1e-6) < 1 every gradient is multiplied
+ * by that factor.  *total_norm (may be NULL) receives total.
+ * Errors: TFM_ERR_NULL_ARGUMENT (optimizer), TFM_ERR_INVALID_ARGUMENT
+ * (max_norm < 0 or NaN, norm_type <= 0 or NaN), TFM_ERR_NON_FINITE (a
+ * gradient is NaN or infinite, as clip_grad_norm_(error_if_nonfinite=
+ * True): nothing is changed). */
+TFM_API tfm_status tfm_optimizer_clip_grad_norm(tfm_optimizer *optimizer,
+                                                double max_norm,
+                                                double norm_type,
+                                                double *total_norm);
+
+/* ---- Optimizer state by name ----------------------------------------------
+ * State names (torch's optimizer.state[p] keys): SGD "momentum_buffer"
+ * (momentum != 0); Adam and AdamW "exp_avg", "exp_avg_sq",
+ * "max_exp_avg_sq" (amsgrad); every kind "step" (a [1] tensor: the
+ * parameter's step count, as torch 1.13 keeps it).  param is the
+ * parameter's name in the module (e.g. "linear1.weight").  A state of the
+ * parameter's shape is read or written whole; out / value must have the
+ * parameter's shape ([1] for "step").
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_NOT_FOUND (no such parameter, or
+ * a state this optimizer does not keep), TFM_ERR_SHAPE,
+ * TFM_ERR_NON_FINITE (set: a non-finite value), TFM_ERR_INVALID_ARGUMENT
+ * (set: a step that is negative or not an integer). */
+TFM_API tfm_status tfm_optimizer_get_state(const tfm_optimizer *optimizer,
+                                           const char *param,
+                                           const char *state,
+                                           tfm_tensor *out);
+TFM_API tfm_status tfm_optimizer_set_state(tfm_optimizer *optimizer,
+                                           const char *param,
+                                           const char *state,
+                                           const tfm_tensor *value);
+
+/* Saves every state to a safetensors file, tensor "<param>.<state>" (e.g.
+ * "linear1.weight.exp_avg", "linear1.weight.step"), with metadata
+ * "optimizer" ("sgd", "adam", "adamw") and "lr".  Written atomically
+ * (safetensors.h: a temporary file unique to the process and call,
+ * fsync, rename).  Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO,
+ * TFM_ERR_OUT_OF_MEMORY. */
+TFM_API tfm_status tfm_optimizer_save(const tfm_optimizer *optimizer,
+                                      const char *path);
+
+/* Loads a file written by tfm_optimizer_save into an optimizer of the same
+ * kind over a module with the same parameters: every state and the lr.
+ * Everything is checked before anything changes.  Errors:
+ * TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_FORMAT (another optimizer
+ * kind, a state missing or of another shape, a bad step),
+ * TFM_ERR_NON_FINITE, TFM_ERR_UNSUPPORTED, TFM_ERR_OUT_OF_MEMORY; the
+ * optimizer is then unchanged. */
+TFM_API tfm_status tfm_optimizer_load(tfm_optimizer *optimizer,
+                                      const char *path);
+
+/* ---- Learning-rate schedules ------------------------------------------------
+ * Multipliers of a base learning rate as torch.optim.lr_scheduler.LambdaLR
+ * applies them: lr = base_lr * factor(s), where s counts the scheduler's
+ * step() calls (0 before the first optimizer step; torch's last_epoch),
+ * so a loop sets lr from factor(s) before optimizer step s (s = 0, 1, ...).
+ *
+ * "Attention Is All You Need" (Vaswani et al. 2017, section 5.3, with base
+ * lr 1): factor = d_model^-0.5 * min(n^-0.5, n * warmup^-1.5) with
+ * n = max(s, 1) (the paper counts steps from 1; the Annotated Transformer
+ * likewise treats s = 0 as 1).  Errors: TFM_ERR_NULL_ARGUMENT,
+ * TFM_ERR_INVALID_ARGUMENT (s < 0, d_model < 1, warmup_steps < 1). */
+TFM_API tfm_status tfm_lr_inverse_sqrt_warmup(int64_t s, int64_t d_model,
+                                              int64_t warmup_steps,
+                                              double *factor);
+
+/* Linear warm-up then cosine decay (Hugging Face's
+ * get_cosine_schedule_with_warmup with num_cycles 0.5, floored at
+ * min_factor): factor = s / warmup for s < warmup; then with
+ * q = (s - warmup) / max(1, total - warmup), clamped to [0, 1],
+ * factor = min_factor + (1 - min_factor) * 0.5 * (1 + cos(pi q)).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (s < 0,
+ * warmup_steps < 0, total_steps < warmup_steps, min_factor outside
+ * [0, 1]). */
+TFM_API tfm_status tfm_lr_warmup_cosine(int64_t s, int64_t warmup_steps,
+                                        int64_t total_steps,
+                                        double min_factor, double *factor);
 
 #ifdef __cplusplus
 }

@@ -43,7 +43,8 @@
  *   tokenizer.h    character-level, byte-level BPE and WordPiece tokenizers
  *   names.h        the string names of the enums (tfm_enum_name)
  *   training.h     losses (cross-entropy with ignore_index and label
- *                  smoothing, the causal LM loss), BERT's masked-LM inputs
+ *                  smoothing, the causal LM loss), BERT's masked-LM inputs,
+ *                  optimizers (SGD, Adam, AdamW), clipping, LR schedules
  *   variants.h     compatibility include for 1.1.0 programs (declares
  *                  nothing; its contents are in attention.h, layers.h and
  *                  embedding.h)
