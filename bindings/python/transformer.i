@@ -797,3 +797,35 @@ done:
     return result;
 }
 %}
+
+/* ---- Losses (training.h) --------------------------------------------------- */
+
+%apply (int32_t *IN_ARRAY1, int64_t DIM1) {
+    (const int32_t *targets, int64_t n_targets)
+};
+
+%inline %{
+/* tfm_cross_entropy (causal 0) or tfm_causal_lm_loss (causal 1) with the
+ * targets' count checked against the logits' rows; the loss is written
+ * into loss_out (a float32 array of one element), dlogits may be None. */
+tfm_status tfmpy_cross_entropy(const tfm_tensor *logits,
+                               const int32_t *targets, int64_t n_targets,
+                               int32_t ignore_index, float label_smoothing,
+                               int reduction, int causal,
+                               tfm_tensor *loss_out, tfm_tensor *dlogits)
+{
+    int64_t c = tfm_tensor_dim(logits, -1);
+    int64_t rows = c > 0 ? tfm_tensor_numel(logits) / c : 0;
+    if (n_targets != rows)      /* checked by the Python layer first */
+        return TFM_ERR_SHAPE;
+    float loss = 0.0f;
+    tfm_status st = causal
+        ? tfm_causal_lm_loss(logits, targets, ignore_index, label_smoothing,
+                             (tfm_reduction)reduction, &loss, dlogits)
+        : tfm_cross_entropy(logits, targets, ignore_index, label_smoothing,
+                            (tfm_reduction)reduction, &loss, dlogits);
+    if (st == TFM_OK && loss_out && tfm_tensor_numel(loss_out) >= 1)
+        tfm_tensor_data(loss_out)[0] = loss;
+    return st;
+}
+%}

@@ -24,7 +24,8 @@ Layers: MultiheadAttention, LayerNorm, Linear, TransformerEncoderLayer,
 TransformerDecoderLayer, TransformerEncoder, TransformerDecoder,
 Transformer, Embedding, and Attention (attention variants on per-head
 arrays).  Functions: scaled_dot_product_attention (and its gradients,
-scaled_dot_product_attention_backward), attention,
+scaled_dot_product_attention_backward), attention, cross_entropy (and
+cross_entropy_backward: the loss and its gradient),
 sinusoidal_positional_encoding.  Models: Model (load_model,
 default_model_path), KVCache, Tokenizer, Sampler.  Files:
 load_safetensors, save_safetensors, load_safetensors_metadata.
@@ -91,7 +92,8 @@ from .modules import (Attention, Embedding, LayerNorm, Linear,
                       Transformer, TransformerDecoder,
                       TransformerDecoderLayer, TransformerEncoder,
                       TransformerEncoderLayer)
-from .functional import (attention, scaled_dot_product_attention,
+from .functional import (attention, cross_entropy, cross_entropy_backward,
+                         scaled_dot_product_attention,
                          scaled_dot_product_attention_backward,
                          sinusoidal_positional_encoding)
 from .models import (DEFAULT_SEED, KVCache, Model, Sampler, Tokenizer,
@@ -138,6 +140,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
     "attention", "sinusoidal_positional_encoding",
+    "cross_entropy", "cross_entropy_backward",
     # models
     "Model", "KVCache", "Tokenizer", "Sampler", "load_model",
     "default_model_path", "DEFAULT_SEED", "load_tokenizer",

@@ -218,3 +218,74 @@ def sinusoidal_positional_encoding(length, d_model, offset=0, base=10000.0,
     else:
         _ll.tfm_sinusoidal_encoding_ex(pe, offset, base, code)
     return pe
+
+
+_REDUCTIONS = {"mean": 0, "sum": 1}
+
+
+def _cross_entropy(input, target, weight, ignore_index, reduction,
+                   label_smoothing, want_grad):
+    """(loss, d loss / d input or None) of cross_entropy's arguments."""
+    if weight is not None:
+        raise UnsupportedError("cross_entropy: class weights are not "
+                               "supported")
+    if reduction not in _REDUCTIONS:
+        from ._errors import InvalidArgumentError
+        raise InvalidArgumentError(
+            f"cross_entropy: reduction must be 'mean' or 'sum', got "
+            f"{reduction!r}")
+    x = as_float32(input, "input")
+    t = np.asarray(target)
+    if x.ndim == 1:                         # [C] with a scalar target
+        x2 = x.reshape(1, -1)
+        moved = False
+    elif x.ndim == 2:
+        x2 = x
+        moved = False
+    else:                                   # torch's [N, C, d1, ...]
+        x2 = np.ascontiguousarray(np.moveaxis(x, 1, -1)).reshape(
+            -1, x.shape[1])
+        moved = True
+    rows = x2.shape[0]
+    if t.size != rows or (x.ndim > 2 and
+                          t.shape != (x.shape[0],) + x.shape[2:]) or \
+            (x.ndim == 2 and t.shape != (rows,)):
+        raise ShapeError(f"cross_entropy: target of shape {list(t.shape)} "
+                         f"does not fit input of shape {list(x.shape)}")
+    t32 = np.ascontiguousarray(t.reshape(-1), np.int32)
+    loss = np.zeros(1, np.float32)
+    grad = np.empty(x2.shape, np.float32) if want_grad else None
+    _ll.tfmpy_cross_entropy(np.ascontiguousarray(x2), t32, int(ignore_index),
+                            as_float(label_smoothing, "label_smoothing"),
+                            _REDUCTIONS[reduction], 0, loss, grad)
+    if grad is not None:
+        if moved:
+            grad = np.ascontiguousarray(np.moveaxis(
+                grad.reshape((x.shape[0],) + x.shape[2:] + (x.shape[1],)),
+                -1, 1))
+        else:
+            grad = grad.reshape(x.shape)
+    return float(loss[0]), grad
+
+
+def cross_entropy(input, target, weight=None, ignore_index=-100,
+                  reduction="mean", label_smoothing=0.0):
+    """``torch.nn.functional.cross_entropy`` for class-index targets
+    (PyTorch 1.13 semantics, computed by the library's tfm_cross_entropy):
+    input ``[C]``, ``[N, C]`` or torch's ``[N, C, d1, ...]``; target the
+    class indices (``[]``, ``[N]``, ``[N, d1, ...]``); targets equal to
+    ignore_index contribute nothing, label smoothing included, and the
+    mean is over the targets kept (0.0 when every target is ignored, where
+    torch gives nan).  reduction: "mean" or "sum" ("none" and class
+    weights are not supported).  Returns a float."""
+    return _cross_entropy(input, target, weight, ignore_index, reduction,
+                          label_smoothing, False)[0]
+
+
+def cross_entropy_backward(input, target, weight=None, ignore_index=-100,
+                           reduction="mean", label_smoothing=0.0):
+    """``(loss, grad_input)``: :func:`cross_entropy` and its gradient with
+    respect to input (what ``torch.autograd`` gives), a float32 array of
+    input's shape."""
+    return _cross_entropy(input, target, weight, ignore_index, reduction,
+                          label_smoothing, True)
