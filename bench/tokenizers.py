@@ -40,7 +40,7 @@ def sentencepiece_bench(model, text, reps):
     sp = spm.SentencePieceProcessor(model_file=model)
     with open(text, encoding="utf-8") as f:
         lines = f.read().split("\n")
-    size = sum(len(x.encode("utf-8")) for x in lines)
+    size = os.path.getsize(text)  # bytes with the newlines, as the others
     best, tokens = None, 0
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -90,6 +90,20 @@ def main():
             (name, "kitoken 0.10.1 (node, WebAssembly)",
              ["node", js, "kitoken", kit, path, text, reps]),
         ]
+    llama = os.path.join(refs, "llama", "tokenizer.model")
+    rows += [
+        ("Llama's vocabulary (32,000 pieces, from llama-tokenizer-js)", "libtransformer",
+         [bench, llama, text, reps]),
+        ("Llama's vocabulary (32,000 pieces, from llama-tokenizer-js)",
+         "llama-tokenizer-js 1.2.2 (node)",
+         ["node", js, "llama-tokenizer-js",
+          os.path.join(refs, "llama-tokenizer-js", "llama-tokenizer.js"), text, reps]),
+        ("Llama's vocabulary (32,000 pieces, from llama-tokenizer-js)",
+         "python3-sentencepiece 0.1.97 (C++, one batch call, 1 thread)",
+         [sys.executable, os.path.abspath(__file__), "--sentencepiece", llama, text, reps]),
+        ("Llama's vocabulary (32,000 pieces, from llama-tokenizer-js)",
+         "kitoken 0.10.1 (node, WebAssembly)", ["node", js, "kitoken", kit, llama, text, reps]),
+    ]
     print("| tokenizer | implementation | MB/s | tokens |")
     print("| --- | --- | ---: | ---: |")
     for name, impl, cmd in rows:

