@@ -1843,7 +1843,8 @@ end
 
 --- Since 1.2, with Hugging Face's names (ids 0-based, as everywhere here):
 -- Tokenizer.from_pretrained(path) / M.load_tokenizer(path): a model file, a
--- tokenizer.json, GPT-2's encoder.json / vocab.json, or a directory.
+-- tokenizer.json, GPT-2's encoder.json / vocab.json, BERT's vocab.txt, a
+-- SentencePiece .model / .spm, or a directory.
 Tokenizer.from_pretrained = Tokenizer.load
 M.load_tokenizer = Tokenizer.load
 

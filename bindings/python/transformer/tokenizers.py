@@ -28,8 +28,8 @@ _ROLES = ("bos", "eos", "unk", "pad", "cls", "sep", "mask")
 
 def load_tokenizer(path):
     """Tokenizer.load(path): a model file, a tokenizer.json, GPT-2's
-    encoder.json / vocab.json (merges beside it) or a checkpoint
-    directory."""
+    encoder.json / vocab.json (merges beside it), BERT's vocab.txt, a
+    SentencePiece .model / .spm, or a checkpoint directory."""
     return Tokenizer.load(path)
 
 
