@@ -70,6 +70,16 @@ static const char *const DTYPES[TFM_DTYPE_COUNT] = {
     [TFM_DTYPE_U8] = "U8",     [TFM_DTYPE_BOOL] = "BOOL",
 };
 
+static const char *const REDUCTIONS[TFM_REDUCTION_COUNT] = {
+    [TFM_REDUCTION_MEAN] = "mean",
+    [TFM_REDUCTION_SUM] = "sum",
+};
+static const char *const OPTIMIZERS[TFM_OPTIMIZER_KIND_COUNT] = {
+    [TFM_OPTIMIZER_SGD] = "sgd",
+    [TFM_OPTIMIZER_ADAM] = "adam",
+    [TFM_OPTIMIZER_ADAMW] = "adamw",
+};
+
 /* One enum: its names by value (NULL: a value without a name) and what it
  * is called in messages. */
 typedef struct enum_table {
@@ -93,6 +103,8 @@ static const enum_table TABLES[TFM_ENUM_COUNT] = {
     [TFM_ENUM_ARCHITECTURE] = TABLE(ARCHITECTURES, "architecture"),
     [TFM_ENUM_POSITIONAL] = TABLE(POSITIONALS, "positional encoding"),
     [TFM_ENUM_DTYPE] = TABLE(DTYPES, "dtype"),
+    [TFM_ENUM_REDUCTION] = TABLE(REDUCTIONS, "reduction"),
+    [TFM_ENUM_OPTIMIZER] = TABLE(OPTIMIZERS, "optimizer"),
 };
 
 /* The table of e, or NULL when e is not a tfm_enum. */

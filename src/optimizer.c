@@ -20,6 +20,7 @@
 #include "error.h"
 #include "module_impl.h"
 #include "tensor_impl.h"
+#include "transformer/names.h"
 #include "transformer/safetensors.h"
 #include "transformer/training.h"
 
@@ -40,7 +41,6 @@ struct tfm_optimizer {
 static const char *const SGD_SLOTS[] = { "momentum_buffer" };
 static const char *const ADAM_SLOTS[] = { "exp_avg", "exp_avg_sq",
                                           "max_exp_avg_sq" };
-static const char *const KIND_NAMES[] = { "sgd", "adam", "adamw" };
 
 static const char *slot_name(const tfm_optimizer *opt, int s)
 {
@@ -432,7 +432,7 @@ static tfm_status locate(const tfm_optimizer *opt, const char *param,
     if (s < 0)
         return tfm__fail(TFM_ERR_NOT_FOUND,
                          "%s: this %s optimizer keeps no state \"%s\"", what,
-                         KIND_NAMES[opt->o.kind], state);
+                         tfm_enum_name(TFM_ENUM_OPTIMIZER, opt->o.kind), state);
     const tfm__param *p = param_of(opt, i);
     tfm_status st = s == MAX_SLOTS
                         ? tfm__check_shape(t, state, 1, (int64_t[]){ 1 })
@@ -540,7 +540,7 @@ tfm_status tfm_optimizer_save(const tfm_optimizer *opt, const char *path)
     snprintf(lr, sizeof lr, "%.17g", opt->o.lr);
     if (st == TFM_OK)
         st = tfm_safetensors_writer_set_metadata(w, "optimizer",
-                                                 KIND_NAMES[opt->o.kind]);
+                                                 tfm_enum_name(TFM_ENUM_OPTIMIZER, opt->o.kind));
     if (st == TFM_OK)
         st = tfm_safetensors_writer_set_metadata(w, "lr", lr);
     for (int i = 0; i < opt->n && st == TFM_OK; i++) {
@@ -604,12 +604,12 @@ tfm_status tfm_optimizer_load(tfm_optimizer *opt, const char *path)
     char *end = NULL;
     if (lr_text)
         lr = strtod(lr_text, &end);
-    if (!kind || strcmp(kind, KIND_NAMES[opt->o.kind]) != 0)
+    if (!kind || strcmp(kind, tfm_enum_name(TFM_ENUM_OPTIMIZER, opt->o.kind)) != 0)
         st = tfm__fail(TFM_ERR_FORMAT,
                        "tfm_optimizer_load: \"%s\" holds the state of %s%s%s"
                        ", not of %s", path, kind ? "\"" : "",
                        kind ? kind : "no optimizer", kind ? "\"" : "",
-                       KIND_NAMES[opt->o.kind]);
+                       tfm_enum_name(TFM_ENUM_OPTIMIZER, opt->o.kind));
     else if (!lr_text || end == lr_text || *end || !nonneg(lr))
         st = tfm__fail(TFM_ERR_FORMAT,
                        "tfm_optimizer_load: \"%s\" has no valid \"lr\"",

@@ -23,6 +23,8 @@
  *   POSITIONAL      "none", "learned", "sinusoidal", "sinusoidal_concat"
  *   DTYPE           "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8",
  *                   "U8", "BOOL"
+ *   REDUCTION       "mean", "sum"
+ *   OPTIMIZER       "sgd", "adam", "adamw"
  *
  * Since 1.2.0: everything in this header.
  */
@@ -31,6 +33,7 @@
 
 #include "model.h"
 #include "safetensors.h"
+#include "training.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,6 +52,8 @@ typedef enum tfm_enum {
     TFM_ENUM_ARCHITECTURE = 8,       /* tfm_architecture (model.h) */
     TFM_ENUM_POSITIONAL = 9,         /* tfm_positional (model.h) */
     TFM_ENUM_DTYPE = 10,             /* tfm_dtype (safetensors.h) */
+    TFM_ENUM_REDUCTION = 11,         /* tfm_reduction (training.h) */
+    TFM_ENUM_OPTIMIZER = 12,         /* tfm_optimizer_kind (training.h) */
     TFM_ENUM_COUNT                   /* grows; never store it */
 } tfm_enum;
 

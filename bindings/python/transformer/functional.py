@@ -6,7 +6,7 @@ import numpy as np
 
 from . import _lowlevel as _ll
 from ._core import (CAUSAL_NONE, CAUSAL_TOP_LEFT, MASK_ADDITIVE, MASK_ALLOW,
-                    as_float, as_float32, as_int, as_mask)
+                    as_float, as_float32, as_int, as_mask, enum_names)
 from ._errors import ShapeError, UnsupportedError
 from ._torch import torch_results
 
@@ -220,7 +220,7 @@ def sinusoidal_positional_encoding(length, d_model, offset=0, base=10000.0,
     return pe
 
 
-_REDUCTIONS = {"mean": 0, "sum": 1}
+_REDUCTIONS = enum_names(_ll.TFM_ENUM_REDUCTION)   # {"mean": 0, "sum": 1}
 
 
 def _cross_entropy(input, target, weight, ignore_index, reduction,
