@@ -162,38 +162,6 @@ static int teardown(void **state)
     return rmdir(dir);
 }
 
-static void expect(const tfm_tokenizer *t, const char *text, size_t len,
-                   unsigned flags, const int32_t *want, int64_t n_want,
-                   const int64_t *offs)
-{
-    int32_t ids[64];
-    int64_t off[128], n = -1;
-    if (tfm_tokenizer_encode_v2(t, text, len, NULL, 0, flags, ids, NULL, off,
-                                64, &n) != TFM_OK)
-        fail_msg("encode: %s", tfm_last_error());
-    if (n != n_want)
-        fail_msg("\"%s\": %lld tokens, expected %lld", text, (long long)n,
-                 (long long)n_want);
-    for (int64_t i = 0; i < n; i++) {
-        if (ids[i] != want[i])
-            fail_msg("\"%s\" token %lld: id %d, expected %d", text,
-                     (long long)i, ids[i], want[i]);
-        if (offs && (off[2 * i] != offs[2 * i] ||
-                     off[2 * i + 1] != offs[2 * i + 1]))
-            fail_msg("\"%s\" token %lld: [%lld, %lld), expected [%lld, %lld)",
-                     text, (long long)i, (long long)off[2 * i],
-                     (long long)off[2 * i + 1], (long long)offs[2 * i],
-                     (long long)offs[2 * i + 1]);
-    }
-}
-
-#define EXPECT(t, text, flags, offs, ...)                                  \
-    do {                                                                   \
-        const int32_t want_[] = { __VA_ARGS__ };                           \
-        expect(t, text, sizeof text - 1, flags, want_,                     \
-               (int64_t)(sizeof want_ / sizeof want_[0]), offs);           \
-    } while (0)
-
 static void expect_decode(const tfm_tokenizer *t, const int32_t *ids,
                           int64_t n, unsigned flags, const char *want)
 {

@@ -16,7 +16,6 @@
 #include "transformer/tokenizer.h"
 #include "tokenizer_test_util.h"
 
-
 /* ids:  0 [PAD]  1 [UNK]  2 [CLS]  3 [SEP]  4 [MASK]  5 un  6 ##aff
  *       7 ##able  8 hello  9 !  10 ,  11 cafe  12 中  13 国  14 ##s
  *       15 run  16 ##ning  17 a  18 ##a  19 οδος (final sigma)  20 Hello */
@@ -24,9 +23,6 @@ static const char VOCAB[] =
     "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nun\n##aff\n##able\nhello\n!\n,\n"
     "cafe\n\xE4\xB8\xAD\n\xE5\x9B\xBD\n##s\nrun\n##ning\na\n##a\n"
     "\xCE\xBF\xCE\xB4\xCE\xBF\xCF\x82\nHello\n";
-
-
-
 
 static int setup(void **state)
 {
@@ -42,38 +38,6 @@ static int teardown(void **state)
     remove_file("tokenizer.json");
     return rmdir(dir);
 }
-
-static void expect(const tfm_tokenizer *t, const char *text, size_t len,
-                   unsigned flags, const int32_t *want, int64_t n_want,
-                   const int64_t *offs)
-{
-    int32_t ids[128];
-    int64_t off[256], n = -1;
-    if (tfm_tokenizer_encode_v2(t, text, len, NULL, 0, flags, ids, NULL, off,
-                                128, &n) != TFM_OK)
-        fail_msg("encode: %s", tfm_last_error());
-    if (n != n_want)
-        fail_msg("\"%s\": %lld tokens, expected %lld", text, (long long)n,
-                 (long long)n_want);
-    for (int64_t i = 0; i < n; i++) {
-        if (ids[i] != want[i])
-            fail_msg("\"%s\" token %lld: id %d, expected %d", text,
-                     (long long)i, ids[i], want[i]);
-        if (offs && (off[2 * i] != offs[2 * i] ||
-                     off[2 * i + 1] != offs[2 * i + 1]))
-            fail_msg("\"%s\" token %lld: [%lld, %lld), expected [%lld, %lld)",
-                     text, (long long)i, (long long)off[2 * i],
-                     (long long)off[2 * i + 1], (long long)offs[2 * i],
-                     (long long)offs[2 * i + 1]);
-    }
-}
-
-#define EXPECT(t, text, flags, offs, ...)                                  \
-    do {                                                                   \
-        const int32_t want_[] = { __VA_ARGS__ };                           \
-        expect(t, text, sizeof text - 1, flags, want_,                     \
-               (int64_t)(sizeof want_ / sizeof want_[0]), offs);           \
-    } while (0)
 
 /* Uncased (BertTokenizer's default, no tokenizer_config.json). */
 static void test_uncased(void **state)
@@ -216,7 +180,6 @@ static void test_cased(void **state)
     tfm_tokenizer_free(t);
     remove_file("tokenizer_config.json");
 }
-
 
 static void test_bad_files(void **state)
 {

@@ -1,6 +1,7 @@
 /* Shared by the tokenizer suites (test_tokenizer_bpe.c,
- * test_tokenizer_wordpiece.c): a temporary directory for the vocabulary
- * files each test writes, loading it, and expected load failures.  Include
+ * test_tokenizer_wordpiece.c, test_tokenizer_sentencepiece.c): a temporary
+ * directory for the vocabulary files each test writes, loading it, expected
+ * load failures, and checking an encoding's ids and offsets.  Include
  * after <cmocka.h>. */
 #ifndef TFM_TESTS_TOKENIZER_TEST_UTIL_H
 #define TFM_TESTS_TOKENIZER_TEST_UTIL_H
@@ -63,5 +64,40 @@ static inline void expect_load_fails(const char *path, tfm_status status,
         fail_msg("error \"%s\" does not mention \"%s\"", tfm_last_error(),
                  keyword);
 }
+
+/* Encodes text (len bytes) with flags and checks the ids against
+ * want[0 .. n_want-1] and, unless offs is NULL, each token's byte range
+ * [offs[2i], offs[2i+1]). */
+static inline void expect(const tfm_tokenizer *t, const char *text,
+                          size_t len, unsigned flags, const int32_t *want,
+                          int64_t n_want, const int64_t *offs)
+{
+    int32_t ids[128];
+    int64_t off[256], n = -1;
+    if (tfm_tokenizer_encode_v2(t, text, len, NULL, 0, flags, ids, NULL, off,
+                                128, &n) != TFM_OK)
+        fail_msg("encode: %s", tfm_last_error());
+    if (n != n_want)
+        fail_msg("\"%s\": %lld tokens, expected %lld", text, (long long)n,
+                 (long long)n_want);
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] != want[i])
+            fail_msg("\"%s\" token %lld: id %d, expected %d", text,
+                     (long long)i, ids[i], want[i]);
+        if (offs && (off[2 * i] != offs[2 * i] ||
+                     off[2 * i + 1] != offs[2 * i + 1]))
+            fail_msg("\"%s\" token %lld: [%lld, %lld), expected [%lld, %lld)",
+                     text, (long long)i, (long long)off[2 * i],
+                     (long long)off[2 * i + 1], (long long)offs[2 * i],
+                     (long long)offs[2 * i + 1]);
+    }
+}
+
+#define EXPECT(t, text, flags, offs, ...)                                  \
+    do {                                                                   \
+        const int32_t want_[] = { __VA_ARGS__ };                           \
+        expect(t, text, sizeof text - 1, flags, want_,                     \
+               (int64_t)(sizeof want_ / sizeof want_[0]), offs);           \
+    } while (0)
 
 #endif
