@@ -24,6 +24,7 @@ const char *tfm_status_string(tfm_status status)
     case TFM_ERR_UNSUPPORTED: return "unsupported";
     case TFM_ERR_CAPACITY: return "capacity exceeded";
     case TFM_ERR_NON_FINITE: return "non-finite value";
+    case TFM_ERR_BUSY: return "handle in use by another thread";
     case TFM_STATUS_COUNT: break;
     }
     return "unknown status";

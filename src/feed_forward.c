@@ -64,10 +64,10 @@ tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
     };
     tfm_status st;
     if ((st = tfm__module_own_params(&f->base, specs, 4)) ||
-        (st = tfm__linear_view_new(d_model, d_ff, f->w1, f->b1,
+        (st = tfm__linear_view_new(d_model, d_ff, f->w1, f->b1, &f->base,
                                    &f->linear1)) ||
         (st = tfm__module_add_child(&f->base, "linear1", &f->linear1->base)) ||
-        (st = tfm__linear_view_new(d_ff, d_model, f->w2, f->b2,
+        (st = tfm__linear_view_new(d_ff, d_model, f->w2, f->b2, &f->base,
                                    &f->linear2)) ||
         (st = tfm__module_add_child(&f->base, "linear2", &f->linear2->base))) {
         tfm_module_free(&f->base);

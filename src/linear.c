@@ -67,7 +67,7 @@ tfm_status tfm__linear_module_new(int64_t in_features, int64_t out_features,
 }
 
 tfm_status tfm__linear_view_new(int64_t in_features, int64_t out_features,
-                                float *weight, float *bias,
+                                float *weight, float *bias, tfm_module *home,
                                 tfm__linear_module **out)
 {
     tfm__linear_module *l = NULL;
@@ -78,9 +78,9 @@ tfm_status tfm__linear_view_new(int64_t in_features, int64_t out_features,
     l->bias = bias;
     tfm__param_spec specs[2];
     linear_specs(l, specs);
-    st = tfm__module_alias_param(&l->base, &specs[0], weight);
+    st = tfm__module_alias_param(&l->base, &specs[0], weight, home);
     if (st == TFM_OK && bias)
-        st = tfm__module_alias_param(&l->base, &specs[1], bias);
+        st = tfm__module_alias_param(&l->base, &specs[1], bias, home);
     if (st != TFM_OK) {
         tfm_module_free(&l->base);
         return st;

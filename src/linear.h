@@ -20,10 +20,10 @@ tfm_status tfm__linear_module_new(int64_t in_features, int64_t out_features,
 /* A Linear module whose "weight" and "bias" parameters are weight [out,
  * in] and bias [out] (or NULL) of another module: no storage of its own,
  * so that setting either parameter through it changes that module.  The
- * other module's struct owns it (tfm__module_add_child) and frees it
+ * other module (home, whose storage holds them) owns it (tfm__module_add_child) and frees it
  * before its own storage. */
 tfm_status tfm__linear_view_new(int64_t in_features, int64_t out_features,
-                                float *weight, float *bias,
+                                float *weight, float *bias, tfm_module *home,
                                 tfm__linear_module **out);
 
 #endif

@@ -139,7 +139,8 @@ static tfm_status mha_new(int64_t d_model, int64_t n_heads, int64_t kdim,
                                         .init = TFM__INIT_ZERO };
     tfm__variant_param_specs(&m->var, specs, &n);
     if ((st = tfm__module_own_params(&m->base, specs, n)) ||
-        (st = tfm__linear_view_new(d, d, m->w_o, m->b_o, &m->out_proj)) ||
+        (st = tfm__linear_view_new(d, d, m->w_o, m->b_o, &m->base,
+                                   &m->out_proj)) ||
         (st = tfm__module_add_child(&m->base, "out_proj", &m->out_proj->base))) {
         tfm_module_free(&m->base);
         return st;

@@ -62,7 +62,7 @@ static tfm__param param_of(const tfm__param_spec *spec, int64_t numel,
 {
     tfm__param p = {
         .name = (char *)spec->name, .rank = spec->rank, .numel = numel,
-        .data = data, .init = spec->init, .init_fan_in = spec->init_fan_in,
+        .data = data, .home = NULL, .init = spec->init, .init_fan_in = spec->init_fan_in,
         .init_value = spec->init_value,
     };
     memcpy(p.shape, spec->shape, (size_t)spec->rank * sizeof *p.shape);
@@ -91,9 +91,11 @@ tfm_status tfm__module_own_params(tfm_module *m, const tfm__param_spec *specs,
     if (!m->storage)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "cannot allocate %lld parameters", (long long)total);
+    m->n_storage = total;
     float *p = m->storage;
     for (int i = 0; i < n; i++) {
-        const tfm__param param = param_of(&specs[i], numel[i], p);
+        tfm__param param = param_of(&specs[i], numel[i], p);
+        param.home = m;
         tfm_status st = push_param(m, "", &param);
         if (st != TFM_OK)
             return st;
@@ -104,12 +106,14 @@ tfm_status tfm__module_own_params(tfm_module *m, const tfm__param_spec *specs,
 }
 
 tfm_status tfm__module_alias_param(tfm_module *m, const tfm__param_spec *spec,
-                                   float *data)
+                                   float *data, tfm_module *home)
 {
     int64_t numel = 1;
     for (int i = 0; i < spec->rank; i++)
         numel *= spec->shape[i];
-    const tfm__param p = param_of(spec, numel, data);
+    tfm__param p = param_of(spec, numel, data);
+    p.home = home;
+    p.grad = tfm__grad_of(home, data);
     return push_param(m, "", &p);
 }
 
@@ -200,6 +204,8 @@ void tfm_module_free(tfm_module *module)
         tfm__free(module->params[i].name);
     tfm__free(module->params);
     tfm__free(module->storage);
+    tfm__free(module->grad_storage);
+    tfm__free(module->saved);
     tfm__free(module);
 }
 
@@ -228,8 +234,8 @@ const char *tfm_module_parameter_name(const tfm_module *module, int index)
     return module->params[index].name;
 }
 
-static tfm_status find_param(const tfm_module *m, const char *name,
-                             const tfm__param **out)
+tfm_status tfm__module_find_param(const tfm_module *m, const char *name,
+                                  const tfm__param **out)
 {
     if (!m)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "module is NULL");
@@ -251,7 +257,7 @@ tfm_status tfm_module_parameter_shape(const tfm_module *module,
     const tfm__param *p = NULL;
     if (!rank || !shape)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "rank or shape is NULL");
-    tfm_status st = find_param(module, name, &p);
+    tfm_status st = tfm__module_find_param(module, name, &p);
     if (st != TFM_OK)
         return st;
     *rank = p->rank;
@@ -263,7 +269,7 @@ tfm_status tfm_module_set_parameter(tfm_module *module, const char *name,
                                     const tfm_tensor *value)
 {
     const tfm__param *p = NULL;
-    tfm_status st = find_param(module, name, &p);
+    tfm_status st = tfm__module_find_param(module, name, &p);
     if (st != TFM_OK)
         return st;
     if (!value)
@@ -284,7 +290,7 @@ tfm_status tfm_module_get_parameter(const tfm_module *module,
                                     const char *name, tfm_tensor *out)
 {
     const tfm__param *p = NULL;
-    tfm_status st = find_param(module, name, &p);
+    tfm_status st = tfm__module_find_param(module, name, &p);
     if (st != TFM_OK)
         return st;
     if ((st = tfm__check_shape(out, "out", p->rank, p->shape)) != TFM_OK)

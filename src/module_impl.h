@@ -32,9 +32,16 @@ typedef struct tfm__param {
     int64_t shape[TFM_MAX_RANK];
     int64_t numel;
     float *data;
-    /* NULL until gradients are enabled (GRAD.md), else numel floats with
-     * data's layout; optimizers (optimizer.c) read and zero it. */
+    /* NULL until gradients are enabled (tfm_module_train), else numel
+     * floats with data's layout in home's gradient block; optimizers
+     * (optimizer.c) read and zero it.  Read it with tfm__param_grad, which
+     * also finds the gradient of an entry copied into a table before the
+     * gradients existed. */
     float *grad;
+    /* The module whose `storage` holds data (its gradient block holds
+     * grad at the same offset); NULL only for entries made by hand
+     * (tests). */
+    struct tfm_module *home;
     tfm__init init;             /* how reset_parameters draws it */
     int64_t init_fan_in;        /* LINEAR_BIAS: the weight's fan_in */
     float init_value;           /* TFM__INIT_CONST */
@@ -64,6 +71,21 @@ struct tfm_module {
     int n_params;
     int cap_params;
     float *storage;     /* this module's own parameters, one block */
+    int64_t n_storage;  /* floats in storage */
+    /* Gradients of storage, same layout: NULL until the module (or a
+     * module that contains it) is put in training mode (tfm_module_train;
+     * allocated zeroed once, kept in evaluation mode). */
+    float *grad_storage;
+    int training;       /* tfm_module_train's flag (torch's .training) */
+    /* What a training-mode forward keeps for the backward pass: one
+     * grow-only buffer (tfm__module_saved), reused by every step. */
+    void *saved;
+    size_t saved_cap;
+    int has_saved;      /* a training-mode forward ran since the last
+                         * backward (set and cleared by the kinds) */
+    /* Training-mode forward and backward write the module (saved, the
+     * gradients): tfm__module_enter / _leave keep two threads out. */
+    int busy;
     /* Sub-modules reachable by tfm_module_child, in PyTorch's order. */
     tfm__child *children;
     int n_children;
@@ -98,10 +120,37 @@ tfm_status tfm__module_own_params(tfm_module *m, const tfm__param_spec *specs,
                                   int n);
 
 /* Declares parameter spec->name of m (spec->rank, shape and init; ptr is
- * ignored) over memory another module owns (data): a view, for
- * sub-modules whose weights live in their parent's storage. */
+ * ignored) over memory another module owns (data, inside home's storage):
+ * a view, for sub-modules whose weights live in their parent's storage. */
 tfm_status tfm__module_alias_param(tfm_module *m, const tfm__param_spec *spec,
-                                   float *data);
+                                   float *data, tfm_module *home);
+
+/* *out = m's table entry called name: TFM_OK, TFM_ERR_NULL_ARGUMENT or
+ * TFM_ERR_NOT_FOUND (message set). */
+tfm_status tfm__module_find_param(const tfm_module *m, const char *name,
+                                  const tfm__param **out);
+
+/* ---- Gradients (module.h: tfm_module_train; module_grad.c) ------------- */
+
+/* The gradient of p (p->grad, or the slot in its home's gradient block),
+ * or NULL when gradients were never enabled for its home. */
+float *tfm__param_grad(const tfm__param *p);
+
+/* The gradient of the parameter memory data of module home (data points
+ * into home->storage), or NULL when home has no gradient block yet.  For
+ * backward passes: grad_w = tfm__grad_of(&mha->base, mha->w_q). */
+float *tfm__grad_of(const tfm_module *home, const float *data);
+
+/* A buffer of at least `bytes` in m's saved-activation area (grow-only,
+ * contents kept when it does not grow), or NULL with TFM_ERR_OUT_OF_MEMORY
+ * set; the area is m's, freed with it. */
+void *tfm__module_saved(tfm_module *m, size_t bytes);
+
+/* Marks m in use by a training-mode forward or backward: TFM_OK, or
+ * TFM_ERR_BUSY (message names `what`) when another call holds it.  Every
+ * TFM_OK is paired with tfm__module_leave. */
+tfm_status tfm__module_enter(const tfm_module *m, const char *what);
+void tfm__module_leave(const tfm_module *m);
 
 /* Appends the child's parameter table under `prefix` (e.g. "self_attn.")
  * and registers it as sub-module `prefix` without its final dot

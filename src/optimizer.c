@@ -216,15 +216,16 @@ static tfm_status check_grads(const tfm_optimizer *opt, const char *what,
     *any = 0;
     for (int i = 0; i < opt->n; i++) {
         const tfm__param *p = param_of(opt, i);
-        if (!p->grad)
+        float *grad = tfm__param_grad(p);
+        if (!grad)
             continue;
         *any = 1;
         for (int64_t k = 0; k < p->numel; k++)
-            if (!isfinite(p->grad[k]))
+            if (!isfinite(grad[k]))
                 return tfm__fail(TFM_ERR_NON_FINITE,
                                  "%s: the gradient of \"%s\" holds %s at "
                                  "element %lld; nothing was changed", what,
-                                 p->name, isnan(p->grad[k]) ? "NaN"
+                                 p->name, isnan(grad[k]) ? "NaN"
                                                             : "an infinity",
                                  (long long)k);
     }
@@ -296,16 +297,17 @@ tfm_status tfm_optimizer_step(tfm_optimizer *opt)
                          "tfm_module_train and run a backward pass)");
     for (int i = 0; i < opt->n; i++) {
         tfm__param *p = param_of(opt, i);
-        if (!p->grad)
+        float *grad = tfm__param_grad(p);
+        if (!grad)
             continue;
         const int64_t t = ++opt->steps[i];
         float *s = opt->state + opt->offset[i];
         const int64_t n = p->numel;
         if (opt->o.kind == TFM_OPTIMIZER_SGD)
-            sgd_step(&opt->o, p->data, p->grad, opt->n_slots ? s : NULL, n,
+            sgd_step(&opt->o, p->data, grad, opt->n_slots ? s : NULL, n,
                      t);
         else
-            adam_step(&opt->o, p->data, p->grad, s, s + n,
+            adam_step(&opt->o, p->data, grad, s, s + n,
                       opt->o.amsgrad ? s + 2 * n : NULL, n, t);
     }
     return TFM_OK;
@@ -317,8 +319,9 @@ void tfm_optimizer_zero_grad(tfm_optimizer *opt)
         return;
     for (int i = 0; i < opt->n; i++) {
         tfm__param *p = param_of(opt, i);
-        if (p->grad)
-            memset(p->grad, 0, (size_t)p->numel * sizeof(float));
+        float *grad = tfm__param_grad(p);
+        if (grad)
+            memset(grad, 0, (size_t)p->numel * sizeof(float));
     }
 }
 
@@ -360,10 +363,11 @@ tfm_status tfm_optimizer_clip_grad_norm(tfm_optimizer *opt, double max_norm,
     double total = 0.0;
     for (int i = 0; i < opt->n; i++) {
         const tfm__param *p = param_of(opt, i);
-        if (!p->grad)
+        float *grad = tfm__param_grad(p);
+        if (!grad)
             continue;
         for (int64_t k = 0; k < p->numel; k++) {
-            const double a = fabs((double)p->grad[k]);
+            const double a = fabs((double)grad[k]);
             if (inf)
                 total = a > total ? a : total;
             else if (norm_type == 2.0)
@@ -379,9 +383,10 @@ tfm_status tfm_optimizer_clip_grad_norm(tfm_optimizer *opt, double max_norm,
         const float c = (float)coef;
         for (int i = 0; i < opt->n; i++) {
             tfm__param *p = param_of(opt, i);
-            if (p->grad)
+            float *grad = tfm__param_grad(p);
+            if (grad)
                 for (int64_t k = 0; k < p->numel; k++)
-                    p->grad[k] *= c;
+                    grad[k] *= c;
         }
     }
     if (total_norm)

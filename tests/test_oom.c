@@ -1892,6 +1892,64 @@ static void test_optimizers(void **state)
     tfm_module_free(c.m);
 }
 
+/* ---- gradient memory (module.h: tfm_module_train) ---------------------- */
+
+/* A fresh encoder layer per attempt: a failed tfm_module_train allocates
+ * no gradient and leaves the layer in evaluation mode. */
+static tfm_module *train_layer;
+
+static void train_setup(void *p)
+{
+    (void)p;
+    tfm_layer_config cfg = small_config(1);
+    assert_int_equal(tfm_encoder_layer_create(&cfg, &train_layer), TFM_OK);
+}
+
+static tfm_status train_run(void *p)
+{
+    (void)p;
+    return tfm_module_train(train_layer, 1);
+}
+
+static void train_on_oom(void *p)
+{
+    (void)p;
+    float *g = NULL;
+    assert_int_equal(tfm_module_is_training(train_layer), 0);
+    assert_int_equal(tfm_module_grad(train_layer, "linear1.weight", &g),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_module_grad(train_layer, "self_attn.in_proj_weight",
+                                     &g), TFM_ERR_INVALID_ARGUMENT);
+}
+
+static void train_on_ok(void *p)
+{
+    (void)p;
+    float *g = NULL;
+    assert_int_equal(tfm_module_is_training(train_layer), 1);
+    for (int i = 0; i < tfm_module_parameter_count(train_layer); i++)
+        assert_int_equal(tfm_module_grad(train_layer,
+                                         tfm_module_parameter_name(
+                                             train_layer, i), &g), TFM_OK);
+}
+
+static void train_teardown(void *p)
+{
+    (void)p;
+    tfm_module_free(train_layer);
+    train_layer = NULL;
+}
+
+static void test_module_train(void **state)
+{
+    (void)state;
+    oom_case c = { .name = "tfm_module_train (encoder layer)",
+                   .setup = train_setup, .run = train_run,
+                   .on_oom = train_on_oom, .on_ok = train_on_ok,
+                   .teardown = train_teardown };
+    run_case(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1912,6 +1970,7 @@ int main(void)
         cmocka_unit_test(test_generate),
         cmocka_unit_test(test_cjson_allocations),
         cmocka_unit_test(test_optimizers),
+        cmocka_unit_test(test_module_train),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

@@ -4,9 +4,10 @@
  * available) holds an nn.Linear(6, 4)'s parameters after every step of
  * SGD / Adam / AdamW under LambdaLR schedules and clip_grad_norm_.
  *
- * White-box: until the module API allocates gradients (tfm_module_train),
- * the test points each parameter's gradient (module_impl.h: tfm__param.
- * grad) at its own buffer. */
+ * White-box: the test points each parameter's gradient (module_impl.h:
+ * tfm__param.grad, which overrides the module's own gradient memory) at a
+ * buffer of its own, so each case sets exactly the gradients it needs;
+ * test_module_grad.c steps with the memory tfm_module_train allocates. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

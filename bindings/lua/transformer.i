@@ -1724,6 +1724,8 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %ignore tfm_tensor_create_copy;
 %ignore tfm_tensor_data;
 %ignore tfm_tensor_data_const;
+%ignore tfm_module_grad;           /* float ** zero copy: the bindings copy (get_grad) */
+%ignore tfm_module_parameter_data;
 /* Replaced by natives of the same purpose. */
 %ignore tfm_tokenizer_encode;
 %ignore tfm_tokenizer_decode;

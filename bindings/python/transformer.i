@@ -330,6 +330,8 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
 %ignore tfm_tensor_numel;
 %ignore tfm_tensor_data;
 %ignore tfm_tensor_data_const;
+%ignore tfm_module_grad;           /* float ** zero copy: the bindings copy (get_grad) */
+%ignore tfm_module_parameter_data;
 /* Masks are passed as tuples (typemap above). */
 %ignore tfm_attention_masks;
 /* Borrowed memory: no safe lifetime in Python. */

@@ -215,6 +215,74 @@ TFM_API tfm_status tfm_module_load_safetensors(tfm_module *module,
 TFM_API tfm_status tfm_module_reset_parameters(tfm_module *module,
                                                struct tfm_rng *rng);
 
+/* ---- Training mode and gradients (since 1.2) ------------------------------
+ * As torch.nn.Module's train() / eval() and Parameter.grad.  A module in
+ * training mode keeps, in each training-mode forward pass, what its
+ * backward pass needs (in memory of the module, grown to the largest call
+ * and reused: no new pages once warm); the typed backward function of its
+ * kind (tfm_linear_backward, ...) then returns the gradients with respect
+ * to the inputs and accumulates (adds) those of the parameters into the
+ * module's gradient memory, as torch.autograd accumulates into .grad.
+ * Gradients have each parameter's name, shape and row-major layout; a
+ * sub-module's gradients are its parent's memory, exactly as its
+ * parameters are ("layers.0.linear1.weight" of a stack is "weight" of
+ * tfm_module_child(stack, "layers.0.linear1")).  Parameters shared between
+ * names (tied embeddings) share one gradient.  Evaluation mode (the
+ * default) keeps nothing and its forward passes are bit for bit those of
+ * a module never put in training mode.
+ * Threads: a module in training mode serves one training-mode call at a
+ * time (its forward and backward passes write the module); a second
+ * thread's call meanwhile fails with TFM_ERR_BUSY and changes nothing.
+ * Evaluation-mode forward passes follow the rule at the top of this
+ * header. */
+
+/* Sets the training flag of the module and of every sub-module (torch's
+ * module.train(mode)): training nonzero puts them in training mode, 0 in
+ * evaluation mode (module.eval()).  The first call with training nonzero
+ * allocates, zeroed, the gradient memory of every parameter of the module
+ * (the module owns it; it is kept in evaluation mode and freed with the
+ * module); a parent's parameters that are not the module's get theirs when
+ * the parent is put in training mode.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_OUT_OF_MEMORY (no gradient
+ * memory allocated, the flags unchanged).  Since 1.2. */
+TFM_API tfm_status tfm_module_train(tfm_module *module, int training);
+
+/* 1 when the module is in training mode, else 0 (also for NULL).  Since
+ * 1.2. */
+TFM_API int tfm_module_is_training(const tfm_module *module);
+
+/* Sets every gradient of the module's parameters to zero (torch's
+ * module.zero_grad(set_to_none=False)); parameters without gradient memory
+ * are skipped.  Backward passes accumulate: call this (or
+ * tfm_optimizer_zero_grad) between steps.
+ * Errors: TFM_ERR_NULL_ARGUMENT.  Since 1.2. */
+TFM_API tfm_status tfm_module_zero_grad(tfm_module *module);
+
+/* *grad = the gradient memory of the named parameter, zero copy: the
+ * parameter's element count (tfm_module_parameter_shape) of floats,
+ * row-major, owned by the module and valid until it is freed; a caller may
+ * read and write it (gradient clipping, accumulation by hand).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_NOT_FOUND (no such parameter),
+ * TFM_ERR_INVALID_ARGUMENT (the module was never put in training mode:
+ * no gradient memory); *grad unchanged.  Since 1.2. */
+TFM_API tfm_status tfm_module_grad(tfm_module *module, const char *name,
+                                   float **grad);
+
+/* Copies the named parameter's gradient into out, which must have the
+ * parameter's shape.
+ * Errors: as tfm_module_grad, and TFM_ERR_SHAPE; out unchanged on error.
+ * Since 1.2. */
+TFM_API tfm_status tfm_module_get_grad(const tfm_module *module,
+                                       const char *name, tfm_tensor *out);
+
+/* *data = the named parameter's memory, zero copy (row-major, its
+ * element count of floats, owned by the module and valid until it is
+ * freed).  Writing through it skips tfm_module_set_parameter's checks of
+ * shape and finiteness.  Errors: TFM_ERR_NULL_ARGUMENT,
+ * TFM_ERR_NOT_FOUND (*data unchanged).  Since 1.2. */
+TFM_API tfm_status tfm_module_parameter_data(tfm_module *module,
+                                             const char *name, float **data);
+
 /* Multiply-accumulate count of one forward pass on `batch` sequences of
  * `tgt_len` query positions attending over `src_len` key positions
  * (src_len is ignored by modules without a second input; for an

@@ -77,7 +77,8 @@ object raises ClosedError (a ValueError).
 
 from . import _lowlevel
 from ._errors import (CapacityError, ClosedError, FormatError,
-                      InvalidArgumentError, NonFiniteError, NotFoundError,
+                      InvalidArgumentError, NonFiniteError, BusyError,
+                      NotFoundError,
                       NullArgumentError, OutOfMemoryError, ShapeError,
                       StateDictError, StateDictShapeError,
                       TransformerError, TransformerIOError,
@@ -150,7 +151,8 @@ __all__ = [
     "TransformerError", "NullArgumentError", "InvalidArgumentError",
     "ShapeError", "TransformerOverflowError", "OutOfMemoryError",
     "NotFoundError", "WrongKindError", "TransformerIOError", "FormatError",
-    "UnsupportedError", "CapacityError", "NonFiniteError", "ClosedError",
+    "UnsupportedError", "CapacityError", "NonFiniteError", "BusyError",
+    "ClosedError",
     "StateDictError", "StateDictShapeError",
     # misc
     "manual_seed", "set_num_threads", "get_num_threads",

@@ -483,8 +483,6 @@ class Module(ModuleTree, HandleOwner):
     :class:`ClosedError`.
     """
 
-    training = False
-
     def _adopt(self, ptr):
         if ptr is _VIEW:            # a sub-module view (_tree.make_view)
             del self.__dict__["_create"]
@@ -567,17 +565,62 @@ class Module(ModuleTree, HandleOwner):
         """The computation; each layer documents its own shapes."""
         raise NotImplementedError
 
-    def eval(self):
-        """No-op (modules always run in evaluation mode); returns self."""
-        return self
+    # -- training mode and gradients --
+    @property
+    def training(self):
+        """True in training mode (torch's ``module.training``)."""
+        comps = self._components()
+        return bool(comps) and all(
+            mod._call(_ll.tfm_module_is_training) for _, mod in comps)
 
     def train(self, mode=True):
-        """Training is not supported: train(False) is eval(); train(True)
-        raises UnsupportedError."""
-        if mode:
-            raise UnsupportedError(f"{type(self).__name__}: libtransformer "
-                                   "runs inference only")
+        """Training mode (``mode`` True) or evaluation mode, for this module
+        and its sub-modules, as torch's ``module.train(mode)``; returns
+        self.  The first ``train()`` allocates zeroed gradients of every
+        parameter.  In training mode a call keeps what :meth:`backward`
+        needs; evaluation mode (the default) is the forward pass bit for
+        bit."""
+        for _, mod in self._components():
+            mod._call(_ll.tfm_module_train, 1 if mode else 0)
         return self
+
+    def eval(self):
+        """Evaluation mode (``train(False)``); returns self."""
+        return self.train(False)
+
+    def backward(self, *grad_outputs):   # overridden by the kinds that have one
+        """The gradients with respect to the inputs of the last training-
+        mode call, given the gradient of the loss with respect to its
+        output; parameter gradients are accumulated (see :meth:`grad`)."""
+        raise UnsupportedError(f"{type(self).__name__} has no backward "
+                               "pass yet")
+
+    def zero_grad(self, set_to_none=False):
+        """Sets every parameter's gradient to zero (torch's
+        ``zero_grad(set_to_none=False)``; set_to_none=True is accepted and
+        also zeroes, the memory being the module's)."""
+        del set_to_none
+        for _, mod in self._components():
+            mod._call(_ll.tfm_module_zero_grad)
+
+    def grad(self, name):
+        """The gradient of parameter ``name`` (PyTorch's name and shape), a
+        float32 numpy array (a copy), as ``dict(module.named_parameters())
+        [name].grad``.  Raises NotFoundError for an unknown name and
+        InvalidArgumentError before the first ``train()``."""
+        table = self._table()
+        if name not in table:
+            raise NotFoundError(f"{type(self).__name__} has no parameter "
+                                f"{name!r}")
+        mod, c_name, c_shape, shape = table[name]
+        a = np.empty(c_shape, np.float32)
+        mod._call(_ll.tfm_module_get_grad, c_name, a)
+        return a.reshape(shape)
+
+    def named_grads(self):
+        """{PyTorch name: gradient array (a copy)}, in PyTorch's order."""
+        return collections.OrderedDict(
+            (name, self.grad(name)) for name in self._table())
 
     # -- parameters --
     def _components(self):

@@ -18,7 +18,8 @@ __all__ = [
     "TransformerError", "NullArgumentError", "InvalidArgumentError",
     "ShapeError", "TransformerOverflowError", "OutOfMemoryError",
     "NotFoundError", "WrongKindError", "TransformerIOError", "FormatError",
-    "UnsupportedError", "CapacityError", "NonFiniteError", "ClosedError",
+    "UnsupportedError", "CapacityError", "NonFiniteError", "BusyError",
+    "ClosedError",
     "StateDictError", "StateDictShapeError",
 ]
 
@@ -103,6 +104,12 @@ class NonFiniteError(TransformerError, ValueError):
     status = _ll.TFM_ERR_NON_FINITE
 
 
+class BusyError(TransformerError, RuntimeError):
+    """The handle is in use by another thread: a training-mode forward or
+    backward pass of the same module is running (one at a time)."""
+    status = _ll.TFM_ERR_BUSY
+
+
 class ClosedError(TransformerError, ValueError):
     """The object was closed; its handle is gone."""
     status = None
@@ -123,7 +130,7 @@ _BY_STATUS = {cls.status: cls for cls in (
     NullArgumentError, InvalidArgumentError, ShapeError,
     TransformerOverflowError, OutOfMemoryError, NotFoundError,
     WrongKindError, TransformerIOError, FormatError, UnsupportedError,
-    CapacityError, NonFiniteError)}
+    CapacityError, NonFiniteError, BusyError)}
 
 for _status, _cls in _BY_STATUS.items():
     _ll.tfmpy_register_error(_status, _cls)

@@ -1,0 +1,212 @@
+/* Training mode and gradient storage of modules (module.h: tfm_module_train,
+ * tfm_module_zero_grad, tfm_module_grad, tfm_module_get_grad), the
+ * saved-activation area of training-mode forward passes, and the guard that
+ * keeps two threads out of one module's training-mode calls.
+ *
+ * Each module that owns parameter storage gets, once, a zeroed gradient
+ * block of the same layout (grad_storage).  A parameter-table entry finds
+ * its gradient through the module whose storage holds its data (its home),
+ * so entries copied into a parent's table before the gradients existed,
+ * views (a layer's "linear1" over the feed-forward network's storage) and
+ * tied weights all reach the same gradient memory. */
+#include <string.h>
+
+#include "alloc.h"
+#include "error.h"
+#include "module_impl.h"
+#include "tensor_impl.h"
+
+float *tfm__grad_of(const tfm_module *home, const float *data)
+{
+    if (!home || !home->grad_storage || !data || data < home->storage ||
+        data >= home->storage + home->n_storage)
+        return NULL;
+    return home->grad_storage + (data - home->storage);
+}
+
+float *tfm__param_grad(const tfm__param *p)
+{
+    return p->grad ? p->grad : tfm__grad_of(p->home, p->data);
+}
+
+/* Sets the flag on m and points every entry of its table at its gradient. */
+static void mark(tfm_module *m, int training)
+{
+    m->training = training;
+    for (int i = 0; i < m->n_params; i++) {
+        tfm__param *p = &m->params[i];
+        float *g = tfm__grad_of(p->home, p->data);
+        if (g)
+            p->grad = g;
+        if (p->home && p->home != m)
+            p->home->training = training;
+    }
+}
+
+static void mark_tree(tfm_module *m, int training)
+{
+    mark(m, training);
+    for (int i = 0; i < m->n_children; i++)
+        mark_tree(m->children[i].module, training);
+    /* Homes that are not children (a layer's feed-forward network) keep
+     * their own table too. */
+    for (int i = 0; i < m->n_params; i++) {
+        tfm_module *h = m->params[i].home;
+        if (h && h != m)
+            mark(h, training);
+    }
+}
+
+tfm_status tfm_module_train(tfm_module *module, int training)
+{
+    if (!module)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "module is NULL");
+    if (training) {
+        /* Every home in the table (the module's table lists the parameters
+         * of all its parts) without a gradient block gets one; all of them
+         * or none. */
+        const int n = module->n_params;
+        tfm_module **homes = n ? tfm__calloc((size_t)n, sizeof *homes) : NULL;
+        float **blocks = n ? tfm__calloc((size_t)n, sizeof *blocks) : NULL;
+        if (n && (!homes || !blocks)) {
+            tfm__free(homes);
+            tfm__free(blocks);
+            return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                             "cannot allocate the gradient table");
+        }
+        int k = 0;
+        tfm_status st = TFM_OK;
+        for (int i = 0; i < n && st == TFM_OK; i++) {
+            tfm_module *h = module->params[i].home;
+            if (!h || h->grad_storage || h->n_storage < 1)
+                continue;
+            int seen = 0;
+            for (int j = 0; j < k && !seen; j++)
+                seen = homes[j] == h;
+            if (seen)
+                continue;
+            homes[k] = h;
+            blocks[k] = tfm__calloc((size_t)h->n_storage, sizeof(float));
+            if (!blocks[k])
+                st = tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                               "cannot allocate gradients for %lld "
+                               "parameters", (long long)h->n_storage);
+            k++;
+        }
+        for (int j = 0; j < k; j++) {
+            if (st == TFM_OK)
+                homes[j]->grad_storage = blocks[j];
+            else
+                tfm__free(blocks[j]);
+        }
+        tfm__free(homes);
+        tfm__free(blocks);
+        if (st != TFM_OK)
+            return st;
+    }
+    mark_tree(module, training != 0);
+    return TFM_OK;
+}
+
+int tfm_module_is_training(const tfm_module *module)
+{
+    return module ? module->training : 0;
+}
+
+tfm_status tfm_module_zero_grad(tfm_module *module)
+{
+    if (!module)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "module is NULL");
+    for (int i = 0; i < module->n_params; i++) {
+        float *g = tfm__param_grad(&module->params[i]);
+        if (g)
+            memset(g, 0, (size_t)module->params[i].numel * sizeof(float));
+    }
+    return TFM_OK;
+}
+
+static tfm_status find_grad(const tfm_module *module, const char *name,
+                            const tfm__param **p, float **grad)
+{
+    tfm_status st = tfm__module_find_param(module, name, p);
+    if (st != TFM_OK)
+        return st;
+    *grad = tfm__param_grad(*p);
+    if (!*grad)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "parameter \"%s\" has no gradient: put the module "
+                         "in training mode (tfm_module_train) first", name);
+    return TFM_OK;
+}
+
+tfm_status tfm_module_grad(tfm_module *module, const char *name, float **grad)
+{
+    const tfm__param *p = NULL;
+    float *g = NULL;
+    if (!grad)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "grad is NULL");
+    tfm_status st = find_grad(module, name, &p, &g);
+    if (st == TFM_OK)
+        *grad = g;
+    return st;
+}
+
+tfm_status tfm_module_get_grad(const tfm_module *module, const char *name,
+                               tfm_tensor *out)
+{
+    const tfm__param *p = NULL;
+    float *g = NULL;
+    tfm_status st = find_grad(module, name, &p, &g);
+    if (st != TFM_OK)
+        return st;
+    if ((st = tfm__check_shape(out, "out", p->rank, p->shape)) != TFM_OK)
+        return st;
+    memcpy(out->data, g, (size_t)p->numel * sizeof(float));
+    return TFM_OK;
+}
+
+tfm_status tfm_module_parameter_data(tfm_module *module, const char *name,
+                                     float **data)
+{
+    const tfm__param *p = NULL;
+    if (!data)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "data is NULL");
+    tfm_status st = tfm__module_find_param(module, name, &p);
+    if (st == TFM_OK)
+        *data = p->data;
+    return st;
+}
+
+void *tfm__module_saved(tfm_module *m, size_t bytes)
+{
+    if (bytes <= m->saved_cap)
+        return m->saved;
+    void *p = tfm__realloc(m->saved, bytes);
+    if (!p) {
+        tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                  "cannot allocate %zu bytes for the backward pass", bytes);
+        return NULL;
+    }
+    m->saved = p;
+    m->saved_cap = bytes;
+    return p;
+}
+
+tfm_status tfm__module_enter(const tfm_module *m, const char *what)
+{
+    int expected = 0;
+    int *busy = (int *)&m->busy;    /* the handle's own word, not const */
+    if (!__atomic_compare_exchange_n(busy, &expected, 1, 0, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED))
+        return tfm__fail(TFM_ERR_BUSY,
+                         "%s: the module is in a training-mode call on "
+                         "another thread (training-mode forward and "
+                         "backward passes of one module run one at a time)",
+                         what);
+    return TFM_OK;
+}
+
+void tfm__module_leave(const tfm_module *m)
+{
+    __atomic_store_n((int *)&m->busy, 0, __ATOMIC_RELEASE);
+}
