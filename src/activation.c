@@ -44,3 +44,48 @@ void tfm__activate(float *x, int64_t n, tfm_activation activation)
         break;
     }
 }
+
+/* Derivatives (PyTorch's autograd formulas, derivatives.yaml):
+ *   ReLU       1 where x > 0, else 0;
+ *   GELU       Phi(x) + x phi(x),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi);
+ *   GELU tanh  with u = c (x + a x^3), t = tanh(u), c = sqrt(2 / pi),
+ *              a = 0.044715:  0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2);
+ *   SiLU       s (1 + x (1 - s)),  s = 1 / (1 + exp(-x)). */
+void tfm__activation_backward(const float *pre, float *grad, int64_t n,
+                              tfm_activation activation)
+{
+    switch (activation) {
+    case TFM_ACTIVATION_RELU:
+        for (int64_t i = 0; i < n; i++)
+            grad[i] = pre[i] > 0.0f ? grad[i] : 0.0f;
+        break;
+    case TFM_ACTIVATION_GELU: {
+        const float inv_sqrt_2pi = 0.3989422804014327f;
+        for (int64_t i = 0; i < n; i++) {
+            const float x = pre[i];
+            const float cdf = 0.5f * erfcf(-x * (float)M_SQRT1_2);
+            const float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
+            grad[i] *= cdf + x * pdf;
+        }
+        break;
+    }
+    case TFM_ACTIVATION_GELU_TANH: {
+        const float c = 0.7978845608028654f, a = 0.044715f;
+        for (int64_t i = 0; i < n; i++) {
+            const float x = pre[i];
+            const float t = tanhf(c * (x + a * x * x * x));
+            grad[i] *= 0.5f * (1.0f + t) +
+                       0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * a * x * x);
+        }
+        break;
+    }
+    case TFM_ACTIVATION_SILU:
+        for (int64_t i = 0; i < n; i++) {
+            const float s = 1.0f / (1.0f + expf(-pre[i]));
+            grad[i] *= s * (1.0f + pre[i] * (1.0f - s));
+        }
+        break;
+    case TFM_ACTIVATION_COUNT:
+        break;
+    }
+}

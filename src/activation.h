@@ -10,4 +10,10 @@ void tfm__activate(float *x, int64_t n, tfm_activation activation);
 
 int tfm__activation_valid(tfm_activation activation);
 
+/* The backward of tfm__activate: grad[i] <- grad[i] * f'(pre[i]), pre the
+ * activation's input (the derivatives are in activation.c).  ReLU's
+ * derivative at 0 is 0, as torch's. */
+void tfm__activation_backward(const float *pre, float *grad, int64_t n,
+                              tfm_activation activation);
+
 #endif

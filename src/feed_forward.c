@@ -134,6 +134,19 @@ tfm_status tfm_feed_forward_create(int64_t d_model, int64_t d_ff,
     return st;
 }
 
+/* x [B, L, d_model], non-NULL. */
+static tfm_status check_x(const tfm__feed_forward *f, const tfm_tensor *x,
+                          const char *what)
+{
+    if (!x)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s: x is NULL", what);
+    if (x->rank != 3 || x->shape[2] != f->d_model) {
+        const int64_t want[3] = { -1, -1, f->d_model };
+        return tfm__check_shape(x, "x", 3, want);
+    }
+    return TFM_OK;
+}
+
 tfm_status tfm_feed_forward_forward(const tfm_module *ff, const tfm_tensor *x,
                                     tfm_tensor *out)
 {
@@ -142,14 +155,64 @@ tfm_status tfm_feed_forward_forward(const tfm_module *ff, const tfm_tensor *x,
     if (st != TFM_OK)
         return st;
     const tfm__feed_forward *f = (const tfm__feed_forward *)ff;
-    if (!x)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "x is NULL");
-    if (x->rank != 3 || x->shape[2] != f->d_model) {
-        const int64_t want[3] = { -1, -1, f->d_model };
-        return tfm__check_shape(x, "x", 3, want);
-    }
-    if ((st = tfm__check_shape(out, "out", 3, x->shape)) != TFM_OK)
+    if ((st = check_x(f, x, "tfm_feed_forward_forward")) ||
+        (st = tfm__check_shape(out, "out", 3, x->shape)) != TFM_OK)
         return st;
     return tfm__feed_forward_run(f, x->data, x->shape[0] * x->shape[1],
                                  out->data);
+}
+
+tfm_status tfm__feed_forward_backward(const tfm__feed_forward *f,
+                                      const float *x, int64_t rows,
+                                      const float *grad_y, float *grad_x)
+{
+    const int64_t d = f->d_model, h = f->d_ff;
+    tfm__ws_mark mark = tfm__ws_save();
+    float *pre = tfm__ws_floats((size_t)(rows * h));
+    float *act = pre ? tfm__ws_floats((size_t)(rows * h)) : NULL;
+    double *acc = act ? tfm__ws_alloc((size_t)(d > h ? d : h) * sizeof *acc)
+                      : NULL;
+    if (!acc) {
+        tfm__ws_restore(mark);
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                         "feed-forward backward: out of memory");
+    }
+    const tfm_module *home = &f->base;
+    tfm__linear_parallel(x, d, rows, d, f->w1, f->b1, h, pre, h);
+    for (int64_t i = 0; i < rows * h; i++)
+        act[i] = pre[i];
+    tfm__activate(act, rows * h, f->activation);
+    /* linear2: its input gradient replaces act once W2's gradient used it. */
+    tfm__linear_backward(act, h, rows, h, f->w2, d, grad_y, d, act,
+                         tfm__grad_of(home, f->w2),
+                         f->b2 ? tfm__grad_of(home, f->b2) : NULL, acc);
+    tfm__activation_backward(pre, act, rows * h, f->activation);
+    tfm__linear_backward(x, d, rows, d, f->w1, h, act, h, grad_x,
+                         tfm__grad_of(home, f->w1),
+                         f->b1 ? tfm__grad_of(home, f->b1) : NULL, acc);
+    tfm__ws_restore(mark);
+    return TFM_OK;
+}
+
+tfm_status tfm_feed_forward_backward(tfm_module *ff, const tfm_tensor *x,
+                                     const tfm_tensor *grad_output,
+                                     tfm_tensor *grad_input)
+{
+    TFM__PLAN_PIN();
+    tfm_status st = tfm__module_check(ff, TFM_MODULE_FEED_FORWARD, "ff");
+    if (st != TFM_OK)
+        return st;
+    const tfm__feed_forward *f = (const tfm__feed_forward *)ff;
+    if ((st = check_x(f, x, "tfm_feed_forward_backward")) ||
+        (st = tfm__check_backward_rows("tfm_feed_forward_backward", x,
+                                       f->d_model, grad_output, f->d_model,
+                                       grad_input)))
+        return st;
+    if ((st = tfm__module_enter_grads(ff, "tfm_feed_forward_backward")))
+        return st;
+    st = tfm__feed_forward_backward(f, x->data, x->shape[0] * x->shape[1],
+                                    grad_output->data,
+                                    grad_input ? grad_input->data : NULL);
+    tfm__module_leave_grads(ff);
+    return st;
 }

@@ -25,6 +25,17 @@ tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
 tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
                                  int64_t rows, float *out);
 
+/* The backward of tfm__feed_forward_run (torch.autograd's): recomputes
+ * the hidden pre-activations h = x W1^T + b1, then
+ *   grad W2 += g^T act(h),  grad b2 += sum g,  grad h = (g W2) * act'(h),
+ *   grad W1 += grad_h^T x,  grad b1 += sum grad_h,  grad_x = grad_h W1
+ * into f's gradient memory (which must exist), every product one
+ * cblas_sgemm.  grad_x (NULL: not wanted) may be x.  Fails only with
+ * TFM_ERR_OUT_OF_MEMORY, before writing anything. */
+tfm_status tfm__feed_forward_backward(const tfm__feed_forward *f,
+                                      const float *x, int64_t rows,
+                                      const float *grad_y, float *grad_x);
+
 tfm_status tfm__feed_forward_macs(const tfm__feed_forward *f, int64_t batch,
                                   int64_t L, int64_t *acc);
 

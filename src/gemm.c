@@ -89,3 +89,71 @@ void tfm__linear_parallel(const float *x, int64_t ldx, int64_t n, int64_t in,
     int64_t grain = TFM_LINEAR_GRAIN_MACS / (per_item > 0 ? per_item : 1);
     tfm__parallel_for(plan, items, grain < 1 ? 1 : grain, linear_range, &j);
 }
+
+typedef struct linear_backward_job {
+    const float *x, *w, *grad_y;
+    int64_t ldx, n, in, out, ldg;
+    float *grad_x, *grad_w, *grad_b;
+    double *bias_acc;
+} linear_backward_job;
+
+/* grad_x rows begin .. end-1 = grad_y rows W. */
+static void linear_backward_rows(void *ctx, int64_t begin, int64_t end,
+                                 int slot)
+{
+    const linear_backward_job *j = ctx;
+    (void)slot;
+    tfm__sgemm(0, 0, end - begin, j->in, j->out, 1.0f,
+               j->grad_y + begin * j->ldg, j->ldg, j->w, j->in, 0.0f,
+               j->grad_x + begin * j->in, j->in);
+}
+
+/* grad_w rows (outputs) begin .. end-1 += grad_y[:, begin..end)^T x, and
+ * the same outputs' bias gradient, summed over the rows in double. */
+static void linear_backward_outputs(void *ctx, int64_t begin, int64_t end,
+                                    int slot)
+{
+    const linear_backward_job *j = ctx;
+    (void)slot;
+    if (j->grad_w)
+        tfm__sgemm(1, 0, end - begin, j->in, j->n, 1.0f, j->grad_y + begin,
+                   j->ldg, j->x, j->ldx, 1.0f, j->grad_w + begin * j->in,
+                   j->in);
+    if (j->grad_b) {
+        double *acc = j->bias_acc;
+        for (int64_t o = begin; o < end; o++)
+            acc[o] = 0.0;
+        for (int64_t r = 0; r < j->n; r++) {
+            const float *g = j->grad_y + r * j->ldg;
+            for (int64_t o = begin; o < end; o++)
+                acc[o] += g[o];
+        }
+        for (int64_t o = begin; o < end; o++)
+            j->grad_b[o] += (float)acc[o];
+    }
+}
+
+void tfm__linear_backward(const float *x, int64_t ldx, int64_t n, int64_t in,
+                          const float *w, int64_t out, const float *grad_y,
+                          int64_t ldg, float *grad_x, float *grad_w,
+                          float *grad_b, double *bias_acc)
+{
+    if (n < 1)
+        return;
+    linear_backward_job j = { x, w, grad_y, ldx, n, in, out, ldg,
+                              grad_x, grad_w, grad_b, bias_acc };
+    const tfm__plan plan = tfm__plan_now();
+    /* Parameter gradients first: they read x, which grad_x may replace. */
+    if (grad_w || grad_b) {
+        const int64_t per = n * in > 0 ? n * in : 1;
+        int64_t grain = TFM_LINEAR_GRAIN_MACS / per;
+        tfm__parallel_for(plan, out, grain < 1 ? 1 : grain,
+                          linear_backward_outputs, &j);
+    }
+    if (grad_x) {
+        const int64_t macs = in * out > 0 ? in * out : 1;
+        int64_t grain = TFM_LINEAR_GRAIN_MACS / macs;
+        tfm__parallel_for(plan, n, grain < 1 ? 1 : grain,
+                          linear_backward_rows, &j);
+    }
+}

@@ -30,4 +30,19 @@ void tfm__linear_parallel(const float *x, int64_t ldx, int64_t n, int64_t in,
                           const float *w, const float *bias, int64_t out,
                           float *y, int64_t ldy);
 
+/* The backward of tfm__linear (torch.autograd's for nn.Linear), split over
+ * the library's threads:
+ *   grad_x [n, in]   = grad_y W                  (written; NULL: skipped)
+ *   grad_w [out, in] += grad_y^T x               (accumulated; NULL: skipped)
+ *   grad_b [out]     += sum over rows of grad_y  (accumulated in double
+ *                                                 through bias_acc [out]
+ *                                                 scratch; NULL: skipped)
+ * x [n, in] (row stride ldx), grad_y [n, out] (row stride ldg), W [out,
+ * in].  grad_x is written last, so it may be x itself (never grad_y).
+ * Every product is one cblas_sgemm per thread's block.  Cannot fail. */
+void tfm__linear_backward(const float *x, int64_t ldx, int64_t n, int64_t in,
+                          const float *w, int64_t out, const float *grad_y,
+                          int64_t ldg, float *grad_x, float *grad_w,
+                          float *grad_b, double *bias_acc);
+
 #endif

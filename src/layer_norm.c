@@ -4,6 +4,7 @@
 #include "error.h"
 #include "layer_norm.h"
 #include "tensor_impl.h"
+#include "workspace.h"
 
 static tfm_status layer_norm_macs(const tfm_module *m, int64_t batch,
                                   int64_t L, int64_t S, int64_t *acc)
@@ -45,6 +46,25 @@ tfm_status tfm__layer_norm_new(int64_t d, float eps, tfm__layer_norm **out)
     return TFM_OK;
 }
 
+/* The mean and 1 / sqrt(var + eps) of x[0 .. d-1], in double, in two
+ * passes: the mean first, then the centred squares, so a large common
+ * offset does not cancel catastrophically. */
+static void row_stats(const float *x, int64_t d, float eps, double *mean,
+                      double *rstd)
+{
+    double sum = 0.0;
+    for (int64_t i = 0; i < d; i++)
+        sum += x[i];
+    const double m = sum / (double)d;
+    double sq = 0.0;
+    for (int64_t i = 0; i < d; i++) {
+        double c = x[i] - m;
+        sq += c * c;
+    }
+    *mean = m;
+    *rstd = 1.0 / sqrt(sq / (double)d + (double)eps);
+}
+
 void tfm__layer_norm_run(const tfm__layer_norm *n, const float *x,
                          int64_t rows, float *out)
 {
@@ -52,18 +72,8 @@ void tfm__layer_norm_run(const tfm__layer_norm *n, const float *x,
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * d;
         float *yr = out + r * d;
-        /* Two passes in double: the mean first, then the centred squares,
-         * so a large common offset does not cancel catastrophically. */
-        double sum = 0.0;
-        for (int64_t i = 0; i < d; i++)
-            sum += xr[i];
-        const double mean = sum / (double)d;
-        double sq = 0.0;
-        for (int64_t i = 0; i < d; i++) {
-            double c = xr[i] - mean;
-            sq += c * c;
-        }
-        const double inv = 1.0 / sqrt(sq / (double)d + (double)n->eps);
+        double mean, inv;
+        row_stats(xr, d, n->eps, &mean, &inv);
         for (int64_t i = 0; i < d; i++)
             yr[i] = (float)((xr[i] - mean) * inv) * n->weight[i] + n->bias[i];
     }
@@ -90,5 +100,79 @@ tfm_status tfm_layer_norm_forward(const tfm_module *norm, const tfm_tensor *x,
     if ((st = tfm__check_rows(x, n->d, out, n->d)) != TFM_OK)
         return st;
     tfm__layer_norm_run(n, x->data, x->numel / n->d, out->data);
+    return TFM_OK;
+}
+
+void tfm__layer_norm_backward(const tfm__layer_norm *n, const float *x,
+                              int64_t rows, const float *grad_y,
+                              float *grad_x, float *grad_w, float *grad_b,
+                              double *acc)
+{
+    const int64_t d = n->d;
+    double *aw = acc, *ab = acc + d;
+    for (int64_t i = 0; i < 2 * d; i++)
+        acc[i] = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d, *gr = grad_y + r * d;
+        double mean, rstd;
+        row_stats(xr, d, n->eps, &mean, &rstd);
+        double s1 = 0.0, s2 = 0.0;
+        for (int64_t i = 0; i < d; i++) {
+            const double xhat = (xr[i] - mean) * rstd;
+            const double gy = (double)gr[i] * n->weight[i];
+            s1 += gy;
+            s2 += gy * xhat;
+            aw[i] += (double)gr[i] * xhat;
+            ab[i] += gr[i];
+        }
+        if (grad_x) {
+            s1 /= (double)d;
+            s2 /= (double)d;
+            float *dx = grad_x + r * d;
+            for (int64_t i = 0; i < d; i++) {
+                const double xhat = (xr[i] - mean) * rstd;
+                const double gy = (double)gr[i] * n->weight[i];
+                dx[i] = (float)(rstd * (gy - s1 - xhat * s2));
+            }
+        }
+    }
+    for (int64_t i = 0; i < d; i++) {
+        if (grad_w)
+            grad_w[i] += (float)aw[i];
+        if (grad_b)
+            grad_b[i] += (float)ab[i];
+    }
+}
+
+tfm_status tfm_layer_norm_backward(tfm_module *norm, const tfm_tensor *x,
+                                   const tfm_tensor *grad_output,
+                                   tfm_tensor *grad_input)
+{
+    tfm_status st = tfm__module_check(norm, TFM_MODULE_LAYER_NORM, "norm");
+    if (st != TFM_OK)
+        return st;
+    const tfm__layer_norm *n = (const tfm__layer_norm *)norm;
+    if ((st = tfm__check_backward_rows("tfm_layer_norm_backward", x, n->d,
+                                       grad_output, n->d, grad_input)))
+        return st;
+    tfm__ws_mark mark = tfm__ws_save();
+    double *acc = tfm__ws_alloc((size_t)(2 * n->d) * sizeof *acc);
+    if (!acc) {
+        tfm__ws_restore(mark);
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                         "tfm_layer_norm_backward: out of memory");
+    }
+    if ((st = tfm__module_enter_grads(norm, "tfm_layer_norm_backward"))) {
+        tfm__ws_restore(mark);
+        return st;
+    }
+    tfm__layer_norm_backward(n, x->data, x->numel / n->d, grad_output->data,
+                             grad_input ? grad_input->data : NULL,
+                             tfm__param_grad(&norm->params[0]),
+                             n->bias ? tfm__param_grad(&norm->params[1])
+                                     : NULL,
+                             acc);
+    tfm__module_leave_grads(norm);
+    tfm__ws_restore(mark);
     return TFM_OK;
 }

@@ -18,4 +18,16 @@ tfm_status tfm__layer_norm_new(int64_t d, float eps, tfm__layer_norm **out);
 void tfm__layer_norm_run(const tfm__layer_norm *n, const float *x,
                          int64_t rows, float *out);
 
+/* The backward of tfm__layer_norm_run (torch.autograd's for
+ * nn.LayerNorm), per row with xhat = (x - mean) * rstd, gy = grad_y * weight:
+ *   grad_x = rstd (gy - mean(gy) - xhat mean(gy xhat))   (written, NULL:
+ *                                                        skipped; may be x)
+ *   grad_w += sum over rows of grad_y xhat,  grad_b += sum of grad_y
+ * (accumulated, each NULL: skipped; summed in double in acc [2 d]).
+ * The statistics are recomputed from x as the forward computes them. */
+void tfm__layer_norm_backward(const tfm__layer_norm *n, const float *x,
+                              int64_t rows, const float *grad_y,
+                              float *grad_x, float *grad_w, float *grad_b,
+                              double *acc);
+
 #endif

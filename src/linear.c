@@ -2,8 +2,10 @@
 #include "error.h"
 #include "gemm.h"
 #include "linear.h"
+#include "parallel.h"
 #include "tensor_impl.h"
 #include "transformer/layers.h"
+#include "workspace.h"
 
 static tfm_status linear_macs(const tfm_module *m, int64_t batch, int64_t L,
                               int64_t S, int64_t *acc)
@@ -120,5 +122,42 @@ tfm_status tfm_linear_forward(const tfm_module *linear, const tfm_tensor *x,
         tfm__linear_parallel(x->data, l->in_features, rows, l->in_features,
                              l->weight, l->bias, l->out_features, out->data,
                              l->out_features);
+    return TFM_OK;
+}
+
+tfm_status tfm_linear_backward(tfm_module *linear, const tfm_tensor *x,
+                               const tfm_tensor *grad_output,
+                               tfm_tensor *grad_input)
+{
+    TFM__PLAN_PIN();
+    tfm_status st = tfm__module_check(linear, TFM_MODULE_LINEAR, "linear");
+    if (st != TFM_OK)
+        return st;
+    const tfm__linear_module *l = (const tfm__linear_module *)linear;
+    if ((st = tfm__check_backward_rows("tfm_linear_backward", x,
+                                       l->in_features, grad_output,
+                                       l->out_features, grad_input)))
+        return st;
+    const int64_t rows = x->numel / l->in_features;
+    tfm__ws_mark mark = tfm__ws_save();
+    double *acc = NULL;
+    if (l->bias &&
+        !(acc = tfm__ws_alloc((size_t)l->out_features * sizeof *acc))) {
+        tfm__ws_restore(mark);
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                         "tfm_linear_backward: out of memory");
+    }
+    if ((st = tfm__module_enter_grads(linear, "tfm_linear_backward"))) {
+        tfm__ws_restore(mark);
+        return st;
+    }
+    float *gw = tfm__param_grad(&linear->params[0]);
+    float *gb = l->bias ? tfm__param_grad(&linear->params[1]) : NULL;
+    tfm__linear_backward(x->data, l->in_features, rows, l->in_features,
+                         l->weight, l->out_features, grad_output->data,
+                         l->out_features, grad_input ? grad_input->data : NULL,
+                         gw, gb, acc);
+    tfm__module_leave_grads(linear);
+    tfm__ws_restore(mark);
     return TFM_OK;
 }

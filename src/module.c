@@ -205,7 +205,6 @@ void tfm_module_free(tfm_module *module)
     tfm__free(module->params);
     tfm__free(module->storage);
     tfm__free(module->grad_storage);
-    tfm__free(module->saved);
     tfm__free(module);
 }
 

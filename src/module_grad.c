@@ -1,7 +1,6 @@
 /* Training mode and gradient storage of modules (module.h: tfm_module_train,
- * tfm_module_zero_grad, tfm_module_grad, tfm_module_get_grad), the
- * saved-activation area of training-mode forward passes, and the guard that
- * keeps two threads out of one module's training-mode calls.
+ * tfm_module_zero_grad, tfm_module_grad, tfm_module_get_grad) and the
+ * guard that keeps two threads out of the same gradients.
  *
  * Each module that owns parameter storage gets, once, a zeroed gradient
  * block of the same layout (grad_storage).  A parameter-table entry finds
@@ -177,21 +176,6 @@ tfm_status tfm_module_parameter_data(tfm_module *module, const char *name,
     return st;
 }
 
-void *tfm__module_saved(tfm_module *m, size_t bytes)
-{
-    if (bytes <= m->saved_cap)
-        return m->saved;
-    void *p = tfm__realloc(m->saved, bytes);
-    if (!p) {
-        tfm__fail(TFM_ERR_OUT_OF_MEMORY,
-                  "cannot allocate %zu bytes for the backward pass", bytes);
-        return NULL;
-    }
-    m->saved = p;
-    m->saved_cap = bytes;
-    return p;
-}
-
 tfm_status tfm__module_enter(const tfm_module *m, const char *what)
 {
     int expected = 0;
@@ -199,9 +183,9 @@ tfm_status tfm__module_enter(const tfm_module *m, const char *what)
     if (!__atomic_compare_exchange_n(busy, &expected, 1, 0, __ATOMIC_ACQUIRE,
                                      __ATOMIC_RELAXED))
         return tfm__fail(TFM_ERR_BUSY,
-                         "%s: the module is in a training-mode call on "
-                         "another thread (training-mode forward and "
-                         "backward passes of one module run one at a time)",
+                         "%s: another thread is in a backward pass that "
+                         "writes the same gradients (backward passes into "
+                         "one module's gradients run one at a time)",
                          what);
     return TFM_OK;
 }
@@ -209,4 +193,43 @@ tfm_status tfm__module_enter(const tfm_module *m, const char *what)
 void tfm__module_leave(const tfm_module *m)
 {
     __atomic_store_n((int *)&m->busy, 0, __ATOMIC_RELEASE);
+}
+
+/* Whether p's home already appeared among m's entries before index i. */
+static int home_seen(const tfm_module *m, int i)
+{
+    for (int k = 0; k < i; k++)
+        if (m->params[k].home == m->params[i].home)
+            return 1;
+    return 0;
+}
+
+tfm_status tfm__module_enter_grads(const tfm_module *m, const char *what)
+{
+    for (int i = 0; i < m->n_params; i++)
+        if (!tfm__param_grad(&m->params[i]))
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "%s: parameter \"%s\" has no gradient memory: "
+                             "call tfm_module_train first", what,
+                             m->params[i].name);
+    for (int i = 0; i < m->n_params; i++) {
+        const tfm_module *h = m->params[i].home;
+        if (!h || home_seen(m, i))
+            continue;
+        tfm_status st = tfm__module_enter(h, what);
+        if (st != TFM_OK) {
+            for (int k = 0; k < i; k++)
+                if (m->params[k].home && !home_seen(m, k))
+                    tfm__module_leave(m->params[k].home);
+            return st;
+        }
+    }
+    return TFM_OK;
+}
+
+void tfm__module_leave_grads(const tfm_module *m)
+{
+    for (int i = 0; i < m->n_params; i++)
+        if (m->params[i].home && !home_seen(m, i))
+            tfm__module_leave(m->params[i].home);
 }

@@ -77,14 +77,8 @@ struct tfm_module {
      * allocated zeroed once, kept in evaluation mode). */
     float *grad_storage;
     int training;       /* tfm_module_train's flag (torch's .training) */
-    /* What a training-mode forward keeps for the backward pass: one
-     * grow-only buffer (tfm__module_saved), reused by every step. */
-    void *saved;
-    size_t saved_cap;
-    int has_saved;      /* a training-mode forward ran since the last
-                         * backward (set and cleared by the kinds) */
-    /* Training-mode forward and backward write the module (saved, the
-     * gradients): tfm__module_enter / _leave keep two threads out. */
+    /* Backward passes write the gradients: tfm__module_enter / _leave
+     * (tfm__module_enter_grads) keep two threads out. */
     int busy;
     /* Sub-modules reachable by tfm_module_child, in PyTorch's order. */
     tfm__child *children;
@@ -141,16 +135,21 @@ float *tfm__param_grad(const tfm__param *p);
  * backward passes: grad_w = tfm__grad_of(&mha->base, mha->w_q). */
 float *tfm__grad_of(const tfm_module *home, const float *data);
 
-/* A buffer of at least `bytes` in m's saved-activation area (grow-only,
- * contents kept when it does not grow), or NULL with TFM_ERR_OUT_OF_MEMORY
- * set; the area is m's, freed with it. */
-void *tfm__module_saved(tfm_module *m, size_t bytes);
-
-/* Marks m in use by a training-mode forward or backward: TFM_OK, or
+/* Marks m in use by a backward pass: TFM_OK, or
  * TFM_ERR_BUSY (message names `what`) when another call holds it.  Every
  * TFM_OK is paired with tfm__module_leave. */
 tfm_status tfm__module_enter(const tfm_module *m, const char *what);
 void tfm__module_leave(const tfm_module *m);
+
+/* For a backward pass that accumulates into every parameter gradient of m:
+ * checks that each has gradient memory (TFM_ERR_INVALID_ARGUMENT, "call
+ * tfm_module_train first", otherwise) and enters every module whose
+ * storage holds m's parameters (their homes: a layer's norms, attention
+ * and feed-forward network), so that two threads never accumulate into
+ * the same gradients.  TFM_OK (pair with tfm__module_leave_grads), or
+ * TFM_ERR_BUSY having entered none. */
+tfm_status tfm__module_enter_grads(const tfm_module *m, const char *what);
+void tfm__module_leave_grads(const tfm_module *m);
 
 /* Appends the child's parameter table under `prefix` (e.g. "self_attn.")
  * and registers it as sub-module `prefix` without its final dot

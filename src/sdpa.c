@@ -129,18 +129,6 @@ tfm_status tfm_sdpa_lse(const tfm_tensor *q, const tfm_tensor *k,
                         lse);
 }
 
-/* Whether x[0 .. n-1] are all finite. */
-static int all_finite(const float *x, int64_t n)
-{
-    uint32_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u);
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-    }
-    return !bad;
-}
-
 tfm_status tfm_sdpa_backward(const tfm_tensor *q, const tfm_tensor *k,
                              const tfm_tensor *v,
                              const tfm_attention_masks *masks, float scale,
@@ -173,7 +161,7 @@ tfm_status tfm_sdpa_backward(const tfm_tensor *q, const tfm_tensor *k,
                                    { B, H, S, dk }, { B, H, S, dv } };
     if ((st = check_all(4, t, names, ranks, shapes)) != TFM_OK)
         return st;
-    if (!all_finite(grad_out->data, B * H * L * dv))
+    if (!tfm__all_finite(grad_out->data, B * H * L * dv))
         return tfm__fail(TFM_ERR_NON_FINITE,
                          "tfm_sdpa_backward: grad_out holds NaN or infinity");
     tfm__variant var;

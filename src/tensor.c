@@ -216,3 +216,48 @@ tfm_status tfm__check_rows(const tfm_tensor *x, int64_t d_in,
     want[x->rank - 1] = d_out;
     return tfm__check_shape(out, "out", x->rank, want);
 }
+
+int tfm__all_finite(const float *x, int64_t n)
+{
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return !bad;
+}
+
+
+tfm_status tfm__check_backward_rows(const char *what, const tfm_tensor *x,
+                                    int64_t d_in,
+                                    const tfm_tensor *grad_output,
+                                    int64_t d_out,
+                                    const tfm_tensor *grad_input)
+{
+    if (!x || !grad_output)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s: %s is NULL", what,
+                         !x ? "x" : "grad_output");
+    if (x->shape[x->rank - 1] != d_in)
+        return tfm__fail(TFM_ERR_SHAPE, "%s: x has %lld columns, expected "
+                         "%lld", what, (long long)x->shape[x->rank - 1],
+                         (long long)d_in);
+    int64_t want[TFM_MAX_RANK];
+    for (int i = 0; i < x->rank; i++)
+        want[i] = x->shape[i];
+    want[x->rank - 1] = d_out;
+    tfm_status st = tfm__check_shape(grad_output, "grad_output", x->rank,
+                                     want);
+    if (st == TFM_OK && grad_input)
+        st = tfm__check_shape(grad_input, "grad_input", x->rank, x->shape);
+    if (st != TFM_OK)
+        return st;
+    if (grad_input && grad_input->data < grad_output->data + grad_output->numel &&
+        grad_output->data < grad_input->data + grad_input->numel)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "%s: grad_input must not overlap grad_output", what);
+    if (!tfm__all_finite(grad_output->data, grad_output->numel))
+        return tfm__fail(TFM_ERR_NON_FINITE,
+                         "%s: grad_output holds NaN or infinity", what);
+    return TFM_OK;
+}

@@ -23,6 +23,21 @@ tfm_status tfm__check_rows(const tfm_tensor *x, int64_t d_in,
 tfm_status tfm__check_shape(const tfm_tensor *t, const char *what, int rank,
                             const int64_t *shape);
 
+/* The arguments of a row-wise backward pass (Linear, LayerNorm,
+ * feed-forward): x [..., d_in] the forward's input, grad_output [...,
+ * d_out] with x's leading axes and finite, grad_input NULL or x's shape and
+ * not overlapping grad_output.  TFM_OK, TFM_ERR_NULL_ARGUMENT,
+ * TFM_ERR_SHAPE, TFM_ERR_NON_FINITE or TFM_ERR_INVALID_ARGUMENT (message
+ * names `what`). */
+tfm_status tfm__check_backward_rows(const char *what, const tfm_tensor *x,
+                                    int64_t d_in,
+                                    const tfm_tensor *grad_output,
+                                    int64_t d_out,
+                                    const tfm_tensor *grad_input);
+
+/* Whether x[0 .. n-1] are all finite (no NaN, no infinity). */
+int tfm__all_finite(const float *x, int64_t n);
+
 /* Formats a shape as "[2, 3, 4]" into buf. */
 void tfm__format_shape(char *buf, size_t size, int rank, const int64_t *shape);
 

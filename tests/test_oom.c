@@ -1950,6 +1950,83 @@ static void test_module_train(void **state)
     run_case(&c);
 }
 
+/* ---- backward passes (layers.h: tfm_feed_forward_backward) ------------ */
+
+/* Scratch of 2 x 800 x 1024 floats (6.5 MB, beyond what the earlier cases
+ * left in the workspace): each of its allocations fails in turn, and a
+ * failed backward leaves every gradient zero and grad_input as it was. */
+typedef struct bwd_ctx {
+    tfm_module *ff;
+    tfm_tensor *x, *g, *gx;
+} bwd_ctx;
+
+static tfm_status bwd_run(void *p)
+{
+    bwd_ctx *c = p;
+    return tfm_feed_forward_backward(c->ff, c->x, c->g, c->gx);
+}
+
+static void bwd_setup(void *p)
+{
+    bwd_ctx *c = p;
+    assert_int_equal(tfm_module_zero_grad(c->ff), TFM_OK);
+    fill(c->gx, 7.0f);
+}
+
+static void bwd_on_oom(void *p)
+{
+    bwd_ctx *c = p;
+    for (int i = 0; i < tfm_module_parameter_count(c->ff); i++) {
+        const char *name = tfm_module_parameter_name(c->ff, i);
+        float *g = NULL;
+        assert_int_equal(tfm_module_grad(c->ff, name, &g), TFM_OK);
+        int rank = 0;
+        int64_t shape[TFM_MAX_RANK], n = 1;
+        assert_int_equal(tfm_module_parameter_shape(c->ff, name, &rank,
+                                                    shape), TFM_OK);
+        for (int a = 0; a < rank; a++)
+            n *= shape[a];
+        for (int64_t k = 0; k < n; k++)
+            assert_true(g[k] == 0.0f);
+    }
+    const float *gx = tfm_tensor_data(c->gx);
+    for (int64_t k = 0; k < tfm_tensor_numel(c->gx); k++)
+        assert_true(gx[k] == 7.0f);
+}
+
+static void bwd_on_ok(void *p)
+{
+    bwd_ctx *c = p;
+    float *g = NULL;
+    assert_int_equal(tfm_module_grad(c->ff, "linear1.weight", &g), TFM_OK);
+    double s = 0.0;
+    for (int k = 0; k < 16 * 1024; k++)
+        s += fabs(g[k]);
+    assert_true(s > 0.0);
+    assert_true(tfm_tensor_data(c->gx)[0] != 7.0f);
+}
+
+static void test_backward(void **state)
+{
+    (void)state;
+    bwd_ctx b = { 0 };
+    assert_int_equal(tfm_feed_forward_create(16, 1024, TFM_ACTIVATION_GELU,
+                                             &b.ff), TFM_OK);
+    lcg_randomize(b.ff, 90);
+    assert_int_equal(tfm_module_train(b.ff, 1), TFM_OK);
+    b.x = lcg_fill(make3(2, 400, 16, NULL));
+    b.g = lcg_fill(make3(2, 400, 16, NULL));
+    b.gx = make3(2, 400, 16, NULL);
+    oom_case c = { .name = "tfm_feed_forward_backward (800 x 1024 scratch)",
+                   .setup = bwd_setup, .run = bwd_run, .on_oom = bwd_on_oom,
+                   .on_ok = bwd_on_ok, .ctx = &b };
+    run_case(&c);
+    tfm_tensor_free(b.x);
+    tfm_tensor_free(b.g);
+    tfm_tensor_free(b.gx);
+    tfm_module_free(b.ff);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1971,6 +2048,7 @@ int main(void)
         cmocka_unit_test(test_cjson_allocations),
         cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_module_train),
+        cmocka_unit_test(test_backward),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

@@ -68,6 +68,32 @@ TFM_API tfm_status tfm_layer_norm_forward(const tfm_module *norm,
                                           const tfm_tensor *x,
                                           tfm_tensor *out);
 
+/* The backward of tfm_layer_norm_forward (torch.autograd's gradients of
+ * nn.LayerNorm; Ba et al. 2016), per row with xhat = (x - mean) / sqrt(var
+ * + eps), rstd = 1 / sqrt(var + eps) and gy = grad_output * weight:
+ *   grad_input = rstd (gy - mean(gy) - xhat mean(gy xhat)),
+ *   weight.grad += sum over rows of grad_output xhat,
+ *   bias.grad   += sum over rows of grad_output.
+ * Parameter gradients are accumulated (+=) into the module's gradient
+ * memory, as torch.autograd accumulates into .grad, so tfm_module_train
+ * must have been called (module.h); the gradient of the input is written
+ * to grad_input (NULL when not wanted).  Nothing is kept between the
+ * forward and the backward pass: x is the forward's input, passed again,
+ * and what the forward computed from it is recomputed.
+ * x [..., d]: the forward's input; grad_output: x's shape, the gradient of
+ * the loss with respect to the forward's output; grad_input: x's shape
+ * (caller-allocated, written; may be x itself) or NULL.
+ * Errors: TFM_ERR_NULL_ARGUMENT (norm, x or grad_output), TFM_ERR_WRONG_KIND,
+ * TFM_ERR_SHAPE, TFM_ERR_NON_FINITE (grad_output holds NaN or infinity),
+ * TFM_ERR_INVALID_ARGUMENT (no gradient memory; grad_input overlaps
+ * grad_output), TFM_ERR_BUSY (another thread is in a backward pass that
+ * writes the same gradients), TFM_ERR_OUT_OF_MEMORY.  On error nothing is
+ * written.  Since 1.2. */
+TFM_API tfm_status tfm_layer_norm_backward(tfm_module *norm,
+                                           const tfm_tensor *x,
+                                           const tfm_tensor *grad_output,
+                                           tfm_tensor *grad_input);
+
 /* ---- Linear (nn.Linear) -------------------------------------------------
  * y = x W^T + b, one cblas_sgemm (PyTorch: torch.nn.Linear).
  * Parameters: "weight" [out_features, in_features] (starts at 0), "bias"
@@ -88,6 +114,32 @@ TFM_API tfm_status tfm_linear_create(int64_t in_features,
 TFM_API tfm_status tfm_linear_forward(const tfm_module *linear,
                                       const tfm_tensor *x, tfm_tensor *out);
 
+/* The backward of tfm_linear_forward (torch.autograd's gradients of
+ * nn.Linear):
+ *   grad_input = grad_output W,  weight.grad += grad_output^T x,
+ *   bias.grad += sum over rows of grad_output,
+ * each product one cblas_sgemm.
+ * Parameter gradients are accumulated (+=) into the module's gradient
+ * memory, as torch.autograd accumulates into .grad, so tfm_module_train
+ * must have been called (module.h); the gradient of the input is written
+ * to grad_input (NULL when not wanted).  Nothing is kept between the
+ * forward and the backward pass: x is the forward's input, passed again,
+ * and what the forward computed from it is recomputed.
+ * x [..., in_features] (rank 1 to 4): the forward's input; grad_output
+ * [..., out_features], x's leading axes; grad_input: x's shape
+ * (caller-allocated, written; may be x itself) or NULL.
+ * Errors: TFM_ERR_NULL_ARGUMENT (linear, x or grad_output),
+ * TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE, TFM_ERR_NON_FINITE (grad_output holds
+ * NaN or infinity), TFM_ERR_INVALID_ARGUMENT (no gradient memory;
+ * grad_input overlaps grad_output), TFM_ERR_BUSY (another thread is in a
+ * backward pass that writes the same gradients: a layer containing this
+ * Linear, or this Linear), TFM_ERR_OUT_OF_MEMORY.  On error nothing is
+ * written.  Since 1.2. */
+TFM_API tfm_status tfm_linear_backward(tfm_module *linear,
+                                       const tfm_tensor *x,
+                                       const tfm_tensor *grad_output,
+                                       tfm_tensor *grad_input);
+
 /* ---- Position-wise feed-forward, eq. (2) -------------------------------
  * out = activation(x W1^T + b1) W2^T + b2.
  * Parameters: "linear1.weight" [d_ff, d_model], "linear1.bias" [d_ff],
@@ -104,6 +156,29 @@ TFM_API tfm_status tfm_feed_forward_create(int64_t d_model, int64_t d_ff,
 TFM_API tfm_status tfm_feed_forward_forward(const tfm_module *ff,
                                             const tfm_tensor *x,
                                             tfm_tensor *out);
+
+/* The backward of tfm_feed_forward_forward (torch.autograd's gradients
+ * of linear2(activation(linear1(x)))): with h = x W1^T + b1 recomputed,
+ *   W2.grad += grad_output^T act(h),  b2.grad += sum grad_output,
+ *   grad_h = (grad_output W2) * act'(h),
+ *   W1.grad += grad_h^T x,  b1.grad += sum grad_h,  grad_input = grad_h W1,
+ * every product one cblas_sgemm; act' as PyTorch differentiates ReLU
+ * (0 at 0), GELU (both forms) and SiLU.
+ * Parameter gradients are accumulated (+=) into the module's gradient
+ * memory, as torch.autograd accumulates into .grad, so tfm_module_train
+ * must have been called (module.h); the gradient of the input is written
+ * to grad_input (NULL when not wanted).  Nothing is kept between the
+ * forward and the backward pass: x is the forward's input, passed again,
+ * and what the forward computed from it is recomputed.
+ * x [B, L, d_model]: the forward's input; grad_output [B, L, d_model];
+ * grad_input [B, L, d_model] (caller-allocated, written; may be x) or NULL.
+ * Scratch: two [B L, d_ff] buffers from the thread's reusable workspace.
+ * Errors: as tfm_linear_backward.  On error nothing is written.
+ * Since 1.2. */
+TFM_API tfm_status tfm_feed_forward_backward(tfm_module *ff,
+                                             const tfm_tensor *x,
+                                             const tfm_tensor *grad_output,
+                                             tfm_tensor *grad_input);
 
 /* ---- Encoder layer (nn.TransformerEncoderLayer) ------------------------
  * post-norm: x = norm1(x + SA(x)); x = norm2(x + FF(x))

@@ -216,24 +216,24 @@ TFM_API tfm_status tfm_module_reset_parameters(tfm_module *module,
                                                struct tfm_rng *rng);
 
 /* ---- Training mode and gradients (since 1.2) ------------------------------
- * As torch.nn.Module's train() / eval() and Parameter.grad.  A module in
- * training mode keeps, in each training-mode forward pass, what its
- * backward pass needs (in memory of the module, grown to the largest call
- * and reused: no new pages once warm); the typed backward function of its
- * kind (tfm_linear_backward, ...) then returns the gradients with respect
- * to the inputs and accumulates (adds) those of the parameters into the
- * module's gradient memory, as torch.autograd accumulates into .grad.
+ * As torch.nn.Module's train() / eval() and Parameter.grad.  The typed
+ * backward function of a kind (tfm_linear_backward, ...) takes the
+ * forward's inputs again with the gradient of its output, returns the
+ * gradients with respect to the inputs and accumulates (adds) those of
+ * the parameters into the module's gradient memory, as torch.autograd
+ * accumulates into .grad; nothing is kept between the forward and the
+ * backward call (what the forward computed is recomputed).
  * Gradients have each parameter's name, shape and row-major layout; a
  * sub-module's gradients are its parent's memory, exactly as its
  * parameters are ("layers.0.linear1.weight" of a stack is "weight" of
  * tfm_module_child(stack, "layers.0.linear1")).  Parameters shared between
- * names (tied embeddings) share one gradient.  Evaluation mode (the
- * default) keeps nothing and its forward passes are bit for bit those of
- * a module never put in training mode.
- * Threads: a module in training mode serves one training-mode call at a
- * time (its forward and backward passes write the module); a second
- * thread's call meanwhile fails with TFM_ERR_BUSY and changes nothing.
- * Evaluation-mode forward passes follow the rule at the top of this
+ * names (tied embeddings) share one gradient.
+ * The training flag is torch's module.training: the forward passes do
+ * not read it yet (the library has no dropout yet), so a module in
+ * training mode computes what it computes in evaluation mode.
+ * Threads: backward passes that write the same gradients run one at a
+ * time; a second thread's call meanwhile fails with TFM_ERR_BUSY and
+ * changes nothing.  Forward passes follow the rule at the top of this
  * header. */
 
 /* Sets the training flag of the module and of every sub-module (torch's

@@ -37,8 +37,8 @@ typedef enum tfm_status {
     TFM_ERR_NON_FINITE = 12,    /* NaN or infinity where finite values are
                                  * required (e.g. parameters) */
     TFM_ERR_BUSY = 13,          /* the handle is in use by another thread
-                                 * (a training-mode forward or backward
-                                 * pass of the same module); since 1.2 */
+                                 * (a backward pass writing the same
+                                 * gradients); since 1.2 */
     TFM_STATUS_COUNT            /* not a status; one past the last code */
 } tfm_status;
 

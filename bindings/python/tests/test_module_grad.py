@@ -43,13 +43,13 @@ def test_modes_and_zero_gradients():
     assert layer.self_attn.training is False
 
 
-def test_unknown_name_and_no_backward_yet():
+def test_unknown_name_and_backward_before_a_call():
     lin = transformer.Linear(3, 2).train()
     assert lin.grad("weight").shape == (2, 3)
     with pytest.raises(transformer.NotFoundError):
         lin.grad("nope")
-    with pytest.raises(transformer.UnsupportedError):
-        lin.backward(np.zeros((1, 2), np.float32))
+    with pytest.raises(transformer.InvalidArgumentError):
+        lin.backward(np.zeros((1, 2), np.float32))   # no call to differentiate
 
 
 def test_sub_module_mode_follows_parent_and_child_alone():

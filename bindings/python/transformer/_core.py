@@ -595,6 +595,24 @@ class Module(ModuleTree, HandleOwner):
         raise UnsupportedError(f"{type(self).__name__} has no backward "
                                "pass yet")
 
+    def _keep_for_backward(self, *arrays):
+        """In training mode, keeps copies of a call's inputs for
+        :meth:`backward` (the C backward passes take the forward's inputs
+        again and recompute the rest)."""
+        if self.training:
+            self.__dict__["_saved_inputs"] = tuple(
+                None if a is None else np.array(a, np.float32, copy=True)
+                for a in arrays)
+
+    def _saved_for_backward(self):
+        saved = self.__dict__.get("_saved_inputs")
+        if saved is None:
+            raise InvalidArgumentError(
+                f"{type(self).__name__}.backward: no training-mode call to "
+                "differentiate (call train(), then the module, then "
+                "backward)")
+        return saved
+
     def zero_grad(self, set_to_none=False):
         """Sets every parameter's gradient to zero (torch's
         ``zero_grad(set_to_none=False)``; set_to_none=True is accepted and

@@ -454,7 +454,28 @@ class Linear(Module):
         with using(self) as ptr:
             if flat.shape[0]:
                 _ll.tfm_linear_forward(ptr, flat, out)
+        self._keep_for_backward(x)
         return out.reshape(x.shape[:-1] + (self.out_features,))
+
+    def backward(self, grad_output):
+        """The gradient with respect to the input of the last training-mode
+        call, given ``grad_output`` (the output's shape); accumulates
+        ``weight`` and ``bias`` gradients (:meth:`grad`), as
+        ``torch.autograd`` does for ``nn.Linear``."""
+        (x,) = self._saved_for_backward()
+        g = as_float32(grad_output, "grad_output")
+        want = x.shape[:-1] + (self.out_features,)
+        if g.shape != want:
+            raise ShapeError(f"grad_output must have the output's shape "
+                             f"{list(want)}, got {list(g.shape)}")
+        flat = x.reshape(-1, self.in_features)
+        grad_input = np.empty_like(flat)
+        if flat.shape[0]:
+            with using(self) as ptr:
+                _ll.tfm_linear_backward(
+                    ptr, flat, np.ascontiguousarray(g).reshape(
+                        -1, self.out_features), grad_input)
+        return grad_input.reshape(x.shape)
 
     def _extra_repr(self):
         return (f"in_features={self.in_features}, "
@@ -564,7 +585,25 @@ class LayerNorm(Module):
             flat = x.reshape(-1, self._size)
             out = np.empty_like(flat)
             _ll.tfm_layer_norm_forward(ptr, flat, out)
-            return out.reshape(x.shape)
+        self._keep_for_backward(x)
+        return out.reshape(x.shape)
+
+    def backward(self, grad_output):
+        """The gradient with respect to the input of the last training-mode
+        call, given ``grad_output`` (the input's shape); accumulates the
+        ``weight`` and ``bias`` gradients, as ``torch.autograd`` does for
+        ``nn.LayerNorm``."""
+        (x,) = self._saved_for_backward()
+        g = as_float32(grad_output, "grad_output")
+        if g.shape != x.shape:
+            raise ShapeError(f"grad_output must have the input's shape "
+                             f"{list(x.shape)}, got {list(g.shape)}")
+        flat = x.reshape(-1, self._size)
+        grad_input = np.empty_like(flat)
+        self._call(_ll.tfm_layer_norm_backward, flat,
+                   np.ascontiguousarray(g).reshape(-1, self._size),
+                   grad_input)
+        return grad_input.reshape(x.shape)
 
     def _normalize_in_place(self, x):
         """x [..., E] float32 contiguous, normalized in place."""

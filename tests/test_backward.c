@@ -1,0 +1,217 @@
+/* Backward passes of Linear, LayerNorm and the feed-forward network
+ * (layers.h: tfm_linear_backward, tfm_layer_norm_backward,
+ * tfm_feed_forward_backward): hand-worked values, accumulation, and the
+ * errors that must leave every gradient and grad_input as they were.
+ * The comparisons with torch.autograd are in
+ * bindings/python/tests/test_backward_layers.py.
+ *
+ * White-box in one place: the busy flag of module_impl.h stands in for a
+ * second thread inside a backward pass, so TFM_ERR_BUSY is tested without
+ * timing. */
+#include <math.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "module_impl.h"
+#include <transformer/transformer.h>
+
+static float *grad_of(tfm_module *m, const char *name)
+{
+    float *g = NULL;
+    assert_int_equal(tfm_module_grad(m, name, &g), TFM_OK);
+    return g;
+}
+
+/* W = [[1, 2], [3, 4]], b = (0, 0), x = [[1, 0], [0, 2]],
+ * g = [[1, 1], [2, 0]]:
+ *   grad_x = g W   = [[1 + 3, 2 + 4], [2, 4]]       = [[4, 6], [2, 4]]
+ *   grad_W = g^T x = [[1*1 + 2*0, 1*0 + 2*2], [1, 0]] = [[1, 4], [1, 0]]
+ *   grad_b = column sums of g                        = (3, 1). */
+static void test_linear_by_hand(void **state)
+{
+    (void)state;
+    tfm_module *lin = NULL;
+    assert_int_equal(tfm_linear_create(2, 2, 1, &lin), TFM_OK);
+    set_param(lin, "weight", 2, (int64_t[]){ 2, 2 },
+              (float[]){ 1, 2, 3, 4 });
+    set_param(lin, "bias", 1, (int64_t[]){ 2 }, (float[]){ 0, 0 });
+    tfm_tensor *x = make2(2, 2, (float[]){ 1, 0, 0, 2 });
+    tfm_tensor *g = make2(2, 2, (float[]){ 1, 1, 2, 0 });
+    tfm_tensor *gx = make2(2, 2, NULL);
+    fill(gx, 9.0f);
+
+    /* No gradient memory yet: refused, grad_input untouched. */
+    assert_int_equal(tfm_linear_backward(lin, x, g, gx),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tfm_last_error(), "tfm_module_train"));
+    assert_true(tfm_tensor_data(gx)[0] == 9.0f);
+
+    assert_int_equal(tfm_module_train(lin, 1), TFM_OK);
+    assert_int_equal(tfm_linear_backward(lin, x, g, gx), TFM_OK);
+    const float want_x[4] = { 4, 6, 2, 4 }, want_w[4] = { 1, 4, 1, 0 };
+    for (int i = 0; i < 4; i++) {
+        assert_float_equal(tfm_tensor_data(gx)[i], want_x[i], 0);
+        assert_float_equal(grad_of(lin, "weight")[i], want_w[i], 0);
+    }
+    assert_float_equal(grad_of(lin, "bias")[0], 3.0f, 0);
+    assert_float_equal(grad_of(lin, "bias")[1], 1.0f, 0);
+
+    /* Again, without grad_input: the parameter gradients double. */
+    assert_int_equal(tfm_linear_backward(lin, x, g, NULL), TFM_OK);
+    assert_float_equal(grad_of(lin, "weight")[1], 8.0f, 0);
+    assert_float_equal(grad_of(lin, "bias")[0], 6.0f, 0);
+
+    /* grad_input may be x itself (same result, x is read first). */
+    assert_int_equal(tfm_module_zero_grad(lin), TFM_OK);
+    assert_int_equal(tfm_linear_backward(lin, x, g, x), TFM_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_float_equal(tfm_tensor_data(x)[i], want_x[i], 0);
+        assert_float_equal(grad_of(lin, "weight")[i], want_w[i], 0);
+    }
+
+    /* Errors change nothing. */
+    float before[4];
+    memcpy(before, grad_of(lin, "weight"), sizeof before);
+    fill(gx, 9.0f);
+    tfm_tensor *bad = make2(2, 3, NULL);
+    assert_int_equal(tfm_linear_backward(lin, x, bad, gx), TFM_ERR_SHAPE);
+    assert_int_equal(tfm_linear_backward(lin, x, g, bad), TFM_ERR_SHAPE);
+    assert_int_equal(tfm_linear_backward(lin, x, g, g),
+                     TFM_ERR_INVALID_ARGUMENT);           /* overlap */
+    tfm_tensor_data(g)[3] = NAN;
+    assert_int_equal(tfm_linear_backward(lin, x, g, gx), TFM_ERR_NON_FINITE);
+    tfm_tensor_data(g)[3] = INFINITY;
+    assert_int_equal(tfm_linear_backward(lin, x, g, gx), TFM_ERR_NON_FINITE);
+    assert_int_equal(tfm_linear_backward(NULL, x, g, gx),
+                     TFM_ERR_NULL_ARGUMENT);
+    assert_int_equal(tfm_linear_backward(lin, NULL, g, gx),
+                     TFM_ERR_NULL_ARGUMENT);
+    assert_int_equal(tfm_linear_backward(lin, x, NULL, gx),
+                     TFM_ERR_NULL_ARGUMENT);
+    assert_memory_equal(grad_of(lin, "weight"), before, sizeof before);
+    assert_true(tfm_tensor_data(gx)[0] == 9.0f);
+
+    tfm_module *norm = NULL;
+    assert_int_equal(tfm_layer_norm_create(2, 1e-5f, &norm), TFM_OK);
+    assert_int_equal(tfm_linear_backward(norm, x, x, NULL),
+                     TFM_ERR_WRONG_KIND);
+    tfm_module_free(norm);
+    tfm_tensor_free(bad);
+    tfm_tensor_free(x);
+    tfm_tensor_free(g);
+    tfm_tensor_free(gx);
+    tfm_module_free(lin);
+}
+
+/* d = 3, eps = 0, weight 1, bias 0, x = (0, 1, 2): mean 1, var 2/3,
+ * rstd = sqrt(3/2), xhat = (-r, 0, r) with r = sqrt(3/2).  g = (1, 0, 0):
+ * mean(g) = 1/3, mean(g xhat) = -r/3, so
+ *   grad_x_i = r (g_i - 1/3 + xhat_i r/3):
+ *     (r (2/3 - 1/2), r (-1/3), r (-1/3 + 1/2)) = (r/6, -r/3, r/6),
+ *   weight.grad = g xhat = (-r, 0, 0),  bias.grad = g = (1, 0, 0). */
+static void test_layer_norm_by_hand(void **state)
+{
+    (void)state;
+    tfm_module *norm = NULL;
+    assert_int_equal(tfm_layer_norm_create(3, 0.0f, &norm), TFM_OK);
+    assert_int_equal(tfm_module_train(norm, 1), TFM_OK);
+    tfm_tensor *x = make2(1, 3, (float[]){ 0, 1, 2 });
+    tfm_tensor *g = make2(1, 3, (float[]){ 1, 0, 0 });
+    tfm_tensor *gx = make2(1, 3, NULL);
+    assert_int_equal(tfm_layer_norm_backward(norm, x, g, gx), TFM_OK);
+    const double r = sqrt(1.5);
+    assert_float_equal(tfm_tensor_data(gx)[0], r / 6, 1e-6);
+    assert_float_equal(tfm_tensor_data(gx)[1], -r / 3, 1e-6);
+    assert_float_equal(tfm_tensor_data(gx)[2], r / 6, 1e-6);
+    assert_float_equal(grad_of(norm, "weight")[0], -r, 1e-6);
+    assert_float_equal(grad_of(norm, "weight")[2], 0.0, 0);
+    assert_float_equal(grad_of(norm, "bias")[0], 1.0, 0);
+    assert_float_equal(grad_of(norm, "bias")[1], 0.0, 0);
+    tfm_tensor_free(x);
+    tfm_tensor_free(g);
+    tfm_tensor_free(gx);
+    tfm_module_free(norm);
+}
+
+/* A layer's "linear1" writes the gradients of the feed-forward network's
+ * memory: while that network is in a backward pass on another thread
+ * (its busy flag), the child's backward is refused and writes nothing;
+ * afterwards it runs and the parent reads what it wrote. */
+static void test_busy_shared_gradients(void **state)
+{
+    (void)state;
+    tfm_module *ff = NULL, *lin1 = NULL;
+    assert_int_equal(tfm_feed_forward_create(2, 3, TFM_ACTIVATION_RELU, &ff),
+                     TFM_OK);
+    assert_int_equal(tfm_module_train(ff, 1), TFM_OK);
+    assert_int_equal(tfm_module_child(ff, "linear1", &lin1), TFM_OK);
+    tfm_tensor *x = make2(1, 2, (float[]){ 1, 2 });
+    tfm_tensor *g = make2(1, 3, (float[]){ 1, 1, 1 });
+    ff->busy = 1;
+    assert_int_equal(tfm_linear_backward(lin1, x, g, NULL), TFM_ERR_BUSY);
+    tfm_tensor *x3 = make3(1, 1, 2, (float[]){ 1, 2 });
+    assert_int_equal(tfm_feed_forward_backward(ff, x3, x3, NULL),
+                     TFM_ERR_BUSY);
+    tfm_tensor_free(x3);
+    assert_float_equal(grad_of(ff, "linear1.weight")[1], 0.0, 0);
+    ff->busy = 0;
+    assert_int_equal(tfm_linear_backward(lin1, x, g, NULL), TFM_OK);
+    /* grad W1 = g^T x: every row (1, 2). */
+    assert_float_equal(grad_of(ff, "linear1.weight")[1], 2.0, 0);
+    assert_float_equal(grad_of(ff, "linear1.weight")[5], 2.0, 0);
+    assert_float_equal(grad_of(ff, "linear1.bias")[2], 1.0, 0);
+    assert_int_equal(ff->busy, 0);
+    tfm_tensor_free(x);
+    tfm_tensor_free(g);
+    tfm_module_free(ff);
+}
+
+/* Feed-forward by hand: d_model 1, d_ff 2, ReLU, W1 = (1, -1)^T, b1 = 0,
+ * W2 = (2, 3), b2 = 0.  x = 1: h = (1, -1), act = (1, 0), y = 2.
+ * g = 1: grad W2 = g act = (1, 0), grad b2 = 1; grad act = g W2 = (2, 3),
+ * grad h = (2, 0) (ReLU' = (1, 0)); grad W1 = grad_h x = (2, 0)^T,
+ * grad b1 = (2, 0), grad_x = grad_h . W1 = 2. */
+static void test_feed_forward_by_hand(void **state)
+{
+    (void)state;
+    tfm_module *ff = NULL;
+    assert_int_equal(tfm_feed_forward_create(1, 2, TFM_ACTIVATION_RELU, &ff),
+                     TFM_OK);
+    set_param(ff, "linear1.weight", 2, (int64_t[]){ 2, 1 },
+              (float[]){ 1, -1 });
+    set_param(ff, "linear1.bias", 1, (int64_t[]){ 2 }, (float[]){ 0, 0 });
+    set_param(ff, "linear2.weight", 2, (int64_t[]){ 1, 2 },
+              (float[]){ 2, 3 });
+    set_param(ff, "linear2.bias", 1, (int64_t[]){ 1 }, (float[]){ 0 });
+    assert_int_equal(tfm_module_train(ff, 1), TFM_OK);
+    tfm_tensor *x = make3(1, 1, 1, (float[]){ 1 });
+    tfm_tensor *g = make3(1, 1, 1, (float[]){ 1 });
+    tfm_tensor *gx = make3(1, 1, 1, NULL);
+    assert_int_equal(tfm_feed_forward_backward(ff, x, g, gx), TFM_OK);
+    assert_float_equal(tfm_tensor_data(gx)[0], 2.0, 0);
+    assert_float_equal(grad_of(ff, "linear2.weight")[0], 1.0, 0);
+    assert_float_equal(grad_of(ff, "linear2.weight")[1], 0.0, 0);
+    assert_float_equal(grad_of(ff, "linear2.bias")[0], 1.0, 0);
+    assert_float_equal(grad_of(ff, "linear1.weight")[0], 2.0, 0);
+    assert_float_equal(grad_of(ff, "linear1.weight")[1], 0.0, 0);
+    assert_float_equal(grad_of(ff, "linear1.bias")[0], 2.0, 0);
+    tfm_tensor *x2 = make2(1, 1, (float[]){ 1 });
+    assert_int_equal(tfm_feed_forward_backward(ff, x2, g, gx),
+                     TFM_ERR_SHAPE);
+    tfm_tensor_free(x2);
+    tfm_tensor_free(x);
+    tfm_tensor_free(g);
+    tfm_tensor_free(gx);
+    tfm_module_free(ff);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_linear_by_hand),
+        cmocka_unit_test(test_layer_norm_by_hand),
+        cmocka_unit_test(test_busy_shared_gradients),
+        cmocka_unit_test(test_feed_forward_by_hand),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
