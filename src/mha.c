@@ -408,25 +408,24 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
     return st;
 }
 
-/* The checks and the run of tfm_mha_forward (static_k, static_v NULL) and
- * tfm_mha_forward_v2; `what` names the function in messages. */
-static tfm_status mha_forward(const char *what, const tfm_module *mha,
-                              const tfm_tensor *query, const tfm_tensor *key,
-                              const tfm_tensor *value,
-                              const tfm_tensor *static_k,
-                              const tfm_tensor *static_v,
-                              const tfm_attention_masks *masks,
-                              tfm_tensor *out, tfm_tensor *weights)
+tfm_status tfm__mha_check_inputs(const char *what, const tfm_module *mha,
+                                 const tfm_tensor *query,
+                                 const tfm_tensor *key,
+                                 const tfm_tensor *value,
+                                 const tfm_tensor *static_k,
+                                 const tfm_tensor *static_v,
+                                 const tfm_attention_masks *masks,
+                                 int64_t *B_out, int64_t *L_out,
+                                 int64_t *S_out, tfm__masks *mk)
 {
-    TFM__PLAN_PIN();
     tfm_status st = tfm__module_check(mha, TFM_MODULE_MHA, "mha");
     if (st != TFM_OK)
         return st;
     const tfm__mha *m = (const tfm__mha *)mha;
-    if (!query || (!key && !static_k) || (!value && !static_v) || !out)
+    if (!query || (!key && !static_k) || (!value && !static_v))
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s: %s is NULL", what,
                          !query ? "query" : !key && !static_k ? "key"
-                         : !value && !static_v ? "value" : "out");
+                         : "value");
     if (query->rank != 3)
         return tfm__fail(TFM_ERR_SHAPE,
                          "query has rank %d, expected 3 [B, L, d_model]",
@@ -477,6 +476,33 @@ static tfm_status mha_forward(const char *what, const tfm_module *mha,
         if ((st = tfm__check_shape(value, "value", 3, v_shape)) != TFM_OK)
             return st;
     }
+    if ((st = tfm__masks_resolve(masks, B, m->n_heads, L, S, what, mk)))
+        return st;
+    *B_out = B, *L_out = L, *S_out = S;
+    return TFM_OK;
+}
+
+/* The checks and the run of tfm_mha_forward (static_k, static_v NULL) and
+ * tfm_mha_forward_v2; `what` names the function in messages. */
+static tfm_status mha_forward(const char *what, const tfm_module *mha,
+                              const tfm_tensor *query, const tfm_tensor *key,
+                              const tfm_tensor *value,
+                              const tfm_tensor *static_k,
+                              const tfm_tensor *static_v,
+                              const tfm_attention_masks *masks,
+                              tfm_tensor *out, tfm_tensor *weights)
+{
+    TFM__PLAN_PIN();
+    int64_t B = 0, L = 0, S = 0;
+    tfm__masks mk;
+    tfm_status st = tfm__mha_check_inputs(what, mha, query, key, value,
+                                          static_k, static_v, masks, &B, &L,
+                                          &S, &mk);
+    if (st != TFM_OK)
+        return st;
+    const tfm__mha *m = (const tfm__mha *)mha;
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s: out is NULL", what);
     const int64_t o_shape[3] = { B, L, m->d_model };
     if ((st = tfm__check_shape(out, "out", 3, o_shape)) != TFM_OK)
         return st;
@@ -499,10 +525,6 @@ static tfm_status mha_forward(const char *what, const tfm_module *mha,
         if (st != TFM_OK)
             return st;
     }
-    tfm__masks mk;
-    st = tfm__masks_resolve(masks, B, m->n_heads, L, S, what, &mk);
-    if (st != TFM_OK)
-        return st;
     return tfm__mha_run_static(
         m, query->data, static_k ? NULL : key->data,
         static_v ? NULL : value->data, static_k ? static_k->data : NULL,

@@ -83,4 +83,32 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
 tfm_status tfm__mha_macs(const tfm__mha *m, int64_t batch, int64_t L,
                          int64_t S, int64_t *acc);
 
+/* The input checks of tfm_mha_forward_v2 and tfm_mha_backward: the module
+ * (an MHA), query [B, L, d_model], key [B, S, kdim] or static_k [B, H_kv,
+ * S, d_k], value [B, S, vdim] or static_v, static rows' restrictions, and
+ * the masks, resolved into *mk; sets *B, *L, *S.  Messages name `what`. */
+tfm_status tfm__mha_check_inputs(const char *what, const tfm_module *mha,
+                                 const tfm_tensor *query,
+                                 const tfm_tensor *key,
+                                 const tfm_tensor *value,
+                                 const tfm_tensor *static_k,
+                                 const tfm_tensor *static_v,
+                                 const tfm_attention_masks *masks,
+                                 int64_t *B, int64_t *L, int64_t *S,
+                                 tfm__masks *mk);
+
+/* The backward of tfm__mha_run (mha_backward.c), inputs checked: with q,
+ * k, v, the attention's output and log-sum-exp recomputed from query, key
+ * and value, accumulates the gradients of the projections' weights and
+ * biases into m's gradient memory and writes grad_query [B, L, d],
+ * grad_key [B, S, kdim], grad_value [B, S, vdim] (each NULL: not wanted;
+ * none overlapping an input).  Fails with TFM_ERR_OUT_OF_MEMORY or
+ * TFM_ERR_INVALID_ARGUMENT (a variant or option without a backward yet)
+ * before writing anything. */
+tfm_status tfm__mha_backward(const tfm__mha *m, const float *query,
+                             const float *key, const float *value, int64_t B,
+                             int64_t L, int64_t S, const tfm__masks *masks,
+                             const float *grad_out, float *grad_query,
+                             float *grad_key, float *grad_value);
+
 #endif

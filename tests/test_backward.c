@@ -1,6 +1,6 @@
 /* Backward passes of Linear, LayerNorm and the feed-forward network
  * (layers.h: tfm_linear_backward, tfm_layer_norm_backward,
- * tfm_feed_forward_backward): hand-worked values, accumulation, and the
+ * tfm_feed_forward_backward; attention.h: tfm_mha_backward): hand-worked values, accumulation, and the
  * errors that must leave every gradient and grad_input as they were.
  * The comparisons with torch.autograd are in
  * bindings/python/tests/test_backward_layers.py.
@@ -205,6 +205,79 @@ static void test_feed_forward_by_hand(void **state)
     tfm_module_free(ff);
 }
 
+/* Multi-head attention by hand: d_model 1, one head, one query and one
+ * key.  The softmax over a single key is 1 whatever the logit, so
+ * out = w_o (w_v value + b_v) + b_o and nothing depends on query or key:
+ * with in_proj_weight (w_q, w_k, w_v) = (2, 3, 5), biases 0, w_o = 7,
+ * query = 1, key = 1, value = 2, g = 1:
+ *   grad_value = w_o w_v g = 35, grad_query = grad_key = 0,
+ *   in_proj_weight.grad = (0, 0, w_o g value) = (0, 0, 14),
+ *   in_proj_bias.grad = (0, 0, w_o g) = (0, 0, 7),
+ *   out_proj.weight.grad = g ctx = w_v value = 10, out_proj.bias.grad = 1. */
+static void test_mha_by_hand(void **state)
+{
+    (void)state;
+    tfm_module *mha = NULL;
+    assert_int_equal(tfm_mha_create(1, 1, 1, 1, 1, &mha), TFM_OK);
+    set_param(mha, "in_proj_weight", 2, (int64_t[]){ 3, 1 },
+              (float[]){ 2, 3, 5 });
+    set_param(mha, "in_proj_bias", 1, (int64_t[]){ 3 }, (float[]){ 0, 0, 0 });
+    set_param(mha, "out_proj.weight", 2, (int64_t[]){ 1, 1 }, (float[]){ 7 });
+    set_param(mha, "out_proj.bias", 1, (int64_t[]){ 1 }, (float[]){ 0 });
+    tfm_tensor *q = make3(1, 1, 1, (float[]){ 1 });
+    tfm_tensor *k = make3(1, 1, 1, (float[]){ 1 });
+    tfm_tensor *v = make3(1, 1, 1, (float[]){ 2 });
+    tfm_tensor *g = make3(1, 1, 1, (float[]){ 1 });
+    tfm_tensor *gq = make3(1, 1, 1, NULL), *gk = make3(1, 1, 1, NULL),
+               *gv = make3(1, 1, 1, NULL);
+    assert_int_equal(tfm_mha_backward(mha, q, k, v, NULL, g, gq, gk, gv),
+                     TFM_ERR_INVALID_ARGUMENT);        /* not trained */
+    assert_int_equal(tfm_module_train(mha, 1), TFM_OK);
+    assert_int_equal(tfm_mha_backward(mha, q, k, v, NULL, g, gq, gk, gv),
+                     TFM_OK);
+    assert_float_equal(tfm_tensor_data(gv)[0], 35.0, 1e-5);
+    assert_float_equal(tfm_tensor_data(gq)[0], 0.0, 1e-6);
+    assert_float_equal(tfm_tensor_data(gk)[0], 0.0, 1e-6);
+    const float *gw = grad_of(mha, "in_proj_weight");
+    const float *gb = grad_of(mha, "in_proj_bias");
+    assert_float_equal(gw[0], 0.0, 1e-6);
+    assert_float_equal(gw[2], 14.0, 1e-5);
+    assert_float_equal(gb[2], 7.0, 1e-5);
+    assert_float_equal(grad_of(mha, "out_proj.weight")[0], 10.0, 1e-5);
+    assert_float_equal(grad_of(mha, "out_proj.bias")[0], 1.0, 0);
+
+    /* Errors write nothing. */
+    assert_int_equal(tfm_mha_backward(mha, q, k, v, NULL, g, gq, gq, NULL),
+                     TFM_ERR_INVALID_ARGUMENT);        /* overlapping */
+    assert_int_equal(tfm_mha_backward(mha, q, k, v, NULL, g, q, NULL, NULL),
+                     TFM_ERR_INVALID_ARGUMENT);        /* overlaps query */
+    assert_int_equal(tfm_mha_backward(mha, q, k, v, NULL, NULL, gq, gk, gv),
+                     TFM_ERR_NULL_ARGUMENT);
+    tfm_tensor *wide = make3(1, 2, 1, NULL);
+    assert_int_equal(tfm_mha_backward(mha, q, k, v, NULL, wide, gq, gk, gv),
+                     TFM_ERR_SHAPE);
+    assert_int_equal(tfm_mha_backward(mha, q, k, v, NULL, g, wide, gk, gv),
+                     TFM_ERR_SHAPE);
+    assert_float_equal(grad_of(mha, "out_proj.bias")[0], 1.0, 0);
+    tfm_tensor_free(wide);
+
+    /* add_bias_kv has no backward yet: refused by name. */
+    tfm_mha_options o;
+    tfm_mha_options_init(&o);
+    o.add_bias_kv = 1;
+    tfm_module *extra = NULL;
+    assert_int_equal(tfm_mha_create_v2(1, 1, &o, &extra), TFM_OK);
+    assert_int_equal(tfm_module_train(extra, 1), TFM_OK);
+    assert_int_equal(tfm_mha_backward(extra, q, k, v, NULL, g, gq, gk, gv),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tfm_last_error(), "add_bias_kv"));
+    tfm_module_free(extra);
+    tfm_tensor *t[7] = { q, k, v, g, gq, gk, gv };
+    for (int i = 0; i < 7; i++)
+        tfm_tensor_free(t[i]);
+    tfm_module_free(mha);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -212,6 +285,7 @@ int main(void)
         cmocka_unit_test(test_layer_norm_by_hand),
         cmocka_unit_test(test_busy_shared_gradients),
         cmocka_unit_test(test_feed_forward_by_hand),
+        cmocka_unit_test(test_mha_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -446,6 +446,46 @@ TFM_API tfm_status tfm_mha_forward_v2(const tfm_module *mha,
                                       const tfm_attention_masks *masks,
                                       tfm_tensor *out, tfm_tensor *weights);
 
+/* The backward of tfm_mha_forward (torch.autograd's gradients of
+ * nn.MultiheadAttention's output with respect to query, key, value and
+ * every projection parameter).  With q = query W_q^T + b_q, k, v, the
+ * heads' outputs ctx and out = ctx W_o^T + b_o as in the forward
+ * (recomputed here: nothing is kept between the calls),
+ *   out_proj.weight.grad += grad_output^T ctx, out_proj.bias.grad += sum,
+ *   (dq, dk, dv) = the attention's backward (tfm_sdpa_backward's
+ *     FlashAttention-2 algorithm: no [L, S] matrix, memory linear in L
+ *     and S; masked keys get nothing, fully masked rows zero),
+ *   in_proj (or q/k/v_proj) weight.grad += dq^T query, ... bias += sums,
+ *   grad_query = dq W_q, grad_key = dk W_k, grad_value = dv W_v,
+ * every product one cblas_sgemm.  Parameter gradients are accumulated
+ * (+=) into the module's gradient memory (tfm_module_train first, module.h).
+ * For self-attention (query, key and value the same tensor) the input's
+ * gradient is grad_query + grad_key + grad_value, as autograd sums them.
+ * query [B, L, d_model], key [B, S, kdim], value [B, S, vdim], masks:
+ * those of the forward (NULL: none); grad_output [B, L, d_model];
+ * grad_query, grad_key, grad_value: query's, key's and value's shapes
+ * (caller-allocated, written) or NULL when not wanted, overlapping no
+ * input and no other gradient.
+ * Supported: every mask, kdim / vdim, bias or not, and the attention
+ * variants whose backward exists (scaled dot product, grouped-query and
+ * multi-query heads, ALiBi, every sparse pattern); the others (RoPE,
+ * general / additive scores, learned temperature, Shaw, T5) and
+ * add_bias_kv / add_zero_attn give TFM_ERR_INVALID_ARGUMENT naming them.
+ * Errors: TFM_ERR_NULL_ARGUMENT (mha, query, key, value or grad_output),
+ * TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE, TFM_ERR_NON_FINITE (grad_output holds
+ * NaN or infinity), TFM_ERR_INVALID_ARGUMENT (as above; no gradient
+ * memory; overlapping gradients; masks as tfm_mha_forward), TFM_ERR_BUSY
+ * (another thread's backward pass writes the same gradients),
+ * TFM_ERR_OUT_OF_MEMORY.  On error nothing is written.  Since 1.2. */
+TFM_API tfm_status tfm_mha_backward(tfm_module *mha, const tfm_tensor *query,
+                                    const tfm_tensor *key,
+                                    const tfm_tensor *value,
+                                    const tfm_attention_masks *masks,
+                                    const tfm_tensor *grad_output,
+                                    tfm_tensor *grad_query,
+                                    tfm_tensor *grad_key,
+                                    tfm_tensor *grad_value);
+
 /* The functional form: attention on per-head tensors with a variant,
  * holding the variant's learned parameters (if any) as a module of kind
  * TFM_MODULE_ATTENTION.  d_k: query/key width per head, d_v: value width,

@@ -239,7 +239,33 @@ class MultiheadAttention(HasAttentionVariant, Module):
                                        masks, out, weights)
             if weights is not None and not batched:
                 weights = weights[0]
-            return io.give(out), weights
+        if self.training:
+            self._keep_for_backward(q, k, v)
+            self.__dict__["_saved_call"] = (
+                masks, batched, any(s is not None for s in statics))
+        return io.give(out), weights
+
+    def backward(self, grad_output):
+        """The gradients of the last training-mode call with respect to
+        query, key and value, given ``grad_output`` (attn_output's shape
+        and layout), as a tuple ``(grad_query, grad_key, grad_value)`` in
+        the inputs' layouts; accumulates every projection parameter's
+        gradient (:meth:`grad`), as ``torch.autograd`` does.  For
+        self-attention the input's gradient is their sum.  The attention
+        weights output has no gradient here (it is not differentiated)."""
+        q, k, v = self._saved_for_backward()
+        masks, batched, static = self.__dict__["_saved_call"]
+        if static:
+            raise UnsupportedError("MultiheadAttention.backward: static_k / "
+                                   "static_v have no backward yet")
+        io = BatchIO(self.batch_first, batched)
+        g = np.ascontiguousarray(io.take(grad_output, "grad_output"))
+        if g.shape != q.shape:
+            raise ShapeError(f"grad_output must have attn_output's shape, "
+                             f"got {list(np.shape(grad_output))}")
+        gq, gk, gv = (np.empty(x.shape, np.float32) for x in (q, k, v))
+        self._call(_ll.tfm_mha_backward, q, k, v, masks, g, gq, gk, gv)
+        return io.give(gq), io.give(gk), io.give(gv)
 
     def _static(self, x, n, name):
         """static_k / static_v as a float32 [N, H_kv, S, head_dim] array."""
