@@ -10,18 +10,8 @@ import pytest
 import torch
 
 import transformer
+from grad_check import close, load
 from transformer import _lowlevel as _ll
-
-
-def close(ours, ref, tol=2e-5):
-    ref = ref.detach().numpy() if isinstance(ref, torch.Tensor) else ref
-    scale = max(1.0, float(np.abs(ref).max()))
-    np.testing.assert_allclose(ours, ref, rtol=0, atol=tol * scale)
-
-
-def load(ours, ref):
-    ours.load_state_dict({k: v.detach().numpy()
-                          for k, v in ref.state_dict().items()})
 
 
 @pytest.mark.parametrize("shape", [(5,), (3, 5), (2, 3, 5), (2, 1, 3, 5)])

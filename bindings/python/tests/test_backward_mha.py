@@ -18,18 +18,8 @@ import pytest
 import torch
 
 import transformer
+from grad_check import close, load
 from variant_reference import alibi_slopes
-
-
-def close(ours, ref, tol=2e-5):
-    ref = ref.detach().numpy() if isinstance(ref, torch.Tensor) else ref
-    scale = max(1.0, float(np.abs(ref).max()))
-    np.testing.assert_allclose(ours, ref, rtol=0, atol=tol * scale)
-
-
-def load(ours, ref):
-    ours.load_state_dict({k: v.detach().numpy()
-                          for k, v in ref.state_dict().items()})
 
 
 def check_params(ours, ref):
