@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "attention_config.h"
 #include "error.h"
 #include "checkpoint.h"
+#include "hub_model.h"
 #include "mha.h"
 #include "model_impl.h"
 #include "names.h"
@@ -476,6 +478,9 @@ tfm_status tfm_model_load(const char *path, tfm_module **out)
     if (!path || !out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL",
                          !path ? "path" : "out");
+    struct stat dir;
+    if (stat(path, &dir) == 0 && S_ISDIR(dir.st_mode))
+        return tfm__hub_model_load(path, out); /* a hub checkpoint */
     tfm_safetensors *f = NULL;
     tfm_module *model = NULL;
     tfm_model_config c;

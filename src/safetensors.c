@@ -30,6 +30,7 @@
 #include "float16.h"
 #include "json_nul.h"
 #include "names.h"
+#include "safetensors_impl.h"
 #include "utf8.h"
 
 /* Largest integer accepted in the JSON header, 2^53 - 1: cJSON keeps
@@ -114,32 +115,41 @@ static float float_from_bits(uint32_t bits)
     return f;
 }
 
-/* n elements of dtype at src (any alignment) -> n float32 at dst. */
-static void convert_to_f32(int dtype, const unsigned char *src, int64_t n,
-                           float *dst)
+/* n elements of dtype at src (any alignment) -> float32 at dst[0],
+ * dst[stride], ..., dst[(n-1) * stride]. */
+static void convert_to_f32_strided(int dtype, const unsigned char *src,
+                                   int64_t n, float *dst, int64_t stride)
 {
     for (int64_t i = 0; i < n; i++) {
+        float *out = dst + i * stride;
         switch (dtype) {
         case TFM_DTYPE_F32:
-            dst[i] = float_from_bits(load_u32(src + 4 * i));
+            *out = float_from_bits(load_u32(src + 4 * i));
             break;
         case TFM_DTYPE_F16:
-            dst[i] = float_from_bits(
+            *out = float_from_bits(
                 tfm__f16_to_f32_bits(load_u16(src + 2 * i)));
             break;
         case TFM_DTYPE_BF16:
-            dst[i] = float_from_bits(
+            *out = float_from_bits(
                 tfm__bf16_to_f32_bits(load_u16(src + 2 * i)));
             break;
         default: { /* F64, rounded to nearest */
             uint64_t bits = load_u64(src + 8 * i);
             double d;
             memcpy(&d, &bits, sizeof d);
-            dst[i] = (float)d;
+            *out = (float)d;
             break;
         }
         }
     }
+}
+
+/* n elements of dtype at src (any alignment) -> n float32 at dst. */
+static void convert_to_f32(int dtype, const unsigned char *src, int64_t n,
+                           float *dst)
+{
+    convert_to_f32_strided(dtype, src, n, dst, 1);
 }
 
 /* ---- UTF-8 validation (utf8.h) --------------------------------------- */
@@ -840,6 +850,34 @@ tfm_status tfm_safetensors_read(const tfm_safetensors *file, const char *name,
     convert_to_f32(e->dtype, file->data + e->begin, tfm_tensor_numel(t),
                    tfm_tensor_data(t));
     *out = t;
+    return TFM_OK;
+}
+
+tfm_status tfm__safetensors_read_into(const tfm_safetensors *file,
+                                      const char *name, int transpose,
+                                      float *dst)
+{
+    const st_entry *e;
+    if (!dst)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "dst is NULL");
+    tfm_status st = lookup(file, name, &e);
+    if (st != TFM_OK || (st = check_readable(e)) != TFM_OK)
+        return st;
+    const unsigned char *src = file->data + e->begin;
+    if (!transpose) {
+        convert_to_f32(e->dtype, src, e->numel, dst);
+        return TFM_OK;
+    }
+    if (e->rank != 2)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "tensor " QUOTED " has rank %d; only a matrix can "
+                         "be read transposed", e->name, e->rank);
+    const int64_t rows = e->shape[0], cols = e->shape[1];
+    const size_t row_bytes = (size_t)cols * DTYPE_SIZES[e->dtype];
+    /* File row r becomes column r of dst [cols, rows]. */
+    for (int64_t r = 0; r < rows; r++)
+        convert_to_f32_strided(e->dtype, src + (size_t)r * row_bytes, cols,
+                               dst + r, rows);
     return TFM_OK;
 }
 

@@ -151,11 +151,35 @@ TFM_API tfm_status tfm_model_get_config(const tfm_module *model,
  * the model and sets every parameter from the tensor of the same name
  * (F32, F16 or BF16).  Every parameter must be present with its exact
  * shape, and the file must hold no other tensor.
- * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_FORMAT (malformed
- * file, missing or invalid configuration key, missing or extra tensor,
- * wrong shape, a learned attention temperature that is not > 0 so that no
- * forward pass could run), TFM_ERR_UNSUPPORTED, TFM_ERR_NON_FINITE,
- * TFM_ERR_OUT_OF_MEMORY; and those of tfm_model_create.  *out is freed with
+ * Since 1.2, path may instead be a Hugging Face hub checkpoint directory
+ * (what transformers' save_pretrained writes): config.json, read with
+ * cJSON, and the weights in model.safetensors or in the shards named by
+ * the "weight_map" of model.safetensors.index.json (F32, F16, BF16 or
+ * F64, converted to float32).  Supported: "model_type" "gpt2" (Radford et
+ * al. 2019; transformers' modeling_gpt2.py GPT2LMHeadModel), which becomes
+ * a decoder-only model with pre-norm blocks, learned positions (wpe) and
+ * the head tied to wte (an untied "lm_head.weight" when
+ * "tie_word_embeddings" is false): n_embd = d_model, n_head, n_layer,
+ * n_inner (null: 4 n_embd), n_positions = context_length, vocab_size,
+ * layer_norm_epsilon, activation_function ("gelu_new" = tanh GELU).
+ * GPT-2's Conv1D weights (c_attn, c_proj, c_fc; stored [in, out]) are
+ * transposed into our [out, in] parameters while they are read, so the
+ * weights are never held twice.  GPT2Config's defaults stand for absent
+ * keys.  Every tensor is checked (present, shape, float dtype, nothing
+ * left over but the tied "lm_head.weight" and the causal-mask buffers
+ * "h.<i>.attn.bias" / "h.<i>.attn.masked_bias") before the model is
+ * allocated.  The directory's tokenizer files are not read here
+ * (tfm_tokenizer_load reads them).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO (a missing file, e.g. no
+ * config.json or no weights in a directory), TFM_ERR_FORMAT (malformed
+ * file or JSON, missing or invalid configuration key, missing or extra
+ * tensor, wrong shape, a learned attention temperature that is not > 0 so
+ * that no forward pass could run), TFM_ERR_UNSUPPORTED (also: a
+ * "model_type" other than "gpt2", an unsupported activation_function, a
+ * directory with only pytorch_model.bin), TFM_ERR_NON_FINITE,
+ * TFM_ERR_OUT_OF_MEMORY; and those of tfm_model_create; the message names
+ * the file, key or tensor.  On error *out is unchanged.  path is only
+ * read; on success *out is owned by the caller and freed with
  * tfm_module_free. */
 TFM_API tfm_status tfm_model_load(const char *path, tfm_module **out);
 

@@ -98,7 +98,7 @@ from .functional import (attention, cross_entropy, cross_entropy_backward,
                          scaled_dot_product_attention_backward,
                          sinusoidal_positional_encoding)
 from .models import (DEFAULT_SEED, KVCache, Model, Sampler, Tokenizer,
-                     default_model_path, load_model)
+                     default_model_path, from_pretrained, load_model)
 from .safetensors import (load_safetensors, load_safetensors_metadata,
                           save_safetensors)
 from .tokenizers import load_tokenizer
@@ -144,7 +144,7 @@ __all__ = [
     "cross_entropy", "cross_entropy_backward",
     # models
     "Model", "KVCache", "Tokenizer", "Sampler", "load_model",
-    "default_model_path", "DEFAULT_SEED", "load_tokenizer",
+    "from_pretrained", "default_model_path", "DEFAULT_SEED", "load_tokenizer",
     # files
     "load_safetensors", "load_safetensors_metadata", "save_safetensors",
     # errors

@@ -25,7 +25,7 @@ from ._variants import default_dict, normalize, to_config, to_dict
 from .tokenizers import Tokenizer
 
 __all__ = ["Model", "KVCache", "Tokenizer", "Sampler", "load_model",
-           "default_model_path"]
+           "from_pretrained", "default_model_path"]
 
 # C enum value -> name: the library's tables (names.h).
 _ARCHITECTURES = enum_values(_ll.TFM_ENUM_ARCHITECTURE)
@@ -54,8 +54,32 @@ def default_model_path():
 
 
 def load_model(path=None):
-    """Model.load(path); path None means default_model_path()."""
+    """Model.load(path): a model file or a Hugging Face checkpoint
+    directory; path None means default_model_path()."""
     return Model.load(path)
+
+
+def from_pretrained(path):
+    """Model.from_pretrained(path): a Hugging Face checkpoint directory
+    (config.json and safetensors weights; GPT-2 today) or a model file,
+    with its tokenizer."""
+    return Model.load(fspath(path))
+
+
+# The tokenizer files a checkpoint directory may hold (tokenizer_files.c).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model",
+                    "sentencepiece.bpe.model", "source.spm", "vocab.txt")
+_TOKENIZER_PAIRS = (("encoder.json", "vocab.bpe"),
+                    ("vocab.json", "merges.txt"))
+
+
+def _directory_tokenizer(path):
+    """The tokenizer of checkpoint directory path, None when it holds no
+    tokenizer file; a tokenizer file that is there but malformed raises."""
+    has = any(os.path.isfile(os.path.join(path, n)) for n in _TOKENIZER_FILES)
+    has = has or any(all(os.path.isfile(os.path.join(path, n)) for n in pair)
+                     for pair in _TOKENIZER_PAIRS)
+    return Tokenizer.load(path) if has else None
 
 
 # ---- Sampling --------------------------------------------------------------
@@ -225,12 +249,23 @@ class Model(Module):
     @classmethod
     def load(cls, path=None):
         """Loads a model file (default: default_model_path()) and, when its
-        metadata has one, its tokenizer."""
+        metadata has one, its tokenizer; or a Hugging Face checkpoint
+        directory (config.json, model.safetensors or sharded weights with
+        model.safetensors.index.json; GPT-2 today) with the tokenizer its
+        files give (tokenizer.json, vocab.json + merges.txt, ...), None
+        when it has none."""
         path = default_model_path() if path is None else fspath(path)
         self = cls.__new__(cls)
         self._adopt(_ll.tfm_model_load(path))
         self._config_dict = self.config
         self.path = path
+        if os.path.isdir(path):
+            try:
+                self.tokenizer = _directory_tokenizer(path)
+            except BaseException:
+                self.close()
+                raise
+            return self
         # No tokenizer only when the file has no "tfm.tokenizer" key; a
         # tokenizer that is there but malformed raises its own error.
         f = _ll.tfm_safetensors_open(path)
@@ -246,6 +281,8 @@ class Model(Module):
                 self.close()
                 raise
         return self
+
+    from_pretrained = load
 
     def close(self):
         """Frees the model and every KV cache made from it."""

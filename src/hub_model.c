@@ -1,0 +1,663 @@
+/* Checkpoint directories in the Hugging Face hub layout (model.h:
+ * tfm_model_load on a directory).
+ *
+ * A directory holds config.json (the model's configuration, as
+ * transformers' PretrainedConfig.save_pretrained writes it) and its
+ * weights: model.safetensors, or shards named by the "weight_map" of
+ * model.safetensors.index.json.  Loading:
+ *   1. config.json is read (cJSON) and checked; keys transformers gives a
+ *      default take transformers' default when absent;
+ *   2. every shard is opened (mapped, headers validated) and each tensor
+ *      the configuration needs is found with its stored shape and a float
+ *      dtype, and no tensor is left over: all before the model is
+ *      allocated;
+ *   3. the model is created, then shard by shard each tensor is converted
+ *      (F32, F16, BF16, F64 -> float32) straight into the parameter it
+ *      becomes, transposed where the layouts differ, and the shard is
+ *      closed before the next is touched.
+ * So the weights are never held twice: peak memory is the float32 model
+ * plus the pages of the one shard being read.
+ *
+ * GPT-2 (model_type "gpt2"; Radford et al. 2019, transformers'
+ * modeling_gpt2.py GPT2Model / GPT2LMHeadModel) becomes a decoder-only
+ * model with pre-norm blocks, learned positions and the head tied to the
+ * token embedding:
+ *   wte.weight [vocab, d]        -> token_embedding.weight
+ *   wpe.weight [n_positions, d]  -> position_embedding.weight
+ *   h.<i>.ln_1.*                 -> layers.<i>.norm1.*
+ *   h.<i>.attn.c_attn.weight [d, 3d] (Conv1D: [in, out], q | k | v
+ *                                   columns) -> self_attn.in_proj_weight
+ *                                   [3d, d], transposed
+ *   h.<i>.attn.c_attn.bias       -> self_attn.in_proj_bias
+ *   h.<i>.attn.c_proj.weight [d, d] -> self_attn.out_proj.weight, transposed
+ *   h.<i>.ln_2.*                 -> layers.<i>.norm2.*
+ *   h.<i>.mlp.c_fc.weight [d, n_inner] -> linear1.weight, transposed
+ *   h.<i>.mlp.c_proj.weight [n_inner, d] -> linear2.weight, transposed
+ *   ln_f.*                       -> norm.*
+ * GPT2LMHeadModel saves the same names under "transformer." and may carry
+ * "lm_head.weight": ignored when the embeddings are tied (transformers
+ * ties it to wte after loading), the head when tie_word_embeddings is
+ * false.  The causal-mask buffers "h.<i>.attn.bias" and
+ * "h.<i>.attn.masked_bias" of older saves are ignored.  The attention is
+ * GPT-2's: scores q k^T / sqrt(d / n_head) under a causal mask. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cJSON.h>
+
+#include "alloc.h"
+#include "error.h"
+#include "hub_model.h"
+#include "json_nul.h"
+#include "module_impl.h"
+#include "safetensors_impl.h"
+#include "tensor_impl.h"
+#include "tokenizer_impl.h"
+#include "transformer/model.h"
+
+#define PATH_SIZE 4096
+#define NAME_SIZE 192
+
+/* Tensor names are quoted in messages, cut to this many bytes. */
+#define QUOTED "\"%.120s\""
+
+static int is_file(const char *path)
+{
+    struct stat s;
+    return stat(path, &s) == 0 && S_ISREG(s.st_mode);
+}
+
+/* dir + "/" + name into buf (PATH_SIZE bytes); a failure when too long. */
+static tfm_status join(char *buf, const char *dir, const char *name)
+{
+    size_t n = strlen(dir);
+    int w = snprintf(buf, PATH_SIZE, "%s%s%s", dir,
+                     n && dir[n - 1] != '/' ? "/" : "", name);
+    if (w < 0 || w >= PATH_SIZE)
+        return tfm__fail(TFM_ERR_IO, "%.200s/%.100s: path too long", dir,
+                         name);
+    return TFM_OK;
+}
+
+/* ---- JSON files ------------------------------------------------------- */
+
+/* Parses the JSON object in file dir/name into *root. */
+static tfm_status read_json(const char *dir, const char *name, cJSON **root)
+{
+    char path[PATH_SIZE];
+    char *text = NULL;
+    size_t len = 0;
+    tfm_status st = join(path, dir, name);
+    if (st != TFM_OK || (st = tfm__read_file(path, &text, &len)) != TFM_OK)
+        return st;
+    const char *end = NULL;
+    cJSON *r = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!r) {
+        st = tfm__fail(TFM_ERR_FORMAT, "%.200s: not JSON (error near byte "
+                       "%lld)", path,
+                       (long long)(end ? end - text : 0));
+    } else if (!cJSON_IsObject(r)) {
+        st = tfm__fail(TFM_ERR_FORMAT, "%.200s: not a JSON object", path);
+    } else {
+        st = tfm__json_check_nul(text, len, r, name);
+    }
+    tfm__free(text);
+    if (st != TFM_OK) {
+        cJSON_Delete(r);
+        return st;
+    }
+    *root = r;
+    return TFM_OK;
+}
+
+/* config.json's key (absent or null: def) as a whole number >= min. */
+static tfm_status cfg_int(const cJSON *root, const char *key, int64_t def,
+                          int64_t min, int64_t *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) {
+        *out = def;
+        return TFM_OK;
+    }
+    const double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!(x >= (double)min && x <= 9007199254740991.0 && x == floor(x)))
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"%s\" must be a whole number >= %lld",
+                         key, (long long)min);
+    *out = (int64_t)x;
+    return TFM_OK;
+}
+
+/* config.json's key (absent: def) as a finite number > 0. */
+static tfm_status cfg_positive(const cJSON *root, const char *key,
+                               double def, double *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v) {
+        *out = def;
+        return TFM_OK;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) ||
+        !(v->valuedouble > 0))
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"%s\" must be a number > 0", key);
+    *out = v->valuedouble;
+    return TFM_OK;
+}
+
+/* config.json's key (absent: def) as true / false. */
+static tfm_status cfg_bool(const cJSON *root, const char *key, int def,
+                           int *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v) {
+        *out = def;
+        return TFM_OK;
+    }
+    if (!cJSON_IsBool(v))
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"%s\" must be true or false", key);
+    *out = cJSON_IsTrue(v);
+    return TFM_OK;
+}
+
+/* config.json's key as a string, or NULL (absent). */
+static tfm_status cfg_string(const cJSON *root, const char *key,
+                             const char **out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    *out = NULL;
+    if (!v)
+        return TFM_OK;
+    if (!cJSON_IsString(v))
+        return tfm__fail(TFM_ERR_FORMAT, "config.json \"%s\" must be a string",
+                         key);
+    *out = v->valuestring;
+    return TFM_OK;
+}
+
+/* ---- shards ----------------------------------------------------------- */
+
+typedef struct shards {
+    int n;
+    char **names;              /* file names inside the directory */
+    tfm_safetensors **files;   /* NULL once read and closed */
+} shards;
+
+static void shards_close(shards *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        tfm_safetensors_close(s->files[i]);
+        tfm__free(s->names[i]);
+    }
+    tfm__free(s->files);
+    tfm__free(s->names);
+    memset(s, 0, sizeof *s);
+}
+
+/* Appends file name (kept once) to s, with room for cap entries. */
+static tfm_status shards_add(shards *s, const char *name)
+{
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->names[i], name) == 0)
+            return TFM_OK;
+    /* A shard is a file of the directory itself. */
+    if (!*name || strchr(name, '/') || strcmp(name, ".") == 0 ||
+        strcmp(name, "..") == 0)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "model.safetensors.index.json names the shard "
+                         QUOTED ", which is not a file name in the "
+                         "checkpoint directory", name);
+    const size_t len = strlen(name) + 1;
+    char *copy = tfm__malloc(len);
+    if (!copy)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    memcpy(copy, name, len);
+    s->names[s->n++] = copy;
+    return TFM_OK;
+}
+
+/* The shard file names: "model.safetensors", or the distinct values of
+ * the index's "weight_map" (each entry checked to be in its shard once
+ * the shards are open, in shards_check_index). */
+static tfm_status shards_list(const char *dir, shards *s, cJSON **index)
+{
+    char path[PATH_SIZE];
+    tfm_status st = join(path, dir, "model.safetensors");
+    if (st != TFM_OK)
+        return st;
+    int cap = 1;
+    const cJSON *map = NULL;
+    *index = NULL;
+    if (!is_file(path)) {
+        if ((st = join(path, dir, "model.safetensors.index.json")))
+            return st;
+        if (!is_file(path)) {
+            char bin[PATH_SIZE];
+            if ((st = join(bin, dir, "pytorch_model.bin")))
+                return st;
+            if (is_file(bin))
+                return tfm__fail(TFM_ERR_UNSUPPORTED,
+                                 "%.200s holds pytorch_model.bin (a pickle) "
+                                 "but no model.safetensors: this library "
+                                 "reads safetensors weights only (convert "
+                                 "with transformers' save_pretrained("
+                                 "safe_serialization=True))", dir);
+            return tfm__fail(TFM_ERR_IO,
+                             "%.200s: no model.safetensors or "
+                             "model.safetensors.index.json in this "
+                             "directory", dir);
+        }
+        if ((st = read_json(dir, "model.safetensors.index.json", index)))
+            return st;
+        map = cJSON_GetObjectItemCaseSensitive(*index, "weight_map");
+        if (!cJSON_IsObject(map) || !map->child)
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "model.safetensors.index.json has no "
+                             "\"weight_map\" object of tensor names to "
+                             "shard files");
+        cap = cJSON_GetArraySize(map);
+    }
+    s->names = tfm__calloc((size_t)cap, sizeof *s->names);
+    s->files = tfm__calloc((size_t)cap, sizeof *s->files);
+    if (!s->names || !s->files)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!map)
+        return shards_add(s, "model.safetensors");
+    for (const cJSON *e = map->child; e; e = e->next) {
+        if (!cJSON_IsString(e))
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "model.safetensors.index.json \"weight_map\" "
+                             "entry " QUOTED " is not a file name",
+                             e->string);
+        if ((st = shards_add(s, e->valuestring)))
+            return st;
+    }
+    return TFM_OK;
+}
+
+/* Opens (maps and validates) every shard. */
+static tfm_status shards_open(const char *dir, shards *s)
+{
+    char path[PATH_SIZE];
+    for (int i = 0; i < s->n; i++) {
+        tfm_status st = join(path, dir, s->names[i]);
+        if (st == TFM_OK)
+            st = tfm_safetensors_open(path, &s->files[i]);
+        if (st != TFM_OK)
+            return st;
+    }
+    return TFM_OK;
+}
+
+/* The shard holding tensor name, or -1. */
+static int shards_find(const shards *s, const char *name)
+{
+    for (int i = 0; i < s->n; i++)
+        if (tfm_safetensors_info(s->files[i], name, NULL, NULL, NULL) ==
+            TFM_OK)
+            return i;
+    return -1;
+}
+
+/* Every "weight_map" entry is a tensor of the shard it names. */
+static tfm_status shards_check_index(const shards *s, const cJSON *index)
+{
+    if (!index)
+        return TFM_OK;
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+    for (const cJSON *e = map->child; e; e = e->next) {
+        int i = 0;
+        while (strcmp(s->names[i], e->valuestring) != 0)
+            i++;
+        if (tfm_safetensors_info(s->files[i], e->string, NULL, NULL, NULL) !=
+            TFM_OK)
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "model.safetensors.index.json puts tensor "
+                             QUOTED " in " QUOTED ", which lacks it",
+                             e->string, e->valuestring);
+    }
+    return TFM_OK;
+}
+
+/* ---- the plan: which stored tensor becomes which parameter ----------- */
+
+typedef struct hub_tensor {
+    char stored[NAME_SIZE];    /* name in the checkpoint */
+    char ours[NAME_SIZE];      /* parameter name (model.h) */
+    int transpose;             /* stored [a, b] -> ours [b, a] */
+    int rank;                  /* stored shape */
+    int64_t shape[2];
+    int shard;                 /* found in shards.files[shard] */
+} hub_tensor;
+
+typedef struct plan {
+    hub_tensor *t;
+    int n, cap;
+    const char *prefix;        /* "" or "transformer." */
+    int64_t n_layer;           /* for the messages */
+} plan;
+
+static tfm_status plan_add(plan *p, const char *stored, const char *ours,
+                           int transpose, int rank, int64_t a, int64_t b)
+{
+    if (p->n == p->cap)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "tensor plan overflow");
+    hub_tensor *t = &p->t[p->n++];
+    const int a_len = snprintf(t->stored, sizeof t->stored, "%s%s",
+                               p->prefix, stored);
+    const int b_len = snprintf(t->ours, sizeof t->ours, "%s", ours);
+    if (a_len < 0 || (size_t)a_len >= sizeof t->stored || b_len < 0 ||
+        (size_t)b_len >= sizeof t->ours)
+        return tfm__fail(TFM_ERR_FORMAT, "tensor name " QUOTED " is too long",
+                         stored);
+    t->transpose = transpose;
+    t->rank = rank;
+    t->shape[0] = a;
+    t->shape[1] = b;
+    t->shard = -1;
+    return TFM_OK;
+}
+
+/* Every planned tensor is in a shard with its shape and a float dtype. */
+static tfm_status plan_find(plan *p, const shards *s)
+{
+    for (int i = 0; i < p->n; i++) {
+        hub_tensor *t = &p->t[i];
+        t->shard = shards_find(s, t->stored);
+        if (t->shard < 0)
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "the checkpoint lacks the tensor " QUOTED
+                             " that its config.json needs", t->stored);
+        tfm_dtype dtype;
+        int rank;
+        int64_t shape[TFM_SAFETENSORS_MAX_RANK];
+        tfm_safetensors_info(s->files[t->shard], t->stored, &dtype, &rank,
+                             shape);
+        if (dtype != TFM_DTYPE_F32 && dtype != TFM_DTYPE_F16 &&
+            dtype != TFM_DTYPE_BF16 && dtype != TFM_DTYPE_F64)
+            return tfm__fail(TFM_ERR_UNSUPPORTED,
+                             "tensor " QUOTED " is stored as an integer or "
+                             "bool dtype; weights must be F32, F16, BF16 or "
+                             "F64", t->stored);
+        if (rank != t->rank || shape[0] != t->shape[0] ||
+            (rank == 2 && shape[1] != t->shape[1])) {
+            char has[96], want[96];
+            tfm__format_shape(has, sizeof has, rank, shape);
+            tfm__format_shape(want, sizeof want, t->rank, t->shape);
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "tensor " QUOTED " has shape %s, but config.json "
+                             "gives %s", t->stored, has, want);
+        }
+    }
+    return TFM_OK;
+}
+
+/* Whether `name` ends with `tail`. */
+static int ends_with(const char *name, const char *tail)
+{
+    size_t a = strlen(name), b = strlen(tail);
+    return a >= b && strcmp(name + a - b, tail) == 0;
+}
+
+/* No shard holds a tensor outside the plan, except those `ignored` says
+ * may be dropped: a tensor left over means config.json and the weights
+ * disagree (more layers, another architecture). */
+static tfm_status plan_no_extra(const plan *p, const shards *s,
+                                int (*ignored)(const plan *, const char *))
+{
+    for (int f = 0; f < s->n; f++) {
+        for (int64_t k = 0; k < tfm_safetensors_count(s->files[f]); k++) {
+            const char *name = tfm_safetensors_name(s->files[f], k);
+            int i = 0;
+            while (i < p->n && strcmp(p->t[i].stored, name) != 0)
+                i++;
+            if (i == p->n && !ignored(p, name))
+                return tfm__fail(TFM_ERR_FORMAT,
+                                 "the checkpoint holds a tensor " QUOTED
+                                 " that a model of its config.json does not "
+                                 "have", name);
+        }
+    }
+    return TFM_OK;
+}
+
+/* Shard by shard, converts each planned tensor into its parameter of m,
+ * checks it is finite, and closes the shard. */
+static tfm_status plan_load(const plan *p, shards *s, tfm_module *m)
+{
+    for (int f = 0; f < s->n; f++) {
+        for (int i = 0; i < p->n; i++) {
+            const hub_tensor *t = &p->t[i];
+            if (t->shard != f)
+                continue;
+            const tfm__param *param = NULL;
+            const int64_t numel = t->shape[0] * (t->rank == 2 ? t->shape[1]
+                                                              : 1);
+            if (tfm__module_find_param(m, t->ours, &param) != TFM_OK ||
+                param->numel != numel)
+                return tfm__fail(TFM_ERR_FORMAT,
+                                 "tensor " QUOTED " has no parameter "
+                                 QUOTED " of its size to go to", t->stored,
+                                 t->ours);
+            tfm_status st = tfm__safetensors_read_into(
+                s->files[f], t->stored, t->transpose, param->data);
+            if (st != TFM_OK)
+                return st;
+            for (int64_t e = 0; e < numel; e++)
+                if (!isfinite(param->data[e]))
+                    return tfm__fail(TFM_ERR_NON_FINITE,
+                                     "tensor " QUOTED " has a non-finite "
+                                     "value", t->stored);
+        }
+        tfm_safetensors_close(s->files[f]);
+        s->files[f] = NULL;
+    }
+    return TFM_OK;
+}
+
+/* ---- GPT-2 -------------------------------------------------------------- */
+
+/* transformers' ACT2FN names -> our activations; -1 when unsupported. */
+static int gpt2_activation(const char *name)
+{
+    if (!name || strcmp(name, "gelu_new") == 0 ||
+        strcmp(name, "gelu_pytorch_tanh") == 0 ||
+        strcmp(name, "gelu_fast") == 0)
+        return TFM_ACTIVATION_GELU_TANH; /* 0.5x(1+tanh(√(2/π)(x+0.044715x³))) */
+    if (strcmp(name, "gelu") == 0)
+        return TFM_ACTIVATION_GELU;
+    if (strcmp(name, "relu") == 0)
+        return TFM_ACTIVATION_RELU;
+    if (strcmp(name, "silu") == 0 || strcmp(name, "swish") == 0)
+        return TFM_ACTIVATION_SILU;
+    return -1;
+}
+
+/* The model configuration of a GPT-2 config.json (GPT2Config's defaults
+ * for absent keys: vocab_size 50257, n_positions 1024, n_embd 768, n_layer
+ * 12, n_head 12, n_inner null = 4 n_embd, activation_function "gelu_new",
+ * layer_norm_epsilon 1e-5, tie_word_embeddings true). */
+static tfm_status gpt2_config(const cJSON *root, tfm_model_config *c)
+{
+    int64_t vocab = 0, positions = 0, d = 0, layers = 0, heads = 0;
+    int64_t inner = 0;
+    double eps = 0;
+    int tied = 1, scale = 1, by_layer = 0, cross = 0;
+    const char *act_name;
+    tfm_status st;
+    if ((st = cfg_int(root, "vocab_size", 50257, 1, &vocab)) ||
+        (st = cfg_int(root, "n_positions", 1024, 1, &positions)) ||
+        (st = cfg_int(root, "n_embd", 768, 1, &d)) ||
+        (st = cfg_int(root, "n_layer", 12, 1, &layers)) ||
+        (st = cfg_int(root, "n_head", 12, 1, &heads)) ||
+        (st = cfg_int(root, "n_inner", 4 * d, 1, &inner)) ||
+        (st = cfg_positive(root, "layer_norm_epsilon", 1e-5, &eps)) ||
+        (st = cfg_string(root, "activation_function", &act_name)) ||
+        (st = cfg_bool(root, "tie_word_embeddings", 1, &tied)) ||
+        (st = cfg_bool(root, "scale_attn_weights", 1, &scale)) ||
+        (st = cfg_bool(root, "scale_attn_by_inverse_layer_idx", 0,
+                       &by_layer)) ||
+        (st = cfg_bool(root, "add_cross_attention", 0, &cross)))
+        return st;
+    if (vocab > INT32_MAX)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"vocab_size\" %lld is over 2^31-1",
+                         (long long)vocab);
+    if (d % heads != 0)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"n_head\" %lld does not divide "
+                         "\"n_embd\" %lld", (long long)heads, (long long)d);
+    const int act = gpt2_activation(act_name);
+    if (act < 0)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"activation_function\" \"%.60s\" is "
+                         "not supported (gelu_new, gelu_pytorch_tanh, "
+                         "gelu_fast, gelu, relu, silu are)", act_name);
+    if (!scale || by_layer || cross)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"%s\": %s is not supported",
+                         !scale ? "scale_attn_weights"
+                         : by_layer ? "scale_attn_by_inverse_layer_idx"
+                                    : "add_cross_attention",
+                         !scale ? "false" : "true");
+    memset(c, 0, sizeof *c);
+    c->architecture = TFM_ARCH_DECODER_ONLY;
+    c->layer = tfm_layer_config_default(d, heads);
+    c->layer.d_ff = inner;
+    c->layer.activation = (tfm_activation)act;
+    c->layer.layer_norm_eps = (float)eps;
+    c->layer.norm_first = 1;
+    c->vocab_size = vocab;
+    c->n_layers = layers;
+    c->context_length = positions;
+    c->positional = TFM_POSITIONAL_LEARNED;
+    c->tied_embeddings = tied;
+    return TFM_OK;
+}
+
+/* The stored tensors of GPT-2 c, by the prefix the checkpoint uses. */
+static tfm_status gpt2_plan(const tfm_model_config *c, plan *p)
+{
+    const int64_t d = c->layer.d_model, ff = c->layer.d_ff;
+    const int64_t V = c->vocab_size;
+    tfm_status st;
+    if ((st = plan_add(p, "wte.weight", "token_embedding.weight", 0, 2, V,
+                       d)) ||
+        (st = plan_add(p, "wpe.weight", "position_embedding.weight", 0, 2,
+                       c->context_length, d)))
+        return st;
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        static const struct {
+            const char *stored, *ours;
+            int transpose, rank;
+            int a, b; /* multiples: 1 = d, 3 = 3d, 4 = n_inner */
+        } L[] = {
+            { "ln_1.weight", "norm1.weight", 0, 1, 1, 0 },
+            { "ln_1.bias", "norm1.bias", 0, 1, 1, 0 },
+            { "attn.c_attn.weight", "self_attn.in_proj_weight", 1, 2, 1, 3 },
+            { "attn.c_attn.bias", "self_attn.in_proj_bias", 0, 1, 3, 0 },
+            { "attn.c_proj.weight", "self_attn.out_proj.weight", 1, 2, 1, 1 },
+            { "attn.c_proj.bias", "self_attn.out_proj.bias", 0, 1, 1, 0 },
+            { "ln_2.weight", "norm2.weight", 0, 1, 1, 0 },
+            { "ln_2.bias", "norm2.bias", 0, 1, 1, 0 },
+            { "mlp.c_fc.weight", "linear1.weight", 1, 2, 1, 4 },
+            { "mlp.c_fc.bias", "linear1.bias", 0, 1, 4, 0 },
+            { "mlp.c_proj.weight", "linear2.weight", 1, 2, 4, 1 },
+            { "mlp.c_proj.bias", "linear2.bias", 0, 1, 1, 0 },
+        };
+        for (size_t k = 0; k < sizeof L / sizeof L[0]; k++) {
+            char stored[NAME_SIZE], ours[NAME_SIZE];
+            snprintf(stored, sizeof stored, "h.%lld.%s", (long long)i,
+                     L[k].stored);
+            snprintf(ours, sizeof ours, "layers.%lld.%s", (long long)i,
+                     L[k].ours);
+            const int64_t a = L[k].a == 4 ? ff : L[k].a * d;
+            const int64_t b = L[k].b == 4 ? ff : L[k].b * d;
+            if ((st = plan_add(p, stored, ours, L[k].transpose, L[k].rank, a,
+                               b)))
+                return st;
+        }
+    }
+    if ((st = plan_add(p, "ln_f.weight", "norm.weight", 0, 1, d, 0)) ||
+        (st = plan_add(p, "ln_f.bias", "norm.bias", 0, 1, d, 0)))
+        return st;
+    if (!c->tied_embeddings) { /* GPT2LMHeadModel's own, never prefixed */
+        const char *prefix = p->prefix;
+        p->prefix = "";
+        st = plan_add(p, "lm_head.weight", "lm_head.weight", 0, 2, V, d);
+        p->prefix = prefix;
+    }
+    return st;
+}
+
+/* The tensors a GPT-2 checkpoint may hold that the model does not use:
+ * the tied head and the attention-mask buffers of older saves. */
+static int gpt2_ignored(const plan *p, const char *name)
+{
+    if (strcmp(name, "lm_head.weight") == 0)
+        return 1; /* tied: wte is the head (not planned when untied) */
+    const size_t n = strlen(p->prefix);
+    if (strncmp(name, p->prefix, n) != 0 || strncmp(name + n, "h.", 2) != 0)
+        return 0;
+    return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
+}
+
+/* ---- loading ------------------------------------------------------------ */
+
+tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
+{
+    cJSON *config = NULL, *index = NULL;
+    shards s = { 0 };
+    plan p = { 0 };
+    tfm_module *model = NULL;
+    tfm_model_config c;
+    const char *type = NULL;
+    tfm_status st = read_json(dir, "config.json", &config);
+    if (st == TFM_OK && (st = cfg_string(config, "model_type", &type)) ==
+                            TFM_OK && !type)
+        st = tfm__fail(TFM_ERR_FORMAT,
+                       "%.200s/config.json has no \"model_type\"", dir);
+    if (st == TFM_OK && strcmp(type, "gpt2") != 0)
+        st = tfm__fail(TFM_ERR_UNSUPPORTED,
+                       "config.json \"model_type\" is \"%.60s\": this "
+                       "library reads \"gpt2\" checkpoints", type);
+    if (st == TFM_OK)
+        st = gpt2_config(config, &c);
+    if (st == TFM_OK && c.n_layers > (INT32_MAX - 8) / 12)
+        st = tfm__fail(TFM_ERR_FORMAT, "config.json \"n_layer\" %lld is too "
+                       "large", (long long)c.n_layers);
+    if (st == TFM_OK && (st = shards_list(dir, &s, &index)) == TFM_OK &&
+        (st = shards_open(dir, &s)) == TFM_OK)
+        st = shards_check_index(&s, index);
+    if (st == TFM_OK) {
+        p.cap = (int)(12 * c.n_layers + 8);
+        p.n_layer = c.n_layers;
+        p.t = tfm__calloc((size_t)p.cap, sizeof *p.t);
+        if (!p.t)
+            st = tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    if (st == TFM_OK) {
+        /* GPT2LMHeadModel saves GPT2Model's tensors under "transformer." */
+        p.prefix = shards_find(&s, "transformer.wte.weight") >= 0
+                       ? "transformer."
+                       : "";
+        if ((st = gpt2_plan(&c, &p)) == TFM_OK &&
+            (st = plan_find(&p, &s)) == TFM_OK)
+            st = plan_no_extra(&p, &s, gpt2_ignored);
+    }
+    if (st == TFM_OK && (st = tfm_model_create(&c, &model)) == TFM_OK)
+        st = plan_load(&p, &s, model);
+    shards_close(&s);
+    tfm__free(p.t);
+    cJSON_Delete(index);
+    cJSON_Delete(config);
+    if (st != TFM_OK) {
+        tfm_module_free(model);
+        return st;
+    }
+    *out = model;
+    return TFM_OK;
+}
