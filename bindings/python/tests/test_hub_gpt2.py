@@ -117,3 +117,23 @@ def test_index_names_a_missing_shard(tmp_path):
     with pytest.raises(transformer.TransformerIOError,
                        match="model-00002-of-00002"):
         transformer.from_pretrained(tmp_path)
+
+
+def test_auto_model_for_causal_lm(tmp_path):
+    R.write_checkpoint(str(tmp_path / "gpt2"), R.random_weights(R.CONFIG))
+    auto = transformer.AutoModelForCausalLM.from_pretrained(tmp_path / "gpt2")
+    ref = R.gpt2_logits(R.rounded(R.random_weights(R.CONFIG), "F32"),
+                        R.CONFIG, [R.PROMPT])
+    assert rel_err(auto.logits(np.array([R.PROMPT])), ref) <= 1e-5
+    assert auto.tokenizer.decode(auto.tokenizer.encode("hello the")) == \
+        "hello the"
+    with pytest.raises(TypeError):
+        transformer.AutoModelForCausalLM()
+    s2s = transformer.Model(architecture="encoder_decoder", vocab_size=13,
+                            d_model=8, n_heads=2, d_ff=16,
+                            n_encoder_layers=1, n_decoder_layers=1,
+                            context_length=8)
+    s2s.save(tmp_path / "s2s.safetensors")
+    with pytest.raises(transformer.UnsupportedError, match="decoder-only"):
+        transformer.AutoModelForCausalLM.from_pretrained(
+            tmp_path / "s2s.safetensors")

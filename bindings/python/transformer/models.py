@@ -19,13 +19,13 @@ from . import _paths
 from ._core import (HandleOwner, Module, _Handle, as_float, as_float32,
                     as_ids, as_int, enum_values, fspath)
 from ._errors import (InvalidArgumentError,
-                      ShapeError)
+                      ShapeError, UnsupportedError)
 from ._torch import torch_results
 from ._variants import default_dict, normalize, to_config, to_dict
 from .tokenizers import Tokenizer
 
 __all__ = ["Model", "KVCache", "Tokenizer", "Sampler", "load_model",
-           "from_pretrained", "default_model_path"]
+           "from_pretrained", "AutoModelForCausalLM", "default_model_path"]
 
 # C enum value -> name: the library's tables (names.h).
 _ARCHITECTURES = enum_values(_ll.TFM_ENUM_ARCHITECTURE)
@@ -64,6 +64,32 @@ def from_pretrained(path):
     (config.json and safetensors weights; GPT-2 today) or a model file,
     with its tokenizer."""
     return Model.load(fspath(path))
+
+
+class AutoModelForCausalLM:
+    """Hugging Face's entry point for decoder-only language models:
+    ``AutoModelForCausalLM.from_pretrained(path)`` loads a checkpoint
+    directory (config.json with "model_type" "gpt2", model.safetensors or
+    its shards) or a model file as a Model, with the directory's
+    tokenizer, and refuses a model that is not decoder-only.  Not
+    instantiated (as in transformers)."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("AutoModelForCausalLM is not instantiated: use "
+                        "AutoModelForCausalLM.from_pretrained(path)")
+
+    @staticmethod
+    def from_pretrained(path):
+        """The Model of checkpoint directory or model file path, with its
+        tokenizer; UnsupportedError when it is not decoder-only."""
+        model = Model.load(fspath(path))
+        arch = model.config["architecture"]
+        if arch != "decoder_only":
+            model.close()
+            raise UnsupportedError(
+                f"{path}: AutoModelForCausalLM needs a decoder-only model, "
+                f"this one is {arch}")
+        return model
 
 
 # The tokenizer files a checkpoint directory may hold (tokenizer_files.c).
