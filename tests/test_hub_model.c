@@ -1,0 +1,250 @@
+/*
+ * Hugging Face hub checkpoint directories from C (model.h: tfm_model_load
+ * on a directory, src/hub_model.c).  argv[1] is a directory written by
+ * bindings/python/tests/hub_gpt2_reference.py: a tiny random GPT-2 in
+ * GPT2LMHeadModel's layout (config.json, model.safetensors with Conv1D
+ * weights [in, out] and the causal-mask buffers) and reference.json, the
+ * logits and 12 greedy ids of GPT-2's forward pass in torch float64
+ * (written from transformers' modeling_gpt2).  Checked: the logits within
+ * 1e-5 of the largest, the greedy ids equal, every allocation failing in
+ * turn gives TFM_ERR_OUT_OF_MEMORY with *out unchanged, and bad
+ * directories (no config.json, malformed JSON, another model_type, a
+ * config.json the weights contradict) are refused with the key or tensor
+ * named and *out unchanged.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include <cJSON.h>
+#include <transformer/transformer.h>
+
+/* Internal test hook of the library (src/alloc.c): the k-th allocation
+ * from now fails; 0 disarms it. */
+void tfm_testing_fail_allocation(long k);
+
+#define SENTINEL ((tfm_module *)(uintptr_t)0x5e47)
+
+static const char *dir;
+
+typedef struct reference {
+    int32_t prompt[64];
+    int n_prompt;
+    double *logits;      /* [n_prompt, vocab] */
+    int n_logits;
+    int32_t greedy[64];
+    int n_greedy;
+} reference;
+
+static char *slurp(const char *path, long *size)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    if (size)
+        *size = n;
+    return buf;
+}
+
+static void spit(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+static int ints(const cJSON *a, int32_t *out, int cap)
+{
+    int n = 0;
+    for (const cJSON *e = a ? a->child : NULL; e; e = e->next) {
+        assert_true(n < cap);
+        out[n++] = (int32_t)e->valuedouble;
+    }
+    return n;
+}
+
+static void load_reference(reference *r)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    char *text = slurp(path, NULL);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    r->n_prompt = ints(cJSON_GetObjectItem(root, "prompt"), r->prompt, 64);
+    r->n_greedy = ints(cJSON_GetObjectItem(root, "greedy"), r->greedy, 64);
+    const cJSON *l = cJSON_GetObjectItem(root, "logits");
+    r->n_logits = cJSON_GetArraySize(l);
+    r->logits = malloc((size_t)r->n_logits * sizeof *r->logits);
+    assert_non_null(r->logits);
+    int i = 0;
+    for (const cJSON *e = l->child; e; e = e->next)
+        r->logits[i++] = e->valuedouble;
+    cJSON_Delete(root);
+    free(text);
+}
+
+/* max |ours - ref| / max |ref| of the prompt's logits. */
+static double logits_error(const tfm_module *model, const reference *r)
+{
+    tfm_model_config c;
+    assert_int_equal(tfm_model_get_config(model, &c), TFM_OK);
+    assert_int_equal(r->n_logits, r->n_prompt * c.vocab_size);
+    tfm_tensor *logits = NULL;
+    assert_int_equal(tfm_tensor_create(3, (const int64_t[]){ 1, r->n_prompt,
+                                                             c.vocab_size },
+                                       &logits),
+                     TFM_OK);
+    assert_int_equal(tfm_model_logits(model, r->prompt, 1, r->n_prompt,
+                                      logits),
+                     TFM_OK);
+    const float *x = tfm_tensor_data_const(logits);
+    double diff = 0, scale = 0;
+    for (int i = 0; i < r->n_logits; i++) {
+        double d = x[i] - r->logits[i];
+        diff = d < 0 ? (-d > diff ? -d : diff) : (d > diff ? d : diff);
+        double a = r->logits[i] < 0 ? -r->logits[i] : r->logits[i];
+        scale = a > scale ? a : scale;
+    }
+    tfm_tensor_free(logits);
+    return diff / scale;
+}
+
+static void test_logits_and_greedy(void **state)
+{
+    (void)state;
+    reference r;
+    load_reference(&r);
+    tfm_module *model = NULL;
+    assert_int_equal(tfm_model_load(dir, &model), TFM_OK);
+    tfm_model_config c;
+    assert_int_equal(tfm_model_get_config(model, &c), TFM_OK);
+    assert_int_equal(c.architecture, TFM_ARCH_DECODER_ONLY);
+    assert_int_equal(c.layer.activation, TFM_ACTIVATION_GELU_TANH);
+    assert_true(c.tied_embeddings);
+    double err = logits_error(model, &r);
+    printf("hub GPT-2 logits: max error / max |ref| = %.3g\n", err);
+    assert_true(err <= 1e-5);
+    int32_t ids[64];
+    assert_int_equal(tfm_model_generate(model, r.prompt, r.n_prompt,
+                                        r.n_greedy, NULL, 0, ids),
+                     TFM_OK);
+    assert_memory_equal(ids, r.greedy, (size_t)r.n_greedy * sizeof *ids);
+    tfm_module_free(model);
+    free(r.logits);
+}
+
+/* Every allocation of the load fails once: TFM_ERR_OUT_OF_MEMORY with a
+ * message and *out as it was, until a load succeeds and gives the same
+ * logits. */
+static void test_out_of_memory(void **state)
+{
+    (void)state;
+    reference r;
+    load_reference(&r);
+    long k = 1;
+    for (;; k++) {
+        tfm_module *model = SENTINEL;
+        tfm_clear_error();
+        tfm_testing_fail_allocation(k);
+        tfm_status st = tfm_model_load(dir, &model);
+        tfm_testing_fail_allocation(0);
+        if (st == TFM_OK) {
+            assert_true(logits_error(model, &r) <= 1e-5);
+            tfm_module_free(model);
+            break;
+        }
+        assert_int_equal(st, TFM_ERR_OUT_OF_MEMORY);
+        assert_ptr_equal(model, SENTINEL);
+        assert_true(tfm_last_error()[0] != '\0');
+        assert_true(k < 100000);
+    }
+    printf("hub GPT-2 load: %ld allocations failed in turn\n", k - 1);
+    assert_true(k > 10);
+    free(r.logits);
+}
+
+/* A copy of the checkpoint's weights beside config text in a fresh
+ * directory: tfm_model_load refuses it with status want and a message
+ * holding `words`, *out unchanged. */
+static void refused(const char *config, tfm_status want, const char *words)
+{
+    char tmp[] = "/tmp/tfm_hub_XXXXXX", path[4096], weights[4096];
+    assert_non_null(mkdtemp(tmp));
+    snprintf(weights, sizeof weights, "%s/model.safetensors", dir);
+    long size = 0;
+    char *bytes = slurp(weights, &size);
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    spit(path, bytes, (size_t)size);
+    free(bytes);
+    char cfg[4096];
+    snprintf(cfg, sizeof cfg, "%s/config.json", tmp);
+    if (config)
+        spit(cfg, config, strlen(config));
+    tfm_module *model = SENTINEL;
+    tfm_status st = tfm_model_load(tmp, &model);
+    if (st != want || !strstr(tfm_last_error(), words))
+        fail_msg("%s: status %s, message \"%s\"; wanted %s and \"%s\"",
+                 config ? config : "(no config.json)", tfm_status_string(st),
+                 tfm_last_error(), tfm_status_string(want), words);
+    assert_ptr_equal(model, SENTINEL);
+    unlink(path);
+    if (config)
+        unlink(cfg);
+    rmdir(tmp);
+}
+
+static void test_bad_directories(void **state)
+{
+    (void)state;
+    refused(NULL, TFM_ERR_IO, "config.json");
+    refused("{\"model_type\": \"gpt2\", \"n_embd\": 32,", TFM_ERR_FORMAT,
+            "config.json");
+    refused("{\"model_type\": \"llama\"}", TFM_ERR_UNSUPPORTED, "llama");
+    refused("{\"n_embd\": 32}", TFM_ERR_FORMAT, "model_type");
+    /* The weights have 3 layers, width 32, 32 positions, vocabulary 263. */
+    refused("{\"model_type\": \"gpt2\", \"n_embd\": 32, \"n_head\": 4, "
+            "\"n_layer\": 4, \"n_positions\": 32, \"vocab_size\": 263}",
+            TFM_ERR_FORMAT, "h.3.ln_1.weight");
+    refused("{\"model_type\": \"gpt2\", \"n_embd\": 32, \"n_head\": 4, "
+            "\"n_layer\": 2, \"n_positions\": 32, \"vocab_size\": 263}",
+            TFM_ERR_FORMAT, "h.2.");
+    refused("{\"model_type\": \"gpt2\", \"n_embd\": 32, \"n_head\": 4, "
+            "\"n_layer\": 3, \"n_positions\": 32, \"vocab_size\": 262}",
+            TFM_ERR_FORMAT, "wte.weight");
+    refused("{\"model_type\": \"gpt2\", \"n_embd\": 32, \"n_head\": 4, "
+            "\"n_layer\": 3, \"n_positions\": 32, \"vocab_size\": 263, "
+            "\"layer_norm_epsilon\": \"1e-5\"}",
+            TFM_ERR_FORMAT, "layer_norm_epsilon");
+    tfm_module *model = SENTINEL;
+    assert_int_equal(tfm_model_load(NULL, &model), TFM_ERR_NULL_ARGUMENT);
+    assert_ptr_equal(model, SENTINEL);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DIR (written by hub_gpt2_reference.py)\n",
+                argv[0]);
+        return 2;
+    }
+    dir = argv[1];
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logits_and_greedy),
+        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_bad_directories),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
