@@ -4,6 +4,7 @@ in plain torch float64 (hub_gpt2_reference.py)."""
 
 import json
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -137,3 +138,28 @@ def test_auto_model_for_causal_lm(tmp_path):
     with pytest.raises(transformer.UnsupportedError, match="decoder-only"):
         transformer.AutoModelForCausalLM.from_pretrained(
             tmp_path / "s2s.safetensors")
+
+
+def test_command_line(tmp_path):
+    """transformer-generate --model DIR: the directory's tokenizer encodes
+    the prompt, and the text printed is the prompt then the bytes of the
+    reference's greedy ids (GPT-2's byte-level symbols mapped back to
+    bytes here, bytes_to_unicode inverted)."""
+    cli = os.environ.get("TRANSFORMER_GENERATE")
+    if not cli:
+        pytest.skip("TRANSFORMER_GENERATE (transformer-generate) not set")
+    w = R.random_weights(R.CONFIG, seed=2)
+    R.write_checkpoint(str(tmp_path), w, tokenizer=False)
+    vocab = R.write_tokenizer(str(tmp_path))
+    prompt = "hello the"
+    ids = transformer.from_pretrained(tmp_path).tokenizer.encode(prompt)
+    new = R.greedy(R.rounded(w, "F32"), R.CONFIG, ids, 12)
+    byte_of = {ch: b for b, ch in R.bytes_to_unicode()}
+    token_of = {i: t for t, i in vocab.items()}
+    want = prompt.encode() + b"".join(
+        token_of[i].encode() if i == 262 else
+        bytes(byte_of[ch] for ch in token_of[i]) for i in new)
+    r = subprocess.run([cli, "--model", str(tmp_path), "--prompt", prompt,
+                        "--max-tokens", "12", "--greedy"],
+                       capture_output=True, check=True)
+    assert r.stdout == want + b"\n"
