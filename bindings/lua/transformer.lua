@@ -2191,9 +2191,40 @@ end
 constructor(Model, new_model)
 M.create_model = new_model
 
---- Model.load([path]) / load_model([path]) -> Model: a model file
--- (safetensors with the libtransformer metadata) and, when its metadata
--- has one, its tokenizer; path defaults to default_model_path().
+-- The tokenizer files a checkpoint directory may hold (tokenizer_files.c):
+-- one of these, or both files of a pair.
+local TOKENIZER_FILES = { "tokenizer.json", "tokenizer.model", "spiece.model",
+                          "sentencepiece.bpe.model", "source.spm", "vocab.txt" }
+local TOKENIZER_PAIRS = { { "encoder.json", "vocab.bpe" },
+                          { "vocab.json", "merges.txt" } }
+
+local function is_readable(path)
+  local f = io.open(path, "rb")
+  if f == nil then return false end
+  f:close()
+  return true
+end
+
+-- Whether checkpoint directory dir holds a tokenizer file.
+local function has_tokenizer_files(dir)
+  for _, n in ipairs(TOKENIZER_FILES) do
+    if is_readable(dir .. "/" .. n) then return true end
+  end
+  for _, pair in ipairs(TOKENIZER_PAIRS) do
+    if is_readable(dir .. "/" .. pair[1]) and is_readable(dir .. "/" .. pair[2]) then
+      return true
+    end
+  end
+  return false
+end
+
+--- Model.load([path]) / load_model([path]) / Model.from_pretrained(path)
+-- -> Model: a model file (safetensors with the libtransformer metadata)
+-- and, when its metadata has one, its tokenizer; or a Hugging Face
+-- checkpoint directory (config.json and model.safetensors or its shards;
+-- GPT-2 today, model.h: tfm_model_load) with the tokenizer its files give
+-- (tokenizer.json, vocab.json + merges.txt, ...), nil when it has none;
+-- path defaults to default_model_path().
 function Model.load(path)
   if path == nil then
     local tried
@@ -2206,6 +2237,14 @@ function Model.load(path)
   if type(path) ~= "string" then fail("path must be a string, got %s", type(path)) end
   local h = core.tfm_model_load(path)
   local tok
+  if is_readable(path .. "/config.json") then  -- a checkpoint directory
+    if has_tokenizer_files(path) then
+      local ok, t = pcall(Tokenizer.load, path)
+      if not ok then core.close(h); error(t, 0) end
+      tok = t
+    end
+    return wrap_model(h, tok, path)
+  end
   local f = core.tfm_safetensors_open(path)
   local has_tok = core.tfm_safetensors_metadata(f, "tfm.tokenizer") ~= nil
   core.close(f)
@@ -2213,6 +2252,8 @@ function Model.load(path)
   return wrap_model(h, tok, path)
 end
 M.load_model = Model.load
+Model.from_pretrained = Model.load
+M.from_pretrained = Model.load
 
 --- model:attention_config() -> every block's self-attention variant (every
 -- field, as MultiheadAttention:attention_config()).
