@@ -633,6 +633,22 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
         (st = shards_open(dir, &s)) == TFM_OK)
         st = shards_check_index(&s, index);
     if (st == TFM_OK) {
+        /* More layers than the shards hold tensors is refused before the
+         * plan (12 tensors a layer, about 400 bytes each) is allocated, so
+         * the plan is never larger than 12 times the tensor count; a
+         * closer miss is named by its first missing tensor (plan_find). */
+        int64_t stored = 0;
+        for (int f = 0; f < s.n; f++)
+            stored += tfm_safetensors_count(s.files[f]);
+        if (c.n_layers > stored)
+            st = tfm__fail(TFM_ERR_FORMAT,
+                           "config.json \"n_layer\" %lld needs %lld tensors "
+                           "or more, but the checkpoint holds %lld",
+                           (long long)c.n_layers,
+                           (long long)(12 * c.n_layers + 4),
+                           (long long)stored);
+    }
+    if (st == TFM_OK) {
         p.cap = (int)(12 * c.n_layers + 8);
         p.n_layer = c.n_layers;
         p.t = tfm__calloc((size_t)p.cap, sizeof *p.t);

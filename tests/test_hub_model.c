@@ -218,6 +218,12 @@ static void test_bad_directories(void **state)
     refused("{\"model_type\": \"gpt2\", \"n_embd\": 32, \"n_head\": 4, "
             "\"n_layer\": 4, \"n_positions\": 32, \"vocab_size\": 263}",
             TFM_ERR_FORMAT, "h.3.ln_1.weight");
+    /* More layers than the file has tensors: refused before the plan of
+     * 12 n_layer tensors is allocated. */
+    refused("{\"model_type\": \"gpt2\", \"n_embd\": 32, \"n_head\": 4, "
+            "\"n_layer\": 150000000, \"n_positions\": 32, "
+            "\"vocab_size\": 263}",
+            TFM_ERR_FORMAT, "\"n_layer\" 150000000 needs");
     refused("{\"model_type\": \"gpt2\", \"n_embd\": 32, \"n_head\": 4, "
             "\"n_layer\": 2, \"n_positions\": 32, \"vocab_size\": 263}",
             TFM_ERR_FORMAT, "h.2.");
