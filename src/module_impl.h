@@ -47,11 +47,6 @@ typedef struct tfm__param {
     float init_value;           /* TFM__INIT_CONST */
 } tfm__param;
 
-/* The parameter called name of m (its data may be written).  Errors:
- * TFM_ERR_NULL_ARGUMENT, TFM_ERR_NOT_FOUND. */
-tfm_status tfm__module_find_param(const tfm_module *m, const char *name,
-                                  const tfm__param **out);
-
 typedef struct tfm__module_ops {
     /* Frees the kind's own storage and children (not the base, not the
      * parameter table). */
