@@ -37,7 +37,7 @@ static tfm_status decoder_layer_macs(const tfm_module *m, int64_t B,
 static const tfm__module_ops decoder_layer_ops = { decoder_layer_destroy,
                                                    decoder_layer_macs };
 
-tfm_status tfm__decoder_layer_new(const tfm_layer_config *c,
+tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, int bias,
                                   tfm__decoder_layer **out)
 {
     tfm_status st = tfm__layer_config_check(c);
@@ -49,13 +49,14 @@ tfm_status tfm__decoder_layer_new(const tfm_layer_config *c,
         return TFM_ERR_OUT_OF_MEMORY;
     l->config = *c;
     const float eps = c->layer_norm_eps;
-    if ((st = tfm__mha_new(c->d_model, c->n_heads, 0, 0, 1, &l->self_attn)) ||
-        (st = tfm__mha_new(c->d_model, c->n_heads, 0, 0, 1, &l->cross_attn)) ||
-        (st = tfm__feed_forward_new(c->d_model, c->d_ff, c->activation,
+    const int64_t d = c->d_model, H = c->n_heads;
+    if ((st = tfm__mha_new(d, H, 0, 0, bias, &l->self_attn)) ||
+        (st = tfm__mha_new(d, H, 0, 0, bias, &l->cross_attn)) ||
+        (st = tfm__feed_forward_new(d, c->d_ff, c->activation, bias,
                                     &l->ff)) ||
-        (st = tfm__layer_norm_new(c->d_model, eps, &l->norm1)) ||
-        (st = tfm__layer_norm_new(c->d_model, eps, &l->norm2)) ||
-        (st = tfm__layer_norm_new(c->d_model, eps, &l->norm3)) ||
+        (st = tfm__layer_norm_new(d, eps, bias, &l->norm1)) ||
+        (st = tfm__layer_norm_new(d, eps, bias, &l->norm2)) ||
+        (st = tfm__layer_norm_new(d, eps, bias, &l->norm3)) ||
         (st = tfm__module_adopt(&l->base, "self_attn.", &l->self_attn->base)) ||
         (st = tfm__module_adopt(&l->base, "multihead_attn.",
                                 &l->cross_attn->base)) ||
@@ -102,8 +103,27 @@ tfm_status tfm_decoder_layer_create(const tfm_layer_config *config,
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     tfm__decoder_layer *l = NULL;
-    tfm_status st = tfm__decoder_layer_new(config, &l);
+    tfm_status st = tfm__decoder_layer_new(config, 1, &l);
     if (st == TFM_OK)
+        *out = &l->base;
+    return st;
+}
+
+tfm_status tfm_decoder_layer_create_v2(const tfm_layer_config *config,
+                                       const tfm_layer_options *options,
+                                       tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm_layer_options o;
+    tfm_status st = tfm__layer_options_read(options, &o);
+    if (st != TFM_OK)
+        return st;
+    if (o.attention)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "decoder layers take only plain attention");
+    tfm__decoder_layer *l = NULL;
+    if ((st = tfm__decoder_layer_new(config, o.bias != 0, &l)) == TFM_OK)
         *out = &l->base;
     return st;
 }

@@ -37,11 +37,11 @@ static const tfm__module_ops encoder_layer_ops = { encoder_layer_destroy,
 tfm_status tfm__encoder_layer_new(const tfm_layer_config *c,
                                   tfm__encoder_layer **out)
 {
-    return tfm__encoder_layer_new_ex(c, NULL, out);
+    return tfm__encoder_layer_new_ex(c, NULL, 1, out);
 }
 
 tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
-                                     const tfm_attention_config *a,
+                                     const tfm_attention_config *a, int bias,
                                      tfm__encoder_layer **out)
 {
     tfm_status st = tfm__layer_config_check(c);
@@ -52,12 +52,13 @@ tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
     if (!l)
         return TFM_ERR_OUT_OF_MEMORY;
     l->config = *c;
-    if ((st = tfm__mha_new_ex(c->d_model, c->n_heads, 0, 0, 1, a,
+    const float eps = c->layer_norm_eps;
+    if ((st = tfm__mha_new_ex(c->d_model, c->n_heads, 0, 0, bias, a,
                               &l->self_attn)) ||
-        (st = tfm__feed_forward_new(c->d_model, c->d_ff, c->activation,
+        (st = tfm__feed_forward_new(c->d_model, c->d_ff, c->activation, bias,
                                     &l->ff)) ||
-        (st = tfm__layer_norm_new(c->d_model, c->layer_norm_eps, &l->norm1)) ||
-        (st = tfm__layer_norm_new(c->d_model, c->layer_norm_eps, &l->norm2)) ||
+        (st = tfm__layer_norm_new(c->d_model, eps, bias, &l->norm1)) ||
+        (st = tfm__layer_norm_new(c->d_model, eps, bias, &l->norm2)) ||
         (st = tfm__module_adopt(&l->base, "self_attn.", &l->self_attn->base)) ||
         (st = tfm__module_adopt(&l->base, "", &l->ff->base)) ||
         (st = tfm__module_adopt(&l->base, "norm1.", &l->norm1->base)) ||
@@ -126,7 +127,23 @@ tfm_status tfm_encoder_layer_create_ex(const tfm_layer_config *layer,
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     tfm__encoder_layer *l = NULL;
-    tfm_status st = tfm__encoder_layer_new_ex(layer, config, &l);
+    tfm_status st = tfm__encoder_layer_new_ex(layer, config, 1, &l);
+    if (st == TFM_OK)
+        *out = &l->base;
+    return st;
+}
+
+tfm_status tfm_encoder_layer_create_v2(const tfm_layer_config *config,
+                                       const tfm_layer_options *options,
+                                       tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm_layer_options o;
+    tfm_status st = tfm__layer_options_read(options, &o);
+    tfm__encoder_layer *l = NULL;
+    if (st == TFM_OK)
+        st = tfm__encoder_layer_new_ex(config, o.attention, o.bias != 0, &l);
     if (st == TFM_OK)
         *out = &l->base;
     return st;

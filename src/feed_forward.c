@@ -32,7 +32,7 @@ static void ff_destroy(tfm_module *m)
 static const tfm__module_ops ff_ops = { ff_destroy, ff_macs };
 
 tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
-                                 tfm_activation activation,
+                                 tfm_activation activation, int bias,
                                  tfm__feed_forward **out)
 {
     if (d_model < 1 || d_ff < 1)
@@ -51,19 +51,22 @@ tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
     f->d_model = d_model;
     f->d_ff = d_ff;
     f->activation = activation;
-    tfm__param_spec specs[4] = {
-        { "linear1.weight", 2, { d_ff, d_model }, &f->w1,
-          .init = TFM__INIT_LINEAR },
-        { "linear1.bias", 1, { d_ff }, &f->b1, .init = TFM__INIT_LINEAR_BIAS,
-          .init_fan_in = d_model },
-        { "linear2.weight", 2, { d_model, d_ff }, &f->w2,
-          .init = TFM__INIT_LINEAR },
-        { "linear2.bias", 1, { d_model }, &f->b2,
-        .init = TFM__INIT_LINEAR_BIAS,
-          .init_fan_in = d_ff },
-    };
+    const tfm__param_spec w1 = { "linear1.weight", 2, { d_ff, d_model },
+                                 &f->w1, .init = TFM__INIT_LINEAR };
+    const tfm__param_spec b1 = { "linear1.bias", 1, { d_ff }, &f->b1,
+                                 .init = TFM__INIT_LINEAR_BIAS,
+                                 .init_fan_in = d_model };
+    const tfm__param_spec w2 = { "linear2.weight", 2, { d_model, d_ff },
+                                 &f->w2, .init = TFM__INIT_LINEAR };
+    const tfm__param_spec b2 = { "linear2.bias", 1, { d_model }, &f->b2,
+                                 .init = TFM__INIT_LINEAR_BIAS,
+                                 .init_fan_in = d_ff };
+    /* PyTorch's order: linear1.weight, linear1.bias, linear2.weight, ... */
+    tfm__param_spec specs[4] = { w1, b1, w2, b2 };
+    if (!bias)
+        specs[1] = w2; /* weights only: linear1.weight, linear2.weight */
     tfm_status st;
-    if ((st = tfm__module_own_params(&f->base, specs, 4)) ||
+    if ((st = tfm__module_own_params(&f->base, specs, bias ? 4 : 2)) ||
         (st = tfm__linear_view_new(d_model, d_ff, f->w1, f->b1, &f->base,
                                    &f->linear1)) ||
         (st = tfm__module_add_child(&f->base, "linear1", &f->linear1->base)) ||
@@ -125,10 +128,18 @@ tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
 tfm_status tfm_feed_forward_create(int64_t d_model, int64_t d_ff,
                                    tfm_activation activation, tfm_module **out)
 {
+    return tfm_feed_forward_create_v2(d_model, d_ff, activation, 1, out);
+}
+
+tfm_status tfm_feed_forward_create_v2(int64_t d_model, int64_t d_ff,
+                                      tfm_activation activation, int bias,
+                                      tfm_module **out)
+{
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     tfm__feed_forward *f = NULL;
-    tfm_status st = tfm__feed_forward_new(d_model, d_ff, activation, &f);
+    tfm_status st = tfm__feed_forward_new(d_model, d_ff, activation,
+                                          bias != 0, &f);
     if (st == TFM_OK)
         *out = &f->base;
     return st;

@@ -10,14 +10,15 @@ typedef struct tfm__feed_forward {
     tfm_module base;
     int64_t d_model, d_ff;
     tfm_activation activation;
-    float *w1, *b1;     /* [d_ff, d_model], [d_ff] */
-    float *w2, *b2;     /* [d_model, d_ff], [d_model] */
+    float *w1, *b1;     /* [d_ff, d_model], [d_ff] (NULL without bias) */
+    float *w2, *b2;     /* [d_model, d_ff], [d_model] (NULL without bias) */
     /* Sub-modules "linear1", "linear2": views over w1, b1 and w2, b2. */
     tfm__linear_module *linear1, *linear2;
 } tfm__feed_forward;
 
+/* bias 0: no "linear1.bias" / "linear2.bias" (b1, b2 NULL). */
 tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
-                                 tfm_activation activation,
+                                 tfm_activation activation, int bias,
                                  tfm__feed_forward **out);
 
 /* out [rows, d_model] = FF(x [rows, d_model]); out may be x.  Fails only

@@ -1,6 +1,7 @@
 /* Layer configuration (layers.h: tfm_layer_config): its defaults and its
  * validation, shared by every layer, stack and model constructor. */
 #include <math.h>
+#include <string.h>
 
 #include "activation.h"
 #include "error.h"
@@ -35,4 +36,32 @@ tfm_layer_config tfm_layer_config_default(int64_t d_model, int64_t n_heads)
                                .d_ff = 2048,
                                .activation = TFM_ACTIVATION_RELU,
                                .layer_norm_eps = 1e-5f, .norm_first = 0 };
+}
+
+void tfm_layer_options_init(tfm_layer_options *options)
+{
+    if (!options)
+        return;
+    memset(options, 0, sizeof *options);
+    options->struct_size = sizeof *options;
+    options->bias = 1;
+}
+
+tfm_status tfm__layer_options_read(const tfm_layer_options *pub,
+                                   tfm_layer_options *out)
+{
+    tfm_layer_options_init(out);
+    if (!pub)
+        return TFM_OK;
+    if (pub->struct_size < sizeof(size_t))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "options->struct_size (%zu) is too small: set it "
+                         "with tfm_layer_options_init", pub->struct_size);
+    /* The members the caller has; a newer library's appended members keep
+     * their defaults. */
+    size_t n = pub->struct_size < sizeof *out ? pub->struct_size
+                                              : sizeof *out;
+    memcpy(out, pub, n);
+    out->struct_size = sizeof *out;
+    return TFM_OK;
 }

@@ -10,4 +10,12 @@
  * TFM_ERR_NULL_ARGUMENT or TFM_ERR_INVALID_ARGUMENT (message set). */
 tfm_status tfm__layer_config_check(const tfm_layer_config *config);
 
+/* *out = the caller's options (NULL: the defaults of
+ * tfm_layer_options_init), reading only pub->struct_size bytes and taking
+ * the defaults for the rest; out->struct_size = sizeof *out.  Fails with
+ * TFM_ERR_INVALID_ARGUMENT when struct_size does not cover struct_size
+ * itself (message set). */
+tfm_status tfm__layer_options_read(const tfm_layer_options *pub,
+                                   tfm_layer_options *out);
+
 #endif

@@ -15,7 +15,8 @@ static tfm_status layer_norm_macs(const tfm_module *m, int64_t batch,
 
 static const tfm__module_ops layer_norm_ops = { NULL, layer_norm_macs };
 
-tfm_status tfm__layer_norm_new(int64_t d, float eps, tfm__layer_norm **out)
+tfm_status tfm__layer_norm_new(int64_t d, float eps, int bias,
+                               tfm__layer_norm **out)
 {
     if (d < 1)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
@@ -35,7 +36,7 @@ tfm_status tfm__layer_norm_new(int64_t d, float eps, tfm__layer_norm **out)
         { "weight", 1, { d }, &n->weight, .init = TFM__INIT_ONE },
         { "bias", 1, { d }, &n->bias, .init = TFM__INIT_ZERO },
     };
-    tfm_status st = tfm__module_own_params(&n->base, specs, 2);
+    tfm_status st = tfm__module_own_params(&n->base, specs, bias ? 2 : 1);
     if (st != TFM_OK) {
         tfm_module_free(&n->base);
         return st;
@@ -74,17 +75,28 @@ void tfm__layer_norm_run(const tfm__layer_norm *n, const float *x,
         float *yr = out + r * d;
         double mean, inv;
         row_stats(xr, d, n->eps, &mean, &inv);
-        for (int64_t i = 0; i < d; i++)
-            yr[i] = (float)((xr[i] - mean) * inv) * n->weight[i] + n->bias[i];
+        if (n->bias)
+            for (int64_t i = 0; i < d; i++)
+                yr[i] = (float)((xr[i] - mean) * inv) * n->weight[i] +
+                        n->bias[i];
+        else
+            for (int64_t i = 0; i < d; i++)
+                yr[i] = (float)((xr[i] - mean) * inv) * n->weight[i];
     }
 }
 
 tfm_status tfm_layer_norm_create(int64_t d, float eps, tfm_module **out)
 {
+    return tfm_layer_norm_create_v2(d, eps, 1, out);
+}
+
+tfm_status tfm_layer_norm_create_v2(int64_t d, float eps, int bias,
+                                    tfm_module **out)
+{
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     tfm__layer_norm *n = NULL;
-    tfm_status st = tfm__layer_norm_new(d, eps, &n);
+    tfm_status st = tfm__layer_norm_new(d, eps, bias != 0, &n);
     if (st == TFM_OK)
         *out = &n->base;
     return st;

@@ -9,10 +9,13 @@ typedef struct tfm__layer_norm {
     tfm_module base;
     int64_t d;
     float eps;
-    float *weight, *bias;   /* [d] each */
+    float *weight;          /* [d] */
+    float *bias;            /* [d], or NULL without bias */
 } tfm__layer_norm;
 
-tfm_status tfm__layer_norm_new(int64_t d, float eps, tfm__layer_norm **out);
+/* A LayerNorm with "weight" and, when bias is nonzero, "bias". */
+tfm_status tfm__layer_norm_new(int64_t d, float eps, int bias,
+                               tfm__layer_norm **out);
 
 /* out [rows, d] = LayerNorm(x [rows, d]); out may be x. */
 void tfm__layer_norm_run(const tfm__layer_norm *n, const float *x,

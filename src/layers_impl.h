@@ -30,12 +30,15 @@ typedef struct tfm__decoder_layer {
 
 tfm_status tfm__encoder_layer_new(const tfm_layer_config *c,
                                   tfm__encoder_layer **out);
-/* The same with a self-attention variant (variants.h; NULL = the
- * defaults, identical to tfm__encoder_layer_new). */
+/* The same with a self-attention variant (attention.h; NULL = the
+ * defaults) and, with bias 0, no biases (tfm_layer_options.bias: the
+ * attention's projections, the feed-forward network and the norms);
+ * (c, NULL, 1) is tfm__encoder_layer_new. */
 tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
-                                     const tfm_attention_config *a,
+                                     const tfm_attention_config *a, int bias,
                                      tfm__encoder_layer **out);
-tfm_status tfm__decoder_layer_new(const tfm_layer_config *c,
+/* bias as for tfm__encoder_layer_new_ex. */
+tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, int bias,
                                   tfm__decoder_layer **out);
 
 /* In place on x [B, L, d]; fail only with out-of-memory. */

@@ -230,8 +230,8 @@ tfm_status tfm_model_create_ex(const tfm_model_config *config,
             st = tfm__module_adopt(&m->base, "transformer.decoder.",
                                    &m->decoder->base);
     } else if (!st) {
-        if (!(st = tfm__stack_new_ex(&c->layer, attention, c->n_layers, 1, 0,
-                                     &m->stack)))
+        if (!(st = tfm__stack_new_ex(&c->layer, attention, 1, c->n_layers, 1,
+                                     0, &m->stack)))
             st = tfm__module_adopt(&m->base, "", &m->stack->base);
     }
     if (!st && c->tied_embeddings) {

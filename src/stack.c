@@ -50,14 +50,15 @@ static const tfm__module_ops stack_ops = { stack_destroy, stack_macs };
 tfm_status tfm__stack_new(const tfm_layer_config *c, int64_t n_layers,
                           int final_norm, int decoder, tfm__stack **out)
 {
-    return tfm__stack_new_ex(c, NULL, n_layers, final_norm, decoder, out);
+    return tfm__stack_new_ex(c, NULL, 1, n_layers, final_norm, decoder,
+                             out);
 }
 
 /* Creates n_layers layers named "layers.<i>." (PyTorch's
  * nn.TransformerEncoder / nn.TransformerDecoder names) and the final norm
  * "norm."; frees everything on failure. */
 tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
-                             const tfm_attention_config *attention,
+                             const tfm_attention_config *attention, int bias,
                              int64_t n_layers, int final_norm, int decoder,
                              tfm__stack **out)
 {
@@ -90,12 +91,11 @@ tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
         snprintf(prefix, sizeof prefix, "layers.%lld.", (long long)i);
         if (decoder) {
             tfm__decoder_layer *l = NULL;
-            st = tfm__decoder_layer_new(c, &l);
+            st = tfm__decoder_layer_new(c, bias, &l);
             s->layers[i] = l ? &l->base : NULL;
         } else {
             tfm__encoder_layer *l = NULL;
-            st = attention ? tfm__encoder_layer_new_ex(c, attention, &l)
-                           : tfm__encoder_layer_new(c, &l);
+            st = tfm__encoder_layer_new_ex(c, attention, bias, &l);
             s->layers[i] = l ? &l->base : NULL;
         }
         if (st == TFM_OK)
@@ -106,7 +106,8 @@ tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
         }
     }
     if (final_norm &&
-        ((st = tfm__layer_norm_new(c->d_model, c->layer_norm_eps, &s->norm)) ||
+        ((st = tfm__layer_norm_new(c->d_model, c->layer_norm_eps, bias,
+                                   &s->norm)) ||
          (st = tfm__module_adopt(&s->base, "norm.", &s->norm->base)))) {
         tfm_module_free(&s->base);
         return st;
@@ -155,14 +156,20 @@ tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
     return TFM_OK;
 }
 
-/* The public constructors: a stack without variants, owned by the caller. */
+/* The public constructors: a stack with the caller's options (NULL: the
+ * defaults), owned by the caller. */
 static tfm_status create(const tfm_layer_config *config, int64_t n_layers,
-                         int final_norm, int decoder, tfm_module **out)
+                         int final_norm, int decoder,
+                         const tfm_layer_options *options, tfm_module **out)
 {
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm_layer_options o;
+    tfm_status st = tfm__layer_options_read(options, &o);
     tfm__stack *s = NULL;
-    tfm_status st = tfm__stack_new(config, n_layers, final_norm, decoder, &s);
+    if (st == TFM_OK)
+        st = tfm__stack_new_ex(config, o.attention, o.bias != 0, n_layers,
+                               final_norm, decoder, &s);
     if (st == TFM_OK)
         *out = &s->base;
     return st;
@@ -171,13 +178,29 @@ static tfm_status create(const tfm_layer_config *config, int64_t n_layers,
 tfm_status tfm_encoder_create(const tfm_layer_config *config, int64_t n_layers,
                               int final_norm, tfm_module **out)
 {
-    return create(config, n_layers, final_norm, 0, out);
+    return create(config, n_layers, final_norm, 0, NULL, out);
 }
 
 tfm_status tfm_decoder_create(const tfm_layer_config *config, int64_t n_layers,
                               int final_norm, tfm_module **out)
 {
-    return create(config, n_layers, final_norm, 1, out);
+    return create(config, n_layers, final_norm, 1, NULL, out);
+}
+
+tfm_status tfm_encoder_create_v2(const tfm_layer_config *config,
+                                 int64_t n_layers, int final_norm,
+                                 const tfm_layer_options *options,
+                                 tfm_module **out)
+{
+    return create(config, n_layers, final_norm, 0, options, out);
+}
+
+tfm_status tfm_decoder_create_v2(const tfm_layer_config *config,
+                                 int64_t n_layers, int final_norm,
+                                 const tfm_layer_options *options,
+                                 tfm_module **out)
+{
+    return create(config, n_layers, final_norm, 1, options, out);
 }
 
 /* The stacks' runs for tfm__encoder_forward / tfm__decoder_forward. */

@@ -18,10 +18,12 @@ tfm_status tfm__stack_new(const tfm_layer_config *c, int64_t n_layers,
                           int final_norm, int decoder, tfm__stack **out);
 
 /* The same with every layer's self-attention using the variant `attention`
- * (variants.h; NULL = plain attention, as tfm__stack_new).  Encoder layers
- * only: a decoder stack with a variant fails with TFM_ERR_UNSUPPORTED. */
+ * (attention.h; NULL = plain attention) and, with bias 0, no biases in the
+ * layers and the final norm (tfm_layer_options.bias); (c, NULL, 1, ...) is
+ * tfm__stack_new.  Encoder layers only take a variant: a decoder stack
+ * with one fails with TFM_ERR_UNSUPPORTED. */
 tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
-                             const tfm_attention_config *attention,
+                             const tfm_attention_config *attention, int bias,
                              int64_t n_layers, int final_norm, int decoder,
                              tfm__stack **out);
 

@@ -33,17 +33,36 @@ tfm_status tfm_transformer_create(const tfm_layer_config *config,
                                   int64_t n_encoder_layers,
                                   int64_t n_decoder_layers, tfm_module **out)
 {
+    return tfm_transformer_create_v2(config, n_encoder_layers,
+                                     n_decoder_layers, NULL, out);
+}
+
+tfm_status tfm_transformer_create_v2(const tfm_layer_config *config,
+                                     int64_t n_encoder_layers,
+                                     int64_t n_decoder_layers,
+                                     const tfm_layer_options *options,
+                                     tfm_module **out)
+{
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
-    tfm_status st = tfm__layer_config_check(config);
+    tfm_layer_options o;
+    tfm_status st = tfm__layer_options_read(options, &o);
+    if (st == TFM_OK)
+        st = tfm__layer_config_check(config);
     if (st != TFM_OK)
         return st;
+    if (o.attention)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "nn.Transformer takes only plain attention");
+    const int bias = o.bias != 0;
     tfm__transformer *t = (tfm__transformer *)tfm__module_alloc(
         sizeof *t, TFM_MODULE_TRANSFORMER, &transformer_ops);
     if (!t)
         return TFM_ERR_OUT_OF_MEMORY;
-    if ((st = tfm__stack_new(config, n_encoder_layers, 1, 0, &t->encoder)) ||
-        (st = tfm__stack_new(config, n_decoder_layers, 1, 1, &t->decoder)) ||
+    if ((st = tfm__stack_new_ex(config, NULL, bias, n_encoder_layers, 1, 0,
+                                &t->encoder)) ||
+        (st = tfm__stack_new_ex(config, NULL, bias, n_decoder_layers, 1, 1,
+                                &t->decoder)) ||
         (st = tfm__module_adopt(&t->base, "encoder.", &t->encoder->base)) ||
         (st = tfm__module_adopt(&t->base, "decoder.", &t->decoder->base))) {
         tfm_module_free(&t->base);

@@ -1367,6 +1367,269 @@ static void test_feed_forward_silu(void **state)
     tfm_module_free(ff);
 }
 
+/* ---- bias = 0 (tfm_layer_options, PyTorch 2.x's bias=False) ------------
+ * torch 1.13 has no bias argument on these layers.  PyTorch 2.x's
+ * bias=False drops every bias (in_proj_bias, out_proj.bias, linear1/2.bias
+ * and the LayerNorms' bias, nn.LayerNorm(bias=False)), and a missing bias
+ * adds nothing, so its layer computes what a 1.13 layer whose biases are
+ * all zero computes; 2.x's state_dict is 1.13's without the "*.bias" keys.
+ * The references below are those 1.13 layers: parameter number p of the
+ * bias-free state_dict (ours) holds the pattern of the top, every bias is
+ * zero.  Snippet (after the one at the top):
+ *     def load_nobias(m):
+ *         sd = m.state_dict()
+ *         keep = [k for k in sd if not k.endswith("bias")]
+ *         new = {k: torch.zeros_like(v) for k, v in sd.items()}
+ *         for p, k in enumerate(keep):
+ *             new[k] = torch.tensor([pval(p, i) for i in range(
+ *                 sd[k].numel())]).reshape(sd[k].shape)
+ *         m.load_state_dict(new); m.eval()
+ * F: nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, batch_first=True),
+ *    src(2, 3, 4), src_key_padding_mask = [[F, F, F], [F, F, T]]
+ * G: nn.TransformerDecoderLayer(4, 2, 6, dropout=0.0, activation="gelu",
+ *    batch_first=True, norm_first=True), tgt(2, 3, 4), mem(2, 4, 4),
+ *    tgt_mask = generate_square_subsequent_mask(3)
+ * H: nn.Transformer(4, 2, 2, 1, 6, dropout=0.0, batch_first=True),
+ *    src(1, 4, 4), tgt(1, 3, 4), tgt_mask as G */
+
+static tfm_layer_options no_bias(void)
+{
+    tfm_layer_options o;
+    tfm_layer_options_init(&o);
+    o.bias = 0;
+    return o;
+}
+
+static void test_layers_without_bias_match_pytorch(void **state)
+{
+    (void)state;
+    const tfm_layer_options o = no_bias();
+    tfm_layer_config c = small_config(TFM_ACTIVATION_RELU, 0);
+    tfm_module *m = NULL;
+    assert_int_equal(tfm_encoder_layer_create_v2(&c, &o, &m), TFM_OK);
+    /* 48 + 16 + 24 + 24 + 4 + 4 */
+    const char *const enc[6] = { "self_attn.in_proj_weight",
+                                 "self_attn.out_proj.weight", "linear1.weight",
+                                 "linear2.weight", "norm1.weight",
+                                 "norm2.weight" };
+    expect_names(m, enc, 6, 120);
+    load_pattern(m);
+    tfm_tensor *x = src_input(2, 3, 4), *out = make3(2, 3, 4, NULL);
+    tfm_tensor *pad = make(2, (const int64_t[]){ 2, 3 },
+                           (const float[]){ 0, 0, 0, 0, 0, 1 });
+    tfm_attention_masks mk = { .key_padding_mask = pad,
+                               .key_padding_kind = TFM_MASK_BLOCK };
+    assert_int_equal(tfm_encoder_layer_forward(m, x, &mk, out), TFM_OK);
+    EXPECT_VALUES(out, 1e-5,
+        0.3098983811396515, -0.24870315745306357, -0.04816806512815283,
+        -0.1594542390366609, 0.33011305710867955, -0.2307356291525101,
+        -0.09129690903730685, -0.15630947662854194, 0.4468072158380085,
+        0.055060106793555, -0.019381242504565414, -0.13274805290235117,
+        -0.49554078527354156, -0.024686772088867145, 0.6696852397444405,
+        0.07529790966527936, -0.4955451996606944, -0.02472631526878724,
+        0.6699968919690389, 0.07525053880457225, -0.5011597531941875,
+        -0.05897543019239296, 0.7033250171880576, 0.06439376221931155);
+    FREE_TENSORS(x, out, pad);
+    tfm_module_free(m);
+
+    c = small_config(TFM_ACTIVATION_GELU, 1);
+    assert_int_equal(tfm_decoder_layer_create_v2(&c, &o, &m), TFM_OK);
+    const char *const dec[9] = {
+        "self_attn.in_proj_weight", "self_attn.out_proj.weight",
+        "multihead_attn.in_proj_weight", "multihead_attn.out_proj.weight",
+        "linear1.weight", "linear2.weight", "norm1.weight", "norm2.weight",
+        "norm3.weight" };
+    expect_names(m, dec, 9, 188);
+    load_pattern(m);
+    tfm_tensor *t = tgt_input(2, 3, 4), *mem = mem_input(2, 4, 4);
+    out = make3(2, 3, 4, NULL);
+    tfm_attention_masks causal = { .causal = TFM_CAUSAL_TOP_LEFT };
+    assert_int_equal(tfm_decoder_layer_forward(m, t, mem, &causal, NULL, out),
+                     TFM_OK);
+    EXPECT_VALUES(out, 1e-5,
+        -1.0973033334470585, -1.4573658388164321, -0.956338649049516,
+        1.0640159489160308, -1.2639700096716817, -1.6240324908698138,
+        -1.1230053349784344, 0.8973492532708672, -0.02403474744278189,
+        -1.5651875686492347, 0.6681455224093598, 1.5106475803793207,
+        0.25661141674160415, -0.9271428578712853, -0.78135871553127,
+        0.25193320432965977, 0.089944821924973, -1.0938095865935737,
+        -0.9480253694153666, 0.08526652013740393, -0.18099024755595852,
+        2.1658634297110395, -0.8076672472271337, -0.21575301097122374);
+    FREE_TENSORS(t, mem, out);
+    tfm_module_free(m);
+
+    c = small_config(TFM_ACTIVATION_RELU, 0);
+    assert_int_equal(tfm_transformer_create_v2(&c, 2, 1, &o, &m), TFM_OK);
+    /* 2 * 120 + 4 (encoder.norm.weight) + 188 + 4 (decoder.norm.weight) */
+    assert_int_equal(tfm_module_parameter_count(m), 2 * 6 + 1 + 9 + 1);
+    assert_int_equal(tfm_module_num_parameters(m), 436);
+    assert_string_equal(tfm_module_parameter_name(m, 12), "encoder.norm.weight");
+    assert_string_equal(tfm_module_parameter_name(m, 22), "decoder.norm.weight");
+    load_pattern(m);
+    tfm_tensor *s = src_input(1, 4, 4);
+    t = tgt_input(1, 3, 4);
+    out = make3(1, 3, 4, NULL);
+    assert_int_equal(tfm_transformer_forward(m, s, t, NULL, &causal, NULL, out),
+                     TFM_OK);
+    EXPECT_VALUES(out, 1e-5,
+        -0.7327691311891803, -0.6402793083340621, -0.0746646938537129,
+        0.7206373115738479, -0.7324260897913307, -0.639491778700455,
+        -0.07475140655623778, 0.7219236641603386, -0.13197638247192167,
+        0.019439618445042117, 0.15258123180426114, -1.018761858225413);
+    FREE_TENSORS(s, t, out);
+    tfm_module_free(m);
+
+    /* the stacks: every layer and the final norm without bias */
+    assert_int_equal(tfm_encoder_create_v2(&c, 2, 1, &o, &m), TFM_OK);
+    assert_int_equal(tfm_module_parameter_count(m), 13);
+    assert_string_equal(tfm_module_parameter_name(m, 12), "norm.weight");
+    assert_int_equal(tfm_module_num_parameters(m), 244);
+    tfm_module_free(m);
+    assert_int_equal(tfm_decoder_create_v2(&c, 1, 0, &o, &m), TFM_OK);
+    expect_names(m, (const char *const[]){
+        "layers.0.self_attn.in_proj_weight",
+        "layers.0.self_attn.out_proj.weight",
+        "layers.0.multihead_attn.in_proj_weight",
+        "layers.0.multihead_attn.out_proj.weight", "layers.0.linear1.weight",
+        "layers.0.linear2.weight", "layers.0.norm1.weight",
+        "layers.0.norm2.weight", "layers.0.norm3.weight" }, 9, 188);
+    tfm_module_free(m);
+}
+
+/* LayerNorm(2, bias=False) by hand: x = [1, 3], mean 2, var 1, so
+ * y = [-1, 1] / sqrt(1 + 1e-5) * weight; weight [2, -3] gives
+ * [-2, -3] / sqrt(1.00001) = [-1.99999000007, -2.99998500011].
+ * A feed-forward network without bias: linear1 = [[1, 0], [0, 1],
+ * [1, 1]], ReLU, linear2 = [[1, 1, 1], [0, 0, 2]] on x = [2, -3]:
+ * h = relu([2, -3, -1]) = [2, 0, 0], out = [2, 0]. */
+static void test_norm_and_feed_forward_without_bias(void **state)
+{
+    (void)state;
+    tfm_module *n = NULL;
+    assert_int_equal(tfm_layer_norm_create_v2(2, 1e-5f, 0, &n), TFM_OK);
+    expect_names(n, (const char *const[]){ "weight" }, 1, 2);
+    set_param(n, "weight", 1, (const int64_t[]){ 2 },
+              (const float[]){ 2, -3 });
+    tfm_tensor *x = make2(1, 2, (const float[]){ 1, 3 });
+    tfm_tensor *y = make2(1, 2, NULL);
+    assert_int_equal(tfm_layer_norm_forward(n, x, y), TFM_OK);
+    EXPECT_VALUES(y, 1e-6, -1.99999000007, -2.99998500011);
+    tfm_module_free(n);
+    assert_int_equal(tfm_layer_norm_create_v2(2, 1e-5f, 1, &n), TFM_OK);
+    expect_names(n, (const char *const[]){ "weight", "bias" }, 2, 4);
+    tfm_module_free(n);
+    n = NULL;
+    assert_int_equal(tfm_layer_norm_create_v2(0, 1e-5f, 0, &n),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_null(n);
+    FREE_TENSORS(x, y);
+
+    tfm_module *f = NULL;
+    assert_int_equal(tfm_feed_forward_create_v2(2, 3, TFM_ACTIVATION_RELU, 0,
+                                                &f), TFM_OK);
+    expect_names(f, (const char *const[]){ "linear1.weight",
+                                           "linear2.weight" }, 2, 12);
+    set_param(f, "linear1.weight", 2, (const int64_t[]){ 3, 2 },
+              (const float[]){ 1, 0, 0, 1, 1, 1 });
+    set_param(f, "linear2.weight", 2, (const int64_t[]){ 2, 3 },
+              (const float[]){ 1, 1, 1, 0, 0, 2 });
+    /* its linear1 view has no bias either */
+    tfm_module *lin = NULL;
+    assert_int_equal(tfm_module_child(f, "linear1", &lin), TFM_OK);
+    expect_names(lin, (const char *const[]){ "weight" }, 1, 6);
+    x = make3(1, 1, 2, (const float[]){ 2, -3 });
+    y = make3(1, 1, 2, NULL);
+    assert_int_equal(tfm_feed_forward_forward(f, x, y), TFM_OK);
+    EXPECT_VALUES(y, 0.0, 2.0, 0.0);
+    FREE_TENSORS(x, y);
+    tfm_module_free(f);
+    f = NULL;
+    assert_int_equal(tfm_feed_forward_create_v2(2, 3, TFM_ACTIVATION_COUNT, 0,
+                                                &f), TFM_ERR_INVALID_ARGUMENT);
+    assert_null(f);
+}
+
+/* The options struct: NULL and the defaults are the 1.0 constructors,
+ * an older caller's smaller struct_size keeps the defaults of the members
+ * it lacks, a too small one is refused, decoders refuse a variant, and
+ * the encoder layer keeps the variant with bias 0. */
+static void test_layer_options(void **state)
+{
+    (void)state;
+    tfm_layer_config c = config(8, 2, 16);
+    tfm_module *m = NULL;
+    assert_int_equal(tfm_encoder_layer_create_v2(&c, NULL, &m), TFM_OK);
+    expect_names(m, ENC_LAYER, 12, 600);
+    tfm_module_free(m);
+    tfm_layer_options o;
+    tfm_layer_options_init(&o);
+    assert_int_equal(o.struct_size, sizeof o);
+    assert_int_equal(o.bias, 1);
+    assert_null(o.attention);
+    assert_int_equal(tfm_decoder_layer_create_v2(&c, &o, &m), TFM_OK);
+    expect_names(m, DEC_LAYER, 18, 904);
+    tfm_module_free(m);
+    tfm_layer_options_init(NULL); /* no-op */
+
+    /* a caller that knows only struct_size and bias: attention stays NULL
+     * whatever lies behind */
+    struct { tfm_layer_options o; } old;
+    memset(&old, 0xff, sizeof old);
+    old.o.struct_size = offsetof(tfm_layer_options, attention);
+    old.o.bias = 0;
+    assert_int_equal(tfm_decoder_layer_create_v2(&c, &old.o, &m), TFM_OK);
+    assert_int_equal(tfm_module_parameter_count(m), 9);
+    tfm_module_free(m);
+
+    /* refused, *out unchanged */
+    tfm_module *sentinel = (tfm_module *)&o;
+    m = sentinel;
+    o.struct_size = sizeof(size_t) - 1;
+    assert_int_equal(tfm_encoder_layer_create_v2(&c, &o, &m),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_transformer_create_v2(&c, 1, 1, &o, &m),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_encoder_create_v2(&c, 1, 1, &o, &m),
+                     TFM_ERR_INVALID_ARGUMENT);
+    tfm_attention_config a;
+    tfm_attention_config_init(&a);
+    a.n_kv_heads = 1;
+    o = no_bias();
+    o.attention = &a;
+    assert_int_equal(tfm_decoder_layer_create_v2(&c, &o, &m),
+                     TFM_ERR_UNSUPPORTED);
+    assert_int_equal(tfm_decoder_create_v2(&c, 1, 1, &o, &m),
+                     TFM_ERR_UNSUPPORTED);
+    assert_int_equal(tfm_transformer_create_v2(&c, 1, 1, &o, &m),
+                     TFM_ERR_UNSUPPORTED);
+    assert_int_equal(tfm_encoder_layer_create_v2(NULL, &o, &m),
+                     TFM_ERR_NULL_ARGUMENT);
+    assert_ptr_equal(m, sentinel);
+    assert_int_equal(tfm_encoder_layer_create_v2(&c, &o, NULL),
+                     TFM_ERR_NULL_ARGUMENT);
+
+    /* multi-query self-attention without bias: in_proj_weight [8 + 2 * 4,
+     * 8], no in_proj_bias; the layer reports the variant back */
+    assert_int_equal(tfm_encoder_layer_create_v2(&c, &o, &m), TFM_OK);
+    int rank;
+    int64_t shape[4];
+    assert_int_equal(tfm_module_parameter_shape(m, "self_attn.in_proj_weight",
+                                                &rank, shape), TFM_OK);
+    assert_true(rank == 2 && shape[0] == 16 && shape[1] == 8);
+    assert_int_equal(tfm_module_parameter_shape(m, "self_attn.in_proj_bias",
+                                                &rank, shape),
+                     TFM_ERR_NOT_FOUND);
+    tfm_attention_config back;
+    tfm_attention_config_init(&back);
+    assert_int_equal(tfm_attention_get_config(m, &back), TFM_OK);
+    assert_int_equal(back.n_kv_heads, 1);
+    assert_int_equal(tfm_module_parameter_count(m), 6);
+    tfm_module_free(m);
+    assert_int_equal(tfm_encoder_create_v2(&c, 2, 1, &o, &m), TFM_OK);
+    assert_int_equal(tfm_module_parameter_count(m), 13);
+    tfm_module_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1386,6 +1649,9 @@ int main(void)
         cmocka_unit_test(test_decoder_layer_matches_pytorch),
         cmocka_unit_test(test_cross_attention_matches_pytorch),
         cmocka_unit_test(test_transformer_matches_pytorch),
+        cmocka_unit_test(test_layers_without_bias_match_pytorch),
+        cmocka_unit_test(test_norm_and_feed_forward_without_bias),
+        cmocka_unit_test(test_layer_options),
         cmocka_unit_test(test_fresh_layers_are_identity_like),
         cmocka_unit_test(test_causal_decoder_prefix_is_stable),
         cmocka_unit_test(test_workspace_reuse_does_not_change_results),

@@ -52,6 +52,33 @@ typedef struct tfm_layer_config {
 TFM_API tfm_layer_config tfm_layer_config_default(int64_t d_model,
                                                   int64_t n_heads);
 
+/* Options of the layers, stacks and nn.Transformer beyond tfm_layer_config
+ * (tfm_encoder_layer_create_v2 and the other _v2 constructors below).
+ * Self-sized (docs/ABI.md): set struct_size with tfm_layer_options_init,
+ * which writes every default; the library reads only the first
+ * struct_size bytes and takes its defaults for members a newer library
+ * appends.  Since 1.2. */
+typedef struct tfm_layer_options {
+    size_t struct_size;       /* sizeof(tfm_layer_options) */
+    /* PyTorch 2.x's bias argument of nn.TransformerEncoderLayer,
+     * nn.TransformerDecoderLayer and nn.Transformer: 0 leaves out every
+     * bias, the attention's in_proj_bias and out_proj.bias, the
+     * feed-forward's linear1.bias and linear2.bias and the LayerNorms'
+     * bias (torch passes bias=False to nn.LayerNorm too), so a layer
+     * computes LayerNorm(x) = (x - mean) / sqrt(var + eps) * weight and
+     * Linear(x) = x W^T, and has no "*.bias" parameter.  Default 1. */
+    int bias;
+    /* The self-attention variant of encoder layers and encoder stacks, as
+     * tfm_encoder_layer_create_ex (NULL = plain attention); only read
+     * during the call.  Decoder layers, decoder stacks and nn.Transformer
+     * refuse a variant (TFM_ERR_UNSUPPORTED).  Default NULL. */
+    const tfm_attention_config *attention;
+} tfm_layer_options;
+
+/* Writes the defaults (bias 1, no variant) and struct_size.  NULL is a
+ * no-op.  Since 1.2. */
+TFM_API void tfm_layer_options_init(tfm_layer_options *options);
+
 /* ---- LayerNorm ---------------------------------------------------------
  * y = (x - mean) / sqrt(var + eps) * weight + bias over the last axis, with
  * the biased variance (divided by d).  The mean is subtracted before the
@@ -61,6 +88,15 @@ TFM_API tfm_layer_config tfm_layer_config_default(int64_t d_model,
  * negative or not finite), TFM_ERR_OUT_OF_MEMORY. */
 TFM_API tfm_status tfm_layer_norm_create(int64_t d, float eps,
                                          tfm_module **out);
+
+/* LayerNorm with or without its bias: bias nonzero is
+ * tfm_layer_norm_create; bias 0 is PyTorch 2.1's nn.LayerNorm(d,
+ * bias=False), y = (x - mean) / sqrt(var + eps) * weight, with the one
+ * parameter "weight" [d] (starts at 1).  Errors: those of
+ * tfm_layer_norm_create; on error *out is unchanged.  On success *out is
+ * freed with tfm_module_free.  Since 1.2. */
+TFM_API tfm_status tfm_layer_norm_create_v2(int64_t d, float eps, int bias,
+                                            tfm_module **out);
 
 /* x [..., d] (any rank, last axis d), out of the same shape (may be x).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE. */
@@ -150,6 +186,16 @@ TFM_API tfm_status tfm_feed_forward_create(int64_t d_model, int64_t d_ff,
                                            tfm_activation activation,
                                            tfm_module **out);
 
+/* The feed-forward network with or without biases: bias nonzero is
+ * tfm_feed_forward_create; bias 0 gives out = activation(x W1^T) W2^T
+ * (PyTorch's two nn.Linear(..., bias=False)), parameters
+ * "linear1.weight" [d_ff, d_model] and "linear2.weight" [d_model, d_ff]
+ * only.  Errors: those of tfm_feed_forward_create; on error *out is
+ * unchanged.  On success *out is freed with tfm_module_free.  Since 1.2. */
+TFM_API tfm_status tfm_feed_forward_create_v2(int64_t d_model, int64_t d_ff,
+                                              tfm_activation activation,
+                                              int bias, tfm_module **out);
+
 /* x [B, L, d_model] -> out [B, L, d_model] (may be x).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE,
  * TFM_ERR_OUT_OF_MEMORY. */
@@ -203,6 +249,23 @@ TFM_API tfm_status tfm_encoder_layer_create_ex(
     const tfm_layer_config *layer, const tfm_attention_config *config,
     tfm_module **out);
 
+/* An encoder layer (as tfm_encoder_layer_create) with options: options
+ * NULL means the defaults (tfm_encoder_layer_create); options->attention
+ * is the self-attention variant (tfm_encoder_layer_create_ex); with
+ * options->bias 0 the layer has no biases (PyTorch 2.x's
+ * nn.TransformerEncoderLayer(bias=False)): its parameters are
+ * "self_attn.in_proj_weight", "self_attn.out_proj.weight",
+ * "linear1.weight", "linear2.weight", "norm1.weight", "norm2.weight" (and
+ * the variant's), in that order, and it computes the layer above with
+ * every bias taken as zero.  config and options are only read.
+ * Errors: those of tfm_encoder_layer_create_ex; TFM_ERR_INVALID_ARGUMENT
+ * also for an options->struct_size smaller than struct_size itself.  On
+ * error *out is unchanged; on success it is freed with tfm_module_free.
+ * Since 1.2. */
+TFM_API tfm_status tfm_encoder_layer_create_v2(
+    const tfm_layer_config *config, const tfm_layer_options *options,
+    tfm_module **out);
+
 /* src [B, L, d_model] -> out [B, L, d_model] (may be src).  masks: NULL or
  * the self-attention masks (key_padding_mask [B, L], attn_mask [L, L],
  * [B, L, L] or [B, n_heads, L, L], causal).
@@ -222,6 +285,20 @@ TFM_API tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
  * Errors: as tfm_encoder_layer_create. */
 TFM_API tfm_status tfm_decoder_layer_create(const tfm_layer_config *config,
                                             tfm_module **out);
+
+/* A decoder layer (as tfm_decoder_layer_create) with options (NULL =
+ * the defaults).  options->bias 0: no biases (PyTorch 2.x's
+ * nn.TransformerDecoderLayer(bias=False)); parameters
+ * "self_attn.in_proj_weight", "self_attn.out_proj.weight",
+ * "multihead_attn.in_proj_weight", "multihead_attn.out_proj.weight",
+ * "linear1.weight", "linear2.weight", "norm1.weight", "norm2.weight",
+ * "norm3.weight".  Errors: those of tfm_decoder_layer_create;
+ * TFM_ERR_UNSUPPORTED for options->attention not NULL;
+ * TFM_ERR_INVALID_ARGUMENT for a struct_size too small.  On error *out is
+ * unchanged; on success it is freed with tfm_module_free.  Since 1.2. */
+TFM_API tfm_status tfm_decoder_layer_create_v2(
+    const tfm_layer_config *config, const tfm_layer_options *options,
+    tfm_module **out);
 
 /* tgt [B, L, d_model], memory [B, S, d_model] -> out [B, L, d_model] (may
  * be tgt).  tgt_masks: self-attention masks over the L target positions
@@ -266,6 +343,22 @@ TFM_API tfm_status tfm_decoder_create(const tfm_layer_config *config,
                                       int64_t n_layers, int final_norm,
                                       tfm_module **out);
 
+/* The stacks with options (NULL = the defaults, tfm_encoder_create /
+ * tfm_decoder_create): every layer as tfm_encoder_layer_create_v2 /
+ * tfm_decoder_layer_create_v2 with these options, and with options->bias
+ * 0 the final LayerNorm has no bias either ("norm.weight" only).  A
+ * decoder stack refuses a variant (TFM_ERR_UNSUPPORTED).  Errors: those
+ * of tfm_encoder_create and of the _v2 layer constructors.  On error *out
+ * is unchanged; on success it is freed with tfm_module_free.  Since 1.2. */
+TFM_API tfm_status tfm_encoder_create_v2(const tfm_layer_config *config,
+                                         int64_t n_layers, int final_norm,
+                                         const tfm_layer_options *options,
+                                         tfm_module **out);
+TFM_API tfm_status tfm_decoder_create_v2(const tfm_layer_config *config,
+                                         int64_t n_layers, int final_norm,
+                                         const tfm_layer_options *options,
+                                         tfm_module **out);
+
 /* Same shapes, masks and errors as the single-layer forward functions;
  * every layer gets the same masks. */
 TFM_API tfm_status tfm_encoder_forward(const tfm_module *encoder,
@@ -288,6 +381,20 @@ TFM_API tfm_status tfm_transformer_create(const tfm_layer_config *config,
                                           int64_t n_encoder_layers,
                                           int64_t n_decoder_layers,
                                           tfm_module **out);
+
+/* nn.Transformer (as tfm_transformer_create) with options (NULL = the
+ * defaults).  options->bias 0 is PyTorch 2.x's nn.Transformer(bias=False):
+ * both stacks as tfm_encoder_create_v2 / tfm_decoder_create_v2 with bias
+ * 0, the final norms included; no "*.bias" parameter.  Errors: those of
+ * tfm_transformer_create; TFM_ERR_UNSUPPORTED for options->attention not
+ * NULL; TFM_ERR_INVALID_ARGUMENT for a struct_size too small.  On error
+ * *out is unchanged; on success it is freed with tfm_module_free.
+ * Since 1.2. */
+TFM_API tfm_status tfm_transformer_create_v2(const tfm_layer_config *config,
+                                             int64_t n_encoder_layers,
+                                             int64_t n_decoder_layers,
+                                             const tfm_layer_options *options,
+                                             tfm_module **out);
 
 /* src [B, S, d_model], tgt [B, L, d_model] -> out [B, L, d_model].
  * src_masks: encoder self-attention (key_padding_mask [B, S], attn_mask
