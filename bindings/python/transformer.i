@@ -385,6 +385,15 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
     }
     ~tfm_mha_options() { free($self); }
 }
+%extend tfm_layer_options {
+    tfm_layer_options() {
+        tfm_layer_options *o = calloc(1, sizeof *o);
+        if (o)
+            tfm_layer_options_init(o);
+        return o;
+    }
+    ~tfm_layer_options() { free($self); }
+}
 %extend tfm_model_options {
     tfm_model_options() {
         tfm_model_options *o = calloc(1, sizeof *o);

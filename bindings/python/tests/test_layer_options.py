@@ -1,10 +1,19 @@
-"""Constructor options of the layers against torch.nn (float64 references,
-relative error <= 1e-5): activation="silu" (and F.silu, nn.SiLU()), and
+"""Constructor options of the layers against torch.nn (float64 references):
+activation="silu" (and F.silu, nn.SiLU()), relative error <= 1e-5, and
 bias=False on TransformerEncoderLayer, TransformerDecoderLayer and
-Transformer.  PyTorch 1.13 has no bias argument on the layers; its
-bias=False (torch >= 2.1) removes every bias, including the LayerNorms',
-which is the same computation as a 1.13 layer whose biases are all zero,
-so the reference is that."""
+Transformer, relative error <= 1e-6.
+
+PyTorch 1.13 has no bias argument on the layers.  Torch 2.x's bias=False
+builds every part without its bias: nn.Linear(bias=False) and the
+attention's in_proj_bias / out_proj.bias registered as None, and
+nn.LayerNorm(bias=False), whose bias is None too.  The reference here is
+that module built by hand: a 1.13 layer whose bias parameters are
+re-registered as None (drop_biases below).  Its forward then runs the same
+torch ops with no bias (F.linear(x, w, None), F.layer_norm(x, shape, w,
+None), F.multi_head_attention_forward with in_proj_bias None), its
+state_dict has 2.x's keys (no "*.bias"), and from_torch sees `bias is
+None` as it would on a 2.x module.  The reference runs in training mode
+with dropout 0 (ref64), as 1.13's eval fast path needs the biases."""
 
 import numpy as np
 import pytest
@@ -18,16 +27,21 @@ from conftest import assert_close, rand, randomize, ref64, t64
 B, L, S, D, H, FF = 2, 5, 6, 16, 4, 32
 
 
-def zero_biases(module):
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if name.endswith("bias"):
-                p.zero_()
+def drop_biases(module):
+    """The torch module without its biases (see the top): every bias
+    parameter of every sub-module becomes None, as torch 2.x's
+    bias=False builds it."""
+    for mod in module.modules():
+        for name in ("bias", "in_proj_bias"):
+            if isinstance(getattr(mod, name, None), nn.Parameter):
+                mod.register_parameter(name, None)
     return module
 
 
-def without_biases(state_dict):
-    return {k: v for k, v in state_dict.items() if not k.endswith("bias")}
+def no_bias_keys(module):
+    keys = list(module.state_dict())
+    assert keys and not [k for k in keys if "bias" in k]
+    return keys
 
 
 @pytest.mark.parametrize("activation", ["silu", F.silu, nn.SiLU()],
@@ -86,56 +100,113 @@ def test_silu_in_the_feed_forward(scale):
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_without_bias(norm_first, rng):
-    tm = zero_biases(randomize(nn.TransformerEncoderLayer(
+    tm = drop_biases(randomize(nn.TransformerEncoderLayer(
         D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first)))
     ours = transformer.TransformerEncoderLayer(
         D, H, FF, batch_first=True, norm_first=norm_first, bias=False)
-    assert list(ours.state_dict()) == list(without_biases(tm.state_dict()))
-    assert ours.num_parameters() == sum(
-        p.numel() for n, p in tm.named_parameters() if not n.endswith("bias"))
-    ours.load_state_dict(without_biases(tm.state_dict()))
+    assert list(ours.state_dict()) == no_bias_keys(tm)
+    assert ours.num_parameters() == sum(p.numel() for p in tm.parameters())
+    ours.load_state_dict(tm.state_dict())
     x = rand(rng, B, L, D)
     kpm = np.zeros((B, L), bool)
     kpm[1, -2:] = True
     assert_close(ours(x, src_key_padding_mask=kpm, is_causal=True),
                  ref64(tm)(t64(x), src_mask=t64(np.triu(
                      np.full((L, L), -np.inf), 1)),
-                     src_key_padding_mask=t64(kpm)))
+                     src_key_padding_mask=t64(kpm)), 1e-6)
     # a state dict with biases is refused, as torch's bias=False layer would
+    with_bias = randomize(nn.TransformerEncoderLayer(D, H, FF,
+                                                     batch_first=True))
     with pytest.raises(KeyError):
-        ours.load_state_dict(tm.state_dict())
+        ours.load_state_dict(with_bias.state_dict())
     # views: the attention, linear and norm parts have no bias either
-    assert "in_proj_bias" not in ours.self_attn.state_dict()
+    assert list(ours.self_attn.state_dict()) == ["in_proj_weight",
+                                                 "out_proj.weight"]
     assert list(ours.linear1.state_dict()) == ["weight"]
     assert list(ours.norm1.state_dict()) == ["weight"]
-    # reset_parameters keeps the hidden biases at zero
+    # reset_parameters draws the weights and still has no bias
     ours.reset_parameters(seed=1)
-    ours2 = transformer.TransformerEncoderLayer(D, H, FF, batch_first=True,
-                                                norm_first=norm_first)
-    ours2.load_state_dict({**{k: np.zeros(v.shape) for k, v in
-                              ours2.state_dict().items()},
-                           **ours.state_dict()})
-    assert_close(ours(x), ours2(x).astype(np.float64))
+    assert list(ours.state_dict()) == no_bias_keys(tm)
+    tm.load_state_dict({k: torch.from_numpy(v)
+                        for k, v in ours.state_dict().items()})
+    assert_close(ours(x), ref64(tm)(t64(x)), 1e-6)
+
+
+def test_from_torch_without_bias(rng):
+    """from_torch of a bias-free torch module (as torch 2.x's bias=False
+    builds it) gives a bias=False module with its weights."""
+    tm = drop_biases(randomize(nn.TransformerEncoderLayer(
+        D, H, FF, dropout=0.0, batch_first=True, activation=F.silu)))
+    ours = transformer.TransformerEncoderLayer.from_torch(tm)
+    assert ours.bias is False and ours.activation == "silu"
+    x = rand(rng, B, L, D)
+    assert_close(ours(x), ref64(tm)(t64(x)), 1e-6)
+    tt = drop_biases(randomize(nn.Transformer(D, H, 1, 2, FF, dropout=0.0,
+                                              batch_first=True)))
+    ot = transformer.Transformer.from_torch(tt)
+    assert list(ot.state_dict()) == no_bias_keys(tt)
+    mem = rand(rng, B, S, D)
+    assert_close(ot(mem, x), ref64(tt)(t64(mem), t64(x)), 1e-6)
+    tn = drop_biases(randomize(nn.LayerNorm(D)))
+    on = transformer.LayerNorm.from_torch(tn)
+    assert list(on.state_dict()) == ["weight"]
+    assert_close(on(x), ref64(tn)(t64(x)), 1e-6)
 
 
 def test_decoder_layer_and_transformer_without_bias(rng):
-    tm = zero_biases(randomize(nn.TransformerDecoderLayer(
-        D, H, FF, dropout=0.0, batch_first=True)))
-    ours = transformer.TransformerDecoderLayer(D, H, FF, batch_first=True,
-                                               bias=False)
-    assert list(ours.state_dict()) == list(without_biases(tm.state_dict()))
-    ours.load_state_dict(without_biases(tm.state_dict()))
+    tm = drop_biases(randomize(nn.TransformerDecoderLayer(
+        D, H, FF, dropout=0.0, batch_first=True, activation="gelu",
+        norm_first=True)))
+    ours = transformer.TransformerDecoderLayer(
+        D, H, FF, batch_first=True, activation="gelu", norm_first=True,
+        bias=False)
+    assert list(ours.state_dict()) == no_bias_keys(tm)
+    ours.load_state_dict(tm.state_dict())
     x, mem = rand(rng, B, L, D), rand(rng, B, S, D)
-    assert_close(ours(x, mem), ref64(tm)(t64(x), t64(mem)))
+    mpad = np.zeros((B, S), bool)
+    mpad[0, -1] = True
+    assert_close(ours(x, mem, tgt_is_causal=True,
+                      memory_key_padding_mask=mpad),
+                 ref64(tm)(t64(x), t64(mem), tgt_mask=t64(np.triu(
+                     np.full((L, L), -np.inf), 1)),
+                     memory_key_padding_mask=t64(mpad)), 1e-6)
+    assert list(ours.multihead_attn.state_dict()) == ["in_proj_weight",
+                                                      "out_proj.weight"]
 
-    tt = zero_biases(randomize(nn.Transformer(D, H, 2, 1, FF, dropout=0.0,
+    tt = drop_biases(randomize(nn.Transformer(D, H, 2, 1, FF, dropout=0.0,
                                               batch_first=True)))
     ot = transformer.Transformer(D, H, 2, 1, FF, batch_first=True,
                                  bias=False)
-    assert list(ot.state_dict()) == list(without_biases(tt.state_dict()))
-    ot.load_state_dict(without_biases(tt.state_dict()))
-    assert_close(ot(mem, x), ref64(tt)(t64(mem), t64(x)))
-    # a stack of bias=False layers has none either
+    assert list(ot.state_dict()) == no_bias_keys(tt)
+    assert ot.num_parameters() == sum(p.numel() for p in tt.parameters())
+    ot.load_state_dict(tt.state_dict())
+    assert_close(ot(mem, x), ref64(tt)(t64(mem), t64(x)), 1e-6)
+    # the encoder / decoder views and their final norms
+    assert list(ot.encoder.norm.state_dict()) == ["weight"]
+    assert_close(ot.encoder(mem), ref64(tt).encoder(t64(mem)), 1e-6)
+
+    # stacks of bias=False layers have none either, final norm included
     enc = transformer.TransformerEncoder(
-        transformer.TransformerEncoderLayer(D, H, FF, bias=False), 2)
-    assert not [k for k in enc.state_dict() if k.endswith("bias")]
+        transformer.TransformerEncoderLayer(D, H, FF, bias=False,
+                                            batch_first=True), 2,
+        norm=transformer.LayerNorm(D, bias=False))
+    te = nn.TransformerEncoder(drop_biases(randomize(
+        nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True))),
+        2, norm=drop_biases(randomize(nn.LayerNorm(D))))
+    assert list(enc.state_dict()) == no_bias_keys(te)
+    enc.load_state_dict(te.state_dict())
+    assert_close(enc(mem), ref64(te)(t64(mem)), 1e-6)
+    dec = transformer.TransformerDecoder(
+        transformer.TransformerDecoderLayer(D, H, FF, bias=False), 2)
+    assert not [k for k in dec.state_dict() if "bias" in k]
+
+
+def test_encoder_layer_without_bias_keeps_its_variant():
+    """bias=False with an attention variant (tfm_layer_options.attention):
+    multi-query self-attention, in_proj_weight [D + 2 * D / H, D]."""
+    ours = transformer.TransformerEncoderLayer(D, H, FF, bias=False,
+                                               n_kv_heads=1)
+    assert ours.attention_config["n_kv_heads"] == 1
+    shapes = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
+    assert shapes["self_attn.in_proj_weight"] == (D + 2 * (D // H), D)
+    assert not [k for k in shapes if "bias" in k]

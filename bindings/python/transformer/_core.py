@@ -753,16 +753,6 @@ class Module(ModuleTree, HandleOwner):
         seeded with it (reproducible on its own).  Returns self."""
         from ._init import reset_module
         reset_module(self, seed)
-        # hidden biases (bias=False) stay zero
-        for _, mod in self._components():
-            with mod._use() as ptr:
-                for i in range(_ll.tfm_module_parameter_count(ptr)):
-                    name = _ll.tfm_module_parameter_name(ptr, i)
-                    shape = tuple(_ll.tfm_module_parameter_shape(ptr, name))
-                    if (name.endswith("bias") and
-                            mod._exposed(name, shape) is None):
-                        _ll.tfm_module_set_parameter(
-                            ptr, name, np.zeros(shape, np.float32))
         self._after_reset()
         return self
 

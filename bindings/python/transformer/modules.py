@@ -65,11 +65,16 @@ def _layer_config(d_model, nhead, dim_feedforward, activation,
     return cfg
 
 
-def _hidden_bias(module, c_name):
-    """bias=False on a layer, or on a view of a layer's part: the C module
-    keeps its bias parameters, held at zero (as torch's bias=False) and
-    left out of the state dict."""
-    return not module.__dict__.get("bias", True) and c_name.endswith("bias")
+def _layer_options(bias, variant=None):
+    """tfm_layer_options (layers.h) for the _v2 constructors: bias=False
+    makes C layers without any bias parameter, as torch 2.x's; variant: the
+    encoder's self-attention variant.  Returns the options and the variant's
+    config, which must live as long as the options are used."""
+    options = _ll.tfm_layer_options()
+    options.bias = int(bool(bias))
+    config = to_config(variant) if variant else None
+    options.attention = config
+    return options, config
 
 
 class _HasLayerConfig:
@@ -195,10 +200,6 @@ class MultiheadAttention(HasAttentionVariant, Module):
         return _ll.tfm_mha_create(self.embed_dim, self.num_heads, self.kdim,
                                   self.vdim, int(self.bias))
 
-
-    def _exposed(self, c_name, c_shape):
-        # a bias=False view of a layer's attention: its zero biases hidden
-        return None if _hidden_bias(self, c_name) else (c_name, c_shape)
     def forward(self, query, key, value, key_padding_mask=None,
                 need_weights=True, attn_mask=None, average_attn_weights=True,
                 is_causal=False, static_k=None, static_v=None):
@@ -462,12 +463,6 @@ class Linear(Module):
         return _ll.tfm_linear_create(self.in_features, self.out_features,
                                      int(self._has_bias))
 
-
-    def _exposed(self, c_name, c_shape):
-        # a bias=False view of a layer's linear1 / linear2
-        if c_name == "bias" and not self._has_bias:
-            return None
-        return c_name, c_shape
     def forward(self, input):
         """input ``[*, in_features]`` -> ``[*, out_features]``."""
         x = as_float32(input, "input")
@@ -515,8 +510,7 @@ def _linear_view(parent, path):
         out_f, in_f = _ll.tfm_module_parameter_shape(child, "weight")
         names = [_ll.tfm_module_parameter_name(child, i) for i in
                  range(_ll.tfm_module_parameter_count(child))]
-    bias = "bias" in names and parent.__dict__.get("bias", True)
-    return make_view(Linear, parent, path, in_f, out_f, bias=bias)
+    return make_view(Linear, parent, path, in_f, out_f, bias="bias" in names)
 
 
 def _norm_view(parent, path, d_model, eps):
@@ -591,10 +585,14 @@ class LayerNorm(Module):
         self._adopt(self._create())
 
     def _create(self):
-        return _ll.tfm_layer_norm_create(self._size, self.eps)
+        # without elementwise_affine the C weight (ones) stays hidden; with
+        # bias=False the C LayerNorm has no bias (tfm_layer_norm_create_v2)
+        if self.bias and self.elementwise_affine:
+            return _ll.tfm_layer_norm_create(self._size, self.eps)
+        return _ll.tfm_layer_norm_create_v2(self._size, self.eps, 0)
 
     def _exposed(self, c_name, c_shape):
-        if not self.elementwise_affine or (c_name == "bias" and not self.bias):
+        if not self.elementwise_affine:
             return None
         return c_name, self.normalized_shape
 
@@ -664,11 +662,6 @@ class _LayerBase(_HasLayerConfig, Module):
         self.norm_first = bool(norm_first)
         self.bias = bool(bias)
 
-    def _exposed(self, c_name, c_shape):
-        # bias=False: every bias (attention, linear, LayerNorm) is zero and
-        # hidden, as torch's layers without bias parameters
-        return None if _hidden_bias(self, c_name) else (c_name, c_shape)
-
     def _extra_repr(self):
         return (f"d_model={self.d_model}, nhead={self.nhead}, "
                 f"dim_feedforward={self.dim_feedforward}, "
@@ -700,8 +693,9 @@ class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
         batch_first: ``[N, L, E]`` (no copy) instead of ``[L, N, E]``.
         norm_first: pre-norm instead of post-norm.
         bias: False: no biases (attention, feed-forward, LayerNorm), as
-            torch 2.1's bias=False; the library holds them at zero, hidden
-            from the state dict.
+            torch 2.x's bias=False: the C layer has no bias parameter
+            (tfm_encoder_layer_create_v2) and the state dict no "*.bias"
+            key.
         **variant: (keywords, not in PyTorch) the self-attention's variant,
             as for MultiheadAttention and Attention (``score=``,
             ``n_kv_heads=``, ``rope=``, ``relative=``, ``sparsity=``, ...);
@@ -734,6 +728,9 @@ class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
         self._reset_new()
 
     def _create(self):
+        if not self.bias:
+            options, _config = _layer_options(False, self._variant)
+            return _ll.tfm_encoder_layer_create_v2(self._config, options)
         if self._variant:
             return _ll.tfm_encoder_layer_create_ex(self._config,
                                                    to_config(self._variant))
@@ -792,6 +789,9 @@ class TransformerDecoderLayer(_LayerBase):
         self._reset_new()
 
     def _create(self):
+        if not self.bias:
+            options, _ = _layer_options(False)
+            return _ll.tfm_decoder_layer_create_v2(self._config, options)
         return _ll.tfm_decoder_layer_create(self._config)
 
     def _child_specs(self):
@@ -882,11 +882,11 @@ class _StackBase(_HasLayerConfig, Module):
                                   for k, v in template.items()}, strict=False)
 
     def _create(self):
+        # the C final norm (a Transformer's encoder / decoder view) has no
+        # bias either with bias=False
+        options, _ = _layer_options(self.__dict__.get("bias", True))
         return self._create_stack(self._config, self.num_layers,
-                                  int(self._c_norm))
-
-    def _exposed(self, c_name, c_shape):
-        return None if _hidden_bias(self, c_name) else (c_name, c_shape)
+                                  int(self._c_norm), options)
 
     # _c_norm: the final norm is the C stack's own (a Transformer's
     # encoder / decoder view), its parameters in the C table.
@@ -953,7 +953,7 @@ class TransformerEncoder(_StackBase):
     """
 
     _layer_class = TransformerEncoderLayer
-    _create_stack = staticmethod(_ll.tfm_encoder_create)
+    _create_stack = staticmethod(_ll.tfm_encoder_create_v2)
 
     def __init__(self, encoder_layer, num_layers, norm=None,
                  enable_nested_tensor=True, mask_check=True):
@@ -984,7 +984,7 @@ class TransformerDecoder(_StackBase):
     """
 
     _layer_class = TransformerDecoderLayer
-    _create_stack = staticmethod(_ll.tfm_decoder_create)
+    _create_stack = staticmethod(_ll.tfm_decoder_create_v2)
 
     def __init__(self, decoder_layer, num_layers, norm=None):
         self._init_stack(decoder_layer, num_layers, norm)
@@ -1048,6 +1048,11 @@ class Transformer(_LayerBase):
         self._reset_new()
 
     def _create(self):
+        if not self.bias:
+            options, _ = _layer_options(False)
+            return _ll.tfm_transformer_create_v2(
+                self._config, self.num_encoder_layers,
+                self.num_decoder_layers, options)
         return _ll.tfm_transformer_create(self._config,
                                           self.num_encoder_layers,
                                           self.num_decoder_layers)
