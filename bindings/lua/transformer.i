@@ -469,6 +469,33 @@ static void tfml_read_attention_config(lua_State *L, int idx,
 #undef TFML_FLAG_FIELD
 }
 
+/* ---- tfm_layer_options as a table: { bias = false, attention = {...} } ---- */
+static const char *const tfml_layer_options_keys[] = { "bias", "attention",
+                                                       NULL };
+
+/* *o from the table at idx; a variant table is read into *attention,
+ * which o->attention then points to. */
+static void tfml_read_layer_options(lua_State *L, int idx,
+                                    tfm_layer_options *o,
+                                    tfm_attention_config *attention)
+{
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx))
+        luaL_error(L, "layer options must be a table, got %s",
+                   luaL_typename(L, idx));
+    tfml_check_keys(L, idx, tfml_layer_options_keys, "layer options");
+    tfm_layer_options_init(o);
+    if (tfml_field(L, idx, "bias")) {
+        o->bias = tfml_toflag(L, -1, "bias");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "attention")) {
+        tfml_read_attention_config(L, -1, attention, "attention");
+        o->attention = attention;
+        lua_pop(L, 1);
+    }
+}
+
 static void tfml_push_attention_config(lua_State *L,
                                        const tfm_attention_config *c)
 {
@@ -1675,6 +1702,17 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %typemap(argout) const tfm_attention_config *,
                  const tfm_attention_config *config ""
 
+/* Layer options (layers.h): a table, nil meaning the defaults. */
+%typemap(in) const tfm_layer_options *
+    (tfm_layer_options tmp, tfm_attention_config atmp) %{
+  if (lua_isnoneornil(L, $input)) {
+    $1 = NULL;
+  } else {
+    tfml_read_layer_options(L, $input, &tmp, &atmp);
+    $1 = &tmp;
+  }
+%}
+
 %typemap(in) const tfm_model_options * (tfm_model_options tmp) %{
   if (lua_isnoneornil(L, $input)) {
     $1 = NULL;
@@ -1748,6 +1786,8 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %ignore tfm_sampling;
 %ignore tfm_attention_config;
 %ignore tfm_model_options;
+%ignore tfm_layer_options;
+%ignore tfm_layer_options_init;
 /* tfm_enum_from_name: option strings are accepted wherever an enum is. */
 %ignore tfm_enum_from_name;
 /* Compile-time helpers. */

@@ -1130,7 +1130,7 @@ M.LayerNorm = LayerNorm
 
 --- LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=true,
 --  bias=true): over the last axis (normalized_shape is a number or {d}).
---  Parameters: weight [d], bias [d].
+--  Parameters: weight [d], bias [d] (none with bias=false).
 local function new_layer_norm(...)
   local a = parse_args("LayerNorm", { "normalized_shape", "eps", "elementwise_affine", "bias" },
     { eps = 1e-5, elementwise_affine = true, bias = true }, { "normalized_shape" }, ...)
@@ -1143,13 +1143,10 @@ local function new_layer_norm(...)
   local eps = check_number("eps", a.eps)
   local affine = check_bool("elementwise_affine", a.elementwise_affine)
   local bias = check_bool("bias", a.bias)
-  local h = core.tfm_layer_norm_create(d, eps)
+  -- bias=false (or no affine parameters): a C LayerNorm without bias
+  local h = core.tfm_layer_norm_create_v2(d, eps, bias and affine)
   local hidden
-  if not affine then
-    hidden = { weight = true, bias = true }
-  elseif not bias then
-    hidden = { bias = true }
-  end
+  if not affine then hidden = { weight = true } end
   return new_object(LayerNorm, h, {
     normalized_shape = { d }, eps = eps, elementwise_affine = affine, _hidden = hidden,
     _repr = fmt("%d, eps=%g, elementwise_affine=%s", d, eps, tostring(affine)),
@@ -1176,17 +1173,19 @@ local LAYER_DEFAULTS = { dim_feedforward = 2048, dropout = 0.1, activation = "re
                          layer_norm_eps = 1e-5, batch_first = true, norm_first = false,
                          bias = true }
 
+-- The layer configuration table of the arguments, and their bias flag
+-- (false: PyTorch 2.x's bias=False, layers without any bias).
 local function layer_config(what, a)
   local d = check_int("d_model", a.d_model, 1)
   local nhead = check_int("nhead", a.nhead, 1)
   check_number("dropout", a.dropout)
-  if not check_bool("bias", a.bias) then fail("%s: bias=false is not supported", what) end
+  local bias = check_bool("bias", a.bias)
   return {
     d_model = d, n_heads = nhead, d_ff = check_int("dim_feedforward", a.dim_feedforward, 1),
     activation = check_activation(a.activation),
     layer_norm_eps = check_number("layer_norm_eps", a.layer_norm_eps),
     norm_first = check_bool("norm_first", a.norm_first),
-  }
+  }, bias
 end
 
 local function layer_repr(c)
@@ -1199,8 +1198,10 @@ M.TransformerEncoderLayer = TransformerEncoderLayer
 
 --- TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048,
 --  dropout=0.1, activation="relu", layer_norm_eps=1e-5, batch_first=true,
---  norm_first=false, {variant...}): self-attention and feed-forward, each
---  with residual and LayerNorm (post-norm, or pre-norm with norm_first).
+--  norm_first=false, bias=true, {variant...}): self-attention and
+--  feed-forward, each with residual and LayerNorm (post-norm, or pre-norm
+--  with norm_first).  bias=false: PyTorch 2.x's bias=False, no bias in the
+--  attention, the linears or the norms (no "*.bias" parameter).
 --  Activations: "relu", "gelu" (exact), "gelu_tanh", "silu".  The attention
 --  variant fields of Attention (score, n_kv_heads, rope, relative,
 --  sparsity, ...) set the self-attention's variant (parameters
@@ -1209,16 +1210,18 @@ local ENC_LAYER_ARGS = with_variant_args(LAYER_ARGS)
 local function new_encoder_layer(...)
   local a = parse_args("TransformerEncoderLayer", ENC_LAYER_ARGS, LAYER_DEFAULTS,
                        { "d_model", "nhead" }, ...)
-  local c = layer_config("TransformerEncoderLayer", a)
+  local c, bias = layer_config("TransformerEncoderLayer", a)
   local variant = variant_of(a)
   local h
-  if variant then
+  if not bias then
+    h = core.tfm_encoder_layer_create_v2(c, { bias = false, attention = variant })
+  elseif variant then
     h = core.tfm_encoder_layer_create_ex(c, variant)
   else
     h = core.tfm_encoder_layer_create(c)
   end
   return new_object(TransformerEncoderLayer, h, {
-    config = c, batch_first = check_bool("batch_first", a.batch_first), variant = variant,
+    config = c, bias = bias, batch_first = check_bool("batch_first", a.batch_first), variant = variant,
     _repr = layer_repr(c) .. variant_repr(variant) }):reset_parameters()
 end
 constructor(TransformerEncoderLayer, new_encoder_layer)
@@ -1253,15 +1256,15 @@ M.TransformerDecoderLayer = TransformerDecoderLayer
 
 --- TransformerDecoderLayer(d_model, nhead, dim_feedforward=2048,
 --  dropout=0.1, activation="relu", layer_norm_eps=1e-5, batch_first=true,
---  norm_first=false): self-attention, cross-attention over the memory,
---  feed-forward.
+--  norm_first=false, bias=true): self-attention, cross-attention over the
+--  memory, feed-forward; bias=false as TransformerEncoderLayer.
 local function new_decoder_layer(...)
   local a = parse_args("TransformerDecoderLayer", LAYER_ARGS, LAYER_DEFAULTS,
                        { "d_model", "nhead" }, ...)
-  local c = layer_config("TransformerDecoderLayer", a)
-  local h = core.tfm_decoder_layer_create(c)
+  local c, bias = layer_config("TransformerDecoderLayer", a)
+  local h = core.tfm_decoder_layer_create_v2(c, { bias = bias })
   return new_object(TransformerDecoderLayer, h, {
-    config = c, batch_first = check_bool("batch_first", a.batch_first),
+    config = c, bias = bias, batch_first = check_bool("batch_first", a.batch_first),
     _repr = layer_repr(c) }):reset_parameters()
 end
 constructor(TransformerDecoderLayer, new_decoder_layer)
@@ -1316,7 +1319,7 @@ local function copy_parameters(dst_h, prefix, src)
   end
 end
 
-local function check_final_norm(norm, c)
+local function check_final_norm(norm, c, bias)
   if norm == nil then return false end
   if getmetatable(norm) ~= LayerNorm then fail("norm must be a LayerNorm or nil") end
   handle(norm)
@@ -1327,6 +1330,14 @@ local function check_final_norm(norm, c)
     fail("the final norm's eps (%g) must equal the layers' layer_norm_eps (%g)",
          norm.eps, c.layer_norm_eps)
   end
+  if not bias then
+    for _, name in ipairs(norm:parameter_names()) do
+      if name == "bias" then
+        fail("the final norm has a bias, the bias=false layers' stack has none: "
+             .. "use LayerNorm(d, {bias = false})")
+      end
+    end
+  end
   return true
 end
 
@@ -1335,13 +1346,15 @@ end
 -- LayerNorm: the body of TransformerEncoder() and TransformerDecoder().
 local function new_stack(cls, create, layer, a)
   local n = check_int("num_layers", a.num_layers, 1)
-  local c = layer.config
-  local has_norm = check_final_norm(a.norm, c)
-  local h = create(c, n, has_norm)
+  local c, bias = layer.config, layer.bias ~= false
+  local has_norm = check_final_norm(a.norm, c, bias)
+  -- bias=false layers: the stack's layers and final norm have no bias (a
+  -- final norm with bias=false in a stack with biases keeps a zero bias)
+  local h = create(c, n, has_norm, { bias = bias })
   for i = 0, n - 1 do copy_parameters(h, "layers." .. i .. ".", layer) end
   if has_norm then copy_parameters(h, "norm.", a.norm) end
   return new_object(cls, h, {
-    config = c, num_layers = n, batch_first = layer.batch_first,
+    config = c, bias = bias, num_layers = n, batch_first = layer.batch_first,
     _repr = fmt("num_layers=%d, %s, norm=%s", n, layer_repr(c), tostring(has_norm)) })
 end
 
@@ -1351,7 +1364,8 @@ M.TransformerEncoder = TransformerEncoder
 --- TransformerEncoder(encoder_layer, num_layers, norm=nil): num_layers
 --  copies of encoder_layer (a TransformerEncoderLayer, whose current
 --  weights every copy gets, as PyTorch's deep copies), then the optional
---  final LayerNorm (its weights are copied too).  Parameters
+--  final LayerNorm (its weights are copied too; a template with
+--  bias=false needs a LayerNorm with bias=false).  Parameters
 --  "layers.<i>.<layer name>" and "norm.weight", "norm.bias".
 local function new_encoder(...)
   local a = parse_args("TransformerEncoder",
@@ -1366,7 +1380,7 @@ local function new_encoder(...)
     fail("TransformerEncoder: the template layer has an attention variant, which the stacks "
          .. "do not take; use Model with an attention config")
   end
-  return new_stack(TransformerEncoder, core.tfm_encoder_create, layer, a)
+  return new_stack(TransformerEncoder, core.tfm_encoder_create_v2, layer, a)
 end
 constructor(TransformerEncoder, new_encoder)
 
@@ -1392,7 +1406,7 @@ local function new_decoder(...)
     fail("decoder_layer must be a TransformerDecoderLayer")
   end
   handle(layer)
-  return new_stack(TransformerDecoder, core.tfm_decoder_create, layer, a)
+  return new_stack(TransformerDecoder, core.tfm_decoder_create_v2, layer, a)
 end
 constructor(TransformerDecoder, new_decoder)
 
@@ -1409,8 +1423,9 @@ M.Transformer = Transformer
 --- Transformer(d_model=512, nhead=8, num_encoder_layers=6,
 --  num_decoder_layers=6, dim_feedforward=2048, dropout=0.1,
 --  activation="relu", custom_encoder=nil, custom_decoder=nil,
---  layer_norm_eps=1e-5, batch_first=true, norm_first=false): PyTorch's
---  nn.Transformer (both stacks end with a LayerNorm).  Parameters
+--  layer_norm_eps=1e-5, batch_first=true, norm_first=false, bias=true):
+--  PyTorch's nn.Transformer (both stacks end with a LayerNorm; bias=false:
+--  no bias anywhere, the final norms included).  Parameters
 --  "encoder.layers.<i>.*", "encoder.norm.*", "decoder.layers.<i>.*",
 --  "decoder.norm.*".
 local function new_transformer(...)
@@ -1424,12 +1439,12 @@ local function new_transformer(...)
   if a.custom_encoder ~= nil or a.custom_decoder ~= nil then
     fail("Transformer: custom_encoder and custom_decoder are not supported")
   end
-  local c = layer_config("Transformer", a)
+  local c, bias = layer_config("Transformer", a)
   local ne = check_int("num_encoder_layers", a.num_encoder_layers, 1)
   local nd = check_int("num_decoder_layers", a.num_decoder_layers, 1)
-  local h = core.tfm_transformer_create(c, ne, nd)
+  local h = core.tfm_transformer_create_v2(c, ne, nd, { bias = bias })
   return new_object(Transformer, h, {
-    config = c, d_model = c.d_model, nhead = c.n_heads, num_encoder_layers = ne,
+    config = c, bias = bias, d_model = c.d_model, nhead = c.n_heads, num_encoder_layers = ne,
     num_decoder_layers = nd, batch_first = check_bool("batch_first", a.batch_first),
     _repr = fmt("num_encoder_layers=%d, num_decoder_layers=%d, %s", ne, nd, layer_repr(c)) }
   ):reset_parameters()
@@ -1527,6 +1542,14 @@ function Linear:forward(x)
   return tensor_table(out)
 end
 
+-- Whether the C module ch has a parameter called name.
+local function has_parameter(ch, name)
+  for i = 0, core.tfm_module_parameter_count(ch) - 1 do
+    if core.tfm_module_parameter_name(ch, i) == name then return true end
+  end
+  return false
+end
+
 -- The Lua object for sub-module `name` of `parent` (handle ch): its class
 -- from the C kind, its fields from the parent's configuration.
 local function child_object(parent, name, ch)
@@ -1536,10 +1559,7 @@ local function child_object(parent, name, ch)
   local cls
   if kind == core.TFM_MODULE_LINEAR then
     local shape = core.tfm_module_parameter_shape(ch, "weight")
-    local bias = false
-    for i = 0, core.tfm_module_parameter_count(ch) - 1 do
-      if core.tfm_module_parameter_name(ch, i) == "bias" then bias = true end
-    end
+    local bias = has_parameter(ch, "bias")
     cls = Linear
     fields.in_features, fields.out_features, fields.bias = shape[2], shape[1], bias
     fields._repr = fmt("in_features=%d, out_features=%d, bias=%s", shape[2], shape[1],
@@ -1547,20 +1567,23 @@ local function child_object(parent, name, ch)
   elseif kind == core.TFM_MODULE_LAYER_NORM then
     local d = core.tfm_module_parameter_shape(ch, "weight")[1]
     cls = LayerNorm
+    fields.bias = has_parameter(ch, "bias")
     fields.normalized_shape, fields.eps, fields.elementwise_affine = { d }, c.layer_norm_eps, true
     fields._repr = fmt("%d, eps=%g, elementwise_affine=true", d, c.layer_norm_eps)
   elseif kind == core.TFM_MODULE_MHA then
     local E, H = c.d_model, c.n_heads
     cls = MultiheadAttention
     fields.embed_dim, fields.num_heads, fields.head_dim = E, H, E // H
-    fields.kdim, fields.vdim, fields.bias = E, E, true
+    fields.kdim, fields.vdim = E, E
+    fields.bias = has_parameter(ch, "in_proj_bias")
     fields.batch_first, fields.variant = parent.batch_first, rawget(parent, "variant")
-    fields._repr = fmt("embed_dim=%d, num_heads=%d, bias=true%s", E, H,
-                       variant_repr(fields.variant))
+    fields._repr = fmt("embed_dim=%d, num_heads=%d, bias=%s%s", E, H,
+                       tostring(fields.bias), variant_repr(fields.variant))
   elseif kind == core.TFM_MODULE_ENCODER_LAYER or kind == core.TFM_MODULE_DECODER_LAYER then
     cls = kind == core.TFM_MODULE_ENCODER_LAYER and TransformerEncoderLayer
           or TransformerDecoderLayer
     fields.config, fields.batch_first, fields._repr = c, parent.batch_first, layer_repr(c)
+    fields.bias = rawget(parent, "bias") ~= false
   elseif kind == core.TFM_MODULE_ENCODER or kind == core.TFM_MODULE_DECODER then
     cls = kind == core.TFM_MODULE_ENCODER and TransformerEncoder or TransformerDecoder
     local n = 0
@@ -1568,6 +1591,7 @@ local function child_object(parent, name, ch)
       if core.tfm_module_child_name(ch, i):match("^layers%.") then n = n + 1 end
     end
     fields.config, fields.num_layers, fields.batch_first = c, n, parent.batch_first
+    fields.bias = rawget(parent, "bias") ~= false
     fields._repr = fmt("num_layers=%d, %s, norm=true", n, layer_repr(c))
   else
     fail("%s: sub-module %s has no Lua class (kind %d)", parent._class_name, name, kind)

@@ -1246,6 +1246,79 @@ test("activation = \"silu\": x * sigmoid(x) in the feed-forward", function()
          "silu", true)
 end)
 
+-- PyTorch 2.x's bias=False: every part without its bias (torch 1.13 has
+-- no such argument; 2.x's state_dict is 1.13's without the "*.bias" keys,
+-- and a missing bias adds nothing).
+local function sorted_keys(t)
+  local k = {}
+  for name in pairs(t) do k[#k + 1] = name end
+  table.sort(k)
+  return table.concat(k, " ")
+end
+
+test("bias = false: layers, stacks and Transformer without any bias", function()
+  -- pre-norm, d_model 2, one head, d_ff 2, bias = false: all attention
+  -- weights 0 (its output is x W_o^T = 0 with no bias), identity linears,
+  -- norm2 weight 1 (no bias): out = x + relu(norm(x)); x = {1, 3}: norm(x)
+  -- = {-1, 1} / sqrt(1 + 1e-5) = {-t, t}, out = {1, 3 + t}
+  local lay = T.TransformerEncoderLayer{ d_model = 2, nhead = 1, dim_feedforward = 2,
+                                         norm_first = true, bias = false }
+  equal(lay.bias, false, "bias field")
+  local sd = lay:state_dict()
+  equal(sorted_keys(sd), "linear1.weight linear2.weight norm1.weight norm2.weight "
+        .. "self_attn.in_proj_weight self_attn.out_proj.weight", "torch 2.x's keys")
+  equal(lay:num_parameters(), 12 + 4 + 4 + 4 + 2 + 2, "num_parameters")
+  for name, t in pairs(sd) do
+    local f, shape = core.tensor_to_flat((core.tensor_from_table(t)))
+    for i = 1, #f do f[i] = 0 end
+    if name == "linear1.weight" or name == "linear2.weight" then f[1], f[4] = 1, 1 end
+    if name == "norm2.weight" then f[1], f[2] = 1, 1 end
+    sd[name] = core.tensor_to_table((core.tensor_from_table(f, shape)))
+  end
+  lay:load_state_dict(sd)
+  local t = 1 / math.sqrt(1 + 1e-5)
+  close(lay:forward({ { { 1, 3 } } })[1][1], { 1, 3 + t }, "hand value", 1e-6)
+  -- a state dict with biases is refused
+  sd["linear1.bias"] = { 0, 0 }
+  raises(function() lay:load_state_dict(sd) end, "linear1.bias", true)
+  -- sub-modules: no bias either
+  equal(lay:child("self_attn").bias, false, "self_attn.bias")
+  equal(sorted_keys(lay:child("linear1"):state_dict()), "weight", "linear1")
+  equal(sorted_keys(lay:child("norm2"):state_dict()), "weight", "norm2")
+
+  -- LayerNorm{bias = false}: x = {1, 3}, weight {2, -3} -> {-2, -3} t
+  local n = T.LayerNorm(2, { bias = false })
+  equal(sorted_keys(n:state_dict()), "weight", "LayerNorm keys")
+  n:load_state_dict({ weight = { 2, -3 } })
+  close(n:forward({ 1, 3 }), { -2 * t, -3 * t }, "LayerNorm without bias", 1e-6)
+
+  local dec = T.TransformerDecoderLayer{ d_model = 4, nhead = 2, dim_feedforward = 8,
+                                         bias = false }
+  equal(sorted_keys(dec:state_dict()), "linear1.weight linear2.weight "
+        .. "multihead_attn.in_proj_weight multihead_attn.out_proj.weight norm1.weight "
+        .. "norm2.weight norm3.weight self_attn.in_proj_weight self_attn.out_proj.weight",
+        "decoder layer keys")
+  -- two hand layers, then a final norm (weight 1, no bias): a row of two
+  -- values normalises to {-1, 1} up to eps
+  local enc = T.TransformerEncoder(lay, 2, T.LayerNorm(2, { bias = false }))
+  close(enc:forward({ { { 1, 3 } } })[1][1], { -t, t }, "stack of the hand layer", 1e-5)
+  for name in pairs(enc:state_dict()) do
+    assert(not name:find("bias"), "encoder stack: " .. name)
+  end
+  raises(function() T.TransformerEncoder(lay, 1, T.LayerNorm(2)) end,
+         "the final norm has a bias", true)
+  local tr = T.Transformer{ d_model = 4, nhead = 2, num_encoder_layers = 1,
+                            num_decoder_layers = 1, dim_feedforward = 8, bias = false }
+  local n_keys = 0
+  for name in pairs(tr:state_dict()) do
+    assert(not name:find("bias"), "Transformer: " .. name)
+    n_keys = n_keys + 1
+  end
+  equal(n_keys, 6 + 1 + 9 + 1, "Transformer keys")
+  equal(tr:child("encoder.norm").bias, false, "encoder.norm")
+  equal(tr:child("decoder.layers.0").bias, false, "decoder.layers.0")
+end)
+
 test("set_num_threads / get_num_threads, as torch's", function()
   local before = T.get_num_threads()
   T.set_num_threads(3)
