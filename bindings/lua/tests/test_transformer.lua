@@ -1317,6 +1317,16 @@ test("bias = false: layers, stacks and Transformer without any bias", function()
   equal(n_keys, 6 + 1 + 9 + 1, "Transformer keys")
   equal(tr:child("encoder.norm").bias, false, "encoder.norm")
   equal(tr:child("decoder.layers.0").bias, false, "decoder.layers.0")
+  -- with a variant (tfm_layer_options.attention): multi-query attention,
+  -- in_proj_weight [4 + 2 * 2, 4]
+  local mq = T.TransformerEncoderLayer{ d_model = 4, nhead = 2, dim_feedforward = 8,
+                                        bias = false, n_kv_heads = 1 }
+  equal(mq:attention_config().n_kv_heads, 1, "variant kept")
+  local shape = mq:parameter_shape("self_attn.in_proj_weight")
+  equal(shape[1] .. "x" .. shape[2], "8x4", "multi-query in_proj_weight")
+  for name in pairs(mq:state_dict()) do
+    assert(not name:find("bias"), "multi-query layer: " .. name)
+  end
 end)
 
 test("set_num_threads / get_num_threads, as torch's", function()
