@@ -9,7 +9,7 @@
  * get new names.
  *
  *   tfm_enum        names, in value order
- *   ACTIVATION      "relu", "gelu", "gelu_tanh"
+ *   ACTIVATION      "relu", "gelu", "gelu_tanh", "silu"
  *   CAUSAL          "none", "top_left", "bottom_right"
  *   MASK_KIND       "block", "allow", "additive"
  *   SCORE           "scaled_dot", "dot", "general", "additive",

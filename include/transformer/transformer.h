@@ -36,7 +36,8 @@
  *                  functional form
  *   layers.h       LayerNorm, Linear, feed-forward, encoder/decoder layers
  *                  and stacks, cross-attention block, encoder-decoder
- *                  Transformer
+ *                  Transformer; with or without biases (tfm_layer_options
+ *                  and the _v2 constructors)
  *   embedding.h    token embeddings, sinusoidal positional encodings
  *   safetensors.h  reading and writing safetensors files
  *   model.h        whole models, model files, KV cache, sampling, generation
