@@ -132,6 +132,17 @@ def test_encoder_layer_without_bias(norm_first, rng):
     assert_close(ours(x), ref64(tm)(t64(x)), 1e-6)
 
 
+def test_gradients_without_bias():
+    """Training mode (named_grads) of a bias=False layer: one gradient per
+    parameter of torch's bias-free layer, same names and shapes, zero."""
+    ours = transformer.Transformer(D, H, 1, 1, FF, bias=False).train()
+    tt = drop_biases(nn.Transformer(D, H, 1, 1, FF))
+    grads = ours.named_grads()
+    assert list(grads) == [n for n, _ in tt.named_parameters()]
+    for name, p in tt.named_parameters():
+        assert grads[name].shape == tuple(p.shape) and not grads[name].any()
+
+
 def test_from_torch_without_bias(rng):
     """from_torch of a bias-free torch module (as torch 2.x's bias=False
     builds it) gives a bias=False module with its weights."""
