@@ -145,3 +145,55 @@ def test_errors_leave_gradients_unchanged():
     np.testing.assert_array_equal(lin.grad("weight"),
                                   [[3, 5, 7], [3, 5, 7]])
     np.testing.assert_array_equal(lin.grad("bias"), [2, 2])
+
+
+def test_backward_without_bias():
+    """bias=False parts (tfm_layer_norm_create_v2 / tfm_feed_forward_create_v2
+    with bias 0) against torch's bias-free modules: nn.LayerNorm whose bias
+    is re-registered as None (torch 2.x's LayerNorm(bias=False); F.layer_norm
+    with bias None) and nn.Linear(bias=False)."""
+    torch.manual_seed(4)
+    ref = torch.nn.LayerNorm(6)
+    ref.register_parameter("bias", None)
+    with torch.no_grad():
+        ref.weight.normal_()
+    ours = transformer.LayerNorm(6, bias=False)
+    load(ours, ref)
+    ours.train()
+    x = (torch.randn(3, 6) * 2 + 1).requires_grad_()
+    g = torch.randn(3, 6)
+    ref(x).backward(g)
+    close(ours(x.detach().numpy()), ref(x))
+    close(ours.backward(g.numpy()), x.grad)
+    close(ours.grad("weight"), ref.weight.grad)
+    assert list(ours.named_grads()) == ["weight"]
+
+    d, dff = 8, 16
+    l1 = torch.nn.Linear(d, dff, bias=False)
+    l2 = torch.nn.Linear(dff, d, bias=False)
+    ff = _ll.tfm_feed_forward_create_v2(d, dff, _ll.TFM_ACTIVATION_SILU, 0)
+    try:
+        assert _ll.tfm_module_parameter_count(ff) == 2
+        for name, t in [("linear1.weight", l1.weight),
+                        ("linear2.weight", l2.weight)]:
+            _ll.tfm_module_set_parameter(ff, name, np.ascontiguousarray(
+                t.detach().numpy()))
+        _ll.tfm_module_train(ff, 1)
+        x = torch.randn(2, 5, d, requires_grad=True)
+        g = torch.randn(2, 5, d)
+        y_ref = l2(torch.nn.functional.silu(l1(x)))
+        y_ref.backward(g)
+        xn = np.ascontiguousarray(x.detach().numpy())
+        y = np.empty_like(xn)
+        _ll.tfm_feed_forward_forward(ff, xn, y)
+        close(y, y_ref)
+        gx = np.empty_like(xn)
+        _ll.tfm_feed_forward_backward(ff, xn, g.numpy(), gx)
+        close(gx, x.grad)
+        for name, t in [("linear1.weight", l1.weight),
+                        ("linear2.weight", l2.weight)]:
+            out = np.empty(tuple(t.shape), np.float32)
+            _ll.tfm_module_get_grad(ff, name, out)
+            close(out, t.grad)
+    finally:
+        _ll.tfm_module_free(ff)
