@@ -130,3 +130,15 @@ tfm_status tfm_kv_cache_decode(tfm_kv_cache *cache, const int32_t *ids,
     tfm__ws_restore(mark);
     return st;
 }
+
+void tfm__kv_cache_copy(tfm_kv_cache *dst, const tfm_kv_cache *src)
+{
+    const int64_t layers = src->model->config.n_layers;
+    const int64_t stride = src->capacity * src->kv_dim;
+    const size_t bytes = (size_t)(src->length * src->kv_dim) * sizeof(float);
+    for (int64_t i = 0; i < layers; i++) {
+        memcpy(dst->keys + i * stride, src->keys + i * stride, bytes);
+        memcpy(dst->values + i * stride, src->values + i * stride, bytes);
+    }
+    dst->length = src->length;
+}

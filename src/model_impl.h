@@ -58,4 +58,9 @@ tfm_status tfm__model_check_ids(const tfm__model *m, const int32_t *ids,
 void tfm__model_head(const tfm__model *m, const float *h, int64_t rows,
                      float *logits);
 
+/* dst <- src: the positions src holds (keys and values of every layer) and
+ * its length.  Both caches of the same model and capacity (kv_cache.c;
+ * the beams of a beam search, beam_search.c). */
+void tfm__kv_cache_copy(tfm_kv_cache *dst, const tfm_kv_cache *src);
+
 #endif

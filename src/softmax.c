@@ -126,3 +126,24 @@ TFM_CLONES float tfm__softmax_online_step(float *x, int64_t n, float *m,
     *m = m_new;
     return alpha;
 }
+
+void tfm__log_softmax_row(const float *x, int64_t n, float *out)
+{
+    float max = -INFINITY;
+    int bad = 0;
+    for (int64_t j = 0; j < n; j++) {
+        bad |= x[j] != x[j] || x[j] == INFINITY;
+        max = x[j] > max ? x[j] : max;
+    }
+    if (bad || max == -INFINITY) {
+        for (int64_t j = 0; j < n; j++)
+            out[j] = NAN;
+        return;
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; j++)
+        sum += exp((double)x[j] - (double)max);
+    const double lse = (double)max + log(sum);
+    for (int64_t j = 0; j < n; j++)
+        out[j] = (float)((double)x[j] - lse);
+}

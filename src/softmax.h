@@ -19,4 +19,10 @@ void tfm__softmax_row(float *x, int64_t n);
  * *l NaN, so the row's result is NaN. */
 float tfm__softmax_online_step(float *x, int64_t n, float *m, float *l);
 
+/* out[0..n-1] <- log_softmax(x) = x_j - (max + log sum_k exp(x_k - max)),
+ * the sum in double with libm's exp (the exact log-probabilities a beam
+ * search adds up).  -inf entries stay -inf; a row with a NaN or +inf
+ * entry, or entirely -inf, gives NaN.  out may be x. */
+void tfm__log_softmax_row(const float *x, int64_t n, float *out);
+
 #endif

@@ -434,6 +434,111 @@ TFM_API tfm_status tfm_model_generate_v2(const tfm_module *model,
                                          int64_t *n_out,
                                          tfm_stop_reason *reason);
 
+/* ---- Beam search (since 1.2) -------------------------------------------
+ * Hugging Face's beam search (transformers' generate with num_beams > 1:
+ * BeamSearchScorer and BeamHypotheses, generation/beam_search.py) for one
+ * prompt, with a decoder-only model over KV caches or an encoder-decoder
+ * model (the source encoded once).  Each step:
+ *   1. every running beam's next-token log-probabilities, log_softmax of
+ *      its logits (float, double accumulation); while fewer than
+ *      min_new_tokens tokens are generated, eos_token_id gets -inf (HF's
+ *      MinNewTokensLengthLogitsProcessor);
+ *   2. plus the beam's summed log-probability (float; at the first step
+ *      beam 0 has 0 and the others -1e9, so that the identical beams do
+ *      not repeat each other), then the 2 * num_beams best (beam, token)
+ *      candidates over all beams: higher score first, equal scores in
+ *      order of beam then token id (lower first);
+ *   3. in that order: a candidate ending in eos_token_id among the first
+ *      num_beams becomes a finished hypothesis (one below them is
+ *      dropped); the others continue as the next beams, until num_beams
+ *      of them;
+ *   4. a finished hypothesis scores sum_logprobs / generated_len **
+ *      length_penalty (generated_len counts the new tokens and the EOS,
+ *      not the prompt; the length penalty idea is Wu et al. 2016, "Google's
+ *      neural machine translation system", sec. 7, in HF's simpler form).
+ *      The num_beams best are kept: a new one replaces the worst when it
+ *      scores strictly higher;
+ *   5. done (with num_beams finished hypotheses) per early_stopping:
+ *      TFM_EARLY_STOPPING_TRUE at once; _FALSE when the worst kept score
+ *      >= the best candidate's sum / generated_len ** length_penalty (HF's
+ *      heuristic); _NEVER when no running beam can do better (with
+ *      length_penalty > 0 the bound divides by max_new_tokens ** alpha).
+ * After max_new_tokens steps (or when done) the running beams are offered
+ * as hypotheses too (unless done), and the num_return_sequences best are
+ * returned, best first (equal scores: the one kept later first, as HF's
+ * sorted().pop()).  num_beams = 1 is greedy decoding (argmax, ties to
+ * the lowest id) that stops at EOS, except with _NEVER. */
+
+/* Values of tfm_beam_search_options.early_stopping: HF's early_stopping
+ * True, False and "never". */
+#define TFM_EARLY_STOPPING_FALSE 0
+#define TFM_EARLY_STOPPING_TRUE 1
+#define TFM_EARLY_STOPPING_NEVER 2
+
+/* Options of tfm_model_beam_search.  ABI: begins with its size
+ * (docs/ABI.md); set it with tfm_beam_search_options_init; the library
+ * reads only struct_size bytes (defaults for the rest). */
+typedef struct tfm_beam_search_options {
+    size_t struct_size;            /* sizeof(tfm_beam_search_options) */
+    int64_t num_beams;             /* 1 .. vocab_size; default 4 */
+    int64_t max_new_tokens;        /* >= 1; default 20 */
+    int64_t min_new_tokens;        /* >= 0; default 0 */
+    double length_penalty;         /* finite; default 1.0 */
+    int early_stopping;            /* TFM_EARLY_STOPPING_*; default FALSE */
+    int64_t num_return_sequences;  /* 1 .. num_beams; default 1 */
+    int32_t eos_token_id;          /* in [0, vocab) or -1: none (default) */
+    int32_t pad_token_id;          /* fills out_ids after each sequence's
+                                    * length; default -1 */
+    int32_t decoder_start_token_id; /* encoder-decoder models: the first
+                                    * target token, in [0, vocab)
+                                    * (required); decoder-only: ignored;
+                                    * default -1 */
+} tfm_beam_search_options;
+
+/* Fills *options with the defaults above and sets struct_size.  NULL is a
+ * no-op.  Since 1.2. */
+TFM_API void tfm_beam_search_options_init(tfm_beam_search_options *options);
+
+/* Beam search (above) after prompt [n_prompt] ids: for a decoder-only
+ * model the prompt is the sequence's start (n_prompt + max_new_tokens <=
+ * context_length: the window does not slide in a beam search); for an
+ * encoder-decoder model it is the source (n_prompt <= context_length), and
+ * the target starts with decoder_start_token_id (1 + max_new_tokens <=
+ * context_length).  options NULL: the defaults.
+ * Outputs (caller-owned, R = options->num_return_sequences, M =
+ * options->max_new_tokens), best first:
+ *   out_ids [R, M] row-major: sequence r's new tokens (not the prompt nor
+ *     the decoder start token; a finished one ends with its EOS) in
+ *     out_ids[r*M .. r*M + out_lengths[r] - 1], the rest of the row
+ *     pad_token_id;
+ *   out_lengths [R]: each sequence's number of new tokens, 1 .. M;
+ *   out_scores [R] (may be NULL): each sequence's score, its summed
+ *     log-probability / out_lengths[r] ** length_penalty (HF's
+ *     sequences_scores).
+ * Memory: decoder-only, one KV cache per beam, made once per call (on
+ * reorder a beam's first child keeps its parent's cache, further children
+ * copy it); encoder-decoder, the source memory per beam and the targets.
+ * Nothing is allocated per step.  Every matrix product is the library's
+ * one GEMM (src/gemm.c).
+ * Errors: TFM_ERR_NULL_ARGUMENT (model, prompt, out_ids, out_lengths),
+ * TFM_ERR_WRONG_KIND (an encoder-only model), TFM_ERR_INVALID_ARGUMENT
+ * (n_prompt < 1, a prompt id out of range, num_beams < 1 or > vocab_size,
+ * num_return_sequences < 1 or > num_beams, max_new_tokens < 1 or >
+ * TFM_MAX_NEW_TOKENS, min_new_tokens < 0, length_penalty not finite,
+ * early_stopping unknown, eos_token_id not -1 nor in the vocabulary, no
+ * valid decoder_start_token_id for an encoder-decoder model, struct_size
+ * too small), TFM_ERR_CAPACITY (the lengths above exceed the context),
+ * TFM_ERR_NON_FINITE (a NaN logit), TFM_ERR_OVERFLOW,
+ * TFM_ERR_OUT_OF_MEMORY.  On error nothing is written to out_ids,
+ * out_lengths or out_scores.  The model is only read.  Since 1.2. */
+TFM_API tfm_status tfm_model_beam_search(const tfm_module *model,
+                                         const int32_t *prompt,
+                                         int64_t n_prompt,
+                                         const tfm_beam_search_options *options,
+                                         int32_t *out_ids,
+                                         int64_t *out_lengths,
+                                         float *out_scores);
+
 #ifdef __cplusplus
 }
 #endif
