@@ -349,6 +349,8 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
 %ignore tfm_generate_options::callback;
 %ignore tfm_generate_options::callback_data;
 %ignore tfm_model_seq2seq_logits;
+/* Replaced by tfmpy_model_beam_search, which makes the output arrays. */
+%ignore tfm_model_beam_search;
 %ignore tfm_tokenizer_encode;
 %ignore tfm_tokenizer_decode;
 %ignore tfm_tokenizer_encode_v2;
@@ -366,6 +368,15 @@ TFMPY_HANDLE_OUT(tfm_safetensors_writer)
         return c;
     }
     ~tfm_attention_config() { free($self); }
+}
+%extend tfm_beam_search_options {
+    tfm_beam_search_options() {
+        tfm_beam_search_options *o = calloc(1, sizeof *o);
+        if (o)
+            tfm_beam_search_options_init(o);
+        return o;
+    }
+    ~tfm_beam_search_options() { free($self); }
 }
 %extend tfm_generate_options {
     tfm_generate_options() {
@@ -516,6 +527,52 @@ PyObject *tfmpy_generator_create(const tfm_module *model,
         return NULL;
     }
     return SWIG_NewPointerObj(SWIG_as_voidptr(g), SWIGTYPE_p_tfm_generator, 0);
+}
+
+/* tfm_model_beam_search into new arrays: returns (ids int32 [R, M],
+ * lengths int64 [R], scores float32 [R]) for R = num_return_sequences and
+ * M = max_new_tokens of the (checked) options. */
+PyObject *tfmpy_model_beam_search(const tfm_module *model,
+                                  const int32_t *prompt, int64_t n_prompt,
+                                  const tfm_beam_search_options *options)
+{
+    npy_intp dims[2];
+    PyObject *ids, *lengths, *scores;
+    tfm_status st;
+    if (!options || options->num_return_sequences < 1 ||
+        options->max_new_tokens < 1 ||
+        options->max_new_tokens > TFM_MAX_NEW_TOKENS ||
+        options->num_return_sequences > options->num_beams) {
+        /* Let the library say what is wrong, before any allocation. */
+        st = tfm_model_beam_search(model, prompt, n_prompt, options, NULL,
+                                   NULL, NULL);
+        tfmpy_raise_last(st != TFM_OK ? st : TFM_ERR_INVALID_ARGUMENT);
+        return NULL;
+    }
+    dims[0] = (npy_intp)options->num_return_sequences;
+    dims[1] = (npy_intp)options->max_new_tokens;
+    ids = PyArray_SimpleNew(2, dims, NPY_INT32);
+    lengths = PyArray_SimpleNew(1, dims, NPY_INT64);
+    scores = PyArray_SimpleNew(1, dims, NPY_FLOAT32);
+    if (!ids || !lengths || !scores) {
+        Py_XDECREF(ids);
+        Py_XDECREF(lengths);
+        Py_XDECREF(scores);
+        return NULL;
+    }
+    st = tfm_model_beam_search(
+        model, prompt, n_prompt, options,
+        (int32_t *)PyArray_DATA((PyArrayObject *)ids),
+        (int64_t *)PyArray_DATA((PyArrayObject *)lengths),
+        (float *)PyArray_DATA((PyArrayObject *)scores));
+    if (st != TFM_OK) {
+        Py_DECREF(ids);
+        Py_DECREF(lengths);
+        Py_DECREF(scores);
+        tfmpy_raise_last(st);
+        return NULL;
+    }
+    return Py_BuildValue("(NNN)", ids, lengths, scores);
 }
 
 /* tfm_model_seq2seq_logits with src [B, S] and tgt [B, L] as arrays. */

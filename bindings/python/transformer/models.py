@@ -459,10 +459,16 @@ class Model(Module):
                  top_k=None, top_p=None, seed=None, greedy=None,
                  do_sample=None, min_new_tokens=0, eos_token_id=None,
                  stop_strings=None, repetition_penalty=1.0,
-                 no_repeat_ngram_size=0):
+                 no_repeat_ngram_size=0, num_beams=1, length_penalty=1.0,
+                 early_stopping=False, num_return_sequences=1,
+                 return_scores=False, decoder_start_token_id=None):
         """Generates up to max_new_tokens tokens after prompt (decoder-only
         models), with a KV cache; past the context length the window
         slides.  The arguments are Hugging Face generate()'s.
+
+        With num_beams > 1 (or num_return_sequences > 1, return_scores, or
+        an encoder-decoder model) it is Hugging Face's beam search
+        (tfm_model_beam_search): see the beam arguments below.
 
         Decoding is greedy (argmax, ties to the lowest id) unless sampling
         is asked for: ``do_sample=True``, or any of temperature, top_k,
@@ -498,10 +504,43 @@ class Model(Module):
                 x > 0, else x * r.
             no_repeat_ngram_size: no n-gram of this size occurs twice
                 (0: no limit).
+            num_beams: beams of the beam search (1 .. vocab_size; 1 is
+                greedy decoding).  The beam search takes one eos_token_id,
+                min_new_tokens, and none of the sampling arguments,
+                stop_strings, repetition_penalty, no_repeat_ngram_size; the
+                prompt and max_new_tokens - 1 must fit in the context (the
+                window does not slide).
+            length_penalty: a finished sequence scores its summed
+                log-probability / (its new tokens, EOS included) **
+                length_penalty (the prompt is not counted); > 0 favours
+                longer sequences, < 0 shorter ones.
+            early_stopping: True: stop once num_beams sequences are
+                finished; False (default): also once no running beam can
+                score better, judged at the current length (HF's
+                heuristic); "never": only when no running beam can,
+                judged at max_new_tokens.
+            num_return_sequences: how many of the best sequences to return
+                (1 .. num_beams), best first.
+            return_scores: also return each sequence's score (above).
+            decoder_start_token_id: encoder-decoder models: the target's
+                first token (required; the prompt is the source).
 
         Returns:
             the generated text (str) for a str prompt, else the list of the
-            new ids (the prompt is not repeated)."""
+            new ids (the prompt is not repeated).  Beam search: the same for
+            the best sequence, a list of them (best first) when
+            num_return_sequences > 1, and with return_scores a pair
+            (that, score or list of scores)."""
+        if (num_beams != 1 or num_return_sequences != 1 or return_scores
+                or self.config["architecture"] == "encoder_decoder"):
+            return self._beam_search(
+                prompt, max_new_tokens, num_beams, length_penalty,
+                early_stopping, num_return_sequences, return_scores,
+                decoder_start_token_id, min_new_tokens, eos_token_id,
+                dict(temperature=temperature, top_k=top_k, top_p=top_p,
+                     seed=seed, do_sample=do_sample, stop_strings=stop_strings,
+                     repetition_penalty=repetition_penalty,
+                     no_repeat_ngram_size=no_repeat_ngram_size), greedy)
         ids, as_text = self._prompt_ids(prompt)
         g = self._generator(ids, max_new_tokens, temperature, top_k, top_p,
                             seed, greedy, do_sample, min_new_tokens,
@@ -510,6 +549,68 @@ class Model(Module):
         with g:
             new = list(g)
         return self.tokenizer.decode(new) if as_text else new
+
+    _EARLY_STOPPING = {False: 0, True: 1, "never": 2}
+
+    def _beam_search(self, prompt, max_new_tokens, num_beams, length_penalty,
+                     early_stopping, num_return_sequences, return_scores,
+                     decoder_start_token_id, min_new_tokens, eos_token_id,
+                     others, greedy):
+        """generate's beam search (tfm_model_beam_search)."""
+        unsupported = [k for k, v in others.items()
+                       if v is not None and v != _GENERATE_DEFAULTS.get(k)
+                       and not (k == "do_sample" and v is False)]
+        if unsupported or greedy is False:
+            raise InvalidArgumentError(
+                "beam search does not take "
+                + ", ".join(unsupported or ["greedy=False"])
+                + " (it is deterministic, with min_new_tokens and one "
+                "eos_token_id as its only processors)")
+        o = _ll.tfm_beam_search_options()
+        o.num_beams = as_int(num_beams, "num_beams")
+        o.max_new_tokens = as_int(max_new_tokens, "max_new_tokens")
+        o.min_new_tokens = as_int(min_new_tokens, "min_new_tokens", 0)
+        o.length_penalty = as_float(length_penalty, "length_penalty")
+        o.num_return_sequences = as_int(num_return_sequences,
+                                        "num_return_sequences")
+        key = early_stopping if isinstance(early_stopping, (bool, str)) \
+            else None
+        if key not in self._EARLY_STOPPING:
+            raise InvalidArgumentError(
+                f"early_stopping must be True, False or \"never\", not "
+                f"{early_stopping!r}")
+        o.early_stopping = self._EARLY_STOPPING[key]
+        if eos_token_id is not None and not isinstance(
+                eos_token_id, (int, np.integer)):
+            eos = list(eos_token_id)
+            if len(eos) > 1:
+                raise InvalidArgumentError(
+                    "beam search takes one eos_token_id, not "
+                    f"{len(eos)}: {eos}")
+            eos_token_id = eos[0] if eos else None
+        vocab = self.config["vocab_size"]
+        for name, value in (("eos_token_id", eos_token_id),
+                            ("decoder_start_token_id",
+                             decoder_start_token_id)):
+            if value is None:
+                continue
+            value = as_int(value, name)
+            if not 0 <= value < vocab:
+                raise InvalidArgumentError(
+                    f"{name} {value} is outside the vocabulary (0 .. "
+                    f"{vocab - 1})")
+            setattr(o, name, value)
+        ids, as_text = self._prompt_ids(prompt)
+        with self._use() as ptr:
+            out, lengths, scores = _ll.tfmpy_model_beam_search(ptr, ids, o)
+        seqs = [out[r, :lengths[r]].tolist() for r in range(len(lengths))]
+        if as_text:
+            seqs = [self.tokenizer.decode(s) for s in seqs]
+        result = seqs[0] if len(seqs) == 1 else seqs
+        if not return_scores:
+            return result
+        scores = [float(x) for x in scores]
+        return result, (scores[0] if len(scores) == 1 else scores)
 
     def stream(self, prompt, max_new_tokens=100, **kwargs):
         """Iterates over what generate(prompt, ...) returns, as it is
