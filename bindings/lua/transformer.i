@@ -1202,6 +1202,106 @@ static int tfml_generator_next(lua_State *L)
     return 1;
 }
 
+/* model_beam_search(model, prompt_ids, options) -> sequences, scores
+ * (tfm_model_beam_search): sequences a table of num_return_sequences
+ * tables of new ids, best first, scores a table of their scores.  options:
+ * num_beams, max_new_tokens, min_new_tokens, length_penalty,
+ * early_stopping (0 False, 1 True, 2 "never"), num_return_sequences,
+ * eos_token_id, decoder_start_token_id; absent keys take
+ * tfm_beam_search_options_init's defaults. */
+static int tfml_model_beam_search(lua_State *L)
+{
+    static const char *const keys[] = {
+        "num_beams", "max_new_tokens", "min_new_tokens", "length_penalty",
+        "early_stopping", "num_return_sequences", "eos_token_id",
+        "decoder_start_token_id", NULL };
+    lua_settop(L, 3);
+    const tfm_module *model = (const tfm_module *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_module, "model");
+    int64_t batch, n_prompt, r, i;
+    const int32_t *prompt = tfml_read_ids(L, 2, &batch, &n_prompt, "prompt");
+    tfm_beam_search_options o;
+    lua_Integer v;
+    tfm_status st;
+    if (batch != 1)
+        return luaL_error(L, "prompt must be one sequence of ids");
+    if (!lua_istable(L, 3))
+        return luaL_error(L, "options must be a table, got %s",
+                          luaL_typename(L, 3));
+    tfml_check_keys(L, 3, keys, "options");
+    tfm_beam_search_options_init(&o);
+    if (tfml_field(L, 3, "num_beams")) {
+        o.num_beams = tfml_tointeger(L, -1, "num_beams");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, 3, "max_new_tokens")) {
+        o.max_new_tokens = tfml_tointeger(L, -1, "max_new_tokens");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, 3, "min_new_tokens")) {
+        o.min_new_tokens = tfml_tointeger(L, -1, "min_new_tokens");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, 3, "length_penalty")) {
+        o.length_penalty = tfml_tonumber(L, -1, "length_penalty");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, 3, "early_stopping")) {
+        v = tfml_tointeger(L, -1, "early_stopping");
+        lua_pop(L, 1);
+        o.early_stopping = v >= 0 && v <= 2 ? (int)v : -1;
+    }
+    if (tfml_field(L, 3, "num_return_sequences")) {
+        o.num_return_sequences = tfml_tointeger(L, -1,
+                                                "num_return_sequences");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, 3, "eos_token_id")) {
+        v = tfml_tointeger(L, -1, "eos_token_id");
+        lua_pop(L, 1);
+        o.eos_token_id = v >= -1 && v <= INT32_MAX ? (int32_t)v : -2;
+    }
+    if (tfml_field(L, 3, "decoder_start_token_id")) {
+        v = tfml_tointeger(L, -1, "decoder_start_token_id");
+        lua_pop(L, 1);
+        o.decoder_start_token_id = v >= 0 && v <= INT32_MAX ? (int32_t)v : -1;
+    }
+    tfm_clear_error();
+    /* The outputs' sizes only once the options are known to be valid: a
+     * call with no outputs reports what is wrong with them first. */
+    if (o.num_return_sequences < 1 || o.max_new_tokens < 1 ||
+        o.max_new_tokens > TFM_MAX_NEW_TOKENS ||
+        o.num_return_sequences > o.num_beams) {
+        st = tfm_model_beam_search(model, prompt, n_prompt, &o, NULL, NULL,
+                                   NULL);
+        return tfml_raise_status(L, st != TFM_OK ? st
+                                                 : TFM_ERR_INVALID_ARGUMENT);
+    }
+    const int64_t R = o.num_return_sequences, M = o.max_new_tokens;
+    int32_t *ids = (int32_t *)tfml_scratch(L, (size_t)(R * M) * sizeof *ids);
+    int64_t *lengths = (int64_t *)tfml_scratch(L, (size_t)R * sizeof *lengths);
+    float *scores = (float *)tfml_scratch(L, (size_t)R * sizeof *scores);
+    st = tfm_model_beam_search(model, prompt, n_prompt, &o, ids, lengths,
+                               scores);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    lua_createtable(L, (int)R, 0);
+    for (r = 0; r < R; r++) {
+        lua_createtable(L, (int)lengths[r], 0);
+        for (i = 0; i < lengths[r]; i++) {
+            lua_pushinteger(L, ids[r * M + i]);
+            lua_rawseti(L, -2, i + 1);
+        }
+        lua_rawseti(L, -2, r + 1);
+    }
+    lua_createtable(L, (int)R, 0);
+    for (r = 0; r < R; r++) {
+        lua_pushnumber(L, scores[r]);
+        lua_rawseti(L, -2, r + 1);
+    }
+    return 2;
+}
+
 /* model_seq2seq_logits(model, src_ids, tgt_ids, logits): src [B][S] and
  * tgt [B][L] ids (flat tables for B = 1) into logits [B, L, vocab]. */
 static int tfml_model_seq2seq_logits(lua_State *L)
@@ -1430,6 +1530,7 @@ static int tfml_tokenizer_special_id(lua_State *L)
 %native(model_generate) int tfml_model_generate(lua_State *L);
 %native(generator_create) int tfml_generator_create(lua_State *L);
 %native(generator_next) int tfml_generator_next(lua_State *L);
+%native(model_beam_search) int tfml_model_beam_search(lua_State *L);
 %native(model_seq2seq_logits) int tfml_model_seq2seq_logits(lua_State *L);
 %native(tokenizer_encode) int tfml_tokenizer_encode(lua_State *L);
 %native(tokenizer_decode) int tfml_tokenizer_decode(lua_State *L);
@@ -1779,6 +1880,9 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %ignore tfm_generate_options;
 %ignore tfm_generate_options_init;
 %ignore tfm_model_seq2seq_logits;
+%ignore tfm_model_beam_search;
+%ignore tfm_beam_search_options;
+%ignore tfm_beam_search_options_init;
 /* Value structs travel as tables. */
 %ignore tfm_attention_masks;
 %ignore tfm_layer_config;

@@ -2342,6 +2342,9 @@ end
 local GEN_OPTIONS = { "max_new_tokens", "temperature", "top_k", "top_p", "seed", "greedy",
                       "do_sample", "min_new_tokens", "eos_token_id", "stop_strings",
                       "repetition_penalty", "no_repeat_ngram_size" }
+local BEAM_OPTIONS = { "num_beams", "length_penalty", "early_stopping", "num_return_sequences",
+                       "return_scores", "decoder_start_token_id" }
+local EARLY_STOPPING = { [false] = 0, [true] = 1, never = 2 }
 
 -- A core generator (tfm_generator_create) for generate's options.
 local function new_generator(self, prompt, opts, what)
@@ -2397,9 +2400,27 @@ end
 --  are generated; repetition_penalty is CTRL's (a logit x of a token already
 --  seen becomes x / r if x > 0, else x * r); no_repeat_ngram_size n forbids
 --  any n-gram twice.
+--  Beam search (Hugging Face's; tfm_model_beam_search) with num_beams > 1,
+--  or any of length_penalty, early_stopping (true, false or "never"),
+--  num_return_sequences, return_scores, decoder_start_token_id given, and
+--  always for encoder-decoder models (prompt: the source;
+--  decoder_start_token_id required): the names and meanings of Python's
+--  Model.generate; one eos_token_id, min_new_tokens, and no sampling or
+--  other processors.
 --  Returns, for a string prompt, the generated text (the prompt not
---  repeated) and the new ids; for an ids prompt, the new ids.
+--  repeated) and the new ids; for an ids prompt, the new ids.  Beam search:
+--  the same for the best sequence, tables of them (best first) when
+--  num_return_sequences > 1, and with return_scores the score(s) last.
 function Model:generate(prompt, opts)
+  if opts ~= nil and is_options(opts) then
+    local beam = self.architecture == "encoder_decoder"
+    for _, k in ipairs(BEAM_OPTIONS) do
+      if opts[k] ~= nil then beam = true end
+    end
+    if beam then return self:_beam_search(prompt, opts) end
+  elseif self.architecture == "encoder_decoder" then
+    return self:_beam_search(prompt, opts)
+  end
   local g = new_generator(self, prompt, opts, "generate")
   local new_ids = {}
   while true do
@@ -2410,6 +2431,64 @@ function Model:generate(prompt, opts)
   core.close(g)
   if type(prompt) == "string" then return self.tokenizer:decode(new_ids), new_ids end
   return new_ids
+end
+
+-- generate's beam search (tfm_model_beam_search): the options of
+-- BEAM_OPTIONS with max_new_tokens, min_new_tokens and one eos_token_id.
+function Model:_beam_search(prompt, opts)
+  local h = handle(self)
+  local names = { "max_new_tokens", "min_new_tokens", "eos_token_id", "greedy", "do_sample" }
+  for _, k in ipairs(BEAM_OPTIONS) do names[#names + 1] = k end
+  opts = opts or {}
+  for _, k in ipairs({ "temperature", "top_k", "top_p", "seed", "stop_strings",
+                       "repetition_penalty", "no_repeat_ngram_size" }) do
+    if opts[k] ~= nil then
+      fail("generate: beam search does not take %s (it is deterministic, with min_new_tokens "
+           .. "and one eos_token_id as its only processors)", k)
+    end
+  end
+  if opts.greedy == false or opts.do_sample == true then
+    fail("generate: beam search does not sample")
+  end
+  opts = check_options("generate", opts, names)
+  local ids = model_ids(self, prompt)
+  local _, nested, _, L = ids_shape(ids, "prompt")
+  if nested then fail("prompt must be one sequence (a string or a flat table of ids)") end
+  if L < 1 then fail("prompt must not be empty") end
+  local o = { max_new_tokens = opts.max_new_tokens == nil and 100
+                or check_int("max_new_tokens", opts.max_new_tokens) }
+  for _, k in ipairs({ "num_beams", "min_new_tokens", "num_return_sequences",
+                       "decoder_start_token_id" }) do
+    if opts[k] ~= nil then o[k] = check_int(k, opts[k]) end
+  end
+  if opts.length_penalty ~= nil then
+    o.length_penalty = check_number("length_penalty", opts.length_penalty)
+  end
+  if opts.early_stopping ~= nil then
+    o.early_stopping = EARLY_STOPPING[opts.early_stopping]
+    if o.early_stopping == nil then
+      fail("early_stopping must be true, false or \"never\", got %s", tostring(opts.early_stopping))
+    end
+  end
+  local eos = opts.eos_token_id
+  if type(eos) == "table" then
+    if #eos > 1 then fail("beam search takes one eos_token_id, got %d", #eos) end
+    eos = eos[1]
+  end
+  if eos ~= nil then o.eos_token_id = check_int("eos_token_id", eos) end
+  local seqs, scores = core.model_beam_search(h, ids, o)
+  local one = #seqs == 1
+  local ret_ids = one and seqs[1] or seqs
+  local ret_scores = one and scores[1] or scores
+  if type(prompt) == "string" then
+    local texts = {}
+    for i, s in ipairs(seqs) do texts[i] = self.tokenizer:decode(s) end
+    local text = one and texts[1] or texts
+    if opts.return_scores then return text, ret_ids, ret_scores end
+    return text, ret_ids
+  end
+  if opts.return_scores then return ret_ids, ret_scores end
+  return ret_ids
 end
 
 --- model:stream(prompt, opts): an iterator over what model:generate(prompt,

@@ -1557,4 +1557,70 @@ test("close() from a hook at any point of a forward: completes or raises 'closed
   assert(closed > 0 and completed > 0, ("closed %d, completed %d"):format(closed, completed))
 end)
 
+-- Beam search with num_beams = vocab_size and 2 new tokens keeps every
+-- first token, so its best sequences are the best of all two-token
+-- continuations (and [EOS]), enumerated here with full passes of m:logits
+-- and HF's score: summed log-probability / new_tokens ^ length_penalty.
+local function log_softmax(row)
+  local max, sum, out = -math.huge, 0, {}
+  for _, x in ipairs(row) do if x > max then max = x end end
+  for _, x in ipairs(row) do sum = sum + math.exp(x - max) end
+  for i, x in ipairs(row) do out[i] = x - max - math.log(sum) end
+  return out
+end
+
+test("beam search against exhaustive search (tiny model)", function()
+  local m = T.load_model(TINY)
+  local prompt = m:encode(TM.prompt)
+  local V = m.vocab_size
+  local rows = {}
+  for x = 0, V - 1 do
+    local r = {}
+    for i, v in ipairs(prompt) do r[i] = v end
+    r[#r + 1] = x
+    rows[#rows + 1] = r
+  end
+  local logits = m:logits(rows)
+  local lp1 = log_softmax(logits[1][#prompt])
+  for _, case in ipairs({ { eos = nil, lp = 1.0, r = 4 }, { eos = 2, lp = 2.0, r = 5 },
+                          { eos = 2, lp = -1.0, r = 3 } }) do
+    local all = {}
+    for x = 0, V - 1 do
+      if x == case.eos then
+        all[#all + 1] = { ids = { x }, score = lp1[x + 1] }
+      else
+        local lp2 = log_softmax(logits[x + 1][#prompt + 1])
+        for y = 0, V - 1 do
+          all[#all + 1] = { ids = { x, y }, score = (lp1[x + 1] + lp2[y + 1]) / 2 ^ case.lp }
+        end
+      end
+    end
+    table.sort(all, function(a, b) return a.score > b.score end)
+    local seqs, scores = m:generate(prompt, { num_beams = V, max_new_tokens = 2,
+                                              length_penalty = case.lp, eos_token_id = case.eos,
+                                              num_return_sequences = case.r,
+                                              return_scores = true })
+    equal(#seqs, case.r, "num_return_sequences")
+    for i = 1, case.r do
+      equal(table.concat(seqs[i], ","), table.concat(all[i].ids, ","), "beam " .. i)
+      assert(math.abs(scores[i] - all[i].score) < 1e-5, ("score %d: %g vs %g"):format(i, scores[i], all[i].score))
+    end
+  end
+  -- One sequence: its ids and text; early_stopping names; bad input.
+  local text, ids, score = m:generate(TM.prompt, { num_beams = 3, max_new_tokens = 4,
+                                                   early_stopping = "never", return_scores = true })
+  equal(text, m.tokenizer:decode(ids), "text of the best beam")
+  assert(type(score) == "number" and score < 0, "a score")
+  raises(function() m:generate(prompt, { num_beams = 0, max_new_tokens = 2 }) end, "num_beams", true)
+  raises(function() m:generate(prompt, { num_beams = V + 1, max_new_tokens = 2 }) end, "num_beams", true)
+  raises(function() m:generate(prompt, { num_beams = 2, num_return_sequences = 3, max_new_tokens = 2 }) end,
+         "num_return_sequences", true)
+  raises(function() m:generate(prompt, { num_beams = 2, eos_token_id = V, max_new_tokens = 2 }) end,
+         "vocabulary", true)
+  raises(function() m:generate(prompt, { num_beams = 2, max_new_tokens = 7 }) end, "context length", true)
+  raises(function() m:generate({}, { num_beams = 2 }) end, "empty", true)
+  raises(function() m:generate(prompt, { num_beams = 2, early_stopping = "soon" }) end, "early_stopping", true)
+  raises(function() m:generate(prompt, { num_beams = 2, temperature = 0.5 }) end, "temperature", true)
+end)
+
 harness.finish()
