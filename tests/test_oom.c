@@ -1811,6 +1811,88 @@ static void test_generate(void **state)
     tfm_module_free(c.model);
 }
 
+/* ---- beam search (model.h: tfm_model_beam_search) ----------------------- */
+
+/* 3 beams, 3 new tokens, 2 sequences returned, an EOS: every buffer, the
+ * KV caches (decoder-only) and the replicated source (encoder-decoder). */
+typedef struct beam_ctx {
+    tfm_module *model;
+    int32_t prompt[3];
+    tfm_beam_search_options o;
+    int32_t ids[6], ref_ids[6];
+    int64_t lengths[2], ref_lengths[2];
+    float scores[2], ref_scores[2];
+} beam_ctx;
+
+static void beam_setup(void *p)
+{
+    beam_ctx *c = p;
+    memset(c->ids, 0x55, sizeof c->ids);
+    memset(c->lengths, 0x55, sizeof c->lengths);
+    memset(c->scores, 0x55, sizeof c->scores);
+}
+
+static tfm_status beam_run(void *p)
+{
+    beam_ctx *c = p;
+    return tfm_model_beam_search(c->model, c->prompt, 3, &c->o, c->ids,
+                                 c->lengths, c->scores);
+}
+
+static void beam_on_oom(void *p)
+{
+    beam_ctx *c = p;
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(c->ids[i], 0x55555555);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(c->lengths[i], 0x5555555555555555LL);
+    unsigned char raw[sizeof c->scores];
+    memset(raw, 0x55, sizeof raw);
+    assert_memory_equal(c->scores, raw, sizeof raw);
+}
+
+static void beam_on_ok(void *p)
+{
+    beam_ctx *c = p;
+    assert_memory_equal(c->ids, c->ref_ids, sizeof c->ids);
+    assert_memory_equal(c->lengths, c->ref_lengths, sizeof c->lengths);
+    assert_memory_equal(c->scores, c->ref_scores, sizeof c->scores);
+}
+
+static void test_beam_search(void **state)
+{
+    (void)state;
+    static const tfm_architecture archs[2] = { TFM_ARCH_DECODER_ONLY,
+                                               TFM_ARCH_ENCODER_DECODER };
+    static const char *const names[2] = {
+        "tfm_model_beam_search (decoder-only)",
+        "tfm_model_beam_search (encoder-decoder)" };
+    for (int a = 0; a < 2; a++) {
+        beam_ctx c;
+        memset(&c, 0, sizeof c);
+        tfm_model_config mc = model_config(archs[a], 11);
+        assert_int_equal(tfm_model_create(&mc, &c.model), TFM_OK);
+        lcg_randomize(c.model, 60 + a);
+        c.prompt[0] = 4, c.prompt[1] = 9, c.prompt[2] = 1;
+        tfm_beam_search_options_init(&c.o);
+        c.o.num_beams = 3;
+        c.o.max_new_tokens = 3;
+        c.o.num_return_sequences = 2;
+        c.o.eos_token_id = 2;
+        c.o.decoder_start_token_id = 0;
+        beam_setup(&c);
+        assert_int_equal(beam_run(&c), TFM_OK);
+        memcpy(c.ref_ids, c.ids, sizeof c.ids);
+        memcpy(c.ref_lengths, c.lengths, sizeof c.lengths);
+        memcpy(c.ref_scores, c.scores, sizeof c.scores);
+        oom_case oc = { .name = names[a], .setup = beam_setup,
+                        .run = beam_run, .on_oom = beam_on_oom,
+                        .on_ok = beam_on_ok, .ctx = &c };
+        run_case(&oc);
+        tfm_module_free(c.model);
+    }
+}
+
 /* ---- optimizers (training.h) ------------------------------------------- */
 
 /* An encoder layer's optimizer: create, save and load under injection.
@@ -2045,6 +2127,7 @@ int main(void)
         cmocka_unit_test(test_forward_large_scratch),
         cmocka_unit_test(test_kv_cache),
         cmocka_unit_test(test_generate),
+        cmocka_unit_test(test_beam_search),
         cmocka_unit_test(test_cjson_allocations),
         cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_module_train),
