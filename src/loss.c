@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "error.h"
+#include "softmax.h"
 #include "tensor_impl.h"
 #include "transformer/training.h"
 
@@ -32,19 +33,6 @@ static int32_t row_target(const ce_rows *r, int64_t row)
     if (row % r->seq == r->seq - 1)
         return r->ignore_index;
     return r->targets[row + 1];
-}
-
-/* log(sum_c exp(x[c])) of one row, with its maximum subtracted. */
-static double row_lse(const float *x, int64_t c)
-{
-    double m = x[0];
-    for (int64_t j = 1; j < c; j++)
-        if (x[j] > m)
-            m = x[j];
-    double s = 0.0;
-    for (int64_t j = 0; j < c; j++)
-        s += exp((double)x[j] - m);
-    return m + log(s);
 }
 
 static tfm_status cross_entropy_rows(const ce_rows *r, float smoothing,
@@ -83,7 +71,7 @@ static tfm_status cross_entropy_rows(const ce_rows *r, float smoothing,
                              "%s: target %d of row %lld is not in [0, %lld) "
                              "and is not ignore_index %d", what, (int)t,
                              (long long)i, (long long)c, (int)r->ignore_index);
-        const double lse = row_lse(x, c);
+        const double lse = tfm__log_sum_exp(x, c);
         const double nll = lse - x[t];
         const double smooth = (double)c * lse - sum_x;     /* -sum log p */
         total += (1.0 - e) * nll + (e / (double)c) * smooth;
@@ -103,7 +91,7 @@ static tfm_status cross_entropy_rows(const ce_rows *r, float smoothing,
                     g[j] = 0.0f;
                 continue;
             }
-            const double lse = row_lse(x, c);
+            const double lse = tfm__log_sum_exp(x, c);
             const double u = e / (double)c;
             for (int64_t j = 0; j < c; j++)
                 g[j] = (float)(scale * (exp((double)x[j] - lse) - u));

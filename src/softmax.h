@@ -19,10 +19,15 @@ void tfm__softmax_row(float *x, int64_t n);
  * *l NaN, so the row's result is NaN. */
 float tfm__softmax_online_step(float *x, int64_t n, float *m, float *l);
 
-/* out[0..n-1] <- log_softmax(x) = x_j - (max + log sum_k exp(x_k - max)),
- * the sum in double with libm's exp (the exact log-probabilities a beam
- * search adds up).  -inf entries stay -inf; a row with a NaN or +inf
- * entry, or entirely -inf, gives NaN.  out may be x. */
+/* log(sum_j exp(x_j)) of x[0..n-1] (n >= 1), as max + log sum exp(x_j -
+ * max), the sum in double with libm's exp (the cross-entropy of loss.c
+ * and the log-probabilities below). */
+double tfm__log_sum_exp(const float *x, int64_t n);
+
+/* out[0..n-1] <- log_softmax(x) = x_j - tfm__log_sum_exp(x) (the
+ * log-probabilities a beam search adds up).  -inf entries stay -inf; a
+ * row with a NaN or +inf entry, or entirely -inf, gives NaN.  out may be
+ * x. */
 void tfm__log_softmax_row(const float *x, int64_t n, float *out);
 
 #endif
