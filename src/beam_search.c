@@ -86,16 +86,10 @@ static tfm_status check_options(const tfm__model *m, int64_t n_prompt,
                          "num_beams (%lld)",
                          (long long)o->num_return_sequences,
                          (long long)o->num_beams);
-    if (o->max_new_tokens < 1 || o->max_new_tokens > TFM_MAX_NEW_TOKENS)
-        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "max_new_tokens (%lld) must be in 1 .. "
-                         "TFM_MAX_NEW_TOKENS (%lld)",
-                         (long long)o->max_new_tokens,
-                         (long long)TFM_MAX_NEW_TOKENS);
-    if (o->min_new_tokens < 0)
-        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "min_new_tokens (%lld) must be at least 0",
-                         (long long)o->min_new_tokens);
+    tfm_status st = tfm__check_new_tokens(o->max_new_tokens,
+                                          o->min_new_tokens, 1);
+    if (st != TFM_OK)
+        return st;
     if (!isfinite(o->length_penalty))
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "length_penalty (%g) must be finite",

@@ -86,20 +86,30 @@ static tfm_status read_options(const tfm_generate_options *pub,
     return TFM_OK;
 }
 
+tfm_status tfm__check_new_tokens(int64_t max_new_tokens,
+                                 int64_t min_new_tokens, int64_t lowest_max)
+{
+    if (max_new_tokens < lowest_max || max_new_tokens > TFM_MAX_NEW_TOKENS)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "max_new_tokens (%lld) must be in %lld .. "
+                         "TFM_MAX_NEW_TOKENS (%lld)",
+                         (long long)max_new_tokens, (long long)lowest_max,
+                         (long long)TFM_MAX_NEW_TOKENS);
+    if (min_new_tokens < 0)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "min_new_tokens (%lld) must be at least 0",
+                         (long long)min_new_tokens);
+    return TFM_OK;
+}
+
 static tfm_status check_options(const tfm__model *m,
                                 const tfm_generate_options *o)
 {
     const int64_t V = m->config.vocab_size;
-    if (o->max_new_tokens < 0 || o->max_new_tokens > TFM_MAX_NEW_TOKENS)
-        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "max_new_tokens (%lld) must be in 0 .. "
-                         "TFM_MAX_NEW_TOKENS (%lld)",
-                         (long long)o->max_new_tokens,
-                         (long long)TFM_MAX_NEW_TOKENS);
-    if (o->min_new_tokens < 0)
-        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "min_new_tokens (%lld) must be at least 0",
-                         (long long)o->min_new_tokens);
+    tfm_status st = tfm__check_new_tokens(o->max_new_tokens,
+                                          o->min_new_tokens, 0);
+    if (st != TFM_OK)
+        return st;
     if (!(o->repetition_penalty > 0.0f) || isinf(o->repetition_penalty))
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "repetition_penalty (%g) must be positive and "

@@ -45,6 +45,13 @@ tfm_status tfm__model_config_check(const tfm_model_config *c,
 int64_t tfm__model_kv_dim(const tfm_model_config *c,
                           const tfm_model_options *o);
 
+/* Checks a generation call's token budget (generate.c, shared with
+ * beam_search.c): max_new_tokens in lowest_max .. TFM_MAX_NEW_TOKENS
+ * (generation allows 0, beam search 1) and min_new_tokens >= 0.
+ * TFM_ERR_INVALID_ARGUMENT with the message set, else TFM_OK. */
+tfm_status tfm__check_new_tokens(int64_t max_new_tokens,
+                                 int64_t min_new_tokens, int64_t lowest_max);
+
 /* x [B, L, d] = embeddings of ids [B, L] plus positions offset ..
  * offset+L-1 (ids already checked). */
 void tfm__model_embed(const tfm__model *m, const int32_t *ids, int64_t B,
