@@ -48,22 +48,14 @@ tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, int bias,
     if (!l)
         return TFM_ERR_OUT_OF_MEMORY;
     l->config = *c;
-    const float eps = c->layer_norm_eps;
     const int64_t d = c->d_model, H = c->n_heads;
+    tfm__layer_norm **const norms[] = { &l->norm1, &l->norm2, &l->norm3 };
     if ((st = tfm__mha_new(d, H, 0, 0, bias, &l->self_attn)) ||
-        (st = tfm__mha_new(d, H, 0, 0, bias, &l->cross_attn)) ||
-        (st = tfm__feed_forward_new(d, c->d_ff, c->activation, bias,
-                                    &l->ff)) ||
-        (st = tfm__layer_norm_new(d, eps, bias, &l->norm1)) ||
-        (st = tfm__layer_norm_new(d, eps, bias, &l->norm2)) ||
-        (st = tfm__layer_norm_new(d, eps, bias, &l->norm3)) ||
         (st = tfm__module_adopt(&l->base, "self_attn.", &l->self_attn->base)) ||
+        (st = tfm__mha_new(d, H, 0, 0, bias, &l->cross_attn)) ||
         (st = tfm__module_adopt(&l->base, "multihead_attn.",
                                 &l->cross_attn->base)) ||
-        (st = tfm__module_adopt(&l->base, "", &l->ff->base)) ||
-        (st = tfm__module_adopt(&l->base, "norm1.", &l->norm1->base)) ||
-        (st = tfm__module_adopt(&l->base, "norm2.", &l->norm2->base)) ||
-        (st = tfm__module_adopt(&l->base, "norm3.", &l->norm3->base))) {
+        (st = tfm__layer_ff_norms_new(&l->base, c, bias, &l->ff, norms, 3))) {
         tfm_module_free(&l->base);
         return st;
     }

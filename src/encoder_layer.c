@@ -52,17 +52,11 @@ tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
     if (!l)
         return TFM_ERR_OUT_OF_MEMORY;
     l->config = *c;
-    const float eps = c->layer_norm_eps;
+    tfm__layer_norm **const norms[] = { &l->norm1, &l->norm2 };
     if ((st = tfm__mha_new_ex(c->d_model, c->n_heads, 0, 0, bias, a,
                               &l->self_attn)) ||
-        (st = tfm__feed_forward_new(c->d_model, c->d_ff, c->activation, bias,
-                                    &l->ff)) ||
-        (st = tfm__layer_norm_new(c->d_model, eps, bias, &l->norm1)) ||
-        (st = tfm__layer_norm_new(c->d_model, eps, bias, &l->norm2)) ||
         (st = tfm__module_adopt(&l->base, "self_attn.", &l->self_attn->base)) ||
-        (st = tfm__module_adopt(&l->base, "", &l->ff->base)) ||
-        (st = tfm__module_adopt(&l->base, "norm1.", &l->norm1->base)) ||
-        (st = tfm__module_adopt(&l->base, "norm2.", &l->norm2->base))) {
+        (st = tfm__layer_ff_norms_new(&l->base, c, bias, &l->ff, norms, 2))) {
         tfm_module_free(&l->base);
         return st;
     }

@@ -1,5 +1,8 @@
 /* Residual connections around sub-layers (residual.h). */
 #include "residual.h"
+#include <stdio.h>
+
+#include "module_impl.h"
 
 /* ---- The sub-layer kinds: each run reads its own struct around s ------ */
 
@@ -89,4 +92,25 @@ tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
         tfm__layer_norm_run(norm, x, rows, x);
     }
     return TFM_OK;
+}
+
+tfm_status tfm__layer_ff_norms_new(tfm_module *parent,
+                                   const tfm_layer_config *c, int bias,
+                                   tfm__feed_forward **ff,
+                                   tfm__layer_norm **const norms[],
+                                   int n_norms)
+{
+    tfm_status st = tfm__feed_forward_new(c->d_model, c->d_ff, c->activation,
+                                          bias, ff);
+    if (st == TFM_OK)
+        st = tfm__module_adopt(parent, "", &(*ff)->base);
+    for (int i = 0; st == TFM_OK && i < n_norms; i++) {
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "norm%d.", i + 1);
+        st = tfm__layer_norm_new(c->d_model, c->layer_norm_eps, bias,
+                                 norms[i]);
+        if (st == TFM_OK)
+            st = tfm__module_adopt(parent, prefix, &(*norms[i])->base);
+    }
+    return st;
 }

@@ -61,6 +61,18 @@ tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
 tfm__feed_forward_sublayer tfm__sublayer_feed_forward(
     const tfm__feed_forward *f, int64_t rows);
 
+/* The feed-forward network and the LayerNorms of a layer with config c
+ * (already checked), each made and then adopted by parent under PyTorch's
+ * names: the network's "linear1." / "linear2." at the top level, then
+ * "norm1.", "norm2.", ... in order.  *ff and *norms[i] are set as they
+ * are made, so the parent's destroy frees a partial set on failure.
+ * Fails with out-of-memory. */
+tfm_status tfm__layer_ff_norms_new(tfm_module *parent,
+                                   const tfm_layer_config *c, int bias,
+                                   tfm__feed_forward **ff,
+                                   tfm__layer_norm **const norms[],
+                                   int n_norms);
+
 /* x [rows, d] <- post-norm: norm(x + f(x)); pre-norm: x + f(norm(x)).
  * tmp: rows * d floats of scratch.  Fails only with out-of-memory. */
 tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
