@@ -120,23 +120,37 @@ static tfm_status check_logits(const tfm_tensor *logits,
     return TFM_OK;
 }
 
+/* The two public losses: check the arguments, then cross-entropy over
+ * every row, the causal one with targets shifted by one position
+ * (seq = T; 0 for plain rows).  targets_name names the ids argument. */
+static tfm_status loss_call(const tfm_tensor *logits, const int32_t *targets,
+                            int causal, int32_t ignore_index,
+                            float label_smoothing, tfm_reduction reduction,
+                            float *loss, tfm_tensor *dlogits,
+                            const char *what, const char *targets_name)
+{
+    if (!logits || !targets || !loss)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT,
+                         "%s: logits, %s and loss are required", what,
+                         targets_name);
+    tfm_status st = check_logits(logits, dlogits, causal, what);
+    if (st != TFM_OK)
+        return st;
+    const int64_t c = logits->shape[logits->rank - 1];
+    ce_rows r = { logits->data, logits->numel / c, c, targets,
+                  causal ? logits->shape[1] : 0, ignore_index };
+    return cross_entropy_rows(&r, label_smoothing, reduction, loss, dlogits,
+                              what);
+}
+
 tfm_status tfm_cross_entropy(const tfm_tensor *logits, const int32_t *targets,
                              int32_t ignore_index, float label_smoothing,
                              tfm_reduction reduction, float *loss,
                              tfm_tensor *dlogits)
 {
-    if (!logits || !targets || !loss)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT,
-                         "tfm_cross_entropy: logits, targets and loss are "
-                         "required");
-    tfm_status st = check_logits(logits, dlogits, 0, "tfm_cross_entropy");
-    if (st != TFM_OK)
-        return st;
-    const int64_t c = logits->shape[logits->rank - 1];
-    ce_rows r = { logits->data, logits->numel / c, c, targets, 0,
-                  ignore_index };
-    return cross_entropy_rows(&r, label_smoothing, reduction, loss, dlogits,
-                              "tfm_cross_entropy");
+    return loss_call(logits, targets, 0, ignore_index, label_smoothing,
+                     reduction, loss, dlogits, "tfm_cross_entropy",
+                     "targets");
 }
 
 tfm_status tfm_causal_lm_loss(const tfm_tensor *logits, const int32_t *ids,
@@ -144,16 +158,6 @@ tfm_status tfm_causal_lm_loss(const tfm_tensor *logits, const int32_t *ids,
                               tfm_reduction reduction, float *loss,
                               tfm_tensor *dlogits)
 {
-    if (!logits || !ids || !loss)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT,
-                         "tfm_causal_lm_loss: logits, ids and loss are "
-                         "required");
-    tfm_status st = check_logits(logits, dlogits, 1, "tfm_causal_lm_loss");
-    if (st != TFM_OK)
-        return st;
-    const int64_t c = logits->shape[2];
-    ce_rows r = { logits->data, logits->numel / c, c, ids, logits->shape[1],
-                  ignore_index };
-    return cross_entropy_rows(&r, label_smoothing, reduction, loss, dlogits,
-                              "tfm_causal_lm_loss");
+    return loss_call(logits, ids, 1, ignore_index, label_smoothing,
+                     reduction, loss, dlogits, "tfm_causal_lm_loss", "ids");
 }
