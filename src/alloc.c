@@ -43,6 +43,20 @@ void *tfm__realloc(void *ptr, size_t size)
     return realloc(ptr, size ? size : 1);
 }
 
+void *tfm__grow(void *v, size_t *cap, size_t n, size_t elem, size_t first)
+{
+    if (n < *cap)
+        return v;
+    size_t new_cap = *cap ? *cap : first, bytes;
+    if ((*cap && !tfm__mul_size(new_cap, 2, &new_cap)) ||
+        !tfm__mul_size(new_cap, elem, &bytes))
+        return NULL;
+    void *p = tfm__realloc(v, bytes);
+    if (p)
+        *cap = new_cap;
+    return p;
+}
+
 void tfm__free(void *ptr)
 {
     free(ptr);

@@ -21,4 +21,11 @@ int tfm__mul_size(size_t a, size_t b, size_t *out);
 int tfm__checked_numel(const int64_t *dims, int n, size_t elem_size,
                        int64_t *out);
 
+/* Room for one more element in a growing array v of *cap elements of
+ * elem bytes holding n: v itself while n < *cap, else v reallocated to
+ * twice *cap elements (first when *cap is 0, overflow checked) with *cap
+ * updated.  NULL on out-of-memory or overflow: then v is still valid and
+ * *cap unchanged.  The caller stores the result back into its pointer. */
+void *tfm__grow(void *v, size_t *cap, size_t n, size_t elem, size_t first);
+
 #endif

@@ -129,14 +129,10 @@ typedef struct spm_offsets {
 
 static int offsets_push(spm_offsets *o, size_t x)
 {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 256;
-        size_t *p = tfm__realloc(o->v, cap * sizeof *p);
-        if (!p)
-            return 0;
-        o->v = p;
-        o->cap = cap;
-    }
+    size_t *grown = tfm__grow(o->v, &o->cap, o->n, sizeof *o->v, 256);
+    if (!grown)
+        return 0;
+    o->v = grown;
     o->v[o->n++] = x;
     return 1;
 }
@@ -321,14 +317,10 @@ typedef struct spm_segs {
 
 static int segs_push(spm_segs *s, size_t begin, size_t len, int32_t id)
 {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        spm_seg *p = tfm__realloc(s->v, cap * sizeof *p);
-        if (!p)
-            return 0;
-        s->v = p;
-        s->cap = cap;
-    }
+    spm_seg *grown = tfm__grow(s->v, &s->cap, s->n, sizeof *s->v, 64);
+    if (!grown)
+        return 0;
+    s->v = grown;
     s->v[s->n].begin = begin;
     s->v[s->n].len = (uint32_t)len;
     s->v[s->n].id = id;
@@ -373,14 +365,10 @@ typedef struct bpe_heap {
 
 static int heap_push(bpe_heap *h, bpe_pair p)
 {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 256;
-        bpe_pair *q = tfm__realloc(h->v, cap * sizeof *q);
-        if (!q)
-            return 0;
-        h->v = q;
-        h->cap = cap;
-    }
+    bpe_pair *grown = tfm__grow(h->v, &h->cap, h->n, sizeof *h->v, 256);
+    if (!grown)
+        return 0;
+    h->v = grown;
     size_t i = h->n++;
     while (i > 0 && pair_before(&p, &h->v[(i - 1) / 2])) {
         h->v[i] = h->v[(i - 1) / 2];

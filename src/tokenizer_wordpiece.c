@@ -99,14 +99,10 @@ typedef struct norm_buf {
 
 static tfm_status push(norm_buf *b, int32_t cp, int64_t begin, int64_t end)
 {
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        norm_char *p = tfm__realloc(b->c, cap * sizeof *p);
-        if (!p)
-            return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
-        b->c = p;
-        b->cap = cap;
-    }
+    norm_char *grown = tfm__grow(b->c, &b->cap, b->n, sizeof *b->c, 256);
+    if (!grown)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    b->c = grown;
     b->c[b->n++] = (norm_char){ cp, begin, end };
     return TFM_OK;
 }
