@@ -192,13 +192,38 @@ tfm_status tfm_model_create_ex(const tfm_model_config *config,
                                const tfm_model_options *options,
                                tfm_module **out)
 {
+    return tfm_model_create_v2(config, options, NULL, out);
+}
+
+int tfm_model_has_bias(const tfm_module *model)
+{
+    if (!model || (model->kind != TFM_MODULE_DECODER_ONLY &&
+                   model->kind != TFM_MODULE_ENCODER_ONLY &&
+                   model->kind != TFM_MODULE_ENCODER_DECODER))
+        return -1;
+    return ((const tfm__model *)model)->bias;
+}
+
+tfm_status tfm_model_create_v2(const tfm_model_config *config,
+                               const tfm_model_options *options,
+                               const tfm_layer_options *layer_options,
+                               tfm_module **out)
+{
     if (!out || !config)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL",
                          !out ? "out" : "config");
     tfm_model_options o;
+    tfm_layer_options lo;
     tfm_status st = tfm__model_options_read(options, &o);
-    if (st != TFM_OK || (st = tfm__model_config_check(config, &o)) != TFM_OK)
+    if (st != TFM_OK ||
+        (st = tfm__layer_options_read(layer_options, &lo)) != TFM_OK ||
+        (st = tfm__model_config_check(config, &o)) != TFM_OK)
         return st;
+    if (lo.attention)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "layer_options->attention must be NULL: a model's "
+                         "attention variant is options->attention");
+    const int bias = lo.bias != 0;
     const tfm_model_config *c = config;
     const int64_t d = c->layer.d_model;
     /* Plain attention takes the layers' own path (NULL). */
@@ -210,6 +235,7 @@ tfm_status tfm_model_create_ex(const tfm_model_config *config,
         return TFM_ERR_OUT_OF_MEMORY;
     m->config = *c;
     m->options = o;
+    m->bias = bias;
     st = tfm__embedding_new(c->vocab_size, d, c->embedding_scale,
                             &m->token_embedding);
     if (!st)
@@ -221,16 +247,18 @@ tfm_status tfm_model_create_ex(const tfm_model_config *config,
         st = tfm__module_adopt(&m->base, "position_embedding.",
                                &m->position_embedding->base);
     if (!st && c->architecture == TFM_ARCH_ENCODER_DECODER) {
-        if (!(st = tfm__stack_new(&c->layer, c->n_encoder_layers, 1, 0,
-                                  &m->encoder)) &&
-            !(st = tfm__stack_new(&c->layer, c->n_decoder_layers, 1, 1,
-                                  &m->decoder)) &&
+        if (!(st = tfm__stack_new_ex(&c->layer, NULL, bias,
+                                     c->n_encoder_layers, 1, 0,
+                                     &m->encoder)) &&
+            !(st = tfm__stack_new_ex(&c->layer, NULL, bias,
+                                     c->n_decoder_layers, 1, 1,
+                                     &m->decoder)) &&
             !(st = tfm__module_adopt(&m->base, "transformer.encoder.",
                                      &m->encoder->base)))
             st = tfm__module_adopt(&m->base, "transformer.decoder.",
                                    &m->decoder->base);
     } else if (!st) {
-        if (!(st = tfm__stack_new_ex(&c->layer, attention, 1, c->n_layers, 1,
+        if (!(st = tfm__stack_new_ex(&c->layer, attention, bias, c->n_layers, 1,
                                      0, &m->stack)))
             st = tfm__module_adopt(&m->base, "", &m->stack->base);
     }

@@ -485,11 +485,14 @@ tfm_status tfm_model_load(const char *path, tfm_module **out)
     tfm_module *model = NULL;
     tfm_model_config c;
     tfm_model_options o;
+    tfm_layer_options lo;
+    tfm_layer_options_init(&lo);
     tfm_status st = tfm_safetensors_open(path, &f);
     if (!st && (st = read_config(f, &c, &o)) == TFM_OK &&
+        (st = meta_bool(f, "tfm.bias", &lo.bias)) == TFM_OK &&
         (st = tfm__model_config_check(&c, &o)) == TFM_OK &&
         (st = check_config_against_tensors(f, &c, &o)) == TFM_OK &&
-        (st = tfm_model_create_ex(&c, &o, &model)) == TFM_OK &&
+        (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK &&
         (st = tfm__load_parameters(model, f, "", 1)) == TFM_OK)
         st = check_variant_params(model);
     tfm_safetensors_close(f);
@@ -647,6 +650,8 @@ tfm_status tfm_model_save(const tfm_module *model, const char *path,
     }
     if (!st)
         st = write_config(w, &m->config, &m->options);
+    if (!st && !m->bias) /* absent: biases (files before 1.2 have them) */
+        st = tfm_safetensors_writer_set_metadata(w, "tfm.bias", "false");
     for (int i = 0; !st && i < n_extra; i++)
         st = tfm_safetensors_writer_set_metadata(w, keys[i], values[i]);
     if (!st)

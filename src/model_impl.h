@@ -18,6 +18,8 @@ typedef struct tfm__model {
                                          * with the final LayerNorm */
     tfm__stack *encoder, *decoder;      /* encoder-decoder only */
     float *lm_head;                     /* [vocab_size, d_model] */
+    int bias;                           /* 0: no biases in the blocks
+                                         * (tfm_model_create_v2) */
 } tfm__model;
 
 /* Checks that m is a model; `kinds` is a bit set of 1 << architecture. */

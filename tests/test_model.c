@@ -579,6 +579,139 @@ static void generate_refuses_huge_max_new(void **s)
     tfm_module_free(model);
 }
 
+/* tfm_model_create_v2 with bias 0 (PyTorch 2.x's bias=False in every
+ * block).  Reference: the model with biases, given the bias-free model's
+ * weights and zero biases, computes x W^T + 0 and LayerNorm(x) * w + 0,
+ * the same function; its own path is checked against PyTorch by the
+ * fixture tests above.  Per architecture: no "*.bias" parameter, as many
+ * parameters fewer as the biases counted, logits equal, and a save/load
+ * round trip that keeps the bias-free layout ("tfm.bias" = "false"). */
+static int ends_with_bias(const char *name)
+{
+    size_t len = strlen(name);
+    return len >= 4 && strcmp(name + len - 4, "bias") == 0;
+}
+
+static void bias_free_models(void **s)
+{
+    (void)s;
+    const tfm_architecture archs[] = { TFM_ARCH_DECODER_ONLY,
+                                       TFM_ARCH_ENCODER_ONLY,
+                                       TFM_ARCH_ENCODER_DECODER };
+    for (int a = 0; a < 3; a++) {
+        tfm_layer_config layer = tfm_layer_config_default(8, 2);
+        layer.d_ff = 16;
+        layer.norm_first = a == 1;
+        tfm_model_config c = tiny_model_config(archs[a], layer, 11, 2, 6);
+        if (archs[a] == TFM_ARCH_ENCODER_DECODER) {
+            c.n_layers = 0;
+            c.n_encoder_layers = 2;
+            c.n_decoder_layers = 1;
+        }
+        tfm_layer_options lo;
+        tfm_layer_options_init(&lo);
+        lo.bias = 0;
+        tfm_module *plain = NULL, *nobias = NULL;
+        assert_int_equal(tfm_model_create_ex(&c, NULL, &plain), TFM_OK);
+        assert_int_equal(tfm_model_create_v2(&c, NULL, &lo, &nobias), TFM_OK);
+        assert_int_equal(tfm_model_has_bias(plain), 1);
+        assert_int_equal(tfm_model_has_bias(nobias), 0);
+        tfm_rng rng;
+        tfm_rng_seed(&rng, 7 + (uint64_t)a);
+        assert_int_equal(tfm_module_reset_parameters(nobias, &rng), TFM_OK);
+        int n_bias = 0;
+        for (int i = 0; i < tfm_module_parameter_count(plain); i++)
+            n_bias += ends_with_bias(tfm_module_parameter_name(plain, i));
+        assert_true(n_bias > 0);
+        assert_int_equal(tfm_module_parameter_count(nobias),
+                         tfm_module_parameter_count(plain) - n_bias);
+        for (int i = 0; i < tfm_module_parameter_count(nobias); i++) {
+            const char *name = tfm_module_parameter_name(nobias, i);
+            assert_false(ends_with_bias(name));
+            int rank = 0;
+            int64_t shape[TFM_MAX_RANK];
+            assert_int_equal(tfm_module_parameter_shape(nobias, name, &rank,
+                                                        shape), TFM_OK);
+            tfm_tensor *t = make(rank, shape, NULL);
+            assert_int_equal(tfm_module_get_parameter(nobias, name, t),
+                             TFM_OK);
+            assert_int_equal(tfm_module_set_parameter(plain, name, t), TFM_OK);
+            tfm_tensor_free(t);
+        }
+        const int64_t B = 2, L = 5, V = c.vocab_size;
+        const int32_t ids[10] = { 1, 4, 0, 9, 3, 10, 2, 2, 7, 5 };
+        tfm_tensor *want = make3(B, L, V, NULL), *got = make3(B, L, V, NULL),
+                   *again = make3(B, L, V, NULL);
+        tfm_module *loaded = NULL;
+        char path[] = "/tmp/tfm_nobias_XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        close(fd);
+        assert_int_equal(tfm_model_save(nobias, path, 0, NULL, NULL), TFM_OK);
+        assert_int_equal(tfm_model_load(path, &loaded), TFM_OK);
+        assert_int_equal(tfm_model_has_bias(loaded), 0);
+        const tfm_module *models[3] = { plain, nobias, loaded };
+        tfm_tensor *outs[3] = { want, got, again };
+        for (int k = 0; k < 3; k++) {
+            if (archs[a] == TFM_ARCH_ENCODER_DECODER)
+                assert_int_equal(tfm_model_seq2seq_logits(models[k], ids, L,
+                                                          ids, L, B, outs[k]),
+                                 TFM_OK);
+            else
+                assert_int_equal(tfm_model_logits(models[k], ids, B, L,
+                                                  outs[k]), TFM_OK);
+        }
+        EXPECT_CLOSE(got, want, 1e-6, "bias-free logits");
+        expect_bit_identical(again, got, "bias-free logits after load");
+        FREE_TENSORS(want, got, again);
+        tfm_module_free(loaded);
+        unlink(path);
+        tfm_module_free(plain);
+        tfm_module_free(nobias);
+    }
+}
+
+/* tfm_model_create_v2's own errors, and a "tfm.bias" value that is not a
+ * boolean refused when loading. */
+static void bias_free_errors(void **s)
+{
+    (void)s;
+    tfm_model_config c = tiny_model_config(
+        TFM_ARCH_DECODER_ONLY, tfm_layer_config_default(8, 2), 11, 1, 6);
+    tfm_layer_options lo;
+    tfm_layer_options_init(&lo);
+    tfm_attention_config att;
+    tfm_attention_config_init(&att);
+    lo.attention = &att;
+    tfm_module *m = SENTINEL_MODULE;
+    assert_int_equal(tfm_model_create_v2(&c, NULL, &lo, &m),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tfm_last_error(), "options->attention"));
+    lo.attention = NULL;
+    lo.struct_size = 1;
+    assert_int_equal(tfm_model_create_v2(&c, NULL, &lo, &m),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_ptr_equal(m, SENTINEL_MODULE);
+    assert_int_equal(tfm_model_has_bias(NULL), -1);
+    tfm_module *norm = NULL;
+    assert_int_equal(tfm_layer_norm_create(4, 1e-5f, &norm), TFM_OK);
+    assert_int_equal(tfm_model_has_bias(norm), -1);
+    tfm_module_free(norm);
+    assert_int_equal(tfm_model_create_v2(&c, NULL, NULL, &m), TFM_OK);
+    char path[] = "/tmp/tfm_badbias_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    const char *keys[] = { "tfm.bias" }, *values[] = { "maybe" };
+    assert_int_equal(tfm_model_save(m, path, 1, keys, values), TFM_OK);
+    tfm_module *loaded = SENTINEL_MODULE;
+    assert_int_equal(tfm_model_load(path, &loaded), TFM_ERR_FORMAT);
+    assert_non_null(strstr(tfm_last_error(), "tfm.bias"));
+    assert_ptr_equal(loaded, SENTINEL_MODULE);
+    unlink(path);
+    tfm_module_free(m);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -599,6 +732,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(hostile_metadata_refused_early),
         cmocka_unit_test(metadata_strict_syntax),
         cmocka_unit_test(generate_refuses_huge_max_new),
+        cmocka_unit_test(bias_free_models),
+        cmocka_unit_test(bias_free_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

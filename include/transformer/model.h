@@ -30,7 +30,8 @@
  *   "tfm.norm_first" ("true"/"false"), "tfm.activation" ("relu", "gelu",
  *   "gelu_tanh", "silu"), "tfm.layer_norm_eps", "tfm.positional" ("learned",
  *   "sinusoidal", "none"), "tfm.tied_embeddings", "tfm.embedding_scale",
- *   and for the tokenizer (tokenizer.h) "tfm.tokenizer": "char",
+ *   "tfm.bias" ("false" for the bias-free blocks of tfm_model_create_v2;
+ *   absent: biases), and for the tokenizer (tokenizer.h) "tfm.tokenizer": "char",
  *   "tfm.vocab".
  */
 #ifndef TRANSFORMER_MODEL_H
@@ -135,6 +136,34 @@ TFM_API void tfm_model_options_init(tfm_model_options *options);
 TFM_API tfm_status tfm_model_create_ex(const tfm_model_config *config,
                                        const tfm_model_options *options,
                                        tfm_module **out);
+
+/* tfm_model_create_ex with the layer options of layers.h: the growth
+ * path of model construction (tfm_model_options takes no new members, see
+ * above; options added later come through tfm_layer_options or a new
+ * self-sized struct of their own).  layer_options NULL = the defaults;
+ * layer_options->bias 0 builds every block without biases as PyTorch
+ * 2.x's bias=False does (the attention's in_proj_bias and out_proj.bias,
+ * the feed-forward's linear1.bias and linear2.bias, every LayerNorm's
+ * bias, the final norm's included: LayerNorm(x) = (x - mean) /
+ * sqrt(var + eps) * weight, Linear(x) = x W^T); the embeddings and the
+ * LM head have no bias either way.  Model files record it as metadata
+ * "tfm.bias" = "false" (absent: true), so tfm_model_save / tfm_model_load
+ * round-trip such a model.  layer_options->attention must be NULL: a
+ * model's attention variant is options->attention.
+ * Errors: those of tfm_model_create_ex, TFM_ERR_INVALID_ARGUMENT
+ * (layer_options->struct_size too small, or an attention variant in
+ * layer_options); on error *out is unchanged.  config, options and
+ * layer_options are only read.  On success *out is freed with
+ * tfm_module_free.  Since 1.2. */
+TFM_API tfm_status tfm_model_create_v2(const tfm_model_config *config,
+                                       const tfm_model_options *options,
+                                       const tfm_layer_options *layer_options,
+                                       tfm_module **out);
+
+/* 1 when the model's blocks have biases, 0 when they have none
+ * (tfm_model_create_v2 with bias 0), -1 when model is NULL or not a model
+ * (no error message is set).  Since 1.2. */
+TFM_API int tfm_model_has_bias(const tfm_module *model);
 
 /* Copies the model's options into *options (only its struct_size bytes).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND,

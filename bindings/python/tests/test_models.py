@@ -244,3 +244,51 @@ def test_shipped_model_cache_matches_logits():
     steps = np.concatenate([cache.decode(ids[:4])] +
                            [cache.decode(t) for t in ids[4:]])
     assert_close(steps, full, tol=1e-4)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_bias_free_decoder_matches_torch(norm_first, tmp_path):
+    """Model(bias=False) (tfm_model_create_v2) against a torch 1.13 GPT-style
+    reference written here: token + learned position embeddings, causal
+    nn.TransformerEncoderLayer blocks and a final LayerNorm with every bias
+    fixed at zero (what torch 2.x's bias=False computes), tied head."""
+    torch = pytest.importorskip("torch")
+    cfg = dict(architecture="decoder_only", vocab_size=13, d_model=16,
+               n_heads=4, d_ff=24, n_layers=2, context_length=8,
+               norm_first=norm_first, activation="gelu", bias=False)
+    transformer.manual_seed(3)
+    model = transformer.Model(cfg)
+    sd = model.state_dict()
+    assert not [k for k in sd if k.endswith("bias")]
+    assert model.config["bias"] is False
+    layers = torch.nn.ModuleList(
+        torch.nn.TransformerEncoderLayer(16, 4, 24, dropout=0.0,
+                                         activation="gelu", batch_first=True,
+                                         norm_first=norm_first)
+        for _ in range(2))
+    norm = torch.nn.LayerNorm(16)
+    with torch.no_grad():
+        for i, layer in enumerate(layers):
+            for name, p in layer.named_parameters():
+                key = f"layers.{i}.{name}"
+                if name.endswith("bias"):
+                    p.zero_()
+                else:
+                    p.copy_(torch.from_numpy(sd[key]))
+        norm.weight.copy_(torch.from_numpy(sd["norm.weight"]))
+        norm.bias.zero_()
+        ids = torch.tensor([[1, 5, 12, 0, 7, 3], [2, 2, 9, 11, 4, 6]])
+        wte = torch.from_numpy(sd["token_embedding.weight"])
+        wpe = torch.from_numpy(sd["position_embedding.weight"])
+        x = wte[ids] + wpe[:ids.shape[1]]
+        mask = torch.triu(torch.full((6, 6), float("-inf")), diagonal=1)
+        for layer in layers:
+            x = layer(x, src_mask=mask)
+        want = (norm(x) @ wte.T).numpy()
+    got = model.logits(ids.numpy())
+    assert_close(got, want)
+    path = tmp_path / "nobias.safetensors"
+    model.save(path)
+    again = transformer.Model.load(path)
+    assert again.config["bias"] is False
+    np.testing.assert_array_equal(again.logits(ids.numpy()), got)

@@ -216,6 +216,10 @@ class Model(Module):
     tied_embeddings, embedding_scale, and positional_base and attention
     when they are not the defaults), ``tokenizer`` (Tokenizer or None).
 
+    ``bias=False`` builds every block without biases, as PyTorch 2.x's
+    ``bias=False`` (tfm_model_create_v2: no ``*.bias`` parameter; saved and
+    loaded as such); ``config["bias"]`` is present only then.
+
     Options (tfm_model_create_ex): ``positional`` may be "learned",
     "sinusoidal" (interleaved, as the paper), "sinusoidal_concat" (sin |
     cos halves) or "none"; ``positional_base`` is the sinusoids' base
@@ -261,6 +265,10 @@ class Model(Module):
     def _create(self):
         config = _model_config(self._config_dict)
         options = _model_options(self._config_dict)
+        if not self._config_dict.get("bias", True):
+            layer_options = _ll.tfm_layer_options()
+            layer_options.bias = 0
+            return _ll.tfm_model_create_v2(config, options, layer_options)
         if options is None:
             return _ll.tfm_model_create(config)
         return _ll.tfm_model_create_ex(config, options)
@@ -338,6 +346,8 @@ class Model(Module):
                     "positional": _POSITIONALS.get(c.positional, c.positional),
                     "tied_embeddings": bool(c.tied_embeddings),
                     "embedding_scale": bool(c.embedding_scale)})
+        if self._call(_ll.tfm_model_has_bias) == 0:
+            out["bias"] = False
         base, attention = self._options()
         if base not in (0.0, _DEFAULT_BASE):
             out["positional_base"] = base
@@ -720,7 +730,7 @@ def _model_config(cfg):
              "activation", "layer_norm_eps", "norm_first", "n_layers",
              "n_encoder_layers", "n_decoder_layers", "context_length",
              "positional", "tied_embeddings", "embedding_scale",
-             "positional_base", "attention"}
+             "positional_base", "attention", "bias"}
     unknown = set(cfg) - known
     if unknown:
         raise InvalidArgumentError(f"unknown model config keys: "
