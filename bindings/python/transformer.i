@@ -268,6 +268,7 @@ TFMPY_HANDLE_OUT(tfm_generator)
 TFMPY_HANDLE_OUT(tfm_tokenizer)
 TFMPY_HANDLE_OUT(tfm_safetensors)
 TFMPY_HANDLE_OUT(tfm_safetensors_writer)
+TFMPY_HANDLE_OUT(tfm_optimizer)
 /* tfm_module_child: a borrowed handle (the Python side keeps its parent
  * alive and never frees it). */
 %apply tfm_module **out { tfm_module **child };
@@ -897,3 +898,25 @@ tfm_status tfmpy_cross_entropy(const tfm_tensor *logits,
     return st;
 }
 %}
+
+/* ---- Optimizers and learning-rate schedules (training.h) ----------------- */
+
+/* The losses above go through tfmpy_cross_entropy; the masked-LM inputs
+ * take a generator Python does not hold. */
+%ignore tfm_cross_entropy;
+%ignore tfm_causal_lm_loss;
+%ignore tfm_masked_lm_inputs;
+/* The options struct starts at the defaults of its kind
+ * (tfm_optimizer_options_init) so Python sets only what it means. */
+%extend tfm_optimizer_options {
+    tfm_optimizer_options(int kind) {
+        tfm_optimizer_options *o = calloc(1, sizeof *o);
+        if (o)
+            tfm_optimizer_options_init(o, (tfm_optimizer_kind)kind);
+        return o;
+    }
+    ~tfm_optimizer_options() { free($self); }
+}
+%apply double *OUTPUT { double *total_norm };
+%apply double *OUTPUT { double *factor };
+%include "transformer/training.h"

@@ -39,6 +39,13 @@ changes the parent.  ``named_modules()``, ``named_children()``,
 ``named_parameters()`` and ``get_submodule()`` work as in torch (without
 dropout modules).
 
+Training: ``module.train()``, the forward call, ``module.backward(
+grad_output)`` (Linear, LayerNorm, MultiheadAttention, ...), then an
+optimizer of ``transformer.optim`` (SGD, Adam, AdamW with torch.optim's
+arguments) and a scheduler of ``transformer.optim.lr_scheduler``
+(LambdaLR, InverseSqrtWarmup, WarmupCosine); gradient clipping is
+``transformer.nn.utils.clip_grad_norm_(module_or_optimizer, max_norm)``.
+
 Arrays: float32 numpy arrays (other real dtypes and torch tensors are
 converted; contiguous float32 input is used without a copy).  Results are
 float32 numpy arrays, or torch.Tensors sharing their memory when an
@@ -103,6 +110,7 @@ from .models import (DEFAULT_SEED, AutoModelForCausalLM, KVCache, Model,
 from .safetensors import (load_safetensors, load_safetensors_metadata,
                           save_safetensors)
 from .tokenizers import load_tokenizer
+from . import nn, optim
 
 __version__ = _lowlevel.tfm_version_string()
 version_info = tuple(int(p) for p in __version__.split("."))
@@ -158,6 +166,6 @@ __all__ = [
     "StateDictError", "StateDictShapeError",
     # misc
     "manual_seed", "set_num_threads", "get_num_threads",
-    "release_workspace",
+    "release_workspace", "nn", "optim",
     "live_handles", "__version__", "version_info",
 ]
