@@ -1914,3 +1914,14 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %include <transformer/model.h>
 %include <transformer/tokenizer.h>
 %include <transformer/names.h>
+
+/* ---- Learning-rate schedules (training.h) ----------------------------------
+ * Only the two schedule factors: the Lua module has no training mode, so
+ * the optimizers (which need gradients) are not wrapped. */
+%typemap(in, numinputs=0) double *factor (double tmp = 0.0) %{ $1 = &tmp; %}
+%typemap(argout) double *factor %{ lua_pushnumber(L, tmp$argnum); SWIG_arg++; %}
+tfm_status tfm_lr_inverse_sqrt_warmup(int64_t s, int64_t d_model,
+                                      int64_t warmup_steps, double *factor);
+tfm_status tfm_lr_warmup_cosine(int64_t s, int64_t warmup_steps,
+                                int64_t total_steps, double min_factor,
+                                double *factor);

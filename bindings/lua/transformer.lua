@@ -2622,4 +2622,78 @@ for k, v in pairs(M) do
   if type(v) == "function" and k ~= "scaled_dot_product_attention" then M[k] = api(v) end
 end
 
+---------------------------------------------------------------------------
+-- Learning-rate schedules (training.h), torch.optim.lr_scheduler's
+-- convention: a scheduler made from a base lr gives the lr of step 0;
+-- each :step() (after an optimizer step) moves to the next:
+--
+--   local sched = T.lr_scheduler.warmup_cosine{lr = 3e-4, warmup_steps = 100,
+--                                              total_steps = 1000}
+--   for s = 0, 999 do use(sched:get_last_lr()); sched:step() end
+--
+-- lr = lr * factor(last_epoch); the factors are the C library's, so Lua,
+-- Python and C agree at every step.  Training itself (gradients,
+-- optimizers) is not available from Lua.
+---------------------------------------------------------------------------
+
+local Scheduler = {}
+Scheduler.__index = Scheduler
+
+local function new_scheduler(what, lr, factor, last_epoch)
+  local self = setmetatable({ base_lr = check_number(what .. ": lr", lr),
+                              lr_lambda = factor,
+                              last_epoch = last_epoch == nil and 0
+                                or check_int(what .. ": last_epoch", last_epoch, 0) }, Scheduler)
+  self._last_lr = self.base_lr * factor(self.last_epoch)
+  return self
+end
+
+--- Moves to the next step and returns its lr.
+function Scheduler:step()
+  self.last_epoch = self.last_epoch + 1
+  self._last_lr = self.base_lr * self.lr_lambda(self.last_epoch)
+  return self._last_lr
+end
+
+--- The lr of the current step (a number; torch returns a list of one).
+function Scheduler:get_last_lr()
+  return self._last_lr
+end
+
+M.lr_scheduler = {}
+
+--- lambda_lr{lr = base, lr_lambda = function(step) return factor end
+-- [, last_epoch = 0]}: torch's LambdaLR.
+function M.lr_scheduler.lambda_lr(opts)
+  local a = check_options("lambda_lr", opts, { "lr", "lr_lambda", "last_epoch" })
+  if type(a.lr_lambda) ~= "function" then fail("lambda_lr: lr_lambda must be a function") end
+  return new_scheduler("lambda_lr", a.lr, function(s) return check_number("lr_lambda result", a.lr_lambda(s)) end,
+                       a.last_epoch)
+end
+
+--- inverse_sqrt_warmup{lr = 1, d_model = D, warmup_steps = 4000
+-- [, last_epoch]}: "Attention Is All You Need" section 5.3,
+-- d_model^-0.5 * min(n^-0.5, n * warmup^-1.5), n = max(step, 1).
+function M.lr_scheduler.inverse_sqrt_warmup(opts)
+  local a = check_options("inverse_sqrt_warmup", opts, { "lr", "d_model", "warmup_steps", "last_epoch" })
+  local d = check_int("inverse_sqrt_warmup: d_model", a.d_model)
+  local w = a.warmup_steps == nil and 4000 or check_int("inverse_sqrt_warmup: warmup_steps", a.warmup_steps)
+  core.tfm_lr_inverse_sqrt_warmup(0, d, w)   -- argument errors now
+  return new_scheduler("inverse_sqrt_warmup", a.lr == nil and 1.0 or a.lr,
+                       function(s) return core.tfm_lr_inverse_sqrt_warmup(s, d, w) end, a.last_epoch)
+end
+
+--- warmup_cosine{lr = base, warmup_steps = W, total_steps = N
+-- [, min_factor = 0, last_epoch]}: linear warm-up then cosine decay to
+-- min_factor (Hugging Face's get_cosine_schedule_with_warmup, floored).
+function M.lr_scheduler.warmup_cosine(opts)
+  local a = check_options("warmup_cosine", opts, { "lr", "warmup_steps", "total_steps", "min_factor", "last_epoch" })
+  local w = check_int("warmup_cosine: warmup_steps", a.warmup_steps)
+  local n = check_int("warmup_cosine: total_steps", a.total_steps)
+  local m = a.min_factor == nil and 0.0 or check_number("warmup_cosine: min_factor", a.min_factor)
+  core.tfm_lr_warmup_cosine(0, w, n, m)
+  return new_scheduler("warmup_cosine", a.lr,
+                       function(s) return core.tfm_lr_warmup_cosine(s, w, n, m) end, a.last_epoch)
+end
+
 return M

@@ -1623,4 +1623,38 @@ test("beam search against exhaustive search (tiny model)", function()
   raises(function() m:generate(prompt, { num_beams = 2, temperature = 0.5 }) end, "temperature", true)
 end)
 
+-- Schedules against the formulas written here from their sources, in
+-- double: Vaswani et al. 2017 section 5.3 (steps counted from 1) and
+-- Hugging Face's get_cosine_schedule_with_warmup (num_cycles 0.5),
+-- floored at min_factor; torch's LambdaLR convention (lr of step 0 first).
+local function close_rel(a, b, what)
+  assert(math.abs(a - b) <= 1e-12 * math.max(math.abs(b), 1e-300), ("%s: %.17g vs %.17g"):format(what, a, b))
+end
+
+test("lr_scheduler: inverse_sqrt_warmup and warmup_cosine against their formulas", function()
+  local s1 = T.lr_scheduler.inverse_sqrt_warmup{ d_model = 512, warmup_steps = 4 }
+  local s2 = T.lr_scheduler.warmup_cosine{ lr = 0.3, warmup_steps = 3, total_steps = 10, min_factor = 0.1 }
+  for s = 0, 13 do
+    local n = math.max(s, 1)
+    close_rel(s1:get_last_lr(), 512 ^ -0.5 * math.min(n ^ -0.5, n * 4 ^ -1.5), "inverse sqrt step " .. s)
+    local f
+    if s < 3 then f = s / 3 else
+      local q = math.min(math.max((s - 3) / 7, 0), 1)
+      f = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * q))
+    end
+    close_rel(s2:get_last_lr(), 0.3 * f, "cosine step " .. s)
+    assert(s1.last_epoch == s)
+    s1:step(); s2:step()
+  end
+  -- the peak of the paper's schedule is at warmup: (d_model * warmup)^-0.5
+  close_rel(T.lr_scheduler.inverse_sqrt_warmup{ d_model = 512, warmup_steps = 4, last_epoch = 4 }:get_last_lr(),
+            (512 * 4) ^ -0.5, "peak")
+  local l = T.lr_scheduler.lambda_lr{ lr = 2.0, lr_lambda = function(s) return 0.5 ^ s end }
+  assert(l:get_last_lr() == 2.0 and l:step() == 1.0 and l:step() == 0.5)
+  local ok, err = pcall(T.lr_scheduler.warmup_cosine, { lr = 1, warmup_steps = 5, total_steps = 3 })
+  assert(not ok and tostring(err):find("total_steps"), tostring(err))
+  ok, err = pcall(T.lr_scheduler.inverse_sqrt_warmup, { d_model = 8, warmup = 3 })
+  assert(not ok and tostring(err):find("unknown option"), tostring(err))
+end)
+
 harness.finish()
