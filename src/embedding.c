@@ -5,6 +5,7 @@
 #include "error.h"
 #include "embedding_impl.h"
 #include "transformer/embedding.h"
+#include "module_impl.h"
 #include "tensor_impl.h"
 
 static tfm_status embedding_macs(const tfm_module *m, int64_t B, int64_t L,
@@ -79,6 +80,59 @@ tfm_status tfm_embedding_forward(const tfm_module *embedding,
                              (int)ids[i], (long long)i,
                              (long long)(e->n_rows - 1));
     tfm__embedding_lookup(e, ids, n, out->data);
+    return TFM_OK;
+}
+
+tfm_status tfm_embedding_backward(tfm_module *embedding, const int32_t *ids,
+                                  int64_t batch, int64_t seq,
+                                  int64_t padding_idx,
+                                  const tfm_tensor *grad_output)
+{
+    static const char what[] = "tfm_embedding_backward";
+    tfm_status st =
+        tfm__module_check(embedding, TFM_MODULE_EMBEDDING, "embedding");
+    if (st != TFM_OK)
+        return st;
+    const tfm__embedding *e = (const tfm__embedding *)embedding;
+    if (!ids)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s: ids is NULL", what);
+    if (batch < 1 || seq < 1)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "%s: batch (%lld) and seq (%lld) must be at least 1",
+                         what, (long long)batch, (long long)seq);
+    if (padding_idx < -1 || padding_idx >= e->n_rows)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "%s: padding_idx %lld is outside -1..%lld", what,
+                         (long long)padding_idx, (long long)(e->n_rows - 1));
+    if (!grad_output)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s: grad_output is NULL",
+                         what);
+    const int64_t shape[3] = { batch, seq, e->d_model };
+    if ((st = tfm__check_shape(grad_output, "grad_output", 3, shape)))
+        return st;
+    const int64_t n = batch * seq, d = e->d_model;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= e->n_rows)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "%s: id %d at position %lld is outside 0..%lld",
+                             what, (int)ids[i], (long long)i,
+                             (long long)(e->n_rows - 1));
+    if (!tfm__all_finite(grad_output->data, grad_output->numel))
+        return tfm__fail(TFM_ERR_NON_FINITE,
+                         "%s: grad_output holds NaN or infinity", what);
+    if ((st = tfm__module_enter_grads(embedding, what)))
+        return st;
+    float *grad = tfm__param_grad(&embedding->params[0]);
+    const float s = e->scale ? (float)sqrt((double)d) : 1.0f;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] == padding_idx)
+            continue;
+        const float *src = grad_output->data + i * d;
+        float *dst = grad + (int64_t)ids[i] * d;
+        for (int64_t c = 0; c < d; c++)
+            dst[c] += src[c] * s;
+    }
+    tfm__module_leave_grads(embedding);
     return TFM_OK;
 }
 

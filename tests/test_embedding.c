@@ -490,6 +490,104 @@ static void test_sinusoidal_errors(void **state)
     FREE_TENSORS(pe, x, p1);
 }
 
+/* ---- backward ----------------------------------------------------------------- */
+
+/* weight.grad[ids[i]] += s * grad_output[i]: with ids { 2, 0, 2, 1 } and
+ * grad_output row i = [i + 1, -(i + 1), 0.5, 0] (d = 4):
+ *   row 0 gets position 1:     [2, -2, 0.5, 0]
+ *   row 1 gets position 3:     [4, -4, 0.5, 0]
+ *   row 2 gets positions 0, 2: [1 + 3, -1 - 3, 1, 0] = [4, -4, 1, 0]
+ * and row 3 nothing; with padding_idx 2 row 2 stays 0; scale (sqrt 4 = 2)
+ * doubles everything; a second call adds the same again. */
+static void test_backward_scatter_add(void **state)
+{
+    (void)state;
+    const int32_t ids[4] = { 2, 0, 2, 1 };       /* [2, 2] */
+    tfm_tensor *g = make3(2, 2, 4, NULL);
+    float *gd = tfm_tensor_data(g);
+    for (int i = 0; i < 4; i++) {
+        gd[i * 4 + 0] = (float)(i + 1);
+        gd[i * 4 + 1] = (float)-(i + 1);
+        gd[i * 4 + 2] = 0.5f;
+        gd[i * 4 + 3] = 0.0f;
+    }
+    tfm_tensor *grad = make2(4, 4, NULL);
+    for (int scale = 0; scale <= 1; scale++) {
+        tfm_module *e = table4(4, scale);
+        /* no gradient memory before tfm_module_train */
+        assert_int_equal(tfm_embedding_backward(e, ids, 2, 2, -1, g),
+                         TFM_ERR_INVALID_ARGUMENT);
+        assert_int_equal(tfm_module_train(e, 1), TFM_OK);
+        assert_int_equal(tfm_embedding_backward(e, ids, 2, 2, -1, g), TFM_OK);
+        assert_int_equal(tfm_module_get_grad(e, "weight", grad), TFM_OK);
+        const double k = scale ? 2.0 : 1.0;
+        EXPECT_VALUES(grad, 0.0,
+            2 * k, -2 * k, 0.5 * k, 0,   4 * k, -4 * k, 0.5 * k, 0,
+            4 * k, -4 * k, 1 * k, 0,     0, 0, 0, 0);
+        assert_int_equal(tfm_embedding_backward(e, ids, 2, 2, -1, g), TFM_OK);
+        assert_int_equal(tfm_module_get_grad(e, "weight", grad), TFM_OK);
+        EXPECT_VALUES(grad, 0.0,
+            4 * k, -4 * k, 1 * k, 0,     8 * k, -8 * k, 1 * k, 0,
+            8 * k, -8 * k, 2 * k, 0,     0, 0, 0, 0);
+        assert_int_equal(tfm_module_zero_grad(e), TFM_OK);
+        assert_int_equal(tfm_embedding_backward(e, ids, 2, 2, 2, g), TFM_OK);
+        assert_int_equal(tfm_module_get_grad(e, "weight", grad), TFM_OK);
+        EXPECT_VALUES(grad, 0.0,
+            2 * k, -2 * k, 0.5 * k, 0,   4 * k, -4 * k, 0.5 * k, 0,
+            0, 0, 0, 0,                  0, 0, 0, 0);
+        tfm_module_free(e);
+    }
+    tfm_tensor_free(grad);
+    tfm_tensor_free(g);
+}
+
+/* Every refused call leaves the gradient as it was (all 7 here). */
+static void test_backward_errors_write_nothing(void **state)
+{
+    (void)state;
+    tfm_module *e = table4(3, 0);
+    assert_int_equal(tfm_module_train(e, 1), TFM_OK);
+    tfm_tensor *g = make3(1, 2, 4, NULL);
+    fill(g, 1.0f);
+    tfm_tensor *bad = make3(1, 3, 4, NULL);
+    fill(bad, 1.0f);
+    const int32_t ids[2] = { 0, 1 }, out_of_range[2] = { 0, 3 },
+                  negative[2] = { -1, 0 };
+    assert_int_equal(tfm_embedding_backward(NULL, ids, 1, 2, -1, g),
+                     TFM_ERR_NULL_ARGUMENT);
+    assert_int_equal(tfm_embedding_backward(e, NULL, 1, 2, -1, g),
+                     TFM_ERR_NULL_ARGUMENT);
+    assert_int_equal(tfm_embedding_backward(e, ids, 1, 2, -1, NULL),
+                     TFM_ERR_NULL_ARGUMENT);
+    assert_int_equal(tfm_embedding_backward(e, ids, 1, 2, -1, bad),
+                     TFM_ERR_SHAPE);
+    assert_int_equal(tfm_embedding_backward(e, out_of_range, 1, 2, -1, g),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_embedding_backward(e, negative, 1, 2, -1, g),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_embedding_backward(e, ids, 1, 2, 3, g),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_embedding_backward(e, ids, 1, 2, -2, g),
+                     TFM_ERR_INVALID_ARGUMENT);
+    tfm_tensor_data(g)[5] = NAN;
+    assert_int_equal(tfm_embedding_backward(e, ids, 1, 2, -1, g),
+                     TFM_ERR_NON_FINITE);
+    tfm_tensor *grad = make2(3, 4, NULL);
+    assert_int_equal(tfm_module_get_grad(e, "weight", grad), TFM_OK);
+    for (int i = 0; i < 12; i++)
+        assert_true(tfm_tensor_data(grad)[i] == 0.0f);
+    tfm_module *lin = NULL;
+    assert_int_equal(tfm_linear_create(4, 4, 1, &lin), TFM_OK);
+    fill(g, 1.0f);
+    assert_int_equal(tfm_embedding_backward(lin, ids, 1, 2, -1, g),
+                     TFM_ERR_WRONG_KIND);
+    tfm_module_free(lin);
+    tfm_tensor_free(grad);
+    tfm_tensor_free(bad);
+    tfm_tensor_free(g);
+    tfm_module_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -505,6 +603,8 @@ int main(void)
         cmocka_unit_test(test_sinusoidal_offset),
         cmocka_unit_test(test_add_sinusoidal_matches_table),
         cmocka_unit_test(test_sinusoidal_errors),
+        cmocka_unit_test(test_backward_scatter_add),
+        cmocka_unit_test(test_backward_errors_write_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

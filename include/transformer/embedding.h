@@ -35,6 +35,33 @@ TFM_API tfm_status tfm_embedding_forward(const tfm_module *embedding,
                                          const int32_t *ids, int64_t batch,
                                          int64_t seq, tfm_tensor *out);
 
+/* The backward of tfm_embedding_forward (torch.autograd's gradient of
+ * nn.Embedding): weight.grad[ids[i]] += s * grad_output[i] for every
+ * position i in order (a scatter-add; repeated ids accumulate), s =
+ * sqrt(d_model) when the table scales, else 1.  A position whose id equals
+ * padding_idx adds nothing (nn.Embedding's padding_idx: that row gets no
+ * gradient); padding_idx -1 means none.  Learned positions
+ * (tfm_embedding_add_positions) are the same table read at ids offset ..
+ * offset+L-1: pass those ids, once per sequence (grad_output [B, L, d]).
+ * The sinusoidal encodings have no parameters: nothing to differentiate.
+ * Gradients are accumulated into the module's gradient memory
+ * (tfm_module_train first, module.h); one thread adds positions in order,
+ * so the result has the same bits at any thread count.  There is no
+ * gradient with respect to ids.
+ * ids [batch * seq] (row-major [batch, seq]); grad_output
+ * [batch, seq, d_model].  Allocates nothing.
+ * Errors: TFM_ERR_NULL_ARGUMENT (embedding, ids or grad_output),
+ * TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE (grad_output is not [batch, seq,
+ * d_model]), TFM_ERR_INVALID_ARGUMENT (batch or seq < 1, an id outside
+ * 0 .. n_rows-1, padding_idx outside -1 .. n_rows-1, no gradient memory),
+ * TFM_ERR_NON_FINITE (grad_output holds NaN or infinity), TFM_ERR_BUSY
+ * (another thread is in a backward pass writing the same gradients).  On
+ * error nothing is written.  Since 1.2. */
+TFM_API tfm_status tfm_embedding_backward(tfm_module *embedding,
+                                          const int32_t *ids, int64_t batch,
+                                          int64_t seq, int64_t padding_idx,
+                                          const tfm_tensor *grad_output);
+
 /* Learned positions: adds rows offset .. offset+L-1 of the table to every
  * sequence of x [B, L, d_model] in place (x[b, i] += table[offset + i]).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE,

@@ -1189,7 +1189,35 @@ class Embedding(Module):
             _ll.tfm_embedding_forward(ptr, ids.reshape(1, -1),
                                       out.reshape(1, ids.size,
                                                   self.embedding_dim))
+            if self.training:
+                self.__dict__["_saved_ids"] = np.array(ids, np.int32)
             return out
+
+    def backward(self, grad_output):
+        """Accumulates the gradient of the weight from grad_output
+        ``[*, embedding_dim]`` (the shape of the last training-mode call's
+        output): row ``ids[i]`` gets ``grad_output[i]`` added, once per
+        occurrence, except the padding_idx row (no gradient, as
+        nn.Embedding).  Returns None: ids have no gradient
+        (tfm_embedding_backward)."""
+        ids = self.__dict__.get("_saved_ids")
+        if ids is None:
+            raise InvalidArgumentError(
+                "Embedding.backward: no training-mode call to differentiate "
+                "(call train(), then the module, then backward)")
+        g = as_float32(grad_output, "grad_output")
+        if g.shape != ids.shape + (self.embedding_dim,):
+            raise ShapeError(f"grad_output has shape {g.shape}; the output "
+                             f"had {ids.shape + (self.embedding_dim,)}")
+        if ids.size == 0:
+            return None
+        pad = -1 if self.padding_idx is None else self.padding_idx
+        with self._use() as ptr:
+            _ll.tfm_embedding_backward(
+                ptr, ids.reshape(1, -1), pad,
+                np.ascontiguousarray(g).reshape(1, ids.size,
+                                                self.embedding_dim))
+        return None
 
     def _extra_repr(self):
         text = f"{self.num_embeddings}, {self.embedding_dim}"
