@@ -54,24 +54,24 @@ tfm_status tfm__embedding_new(int64_t n_rows, int64_t d_model, int scale,
     return TFM_OK;
 }
 
-tfm_status tfm_embedding_forward(const tfm_module *embedding,
-                                 const int32_t *ids, int64_t batch,
-                                 int64_t seq, tfm_tensor *out)
+/* The module is an embedding (*out), ids [batch * seq] present, sizes
+ * >= 1, every id a row of the table (before the output's shape, as the
+ * forward always checked). */
+static tfm_status check_ids(const tfm_module *m, const int32_t *ids,
+                            int64_t batch, int64_t seq,
+                            const tfm__embedding **out)
 {
-    tfm_status st =
-        tfm__module_check(embedding, TFM_MODULE_EMBEDDING, "embedding");
+    tfm_status st = tfm__module_check(m, TFM_MODULE_EMBEDDING, "embedding");
     if (st != TFM_OK)
         return st;
-    const tfm__embedding *e = (const tfm__embedding *)embedding;
+    const tfm__embedding *e = (const tfm__embedding *)m;
+    *out = e;
     if (!ids)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "ids is NULL");
     if (batch < 1 || seq < 1)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "batch (%lld) and seq (%lld) must be at least 1",
                          (long long)batch, (long long)seq);
-    const int64_t shape[3] = { batch, seq, e->d_model };
-    if ((st = tfm__check_shape(out, "out", 3, shape)) != TFM_OK)
-        return st;
     const int64_t n = batch * seq;
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= e->n_rows)
@@ -79,7 +79,21 @@ tfm_status tfm_embedding_forward(const tfm_module *embedding,
                              "id %d at position %lld is outside 0..%lld",
                              (int)ids[i], (long long)i,
                              (long long)(e->n_rows - 1));
-    tfm__embedding_lookup(e, ids, n, out->data);
+    return TFM_OK;
+}
+
+tfm_status tfm_embedding_forward(const tfm_module *embedding,
+                                 const int32_t *ids, int64_t batch,
+                                 int64_t seq, tfm_tensor *out)
+{
+    const tfm__embedding *e = NULL;
+    tfm_status st = check_ids(embedding, ids, batch, seq, &e);
+    if (st != TFM_OK)
+        return st;
+    const int64_t shape[3] = { batch, seq, e->d_model };
+    if ((st = tfm__check_shape(out, "out", 3, shape)) != TFM_OK)
+        return st;
+    tfm__embedding_lookup(e, ids, batch * seq, out->data);
     return TFM_OK;
 }
 
@@ -89,17 +103,10 @@ tfm_status tfm_embedding_backward(tfm_module *embedding, const int32_t *ids,
                                   const tfm_tensor *grad_output)
 {
     static const char what[] = "tfm_embedding_backward";
-    tfm_status st =
-        tfm__module_check(embedding, TFM_MODULE_EMBEDDING, "embedding");
+    const tfm__embedding *e = NULL;
+    tfm_status st = check_ids(embedding, ids, batch, seq, &e);
     if (st != TFM_OK)
         return st;
-    const tfm__embedding *e = (const tfm__embedding *)embedding;
-    if (!ids)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s: ids is NULL", what);
-    if (batch < 1 || seq < 1)
-        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "%s: batch (%lld) and seq (%lld) must be at least 1",
-                         what, (long long)batch, (long long)seq);
     if (padding_idx < -1 || padding_idx >= e->n_rows)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "%s: padding_idx %lld is outside -1..%lld", what,
@@ -111,12 +118,6 @@ tfm_status tfm_embedding_backward(tfm_module *embedding, const int32_t *ids,
     if ((st = tfm__check_shape(grad_output, "grad_output", 3, shape)))
         return st;
     const int64_t n = batch * seq, d = e->d_model;
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= e->n_rows)
-            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                             "%s: id %d at position %lld is outside 0..%lld",
-                             what, (int)ids[i], (long long)i,
-                             (long long)(e->n_rows - 1));
     if (!tfm__all_finite(grad_output->data, grad_output->numel))
         return tfm__fail(TFM_ERR_NON_FINITE,
                          "%s: grad_output holds NaN or infinity", what);

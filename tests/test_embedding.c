@@ -553,22 +553,27 @@ static void test_backward_errors_write_nothing(void **state)
     fill(bad, 1.0f);
     const int32_t ids[2] = { 0, 1 }, out_of_range[2] = { 0, 3 },
                   negative[2] = { -1, 0 };
-    assert_int_equal(tfm_embedding_backward(NULL, ids, 1, 2, -1, g),
-                     TFM_ERR_NULL_ARGUMENT);
-    assert_int_equal(tfm_embedding_backward(e, NULL, 1, 2, -1, g),
-                     TFM_ERR_NULL_ARGUMENT);
-    assert_int_equal(tfm_embedding_backward(e, ids, 1, 2, -1, NULL),
-                     TFM_ERR_NULL_ARGUMENT);
-    assert_int_equal(tfm_embedding_backward(e, ids, 1, 2, -1, bad),
-                     TFM_ERR_SHAPE);
-    assert_int_equal(tfm_embedding_backward(e, out_of_range, 1, 2, -1, g),
-                     TFM_ERR_INVALID_ARGUMENT);
-    assert_int_equal(tfm_embedding_backward(e, negative, 1, 2, -1, g),
-                     TFM_ERR_INVALID_ARGUMENT);
-    assert_int_equal(tfm_embedding_backward(e, ids, 1, 2, 3, g),
-                     TFM_ERR_INVALID_ARGUMENT);
-    assert_int_equal(tfm_embedding_backward(e, ids, 1, 2, -2, g),
-                     TFM_ERR_INVALID_ARGUMENT);
+    const struct {
+        tfm_module *m;
+        const int32_t *ids;
+        int64_t padding_idx;
+        const tfm_tensor *g;
+        tfm_status want;
+    } cases[] = {
+        { NULL, ids, -1, g, TFM_ERR_NULL_ARGUMENT },
+        { e, NULL, -1, g, TFM_ERR_NULL_ARGUMENT },
+        { e, ids, -1, NULL, TFM_ERR_NULL_ARGUMENT },
+        { e, ids, -1, bad, TFM_ERR_SHAPE },
+        { e, out_of_range, -1, g, TFM_ERR_INVALID_ARGUMENT },
+        { e, negative, -1, g, TFM_ERR_INVALID_ARGUMENT },
+        { e, ids, 3, g, TFM_ERR_INVALID_ARGUMENT },
+        { e, ids, -2, g, TFM_ERR_INVALID_ARGUMENT },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(tfm_embedding_backward(cases[i].m, cases[i].ids, 1,
+                                                2, cases[i].padding_idx,
+                                                cases[i].g),
+                         cases[i].want);
     tfm_tensor_data(g)[5] = NAN;
     assert_int_equal(tfm_embedding_backward(e, ids, 1, 2, -1, g),
                      TFM_ERR_NON_FINITE);

@@ -125,6 +125,7 @@ class Optimizer(HandleOwner):
 
     @property
     def closed(self):
+        """True once close() was called."""
         return not self._parts or self._parts[0][1].closed
 
     # -- torch.optim.Optimizer --

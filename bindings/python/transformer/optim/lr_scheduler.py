@@ -69,6 +69,7 @@ class LambdaLR:
                 if k not in ("optimizer", "lr_lambda")}
 
     def load_state_dict(self, state_dict):
+        """Restores what state_dict() returned."""
         self.__dict__.update(state_dict)
 
 
