@@ -49,8 +49,9 @@ arguments) and a scheduler of ``transformer.optim.lr_scheduler``
 Arrays: float32 numpy arrays (other real dtypes and torch tensors are
 converted; contiguous float32 input is used without a copy).  Results are
 float32 numpy arrays, or torch.Tensors sharing their memory when an
-argument is a torch.Tensor.  Modules run in inference mode: dropout is
-ignored, and there are no gradients (no requires_grad, nothing to freeze).
+argument is a torch.Tensor.  Dropout is not applied, in training mode
+either (not yet implemented); gradients are computed only by the explicit
+``backward`` calls above, not by autograd (there is no requires_grad).
 
 Masks: ``MultiheadAttention`` and the layers take PyTorch's
 ``nn.MultiheadAttention`` convention (bool True = masked out, float =
