@@ -2088,7 +2088,7 @@ end
 local CONFIG_KEYS = { "architecture", "vocab_size", "d_model", "n_heads", "d_ff", "activation",
                       "layer_norm_eps", "norm_first", "n_layers", "n_encoder_layers",
                       "n_decoder_layers", "context_length", "positional", "tied_embeddings",
-                      "embedding_scale", "positional_base", "attention" }
+                      "embedding_scale", "positional_base", "attention", "bias" }
 local DEFAULT_POSITIONAL_BASE = 10000.0
 
 -- The options of a config (positional_base, attention): the core's options
@@ -2177,6 +2177,7 @@ M.Model = Model
 
 local function wrap_model(h, tok, path)
   local cfg = flat_config(core.tfm_model_get_config(h), core.tfm_model_get_options(h))
+  if core.tfm_model_has_bias(h) == 0 then cfg.bias = false end
   return new_object(Model, h, {
     config = cfg, architecture = cfg.architecture, vocab_size = cfg.vocab_size,
     context_length = cfg.context_length, path = path, tokenizer = tok, _caches = setmetatable({}, { __mode = "k" }),
@@ -2196,14 +2197,18 @@ end
 -- positional "sinusoidal_concat" (sin | cos halves), positional_base
 -- (10000), attention (a table of Attention's variant fields, used by every
 -- block's self-attention and by the KV cache; decoder-only and
--- encoder-only models).  model.config holds the options only where they
+-- encoder-only models), bias (true; false builds every block without
+-- biases, as PyTorch 2.x's bias=False: tfm_model_create_v2; model.config
+-- holds bias = false only then).  model.config holds the options only where they
 -- are not the defaults; model:attention_config() has every field.  vocab:
 -- optional tokenizer vocabulary (the characters in id order).
 local function new_model(config, vocab)
   if not is_options(config) then fail("Model: config must be a table of named values") end
   local c, o = core_config(config)
   local h
-  if o then
+  if config.bias ~= nil and not check_bool("bias", config.bias) then
+    h = core.tfm_model_create_v2(c, o, { bias = false })
+  elseif o then
     h = core.tfm_model_create_ex(c, o)
   else
     h = core.tfm_model_create(c)

@@ -622,6 +622,52 @@ test("tiny model: encode/decode, save and load round trip", function()
   close(m3:logits(TM.ids), TM.logits, "created model logits")
 end)
 
+-- Model{ bias = false } (tfm_model_create_v2): the reference is the model
+-- with biases given the same weights and zero biases (x W^T + 0 and
+-- LayerNorm(x) * w + 0 are the same function; that path is checked against
+-- PyTorch above); the bias-free layout survives save and load.
+test("model without biases (bias = false)", function()
+  local function zeros_like(t)
+    if type(t) ~= "table" then return 0 end
+    local out = {}
+    for i, v in ipairs(t) do out[i] = zeros_like(v) end
+    return out
+  end
+  for _, arch in ipairs({ "decoder_only", "encoder_only" }) do
+    local cfg = { architecture = arch, vocab_size = 11, d_model = 8, n_heads = 2, d_ff = 16,
+                  n_layers = 2, context_length = 6, norm_first = arch == "encoder_only" }
+    local plain = T.Model(cfg)
+    cfg.bias = false
+    local nb = T.Model(cfg)
+    equal(nb.config.bias, false, "config.bias")
+    equal(plain.config.bias, nil, "config.bias of a biased model")
+    local sd, psd = nb:state_dict(), plain:state_dict()
+    local n_bias = 0
+    for name, v in pairs(psd) do
+      if sd[name] then
+        psd[name] = sd[name]
+      else
+        assert(name:sub(-4) == "bias", name .. " missing from the bias-free model")
+        psd[name] = zeros_like(v)
+        n_bias = n_bias + 1
+      end
+    end
+    for name in pairs(sd) do assert(name:sub(-4) ~= "bias", name) end
+    assert(n_bias > 0, "the biased model has biases")
+    plain:load_state_dict(psd)
+    local ids = { { 1, 4, 0, 9, 3 }, { 10, 2, 2, 7, 5 } }
+    close(nb:logits(ids), plain:logits(ids), arch .. " bias-free logits", 1e-5)
+    local path = tmpname(".safetensors")
+    nb:save(path)
+    local again = T.load_model(path)
+    os.remove(path)
+    equal(again.config.bias, false, "reloaded config.bias")
+    close(again:logits(ids), nb:logits(ids), "reloaded logits", 0)
+  end
+  raises(function() T.Model{ vocab_size = 4, d_model = 4, n_heads = 1, context_length = 3,
+                             bias = "no" } end)
+end)
+
 local KJV = ROOT .. "/models/kjv-char.safetensors"
 
 local function fnv1a32(path)
