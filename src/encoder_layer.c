@@ -166,3 +166,57 @@ tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
     TFM__PLAN_PIN();
     return tfm__encoder_forward(&encoder_layer_kind, layer, src, masks, out);
 }
+
+tfm_status tfm_encoder_layer_backward(tfm_module *layer, const tfm_tensor *src,
+                                      const tfm_attention_masks *masks,
+                                      const tfm_tensor *grad_output,
+                                      tfm_tensor *grad_src)
+{
+    TFM__PLAN_PIN();
+    const char *what = "tfm_encoder_layer_backward";
+    tfm_status st = tfm__module_check(layer, TFM_MODULE_ENCODER_LAYER,
+                                      "layer");
+    if (st != TFM_OK)
+        return st;
+    const tfm__encoder_layer *l = (const tfm__encoder_layer *)layer;
+    const tfm_layer_config *c = &l->config;
+    int64_t B = 0, L = 0;
+    tfm__masks m;
+    if ((st = tfm__check_activation(src, "src", c->d_model, &B, &L)) ||
+        (st = tfm__masks_resolve(masks, B, c->n_heads, L, L, what, &m)) ||
+        (st = tfm__check_backward_rows(what, src, c->d_model, grad_output,
+                                       c->d_model, grad_src)))
+        return st;
+    const int64_t rows = B * L, n = rows * c->d_model;
+    tfm__ws_mark mark = tfm__ws_save();
+    float *x1 = tfm__ws_floats((size_t)n);
+    float *g = x1 ? tfm__ws_floats((size_t)n) : NULL;
+    float *tmp = g ? tfm__ws_floats((size_t)n) : NULL;
+    if (!tmp) {
+        tfm__ws_restore(mark);
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
+    }
+    if ((st = tfm__module_enter_grads(layer, what))) {
+        tfm__ws_restore(mark);
+        return st;
+    }
+    /* Recompute x1 = the self-attention block's output, then back through
+     * the feed-forward block and the self-attention block. */
+    tfm__self_attention_sublayer sa =
+        tfm__sublayer_self_attention(l->self_attn, B, L, &m);
+    tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(l->ff, rows);
+    const int pre = c->norm_first;
+    memcpy(x1, src->data, (size_t)n * sizeof *x1);
+    st = tfm__residual(&sa.base, l->norm1, pre, x1, tmp, rows);
+    if (st == TFM_OK)
+        st = tfm__residual_backward(&ff.base, l->norm2, pre, x1,
+                                    grad_output->data, g, rows);
+    if (st == TFM_OK)
+        st = tfm__residual_backward(&sa.base, l->norm1, pre, src->data, g, g,
+                                    rows);
+    if (st == TFM_OK && grad_src)
+        memcpy(grad_src->data, g, (size_t)n * sizeof *g);
+    tfm__module_leave_grads(layer);
+    tfm__ws_restore(mark);
+    return st;
+}

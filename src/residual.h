@@ -14,6 +14,11 @@
 typedef struct tfm__sublayer tfm__sublayer;
 struct tfm__sublayer {
     tfm_status (*run)(const tfm__sublayer *s, const float *in, float *out);
+    /* The backward of run (NULL: the kind has none): given run's in and
+     * grad_out [rows, d], writes grad_in [rows, d] (distinct from both)
+     * and accumulates the parameter gradients (which must exist). */
+    tfm_status (*backward)(const tfm__sublayer *s, const float *in,
+                           const float *grad_out, float *grad_in);
 };
 
 /* Self-attention of in [batch, L, d] over itself. */
@@ -77,5 +82,17 @@ tfm_status tfm__layer_ff_norms_new(tfm_module *parent,
  * tmp: rows * d floats of scratch.  Fails only with out-of-memory. */
 tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
                          int norm_first, float *x, float *tmp, int64_t rows);
+
+/* The backward of tfm__residual (torch.autograd's), x its input [rows, d]
+ * (not changed), grad_y [rows, d] the gradient of its output; writes
+ * grad_x [rows, d] (may be grad_y, not x) and accumulates the parameter
+ * gradients of f and norm.  With h = x + f(x), z = LN(x):
+ *   post-norm: g = LN'(h)^T grad_y;  grad_x = g + f'(x)^T g
+ *   pre-norm:  g = f'(z)^T grad_y;   grad_x = grad_y + LN'(x)^T g
+ * Fails only with out-of-memory (or a sub-layer's unsupported option). */
+tfm_status tfm__residual_backward(const tfm__sublayer *f,
+                                  const tfm__layer_norm *norm, int norm_first,
+                                  const float *x, const float *grad_y,
+                                  float *grad_x, int64_t rows);
 
 #endif

@@ -239,6 +239,33 @@ TFM_API tfm_status tfm_feed_forward_backward(tfm_module *ff,
 TFM_API tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,
                                             tfm_module **out);
 
+/* The backward of tfm_encoder_layer_forward (torch.autograd's gradients
+ * of nn.TransformerEncoderLayer with dropout 0): with the layer's
+ * post-norm x1 = norm1(src + SA(src)), y = norm2(x1 + FF(x1)) or pre-norm
+ * x1 = src + SA(norm1(src)), y = x1 + FF(norm2(x1)), the chain rule
+ * through each residual block (post: g = LN'^T grad, grad_in = g +
+ * f'^T g; pre: grad_in = grad + LN'^T f'^T grad) and, for SA, the sum of
+ * the query, key and value gradients of tfm_mha_backward.  Every
+ * parameter gradient is accumulated (+=) into the layer's gradient
+ * memory, so tfm_module_train must have been called.  Nothing is kept
+ * from the forward: src and masks are the forward's, passed again, and x1
+ * is recomputed.
+ * src [B, L, d_model]; masks as tfm_encoder_layer_forward (NULL: none);
+ * grad_output [B, L, d_model]; grad_src [B, L, d_model] (written; may be
+ * src, must not overlap grad_output) or NULL when not wanted.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (wrong kind or
+ * shape, no gradient memory, a variant without a backward),
+ * TFM_ERR_NON_FINITE (grad_output), TFM_ERR_BUSY (another backward holds
+ * the layer's gradients), TFM_ERR_OUT_OF_MEMORY.  The checks, the busy
+ * guard and the layer's scratch come before the first write; an
+ * out-of-memory inside the attention's backward, after the feed-forward
+ * block's gradients were accumulated, is the one exception.
+ * Since 1.2. */
+TFM_API tfm_status tfm_encoder_layer_backward(
+    tfm_module *layer, const tfm_tensor *src,
+    const tfm_attention_masks *masks, const tfm_tensor *grad_output,
+    tfm_tensor *grad_src);
+
 /* An encoder layer (as tfm_encoder_layer_create: Vaswani et al. 2017,
  * 3.1) whose self-attention uses the variant (parameters "self_attn.*",
  * shapes as tfm_mha_create_ex); tfm_encoder_layer_forward runs it, with

@@ -747,7 +747,24 @@ class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
         """src ``[L, N, E]`` (``[N, L, E]`` if batch_first, ``[L, E]``) ->
         same shape.  See the class docstring for the masks."""
         return _encode(self, _ll.tfm_encoder_layer_forward, src, src_mask,
-                       src_key_padding_mask, is_causal)
+                       src_key_padding_mask, is_causal, keep=True)
+
+    def backward(self, grad_output):
+        """The gradient with respect to src of the last training-mode
+        call, given ``grad_output`` (the output's shape and layout), in
+        src's layout; accumulates every parameter's gradient
+        (:meth:`grad`), as ``torch.autograd`` does for
+        ``nn.TransformerEncoderLayer`` with dropout 0."""
+        (x,) = self._saved_for_backward()
+        masks, batched = self.__dict__["_saved_call"]
+        io = BatchIO(self.batch_first, batched)
+        g = np.ascontiguousarray(io.take(grad_output, "grad_output"))
+        if g.shape != x.shape:
+            raise ShapeError(f"grad_output must have the output's shape, "
+                             f"got {list(np.shape(grad_output))}")
+        grad_src = np.empty(x.shape, np.float32)
+        self._call(_ll.tfm_encoder_layer_backward, x, masks, g, grad_src)
+        return io.give(grad_src)
 
 
 class TransformerDecoderLayer(_LayerBase):
@@ -810,7 +827,7 @@ class TransformerDecoderLayer(_LayerBase):
 
 
 def _encode(module, forward, src, mask, key_padding_mask, is_causal,
-            names=("src_key_padding_mask", "src_mask")):
+            names=("src_key_padding_mask", "src_mask"), keep=False):
     with module._use() as ptr:
         batched = is_batched(src, "src")
         io = BatchIO(module.batch_first, batched)
@@ -822,7 +839,10 @@ def _encode(module, forward, src, mask, key_padding_mask, is_causal,
         norm = getattr(module, "norm", None)
         if norm is not None and not getattr(module, "_c_norm", False):
             norm._normalize_in_place(out)
-        return io.give(out)
+    if keep and module.training:
+        module._keep_for_backward(x)
+        module.__dict__["_saved_call"] = (masks, batched)
+    return io.give(out)
 
 
 def _decode(module, forward, tgt, memory, tgt_mask, memory_mask,
