@@ -278,6 +278,81 @@ static void test_mha_by_hand(void **state)
     tfm_module_free(mha);
 }
 
+/* Encoder layer backward against central finite differences of the
+ * layer's own forward (itself checked against torch in test_layers.c):
+ * d_model 4, 2 heads, d_ff 6, GELU, post-norm and pre-norm, a causal mask;
+ * loss = sum(g * y), so d loss / d src[i] = (loss(src + h e_i) -
+ * loss(src - h e_i)) / 2h, accumulated in double.  Float32 forward with
+ * h = 1e-2: agreement within 2e-2 absolute (the second-order error and
+ * rounding are below 1e-3 at these sizes).  Then the refusals: BUSY and a
+ * wrong grad_output shape leave grad_src and every gradient untouched. */
+static double enc_loss(tfm_module *l, tfm_tensor *src,
+                       const tfm_attention_masks *m, const float *g)
+{
+    tfm_tensor *y = make3(1, 3, 4, NULL);
+    assert_int_equal(tfm_encoder_layer_forward(l, src, m, y), TFM_OK);
+    double s = 0;
+    for (int i = 0; i < 12; i++)
+        s += (double)g[i] * tfm_tensor_data(y)[i];
+    tfm_tensor_free(y);
+    return s;
+}
+
+static void test_encoder_layer_finite_differences(void **state)
+{
+    (void)state;
+    for (int pre = 0; pre < 2; pre++) {
+        tfm_layer_config c = tfm_layer_config_default(4, 2);
+        c.d_ff = 6;
+        c.activation = TFM_ACTIVATION_GELU;
+        c.norm_first = pre;
+        tfm_module *l = NULL;
+        assert_int_equal(tfm_encoder_layer_create(&c, &l), TFM_OK);
+        assert_int_equal(tfm_module_train(l, 1), TFM_OK);
+        float xs[12], gs[12];
+        for (int i = 0; i < 12; i++) {
+            xs[i] = (float)sin(1.7 * i + pre);
+            gs[i] = (float)cos(0.9 * i);
+        }
+        tfm_tensor *src = make3(1, 3, 4, xs), *g = make3(1, 3, 4, gs);
+        tfm_tensor *gx = make3(1, 3, 4, NULL);
+        tfm_attention_masks m = { .causal = TFM_CAUSAL_TOP_LEFT };
+        assert_int_equal(tfm_encoder_layer_backward(l, src, &m, g, gx),
+                         TFM_OK);
+        for (int i = 0; i < 12; i++) {
+            float *d = (float *)tfm_tensor_data(src);
+            const float keep = d[i], h = 1e-2f;
+            d[i] = keep + h;
+            double up = enc_loss(l, src, &m, gs);
+            d[i] = keep - h;
+            double down = enc_loss(l, src, &m, gs);
+            d[i] = keep;
+            assert_float_equal(tfm_tensor_data(gx)[i], (up - down) / (2 * h),
+                               2e-2);
+        }
+        /* Refusals change nothing. */
+        const float before_w = grad_of(l, "linear1.weight")[0];
+        const float before_x = tfm_tensor_data(gx)[0];
+        /* The module owning the gradient storage is the one marked. */
+        tfm_module *home = (tfm_module *)l->params[0].home;
+        assert_non_null(home);
+        home->busy = 1;
+        assert_int_equal(tfm_encoder_layer_backward(l, src, &m, g, gx),
+                         TFM_ERR_BUSY);
+        home->busy = 0;
+        tfm_tensor *wide = make3(1, 4, 4, NULL);
+        assert_int_equal(tfm_encoder_layer_backward(l, src, &m, wide, gx),
+                         TFM_ERR_SHAPE);
+        assert_float_equal(grad_of(l, "linear1.weight")[0], before_w, 0);
+        assert_float_equal(tfm_tensor_data(gx)[0], before_x, 0);
+        tfm_tensor_free(wide);
+        tfm_tensor_free(src);
+        tfm_tensor_free(g);
+        tfm_tensor_free(gx);
+        tfm_module_free(l);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -286,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_busy_shared_gradients),
         cmocka_unit_test(test_feed_forward_by_hand),
         cmocka_unit_test(test_mha_by_hand),
+        cmocka_unit_test(test_encoder_layer_finite_differences),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
