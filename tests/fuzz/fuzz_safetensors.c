@@ -77,8 +77,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     CHECK(tfm_safetensors_name(f, n) == NULL);
     CHECK(tfm_safetensors_name(f, -1) == NULL);
-    CHECK(tfm_safetensors_read(f, "\x01no such tensor", &(tfm_tensor *){NULL})
-          == TFM_ERR_NOT_FOUND);
+    /* A name the file does not hold gives NOT_FOUND.  The fuzzer can write
+     * this very name into a file (it found that, with the harness's own
+     * string in its dictionary): then the promise does not apply. */
+    const char *missing = "\x01no such tensor";
+    int holds_missing = 0;
+    for (int64_t i = 0; i < n; i++)
+        holds_missing |= strcmp(tfm_safetensors_name(f, i), missing) == 0;
+    if (!holds_missing)
+        CHECK(tfm_safetensors_read(f, missing, &(tfm_tensor *){NULL})
+              == TFM_ERR_NOT_FOUND);
 
     const int64_t m = tfm_safetensors_metadata_count(f);
     CHECK(m >= 0);
