@@ -27,6 +27,7 @@
 #include <cjson/cJSON.h>
 
 #include "alloc.h"
+#include "bpe_merges.h"
 #include "error.h"
 #include "json_nul.h"
 #include "tokenizer_impl.h"
@@ -37,21 +38,12 @@ static const char GPT2_PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+"
     "|\\s+(?!\\S)|\\s+";
 
-/* One merge: the pair (key = left << 32 | right), its rank and result. */
-typedef struct merge_slot {
-    uint64_t key;     /* UINT64_MAX when empty */
-    int32_t rank;
-    int32_t merged;
-} merge_slot;
-
 typedef struct tfm__bpe {
     tfm__vocab vocab;        /* byte-level strings ("\u0120the") */
     char *raw;               /* the bytes each id stands for, concatenated */
     size_t *raw_off;         /* [size + 1] into raw */
     int32_t byte_id[256];    /* id of each single byte */
-    merge_slot *merges;      /* [n_slots] */
-    size_t n_slots;          /* a power of two */
-    int64_t n_merges;
+    tfm__merges merges;      /* bpe_merges.h */
     pcre2_code *pattern;
     int jit;                 /* pattern JIT-compiled: pcre2_jit_match */
     pcre2_general_context *gcx;
@@ -105,24 +97,6 @@ static size_t unmap_bytes(const char *s, size_t len, char *out)
     return n;
 }
 
-/* ---- Merges ------------------------------------------------------------ */
-
-static size_t merge_home(const tfm__bpe *m, uint64_t key)
-{
-    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & (m->n_slots - 1);
-}
-
-static const merge_slot *find_merge(const tfm__bpe *m, int32_t a, int32_t b)
-{
-    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    for (size_t i = merge_home(m, key);; i = (i + 1) & (m->n_slots - 1)) {
-        if (m->merges[i].key == key)
-            return &m->merges[i];
-        if (m->merges[i].key == UINT64_MAX)
-            return NULL;
-    }
-}
-
 /* ---- Free, ops ---------------------------------------------------------- */
 
 static void bpe_free(void *model)
@@ -133,7 +107,7 @@ static void bpe_free(void *model)
     tfm__vocab_free(&m->vocab);
     tfm__free(m->raw);
     tfm__free(m->raw_off);
-    tfm__free(m->merges);
+    tfm__merges_free(&m->merges);
     pcre2_code_free(m->pattern);
     pcre2_general_context_free(m->gcx);
     tfm__free(m);
@@ -213,7 +187,7 @@ static void push_pair(const tfm__bpe *m, scratch *s, size_t *n_heap,
 {
     if (pos < 0 || s->next[pos] < 0)
         return;
-    const merge_slot *g = find_merge(m, s->id[pos], s->id[s->next[pos]]);
+    const tfm__merge *g = tfm__merges_find(&m->merges, s->id[pos], s->id[s->next[pos]]);
     if (g)
         heap_push(s->heap, n_heap, (candidate){ g->rank, pos });
 }
@@ -275,7 +249,7 @@ static tfm_status encode_piece(const tfm__bpe *m, const unsigned char *p,
             int32_t pos = s->batch[k].pos, right = s->next[pos];
             if (s->id[pos] < 0 || right < 0)
                 continue;
-            const merge_slot *g = find_merge(m, s->id[pos], s->id[right]);
+            const tfm__merge *g = tfm__merges_find(&m->merges, s->id[pos], s->id[right]);
             if (!g || g->rank != rank)
                 continue;  /* stale: a neighbour merged first */
             s->id[pos] = g->merged;
@@ -358,7 +332,8 @@ static void pcre_free(void *p, void *data)
 }
 
 /* After the vocabulary is set: byte tokens, raw bytes, pattern, and room
- * for n_merges merges. */
+ * for n_merges merges (none made when n_merges < 0: the caller makes
+ * them). */
 static tfm_status bpe_prepare(tfm__bpe *m, int64_t n_merges, const char *what)
 {
     const tfm__vocab *v = &m->vocab;
@@ -377,15 +352,13 @@ static tfm_status bpe_prepare(tfm__bpe *m, int64_t n_merges, const char *what)
         total += v->lengths[i];
     m->raw = tfm__malloc(total ? total : 1);
     m->raw_off = tfm__malloc((size_t)(v->size + 1) * sizeof *m->raw_off);
-    size_t n_slots = 16;
-    while (n_slots < (size_t)n_merges * 2)
-        n_slots *= 2;
-    m->merges = tfm__malloc(n_slots * sizeof *m->merges);
-    if (!m->raw || !m->raw_off || !m->merges)
+    if (!m->raw || !m->raw_off)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory for BPE tables");
-    m->n_slots = n_slots;
-    for (size_t i = 0; i < n_slots; i++)
-        m->merges[i].key = UINT64_MAX;
+    if (n_merges >= 0) {
+        tfm_status st = tfm__merges_init(&m->merges, n_merges);
+        if (st != TFM_OK)
+            return st;
+    }
     size_t at = 0;
     for (int64_t i = 0; i < v->size; i++) {
         m->raw_off[i] = at;
@@ -417,81 +390,6 @@ static tfm_status bpe_prepare(tfm__bpe *m, int64_t n_merges, const char *what)
     /* The JIT is only faster; without it (no JIT on this CPU, out of
      * memory) the interpreter gives the same matches. */
     m->jit = pcre2_jit_compile(m->pattern, PCRE2_JIT_COMPLETE) == 0;
-    return TFM_OK;
-}
-
-/* Adds merge number rank: the tokens left and right (vocabulary strings).
- * `where` says which line or entry, for messages. */
-static tfm_status add_merge(tfm__bpe *m, const char *left, size_t left_len,
-                            const char *right, size_t right_len, int64_t rank,
-                            const char *what, const char *where)
-{
-    const tfm__vocab *v = &m->vocab;
-    int32_t a = tfm__vocab_find(v, left, left_len);
-    int32_t b = tfm__vocab_find(v, right, right_len);
-    if (a < 0 || b < 0)
-        return tfm__fail(TFM_ERR_FORMAT,
-                         "%.200s: merge %s names \"%.*s\", which is not in "
-                         "the vocabulary",
-                         what, where, a < 0 ? (int)(left_len > 60 ? 60 : left_len)
-                                            : (int)(right_len > 60 ? 60 : right_len),
-                         a < 0 ? left : right);
-    char stack[256];
-    char *joined = left_len + right_len <= sizeof stack
-                       ? stack : tfm__malloc(left_len + right_len);
-    if (!joined)
-        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
-    memcpy(joined, left, left_len);
-    memcpy(joined + left_len, right, right_len);
-    int32_t c = tfm__vocab_find(v, joined, left_len + right_len);
-    if (joined != stack)
-        tfm__free(joined);
-    if (c < 0)
-        return tfm__fail(TFM_ERR_FORMAT,
-                         "%.200s: merge %s makes \"%.*s%.*s\", which is not "
-                         "in the vocabulary",
-                         what, where, (int)(left_len > 60 ? 60 : left_len),
-                         left, (int)(right_len > 60 ? 60 : right_len), right);
-    if (rank > INT32_MAX - 1)
-        return tfm__fail(TFM_ERR_FORMAT, "%.200s: too many merges", what);
-    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    size_t i = merge_home(m, key);
-    while (m->merges[i].key != UINT64_MAX && m->merges[i].key != key)
-        i = (i + 1) & (m->n_slots - 1);
-    if (m->merges[i].key == key)
-        return TFM_OK;  /* a repeated merge keeps its first (lower) rank */
-    m->merges[i].key = key;
-    m->merges[i].rank = (int32_t)rank;
-    m->merges[i].merged = c;
-    m->n_merges++;
-    return TFM_OK;
-}
-
-/* The vocabulary from a JSON object {token: id}. */
-static tfm_status vocab_from_json(tfm__vocab *v, const cJSON *obj,
-                                  const char *what)
-{
-    if (!cJSON_IsObject(obj))
-        return tfm__fail(TFM_ERR_FORMAT,
-                         "%.200s: the vocabulary is not a JSON object", what);
-    int64_t n = cJSON_GetArraySize(obj);
-    if (n == 0)
-        return tfm__fail(TFM_ERR_FORMAT, "%.200s: the vocabulary is empty",
-                         what);
-    tfm_status st = tfm__vocab_init(v, n);
-    if (st != TFM_OK)
-        return st;
-    for (const cJSON *e = obj->child; e; e = e->next) {
-        double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
-        if (!(d >= 0 && d <= INT32_MAX) || d != (double)(int64_t)d)
-            return tfm__fail(TFM_ERR_FORMAT,
-                             "%.200s: the id of \"%.60s\" is not a "
-                             "non-negative integer",
-                             what, e->string);
-        st = tfm__vocab_set(v, (int64_t)d, e->string, strlen(e->string), what);
-        if (st != TFM_OK)
-            return st;
-    }
     return TFM_OK;
 }
 
@@ -527,7 +425,7 @@ static tfm_status merges_from_text(tfm__bpe *m, const char *text, size_t len,
                              what, (long long)line);
         char where[32];
         snprintf(where, sizeof where, "on line %lld", (long long)line);
-        st = add_merge(m, l, (size_t)(sp - l), sp + 1,
+        st = tfm__merges_add(&m->merges, &m->vocab, l, (size_t)(sp - l), sp + 1,
                        (size_t)(l + n - sp - 1), rank++, what, where);
         if (st != TFM_OK)
             return st;
@@ -572,7 +470,7 @@ tfm_status tfm__bpe_load_gpt2(const char *encoder_json, const char *vocab_bpe,
             st = tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
     }
     if (st == TFM_OK)
-        st = vocab_from_json(&m->vocab, root, encoder_json);
+        st = tfm__vocab_from_json(&m->vocab, root, encoder_json);
     if (st == TFM_OK)
         st = merges_from_text(m, merges, merges_len, vocab_bpe);
     cJSON_Delete(root);
@@ -622,38 +520,12 @@ tfm_status tfm__bpe_from_json(const cJSON *model, const char *path,
     tfm__bpe *m = tfm__calloc(1, sizeof *m);
     if (!m)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
-    tfm_status st = vocab_from_json(
+    tfm_status st = tfm__vocab_from_json(
         &m->vocab, cJSON_GetObjectItemCaseSensitive(model, "vocab"), path);
     if (st == TFM_OK)
-        st = bpe_prepare(m, cJSON_GetArraySize(merges), path);
-    int64_t rank = 0;
-    for (const cJSON *e = merges->child; st == TFM_OK && e; e = e->next, rank++) {
-        char where[40];
-        snprintf(where, sizeof where, "number %lld", (long long)rank);
-        const char *l = NULL, *r = NULL;
-        size_t ln = 0, rn = 0;
-        if (cJSON_IsString(e)) {
-            const char *sp = strchr(e->valuestring, ' ');
-            if (sp && sp != e->valuestring && sp[1] && !strchr(sp + 1, ' ')) {
-                l = e->valuestring;
-                ln = (size_t)(sp - l);
-                r = sp + 1;
-                rn = strlen(r);
-            }
-        } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 &&
-                   cJSON_IsString(e->child) && cJSON_IsString(e->child->next)) {
-            l = e->child->valuestring;
-            ln = strlen(l);
-            r = e->child->next->valuestring;
-            rn = strlen(r);
-        }
-        if (!l)
-            st = tfm__fail(TFM_ERR_FORMAT, "%.200s: merge %s is neither "
-                           "\"left right\" nor [\"left\", \"right\"]",
-                           path, where);
-        else
-            st = add_merge(m, l, ln, r, rn, rank, path, where);
-    }
+        st = bpe_prepare(m, -1, path);
+    if (st == TFM_OK)
+        st = tfm__merges_from_json(&m->merges, &m->vocab, merges, path);
     if (st != TFM_OK) {
         bpe_free(m);
         return st;
