@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bpe_merges.h"
 #include "tokenizer_impl.h"
 #include "vocab.h"
 
@@ -53,6 +54,48 @@ tfm_status tfm__spm_file_read(const unsigned char *data, size_t len,
 
 /* Releases everything; leaves *f zeroed.  Safe on a zeroed file. */
 void tfm__spm_file_free(tfm__spm_file *f);
+
+/* Where the space before the text comes from (the normalizer's dummy
+ * prefix). */
+enum {
+    TFM__SPM_PREPEND_DUMMY = 0,   /* sentencepiece's add_dummy_prefix (and
+                                     Hugging Face's Prepend normalizer) */
+    TFM__SPM_PREPEND_METASPACE,   /* Hugging Face's Metaspace, prepend_scheme
+                                     "always": unless the text already
+                                     starts with a space or U+2581 */
+    TFM__SPM_PREPEND_FIRST,       /* the same, "first": only in the text
+                                     before any special token */
+};
+
+/* How a model read from a tokenizer.json (sentencepiece_json.c) departs
+ * from the rules of the .model it was converted from. */
+typedef struct tfm__spm_rules {
+    tfm__merges merges;  /* BPE: Hugging Face's ranked pairs decide the
+                            merges; n_slots 0: the piece scores do
+                            (sentencepiece) */
+    int prepend;         /* TFM__SPM_PREPEND_*, with add_dummy_prefix */
+    int fuse_unk;        /* a run of unknown pieces is one unknown token */
+    int framing;         /* TFM__FRAME_*: TFM_ENCODE_ADD_SPECIAL's framing */
+} tfm__spm_rules;
+
+/* The tokenizer of the model *f under rules *r; takes what f and r own
+ * (leaving them zeroed), on success and on failure.  Checks the pieces as
+ * the .model reader's ModelInterface::InitializePieces (one unknown piece,
+ * byte pieces only with byte_fallback and then all 256 of them, spelled
+ * <0xNN>; a well-formed charsmap); control and unknown pieces become the
+ * special tokens, f's bos/eos/pad/unk ids their roles.  Errors:
+ * TFM_ERR_FORMAT, TFM_ERR_UNSUPPORTED (WORD or CHAR models, a
+ * denormalizer), TFM_ERR_OUT_OF_MEMORY; path names the file in messages. */
+tfm_status tfm__spm_tokenizer_new(tfm__spm_file *f, tfm__spm_rules *r,
+                                  const char *path, tfm_tokenizer **out);
+
+/* Loads the "model" of a tokenizer.json that Hugging Face's converters
+ * made from a SentencePiece model (tokenizer_json.c dispatches here):
+ * "BPE" with Llama's pipelines, "Unigram" with T5's; sentencepiece_json.c
+ * lists what is accepted.  Errors: TFM_ERR_FORMAT, TFM_ERR_UNSUPPORTED (a
+ * pipeline step this reader does not run), TFM_ERR_OUT_OF_MEMORY. */
+tfm_status tfm__spm_from_json(const cJSON *root, const char *path,
+                              tfm_tokenizer **out);
 
 /* Loads a SentencePiece model file as a tokenizer (tfm_tokenizer_load).
  * Errors: TFM_ERR_IO, TFM_ERR_FORMAT, TFM_ERR_UNSUPPORTED (a WORD or CHAR

@@ -14,6 +14,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "json_nul.h"
+#include "sentencepiece.h"
 #include "tokenizer_impl.h"
 
 /* The "type" of a pipeline step, "" for null or absent, NULL when it is
@@ -25,6 +26,12 @@ static const char *step_type(const cJSON *root, const char *name)
         return "";
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "type");
     return cJSON_IsString(t) ? t->valuestring : NULL;
+}
+
+static int is_step(const cJSON *root, const char *name, const char *type)
+{
+    const char *t = step_type(root, name);
+    return t && strcmp(t, type) == 0;
 }
 
 static tfm_status unsupported(const char *path, const char *step,
@@ -140,12 +147,23 @@ tfm_status tfm__tokenizer_json_load(const char *path, tfm_tokenizer **out)
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
     tfm_tokenizer *t = NULL;
+    int sentencepiece = 0;
     if (!cJSON_IsObject(model)) {
         st = tfm__fail(TFM_ERR_FORMAT, "%.200s: no \"model\" object (not a "
                        "tokenizer.json)", path);
     } else if (!cJSON_IsString(type)) {
         st = tfm__fail(TFM_ERR_FORMAT, "%.200s: the model has no \"type\"",
                        path);
+    } else if ((strcmp(type->valuestring, "BPE") == 0 &&
+                (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+                     model, "byte_fallback")) ||
+                 is_step(root, "pre_tokenizer", "") ||
+                 is_step(root, "pre_tokenizer", "Metaspace"))) ||
+               strcmp(type->valuestring, "Unigram") == 0) {
+        /* Llama's and T5's: SentencePiece models (sentencepiece_json.c),
+         * whose added tokens are read there. */
+        st = tfm__spm_from_json(root, path, &t);
+        sentencepiece = 1;
     } else if (strcmp(type->valuestring, "BPE") == 0) {
         st = check_byte_level(root, path);
         if (st == TFM_OK)
@@ -160,7 +178,7 @@ tfm_status tfm__tokenizer_json_load(const char *path, tfm_tokenizer **out)
         st = tfm__fail(TFM_ERR_UNSUPPORTED, "%.200s: model type \"%.40s\" is "
                        "not supported", path, type->valuestring);
     }
-    if (st == TFM_OK)
+    if (st == TFM_OK && !sentencepiece)
         st = added_tokens(t, root, path);
     cJSON_Delete(root);
     if (st != TFM_OK) {

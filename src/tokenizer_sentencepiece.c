@@ -114,6 +114,8 @@ typedef struct spm {
     int split_at_space;       /* no piece spans a ▁ after another character */
     spm_trie pieces;          /* NORMAL, USER_DEFINED, UNUSED */
     spm_trie user;            /* USER_DEFINED: matched whole, never split */
+    tfm__merges merges;       /* Hugging Face's ranked pairs, or empty */
+    int prepend, fuse_unk;    /* tfm__spm_rules */
     /* precompiled charsmap: darts-clone double array + NUL-ended strings */
     uint32_t *units;
     size_t n_units;
@@ -232,10 +234,29 @@ static int append_ws(const spm *m, tfm__bytes *norm, spm_offsets *o,
            offsets_push(o, consumed);
 }
 
+/* Whether the dummy prefix goes before text[0 .. len-1] (not empty):
+ * always for sentencepiece; for Hugging Face's Metaspace unless the text
+ * starts with a space or U+2581 (and with "first" only before any special
+ * token: first is 0 for the text after one). */
+static int wants_prefix(const spm *m, const unsigned char *text, size_t len,
+                        int first)
+{
+    if (!m->f.add_dummy_prefix)
+        return 0;
+    if (m->prepend == TFM__SPM_PREPEND_DUMMY)
+        return 1;
+    if (m->prepend == TFM__SPM_PREPEND_FIRST && !first)
+        return 0;
+    return !(text[0] == ' ' ||
+             (len >= 3 && memcmp(text, SPACE_SYMBOL, 3) == 0));
+}
+
 /* Normalizer::Normalize: text -> norm, and for each byte of norm (and one
- * past the end) the byte of text it comes from. */
+ * past the end) the byte of text it comes from.  first: the text is not
+ * after a special token (wants_prefix). */
 static tfm_status normalize(const spm *m, const unsigned char *text,
-                            size_t len, tfm__bytes *norm, spm_offsets *o)
+                            size_t len, int first, tfm__bytes *norm,
+                            spm_offsets *o)
 {
     size_t consumed = 0;
     const char *r;
@@ -252,7 +273,8 @@ static tfm_status normalize(const spm *m, const unsigned char *text,
     if (consumed == len)
         return TFM_OK;  /* empty, or only whitespace */
     int ok = 1;
-    if (!m->f.treat_whitespace_as_suffix && m->f.add_dummy_prefix)
+    if (!m->f.treat_whitespace_as_suffix &&
+        wants_prefix(m, text + consumed, len - consumed, first))
         ok = append_ws(m, norm, o, consumed);
     int prev_space = m->f.remove_extra_whitespaces;
     while (ok && consumed < len) {
@@ -346,7 +368,7 @@ typedef struct bpe_sym {
 } bpe_sym;
 
 typedef struct bpe_pair {
-    float score;
+    double score;    /* the piece's score, or minus the merge's rank */
     int32_t left, right;
     uint32_t len;
     int32_t node;    /* the merged piece's trie node */
@@ -421,8 +443,21 @@ static int bpe_add_pair(bpe_state *s, int32_t left, int32_t right)
     int32_t id = node >= 0 ? s->m->pieces.value[node] : -1;
     if (id < 0)
         return 1;
+    double score = s->m->f.scores[id];
+    if (s->m->merges.n_slots) {
+        /* Hugging Face's BPE: the pair of pieces must be a merge; the
+         * lowest rank goes first. */
+        int32_t a = s->sym[left].node >= 0
+                        ? s->m->pieces.value[s->sym[left].node] : -1;
+        int32_t b = r->node >= 0 ? s->m->pieces.value[r->node] : -1;
+        const tfm__merge *g =
+            a >= 0 && b >= 0 ? tfm__merges_find(&s->m->merges, a, b) : NULL;
+        if (!g || g->merged != id)
+            return 1;
+        score = -(double)g->rank;
+    }
     size_t len = (size_t)s->sym[left].len + r->len;
-    bpe_pair pr = { s->m->f.scores[id], left, right, (uint32_t)len, node };
+    bpe_pair pr = { score, left, right, (uint32_t)len, node };
     if (s->m->f.types[id] == TFM__SPM_UNUSED)
         s->rev_left[id] = (int32_t)s->sym[left].len;
     return heap_push(&s->heap, pr);
@@ -625,7 +660,8 @@ static tfm_status spm_encode(const void *model, const char *text, size_t len,
     tfm__bytes norm = { 0 };
     spm_offsets o = { 0 };
     spm_segs segs = { 0 };
-    tfm_status st = normalize(m, (const unsigned char *)text, len, &norm, &o);
+    tfm_status st = normalize(m, (const unsigned char *)text, len, base == 0,
+                              &norm, &o);
     if (st == TFM_OK && norm.n > 0) {
         if (m->f.model_type == TFM__SPM_BPE)
             st = encode_bpe(m, norm.data, norm.n, &segs);
@@ -649,7 +685,7 @@ static tfm_status spm_encode(const void *model, const char *text, size_t len,
                 st = tfm__token_list_push(out, m->byte_id[c], b,
                                           k + 1 == g->len ? e : b);
             }
-        } else if (is_unk && prev_unk) {
+        } else if (is_unk && prev_unk && m->fuse_unk) {
             out->offsets[2 * last_unk + 1] = e;
         } else {
             st = tfm__token_list_push(out, id, b, e);
@@ -764,6 +800,7 @@ static void spm_free(void *model)
     if (!m)
         return;
     tfm__spm_file_free(&m->f);
+    tfm__merges_free(&m->merges);
     trie_free(&m->pieces);
     trie_free(&m->user);
     tfm__free(m->units);
@@ -892,29 +929,28 @@ static tfm_status spm_setup(spm *m, const char *path)
     return st;
 }
 
-tfm_status tfm__spm_load(const char *path, tfm_tokenizer **out)
+tfm_status tfm__spm_tokenizer_new(tfm__spm_file *f, tfm__spm_rules *r,
+                                  const char *path, tfm_tokenizer **out)
 {
-    char *data;
-    size_t len;
-    tfm_status st = tfm__read_file(path, &data, &len);
-    if (st != TFM_OK)
-        return st;
     spm *m = tfm__calloc(1, sizeof *m);
     if (!m) {
-        tfm__free(data);
+        tfm__spm_file_free(f);
+        tfm__merges_free(&r->merges);
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    st = tfm__spm_file_read((const unsigned char *)data, len, path, &m->f);
-    tfm__free(data);
-    if (st == TFM_OK)
-        st = spm_setup(m, path);
+    m->f = *f;
+    memset(f, 0, sizeof *f);
+    m->merges = r->merges;
+    memset(&r->merges, 0, sizeof r->merges);
+    m->prepend = r->prepend;
+    m->fuse_unk = r->fuse_unk;
+    tfm_status st = spm_setup(m, path);
     if (st != TFM_OK) {
         spm_free(m);
         return st;
     }
-    const tfm__spm_file *f = &m->f;
-    int64_t size = f->vocab.size;
-    int bpe = f->model_type == TFM__SPM_BPE;
+    const tfm__spm_file *sf = &m->f;
+    int64_t size = sf->vocab.size;
     int32_t unk = m->unk;
     tfm_tokenizer *t;
     st = tfm__tokenizer_wrap(&SPM_OPS, m, &t);  /* m is t's from here */
@@ -923,25 +959,43 @@ tfm_status tfm__spm_load(const char *path, tfm_tokenizer **out)
     /* Control and unknown pieces are special; the trainer's ids give the
      * roles (sentencepiece's bos_id() and so on). */
     for (int64_t i = 0; st == TFM_OK && i < size; i++) {
-        int type = f->types[i];
+        int type = sf->types[i];
         if (type != TFM__SPM_CONTROL && type != TFM__SPM_UNKNOWN)
             continue;
         int role = -1;
         if (i == unk)
             role = TFM__ROLE_UNK;
-        else if (i == f->bos_id)
+        else if (i == sf->bos_id)
             role = TFM__ROLE_BOS;
-        else if (i == f->eos_id)
+        else if (i == sf->eos_id)
             role = TFM__ROLE_EOS;
-        else if (i == f->pad_id)
+        else if (i == sf->pad_id)
             role = TFM__ROLE_PAD;
         st = tfm__tokenizer_add_special(t, (int32_t)i, NULL, 0, role);
     }
-    t->framing = bpe ? TFM__FRAME_BOS : TFM__FRAME_EOS;
+    t->framing = r->framing;
     if (st != TFM_OK) {
         tfm_tokenizer_free(t);
         return st;
     }
     *out = t;
     return TFM_OK;
+}
+
+tfm_status tfm__spm_load(const char *path, tfm_tokenizer **out)
+{
+    char *data;
+    size_t len;
+    tfm_status st = tfm__read_file(path, &data, &len);
+    if (st != TFM_OK)
+        return st;
+    tfm__spm_file f;
+    st = tfm__spm_file_read((const unsigned char *)data, len, path, &f);
+    tfm__free(data);
+    if (st != TFM_OK)
+        return st;
+    tfm__spm_rules r = { { 0 }, TFM__SPM_PREPEND_DUMMY, 1,
+                         f.model_type == TFM__SPM_BPE ? TFM__FRAME_BOS
+                                                      : TFM__FRAME_EOS };
+    return tfm__spm_tokenizer_new(&f, &r, path, out);
 }

@@ -431,8 +431,12 @@ static void test_bad_files(void **state)
     char tj[512];
     snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
     unlink(tj);
+    write_file("tokenizer.json", "{\"model\": {\"type\": \"WordLevel\"}}");
+    expect_load_fails(dir, TFM_ERR_UNSUPPORTED, "WordLevel");
+    /* A Unigram model is read as SentencePiece's (sentencepiece_json.c):
+     * without its vocabulary, a malformed file. */
     write_file("tokenizer.json", "{\"model\": {\"type\": \"Unigram\"}}");
-    expect_load_fails(dir, TFM_ERR_UNSUPPORTED, "Unigram");
+    expect_load_fails(dir, TFM_ERR_FORMAT, "Unigram");
     write_file("tokenizer.json", "{\"normalizer\": {\"type\": \"NFC\"}, "
                "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": "
                "{\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}");

@@ -3,11 +3,14 @@
  * python3-sentencepiece):
  *
  *   tokenizer_reference TOKENIZER REF.tsv [--split-special] [--add-special]
+ *                       [--ids-only]
  *
  * REF.tsv holds one case per line: the text's bytes in hex, a tab, the
  * reference ids separated by spaces, and optionally a tab and the bytes of
  * the reference's decoding of those ids in hex (then decoding the ids must
- * give exactly those bytes).  Every case is encoded; the ids must
+ * give exactly those bytes; --ids-only skips that comparison, for a
+ * reference whose decoding rules are not the tokenizer's).  Every case is
+ * encoded; the ids must
  * be equal, the offsets must cover the text in order, and decoding must give
  * the text back (byte-level BPE, whose decode is exact; byte-level BPE's
  * tokens also tile the text).  Prints each
@@ -32,15 +35,18 @@ int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: %s TOKENIZER REF.tsv [--split-special] "
-                "[--add-special]\n", argv[0]);
+                "[--add-special] [--ids-only]\n", argv[0]);
         return 2;
     }
     unsigned flags = 0;
+    int ids_only = 0;
     for (int i = 3; i < argc; i++) {
         if (strcmp(argv[i], "--split-special") == 0)
             flags |= TFM_ENCODE_SPLIT_SPECIAL;
         else if (strcmp(argv[i], "--add-special") == 0)
             flags |= TFM_ENCODE_ADD_SPECIAL;
+        else if (strcmp(argv[i], "--ids-only") == 0)
+            ids_only = 1;
     }
     tfm_tokenizer *tok;
     if (tfm_tokenizer_load(argv[1], &tok) != TFM_OK) {
@@ -78,7 +84,7 @@ int main(int argc, char **argv)
                 p++;
         }
         /* An optional third column: the reference's decoding of its ids. */
-        int has_decoded = *p == '\t';
+        int has_decoded = *p == '\t' && !ids_only;
         size_t decoded_len = 0;
         if (has_decoded)
             for (p++; p[0] && p[0] != '\n' && p[1]; p += 2)

@@ -14,7 +14,7 @@ packages=(
   debhelper dh-python dpkg-dev lintian
   clang libclang-rt-14-dev valgrind
   libpcre2-dev libutf8proc-dev bible-kjv
-  sentencepiece python3-sentencepiece
+  sentencepiece python3-sentencepiece python3-protobuf
 )
 # node and npm fetch and run the tokenizers' reference implementations at
 # test time (tools/fetch-tokenizer-refs.sh); Debian's own unless some other

@@ -45,7 +45,14 @@
  *    become <0xNN> byte tokens with byte fallback, else one unknown token
  *    per run; a malformed UTF-8 byte is U+FFFD.  Control pieces and <unk>
  *    are special; TFM_ENCODE_ADD_SPECIAL frames <s> A (BPE, as Llama) or
- *    A </s> (unigram, as T5).
+ *    A </s> (unigram, as T5).  Also (since 1.2) a tokenizer.json as
+ *    Hugging Face's converters write these models: "BPE" with
+ *    byte_fallback and Llama's pipelines (Prepend + Replace, or Metaspace
+ *    with prepend_scheme "first"/"always" and split false), "Unigram" with
+ *    T5's (the Precompiled charsmap, WhitespaceSplit + Metaspace); there
+ *    BPE merges the listed pair of lowest rank (Hugging Face's rule), the
+ *    added tokens marked special are the control pieces, the template
+ *    "<s> $A" or "$A </s>" the framing, and <unk> decodes as "<unk>".
  * docs/TOKENIZERS.md has the details of each.
  *
  * Since 1.2 every kind also gives offsets (the bytes [begin, end) of the
@@ -85,7 +92,9 @@ TFM_API tfm_status tfm_tokenizer_create(const char *vocab,
  *    a SentencePiece model, gives way to the model).
  * With GPT-2's files, <|endoftext|> (when in the vocabulary) is special and
  * is the bos, eos and unk token, as in Hugging Face's GPT2Tokenizer.  In a
- * tokenizer.json, the "added_tokens" are special.
+ * tokenizer.json, the "added_tokens" are special (for a SentencePiece
+ * model, those whose "special" is true; the others are user-defined pieces,
+ * matched whole).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_FORMAT (malformed file
  * or missing/unsupported tokenizer metadata; truncated JSON, a merge naming
  * a token the vocabulary lacks, an id given twice, a token given twice, ids
