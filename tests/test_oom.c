@@ -1116,6 +1116,98 @@ static void test_tokenizer_encode_decode(void **state)
     tfm_tokenizer_free(c.tok);
 }
 
+/* tfm_tokenizer_load of SentencePiece models as tokenizer.json (Llama's
+ * BPE with ranked merges and a template, T5's Unigram), then one encoding,
+ * which must equal the encoding of the file loaded without injection. */
+#define SPM_SP "\xe2\x96\x81"
+static const char *const spm_json_files[2] = {
+    "{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true},"
+    " {\"id\": 1, \"content\": \"<s>\", \"special\": true}],"
+    " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": ["
+    "  {\"type\": \"Prepend\", \"prepend\": \"" SPM_SP "\"},"
+    "  {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"},"
+    "   \"content\": \"" SPM_SP "\"}]}, \"pre_tokenizer\": null,"
+    " \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": ["
+    "  {\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}},"
+    "  {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}]},"
+    " \"decoder\": null, \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\","
+    "  \"fuse_unk\": true, \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"" SPM_SP "\": 2,"
+    "  \"a\": 3, \"b\": 4, \"ab\": 5, \"" SPM_SP "ab\": 6},"
+    "  \"merges\": [\"a b\", \"" SPM_SP " ab\"]}}",
+    "{\"added_tokens\": [{\"id\": 0, \"content\": \"</s>\", \"special\": true},"
+    " {\"id\": 1, \"content\": \"<unk>\", \"special\": true}],"
+    " \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Sequence\","
+    "  \"pretokenizers\": [{\"type\": \"WhitespaceSplit\"}, {\"type\":"
+    "  \"Metaspace\", \"replacement\": \"" SPM_SP "\", \"add_prefix_space\": true}]},"
+    " \"post_processor\": null, \"decoder\": null,"
+    " \"model\": {\"type\": \"Unigram\", \"unk_id\": 1, \"vocab\": ["
+    "  [\"</s>\", 0.0], [\"<unk>\", 0.0], [\"" SPM_SP "\", -2], [\"a\", -3],"
+    "  [\"b\", -3], [\"ab\", -1], [\"" SPM_SP "ab\", -2.5]]}}",
+};
+
+typedef struct spm_json_ctx {
+    char path[512];
+    tfm_tokenizer *tok;
+    int32_t reference[16];
+    int64_t n_reference;
+} spm_json_ctx;
+
+static tfm_status spm_json_run(void *p)
+{
+    spm_json_ctx *c = p;
+    return tfm_tokenizer_load(c->path, &c->tok);
+}
+
+static void spm_json_on_ok(void *p)
+{
+    spm_json_ctx *c = p;
+    int32_t ids[16];
+    int64_t n = -1;
+    assert_int_equal(tfm_tokenizer_encode_v2(c->tok, "ab ba c", 7, NULL, 0,
+                                             TFM_ENCODE_ADD_SPECIAL, ids,
+                                             NULL, NULL, 16, &n), TFM_OK);
+    assert_int_equal(n, c->n_reference);
+    assert_memory_equal(ids, c->reference, (size_t)n * sizeof *ids);
+    tfm_tokenizer_free(c->tok);
+}
+
+static void run_cjson_case(const oom_case *c);
+
+static void check_spm_json_load(void (*run)(const oom_case *c))
+{
+    for (int k = 0; k < 2; k++) {
+        spm_json_ctx c;
+        memset(&c, 0, sizeof c);
+        snprintf(c.path, sizeof c.path, "%s/tokenizer.json", tmp_dir);
+        FILE *f = fopen(c.path, "wb");
+        assert_non_null(f);
+        fputs(spm_json_files[k], f);
+        fclose(f);
+        assert_int_equal(spm_json_run(&c), TFM_OK);
+        assert_int_equal(tfm_tokenizer_encode_v2(c.tok, "ab ba c", 7, NULL,
+                                                 0, TFM_ENCODE_ADD_SPECIAL,
+                                                 c.reference, NULL, NULL, 16,
+                                                 &c.n_reference), TFM_OK);
+        /* Llama: <s> ▁ab ▁ b a ▁ c(unk) -> 1 6 2 4 3 2 0; T5: ▁ab ▁ b a
+         * ▁ c(unk) -> 6 2 4 3 2 1 (no template). */
+        assert_int_equal(c.n_reference, k == 0 ? 7 : 6);
+        tfm_tokenizer_free(c.tok);
+        oom_case tok = { .name = k == 0 ? "tfm_tokenizer_load (Llama json)"
+                                        : "tfm_tokenizer_load (T5 json)",
+                         .run = spm_json_run, .on_ok = spm_json_on_ok,
+                         .ctx = &c, .handle = (void **)&c.tok, .parses = 1 };
+        run(&tok);
+        unlink(c.path);
+    }
+}
+
+static void test_spm_json_load(void **state)
+{
+    (void)state;
+    check_spm_json_load(run_case);
+    check_spm_json_load(run_cjson_case);
+}
+
 typedef struct sample_ctx {
     float *logits;
     int64_t vocab;
@@ -2120,6 +2212,7 @@ int main(void)
         cmocka_unit_test(test_model_save_and_tokenizer_load),
         cmocka_unit_test(test_safetensors),
         cmocka_unit_test(test_tokenizer_encode_decode),
+        cmocka_unit_test(test_spm_json_load),
         cmocka_unit_test(test_sampling),
         cmocka_unit_test(test_forward_attention),
         cmocka_unit_test(test_forward_layers),

@@ -79,6 +79,13 @@ def main():
         for j, text in enumerate(SPM_TEXTS):
             write(f"spm_{i}_{j}.bin", bytes([16 | (2 if j else 0)]) + model +
                   SEP + text)
+    # SentencePiece models as tokenizer.json (mode bit 0): Llama's legacy
+    # and Metaspace pipelines (BPE, byte fallback, ranked merges) and T5's
+    # (Unigram, WhitespaceSplit + Metaspace).
+    for i, doc in enumerate(spm_json_docs()):
+        for j, text in enumerate(SPM_TEXTS):
+            write(f"spm_json_{i}_{j}.bin", bytes([1 | (2 if j else 4)]) +
+                  json.dumps(doc).encode() + SEP + text)
 
 
 def pb_varint(v):
@@ -119,6 +126,56 @@ def spm_model(bpe):
         trainer += pb_field(35, 0, pb_varint(1))
     normalizer = pb_field(3, 0, pb_varint(1)) + pb_field(4, 0, pb_varint(0 if bpe else 1))
     return m + pb_field(2, 2, trainer) + pb_field(3, 2, normalizer)
+
+
+def spm_json_docs():
+    """Llama-like BPE (legacy and Metaspace) and T5-like Unigram
+    tokenizer.json files, as transformers' converters write them."""
+    sp = "\u2581"
+    pieces = ["<unk>", "<s>", "</s>", sp, "a", "b", "c", sp + "a", "ab",
+              sp + "ab", "bc", "abc"]
+    vocab = {p: i for i, p in enumerate(pieces)}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    added = [{"id": i, "content": p, "special": True}
+             for i, p in enumerate(pieces[:3])]
+    bos = {"type": "TemplateProcessing",
+           "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                      {"Sequence": {"id": "A", "type_id": 0}}]}
+    bpe = {"type": "BPE", "unk_token": "<unk>", "byte_fallback": True,
+           "fuse_unk": True, "vocab": vocab,
+           "merges": ["a b", [sp, "a"], sp + "a b", "b c", "a bc"]}
+    legacy = {"added_tokens": added, "normalizer": {
+        "type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": sp},
+            {"type": "Replace", "pattern": {"String": " "}, "content": sp}]},
+        "pre_tokenizer": None, "post_processor": bos,
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": sp}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": bpe}
+    metaspace = dict(legacy, normalizer=None, pre_tokenizer={
+        "type": "Metaspace", "replacement": sp, "prepend_scheme": "first",
+        "split": False})
+    t5 = {"added_tokens": [{"id": 0, "content": "<pad>", "special": True},
+                           {"id": 1, "content": "</s>", "special": True},
+                           {"id": 2, "content": "<unk>", "special": True},
+                           {"id": 9, "content": "<sep>", "special": False}],
+          "normalizer": None,
+          "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+              {"type": "WhitespaceSplit"},
+              {"type": "Metaspace", "replacement": sp,
+               "add_prefix_space": True}]},
+          "post_processor": {"type": "TemplateProcessing", "single": [
+              {"Sequence": {"id": "A", "type_id": 0}},
+              {"SpecialToken": {"id": "</s>", "type_id": 0}}]},
+          "decoder": {"type": "Metaspace", "replacement": sp},
+          "model": {"type": "Unigram", "unk_id": 2, "vocab": [
+              ["<pad>", 0.0], ["</s>", 0.0], ["<unk>", 0.0], [sp, -2.0],
+              ["a", -3.0], ["b", -3.0], [sp + "a", -2.5], [sp + "ab", -6.0],
+              ["ab", -1.0], ["<sep>", 0.0], ["\u4e2d", -4.0]]}}
+    return legacy, metaspace, t5
 
 
 SPM_TEXTS = [b"ab abc  c\xe4\xb8\xad", b"  a<sep>b \xc3\xa9\xff<s>",
