@@ -4,6 +4,8 @@
 //   node tokenizers.js kitoken NODE_CJS TOKENIZER_JSON|MODEL TEXT [REPS]
 //       (a .model file is read as SentencePiece's)
 //   node tokenizers.js llama-tokenizer-js LLAMA_TOKENIZER_JS TEXT [REPS]
+//   node tokenizers.js hf-tokenizers TOKENIZERS_CJS TOKENIZER_JSON TEXT [REPS]
+//       (npm @huggingface/tokenizers, Hugging Face's JavaScript port)
 // One encode call per line, best of REPS passes; prints MB/s,lines,bytes,tokens,seconds.
 "use strict";
 const fs = require("fs");
@@ -23,6 +25,12 @@ async function main() {
     encode = (t) => tok.encode(t, false, true);
     textPath = args[1];
     reps = Number(args[2] || 5);
+  } else if (kind === "hf-tokenizers") {
+    const { Tokenizer } = require(path.resolve(args[0]));
+    const tok = new Tokenizer(JSON.parse(fs.readFileSync(args[1], "utf8")), {});
+    encode = (t) => tok.encode(t, { add_special_tokens: false }).ids;
+    textPath = args[2];
+    reps = Number(args[3] || 5);
   } else {
     const { Kitoken } = require(args[0]);
     const data = fs.readFileSync(args[1]);

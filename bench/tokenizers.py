@@ -104,6 +104,21 @@ def main():
         ("Llama's vocabulary (32,000 pieces, from llama-tokenizer-js)",
          "kitoken 0.10.1 (node, WebAssembly)", ["node", js, "kitoken", kit, llama, text, reps]),
     ]
+    # The same models as Hugging Face's tokenizer.json (the files the tests
+    # write with tests/tokenizers/spm_tokenizer_json.py): Llama's legacy
+    # pipeline (ranked merges) and T5's.
+    hf = os.path.join(refs, "@huggingface", "tokenizers", "dist", "tokenizers.cjs")
+    for sub, name in (("json-llama-legacy", "Llama-style test model as tokenizer.json"),
+                      ("json-llama-real", "Llama's vocabulary as tokenizer.json"),
+                      ("json-t5", "T5-style test model as tokenizer.json")):
+        path = os.path.join(spm_dir, sub, "tokenizer.json")
+        rows += [
+            (name, "libtransformer", [bench, path, text, reps]),
+            (name, "@huggingface/tokenizers 0.2.0 (node)",
+             ["node", js, "hf-tokenizers", hf, path, text, reps]),
+            (name, "kitoken 0.10.1 (node, WebAssembly)",
+             ["node", js, "kitoken", kit, path, text, reps]),
+        ]
     print("| tokenizer | implementation | MB/s | tokens |")
     print("| --- | --- | ---: | ---: |")
     for name, impl, cmd in rows:
