@@ -1,5 +1,7 @@
 /* Cross-attention block: the decoder's second sub-layer on its own
  * (layers.h). */
+#include <string.h>
+
 #include "error.h"
 #include "layers_impl.h"
 #include "parallel.h"
@@ -103,4 +105,45 @@ tfm_status tfm_cross_attention_forward(const tfm_module *block,
         return st;
     cross_call call = { c, in.B, in.L, in.S, memory->data, &in.memory_masks };
     return tfm__run_copy(x->data, out->data, x->numel, cross_step, &call);
+}
+
+tfm_status tfm_cross_attention_backward(tfm_module *block, const tfm_tensor *x,
+                                        const tfm_tensor *memory,
+                                        const tfm_attention_masks *masks,
+                                        const tfm_tensor *grad_output,
+                                        tfm_tensor *grad_x,
+                                        tfm_tensor *grad_memory)
+{
+    TFM__PLAN_PIN();
+    const char *what = "tfm_cross_attention_backward";
+    tfm_status st =
+        tfm__module_check(block, TFM_MODULE_CROSS_ATTENTION, "block");
+    if (st != TFM_OK)
+        return st;
+    const tfm__cross_attention *c = (const tfm__cross_attention *)block;
+    tfm__decoder_inputs in;
+    if ((st = tfm__check_decoder_backward(what, &c->config, x, "x", memory,
+                                          NULL, masks, grad_output, grad_x,
+                                          grad_memory, &in)))
+        return st;
+    const int64_t n = x->numel, n_mem = memory->numel;
+    /* g: x's gradient; gmem: memory's (key's plus value's). */
+    float *g, *gmem;
+    float **const bufs[] = { &g, &gmem };
+    const size_t sizes[] = { (size_t)n, (size_t)n_mem };
+    tfm__ws_mark mark;
+    if ((st = tfm__backward_begin(block, what, bufs, sizes, 2, &mark)))
+        return st;
+    tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
+        c->attn, in.B, in.L, memory->data, in.S, &in.memory_masks);
+    ca.grad_memory = gmem;
+    memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
+    st = tfm__residual_backward(&ca.base, c->norm, c->config.norm_first,
+                                x->data, grad_output->data, g, in.B * in.L);
+    if (st == TFM_OK && grad_x)
+        memcpy(grad_x->data, g, (size_t)n * sizeof *g);
+    if (st == TFM_OK && grad_memory)
+        memcpy(grad_memory->data, gmem, (size_t)n_mem * sizeof *gmem);
+    tfm__backward_end(block, mark);
+    return st;
 }

@@ -1,6 +1,7 @@
 /* Decoder layer: self-attention, cross-attention over the encoder memory,
  * and feed-forward sub-layers (layers.h). */
 #include <stddef.h>
+#include <string.h>
 
 #include "error.h"
 #include "layers_impl.h"
@@ -144,4 +145,69 @@ tfm_status tfm_decoder_layer_forward(const tfm_module *layer,
     TFM__PLAN_PIN();
     return tfm__decoder_forward(&decoder_layer_kind, layer, tgt, memory, tgt_masks,
                                 memory_masks, out);
+}
+
+tfm_status tfm_decoder_layer_backward(tfm_module *layer, const tfm_tensor *tgt,
+                                      const tfm_tensor *memory,
+                                      const tfm_attention_masks *tgt_masks,
+                                      const tfm_attention_masks *memory_masks,
+                                      const tfm_tensor *grad_output,
+                                      tfm_tensor *grad_tgt,
+                                      tfm_tensor *grad_memory)
+{
+    TFM__PLAN_PIN();
+    const char *what = "tfm_decoder_layer_backward";
+    tfm_status st = tfm__module_check(layer, TFM_MODULE_DECODER_LAYER,
+                                      "layer");
+    if (st != TFM_OK)
+        return st;
+    const tfm__decoder_layer *l = (const tfm__decoder_layer *)layer;
+    const tfm_layer_config *c = &l->config;
+    tfm__decoder_inputs in;
+    if ((st = tfm__check_decoder_backward(what, c, tgt, "tgt", memory,
+                                          tgt_masks, memory_masks,
+                                          grad_output, grad_tgt, grad_memory,
+                                          &in)))
+        return st;
+    const int64_t rows = in.B * in.L, n = rows * c->d_model;
+    const int64_t n_mem = memory->numel;
+    /* x1, x2: the inputs of the cross-attention and feed-forward blocks,
+     * recomputed; g: the running gradient; gmem: memory's gradient. */
+    float *x1, *x2, *g, *tmp, *gmem;
+    float **const bufs[] = { &x1, &x2, &g, &tmp, &gmem };
+    const size_t sizes[] = { (size_t)n, (size_t)n, (size_t)n, (size_t)n,
+                             (size_t)n_mem };
+    tfm__ws_mark mark;
+    if ((st = tfm__backward_begin(layer, what, bufs, sizes, 5, &mark)))
+        return st;
+    tfm__self_attention_sublayer sa =
+        tfm__sublayer_self_attention(l->self_attn, in.B, in.L, &in.tgt_masks);
+    tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
+        l->cross_attn, in.B, in.L, memory->data, in.S, &in.memory_masks);
+    tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(l->ff, rows);
+    ca.grad_memory = gmem;
+    memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
+    const int pre = c->norm_first;
+    memcpy(x1, tgt->data, (size_t)n * sizeof *x1);
+    st = tfm__residual(&sa.base, l->norm1, pre, x1, tmp, rows);
+    if (st == TFM_OK) {
+        memcpy(x2, x1, (size_t)n * sizeof *x2);
+        st = tfm__residual(&ca.base, l->norm2, pre, x2, tmp, rows);
+    }
+    /* Back through the feed-forward, cross-attention and self-attention
+     * blocks. */
+    if (st == TFM_OK)
+        st = tfm__residual_backward(&ff.base, l->norm3, pre, x2,
+                                    grad_output->data, g, rows);
+    if (st == TFM_OK)
+        st = tfm__residual_backward(&ca.base, l->norm2, pre, x1, g, g, rows);
+    if (st == TFM_OK)
+        st = tfm__residual_backward(&sa.base, l->norm1, pre, tgt->data, g, g,
+                                    rows);
+    if (st == TFM_OK && grad_tgt)
+        memcpy(grad_tgt->data, g, (size_t)n * sizeof *g);
+    if (st == TFM_OK && grad_memory)
+        memcpy(grad_memory->data, gmem, (size_t)n_mem * sizeof *gmem);
+    tfm__backward_end(layer, mark);
+    return st;
 }

@@ -188,18 +188,14 @@ tfm_status tfm_encoder_layer_backward(tfm_module *layer, const tfm_tensor *src,
                                        c->d_model, grad_src)))
         return st;
     const int64_t rows = B * L, n = rows * c->d_model;
-    tfm__ws_mark mark = tfm__ws_save();
-    float *x1 = tfm__ws_floats((size_t)n);
-    float *g = x1 ? tfm__ws_floats((size_t)n) : NULL;
-    float *tmp = g ? tfm__ws_floats((size_t)n) : NULL;
-    if (!tmp) {
-        tfm__ws_restore(mark);
-        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
-    }
-    if ((st = tfm__module_enter_grads(layer, what))) {
-        tfm__ws_restore(mark);
+    /* x1: the feed-forward block's input, recomputed; g: the running
+     * gradient. */
+    float *x1, *g, *tmp;
+    float **const bufs[] = { &x1, &g, &tmp };
+    const size_t sizes[] = { (size_t)n, (size_t)n, (size_t)n };
+    tfm__ws_mark mark;
+    if ((st = tfm__backward_begin(layer, what, bufs, sizes, 3, &mark)))
         return st;
-    }
     /* Recompute x1 = the self-attention block's output, then back through
      * the feed-forward block and the self-attention block. */
     tfm__self_attention_sublayer sa =
@@ -216,7 +212,6 @@ tfm_status tfm_encoder_layer_backward(tfm_module *layer, const tfm_tensor *src,
                                     rows);
     if (st == TFM_OK && grad_src)
         memcpy(grad_src->data, g, (size_t)n * sizeof *g);
-    tfm__module_leave_grads(layer);
-    tfm__ws_restore(mark);
+    tfm__backward_end(layer, mark);
     return st;
 }

@@ -66,6 +66,37 @@ tfm_status tfm__check_decoder_inputs(const tfm_layer_config *c,
                               "memory_masks", &in->memory_masks);
 }
 
+static int overlaps(const tfm_tensor *a, const tfm_tensor *b)
+{
+    return a && b && a->data < b->data + b->numel &&
+           b->data < a->data + a->numel;
+}
+
+tfm_status tfm__check_decoder_backward(const char *what,
+                                       const tfm_layer_config *c,
+                                       const tfm_tensor *x, const char *name,
+                                       const tfm_tensor *memory,
+                                       const tfm_attention_masks *tgt_masks,
+                                       const tfm_attention_masks *memory_masks,
+                                       const tfm_tensor *grad_output,
+                                       const tfm_tensor *grad_x,
+                                       const tfm_tensor *grad_memory,
+                                       tfm__decoder_inputs *in)
+{
+    tfm_status st;
+    if ((st = tfm__check_decoder_inputs(c, x, name, memory, tgt_masks,
+                                        memory_masks, x, in)) ||
+        (st = tfm__check_backward_rows(what, x, c->d_model, grad_output,
+                                       c->d_model, grad_x)) ||
+        (grad_memory && (st = tfm__check_shape(grad_memory, "grad_memory", 3,
+                                               memory->shape))))
+        return st;
+    if (overlaps(grad_memory, grad_output) || overlaps(grad_memory, grad_x))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "%s: grad_memory must not "
+                         "overlap grad_output or the input's gradient", what);
+    return TFM_OK;
+}
+
 /* ---- The public forward of a layer or stack -------------------------- */
 
 /* The arguments of a block's run, for tfm__run_copy. */

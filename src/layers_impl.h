@@ -81,6 +81,22 @@ tfm_status tfm__check_decoder_inputs(const tfm_layer_config *c,
                                      const tfm_tensor *out,
                                      tfm__decoder_inputs *in);
 
+/* The arguments of a decoder-style backward (the decoder layer's, the
+ * cross-attention block's): as tfm__check_decoder_inputs for the forward's
+ * x (named `name`), memory and masks, then grad_output shaped as x and
+ * finite, grad_x NULL or x's shape, grad_memory NULL or memory's shape,
+ * neither overlapping grad_output nor each other.  Messages name `what`. */
+tfm_status tfm__check_decoder_backward(const char *what,
+                                       const tfm_layer_config *c,
+                                       const tfm_tensor *x, const char *name,
+                                       const tfm_tensor *memory,
+                                       const tfm_attention_masks *tgt_masks,
+                                       const tfm_attention_masks *memory_masks,
+                                       const tfm_tensor *grad_output,
+                                       const tfm_tensor *grad_x,
+                                       const tfm_tensor *grad_memory,
+                                       tfm__decoder_inputs *in);
+
 /* A layer or stack run in place on x [B, L, d]; decoder-style blocks
  * attend over memory [B, S, d] too (encoder-style ones get NULL, 0 and
  * NULL).  Fails only with out-of-memory. */

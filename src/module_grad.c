@@ -14,6 +14,7 @@
 #include "error.h"
 #include "module_impl.h"
 #include "tensor_impl.h"
+#include "workspace.h"
 
 float *tfm__grad_of(const tfm_module *home, const float *data)
 {
@@ -232,4 +233,27 @@ void tfm__module_leave_grads(const tfm_module *m)
     for (int i = 0; i < m->n_params; i++)
         if (m->params[i].home && !home_seen(m, i))
             tfm__module_leave(m->params[i].home);
+}
+
+tfm_status tfm__backward_begin(const tfm_module *m, const char *what,
+                               float **const bufs[], const size_t sizes[],
+                               int n, tfm__ws_mark *mark)
+{
+    *mark = tfm__ws_save();
+    for (int i = 0; i < n; i++)
+        if (!(*bufs[i] = tfm__ws_floats(sizes[i]))) {
+            tfm__ws_restore(*mark);
+            return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "%s: out of memory",
+                             what);
+        }
+    tfm_status st = tfm__module_enter_grads(m, what);
+    if (st != TFM_OK)
+        tfm__ws_restore(*mark);
+    return st;
+}
+
+void tfm__backward_end(const tfm_module *m, tfm__ws_mark mark)
+{
+    tfm__module_leave_grads(m);
+    tfm__ws_restore(mark);
 }

@@ -9,6 +9,7 @@
 #ifndef TFM_SRC_MODULE_IMPL_H
 #define TFM_SRC_MODULE_IMPL_H
 
+#include "workspace.h"
 #include "transformer/module.h"
 
 /* How tfm_module_reset_parameters (module.h) draws a parameter: PyTorch's
@@ -150,6 +151,16 @@ void tfm__module_leave(const tfm_module *m);
  * TFM_ERR_BUSY having entered none. */
 tfm_status tfm__module_enter_grads(const tfm_module *m, const char *what);
 void tfm__module_leave_grads(const tfm_module *m);
+
+/* The start of a block's backward (the layers', the cross-attention
+ * block's): *bufs[i] gets sizes[i] floats of the calling thread's
+ * workspace (saved in *mark), then tfm__module_enter_grads(m).  TFM_OK
+ * (pair with tfm__backward_end), or TFM_ERR_OUT_OF_MEMORY / the errors of
+ * tfm__module_enter_grads with the workspace restored and nothing held. */
+tfm_status tfm__backward_begin(const tfm_module *m, const char *what,
+                               float **const bufs[], const size_t sizes[],
+                               int n, tfm__ws_mark *mark);
+void tfm__backward_end(const tfm_module *m, tfm__ws_mark mark);
 
 /* Appends the child's parameter table under `prefix` (e.g. "self_attn.")
  * and registers it as sub-module `prefix` without its final dot

@@ -65,6 +65,33 @@ static tfm_status backward_self(const tfm__sublayer *base, const float *in,
     return st;
 }
 
+static tfm_status backward_cross(const tfm__sublayer *base, const float *in,
+                                 const float *grad_out, float *grad_in)
+{
+    const tfm__cross_attention_sublayer *s =
+        (const tfm__cross_attention_sublayer *)base;
+    if (!s->grad_memory)
+        return tfm__mha_backward(s->mha, in, s->memory, s->memory, s->batch,
+                                 s->L, s->S, s->masks, grad_out, grad_in,
+                                 NULL, NULL);
+    const int64_t n = s->batch * s->S * s->mha->kdim;
+    tfm__ws_mark mark = tfm__ws_save();
+    float *gk = tfm__ws_floats((size_t)n);
+    float *gv = gk ? tfm__ws_floats((size_t)n) : NULL;
+    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
+    if (gv) {
+        /* key = value = memory: its gradient is the sum of the two. */
+        st = tfm__mha_backward(s->mha, in, s->memory, s->memory, s->batch,
+                               s->L, s->S, s->masks, grad_out, grad_in, gk,
+                               gv);
+        if (st == TFM_OK)
+            for (int64_t i = 0; i < n; i++)
+                s->grad_memory[i] += gk[i] + gv[i];
+    }
+    tfm__ws_restore(mark);
+    return st;
+}
+
 static tfm_status backward_ff(const tfm__sublayer *base, const float *in,
                               const float *grad_out, float *grad_in)
 {
@@ -83,8 +110,9 @@ tfm__cross_attention_sublayer tfm__sublayer_cross_attention(
     const tfm__mha *m, int64_t batch, int64_t L, const float *memory,
     int64_t S, const tfm__masks *masks)
 {
-    return (tfm__cross_attention_sublayer){ { run_cross, NULL }, m, batch, L, S,
-                                            memory, masks };
+    return (tfm__cross_attention_sublayer){ { run_cross, backward_cross }, m,
+                                            batch, L, S, memory, masks,
+                                            NULL };
 }
 
 tfm__cached_attention_sublayer tfm__sublayer_cached_attention(

@@ -29,13 +29,16 @@ typedef struct tfm__self_attention_sublayer {
     const tfm__masks *masks;
 } tfm__self_attention_sublayer;
 
-/* Cross-attention of in [batch, L, d] over memory [batch, S, d]. */
+/* Cross-attention of in [batch, L, d] over memory [batch, S, kdim]
+ * (kdim = vdim).  Its backward adds the memory's gradient (key's plus
+ * value's) into grad_memory [batch, S, kdim] when that is not NULL. */
 typedef struct tfm__cross_attention_sublayer {
     tfm__sublayer base;
     const tfm__mha *mha;
     int64_t batch, L, S;
     const float *memory;
     const tfm__masks *masks;
+    float *grad_memory;
 } tfm__cross_attention_sublayer;
 
 /* Self-attention of n new positions in [n, d] over a KV cache holding

@@ -353,6 +353,198 @@ static void test_encoder_layer_finite_differences(void **state)
     }
 }
 
+/* Decoder layer backward against central finite differences of its own
+ * forward, as the encoder layer's above: tgt [1, 3, 4] (causal) attending
+ * over memory [1, 2, 4], loss = sum(g * y); both inputs' gradients, h =
+ * 1e-2, 2e-2 absolute.  Then the refusals (BUSY, a wrong grad_output
+ * shape, grad_memory overlapping grad_output) leave every output and
+ * gradient untouched. */
+static double dec_loss(tfm_module *l, tfm_tensor *tgt, tfm_tensor *mem,
+                       const tfm_attention_masks *m, const float *g)
+{
+    tfm_tensor *y = make3(1, 3, 4, NULL);
+    assert_int_equal(tfm_decoder_layer_forward(l, tgt, mem, m, NULL, y),
+                     TFM_OK);
+    double s = 0;
+    for (int i = 0; i < 12; i++)
+        s += (double)g[i] * tfm_tensor_data(y)[i];
+    tfm_tensor_free(y);
+    return s;
+}
+
+static void test_decoder_layer_finite_differences(void **state)
+{
+    (void)state;
+    for (int pre = 0; pre < 2; pre++) {
+        tfm_layer_config c = tfm_layer_config_default(4, 2);
+        c.d_ff = 6;
+        c.activation = TFM_ACTIVATION_GELU;
+        c.norm_first = pre;
+        tfm_module *l = NULL;
+        assert_int_equal(tfm_decoder_layer_create(&c, &l), TFM_OK);
+        /* PyTorch's initialisation: a new layer's attention weights are
+         * zero, and memory would then get no gradient. */
+        tfm_rng rng;
+        tfm_rng_seed(&rng, 11 + (uint64_t)pre);
+        assert_int_equal(tfm_module_reset_parameters(l, &rng), TFM_OK);
+        assert_int_equal(tfm_module_train(l, 1), TFM_OK);
+        float xs[12], ms[8], gs[12];
+        for (int i = 0; i < 12; i++) {
+            xs[i] = (float)sin(1.7 * i + pre);
+            gs[i] = (float)cos(0.9 * i);
+        }
+        for (int i = 0; i < 8; i++)
+            ms[i] = (float)cos(2.3 * i + 0.5);
+        tfm_tensor *tgt = make3(1, 3, 4, xs), *mem = make3(1, 2, 4, ms);
+        tfm_tensor *g = make3(1, 3, 4, gs);
+        tfm_tensor *gx = make3(1, 3, 4, NULL), *gm = make3(1, 2, 4, NULL);
+        tfm_attention_masks m = { .causal = TFM_CAUSAL_TOP_LEFT };
+        assert_int_equal(tfm_decoder_layer_backward(l, tgt, mem, &m, NULL, g,
+                                                    gx, gm), TFM_OK);
+        tfm_tensor *inputs[2] = { tgt, mem }, *grads[2] = { gx, gm };
+        for (int which = 0; which < 2; which++) {
+            for (int i = 0; i < (which ? 8 : 12); i++) {
+                float *d = (float *)tfm_tensor_data(inputs[which]);
+                const float keep = d[i], h = 1e-2f;
+                d[i] = keep + h;
+                double up = dec_loss(l, tgt, mem, &m, gs);
+                d[i] = keep - h;
+                double down = dec_loss(l, tgt, mem, &m, gs);
+                d[i] = keep;
+                assert_float_equal(tfm_tensor_data(grads[which])[i],
+                                   (up - down) / (2 * h), 2e-2);
+            }
+        }
+        /* The memory's gradient is not zero: the cross-attention reaches
+         * it. */
+        double norm = 0;
+        for (int i = 0; i < 8; i++)
+            norm += fabs(tfm_tensor_data(gm)[i]);
+        assert_true(norm > 1e-3);
+        /* Refusals change nothing. */
+        const float before_w = grad_of(l, "multihead_attn.in_proj_weight")[0];
+        const float before_x = tfm_tensor_data(gx)[0];
+        const float before_m = tfm_tensor_data(gm)[0];
+        tfm_module *home = (tfm_module *)l->params[0].home;
+        assert_non_null(home);
+        home->busy = 1;
+        assert_int_equal(tfm_decoder_layer_backward(l, tgt, mem, &m, NULL, g,
+                                                    gx, gm), TFM_ERR_BUSY);
+        home->busy = 0;
+        tfm_tensor *wide = make3(1, 4, 4, NULL);
+        assert_int_equal(tfm_decoder_layer_backward(l, tgt, mem, &m, NULL,
+                                                    wide, gx, gm),
+                         TFM_ERR_SHAPE);
+        assert_int_equal(tfm_decoder_layer_backward(l, tgt, mem, &m, NULL, g,
+                                                    gx, wide), TFM_ERR_SHAPE);
+        assert_int_equal(tfm_decoder_layer_backward(l, tgt, mem, &m, NULL, g,
+                                                    gx, g),
+                         TFM_ERR_SHAPE);  /* g is [1, 3, 4], memory [1, 2, 4] */
+        tfm_tensor *gm_over = NULL;
+        assert_int_equal(tfm_tensor_wrap(3, (const int64_t[]){ 1, 2, 4 },
+                                         (float *)tfm_tensor_data(g),
+                                         &gm_over), TFM_OK);
+        assert_int_equal(tfm_decoder_layer_backward(l, tgt, mem, &m, NULL, g,
+                                                    gx, gm_over),
+                         TFM_ERR_INVALID_ARGUMENT);
+        assert_float_equal(grad_of(l, "multihead_attn.in_proj_weight")[0],
+                           before_w, 0);
+        assert_float_equal(tfm_tensor_data(gx)[0], before_x, 0);
+        assert_float_equal(tfm_tensor_data(gm)[0], before_m, 0);
+        tfm_tensor_free(gm_over);
+        tfm_tensor_free(wide);
+        tfm_tensor *t[5] = { tgt, mem, g, gx, gm };
+        for (int i = 0; i < 5; i++)
+            tfm_tensor_free(t[i]);
+        tfm_module_free(l);
+    }
+}
+
+/* Cross-attention block backward against central finite differences of
+ * its forward: x [2, 2, 4] over memory [2, 3, 4] with a key padding mask
+ * (the second batch's last memory position masked), post- and pre-norm,
+ * loss = sum(g * y); h = 1e-2, 2e-2 absolute.  The masked memory rows get
+ * no gradient (exactly 0: no weight reaches them).  A NULL grad_x still
+ * gives grad_memory; a wrong memory shape is refused with nothing
+ * written. */
+static double cross_loss(tfm_module *b, tfm_tensor *x, tfm_tensor *mem,
+                         const tfm_attention_masks *m, const float *g)
+{
+    tfm_tensor *y = make3(2, 2, 4, NULL);
+    assert_int_equal(tfm_cross_attention_forward(b, x, mem, m, y), TFM_OK);
+    double s = 0;
+    for (int i = 0; i < 16; i++)
+        s += (double)g[i] * tfm_tensor_data(y)[i];
+    tfm_tensor_free(y);
+    return s;
+}
+
+static void test_cross_attention_finite_differences(void **state)
+{
+    (void)state;
+    for (int pre = 0; pre < 2; pre++) {
+        tfm_layer_config c = tfm_layer_config_default(4, 2);
+        c.norm_first = pre;
+        tfm_module *b = NULL;
+        assert_int_equal(tfm_cross_attention_create(&c, &b), TFM_OK);
+        tfm_rng rng;
+        tfm_rng_seed(&rng, 21 + (uint64_t)pre);
+        assert_int_equal(tfm_module_reset_parameters(b, &rng), TFM_OK);
+        assert_int_equal(tfm_module_train(b, 1), TFM_OK);
+        float xs[16], ms[24], gs[16];
+        for (int i = 0; i < 16; i++) {
+            xs[i] = (float)sin(1.3 * i + pre);
+            gs[i] = (float)cos(0.7 * i);
+        }
+        for (int i = 0; i < 24; i++)
+            ms[i] = (float)sin(0.8 * i + 1.0);
+        tfm_tensor *x = make3(2, 2, 4, xs), *mem = make3(2, 3, 4, ms);
+        tfm_tensor *g = make3(2, 2, 4, gs);
+        tfm_tensor *gx = make3(2, 2, 4, NULL), *gm = make3(2, 3, 4, NULL);
+        const float pads[6] = { 0, 0, 0, 0, 0, 1 };
+        tfm_tensor *pad = NULL;
+        assert_int_equal(tfm_tensor_create_copy(2, (const int64_t[]){ 2, 3 },
+                                                pads, &pad), TFM_OK);
+        tfm_attention_masks m = { .key_padding_mask = pad,
+                                  .key_padding_kind = TFM_MASK_BLOCK };
+        assert_int_equal(tfm_cross_attention_backward(b, x, mem, &m, g, gx,
+                                                      gm), TFM_OK);
+        tfm_tensor *inputs[2] = { x, mem }, *grads[2] = { gx, gm };
+        for (int which = 0; which < 2; which++) {
+            for (int i = 0; i < (which ? 24 : 16); i++) {
+                float *d = (float *)tfm_tensor_data(inputs[which]);
+                const float keep = d[i], h = 1e-2f;
+                d[i] = keep + h;
+                double up = cross_loss(b, x, mem, &m, gs);
+                d[i] = keep - h;
+                double down = cross_loss(b, x, mem, &m, gs);
+                d[i] = keep;
+                assert_float_equal(tfm_tensor_data(grads[which])[i],
+                                   (up - down) / (2 * h), 2e-2);
+            }
+        }
+        for (int k = 20; k < 24; k++)  /* batch 1, memory position 2 */
+            assert_float_equal(tfm_tensor_data(gm)[k], 0.0f, 0);
+        tfm_tensor *gm2 = make3(2, 3, 4, NULL);
+        assert_int_equal(tfm_cross_attention_backward(b, x, mem, &m, g, NULL,
+                                                      gm2), TFM_OK);
+        for (int i = 0; i < 24; i++)
+            assert_float_equal(tfm_tensor_data(gm2)[i],
+                               tfm_tensor_data(gm)[i], 0);
+        const float before = tfm_tensor_data(gx)[0];
+        const float before_w = grad_of(b, "norm.weight")[0];
+        tfm_tensor *short_mem = make3(2, 3, 3, NULL);
+        assert_int_equal(tfm_cross_attention_backward(b, x, short_mem, &m, g,
+                                                      gx, gm), TFM_ERR_SHAPE);
+        assert_float_equal(tfm_tensor_data(gx)[0], before, 0);
+        assert_float_equal(grad_of(b, "norm.weight")[0], before_w, 0);
+        tfm_tensor *t[8] = { x, mem, g, gx, gm, gm2, short_mem, pad };
+        for (int i = 0; i < 8; i++)
+            tfm_tensor_free(t[i]);
+        tfm_module_free(b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -362,6 +554,8 @@ int main(void)
         cmocka_unit_test(test_feed_forward_by_hand),
         cmocka_unit_test(test_mha_by_hand),
         cmocka_unit_test(test_encoder_layer_finite_differences),
+        cmocka_unit_test(test_decoder_layer_finite_differences),
+        cmocka_unit_test(test_cross_attention_finite_differences),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

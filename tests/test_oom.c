@@ -2130,13 +2130,19 @@ static void test_module_train(void **state)
  * left in the workspace): each of its allocations fails in turn, and a
  * failed backward leaves every gradient zero and grad_input as it was. */
 typedef struct bwd_ctx {
-    tfm_module *ff;
+    tfm_module *ff;     /* the module: a feed-forward network, or with
+                           memory set a cross-attention block */
     tfm_tensor *x, *g, *gx;
+    tfm_tensor *memory, *gm;
+    const char *probe;  /* a parameter whose gradient must be nonzero */
 } bwd_ctx;
 
 static tfm_status bwd_run(void *p)
 {
     bwd_ctx *c = p;
+    if (c->memory)
+        return tfm_cross_attention_backward(c->ff, c->x, c->memory, NULL,
+                                            c->g, c->gx, c->gm);
     return tfm_feed_forward_backward(c->ff, c->x, c->g, c->gx);
 }
 
@@ -2145,6 +2151,8 @@ static void bwd_setup(void *p)
     bwd_ctx *c = p;
     assert_int_equal(tfm_module_zero_grad(c->ff), TFM_OK);
     fill(c->gx, 7.0f);
+    if (c->gm)
+        fill(c->gm, 7.0f);
 }
 
 static void bwd_on_oom(void *p)
@@ -2166,18 +2174,25 @@ static void bwd_on_oom(void *p)
     const float *gx = tfm_tensor_data(c->gx);
     for (int64_t k = 0; k < tfm_tensor_numel(c->gx); k++)
         assert_true(gx[k] == 7.0f);
+    if (c->gm) {
+        const float *gm = tfm_tensor_data(c->gm);
+        for (int64_t k = 0; k < tfm_tensor_numel(c->gm); k++)
+            assert_true(gm[k] == 7.0f);
+    }
 }
 
 static void bwd_on_ok(void *p)
 {
     bwd_ctx *c = p;
     float *g = NULL;
-    assert_int_equal(tfm_module_grad(c->ff, "linear1.weight", &g), TFM_OK);
+    assert_int_equal(tfm_module_grad(c->ff, c->probe, &g), TFM_OK);
     double s = 0.0;
-    for (int k = 0; k < 16 * 1024; k++)
+    for (int k = 0; k < 16 * 16; k++)
         s += fabs(g[k]);
     assert_true(s > 0.0);
     assert_true(tfm_tensor_data(c->gx)[0] != 7.0f);
+    if (c->gm)
+        assert_true(tfm_tensor_data(c->gm)[0] != 7.0f);
 }
 
 static void test_backward(void **state)
@@ -2191,10 +2206,31 @@ static void test_backward(void **state)
     b.x = lcg_fill(make3(2, 400, 16, NULL));
     b.g = lcg_fill(make3(2, 400, 16, NULL));
     b.gx = make3(2, 400, 16, NULL);
+    b.probe = "linear1.weight";
     oom_case c = { .name = "tfm_feed_forward_backward (800 x 1024 scratch)",
                    .setup = bwd_setup, .run = bwd_run, .on_oom = bwd_on_oom,
                    .on_ok = bwd_on_ok, .ctx = &b };
     run_case(&c);
+    /* The cross-attention block: x [2, 40, 16] over memory [2, 30, 16]. */
+    bwd_ctx a = { 0 };
+    tfm_layer_config lc = tfm_layer_config_default(16, 2);
+    assert_int_equal(tfm_cross_attention_create(&lc, &a.ff), TFM_OK);
+    lcg_randomize(a.ff, 91);
+    assert_int_equal(tfm_module_train(a.ff, 1), TFM_OK);
+    a.x = lcg_fill(make3(2, 40, 16, NULL));
+    a.g = lcg_fill(make3(2, 40, 16, NULL));
+    a.gx = make3(2, 40, 16, NULL);
+    a.memory = lcg_fill(make3(2, 30, 16, NULL));
+    a.gm = make3(2, 30, 16, NULL);
+    a.probe = "multihead_attn.in_proj_weight";
+    oom_case ca = { .name = "tfm_cross_attention_backward",
+                    .setup = bwd_setup, .run = bwd_run, .on_oom = bwd_on_oom,
+                    .on_ok = bwd_on_ok, .ctx = &a };
+    run_case(&ca);
+    tfm_tensor *t[5] = { a.x, a.g, a.gx, a.memory, a.gm };
+    for (int i = 0; i < 5; i++)
+        tfm_tensor_free(t[i]);
+    tfm_module_free(a.ff);
     tfm_tensor_free(b.x);
     tfm_tensor_free(b.g);
     tfm_tensor_free(b.gx);

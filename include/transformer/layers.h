@@ -337,6 +337,37 @@ TFM_API tfm_status tfm_decoder_layer_forward(
     const tfm_attention_masks *tgt_masks,
     const tfm_attention_masks *memory_masks, tfm_tensor *out);
 
+/* The backward of tfm_decoder_layer_forward (torch.autograd's gradients
+ * of nn.TransformerDecoderLayer with dropout 0): with post-norm
+ * x1 = norm1(tgt + SA(tgt)), x2 = norm2(x1 + CA(x1, memory)),
+ * y = norm3(x2 + FF(x2)), or pre-norm x1 = tgt + SA(norm1(tgt)),
+ * x2 = x1 + CA(norm2(x1), memory), y = x2 + FF(norm3(x2)), the chain rule
+ * through each residual block as tfm_encoder_layer_backward, the
+ * self-attention's input gradient the sum of its query, key and value
+ * gradients and memory's the sum of the cross-attention's key and value
+ * gradients (tfm_mha_backward).  Every parameter gradient is accumulated
+ * (+=) into the layer's gradient memory, so tfm_module_train must have
+ * been called.  Nothing is kept from the forward: tgt, memory and the
+ * masks are the forward's, passed again, and x1, x2 are recomputed.
+ * tgt [B, L, d_model]; memory [B, S, d_model]; tgt_masks, memory_masks as
+ * tfm_decoder_layer_forward (NULL: none); grad_output [B, L, d_model];
+ * grad_tgt [B, L, d_model] and grad_memory [B, S, d_model] are written
+ * (each may be its input, must not overlap grad_output or each other) or
+ * NULL when not wanted.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_SHAPE, TFM_ERR_INVALID_ARGUMENT
+ * (wrong kind, no gradient memory, overlapping outputs),
+ * TFM_ERR_NON_FINITE (grad_output), TFM_ERR_BUSY (another backward holds
+ * the layer's gradients), TFM_ERR_OUT_OF_MEMORY.  The checks, the busy
+ * guard and the layer's scratch come before the first write; an
+ * out-of-memory inside an attention's backward, after the blocks above it
+ * accumulated their parameter gradients, is the one exception.
+ * Since 1.2. */
+TFM_API tfm_status tfm_decoder_layer_backward(
+    tfm_module *layer, const tfm_tensor *tgt, const tfm_tensor *memory,
+    const tfm_attention_masks *tgt_masks,
+    const tfm_attention_masks *memory_masks, const tfm_tensor *grad_output,
+    tfm_tensor *grad_tgt, tfm_tensor *grad_memory);
+
 /* ---- Cross-attention block ---------------------------------------------
  * The decoder's second sub-layer on its own: queries from x, keys and
  * values from memory, with residual connection and LayerNorm:
@@ -356,6 +387,26 @@ TFM_API tfm_status tfm_cross_attention_forward(const tfm_module *block,
                                                const tfm_tensor *memory,
                                                const tfm_attention_masks *masks,
                                                tfm_tensor *out);
+
+/* The backward of tfm_cross_attention_forward (torch.autograd's, the
+ * block being norm(x + MHA(x, memory, memory)) or x + MHA(norm(x),
+ * memory, memory)): the residual block's chain rule as
+ * tfm_encoder_layer_backward, memory's gradient the sum of the attention's
+ * key and value gradients (tfm_mha_backward).  Every parameter gradient
+ * is accumulated (+=) into the block's gradient memory (tfm_module_train
+ * first).  x, memory and masks are the forward's, passed again.
+ * x [B, L, d_model]; memory [B, S, d_model]; masks as the forward (NULL:
+ * none); grad_output [B, L, d_model]; grad_x [B, L, d_model] and
+ * grad_memory [B, S, d_model] are written (each may be its input, must
+ * not overlap grad_output or each other) or NULL when not wanted.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_SHAPE, TFM_ERR_INVALID_ARGUMENT
+ * (wrong kind, no gradient memory, overlapping outputs),
+ * TFM_ERR_NON_FINITE (grad_output), TFM_ERR_BUSY, TFM_ERR_OUT_OF_MEMORY;
+ * on error nothing is written.  Since 1.2. */
+TFM_API tfm_status tfm_cross_attention_backward(
+    tfm_module *block, const tfm_tensor *x, const tfm_tensor *memory,
+    const tfm_attention_masks *masks, const tfm_tensor *grad_output,
+    tfm_tensor *grad_x, tfm_tensor *grad_memory);
 
 /* ---- Encoder and decoder stacks (nn.TransformerEncoder / Decoder) ------
  * n_layers identical layers, then, when final_norm is nonzero, a LayerNorm.

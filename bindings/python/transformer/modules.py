@@ -823,7 +823,27 @@ class TransformerDecoderLayer(_LayerBase):
         return _decode(self, _ll.tfm_decoder_layer_forward, tgt, memory,
                        tgt_mask, memory_mask, tgt_key_padding_mask,
                        memory_key_padding_mask, tgt_is_causal,
-                       memory_is_causal)
+                       memory_is_causal, keep=True)
+
+    def backward(self, grad_output):
+        """The gradients of the last training-mode call with respect to
+        tgt and memory, given ``grad_output`` (the output's shape and
+        layout), as a tuple ``(grad_tgt, grad_memory)`` in the inputs'
+        layouts; accumulates every parameter's gradient (:meth:`grad`), as
+        ``torch.autograd`` does for ``nn.TransformerDecoderLayer`` with
+        dropout 0."""
+        x, mem = self._saved_for_backward()
+        tgt_masks, memory_masks, batched = self.__dict__["_saved_call"]
+        io = BatchIO(self.batch_first, batched)
+        g = np.ascontiguousarray(io.take(grad_output, "grad_output"))
+        if g.shape != x.shape:
+            raise ShapeError(f"grad_output must have the output's shape, "
+                             f"got {list(np.shape(grad_output))}")
+        grad_tgt = np.empty(x.shape, np.float32)
+        grad_memory = np.empty(mem.shape, np.float32)
+        self._call(_ll.tfm_decoder_layer_backward, x, mem, tgt_masks,
+                   memory_masks, g, grad_tgt, grad_memory)
+        return io.give(grad_tgt), io.give(grad_memory)
 
 
 def _encode(module, forward, src, mask, key_padding_mask, is_causal,
@@ -847,7 +867,7 @@ def _encode(module, forward, src, mask, key_padding_mask, is_causal,
 
 def _decode(module, forward, tgt, memory, tgt_mask, memory_mask,
             tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
-            memory_is_causal):
+            memory_is_causal, keep=False):
     with module._use() as ptr:
         batched = is_batched(tgt, "tgt")
         io = BatchIO(module.batch_first, batched)
@@ -866,7 +886,10 @@ def _decode(module, forward, tgt, memory, tgt_mask, memory_mask,
         norm = getattr(module, "norm", None)
         if norm is not None and not getattr(module, "_c_norm", False):
             norm._normalize_in_place(out)
-        return io.give(out)
+    if keep and module.training:
+        module._keep_for_backward(x, mem)
+        module.__dict__["_saved_call"] = (tgt_masks, memory_masks, batched)
+    return io.give(out)
 
 
 # ---- Stacks ------------------------------------------------------------------
