@@ -147,6 +147,52 @@ tfm_status tfm_decoder_layer_forward(const tfm_module *layer,
                                 memory_masks, out);
 }
 
+tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
+                                       const float *x, int64_t B, int64_t L,
+                                       const float *memory, int64_t S,
+                                       const tfm__masks *tgt_masks,
+                                       const tfm__masks *memory_masks,
+                                       float *g, float *grad_memory)
+{
+    const int64_t rows = B * L, n = rows * l->config.d_model;
+    tfm__ws_mark mark = tfm__ws_save();
+    /* x1, x2: the inputs of the cross-attention and feed-forward blocks,
+     * recomputed. */
+    float *x1 = tfm__ws_floats((size_t)n);
+    float *x2 = x1 ? tfm__ws_floats((size_t)n) : NULL;
+    float *tmp = x2 ? tfm__ws_floats((size_t)n) : NULL;
+    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
+    if (tmp) {
+        tfm__self_attention_sublayer sa =
+            tfm__sublayer_self_attention(l->self_attn, B, L, tgt_masks);
+        tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
+            l->cross_attn, B, L, memory, S, memory_masks);
+        tfm__feed_forward_sublayer ff =
+            tfm__sublayer_feed_forward(l->ff, rows);
+        ca.grad_memory = grad_memory;
+        const int pre = l->config.norm_first;
+        memcpy(x1, x, (size_t)n * sizeof *x1);
+        st = tfm__residual(&sa.base, l->norm1, pre, x1, tmp, rows);
+        if (st == TFM_OK) {
+            memcpy(x2, x1, (size_t)n * sizeof *x2);
+            st = tfm__residual(&ca.base, l->norm2, pre, x2, tmp, rows);
+        }
+        /* Back through the feed-forward, cross-attention and
+         * self-attention blocks. */
+        if (st == TFM_OK)
+            st = tfm__residual_backward(&ff.base, l->norm3, pre, x2, g, g,
+                                        rows);
+        if (st == TFM_OK)
+            st = tfm__residual_backward(&ca.base, l->norm2, pre, x1, g, g,
+                                        rows);
+        if (st == TFM_OK)
+            st = tfm__residual_backward(&sa.base, l->norm1, pre, x, g, g,
+                                        rows);
+    }
+    tfm__ws_restore(mark);
+    return st;
+}
+
 tfm_status tfm_decoder_layer_backward(tfm_module *layer, const tfm_tensor *tgt,
                                       const tfm_tensor *memory,
                                       const tfm_attention_masks *tgt_masks,
@@ -162,48 +208,25 @@ tfm_status tfm_decoder_layer_backward(tfm_module *layer, const tfm_tensor *tgt,
     if (st != TFM_OK)
         return st;
     const tfm__decoder_layer *l = (const tfm__decoder_layer *)layer;
-    const tfm_layer_config *c = &l->config;
     tfm__decoder_inputs in;
-    if ((st = tfm__check_decoder_backward(what, c, tgt, "tgt", memory,
-                                          tgt_masks, memory_masks,
+    if ((st = tfm__check_decoder_backward(what, &l->config, tgt, "tgt",
+                                          memory, tgt_masks, memory_masks,
                                           grad_output, grad_tgt, grad_memory,
                                           &in)))
         return st;
-    const int64_t rows = in.B * in.L, n = rows * c->d_model;
-    const int64_t n_mem = memory->numel;
-    /* x1, x2: the inputs of the cross-attention and feed-forward blocks,
-     * recomputed; g: the running gradient; gmem: memory's gradient. */
-    float *x1, *x2, *g, *tmp, *gmem;
-    float **const bufs[] = { &x1, &x2, &g, &tmp, &gmem };
-    const size_t sizes[] = { (size_t)n, (size_t)n, (size_t)n, (size_t)n,
-                             (size_t)n_mem };
+    const int64_t n = tgt->numel, n_mem = memory->numel;
+    /* g: the running gradient; gmem: memory's gradient. */
+    float *g, *gmem;
+    float **const bufs[] = { &g, &gmem };
+    const size_t sizes[] = { (size_t)n, (size_t)n_mem };
     tfm__ws_mark mark;
-    if ((st = tfm__backward_begin(layer, what, bufs, sizes, 5, &mark)))
+    if ((st = tfm__backward_begin(layer, what, bufs, sizes, 2, &mark)))
         return st;
-    tfm__self_attention_sublayer sa =
-        tfm__sublayer_self_attention(l->self_attn, in.B, in.L, &in.tgt_masks);
-    tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
-        l->cross_attn, in.B, in.L, memory->data, in.S, &in.memory_masks);
-    tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(l->ff, rows);
-    ca.grad_memory = gmem;
+    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
     memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
-    const int pre = c->norm_first;
-    memcpy(x1, tgt->data, (size_t)n * sizeof *x1);
-    st = tfm__residual(&sa.base, l->norm1, pre, x1, tmp, rows);
-    if (st == TFM_OK) {
-        memcpy(x2, x1, (size_t)n * sizeof *x2);
-        st = tfm__residual(&ca.base, l->norm2, pre, x2, tmp, rows);
-    }
-    /* Back through the feed-forward, cross-attention and self-attention
-     * blocks. */
-    if (st == TFM_OK)
-        st = tfm__residual_backward(&ff.base, l->norm3, pre, x2,
-                                    grad_output->data, g, rows);
-    if (st == TFM_OK)
-        st = tfm__residual_backward(&ca.base, l->norm2, pre, x1, g, g, rows);
-    if (st == TFM_OK)
-        st = tfm__residual_backward(&sa.base, l->norm1, pre, tgt->data, g, g,
-                                    rows);
+    st = tfm__decoder_layer_backward(l, tgt->data, in.B, in.L, memory->data,
+                                     in.S, &in.tgt_masks, &in.memory_masks, g,
+                                     gmem);
     if (st == TFM_OK && grad_tgt)
         memcpy(grad_tgt->data, g, (size_t)n * sizeof *g);
     if (st == TFM_OK && grad_memory)

@@ -167,6 +167,35 @@ tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
     return tfm__encoder_forward(&encoder_layer_kind, layer, src, masks, out);
 }
 
+tfm_status tfm__encoder_layer_backward(const tfm__encoder_layer *l,
+                                       const float *x, int64_t B, int64_t L,
+                                       const tfm__masks *masks, float *g)
+{
+    const int64_t rows = B * L, n = rows * l->config.d_model;
+    tfm__ws_mark mark = tfm__ws_save();
+    /* x1: the feed-forward block's input, recomputed. */
+    float *x1 = tfm__ws_floats((size_t)n);
+    float *tmp = x1 ? tfm__ws_floats((size_t)n) : NULL;
+    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
+    if (tmp) {
+        tfm__self_attention_sublayer sa =
+            tfm__sublayer_self_attention(l->self_attn, B, L, masks);
+        tfm__feed_forward_sublayer ff =
+            tfm__sublayer_feed_forward(l->ff, rows);
+        const int pre = l->config.norm_first;
+        memcpy(x1, x, (size_t)n * sizeof *x1);
+        st = tfm__residual(&sa.base, l->norm1, pre, x1, tmp, rows);
+        if (st == TFM_OK)
+            st = tfm__residual_backward(&ff.base, l->norm2, pre, x1, g, g,
+                                        rows);
+        if (st == TFM_OK)
+            st = tfm__residual_backward(&sa.base, l->norm1, pre, x, g, g,
+                                        rows);
+    }
+    tfm__ws_restore(mark);
+    return st;
+}
+
 tfm_status tfm_encoder_layer_backward(tfm_module *layer, const tfm_tensor *src,
                                       const tfm_attention_masks *masks,
                                       const tfm_tensor *grad_output,
@@ -187,29 +216,16 @@ tfm_status tfm_encoder_layer_backward(tfm_module *layer, const tfm_tensor *src,
         (st = tfm__check_backward_rows(what, src, c->d_model, grad_output,
                                        c->d_model, grad_src)))
         return st;
-    const int64_t rows = B * L, n = rows * c->d_model;
-    /* x1: the feed-forward block's input, recomputed; g: the running
-     * gradient. */
-    float *x1, *g, *tmp;
-    float **const bufs[] = { &x1, &g, &tmp };
-    const size_t sizes[] = { (size_t)n, (size_t)n, (size_t)n };
+    const int64_t n = B * L * c->d_model;
+    /* g: the running gradient, grad_output's copy. */
+    float *g;
+    float **const bufs[] = { &g };
+    const size_t sizes[] = { (size_t)n };
     tfm__ws_mark mark;
-    if ((st = tfm__backward_begin(layer, what, bufs, sizes, 3, &mark)))
+    if ((st = tfm__backward_begin(layer, what, bufs, sizes, 1, &mark)))
         return st;
-    /* Recompute x1 = the self-attention block's output, then back through
-     * the feed-forward block and the self-attention block. */
-    tfm__self_attention_sublayer sa =
-        tfm__sublayer_self_attention(l->self_attn, B, L, &m);
-    tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(l->ff, rows);
-    const int pre = c->norm_first;
-    memcpy(x1, src->data, (size_t)n * sizeof *x1);
-    st = tfm__residual(&sa.base, l->norm1, pre, x1, tmp, rows);
-    if (st == TFM_OK)
-        st = tfm__residual_backward(&ff.base, l->norm2, pre, x1,
-                                    grad_output->data, g, rows);
-    if (st == TFM_OK)
-        st = tfm__residual_backward(&sa.base, l->norm1, pre, src->data, g, g,
-                                    rows);
+    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
+    st = tfm__encoder_layer_backward(l, src->data, B, L, &m, g);
     if (st == TFM_OK && grad_src)
         memcpy(grad_src->data, g, (size_t)n * sizeof *g);
     tfm__backward_end(layer, mark);

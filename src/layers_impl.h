@@ -49,6 +49,25 @@ tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
  * v_cache [capacity, kv_dim] get the new keys and values at rows
  * past .. past+n-1 (tfm__mha_run_cached).  The block of a decoder-only
  * model when it decodes.  Fails only with out-of-memory. */
+/* The backward of tfm__encoder_layer_run on x [B, L, d] (its input, not
+ * changed): g [B, L, d] holds the output's gradient and receives x's; the
+ * parameter gradients are accumulated (the caller has entered them,
+ * tfm__module_enter_grads).  Fails with out-of-memory (or a variant
+ * without a backward), possibly after the feed-forward block accumulated
+ * its gradients. */
+tfm_status tfm__encoder_layer_backward(const tfm__encoder_layer *l,
+                                       const float *x, int64_t B, int64_t L,
+                                       const tfm__masks *masks, float *g);
+
+/* The same for tfm__decoder_layer_run; memory's gradient is added into
+ * grad_memory [B, S, d] (NULL: not wanted). */
+tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
+                                       const float *x, int64_t B, int64_t L,
+                                       const float *memory, int64_t S,
+                                       const tfm__masks *tgt_masks,
+                                       const tfm__masks *memory_masks,
+                                       float *g, float *grad_memory);
+
 tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
                                          int64_t n, float *k_cache,
                                          float *v_cache, int64_t past);

@@ -4,13 +4,16 @@
  * norm).  The blocks of decoder-only and encoder-only models are such a
  * stack of encoder layers (model.c, kv_cache.c). */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "alloc.h"
 #include "error.h"
 #include "parallel.h"
 #include "stack.h"
 #include "tensor_impl.h"
+#include "workspace.h"
 
 static void stack_destroy(tfm_module *m)
 {
@@ -116,6 +119,20 @@ tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
     return TFM_OK;
 }
 
+/* One layer's run in place on x. */
+static tfm_status layer_run(const tfm__stack *s, int64_t i, float *x,
+                            int64_t B, int64_t L, const float *memory,
+                            int64_t S, const tfm__masks *masks,
+                            const tfm__masks *memory_masks)
+{
+    return s->decoder
+               ? tfm__decoder_layer_run(
+                     (const tfm__decoder_layer *)s->layers[i], x, B, L,
+                     memory, S, masks, memory_masks)
+               : tfm__encoder_layer_run(
+                     (const tfm__encoder_layer *)s->layers[i], x, B, L, masks);
+}
+
 /* x [B, L, d] <- norm(layer_{N-1}( ... layer_0(x))), in place. */
 tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,
                           const float *memory, int64_t S,
@@ -123,20 +140,66 @@ tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,
                           const tfm__masks *memory_masks)
 {
     for (int64_t i = 0; i < s->n_layers; i++) {
-        tfm_status st =
-            s->decoder
-                ? tfm__decoder_layer_run(
-                      (const tfm__decoder_layer *)s->layers[i], x, B, L,
-                      memory, S, masks, memory_masks)
-                : tfm__encoder_layer_run(
-                      (const tfm__encoder_layer *)s->layers[i], x, B, L,
-                      masks);
+        tfm_status st = layer_run(s, i, x, B, L, memory, S, masks,
+                                  memory_masks);
         if (st != TFM_OK)
             return st;
     }
     if (s->norm)
         tfm__layer_norm_run(s->norm, x, B * L, x);
     return TFM_OK;
+}
+
+tfm_status tfm__stack_backward(const tfm__stack *s, const float *x, int64_t B,
+                               int64_t L, const float *memory, int64_t S,
+                               const tfm__masks *masks,
+                               const tfm__masks *memory_masks, float *g,
+                               float *grad_memory)
+{
+    const int64_t d = s->config.d_model, rows = B * L, n = rows * d;
+    const int64_t N = s->n_layers;
+    if ((uint64_t)n > SIZE_MAX / sizeof(float) / (uint64_t)(N + 2))
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "stack backward: %lld "
+                         "layers' activations do not fit in memory",
+                         (long long)N);
+    tfm__ws_mark mark = tfm__ws_save();
+    /* acts [N + 1, B, L, d]: layer i's input at i * n, the final norm's
+     * (or the output) at N * n; tmp: the norm's input gradient. */
+    float *acts = tfm__ws_floats((size_t)((N + 1) * n));
+    float *tmp = acts && s->norm ? tfm__ws_floats((size_t)n) : NULL;
+    double *acc = tmp ? tfm__ws_alloc((size_t)(2 * d) * sizeof *acc) : NULL;
+    if (!acts || (s->norm && !acc)) {
+        tfm__ws_restore(mark);
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "stack backward: out of "
+                         "memory");
+    }
+    tfm_status st = TFM_OK;
+    memcpy(acts, x, (size_t)n * sizeof *acts);
+    for (int64_t i = 0; st == TFM_OK && i < N; i++) {
+        float *next = acts + (i + 1) * n;
+        memcpy(next, acts + i * n, (size_t)n * sizeof *next);
+        st = layer_run(s, i, next, B, L, memory, S, masks, memory_masks);
+    }
+    if (st == TFM_OK && s->norm) {
+        const tfm_module *home = &s->norm->base;
+        float *gw = tfm__grad_of(home, s->norm->weight);
+        float *gb = s->norm->bias ? tfm__grad_of(home, s->norm->bias) : NULL;
+        tfm__layer_norm_backward(s->norm, acts + N * n, rows, g, tmp, gw, gb,
+                                 acc);
+        memcpy(g, tmp, (size_t)n * sizeof *g);
+    }
+    for (int64_t i = N - 1; st == TFM_OK && i >= 0; i--) {
+        const float *in = acts + i * n;
+        st = s->decoder
+                 ? tfm__decoder_layer_backward(
+                       (const tfm__decoder_layer *)s->layers[i], in, B, L,
+                       memory, S, masks, memory_masks, g, grad_memory)
+                 : tfm__encoder_layer_backward(
+                       (const tfm__encoder_layer *)s->layers[i], in, B, L,
+                       masks, g);
+    }
+    tfm__ws_restore(mark);
+    return st;
 }
 
 tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
@@ -239,4 +302,76 @@ tfm_status tfm_decoder_forward(const tfm_module *decoder, const tfm_tensor *tgt,
     TFM__PLAN_PIN();
     return tfm__decoder_forward(&decoder_kind, decoder, tgt, memory, tgt_masks,
                                 memory_masks, out);
+}
+
+tfm_status tfm_encoder_backward(tfm_module *encoder, const tfm_tensor *src,
+                                const tfm_attention_masks *masks,
+                                const tfm_tensor *grad_output,
+                                tfm_tensor *grad_src)
+{
+    TFM__PLAN_PIN();
+    const char *what = "tfm_encoder_backward";
+    tfm_status st = tfm__module_check(encoder, TFM_MODULE_ENCODER, "encoder");
+    if (st != TFM_OK)
+        return st;
+    const tfm__stack *s = (const tfm__stack *)encoder;
+    const tfm_layer_config *c = &s->config;
+    int64_t B = 0, L = 0;
+    tfm__masks m;
+    if ((st = tfm__check_activation(src, "src", c->d_model, &B, &L)) ||
+        (st = tfm__masks_resolve(masks, B, c->n_heads, L, L, what, &m)) ||
+        (st = tfm__check_backward_rows(what, src, c->d_model, grad_output,
+                                       c->d_model, grad_src)))
+        return st;
+    const int64_t n = src->numel;
+    float *g;
+    float **const bufs[] = { &g };
+    const size_t sizes[] = { (size_t)n };
+    tfm__ws_mark mark;
+    if ((st = tfm__backward_begin(encoder, what, bufs, sizes, 1, &mark)))
+        return st;
+    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
+    st = tfm__stack_backward(s, src->data, B, L, NULL, 0, &m, NULL, g, NULL);
+    if (st == TFM_OK && grad_src)
+        memcpy(grad_src->data, g, (size_t)n * sizeof *g);
+    tfm__backward_end(encoder, mark);
+    return st;
+}
+
+tfm_status tfm_decoder_backward(tfm_module *decoder, const tfm_tensor *tgt,
+                                const tfm_tensor *memory,
+                                const tfm_attention_masks *tgt_masks,
+                                const tfm_attention_masks *memory_masks,
+                                const tfm_tensor *grad_output,
+                                tfm_tensor *grad_tgt, tfm_tensor *grad_memory)
+{
+    TFM__PLAN_PIN();
+    const char *what = "tfm_decoder_backward";
+    tfm_status st = tfm__module_check(decoder, TFM_MODULE_DECODER, "decoder");
+    if (st != TFM_OK)
+        return st;
+    const tfm__stack *s = (const tfm__stack *)decoder;
+    tfm__decoder_inputs in;
+    if ((st = tfm__check_decoder_backward(what, &s->config, tgt, "tgt",
+                                          memory, tgt_masks, memory_masks,
+                                          grad_output, grad_tgt, grad_memory,
+                                          &in)))
+        return st;
+    const int64_t n = tgt->numel, n_mem = memory->numel;
+    float *g, *gmem;
+    float **const bufs[] = { &g, &gmem };
+    const size_t sizes[] = { (size_t)n, (size_t)n_mem };
+    tfm__ws_mark mark;
+    if ((st = tfm__backward_begin(decoder, what, bufs, sizes, 2, &mark)))
+        return st;
+    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
+    memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
+    st = tfm__stack_backward(s, tgt->data, in.B, in.L, memory->data, in.S,
+                             &in.tgt_masks, &in.memory_masks, g, gmem);
+    if (st == TFM_OK && grad_tgt)
+        memcpy(grad_tgt->data, g, (size_t)n * sizeof *g);
+    if (st == TFM_OK && grad_memory)
+        memcpy(grad_memory->data, gmem, (size_t)n_mem * sizeof *gmem);
+    tfm__backward_end(decoder, mark);
+    return st;
 }

@@ -34,6 +34,22 @@ tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,
                           const tfm__masks *masks,
                           const tfm__masks *memory_masks);
 
+/* The backward of tfm__stack_run: x [B, L, d] its input (not changed);
+ * g [B, L, d] holds the output's gradient and receives x's; grad_memory
+ * [B, S, d] (decoders; NULL: not wanted) has memory's gradient added.
+ * Every parameter gradient is accumulated; the caller has entered them
+ * (tfm__module_enter_grads on the stack or its model).  One forward keeps
+ * each layer's input (n_layers + 1 activations from the workspace), then
+ * the final norm and the layers go backward in reverse order, each
+ * recomputing its inner activations.  Fails with out-of-memory (the
+ * activations: before any write; inside a layer: after the layers above
+ * it accumulated) or a variant without a backward. */
+tfm_status tfm__stack_backward(const tfm__stack *s, const float *x, int64_t B,
+                               int64_t L, const float *memory, int64_t S,
+                               const tfm__masks *masks,
+                               const tfm__masks *memory_masks, float *g,
+                               float *grad_memory);
+
 /* The blocks of a decoder-only model (a stack of encoder layers) on n new
  * positions h [n, d] of one sequence over its KV cache: layer i's keys and
  * values are keys / values + i * stride, [capacity, kv_dim] each, holding

@@ -9,6 +9,7 @@
  * second thread inside a backward pass, so TFM_ERR_BUSY is tested without
  * timing. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "test_util.h"
@@ -545,6 +546,87 @@ static void test_cross_attention_finite_differences(void **state)
     }
 }
 
+/* The stacks' and nn.Transformer's backward: a one-layer stack without a
+ * final norm gives bit for bit its layer's gradients (the same layer
+ * backward runs); refusals: the wrong kind, no training mode, a NULL or
+ * misshapen argument, grad_src overlapping grad_tgt; each writes nothing.
+ * The values against torch.autograd are in test_backward_stacks.py. */
+static void test_stack_backward_refusals(void **state)
+{
+    (void)state;
+    tfm_layer_config c = tfm_layer_config_default(4, 2);
+    c.d_ff = 6;
+    tfm_module *enc = NULL, *layer = NULL, *model = NULL;
+    assert_int_equal(tfm_encoder_create(&c, 1, 0, &enc), TFM_OK);
+    assert_int_equal(tfm_encoder_layer_create(&c, &layer), TFM_OK);
+    tfm_rng rng;
+    tfm_rng_seed(&rng, 5);
+    assert_int_equal(tfm_module_reset_parameters(layer, &rng), TFM_OK);
+    /* the same weights in the stack's one layer */
+    for (int i = 0; i < tfm_module_parameter_count(layer); i++) {
+        const char *name = tfm_module_parameter_name(layer, i);
+        char full[128];
+        snprintf(full, sizeof full, "layers.0.%s", name);
+        float *src = NULL, *dst = NULL;
+        int rank = 0;
+        int64_t shape[TFM_MAX_RANK], numel = 1;
+        assert_int_equal(tfm_module_parameter_data(layer, name, &src), TFM_OK);
+        assert_int_equal(tfm_module_parameter_data(enc, full, &dst), TFM_OK);
+        assert_int_equal(tfm_module_parameter_shape(layer, name, &rank,
+                                                    shape), TFM_OK);
+        for (int a = 0; a < rank; a++)
+            numel *= shape[a];
+        memcpy(dst, src, (size_t)numel * sizeof *dst);
+    }
+    float xs[24], gs[24];
+    for (int i = 0; i < 24; i++) {
+        xs[i] = (float)sin(0.6 * i);
+        gs[i] = (float)cos(1.1 * i);
+    }
+    tfm_tensor *x = make3(2, 3, 4, xs), *g = make3(2, 3, 4, gs);
+    tfm_tensor *g1 = make3(2, 3, 4, NULL), *g2 = make3(2, 3, 4, NULL);
+    /* Not in training mode yet: refused, nothing written. */
+    assert_int_equal(tfm_encoder_backward(enc, x, NULL, g, g1),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tfm_last_error(), "tfm_module_train"));
+    assert_int_equal(tfm_module_train(enc, 1), TFM_OK);
+    assert_int_equal(tfm_module_train(layer, 1), TFM_OK);
+    assert_int_equal(tfm_encoder_backward(enc, x, NULL, g, g1), TFM_OK);
+    assert_int_equal(tfm_encoder_layer_backward(layer, x, NULL, g, g2),
+                     TFM_OK);
+    assert_memory_equal(tfm_tensor_data(g1), tfm_tensor_data(g2),
+                        24 * sizeof(float));
+    assert_memory_equal(grad_of(enc, "layers.0.linear1.weight"),
+                        grad_of(layer, "linear1.weight"), 24 * sizeof(float));
+    /* The wrong kind; NULL grad_output; a wrong shape. */
+    assert_int_equal(tfm_encoder_backward(layer, x, NULL, g, g1),
+                     TFM_ERR_WRONG_KIND);
+    assert_int_equal(tfm_encoder_backward(enc, x, NULL, NULL, g1),
+                     TFM_ERR_NULL_ARGUMENT);
+    tfm_tensor *wide = make3(2, 4, 4, NULL);
+    const float keep = tfm_tensor_data(g1)[0];
+    assert_int_equal(tfm_encoder_backward(enc, x, NULL, wide, g1),
+                     TFM_ERR_SHAPE);
+    assert_float_equal(tfm_tensor_data(g1)[0], keep, 0);
+    /* nn.Transformer: grad_src overlapping grad_tgt is refused (src and
+     * tgt of one shape here). */
+    assert_int_equal(tfm_transformer_create(&c, 1, 1, &model), TFM_OK);
+    assert_int_equal(tfm_module_train(model, 1), TFM_OK);
+    assert_int_equal(tfm_transformer_backward(model, x, x, NULL, NULL, NULL,
+                                              g, g1, g1),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_transformer_backward(model, x, x, NULL, NULL, NULL,
+                                              g, g1, g2), TFM_OK);
+    assert_int_equal(tfm_decoder_backward(enc, x, x, NULL, NULL, g, g1, g2),
+                     TFM_ERR_WRONG_KIND);  /* an encoder */
+    tfm_tensor *t[5] = { x, g, g1, g2, wide };
+    for (int i = 0; i < 5; i++)
+        tfm_tensor_free(t[i]);
+    tfm_module_free(model);
+    tfm_module_free(layer);
+    tfm_module_free(enc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -556,6 +638,7 @@ int main(void)
         cmocka_unit_test(test_encoder_layer_finite_differences),
         cmocka_unit_test(test_decoder_layer_finite_differences),
         cmocka_unit_test(test_cross_attention_finite_differences),
+        cmocka_unit_test(test_stack_backward_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -253,8 +253,9 @@ TFM_API tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,
  * src [B, L, d_model]; masks as tfm_encoder_layer_forward (NULL: none);
  * grad_output [B, L, d_model]; grad_src [B, L, d_model] (written; may be
  * src, must not overlap grad_output) or NULL when not wanted.
- * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (wrong kind or
- * shape, no gradient memory, a variant without a backward),
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND (not an encoder
+ * layer), TFM_ERR_SHAPE, TFM_ERR_INVALID_ARGUMENT (no gradient memory, a
+ * variant without a backward, overlapping outputs),
  * TFM_ERR_NON_FINITE (grad_output), TFM_ERR_BUSY (another backward holds
  * the layer's gradients), TFM_ERR_OUT_OF_MEMORY.  The checks, the busy
  * guard and the layer's scratch come before the first write; an
@@ -354,8 +355,8 @@ TFM_API tfm_status tfm_decoder_layer_forward(
  * grad_tgt [B, L, d_model] and grad_memory [B, S, d_model] are written
  * (each may be its input, must not overlap grad_output or each other) or
  * NULL when not wanted.
- * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_SHAPE, TFM_ERR_INVALID_ARGUMENT
- * (wrong kind, no gradient memory, overlapping outputs),
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE,
+ * TFM_ERR_INVALID_ARGUMENT (no gradient memory, overlapping outputs),
  * TFM_ERR_NON_FINITE (grad_output), TFM_ERR_BUSY (another backward holds
  * the layer's gradients), TFM_ERR_OUT_OF_MEMORY.  The checks, the busy
  * guard and the layer's scratch come before the first write; an
@@ -399,8 +400,8 @@ TFM_API tfm_status tfm_cross_attention_forward(const tfm_module *block,
  * none); grad_output [B, L, d_model]; grad_x [B, L, d_model] and
  * grad_memory [B, S, d_model] are written (each may be its input, must
  * not overlap grad_output or each other) or NULL when not wanted.
- * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_SHAPE, TFM_ERR_INVALID_ARGUMENT
- * (wrong kind, no gradient memory, overlapping outputs),
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE,
+ * TFM_ERR_INVALID_ARGUMENT (no gradient memory, overlapping outputs),
  * TFM_ERR_NON_FINITE (grad_output), TFM_ERR_BUSY, TFM_ERR_OUT_OF_MEMORY;
  * on error nothing is written.  Since 1.2. */
 TFM_API tfm_status tfm_cross_attention_backward(
@@ -450,6 +451,31 @@ TFM_API tfm_status tfm_decoder_forward(const tfm_module *decoder,
                                        const tfm_attention_masks *memory_masks,
                                        tfm_tensor *out);
 
+/* The backward passes of the stacks (torch.autograd's gradients of
+ * nn.TransformerEncoder / nn.TransformerDecoder with dropout 0, the final
+ * LayerNorm included): one forward keeps each layer's input (n_layers + 1
+ * activations of [B, L, d_model] in the calling thread's workspace, kept
+ * for the next call), then the final norm and the layers go backward in
+ * reverse order as tfm_encoder_layer_backward / tfm_decoder_layer_backward
+ * do, each recomputing its inner activations.  Every parameter gradient
+ * is accumulated (+=) into the stack's gradient memory (tfm_module_train
+ * first); the decoder's memory gradient is the sum over its layers.
+ * Arguments, outputs (each may be its input, NULL when not wanted) and
+ * errors as the layers' backward passes; the checks, the busy guard and
+ * the activations come before the first write, and an out-of-memory
+ * inside a layer's attention backward, after the layers above it
+ * accumulated their gradients, is the one exception.  Since 1.2. */
+TFM_API tfm_status tfm_encoder_backward(tfm_module *encoder,
+                                        const tfm_tensor *src,
+                                        const tfm_attention_masks *masks,
+                                        const tfm_tensor *grad_output,
+                                        tfm_tensor *grad_src);
+TFM_API tfm_status tfm_decoder_backward(
+    tfm_module *decoder, const tfm_tensor *tgt, const tfm_tensor *memory,
+    const tfm_attention_masks *tgt_masks,
+    const tfm_attention_masks *memory_masks, const tfm_tensor *grad_output,
+    tfm_tensor *grad_tgt, tfm_tensor *grad_memory);
+
 /* ---- Encoder-decoder Transformer (nn.Transformer) ----------------------
  * memory = encoder(src), out = decoder(tgt, memory); both stacks end with a
  * LayerNorm, as in nn.Transformer.  Parameters: "encoder.layers.<i>.*",
@@ -484,6 +510,24 @@ TFM_API tfm_status tfm_transformer_forward(
     const tfm_attention_masks *src_masks,
     const tfm_attention_masks *tgt_masks,
     const tfm_attention_masks *memory_masks, tfm_tensor *out);
+
+/* The backward of tfm_transformer_forward (torch.autograd's gradients of
+ * nn.Transformer with dropout 0): the encoder's output (memory) is
+ * recomputed, the decoder stack goes backward (tfm_decoder_backward),
+ * giving tgt's gradient and memory's, which the encoder stack then takes
+ * backward to src's.  Every parameter gradient of both stacks and their
+ * final norms is accumulated (+=) (tfm_module_train first).  src, tgt
+ * and the masks are the forward's; grad_output [B, L, d_model];
+ * grad_src [B, S, d_model] and grad_tgt [B, L, d_model] are written
+ * (each may be its input, must not overlap grad_output or each other) or
+ * NULL when not wanted.  Errors and their guarantees as
+ * tfm_decoder_backward.  Since 1.2. */
+TFM_API tfm_status tfm_transformer_backward(
+    tfm_module *model, const tfm_tensor *src, const tfm_tensor *tgt,
+    const tfm_attention_masks *src_masks,
+    const tfm_attention_masks *tgt_masks,
+    const tfm_attention_masks *memory_masks, const tfm_tensor *grad_output,
+    tfm_tensor *grad_src, tfm_tensor *grad_tgt);
 
 #ifdef __cplusplus
 }

@@ -1007,7 +1007,22 @@ class TransformerEncoder(_StackBase):
         """src ``[S, N, E]`` -> same shape; see the class docstring."""
         return _encode(self, _ll.tfm_encoder_forward, src, mask,
                        src_key_padding_mask, is_causal,
-                       ("src_key_padding_mask", "mask"))
+                       ("src_key_padding_mask", "mask"), keep=True)
+
+    def backward(self, grad_output):
+        """The gradient with respect to src of the last training-mode
+        call, given ``grad_output`` (the output's shape and layout), in
+        src's layout; accumulates every parameter's gradient, the final
+        norm's included, as ``torch.autograd`` does for
+        ``nn.TransformerEncoder`` with dropout 0."""
+        (x,) = self._saved_for_backward()
+        masks, batched = self.__dict__["_saved_call"]
+        g = _stack_grad_output(self, grad_output, x, batched,
+                               lambda h: self._call(_ll.tfm_encoder_forward,
+                                                    x, masks, h))
+        grad_src = np.empty(x.shape, np.float32)
+        self._call(_ll.tfm_encoder_backward, x, masks, g, grad_src)
+        return BatchIO(self.batch_first, batched).give(grad_src)
 
 
 class TransformerDecoder(_StackBase):
@@ -1039,7 +1054,49 @@ class TransformerDecoder(_StackBase):
         return _decode(self, _ll.tfm_decoder_forward, tgt, memory, tgt_mask,
                        memory_mask, tgt_key_padding_mask,
                        memory_key_padding_mask, tgt_is_causal,
-                       memory_is_causal)
+                       memory_is_causal, keep=True)
+
+    def backward(self, grad_output):
+        """The gradients of the last training-mode call with respect to
+        tgt and memory, given ``grad_output`` (the output's shape and
+        layout), as ``(grad_tgt, grad_memory)`` in the inputs' layouts
+        (memory's summed over the layers); accumulates every parameter's
+        gradient, the final norm's included, as ``torch.autograd`` does for
+        ``nn.TransformerDecoder`` with dropout 0."""
+        x, mem = self._saved_for_backward()
+        tgt_masks, memory_masks, batched = self.__dict__["_saved_call"]
+        g = _stack_grad_output(
+            self, grad_output, x, batched,
+            lambda h: self._call(_ll.tfm_decoder_forward, x, mem, tgt_masks,
+                                 memory_masks, h))
+        grad_tgt = np.empty(x.shape, np.float32)
+        grad_memory = np.empty(mem.shape, np.float32)
+        self._call(_ll.tfm_decoder_backward, x, mem, tgt_masks, memory_masks,
+                   g, grad_tgt, grad_memory)
+        io = BatchIO(self.batch_first, batched)
+        return io.give(grad_tgt), io.give(grad_memory)
+
+
+def _stack_grad_output(stack, grad_output, x, batched, run_stack):
+    """grad_output (the stack's output layout) as the C stack's [N, L, E]
+    output gradient: when the final norm is a Python LayerNorm of the
+    caller's (not the C stack's own), back through it first, at the C
+    stack's output recomputed by run_stack(h)."""
+    io = BatchIO(stack.batch_first, batched)
+    g = np.ascontiguousarray(io.take(grad_output, "grad_output"))
+    if g.shape != x.shape:
+        raise ShapeError(f"grad_output must have the output's shape, got "
+                         f"{list(np.shape(grad_output))}")
+    norm = stack.__dict__.get("norm")
+    if norm is None or stack._c_norm:
+        return g
+    h = np.empty(x.shape, np.float32)
+    run_stack(h)
+    width = x.shape[-1]
+    grad_h = np.empty((h.size // width, width), np.float32)
+    norm._call(_ll.tfm_layer_norm_backward, h.reshape(-1, width),
+               g.reshape(-1, width), grad_h)
+    return grad_h.reshape(x.shape)
 
 
 # ---- Transformer ---------------------------------------------------------------
@@ -1126,7 +1183,31 @@ class Transformer(_LayerBase):
             out = np.empty((t.shape[0], t.shape[1], self.d_model), np.float32)
             _ll.tfm_transformer_forward(ptr, s, t, src_masks, tgt_masks,
                                         memory_masks, out)
-            return io.give(out)
+        if self.training:
+            self._keep_for_backward(s, t)
+            self.__dict__["_saved_call"] = (src_masks, tgt_masks,
+                                            memory_masks, batched)
+        return io.give(out)
+
+    def backward(self, grad_output):
+        """The gradients of the last training-mode call with respect to
+        src and tgt, given ``grad_output`` (the output's shape and layout),
+        as ``(grad_src, grad_tgt)`` in the inputs' layouts; accumulates
+        every parameter's gradient (both stacks and their final norms), as
+        ``torch.autograd`` does for ``nn.Transformer`` with dropout 0."""
+        s, t = self._saved_for_backward()
+        src_masks, tgt_masks, memory_masks, batched = \
+            self.__dict__["_saved_call"]
+        io = BatchIO(self.batch_first, batched)
+        g = np.ascontiguousarray(io.take(grad_output, "grad_output"))
+        if g.shape != t.shape:
+            raise ShapeError(f"grad_output must have the output's shape, "
+                             f"got {list(np.shape(grad_output))}")
+        grad_src = np.empty(s.shape, np.float32)
+        grad_tgt = np.empty(t.shape, np.float32)
+        self._call(_ll.tfm_transformer_backward, s, t, src_masks, tgt_masks,
+                   memory_masks, g, grad_src, grad_tgt)
+        return io.give(grad_src), io.give(grad_tgt)
 
     def _stack_view(self, name, cls, layer_cls, num_layers):
         attrs = {k: v for k, v in self.__dict__.items()
