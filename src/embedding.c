@@ -117,24 +117,32 @@ tfm_status tfm_embedding_backward(tfm_module *embedding, const int32_t *ids,
     const int64_t shape[3] = { batch, seq, e->d_model };
     if ((st = tfm__check_shape(grad_output, "grad_output", 3, shape)))
         return st;
-    const int64_t n = batch * seq, d = e->d_model;
+    const int64_t n = batch * seq;
     if (!tfm__all_finite(grad_output->data, grad_output->numel))
         return tfm__fail(TFM_ERR_NON_FINITE,
                          "%s: grad_output holds NaN or infinity", what);
     if ((st = tfm__module_enter_grads(embedding, what)))
         return st;
-    float *grad = tfm__param_grad(&embedding->params[0]);
+    tfm__embedding_lookup_backward(e, ids, n, padding_idx, grad_output->data);
+    tfm__module_leave_grads(embedding);
+    return TFM_OK;
+}
+
+void tfm__embedding_lookup_backward(const tfm__embedding *e,
+                                    const int32_t *ids, int64_t n,
+                                    int64_t padding_idx, const float *grad)
+{
+    const int64_t d = e->d_model;
+    float *gw = tfm__grad_of(&e->base, e->weight);
     const float s = e->scale ? (float)sqrt((double)d) : 1.0f;
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] == padding_idx)
             continue;
-        const float *src = grad_output->data + i * d;
-        float *dst = grad + (int64_t)ids[i] * d;
+        const float *src = grad + i * d;
+        float *dst = gw + (int64_t)ids[i] * d;
         for (int64_t c = 0; c < d; c++)
             dst[c] += src[c] * s;
     }
-    tfm__module_leave_grads(embedding);
-    return TFM_OK;
 }
 
 void tfm__embedding_lookup(const tfm__embedding *e, const int32_t *ids,
@@ -184,5 +192,20 @@ void tfm__embedding_add_rows(const tfm__embedding *e, float *x, int64_t B,
             float *dst = x + (b * L + i) * d;
             for (int64_t c = 0; c < d; c++)
                 dst[c] += row[c];
+        }
+}
+
+void tfm__embedding_add_rows_backward(const tfm__embedding *e,
+                                      const float *grad, int64_t B, int64_t L,
+                                      int64_t offset)
+{
+    const int64_t d = e->d_model;
+    float *gw = tfm__grad_of(&e->base, e->weight);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < L; i++) {
+            const float *src = grad + (b * L + i) * d;
+            float *dst = gw + (offset + i) * d;
+            for (int64_t c = 0; c < d; c++)
+                dst[c] += src[c];
         }
 }

@@ -25,6 +25,20 @@ void tfm__embedding_lookup(const tfm__embedding *e, const int32_t *ids,
 void tfm__embedding_add_rows(const tfm__embedding *e, float *x, int64_t B,
                              int64_t L, int64_t offset);
 
+/* The backward of tfm__embedding_lookup: the table's gradient row ids[i]
+ * += grad [n, d] row i (times sqrt(d) when scaled), skipping padding_idx
+ * (-1: none); in order, one thread.  The gradient memory exists and the
+ * caller has entered it. */
+void tfm__embedding_lookup_backward(const tfm__embedding *e,
+                                    const int32_t *ids, int64_t n,
+                                    int64_t padding_idx, const float *grad);
+
+/* The backward of tfm__embedding_add_rows: the gradient's rows offset ..
+ * offset+L-1 += the sum over the batch of grad [B, L, d]; as above. */
+void tfm__embedding_add_rows_backward(const tfm__embedding *e,
+                                      const float *grad, int64_t B, int64_t L,
+                                      int64_t offset);
+
 /* x [B, L, d] += sinusoidal encoding of positions offset .. offset+L-1 in
  * the given layout (base > 1, layout checked). */
 void tfm__add_sinusoidal(float *x, int64_t B, int64_t L, int64_t d,

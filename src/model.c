@@ -461,3 +461,150 @@ tfm_status tfm_model_seq2seq_logits(const tfm_module *model,
     tfm__ws_restore(mark);
     return st;
 }
+
+/* ---- Backward --------------------------------------------------------- */
+
+/* The head's weight gradient: lm_head's own, or the token embedding's
+ * when tied. */
+static float *head_grad(const tfm__model *m)
+{
+    const tfm_module *home = m->lm_head == m->token_embedding->weight
+                                 ? &m->token_embedding->base
+                                 : &m->base;
+    return tfm__grad_of(home, m->lm_head);
+}
+
+/* The backward of tfm__model_embed: x's gradient g [B, L, d] into the
+ * token table's and the learned positions' gradients. */
+static void embed_backward(const tfm__model *m, const int32_t *ids,
+                           int64_t B, int64_t L, const float *g)
+{
+    tfm__embedding_lookup_backward(m->token_embedding, ids, B * L, -1, g);
+    if (m->config.positional == TFM_POSITIONAL_LEARNED)
+        tfm__embedding_add_rows_backward(m->position_embedding, g, B, L, 0);
+}
+
+/* grad_logits [rows, V] finite, shaped as the logits. */
+static tfm_status check_grad_logits(const tfm_tensor *grad_logits,
+                                    const int64_t shape[3], const char *what)
+{
+    tfm_status st;
+    if (!grad_logits)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s: grad_logits is NULL",
+                         what);
+    if ((st = tfm__check_shape(grad_logits, "grad_logits", 3, shape)))
+        return st;
+    if (!tfm__all_finite(grad_logits->data, grad_logits->numel))
+        return tfm__fail(TFM_ERR_NON_FINITE, "%s: grad_logits holds NaN or "
+                         "infinity", what);
+    return TFM_OK;
+}
+
+tfm_status tfm_model_backward(tfm_module *model, const int32_t *ids,
+                              int64_t batch, int64_t seq,
+                              const tfm_tensor *grad_logits)
+{
+    TFM__PLAN_PIN();
+    const char *what = "tfm_model_backward";
+    unsigned kinds = (1u << TFM_ARCH_DECODER_ONLY) |
+                     (1u << TFM_ARCH_ENCODER_ONLY);
+    tfm_status st = tfm__model_check(model, kinds, "model");
+    if (st != TFM_OK)
+        return st;
+    const tfm__model *m = (const tfm__model *)model;
+    const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
+    const int64_t shape[3] = { batch, seq, V };
+    if ((st = check_sizes(m, batch, seq, "seq")) ||
+        (st = tfm__model_check_ids(m, ids, batch * seq, "ids")) ||
+        (st = check_grad_logits(grad_logits, shape, what)))
+        return st;
+    const int64_t rows = batch * seq, n = rows * d;
+    /* x0: the embedded input; h: the blocks' output; g: the running
+     * gradient. */
+    float *x0, *h, *g;
+    float **const bufs[] = { &x0, &h, &g };
+    const size_t sizes[] = { (size_t)n, (size_t)n, (size_t)n };
+    tfm__ws_mark mark;
+    if ((st = tfm__backward_begin(model, what, bufs, sizes, 3, &mark)))
+        return st;
+    tfm__masks masks = { 0 };
+    if (m->config.architecture == TFM_ARCH_DECODER_ONLY)
+        masks.causal = TFM_CAUSAL_TOP_LEFT;
+    tfm__model_embed(m, ids, batch, seq, 0, x0);
+    memcpy(h, x0, (size_t)n * sizeof *h);
+    st = tfm__stack_run(m->stack, h, batch, seq, NULL, 0, &masks, NULL);
+    if (st == TFM_OK) {
+        /* logits = h lm_head^T: g = grad_logits lm_head, the head's
+         * gradient += grad_logits^T h. */
+        tfm__linear_backward(h, d, rows, d, m->lm_head, V,
+                             grad_logits->data, V, g, head_grad(m), NULL,
+                             NULL);
+        st = tfm__stack_backward(m->stack, x0, batch, seq, NULL, 0, &masks,
+                                 NULL, g, NULL);
+    }
+    if (st == TFM_OK)
+        embed_backward(m, ids, batch, seq, g);
+    tfm__backward_end(model, mark);
+    return st;
+}
+
+tfm_status tfm_model_seq2seq_backward(tfm_module *model,
+                                      const int32_t *src_ids, int64_t src_len,
+                                      const int32_t *tgt_ids, int64_t tgt_len,
+                                      int64_t batch,
+                                      const tfm_tensor *grad_logits)
+{
+    TFM__PLAN_PIN();
+    const char *what = "tfm_model_seq2seq_backward";
+    tfm_status st =
+        tfm__model_check(model, 1u << TFM_ARCH_ENCODER_DECODER, "model");
+    if (st != TFM_OK)
+        return st;
+    const tfm__model *m = (const tfm__model *)model;
+    const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
+    const int64_t B = batch, S = src_len, L = tgt_len;
+    const int64_t shape[3] = { B, L, V };
+    if ((st = check_sizes(m, B, S, "src_len")) ||
+        (st = check_sizes(m, B, L, "tgt_len")) ||
+        (st = tfm__model_check_ids(m, src_ids, B * S, "src_ids")) ||
+        (st = tfm__model_check_ids(m, tgt_ids, B * L, "tgt_ids")) ||
+        (st = check_grad_logits(grad_logits, shape, what)))
+        return st;
+    const int64_t n_src = B * S * d, n_tgt = B * L * d;
+    /* src0, tgt0: the embedded inputs; memory: the encoder's output; h:
+     * the decoder's; g: the decoder's running gradient; gmem: memory's,
+     * then src0's. */
+    float *src0, *tgt0, *memory, *h, *g, *gmem;
+    float **const bufs[] = { &src0, &tgt0, &memory, &h, &g, &gmem };
+    const size_t sizes[] = { (size_t)n_src, (size_t)n_tgt, (size_t)n_src,
+                             (size_t)n_tgt, (size_t)n_tgt, (size_t)n_src };
+    tfm__ws_mark mark;
+    if ((st = tfm__backward_begin(model, what, bufs, sizes, 6, &mark)))
+        return st;
+    const tfm__masks none = { 0 };
+    const tfm__masks causal = { .causal = TFM_CAUSAL_TOP_LEFT };
+    tfm__model_embed(m, src_ids, B, S, 0, src0);
+    tfm__model_embed(m, tgt_ids, B, L, 0, tgt0);
+    memcpy(memory, src0, (size_t)n_src * sizeof *memory);
+    memcpy(h, tgt0, (size_t)n_tgt * sizeof *h);
+    memset(gmem, 0, (size_t)n_src * sizeof *gmem);
+    st = tfm__stack_run(m->encoder, memory, B, S, NULL, 0, &none, NULL);
+    if (st == TFM_OK)
+        st = tfm__stack_run(m->decoder, h, B, L, memory, S, &causal, &none);
+    if (st == TFM_OK) {
+        tfm__linear_backward(h, d, B * L, d, m->lm_head, V,
+                             grad_logits->data, V, g, head_grad(m), NULL,
+                             NULL);
+        st = tfm__stack_backward(m->decoder, tgt0, B, L, memory, S, &causal,
+                                 &none, g, gmem);
+    }
+    if (st == TFM_OK)
+        st = tfm__stack_backward(m->encoder, src0, B, S, NULL, 0, &none,
+                                 NULL, gmem, NULL);
+    if (st == TFM_OK) {
+        embed_backward(m, tgt_ids, B, L, g);
+        embed_backward(m, src_ids, B, S, gmem);
+    }
+    tfm__backward_end(model, mark);
+    return st;
+}

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "test_util.h"
+#include "tiny_model.h"
 #include "module_impl.h"
 #include <transformer/transformer.h>
 
@@ -627,6 +628,62 @@ static void test_stack_backward_refusals(void **state)
     tfm_module_free(enc);
 }
 
+/* tfm_model_backward's refusals write nothing: a wrong grad_logits shape,
+ * an id outside the vocabulary, NaN in grad_logits, an encoder-decoder
+ * model (tfm_model_seq2seq_backward's), and a model not in training mode.
+ * The values against torch.autograd are in test_backward_models.py. */
+static void test_model_backward_refusals(void **state)
+{
+    (void)state;
+    tfm_model_config mc = tiny_model_config(
+        TFM_ARCH_DECODER_ONLY, tfm_layer_config_default(4, 2), 7, 1, 5);
+    tfm_module *m = NULL, *seq2seq = NULL;
+    assert_int_equal(tfm_model_create(&mc, &m), TFM_OK);
+    tfm_rng rng;
+    tfm_rng_seed(&rng, 3);
+    assert_int_equal(tfm_module_reset_parameters(m, &rng), TFM_OK);
+    const int32_t ids[3] = { 1, 2, 6 }, bad_ids[3] = { 1, 7, 0 };
+    tfm_tensor *g = make3(1, 3, 7, NULL), *wide = make3(1, 3, 8, NULL);
+    for (int i = 0; i < 21; i++)
+        ((float *)tfm_tensor_data(g))[i] = (float)sin(i);
+    assert_int_equal(tfm_model_backward(m, ids, 1, 3, g),
+                     TFM_ERR_INVALID_ARGUMENT);  /* not training */
+    assert_int_equal(tfm_module_train(m, 1), TFM_OK);
+    assert_int_equal(tfm_model_backward(m, ids, 1, 3, wide), TFM_ERR_SHAPE);
+    assert_int_equal(tfm_model_backward(m, bad_ids, 1, 3, g),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_model_backward(m, ids, 1, 3, NULL),
+                     TFM_ERR_NULL_ARGUMENT);
+    ((float *)tfm_tensor_data(wide))[0] = NAN;
+    tfm_tensor *nan_g = NULL;
+    assert_int_equal(tfm_tensor_create_copy(3, (const int64_t[]){ 1, 3, 7 },
+                                            tfm_tensor_data(wide), &nan_g),
+                     TFM_OK);
+    assert_int_equal(tfm_model_backward(m, ids, 1, 3, nan_g),
+                     TFM_ERR_NON_FINITE);
+    assert_float_equal(grad_of(m, "token_embedding.weight")[0], 0.0f, 0);
+    assert_float_equal(grad_of(m, "norm.weight")[0], 0.0f, 0);
+    assert_int_equal(tfm_model_backward(m, ids, 1, 3, g), TFM_OK);
+    double s = 0;
+    for (int i = 0; i < 4; i++)
+        s += fabs(grad_of(m, "norm.weight")[i]);
+    assert_true(s > 0);
+    tfm_model_config ec = tiny_model_config(
+        TFM_ARCH_ENCODER_DECODER, tfm_layer_config_default(4, 2), 7, 1, 5);
+    ec.n_encoder_layers = ec.n_decoder_layers = 1;
+    assert_int_equal(tfm_model_create(&ec, &seq2seq), TFM_OK);
+    assert_int_equal(tfm_module_train(seq2seq, 1), TFM_OK);
+    assert_int_equal(tfm_model_backward(seq2seq, ids, 1, 3, g),
+                     TFM_ERR_WRONG_KIND);
+    assert_int_equal(tfm_model_seq2seq_backward(seq2seq, ids, 3, ids, 3, 1,
+                                                g), TFM_OK);
+    tfm_tensor_free(nan_g);
+    tfm_tensor_free(g);
+    tfm_tensor_free(wide);
+    tfm_module_free(seq2seq);
+    tfm_module_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -639,6 +696,7 @@ int main(void)
         cmocka_unit_test(test_decoder_layer_finite_differences),
         cmocka_unit_test(test_cross_attention_finite_differences),
         cmocka_unit_test(test_stack_backward_refusals),
+        cmocka_unit_test(test_model_backward_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -350,6 +350,7 @@ TFMPY_HANDLE_OUT(tfm_optimizer)
 %ignore tfm_generate_options::callback;
 %ignore tfm_generate_options::callback_data;
 %ignore tfm_model_seq2seq_logits;
+%ignore tfm_model_seq2seq_backward;
 /* Replaced by tfmpy_model_beam_search, which makes the output arrays. */
 %ignore tfm_model_beam_search;
 %ignore tfm_tokenizer_encode;
@@ -595,6 +596,32 @@ PyObject *tfmpy_model_seq2seq_logits(const tfm_module *model,
     }
     st = tfm_model_seq2seq_logits(model, src_ids, src_len, tgt_ids, tgt_len,
                                   src_batch, logits);
+    if (st != TFM_OK) {
+        tfmpy_raise_last(st);
+        return NULL;
+    }
+    return SWIG_Py_Void();
+}
+
+/* tfm_model_seq2seq_backward with src [B, S] and tgt [B, L] as arrays. */
+PyObject *tfmpy_model_seq2seq_backward(tfm_module *model,
+                                       const int32_t *src_ids,
+                                       int64_t src_batch, int64_t src_len,
+                                       const int32_t *tgt_ids,
+                                       int64_t tgt_batch, int64_t tgt_len,
+                                       const tfm_tensor *grad_logits)
+{
+    tfm_status st;
+    char message[160];
+    if (src_batch != tgt_batch) {
+        snprintf(message, sizeof message,
+                 "source ids have %lld sequences, target ids %lld",
+                 (long long)src_batch, (long long)tgt_batch);
+        tfmpy_raise(TFM_ERR_SHAPE, message);
+        return NULL;
+    }
+    st = tfm_model_seq2seq_backward(model, src_ids, src_len, tgt_ids,
+                                    tgt_len, src_batch, grad_logits);
     if (st != TFM_OK) {
         tfmpy_raise_last(st);
         return NULL;

@@ -243,6 +243,34 @@ TFM_API tfm_status tfm_model_seq2seq_logits(const tfm_module *model,
                                             int64_t tgt_len, int64_t batch,
                                             tfm_tensor *logits);
 
+/* The backward of tfm_model_logits (torch.autograd's, dropout 0): given
+ * grad_logits [B, L, vocab_size], the gradient of a loss with respect to
+ * the logits of ids [B, L] (tfm_cross_entropy's or tfm_causal_lm_loss's
+ * dlogits, or any other), accumulates (+=) the gradient of every
+ * parameter: the head (lm_head.weight, or the token table when tied,
+ * which then gets both its parts), the blocks and their final norm
+ * (tfm_encoder_backward's rules), the token embedding (rows scatter-added
+ * in order) and learned positions.  The forward is recomputed from ids;
+ * tfm_module_train must have been called.  Errors: those of
+ * tfm_model_logits (grad_logits for logits), TFM_ERR_NON_FINITE
+ * (grad_logits), TFM_ERR_INVALID_ARGUMENT (no gradient memory),
+ * TFM_ERR_BUSY.  The checks, the busy guard and the scratch come before
+ * any write; an out-of-memory in the blocks' backward, after the head and
+ * the blocks above accumulated their gradients, is the one exception.
+ * Since 1.2. */
+TFM_API tfm_status tfm_model_backward(tfm_module *model, const int32_t *ids,
+                                      int64_t batch, int64_t seq,
+                                      const tfm_tensor *grad_logits);
+
+/* The backward of tfm_model_seq2seq_logits for an encoder-decoder model:
+ * as tfm_model_backward, through the decoder stack, then the encoder stack
+ * with the memory's gradient, into the shared token table (both the
+ * source's and the target's rows) and positions.  Since 1.2. */
+TFM_API tfm_status tfm_model_seq2seq_backward(
+    tfm_module *model, const int32_t *src_ids, int64_t src_len,
+    const int32_t *tgt_ids, int64_t tgt_len, int64_t batch,
+    const tfm_tensor *grad_logits);
+
 /* ---- KV cache (decoder-only models) ------------------------------------
  * Holds each layer's keys and values of the positions processed so far
  * (batch 1), so that each new token costs one position's work instead of

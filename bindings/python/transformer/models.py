@@ -403,9 +403,36 @@ class Model(Module):
                     raise TypeError("tgt_ids is only for encoder-decoder models")
                 out = np.empty((src.shape[0], src.shape[1], vocab), np.float32)
                 _ll.tfm_model_logits(ptr, src, out)
+            if self.training:
+                self.__dict__["_saved_ids"] = (
+                    src.copy(), None if tgt_ids is None else tgt.copy(),
+                    single)
             return out[0] if single else out
 
     forward = logits
+
+    def backward(self, grad_logits):
+        """Back from the gradient of a loss with respect to the logits of
+        the last training-mode call (``grad_logits``, the logits' shape):
+        accumulates the gradient of every parameter (:meth:`grad`), as
+        ``loss.backward()`` does after ``logits = model(ids)`` in torch
+        (dropout 0).  Use the ``dlogits`` of :func:`cross_entropy` (or
+        ``torch.autograd.grad(loss, logits)``) as grad_logits.  Returns
+        None: ids have no gradient."""
+        saved = self.__dict__.get("_saved_ids")
+        if saved is None:
+            raise InvalidArgumentError(
+                "Model.backward: no training-mode call to differentiate "
+                "(call train(), then logits(ids), then backward)")
+        src, tgt, single = saved
+        g = as_float32(grad_logits, "grad_logits")
+        if single:
+            g = g[None]
+        g = np.ascontiguousarray(g)
+        if tgt is None:
+            self._call(_ll.tfm_model_backward, src, g)
+        else:
+            self._call(_ll.tfmpy_model_seq2seq_backward, src, tgt, g)
 
     def kv_cache(self, capacity=None):
         """A KVCache for this (decoder-only) model holding up to capacity

@@ -1,0 +1,129 @@
+"""Model.backward against torch.autograd (torch 1.13): a torch module
+written here with our models' structure and parameter names (token and
+learned position embeddings, optionally scaled by sqrt(d_model);
+nn.TransformerEncoderLayer blocks, causal for decoder-only, and a final
+LayerNorm; nn.Transformer for encoder-decoder; a tied or separate head),
+loaded with our model's weights.  The loss is torch's cross entropy of
+the logits against random targets; its gradient with respect to the
+logits goes to Model.backward, and every parameter's gradient by name must
+equal torch's within 1e-4 of the largest magnitude."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import transformer
+from grad_check import close
+
+
+class TorchModel(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        d, V = c["d_model"], c["vocab_size"]
+        self.c = c
+        self.token_embedding = torch.nn.Embedding(V, d)
+        self.position_embedding = torch.nn.Embedding(c["context_length"], d)
+        kw = dict(dim_feedforward=c["d_ff"], dropout=0.0, batch_first=True,
+                  norm_first=c["norm_first"], activation=c["activation"])
+        if c["architecture"] == "encoder_decoder":
+            self.transformer = torch.nn.Transformer(
+                d, c["n_heads"], c["n_encoder_layers"], c["n_decoder_layers"],
+                **kw)
+        else:
+            self.layers = torch.nn.ModuleList(
+                torch.nn.TransformerEncoderLayer(d, c["n_heads"], **kw)
+                for _ in range(c["n_layers"]))
+            self.norm = torch.nn.LayerNorm(d)
+        if not c["tied_embeddings"]:
+            self.lm_head = torch.nn.Linear(d, V, bias=False)
+
+    def embed(self, ids):
+        x = self.token_embedding(ids)
+        if self.c["embedding_scale"]:
+            x = x * math.sqrt(self.c["d_model"])
+        return x + self.position_embedding(torch.arange(ids.shape[1]))
+
+    def forward(self, ids, tgt=None):
+        if tgt is not None:
+            L = tgt.shape[1]
+            mask = torch.nn.Transformer.generate_square_subsequent_mask(L)
+            h = self.transformer(self.embed(ids), self.embed(tgt),
+                                 tgt_mask=mask)
+        else:
+            h = self.embed(ids)
+            L = ids.shape[1]
+            mask = None
+            if self.c["architecture"] == "decoder_only":
+                mask = torch.triu(torch.full((L, L), float("-inf")), 1)
+            for layer in self.layers:
+                h = layer(h, src_mask=mask)
+            h = self.norm(h)
+        w = (self.token_embedding.weight if self.c["tied_embeddings"]
+             else self.lm_head.weight)
+        return h @ w.T
+
+
+CASES = [(a, tied, nf) for a in ("decoder_only", "encoder_only",
+                                 "encoder_decoder")
+         for tied in (True, False) for nf in (False, True)]
+
+
+@pytest.mark.parametrize("arch,tied,norm_first", CASES)
+def test_model_backward_matches_autograd(arch, tied, norm_first):
+    cfg = dict(architecture=arch, vocab_size=11, d_model=12, n_heads=3,
+               d_ff=20, context_length=8, norm_first=norm_first,
+               activation="gelu", tied_embeddings=tied,
+               embedding_scale=not tied)
+    if arch == "encoder_decoder":
+        cfg.update(n_encoder_layers=2, n_decoder_layers=2)
+    else:
+        cfg["n_layers"] = 2
+    transformer.manual_seed(5)
+    ours = transformer.Model(cfg)
+    ref = TorchModel(ours.config)
+    sd = {k: torch.from_numpy(v.copy()) for k, v in ours.state_dict().items()}
+    missing, unexpected = ref.load_state_dict(sd, strict=False)
+    assert not unexpected
+    assert not [k for k in missing if k != "lm_head.weight" or not tied]
+    torch.manual_seed(6)
+    ids = torch.randint(0, 11, (2, 6))
+    tgt = torch.randint(0, 11, (2, 5)) if arch == "encoder_decoder" else None
+    targets = torch.randint(0, 11, (2, 6 if tgt is None else 5))
+    logits = ref(ids, tgt)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 11),
+                                             targets.reshape(-1))
+    (dlogits,) = torch.autograd.grad(loss, logits, retain_graph=True)
+    loss.backward()
+    ours.train()
+    got = ours.logits(ids.numpy()) if tgt is None else \
+        ours.logits(ids.numpy(), tgt.numpy())
+    close(got, logits.detach(), 1e-4)
+    assert ours.backward(dlogits.numpy()) is None
+    for name, p in ref.named_parameters():
+        close(ours.grad(name), p.grad, 1e-4)
+
+
+def test_model_backward_errors_and_accumulation():
+    cfg = dict(architecture="decoder_only", vocab_size=9, d_model=8,
+               n_heads=2, d_ff=16, n_layers=1, context_length=6)
+    transformer.manual_seed(2)
+    m = transformer.Model(cfg)
+    ids = np.array([[1, 2, 3, 4]], np.int32)
+    with pytest.raises(transformer.InvalidArgumentError):
+        m.backward(np.zeros((1, 4, 9), np.float32))   # no training call
+    m.train()
+    m.logits(ids)
+    g = np.random.default_rng(0).standard_normal((1, 4, 9)).astype(np.float32)
+    m.backward(g)
+    once = m.grad("token_embedding.weight").copy()
+    m.backward(g)
+    close(m.grad("token_embedding.weight"), 2 * once, 1e-5)
+    with pytest.raises(transformer.ShapeError):
+        m.backward(np.zeros((1, 5, 9), np.float32))
+    bad = g.copy()
+    bad[0, 0, 0] = np.nan
+    with pytest.raises(transformer.NonFiniteError):
+        m.backward(bad)
+    close(m.grad("token_embedding.weight"), 2 * once, 1e-5)
