@@ -306,17 +306,33 @@ static void test_unigram_viterbi(void **state)
     tfm_tokenizer_free(t);
 }
 
-/* A directory with tokenizer.model loads it. */
+/* A directory with a SentencePiece model under any of the names
+ * checkpoints give it (Llama's tokenizer.model, T5's spiece.model,
+ * XLM-R's sentencepiece.bpe.model, Marian's source.spm) loads it, and a
+ * .spm file loads by itself; each gives the model's ids ("ab" -> ▁ab as
+ * test_unigram_viterbi works out: 6 4). */
 static void test_directory(void **state)
 {
     (void)state;
+    static const char *const names[] = { "tokenizer.model", "spiece.model",
+                                         "sentencepiece.bpe.model",
+                                         "source.spm" };
     buf m;
     unigram_model(&m);
-    write_model("tokenizer.model", &m);
-    tfm_tokenizer *t = load();
-    assert_int_equal(tfm_tokenizer_get_kind(t), TFM_TOKENIZER_SENTENCEPIECE);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        write_model(names[i], &m);
+        tfm_tokenizer *t = load();
+        assert_int_equal(tfm_tokenizer_get_kind(t),
+                         TFM_TOKENIZER_SENTENCEPIECE);
+        EXPECT(t, "ab", 0, NULL, 6, 4);
+        tfm_tokenizer_free(t);
+        remove_file(names[i]);
+    }
+    write_model("m.spm", &m);
+    tfm_tokenizer *t = load_model("m.spm");
+    EXPECT(t, "ab", 0, NULL, 6, 4);
     tfm_tokenizer_free(t);
-    remove_file("tokenizer.model");
+    remove_file("m.spm");
 }
 
 static void expect_bad(const buf *m, tfm_status status, const char *keyword)
