@@ -172,10 +172,17 @@ def test_attention_tour_runs(kernel_env):
               if o.output_type in ("display_data", "execute_result")
               and "image/png" in o.get("data", {})]
     assert len(images) >= 2, "expected the heatmap figures inline"
-    # The last cell printed generated text.
-    printed = "".join(o.text for o in code[-1].outputs
-                      if o.output_type == "stream")
-    assert printed.startswith("And God said") and len(printed) > 200
+    # The generation cell printed generated text; the training cell its
+    # falling losses.
+    by_id = {c.get("id"): c for c in code}
+
+    def printed(cell_id):
+        return "".join(o.text for o in by_id[cell_id].outputs
+                       if o.output_type == "stream")
+
+    assert printed("generate").startswith("And God said")
+    assert len(printed("generate")) > 200
+    assert printed("train").startswith("loss per step:")
     # Nothing was written next to the notebook or in the kernel's cwd
     # besides what matplotlib/IPython keep in their (temporary) dirs.
     assert not any(kernel_env.iterdir()), list(kernel_env.iterdir())

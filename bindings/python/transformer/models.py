@@ -404,6 +404,7 @@ class Model(Module):
                 out = np.empty((src.shape[0], src.shape[1], vocab), np.float32)
                 _ll.tfm_model_logits(ptr, src, out)
             if self.training:
+                self.__dict__.pop("_saved_dlogits", None)
                 self.__dict__["_saved_ids"] = (
                     src.copy(), None if tgt_ids is None else tgt.copy(),
                     single)
@@ -411,15 +412,52 @@ class Model(Module):
 
     forward = logits
 
-    def backward(self, grad_logits):
+    def loss(self, ids, targets, tgt_ids=None, ignore_index=-100,
+             label_smoothing=0.0):
+        """The mean cross-entropy of the logits against ``targets``, as
+        ``torch.nn.functional.cross_entropy(logits.flatten(0, -2),
+        targets.flatten(), ignore_index=..., label_smoothing=...)`` (a
+        float).  Decoder-only / encoder-only: logits of ``ids [N, L]``,
+        targets ``[N, L]`` the class of each position (for a causal LM,
+        the ids shifted left by one, ignore_index where there is none).
+        Encoder-decoder: ids are the source, ``tgt_ids [N, L]`` the
+        decoder's input (teacher forcing), targets ``[N, L]``.  In training
+        mode it keeps what :meth:`backward` needs: then ``model.backward()``
+        accumulates every parameter's gradient."""
+        from .functional import cross_entropy_backward
+        logits = self.logits(ids, tgt_ids)
+        logits = np.asarray(logits.numpy() if hasattr(logits, "numpy")
+                            else logits)
+        t = as_ids(targets, "targets")
+        if t.shape != logits.shape[:-1]:
+            raise ShapeError(f"targets must have shape "
+                             f"{list(logits.shape[:-1])} (the logits' "
+                             f"positions), got {list(t.shape)}")
+        vocab = logits.shape[-1]
+        value, grad = cross_entropy_backward(
+            logits.reshape(-1, vocab), t.reshape(-1),
+            ignore_index=ignore_index, label_smoothing=label_smoothing)
+        if self.training:
+            self.__dict__["_saved_dlogits"] = grad.reshape(logits.shape)
+        return value
+
+    def backward(self, grad_logits=None):
         """Back from the gradient of a loss with respect to the logits of
-        the last training-mode call (``grad_logits``, the logits' shape):
-        accumulates the gradient of every parameter (:meth:`grad`), as
-        ``loss.backward()`` does after ``logits = model(ids)`` in torch
-        (dropout 0).  Use the ``dlogits`` of :func:`cross_entropy` (or
-        ``torch.autograd.grad(loss, logits)``) as grad_logits.  Returns
-        None: ids have no gradient."""
+        the last training-mode call: accumulates the gradient of every
+        parameter (:meth:`grad`), as ``loss.backward()`` does in torch
+        (dropout 0).  Without grad_logits, the loss is the last
+        :meth:`loss`'s; with it (the logits' shape), any loss of the last
+        :meth:`logits` call (e.g. the ``dlogits`` of
+        :func:`cross_entropy_backward`).  Returns None: ids have no
+        gradient."""
         saved = self.__dict__.get("_saved_ids")
+        if grad_logits is None:
+            grad_logits = self.__dict__.get("_saved_dlogits")
+            if grad_logits is None:
+                raise InvalidArgumentError(
+                    "Model.backward(): no training-mode loss() to "
+                    "differentiate (call train(), then loss(ids, targets), "
+                    "then backward(); or pass grad_logits)")
         if saved is None:
             raise InvalidArgumentError(
                 "Model.backward: no training-mode call to differentiate "
