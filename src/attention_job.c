@@ -50,11 +50,13 @@ static tfm__heads copy_heads(const tfm__heads *x, int64_t B, int64_t heads,
 }
 
 /* RoPE (rope.h) on rows r0 .. rows-1 of every head of x [B, heads, rows,
- * d_k], in place: row r at position pos0 + r.  When the batch elements
- * follow each other as further heads (bstride = heads * hstride), the
- * B * heads heads are one call. */
+ * d_k], in place: row r at position pos0 + r (inverse: the transposed
+ * rotation, for gradients).  When the batch elements follow each other as
+ * further heads (bstride = heads * hstride), the B * heads heads are one
+ * call. */
 static void rotate(const tfm__variant *v, const tfm__heads *x, int64_t B,
-                   int64_t heads, int64_t r0, int64_t rows, int64_t pos0)
+                   int64_t heads, int64_t r0, int64_t rows, int64_t pos0,
+                   int inverse)
 {
     const tfm_rope layout = v->config.rope;
     if (layout == TFM_ROPE_NONE || r0 >= rows)
@@ -62,13 +64,13 @@ static void rotate(const tfm__variant *v, const tfm__heads *x, int64_t B,
     if (x->bstride == heads * x->hstride) {
         tfm__rope_apply(x->data + r0 * x->ld, rows - r0, x->ld, B * heads,
                         x->hstride, pos0 + r0, layout, v->rope_dims,
-                        v->rope_base);
+                        v->rope_base, inverse);
         return;
     }
     for (int64_t b = 0; b < B; b++)
         tfm__rope_apply(x->data + b * x->bstride + r0 * x->ld, rows - r0,
                         x->ld, heads, x->hstride, pos0 + r0, layout,
-                        v->rope_dims, v->rope_base);
+                        v->rope_dims, v->rope_base, inverse);
 }
 
 /* dst [H, B, rows, n] (head-major) = for each query head h and batch
@@ -223,8 +225,8 @@ tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a)
         k = copy_heads(&a->k, B, Hkv, S, dk, kr);
     }
     if (rope) {
-        rotate(v, &q, B, H, 0, L, q_pos0);
-        rotate(v, &k, B, Hkv, k_rotated, S, 0);
+        rotate(v, &q, B, H, 0, L, q_pos0, 0);
+        rotate(v, &k, B, Hkv, k_rotated, S, 0, 0);
     }
 
     tfm__attention_job job;
@@ -297,8 +299,6 @@ static const char *backward_missing(const tfm__variant *v)
     const tfm_attention_config *c = &v->config;
     if (c->score != TFM_SCORE_SCALED_DOT)
         return "a score other than scaled dot product";
-    if (c->rope != TFM_ROPE_NONE)
-        return "RoPE";
     if (c->relative != TFM_RELATIVE_NONE && c->relative != TFM_RELATIVE_ALIBI)
         return "a learned relative-position term (Shaw, T5)";
     return NULL;
@@ -313,15 +313,36 @@ tfm_status tfm__attend_backward(const tfm__variant *v,
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "attention backward: %s has no backward yet",
                          missing);
+    const int64_t B = a->B, H = v->n_heads, Hkv = v->n_kv_heads, L = a->L,
+                  S = a->S, dk = v->d_k;
+    const int rope = v->config.rope != TFM_ROPE_NONE;
+    if (rope && a->k_rotated)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "attention backward: "
+                         "keys rotated beforehand (a KV cache) have no "
+                         "backward");
     tfm__ws_mark mark = tfm__ws_save();
     float *slopes = NULL;
-    if (v->config.relative == TFM_RELATIVE_ALIBI &&
-        !(slopes = tfm__ws_floats((size_t)v->n_heads))) {
+    float *qr = NULL, *kr = NULL;   /* RoPE: rotated copies of q and k */
+    if ((v->config.relative == TFM_RELATIVE_ALIBI &&
+         !(slopes = tfm__ws_floats((size_t)H))) ||
+        (rope && (!(qr = tfm__ws_floats((size_t)(B * H * L * dk))) ||
+                  !(kr = tfm__ws_floats((size_t)(B * Hkv * S * dk)))))) {
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;
     }
+    /* RoPE: the scores are those of the rotated q and k, so the kernel
+     * works on rotated copies and gives the gradients of the rotated
+     * rows; the transposed rotation takes them back to q's and k's. */
+    const int64_t q_pos0 = first_position(a);
+    tfm__heads q = a->q, k = a->k;
+    if (rope) {
+        q = copy_heads(&a->q, B, H, L, dk, qr);
+        k = copy_heads(&a->k, B, Hkv, S, dk, kr);
+        rotate(v, &q, B, H, 0, L, q_pos0, 0);
+        rotate(v, &k, B, Hkv, 0, S, 0, 0);
+    }
     tfm__attention_job job;
-    base_job(v, a, &a->q, &a->k, &a->v, first_position(a), &job);
+    base_job(v, a, &q, &k, &a->v, q_pos0, &job);
     job.weights = NULL;
     tfm__relative rel;
     tfm__sparse sparse;
@@ -338,6 +359,12 @@ tfm_status tfm__attend_backward(const tfm__variant *v,
         .dv_hstride = g->dv.hstride, .lddv = g->dv.ld,
     };
     tfm_status st = tfm__attention_backward_run(&job, &grads);
+    if (st == TFM_OK && rope) {
+        if (g->dq.data)
+            rotate(v, &g->dq, B, H, 0, L, q_pos0, 1);
+        if (g->dk.data)
+            rotate(v, &g->dk, B, Hkv, 0, S, 0, 1);
+    }
     tfm__ws_restore(mark);
     return st;
 }

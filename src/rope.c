@@ -5,7 +5,7 @@
 
 void tfm__rope_apply(float *x, int64_t rows, int64_t ld, int64_t heads,
                      int64_t hstride, int64_t pos0, tfm_rope layout,
-                     int64_t rope_dims, double base)
+                     int64_t rope_dims, double base, int inverse)
 {
     if (layout == TFM_ROPE_NONE || rope_dims < 2)
         return;
@@ -21,7 +21,8 @@ void tfm__rope_apply(float *x, int64_t rows, int64_t ld, int64_t heads,
             const double inv_freq =
                 exp(-(double)(2 * i) / (double)rope_dims * log_base);
             const double theta = p * inv_freq;
-            const double c = cos(theta), s = sin(theta);
+            const double c = cos(theta),
+                         s = inverse ? -sin(theta) : sin(theta);
             for (int64_t h = 0; h < heads; h++) {
                 float *row = x + h * hstride + r * ld;
                 float *pa = row + i * a_step, *pb = pa + b_off;

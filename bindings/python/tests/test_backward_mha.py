@@ -108,7 +108,29 @@ def test_fully_masked_row_gives_zero_not_nan():
     assert np.abs(gq[0, 0]).max() > 0
 
 
-def torch_variant_mha(x, sd, E, H, n_kv, alibi=False, window=None):
+def torch_rope(x, layout, base=10000.0, dims=None):
+    """RoFormer (Su et al. 2021) eq. (34) in torch ops on x [B, H, L, d]:
+    pair i of position p turns by p * base^(-2i/dims); pairs (2i, 2i+1)
+    ("adjacent") or (i, i + dims/2) ("half"); columns past dims unrotated."""
+    d = x.shape[-1]
+    dims = dims or d
+    half = dims // 2
+    pos = torch.arange(x.shape[2], dtype=torch.float64)[:, None]
+    theta = pos * base ** (-2.0 * torch.arange(half, dtype=torch.float64)
+                           / dims)
+    cos, sin = theta.cos().float(), theta.sin().float()
+    if layout == "adjacent":
+        a, b = x[..., 0:dims:2], x[..., 1:dims:2]
+        ra, rb = a * cos - b * sin, a * sin + b * cos
+        rot = torch.stack([ra, rb], dim=-1).flatten(-2)
+    else:
+        a, b = x[..., :half], x[..., half:dims]
+        rot = torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+    return torch.cat([rot, x[..., dims:]], dim=-1)
+
+
+def torch_variant_mha(x, sd, E, H, n_kv, alibi=False, window=None,
+                      rope=None, rope_dims=None):
     """Self-attention with packed [W_q; W_k; W_v] of n_kv key/value heads,
     causal, in torch ops (autograd differentiates it)."""
     B, L, _ = x.shape
@@ -118,6 +140,9 @@ def torch_variant_mha(x, sd, E, H, n_kv, alibi=False, window=None):
     q = (x @ w[:E].T + b[:E]).view(B, L, H, dk).transpose(1, 2)
     k = (x @ w[E:E + kv].T + b[E:E + kv]).view(B, L, n_kv, dk).transpose(1, 2)
     v = (x @ w[E + kv:].T + b[E + kv:]).view(B, L, n_kv, dk).transpose(1, 2)
+    if rope:
+        q, k = torch_rope(q, rope, dims=rope_dims), torch_rope(k, rope,
+                                                              dims=rope_dims)
     k = k.repeat_interleave(H // n_kv, dim=1)
     v = v.repeat_interleave(H // n_kv, dim=1)
     logits = q @ k.transpose(-1, -2) / math.sqrt(dk)
@@ -138,7 +163,10 @@ def torch_variant_mha(x, sd, E, H, n_kv, alibi=False, window=None):
 @pytest.mark.parametrize("cfg", [dict(n_kv_heads=2), dict(n_kv_heads=1),
                                  dict(relative="alibi"),
                                  dict(sparsity="sliding_window", window=2,
-                                      n_kv_heads=2)],
+                                      n_kv_heads=2),
+                                 dict(rope="half"), dict(rope="adjacent"),
+                                 dict(rope="half", rope_dims=2, n_kv_heads=2),
+                                 dict(rope="adjacent", relative="alibi")],
                          ids=lambda c: "-".join(f"{k}={v}" for k, v in
                                                 c.items()))
 def test_variants_against_torch_ops(cfg):
@@ -154,7 +182,8 @@ def test_variants_against_torch_ops(cfg):
     x = torch.randn(B, L, E, requires_grad=True)
     g = torch.randn(B, L, E)
     ref = torch_variant_mha(x, sd, E, H, n_kv, cfg.get("relative") == "alibi",
-                            cfg.get("window"))
+                            cfg.get("window"), cfg.get("rope"),
+                            cfg.get("rope_dims"))
     ref.backward(g)
     xn = x.detach().numpy()
     out, _ = ours(xn, xn, xn, is_causal=True, need_weights=False)
@@ -167,13 +196,13 @@ def test_variants_against_torch_ops(cfg):
 
 
 def test_unsupported_variant_and_errors():
-    rope = transformer.MultiheadAttention(8, 2, batch_first=True,
-                                          rope="half").train()
+    learned = transformer.MultiheadAttention(8, 2, batch_first=True,
+                                             score="general").train()
     x = np.ones((1, 3, 8), np.float32)
-    rope(x, x, x)
-    with pytest.raises(transformer.InvalidArgumentError, match="RoPE"):
-        rope.backward(np.ones((1, 3, 8), np.float32))
-    assert not rope.grad("in_proj_weight").any()   # nothing written
+    learned(x, x, x)
+    with pytest.raises(transformer.InvalidArgumentError, match="score"):
+        learned.backward(np.ones((1, 3, 8), np.float32))
+    assert not learned.grad("in_proj_weight").any()   # nothing written
     mha = transformer.MultiheadAttention(8, 2, batch_first=True).train()
     mha(x, x, x)
     with pytest.raises(transformer.NonFiniteError):
