@@ -156,13 +156,15 @@ tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
 {
     const int64_t rows = B * L, n = rows * l->config.d_model;
     tfm__ws_mark mark = tfm__ws_save();
-    /* x1, x2: the inputs of the cross-attention and feed-forward blocks,
-     * recomputed. */
+    /* One forward through the three blocks keeping what their backward
+     * passes need (x1, x2: the inputs of the cross-attention and
+     * feed-forward blocks; y: the output, not needed), then back through
+     * the feed-forward, cross-attention and self-attention blocks. */
     float *x1 = tfm__ws_floats((size_t)n);
     float *x2 = x1 ? tfm__ws_floats((size_t)n) : NULL;
-    float *tmp = x2 ? tfm__ws_floats((size_t)n) : NULL;
+    float *y = x2 ? tfm__ws_floats((size_t)n) : NULL;
     tfm_status st = TFM_ERR_OUT_OF_MEMORY;
-    if (tmp) {
+    if (y) {
         tfm__self_attention_sublayer sa =
             tfm__sublayer_self_attention(l->self_attn, B, L, tgt_masks);
         tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
@@ -171,23 +173,21 @@ tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
             tfm__sublayer_feed_forward(l->ff, rows);
         ca.grad_memory = grad_memory;
         const int pre = l->config.norm_first;
-        memcpy(x1, x, (size_t)n * sizeof *x1);
-        st = tfm__residual(&sa.base, l->norm1, pre, x1, tmp, rows);
-        if (st == TFM_OK) {
-            memcpy(x2, x1, (size_t)n * sizeof *x2);
-            st = tfm__residual(&ca.base, l->norm2, pre, x2, tmp, rows);
-        }
-        /* Back through the feed-forward, cross-attention and
-         * self-attention blocks. */
+        tfm__residual_kept k1, k2, k3;
+        st = tfm__residual_forward_keep(&sa.base, l->norm1, pre, x, x1, rows,
+                                        &k1);
         if (st == TFM_OK)
-            st = tfm__residual_backward(&ff.base, l->norm3, pre, x2, g, g,
-                                        rows);
+            st = tfm__residual_forward_keep(&ca.base, l->norm2, pre, x1, x2,
+                                            rows, &k2);
         if (st == TFM_OK)
-            st = tfm__residual_backward(&ca.base, l->norm2, pre, x1, g, g,
-                                        rows);
+            st = tfm__residual_forward_keep(&ff.base, l->norm3, pre, x2, y,
+                                            rows, &k3);
         if (st == TFM_OK)
-            st = tfm__residual_backward(&sa.base, l->norm1, pre, x, g, g,
-                                        rows);
+            st = tfm__residual_backward_kept(&k3, g, g);
+        if (st == TFM_OK)
+            st = tfm__residual_backward_kept(&k2, g, g);
+        if (st == TFM_OK)
+            st = tfm__residual_backward_kept(&k1, g, g);
     }
     tfm__ws_restore(mark);
     return st;

@@ -173,24 +173,29 @@ tfm_status tfm__encoder_layer_backward(const tfm__encoder_layer *l,
 {
     const int64_t rows = B * L, n = rows * l->config.d_model;
     tfm__ws_mark mark = tfm__ws_save();
-    /* x1: the feed-forward block's input, recomputed. */
+    /* One forward through both blocks keeping what their backward passes
+     * need (x1: the feed-forward block's input; y: the layer's output,
+     * not needed), then back through the feed-forward block and the
+     * self-attention block. */
     float *x1 = tfm__ws_floats((size_t)n);
-    float *tmp = x1 ? tfm__ws_floats((size_t)n) : NULL;
+    float *y = x1 ? tfm__ws_floats((size_t)n) : NULL;
     tfm_status st = TFM_ERR_OUT_OF_MEMORY;
-    if (tmp) {
+    if (y) {
         tfm__self_attention_sublayer sa =
             tfm__sublayer_self_attention(l->self_attn, B, L, masks);
         tfm__feed_forward_sublayer ff =
             tfm__sublayer_feed_forward(l->ff, rows);
         const int pre = l->config.norm_first;
-        memcpy(x1, x, (size_t)n * sizeof *x1);
-        st = tfm__residual(&sa.base, l->norm1, pre, x1, tmp, rows);
+        tfm__residual_kept k1, k2;
+        st = tfm__residual_forward_keep(&sa.base, l->norm1, pre, x, x1, rows,
+                                        &k1);
         if (st == TFM_OK)
-            st = tfm__residual_backward(&ff.base, l->norm2, pre, x1, g, g,
-                                        rows);
+            st = tfm__residual_forward_keep(&ff.base, l->norm2, pre, x1, y,
+                                            rows, &k2);
         if (st == TFM_OK)
-            st = tfm__residual_backward(&sa.base, l->norm1, pre, x, g, g,
-                                        rows);
+            st = tfm__residual_backward_kept(&k2, g, g);
+        if (st == TFM_OK)
+            st = tfm__residual_backward_kept(&k1, g, g);
     }
     tfm__ws_restore(mark);
     return st;

@@ -173,36 +173,56 @@ tfm_status tfm_feed_forward_forward(const tfm_module *ff, const tfm_tensor *x,
                                  out->data);
 }
 
+tfm_status tfm__feed_forward_forward_keep(const tfm__feed_forward *f,
+                                          const float *x, int64_t rows,
+                                          float *out, tfm__ff_kept *kept)
+{
+    const int64_t d = f->d_model, h = f->d_ff;
+    tfm__ff_kept c = { .x = x, .rows = rows };
+    c.pre = tfm__ws_floats((size_t)(rows * h));
+    c.act = c.pre ? tfm__ws_floats((size_t)(rows * h)) : NULL;
+    c.acc = c.act ? tfm__ws_alloc((size_t)(d > h ? d : h) * sizeof *c.acc)
+                  : NULL;
+    if (!c.acc)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                         "feed-forward backward: out of memory");
+    tfm__linear_parallel(x, d, rows, d, f->w1, f->b1, h, c.pre, h);
+    for (int64_t i = 0; i < rows * h; i++)
+        c.act[i] = c.pre[i];
+    tfm__activate(c.act, rows * h, f->activation);
+    if (out)
+        tfm__linear_parallel(c.act, h, rows, h, f->w2, f->b2, d, out, d);
+    *kept = c;
+    return TFM_OK;
+}
+
+void tfm__feed_forward_backward_kept(const tfm__feed_forward *f,
+                                     const tfm__ff_kept *c,
+                                     const float *grad_y, float *grad_x)
+{
+    const int64_t d = f->d_model, h = f->d_ff, rows = c->rows;
+    const tfm_module *home = &f->base;
+    /* linear2: its input gradient replaces act once W2's gradient used it. */
+    tfm__linear_backward(c->act, h, rows, h, f->w2, d, grad_y, d, c->act,
+                         tfm__grad_of(home, f->w2),
+                         f->b2 ? tfm__grad_of(home, f->b2) : NULL, c->acc);
+    tfm__activation_backward(c->pre, c->act, rows * h, f->activation);
+    tfm__linear_backward(c->x, d, rows, d, f->w1, h, c->act, h, grad_x,
+                         tfm__grad_of(home, f->w1),
+                         f->b1 ? tfm__grad_of(home, f->b1) : NULL, c->acc);
+}
+
 tfm_status tfm__feed_forward_backward(const tfm__feed_forward *f,
                                       const float *x, int64_t rows,
                                       const float *grad_y, float *grad_x)
 {
-    const int64_t d = f->d_model, h = f->d_ff;
     tfm__ws_mark mark = tfm__ws_save();
-    float *pre = tfm__ws_floats((size_t)(rows * h));
-    float *act = pre ? tfm__ws_floats((size_t)(rows * h)) : NULL;
-    double *acc = act ? tfm__ws_alloc((size_t)(d > h ? d : h) * sizeof *acc)
-                      : NULL;
-    if (!acc) {
-        tfm__ws_restore(mark);
-        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
-                         "feed-forward backward: out of memory");
-    }
-    const tfm_module *home = &f->base;
-    tfm__linear_parallel(x, d, rows, d, f->w1, f->b1, h, pre, h);
-    for (int64_t i = 0; i < rows * h; i++)
-        act[i] = pre[i];
-    tfm__activate(act, rows * h, f->activation);
-    /* linear2: its input gradient replaces act once W2's gradient used it. */
-    tfm__linear_backward(act, h, rows, h, f->w2, d, grad_y, d, act,
-                         tfm__grad_of(home, f->w2),
-                         f->b2 ? tfm__grad_of(home, f->b2) : NULL, acc);
-    tfm__activation_backward(pre, act, rows * h, f->activation);
-    tfm__linear_backward(x, d, rows, d, f->w1, h, act, h, grad_x,
-                         tfm__grad_of(home, f->w1),
-                         f->b1 ? tfm__grad_of(home, f->b1) : NULL, acc);
+    tfm__ff_kept kept;
+    tfm_status st = tfm__feed_forward_forward_keep(f, x, rows, NULL, &kept);
+    if (st == TFM_OK)
+        tfm__feed_forward_backward_kept(f, &kept, grad_y, grad_x);
     tfm__ws_restore(mark);
-    return TFM_OK;
+    return st;
 }
 
 tfm_status tfm_feed_forward_backward(tfm_module *ff, const tfm_tensor *x,

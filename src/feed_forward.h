@@ -26,13 +26,35 @@ tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
 tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
                                  int64_t rows, float *out);
 
-/* The backward of tfm__feed_forward_run (torch.autograd's): recomputes
- * the hidden pre-activations h = x W1^T + b1, then
+/* What the backward needs, kept from the forward (workspace memory of
+ * the calling thread, above the caller's mark): the input (the caller's)
+ * and the hidden layer before and after the activation. */
+typedef struct tfm__ff_kept {
+    const float *x;
+    int64_t rows;
+    float *pre, *act;   /* [rows, d_ff] */
+    double *acc;
+} tfm__ff_kept;
+
+/* out [rows, d_model] = FF(x) (NULL: not wanted; not x), keeping in
+ * *kept h = x W1^T + b1 and act(h).  Fails only with
+ * TFM_ERR_OUT_OF_MEMORY, before writing anything. */
+tfm_status tfm__feed_forward_forward_keep(const tfm__feed_forward *f,
+                                          const float *x, int64_t rows,
+                                          float *out, tfm__ff_kept *kept);
+
+/* The backward (torch.autograd's) from what was kept:
  *   grad W2 += g^T act(h),  grad b2 += sum g,  grad h = (g W2) * act'(h),
  *   grad W1 += grad_h^T x,  grad b1 += sum grad_h,  grad_x = grad_h W1
  * into f's gradient memory (which must exist), every product one
- * cblas_sgemm.  grad_x (NULL: not wanted) may be x.  Fails only with
- * TFM_ERR_OUT_OF_MEMORY, before writing anything. */
+ * cblas_sgemm.  grad_x (NULL: not wanted) may be x.  Consumes kept's act.
+ * Cannot fail. */
+void tfm__feed_forward_backward_kept(const tfm__feed_forward *f,
+                                     const tfm__ff_kept *kept,
+                                     const float *grad_y, float *grad_x);
+
+/* Both in one: fails only with TFM_ERR_OUT_OF_MEMORY, before writing
+ * anything. */
 tfm_status tfm__feed_forward_backward(const tfm__feed_forward *f,
                                       const float *x, int64_t rows,
                                       const float *grad_y, float *grad_x);

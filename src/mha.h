@@ -97,14 +97,49 @@ tfm_status tfm__mha_check_inputs(const char *what, const tfm_module *mha,
                                  int64_t *B, int64_t *L, int64_t *S,
                                  tfm__masks *mk);
 
-/* The backward of tfm__mha_run (mha_backward.c), inputs checked: with q,
- * k, v, the attention's output and log-sum-exp recomputed from query, key
- * and value, accumulates the gradients of the projections' weights and
- * biases into m's gradient memory and writes grad_query [B, L, d],
- * grad_key [B, S, kdim], grad_value [B, S, vdim] (each NULL: not wanted;
- * none overlapping an input).  Fails with TFM_ERR_OUT_OF_MEMORY or
- * TFM_ERR_INVALID_ARGUMENT (a variant or option without a backward yet)
- * before writing anything. */
+/* What the backward of one call needs, kept from its forward
+ * (tfm__mha_forward_keep): the inputs (the caller's, kept alive), the
+ * projections, the attention's output and per-row log-sum-exp, and the
+ * backward's scratch, all in the calling thread's workspace above the
+ * caller's mark (released when the caller restores it). */
+typedef struct tfm__mha_kept {
+    const float *query, *key, *value;
+    int64_t B, L, S;
+    const tfm__masks *masks;
+    int fused;          /* self-attention: q, k, v side by side in q */
+    int64_t ld, ldkv;   /* row strides of q and of k, v */
+    float *q, *k, *v;   /* [B, L, d], [B, S, kv] (strides ld, ldkv) */
+    float *ctx, *lse;   /* [B, L, d], [B, H, L] */
+    float *dctx, *dq, *dk, *dv;  /* the same shapes (fused: dq holds all
+                                  * three, stride ld) */
+    double *acc;
+} tfm__mha_kept;
+
+/* The forward of tfm__mha_run (out [B, L, d], NULL: not wanted) keeping
+ * in *kept what tfm__mha_backward_kept needs.  fuse_inputs: query, key and
+ * value are one tensor (self-attention) whose one input gradient the
+ * caller wants: the projections are one product, and the backward writes
+ * their summed gradient to grad_query (grad_key, grad_value must be
+ * NULL).  Fails with TFM_ERR_OUT_OF_MEMORY or TFM_ERR_INVALID_ARGUMENT (a
+ * variant or option without a backward yet) before writing anything. */
+tfm_status tfm__mha_forward_keep(const tfm__mha *m, const float *query,
+                                 const float *key, const float *value,
+                                 int64_t B, int64_t L, int64_t S,
+                                 const tfm__masks *masks, int fuse_inputs,
+                                 float *out, tfm__mha_kept *kept);
+
+/* The backward of that call: accumulates the gradients of the
+ * projections' weights and biases into m's gradient memory and writes
+ * grad_query [B, L, d], grad_key [B, S, kdim], grad_value [B, S, vdim]
+ * (each NULL: not wanted; none overlapping an input).  Fails with
+ * TFM_ERR_OUT_OF_MEMORY or TFM_ERR_INVALID_ARGUMENT (a variant without a
+ * backward) before writing anything. */
+tfm_status tfm__mha_backward_kept(const tfm__mha *m,
+                                  const tfm__mha_kept *kept,
+                                  const float *grad_out, float *grad_query,
+                                  float *grad_key, float *grad_value);
+
+/* Both in one (mha_backward.c), inputs checked. */
 tfm_status tfm__mha_backward(const tfm__mha *m, const float *query,
                              const float *key, const float *value, int64_t B,
                              int64_t L, int64_t S, const tfm__masks *masks,

@@ -2,16 +2,20 @@
  * tfm_mha_backward; torch.autograd's gradients of nn.MultiheadAttention /
  * F.multi_head_attention_forward).
  *
- * Nothing is kept from the forward call: the projections q = query W_q^T
- * + b_q, k, v and the attention's output and per-row log-sum-exp are
- * recomputed (the attention through the one door, tfm__attend, with the
- * training forward's lse), then, in reverse order,
+ * Nothing is kept from the forward call: tfm__mha_forward_keep recomputes
+ * the projections q = query W_q^T + b_q, k, v (one product for
+ * self-attention) and the attention's output and per-row log-sum-exp (the
+ * attention through the one door, tfm__attend, with the training
+ * forward's lse), and out when the caller (a residual block's backward)
+ * needs it; then tfm__mha_backward_kept goes, in reverse order,
  *   out_proj:  W_o.grad += dout^T ctx,  b_o.grad += sum dout,
  *              dctx = dout W_o;
  *   attention: dq, dk, dv = tfm__attend_backward (FlashAttention-2's tiled
  *              backward, memory linear in L and S);
  *   in_proj:   W_q.grad += dq^T query, b_q.grad += sum dq,
- *              grad_query = dq W_q; the same for keys and values.
+ *              grad_query = dq W_q; the same for keys and values (for
+ *              self-attention one product [dq dk dv]^T x and one
+ *              [dq dk dv] [W_q; W_k; W_v], the summed input gradient).
  * Every product is a cblas_sgemm (tfm__linear_backward).  All scratch is
  * taken, and the attention's backward run into scratch, before the first
  * gradient is accumulated, so a failure changes nothing. */
@@ -32,74 +36,134 @@ static tfm__heads heads(const tfm__mha *m, float *x, int64_t rows,
     return (tfm__heads){ x, rows * ld, m->d_k, ld };
 }
 
-tfm_status tfm__mha_backward(const tfm__mha *m, const float *query,
-                             const float *key, const float *value, int64_t B,
-                             int64_t L, int64_t S, const tfm__masks *masks,
-                             const float *grad_out, float *grad_query,
-                             float *grad_key, float *grad_value)
+tfm_status tfm__mha_forward_keep(const tfm__mha *m, const float *query,
+                                 const float *key, const float *value,
+                                 int64_t B, int64_t L, int64_t S,
+                                 const tfm__masks *masks, int fuse_inputs,
+                                 float *out, tfm__mha_kept *kept)
 {
     if (tfm__mha_extra_rows(m) > 0)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "tfm_mha_backward: add_bias_kv and add_zero_attn "
                          "have no backward yet");
     const int64_t d = m->d_model, kv = m->kv_dim, H = m->n_heads;
-    tfm__ws_mark mark = tfm__ws_save();
-    float *q = tfm__ws_floats((size_t)(B * L * d));
-    float *k = q ? tfm__ws_floats((size_t)(B * S * kv)) : NULL;
-    float *v = k ? tfm__ws_floats((size_t)(B * S * kv)) : NULL;
-    float *ctx = v ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
-    float *lse = ctx ? tfm__ws_floats((size_t)(B * H * L)) : NULL;
-    float *dctx = lse ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
-    float *dq = dctx ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
-    float *dk = dq ? tfm__ws_floats((size_t)(B * S * kv)) : NULL;
-    float *dv = dk ? tfm__ws_floats((size_t)(B * S * kv)) : NULL;
-    const int64_t widest = d > kv ? d : kv;
-    double *acc = dv ? tfm__ws_alloc((size_t)widest * sizeof *acc) : NULL;
-    if (!acc) {
-        tfm__ws_restore(mark);
+    const int fused = fuse_inputs && m->packed && query == key &&
+                      key == value && L == S;
+    tfm__mha_kept c = { .query = query, .key = key, .value = value,
+                        .B = B, .L = L, .S = S, .masks = masks,
+                        .fused = fused, .ld = fused ? d + 2 * kv : d,
+                        .ldkv = fused ? d + 2 * kv : kv };
+    /* Fused: q, k, v side by side in rows of d + 2 kv, and so dq, dk,
+     * dv (the in-projection's backward is then one product). */
+    const size_t nq = (size_t)(B * L * c.ld), nkv = (size_t)(B * S * kv);
+    int ok = (c.q = tfm__ws_floats(nq)) != NULL;
+    if (ok && !fused)
+        ok = (c.k = tfm__ws_floats(nkv)) != NULL &&
+             (c.v = tfm__ws_floats(nkv)) != NULL;
+    ok = ok && (c.ctx = tfm__ws_floats((size_t)(B * L * d))) != NULL &&
+         (c.lse = tfm__ws_floats((size_t)(B * H * L))) != NULL &&
+         (c.dctx = tfm__ws_floats((size_t)(B * L * d))) != NULL &&
+         (c.dq = tfm__ws_floats(nq)) != NULL;
+    if (ok && !fused)
+        ok = (c.dk = tfm__ws_floats(nkv)) != NULL &&
+             (c.dv = tfm__ws_floats(nkv)) != NULL;
+    const int64_t widest = fused ? d + 2 * kv : d > kv ? d : kv;
+    if (ok)
+        ok = (c.acc = tfm__ws_alloc((size_t)widest * sizeof *c.acc)) != NULL;
+    if (!ok)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "tfm_mha_backward: out of memory");
+    if (fused) {
+        c.k = c.q + d;
+        c.v = c.q + d + kv;
+        c.dk = c.dq + d;
+        c.dv = c.dq + d + kv;
+        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d + 2 * kv,
+                             c.q, d + 2 * kv);
+    } else {
+        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, c.q, d);
+        tfm__linear_parallel(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k,
+                             kv, c.k, kv);
+        tfm__linear_parallel(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v,
+                             kv, c.v, kv);
     }
-    tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
-    tfm__linear_parallel(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k, kv, k,
-                         kv);
-    tfm__linear_parallel(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v, kv,
-                         v, kv);
     const tfm__attention_args args = {
-        .q = heads(m, q, L, d), .k = heads(m, k, S, kv),
-        .v = heads(m, v, S, kv), .out = heads(m, ctx, L, d),
-        .B = B, .L = L, .S = S, .masks = masks, .lse = lse,
+        .q = heads(m, c.q, L, c.ld), .k = heads(m, c.k, S, c.ldkv),
+        .v = heads(m, c.v, S, c.ldkv), .out = heads(m, c.ctx, L, d),
+        .B = B, .L = L, .S = S, .masks = masks, .lse = c.lse,
     };
     tfm_status st = tfm__attend(&m->var, &args);
+    if (st != TFM_OK)
+        return st;
+    if (out)
+        tfm__linear_parallel(c.ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
+    *kept = c;
+    return TFM_OK;
+}
+
+tfm_status tfm__mha_backward_kept(const tfm__mha *m,
+                                  const tfm__mha_kept *c,
+                                  const float *grad_out, float *grad_query,
+                                  float *grad_key, float *grad_value)
+{
+    const int64_t d = m->d_model, kv = m->kv_dim;
+    const int64_t B = c->B, L = c->L, S = c->S;
+    const tfm__attention_args args = {
+        .q = heads(m, c->q, L, c->ld), .k = heads(m, c->k, S, c->ldkv),
+        .v = heads(m, c->v, S, c->ldkv), .out = heads(m, c->ctx, L, d),
+        .B = B, .L = L, .S = S, .masks = c->masks, .lse = c->lse,
+    };
     /* dctx = dout W_o (no accumulation yet): the attention's backward
      * needs it, and may still fail. */
-    if (st == TFM_OK) {
-        tfm__linear_backward(ctx, d, B * L, d, m->w_o, d, grad_out, d, dctx,
-                             NULL, NULL, NULL);
-        const tfm__attention_grad_args g = {
-            .dout = heads(m, dctx, L, d), .lse = lse,
-            .dq = heads(m, dq, L, d), .dk = heads(m, dk, S, kv),
-            .dv = heads(m, dv, S, kv),
-        };
-        st = tfm__attend_backward(&m->var, &args, &g);
-    }
-    if (st != TFM_OK) {
-        tfm__ws_restore(mark);
+    tfm__linear_backward(c->ctx, d, B * L, d, m->w_o, d, grad_out, d, c->dctx,
+                         NULL, NULL, NULL);
+    const tfm__attention_grad_args g = {
+        .dout = heads(m, c->dctx, L, d), .lse = c->lse,
+        .dq = heads(m, c->dq, L, c->ld), .dk = heads(m, c->dk, S, c->ldkv),
+        .dv = heads(m, c->dv, S, c->ldkv),
+    };
+    tfm_status st = tfm__attend_backward(&m->var, &args, &g);
+    if (st != TFM_OK)
         return st;
-    }
     const tfm_module *home = &m->base;
 #define GRAD(p) ((p) ? tfm__grad_of(home, (p)) : NULL)
-    tfm__linear_backward(ctx, d, B * L, d, m->w_o, d, grad_out, d, NULL,
-                         GRAD(m->w_o), GRAD(m->b_o), acc);
-    tfm__linear_backward(query, d, B * L, d, m->w_q, d, dq, d, grad_query,
-                         GRAD(m->w_q), GRAD(m->b_q), acc);
-    tfm__linear_backward(key, m->kdim, B * S, m->kdim, m->w_k, kv, dk, kv,
-                         grad_key, GRAD(m->w_k), GRAD(m->b_k), acc);
-    tfm__linear_backward(value, m->vdim, B * S, m->vdim, m->w_v, kv, dv, kv,
-                         grad_value, GRAD(m->w_v), GRAD(m->b_v), acc);
+    tfm__linear_backward(c->ctx, d, B * L, d, m->w_o, d, grad_out, d, NULL,
+                         GRAD(m->w_o), GRAD(m->b_o), c->acc);
+    if (c->fused) {
+        /* [W_q; W_k; W_v] in one: the input's gradient is the sum of the
+         * three, as autograd gives it for one tensor used three times. */
+        tfm__linear_backward(c->query, d, B * L, d, m->w_q, d + 2 * kv,
+                             c->dq, d + 2 * kv, grad_query, GRAD(m->w_q),
+                             GRAD(m->b_q), c->acc);
+    } else {
+        tfm__linear_backward(c->query, d, B * L, d, m->w_q, d, c->dq, d,
+                             grad_query, GRAD(m->w_q), GRAD(m->b_q), c->acc);
+        tfm__linear_backward(c->key, m->kdim, B * S, m->kdim, m->w_k, kv,
+                             c->dk, kv, grad_key, GRAD(m->w_k), GRAD(m->b_k),
+                             c->acc);
+        tfm__linear_backward(c->value, m->vdim, B * S, m->vdim, m->w_v, kv,
+                             c->dv, kv, grad_value, GRAD(m->w_v),
+                             GRAD(m->b_v), c->acc);
+    }
 #undef GRAD
-    tfm__ws_restore(mark);
     return TFM_OK;
+}
+
+tfm_status tfm__mha_backward(const tfm__mha *m, const float *query,
+                             const float *key, const float *value, int64_t B,
+                             int64_t L, int64_t S, const tfm__masks *masks,
+                             const float *grad_out, float *grad_query,
+                             float *grad_key, float *grad_value)
+{
+    tfm__ws_mark mark = tfm__ws_save();
+    tfm__mha_kept kept;
+    tfm_status st = tfm__mha_forward_keep(m, query, key, value, B, L, S,
+                                          masks, 0, NULL, &kept);
+    if (st == TFM_OK)
+        st = tfm__mha_backward_kept(m, &kept, grad_out, grad_query, grad_key,
+                                    grad_value);
+    tfm__ws_restore(mark);
+    return st;
 }
 
 /* Whether a and b share memory (either NULL: no). */

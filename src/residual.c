@@ -43,75 +43,109 @@ static tfm_status run_ff(const tfm__sublayer *base, const float *in,
     return tfm__feed_forward_run(s->ff, in, s->rows, out);
 }
 
-static tfm_status backward_self(const tfm__sublayer *base, const float *in,
-                                const float *grad_out, float *grad_in)
+static tfm_status keep_self(const tfm__sublayer *base, const float *in,
+                            float *out, tfm__sublayer_kept *kept)
 {
     const tfm__self_attention_sublayer *s =
         (const tfm__self_attention_sublayer *)base;
     const int64_t n = s->batch * s->L * s->mha->d_model;
-    tfm__ws_mark mark = tfm__ws_save();
-    float *gk = tfm__ws_floats((size_t)n);
-    float *gv = gk ? tfm__ws_floats((size_t)n) : NULL;
-    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
-    if (gv) {
-        /* query = key = value = in: its gradient is the sum of the three. */
-        st = tfm__mha_backward(s->mha, in, in, in, s->batch, s->L, s->L,
-                               s->masks, grad_out, grad_in, gk, gv);
-        if (st == TFM_OK)
-            for (int64_t i = 0; i < n; i++)
-                grad_in[i] += gk[i] + gv[i];
-    }
-    tfm__ws_restore(mark);
+    tfm_status st = tfm__mha_forward_keep(s->mha, in, in, in, s->batch, s->L,
+                                          s->L, s->masks, 1, out, &kept->mha);
+    kept->gk = kept->gv = NULL;
+    if (st == TFM_OK && !kept->mha.fused &&
+        (!(kept->gk = tfm__ws_floats((size_t)n)) ||
+         !(kept->gv = tfm__ws_floats((size_t)n))))
+        st = tfm__fail(TFM_ERR_OUT_OF_MEMORY, "self-attention backward: "
+                       "out of memory");
     return st;
 }
 
-static tfm_status backward_cross(const tfm__sublayer *base, const float *in,
+static tfm_status backward_self(const tfm__sublayer *base,
+                                const tfm__sublayer_kept *kept,
+                                const float *grad_out, float *grad_in)
+{
+    const tfm__self_attention_sublayer *s =
+        (const tfm__self_attention_sublayer *)base;
+    /* query = key = value = in: its gradient is the sum of the three (one
+     * product when the projections were fused). */
+    tfm_status st = tfm__mha_backward_kept(s->mha, &kept->mha, grad_out,
+                                           grad_in, kept->gk, kept->gv);
+    if (st == TFM_OK && kept->gk) {
+        const int64_t n = s->batch * s->L * s->mha->d_model;
+        for (int64_t i = 0; i < n; i++)
+            grad_in[i] += kept->gk[i] + kept->gv[i];
+    }
+    return st;
+}
+
+static tfm_status keep_cross(const tfm__sublayer *base, const float *in,
+                             float *out, tfm__sublayer_kept *kept)
+{
+    const tfm__cross_attention_sublayer *s =
+        (const tfm__cross_attention_sublayer *)base;
+    const int64_t n = s->batch * s->S * s->mha->kdim;
+    tfm_status st = tfm__mha_forward_keep(s->mha, in, s->memory, s->memory,
+                                          s->batch, s->L, s->S, s->masks, 0,
+                                          out, &kept->mha);
+    kept->gk = kept->gv = NULL;
+    if (st == TFM_OK && s->grad_memory &&
+        (!(kept->gk = tfm__ws_floats((size_t)n)) ||
+         !(kept->gv = tfm__ws_floats((size_t)n))))
+        st = tfm__fail(TFM_ERR_OUT_OF_MEMORY, "cross-attention backward: "
+                       "out of memory");
+    return st;
+}
+
+static tfm_status backward_cross(const tfm__sublayer *base,
+                                 const tfm__sublayer_kept *kept,
                                  const float *grad_out, float *grad_in)
 {
     const tfm__cross_attention_sublayer *s =
         (const tfm__cross_attention_sublayer *)base;
-    if (!s->grad_memory)
-        return tfm__mha_backward(s->mha, in, s->memory, s->memory, s->batch,
-                                 s->L, s->S, s->masks, grad_out, grad_in,
-                                 NULL, NULL);
-    const int64_t n = s->batch * s->S * s->mha->kdim;
-    tfm__ws_mark mark = tfm__ws_save();
-    float *gk = tfm__ws_floats((size_t)n);
-    float *gv = gk ? tfm__ws_floats((size_t)n) : NULL;
-    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
-    if (gv) {
+    tfm_status st = tfm__mha_backward_kept(s->mha, &kept->mha, grad_out,
+                                           grad_in, kept->gk, kept->gv);
+    if (st == TFM_OK && kept->gk) {
         /* key = value = memory: its gradient is the sum of the two. */
-        st = tfm__mha_backward(s->mha, in, s->memory, s->memory, s->batch,
-                               s->L, s->S, s->masks, grad_out, grad_in, gk,
-                               gv);
-        if (st == TFM_OK)
-            for (int64_t i = 0; i < n; i++)
-                s->grad_memory[i] += gk[i] + gv[i];
+        const int64_t n = s->batch * s->S * s->mha->kdim;
+        for (int64_t i = 0; i < n; i++)
+            s->grad_memory[i] += kept->gk[i] + kept->gv[i];
     }
-    tfm__ws_restore(mark);
     return st;
 }
 
-static tfm_status backward_ff(const tfm__sublayer *base, const float *in,
+static tfm_status keep_ff(const tfm__sublayer *base, const float *in,
+                          float *out, tfm__sublayer_kept *kept)
+{
+    const tfm__feed_forward_sublayer *s =
+        (const tfm__feed_forward_sublayer *)base;
+    return tfm__feed_forward_forward_keep(s->ff, in, s->rows, out, &kept->ff);
+}
+
+static tfm_status backward_ff(const tfm__sublayer *base,
+                              const tfm__sublayer_kept *kept,
                               const float *grad_out, float *grad_in)
 {
     const tfm__feed_forward_sublayer *s =
         (const tfm__feed_forward_sublayer *)base;
-    return tfm__feed_forward_backward(s->ff, in, s->rows, grad_out, grad_in);
+    tfm__feed_forward_backward_kept(s->ff, &kept->ff, grad_out, grad_in);
+    return TFM_OK;
 }
 
 tfm__self_attention_sublayer tfm__sublayer_self_attention(
     const tfm__mha *m, int64_t batch, int64_t L, const tfm__masks *masks)
 {
-    return (tfm__self_attention_sublayer){ { run_self, backward_self }, m, batch, L, masks };
+    return (tfm__self_attention_sublayer){ { run_self, keep_self,
+                                             backward_self },
+                                           m, batch, L, masks };
 }
 
 tfm__cross_attention_sublayer tfm__sublayer_cross_attention(
     const tfm__mha *m, int64_t batch, int64_t L, const float *memory,
     int64_t S, const tfm__masks *masks)
 {
-    return (tfm__cross_attention_sublayer){ { run_cross, backward_cross }, m,
-                                            batch, L, S, memory, masks,
+    return (tfm__cross_attention_sublayer){ { run_cross, keep_cross,
+                                              backward_cross },
+                                            m, batch, L, S, memory, masks,
                                             NULL };
 }
 
@@ -119,14 +153,15 @@ tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
     const tfm__mha *m, int64_t n, float *k_cache, float *v_cache,
     int64_t past)
 {
-    return (tfm__cached_attention_sublayer){ { run_cached, NULL }, m, n, past,
-                                             k_cache, v_cache };
+    return (tfm__cached_attention_sublayer){ { run_cached, NULL, NULL }, m,
+                                             n, past, k_cache, v_cache };
 }
 
 tfm__feed_forward_sublayer tfm__sublayer_feed_forward(
     const tfm__feed_forward *f, int64_t rows)
 {
-    return (tfm__feed_forward_sublayer){ { run_ff, backward_ff }, f, rows };
+    return (tfm__feed_forward_sublayer){ { run_ff, keep_ff, backward_ff }, f,
+                                         rows };
 }
 
 /* ---- The residual connection ----------------------------------------- */
@@ -154,49 +189,88 @@ tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
     return TFM_OK;
 }
 
+tfm_status tfm__residual_forward_keep(const tfm__sublayer *f,
+                                      const tfm__layer_norm *norm,
+                                      int norm_first, const float *x,
+                                      float *y, int64_t rows,
+                                      tfm__residual_kept *kept)
+{
+    const int64_t d = norm->d, n = rows * d;
+    tfm__residual_kept k = { .f = f, .norm = norm, .norm_first = norm_first,
+                             .x = x, .rows = rows };
+    k.h = tfm__ws_floats((size_t)n);
+    k.g = k.h ? tfm__ws_floats((size_t)n) : NULL;
+    k.gf = k.g ? tfm__ws_floats((size_t)n) : NULL;
+    k.acc = k.gf ? tfm__ws_alloc((size_t)(2 * d) * sizeof *k.acc) : NULL;
+    if (!k.acc)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "residual backward: out of "
+                         "memory");
+    tfm_status st;
+    if (norm_first) {
+        /* y = x + f(z), z = LN(x) kept in h. */
+        tfm__layer_norm_run(norm, x, rows, k.h);
+        if ((st = f->keep(f, k.h, y, &k.fk)) != TFM_OK)
+            return st;
+        for (int64_t i = 0; i < n; i++)
+            y[i] += x[i];
+    } else {
+        /* y = LN(h), h = x + f(x) kept. */
+        if ((st = f->keep(f, x, k.h, &k.fk)) != TFM_OK)
+            return st;
+        for (int64_t i = 0; i < n; i++)
+            k.h[i] += x[i];
+        tfm__layer_norm_run(norm, k.h, rows, y);
+    }
+    *kept = k;
+    return TFM_OK;
+}
+
+tfm_status tfm__residual_backward_kept(const tfm__residual_kept *k,
+                                       const float *grad_y, float *grad_x)
+{
+    const tfm__layer_norm *norm = k->norm;
+    const int64_t n = k->rows * norm->d;
+    const tfm_module *home = &norm->base;
+    float *gw = tfm__grad_of(home, norm->weight);
+    float *gb = norm->bias ? tfm__grad_of(home, norm->bias) : NULL;
+    tfm_status st;
+    if (k->norm_first) {
+        /* g = f'(z)^T grad_y; grad_x = grad_y + LN'(x)^T g (into gf). */
+        if ((st = k->f->backward(k->f, &k->fk, grad_y, k->g)) != TFM_OK)
+            return st;
+        tfm__layer_norm_backward(norm, k->x, k->rows, k->g, k->gf, gw, gb,
+                                 k->acc);
+        for (int64_t i = 0; i < n; i++)
+            grad_x[i] = grad_y[i] + k->gf[i];
+    } else {
+        /* g = LN'(h)^T grad_y (the norm's parameter gradients once f's
+         * backward has succeeded); gf = f'(x)^T g; grad_x = g + gf. */
+        tfm__layer_norm_backward(norm, k->h, k->rows, grad_y, k->g, NULL,
+                                 NULL, k->acc);
+        if ((st = k->f->backward(k->f, &k->fk, k->g, k->gf)) != TFM_OK)
+            return st;
+        tfm__layer_norm_backward(norm, k->h, k->rows, grad_y, NULL, gw, gb,
+                                 k->acc);
+        for (int64_t i = 0; i < n; i++)
+            grad_x[i] = k->g[i] + k->gf[i];
+    }
+    return TFM_OK;
+}
+
 tfm_status tfm__residual_backward(const tfm__sublayer *f,
                                   const tfm__layer_norm *norm, int norm_first,
                                   const float *x, const float *grad_y,
                                   float *grad_x, int64_t rows)
 {
-    const int64_t d = norm->d, n = rows * d;
-    const tfm_module *home = &norm->base;
-    float *gw = tfm__grad_of(home, norm->weight);
-    float *gb = norm->bias ? tfm__grad_of(home, norm->bias) : NULL;
     tfm__ws_mark mark = tfm__ws_save();
-    float *tmp = tfm__ws_floats((size_t)n);
-    float *g = tmp ? tfm__ws_floats((size_t)n) : NULL;
-    float *gf = g && !norm_first ? tfm__ws_floats((size_t)n) : g;
-    double *acc = gf ? tfm__ws_alloc((size_t)(2 * d) * sizeof *acc) : NULL;
-    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
-    if (!acc) {
-        tfm__ws_restore(mark);
-        return tfm__fail(st, "residual backward: out of memory");
-    }
-    if (norm_first) {
-        /* z = LN(x) in tmp; g = f'(z)^T grad_y; tmp = LN'(x)^T g. */
-        tfm__layer_norm_run(norm, x, rows, tmp);
-        if ((st = f->backward(f, tmp, grad_y, g)) == TFM_OK) {
-            tfm__layer_norm_backward(norm, x, rows, g, tmp, gw, gb, acc);
-            for (int64_t i = 0; i < n; i++)
-                grad_x[i] = grad_y[i] + tmp[i];
-        }
-    } else {
-        /* h = x + f(x) in tmp; g = LN'(h)^T grad_y (the norm's parameter
-         * gradients once f's backward has succeeded); gf = f'(x)^T g. */
-        if ((st = f->run(f, x, tmp)) == TFM_OK) {
-            for (int64_t i = 0; i < n; i++)
-                tmp[i] += x[i];
-            tfm__layer_norm_backward(norm, tmp, rows, grad_y, g, NULL, NULL,
-                                     acc);
-            if ((st = f->backward(f, x, g, gf)) == TFM_OK) {
-                tfm__layer_norm_backward(norm, tmp, rows, grad_y, NULL, gw,
-                                         gb, acc);
-                for (int64_t i = 0; i < n; i++)
-                    grad_x[i] = g[i] + gf[i];
-            }
-        }
-    }
+    float *y = tfm__ws_floats((size_t)(rows * norm->d));
+    tfm__residual_kept kept;
+    tfm_status st = y ? tfm__residual_forward_keep(f, norm, norm_first, x, y,
+                                                   rows, &kept)
+                      : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "residual "
+                                  "backward: out of memory");
+    if (st == TFM_OK)
+        st = tfm__residual_backward_kept(&kept, grad_y, grad_x);
     tfm__ws_restore(mark);
     return st;
 }

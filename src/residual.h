@@ -12,12 +12,28 @@
  * below embeds it as its first member and carries only its own data; run
  * receives that member and reads the kind around it. */
 typedef struct tfm__sublayer tfm__sublayer;
+
+/* What a sub-layer's backward keeps from its forward (workspace memory of
+ * the calling thread, above the caller's mark). */
+typedef struct tfm__sublayer_kept {
+    tfm__mha_kept mha;      /* self- and cross-attention */
+    float *gk, *gv;         /* their key and value gradients, or NULL */
+    tfm__ff_kept ff;        /* feed-forward */
+} tfm__sublayer_kept;
+
 struct tfm__sublayer {
     tfm_status (*run)(const tfm__sublayer *s, const float *in, float *out);
-    /* The backward of run (NULL: the kind has none): given run's in and
-     * grad_out [rows, d], writes grad_in [rows, d] (distinct from both)
-     * and accumulates the parameter gradients (which must exist). */
-    tfm_status (*backward)(const tfm__sublayer *s, const float *in,
+    /* The backward of run in two halves (both NULL: the kind has none).
+     * keep: out = f(in) (out distinct from in), keeping in *kept what
+     * backward needs; fails (out-of-memory, a variant without a backward)
+     * before writing anything.  backward: given grad_out [rows, d], writes
+     * grad_in [rows, d] (distinct from grad_out and in) and accumulates
+     * the parameter gradients (which must exist); fails only as keep's
+     * attention would, before writing. */
+    tfm_status (*keep)(const tfm__sublayer *s, const float *in, float *out,
+                       tfm__sublayer_kept *kept);
+    tfm_status (*backward)(const tfm__sublayer *s,
+                           const tfm__sublayer_kept *kept,
                            const float *grad_out, float *grad_in);
 };
 
@@ -86,13 +102,44 @@ tfm_status tfm__layer_ff_norms_new(tfm_module *parent,
 tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
                          int norm_first, float *x, float *tmp, int64_t rows);
 
-/* The backward of tfm__residual (torch.autograd's), x its input [rows, d]
- * (not changed), grad_y [rows, d] the gradient of its output; writes
- * grad_x [rows, d] (may be grad_y, not x) and accumulates the parameter
- * gradients of f and norm.  With h = x + f(x), z = LN(x):
+/* A residual block's forward kept for its backward (workspace memory of
+ * the calling thread, above the caller's mark). */
+typedef struct tfm__residual_kept {
+    const tfm__sublayer *f;
+    const tfm__layer_norm *norm;
+    int norm_first;
+    const float *x;         /* the block's input (the caller's) */
+    int64_t rows;
+    float *h;               /* post-norm: x + f(x), the norm's input;
+                             * pre-norm: norm(x), f's input */
+    float *g, *gf;          /* the backward's scratch [rows, d] */
+    double *acc;            /* [2 d] */
+    tfm__sublayer_kept fk;
+} tfm__residual_kept;
+
+/* y [rows, d] = post-norm: norm(x + f(x)); pre-norm: x + f(norm(x))
+ * (tfm__residual's value; y distinct from x), keeping in *kept what
+ * tfm__residual_backward_kept needs.  Fails (out-of-memory, a variant
+ * without a backward) before writing y. */
+tfm_status tfm__residual_forward_keep(const tfm__sublayer *f,
+                                      const tfm__layer_norm *norm,
+                                      int norm_first, const float *x,
+                                      float *y, int64_t rows,
+                                      tfm__residual_kept *kept);
+
+/* The backward (torch.autograd's) of that block, grad_y [rows, d] the
+ * gradient of its output; writes grad_x [rows, d] (may be grad_y, not x)
+ * and accumulates the parameter gradients of f and norm.  With
+ * h = x + f(x), z = norm(x):
  *   post-norm: g = LN'(h)^T grad_y;  grad_x = g + f'(x)^T g
  *   pre-norm:  g = f'(z)^T grad_y;   grad_x = grad_y + LN'(x)^T g
- * Fails only with out-of-memory (or a sub-layer's unsupported option). */
+ * Fails only as f's backward can, before writing anything. */
+tfm_status tfm__residual_backward_kept(const tfm__residual_kept *kept,
+                                       const float *grad_y, float *grad_x);
+
+/* Both in one: x the block's input (not changed), grad_y, grad_x as
+ * above.  Fails with out-of-memory (or a sub-layer's unsupported option)
+ * before writing anything. */
 tfm_status tfm__residual_backward(const tfm__sublayer *f,
                                   const tfm__layer_norm *norm, int norm_first,
                                   const float *x, const float *grad_y,
