@@ -464,6 +464,128 @@ static void cmd_sdpa(int argc, char **argv)
     tfm_tensor_free(c.o);
 }
 
+/* ---- training: forward + backward + AdamW, and attention's backward ---- */
+
+typedef struct train_ctx {
+    tfm_module *m;
+    tfm_optimizer *opt;
+    tfm_tensor *x, *y, *g, *gx;
+} train_ctx;
+
+static void train_run(void *p)
+{
+    train_ctx *c = p;
+    tfm_optimizer_zero_grad(c->opt);
+    check(tfm_encoder_layer_forward(c->m, c->x, NULL, c->y),
+          "tfm_encoder_layer_forward");
+    check(tfm_encoder_layer_backward(c->m, c->x, NULL, c->g, c->gx),
+          "tfm_encoder_layer_backward");
+    check(tfm_optimizer_step(c->opt), "tfm_optimizer_step");
+}
+
+/* One training step of the post-norm encoder layer (ReLU): zero_grad, the
+ * forward, the backward of loss = sum(g * y) (g given), an AdamW step
+ * (torch.optim.AdamW's defaults).  FLOPs: three times the forward's, the
+ * usual count of forward + backward. */
+static void cmd_train(int argc, char **argv)
+{
+    if (argc < 4 || argc > 5)
+        die("%s", "usage: train B L D H [D_FF]");
+    int64_t B = parse_int(argv[0], "B"), L = parse_int(argv[1], "L"),
+            D = parse_int(argv[2], "D"), H = parse_int(argv[3], "H");
+    int64_t dff = argc == 5 ? parse_int(argv[4], "D_FF") : 4 * D;
+    train_ctx c;
+    tfm_layer_config cfg = tfm_layer_config_default(D, H);
+    cfg.d_ff = dff;
+    check(tfm_encoder_layer_create(&cfg, &c.m), "tfm_encoder_layer_create");
+    randomize(c.m);
+    check(tfm_module_train(c.m, 1), "tfm_module_train");
+    tfm_optimizer_options o;
+    tfm_optimizer_options_init(&o, TFM_OPTIMIZER_ADAMW);
+    check(tfm_optimizer_create(c.m, &o, &c.opt), "tfm_optimizer_create");
+    int64_t shape[3] = { B, L, D };
+    c.x = new_tensor(3, shape, 1.0f);
+    c.y = new_tensor(3, shape, 0.0f);
+    c.g = new_tensor(3, shape, 1.0f);
+    c.gx = new_tensor(3, shape, 0.0f);
+    int64_t macs;
+    check(tfm_module_forward_macs(c.m, B, L, L, &macs), "forward_macs");
+    warm_openblas();
+    result r = time_it(train_run, &c);
+    char sh[128];
+    snprintf(sh, sizeof sh, "B=%lld L=%lld D=%lld H=%lld FF=%lld",
+             (long long)B, (long long)L, (long long)D, (long long)H,
+             (long long)dff);
+    print_header();
+    print_row("train", sh, &r, 3.0 * 2.0 * (double)macs,
+              16.0 * (double)(B * L * D));
+    tfm_optimizer_free(c.opt);
+    tfm_tensor_free(c.x);
+    tfm_tensor_free(c.y);
+    tfm_tensor_free(c.g);
+    tfm_tensor_free(c.gx);
+    tfm_module_free(c.m);
+}
+
+typedef struct sdpa_bwd_ctx {
+    tfm_tensor *q, *k, *v, *o, *lse, *go, *gq, *gk, *gv;
+    tfm_attention_masks masks;
+} sdpa_bwd_ctx;
+
+static void sdpa_backward_run(void *p)
+{
+    sdpa_bwd_ctx *c = p;
+    check(tfm_sdpa_backward(c->q, c->k, c->v, &c->masks, 0.0f, c->o, c->lse,
+                            c->go, c->gq, c->gk, c->gv),
+          "tfm_sdpa_backward");
+}
+
+/* tfm_sdpa_backward on [B, H, L, D] from the output and log-sum-exp of
+ * tfm_sdpa_lse (computed once, outside the timing).  FLOPs: 2.5 times the
+ * forward's 4 B H L^2 D (half of it causal), as FlashAttention-2 counts
+ * them (five products of the forward's two sizes, one of them recomputing
+ * the scores).  peak_delta_mb: the memory the backward adds beyond its
+ * inputs, outputs and gradients, which exist before the timing. */
+static void cmd_sdpa_backward(int argc, char **argv)
+{
+    if (argc < 4 || argc > 5)
+        die("%s", "usage: sdpa_backward B H L D [causal]");
+    int64_t B = parse_int(argv[0], "B"), H = parse_int(argv[1], "H"),
+            L = parse_int(argv[2], "L"), D = parse_int(argv[3], "D");
+    int causal = argc == 5 && strcmp(argv[4], "causal") == 0;
+    if (argc == 5 && !causal)
+        die("unknown sdpa_backward variant %s", argv[4]);
+    sdpa_bwd_ctx c;
+    memset(&c, 0, sizeof c);
+    c.masks.causal = causal ? TFM_CAUSAL_TOP_LEFT : TFM_CAUSAL_NONE;
+    int64_t shape[4] = { B, H, L, D }, lshape[3] = { B, H, L };
+    c.q = new_tensor(4, shape, 1.0f);
+    c.k = new_tensor(4, shape, 1.0f);
+    c.v = new_tensor(4, shape, 1.0f);
+    c.o = new_tensor(4, shape, 0.0f);
+    c.go = new_tensor(4, shape, 1.0f);
+    c.gq = new_tensor(4, shape, 0.0f);
+    c.gk = new_tensor(4, shape, 0.0f);
+    c.gv = new_tensor(4, shape, 0.0f);
+    c.lse = new_tensor(3, lshape, 0.0f);
+    check(tfm_sdpa_lse(c.q, c.k, c.v, &c.masks, 0.0f, c.o, c.lse),
+          "tfm_sdpa_lse");
+    warm_openblas();
+    result r = time_it(sdpa_backward_run, &c);
+    double flops = 2.5 * 4.0 * (double)B * H * L * L * D *
+                   (causal ? 0.5 : 1.0);
+    char sh[128];
+    snprintf(sh, sizeof sh, "B=%lld H=%lld L=%lld d=%lld%s", (long long)B,
+             (long long)H, (long long)L, (long long)D,
+             causal ? " causal" : "");
+    print_header();
+    print_row(causal ? "sdpa_backward_causal" : "sdpa_backward", sh, &r,
+              flops, 36.0 * (double)(B * H * L * D));
+    tfm_tensor *t[9] = { c.q, c.k, c.v, c.o, c.lse, c.go, c.gq, c.gk, c.gv };
+    for (int i = 0; i < 9; i++)
+        tfm_tensor_free(t[i]);
+}
+
 /* ---- sparse attention patterns (variants.h) ----------------------------- */
 
 typedef struct sparse_ctx {
@@ -697,6 +819,9 @@ static void usage(FILE *f)
             "  mha B L D H                   self-attention forward, no weights\n"
             "  encoder B L D H [D_FF]        post-norm encoder layer (ReLU)\n"
             "  sdpa B H L D [causal]         tfm_sdpa on [B,H,L,D], S = L\n"
+            "  train B L D H [D_FF]          encoder layer forward + backward\n"
+            "                                + AdamW step\n"
+            "  sdpa_backward B H L D [causal] tfm_sdpa_backward, S = L\n"
             "  decode D H LAYERS CTX [VOCAB] KV-cache step vs full recompute\n"
             "  sparse H L D PATTERN W        causal attention under a sparse\n"
             "                                pattern (dense, window, dilated,\n"
@@ -758,6 +883,10 @@ int main(int argc, char **argv)
         cmd_layer(n, a, 1);
     else if (strcmp(cmd, "sdpa") == 0)
         cmd_sdpa(n, a);
+    else if (strcmp(cmd, "train") == 0)
+        cmd_train(n, a);
+    else if (strcmp(cmd, "sdpa_backward") == 0)
+        cmd_sdpa_backward(n, a);
     else if (strcmp(cmd, "decode") == 0)
         cmd_decode(n, a);
     else if (strcmp(cmd, "sparse") == 0)

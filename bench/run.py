@@ -41,7 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # ---- configurations ------------------------------------------------------
 #
-# kind: sgemm | mha | encoder | sdpa | decode.  args: the bench program's
+# kind: sgemm | mha | encoder | sdpa | train | sdpa_backward | decode.  args: the bench program's
 # arguments.  full / quick: per mode, reps and warmup of each measurement,
 # rounds (a cap on the alternating rounds; None: all of them) and, for
 # decode, full_reps / full_warmup of the whole-sequence recompute.  quick
@@ -85,6 +85,17 @@ def configs():
     add("sdpa", "sdpa causal B=1 H=1 L=32768 d=64",
         ["sdpa", 1, 1, 32768, 64, "causal"], m(1, 0, rounds=2), None,
         target="sgemm>=0.5,mem<=64")
+    # Training (issue 15): forward + backward + AdamW of the encoder layer,
+    # and attention's backward (FlashAttention-2's tiles; its memory at
+    # L = 16384 against PyTorch's materialised scores).
+    for (B, L, D, H), full, quick in shapes[:2]:
+        add("train", f"train B={B} L={L} D={D} H={H} FF={4 * D}",
+            ["train", B, L, D, H, 4 * D], full, quick, target="ratio<=0.7")
+    add("sdpa_backward", "sdpa_backward B=1 H=8 L=1024 d=64",
+        ["sdpa_backward", 1, 8, 1024, 64], m(7), m(3), target="sgemm>=0.6")
+    add("sdpa_backward", "sdpa_backward causal B=1 H=1 L=16384 d=64",
+        ["sdpa_backward", 1, 1, 16384, 64, "causal"], m(1, 0, rounds=2),
+        m(1, 0, rounds=1), target="sgemm>=0.6,mem<=64")
     add("decode", "decode ctx=128 D=512 H=8 layers=1",
         ["decode", 512, 8, 1, 128],
         m(15, 2, full_reps=9, full_warmup=1), m(5, 1, full_reps=3))
@@ -222,10 +233,54 @@ class Torch:
             if causal:
                 setup = lambda: torch.ones(L, L, dtype=torch.bool).triu_(1)
             return core, 4 * B * H * L * D, setup
+        if kind == "train":
+            B, L, D, H = (int(v) for v in a[1:5])
+            x = torch.rand(B, L, D) * 2 - 1
+            g = torch.rand(B, L, D) * 2 - 1
+            m = nn.TransformerEncoderLayer(D, H, dim_feedforward=int(a[5]),
+                                           dropout=0.0, batch_first=True)
+            opt = torch.optim.AdamW(m.parameters())
+
+            def step(st):
+                with torch.enable_grad():
+                    opt.zero_grad()
+                    m(x).backward(g)
+                    opt.step()
+            # One step here makes the gradients and AdamW's state, as ours
+            # exist before its timing: the memory rows compare what a step
+            # adds.
+            step(None)
+            return step, 0, None
+        if kind == "sdpa_backward":
+            B, H, L, D = (int(v) for v in a[1:5])
+            causal = len(a) > 5
+            q, k, v = ((torch.rand(B, H, L, D) * 2 - 1).requires_grad_()
+                       for _ in range(3))
+            go = torch.rand(B, H, L, D) * 2 - 1
+            scale = 1.0 / math.sqrt(D)
+
+            def forward():
+                # torch 1.13's math (no fused attention before 2.0): the
+                # graph keeps the scores' softmax for the backward.
+                with torch.enable_grad():
+                    s = torch.matmul(q, k.transpose(-2, -1)) * scale
+                    if causal:
+                        mask = torch.ones(L, L, dtype=torch.bool).triu_(1)
+                        s = s.masked_fill(mask, float("-inf"))
+                    return torch.matmul(torch.softmax(s, dim=-1), v)
+
+            def backward(out):
+                with torch.enable_grad():
+                    out.backward(go, retain_graph=True)
+            return backward, 0, forward
         raise ValueError(kind)
 
     def need_mb(self, cfg):
         a = cfg["args"]
+        if a[0] == "sdpa_backward":
+            B, H, L = int(a[1]), int(a[2]), int(a[3])
+            # scores, probabilities, their gradients (float32), the mask
+            return (B * H * L * L * 16 + L * L) / 2**20
         if a[0] == "sdpa":
             B, H, L = int(a[1]), int(a[2]), int(a[3])
             causal = len(a) > 5
@@ -518,7 +573,8 @@ def main():
             skips = [r["torch_skip"] for r in recs if r.get("torch_skip")]
             if skips:
                 row["note"] = "PyTorch skipped: " + skips[0]
-            if cfg["kind"] in ("sdpa", "mha", "encoder"):
+            if cfg["kind"] in ("sdpa", "mha", "encoder", "train",
+                               "sdpa_backward"):
                 fr = [r["ours"][-1]["gflops"] / ceiling[(r["round"], t)]
                       for r in recs if ceiling.get((r["round"], t))]
                 row["frac_sgemm"] = median(fr)
