@@ -61,6 +61,7 @@
 %nodefaultctor tfm_generator;
 %nodefaultctor tfm_safetensors;
 %nodefaultctor tfm_safetensors_writer;
+%nodefaultctor tfm_optimizer;
 struct tfm_tensor {};
 struct tfm_module {};
 struct tfm_tokenizer {};
@@ -68,6 +69,7 @@ struct tfm_kv_cache {};
 struct tfm_generator {};
 struct tfm_safetensors {};
 struct tfm_safetensors_writer {};
+struct tfm_optimizer {};
 %extend tfm_tensor { ~tfm_tensor() { tfm_tensor_free($self); } }
 %extend tfm_module { ~tfm_module() { tfm_module_free($self); } }
 %extend tfm_tokenizer { ~tfm_tokenizer() { tfm_tokenizer_free($self); } }
@@ -77,6 +79,7 @@ struct tfm_safetensors_writer {};
 %extend tfm_safetensors_writer {
   ~tfm_safetensors_writer() { tfm_safetensors_writer_free($self); }
 }
+%extend tfm_optimizer { ~tfm_optimizer() { tfm_optimizer_free($self); } }
 
 /* ---- Helpers shared by the typemaps and the natives ---------------------- */
 %{
@@ -1326,6 +1329,65 @@ static int tfml_model_seq2seq_logits(lua_State *L)
     return 0;
 }
 
+/* model_seq2seq_backward(model, src_ids, tgt_ids, grad_logits): the
+ * backward of model_seq2seq_logits (tfm_model_seq2seq_backward). */
+static int tfml_model_seq2seq_backward(lua_State *L)
+{
+    lua_settop(L, 4);
+    tfm_module *model = (tfm_module *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_module, "model");
+    int64_t sb, S, tb, T;
+    const int32_t *src = tfml_read_ids(L, 2, &sb, &S, "source ids");
+    const int32_t *tgt = tfml_read_ids(L, 3, &tb, &T, "target ids");
+    const tfm_tensor *g = (const tfm_tensor *)tfml_check_handle(
+        L, 4, SWIGTYPE_p_tfm_tensor, "tensor (grad_logits)");
+    tfm_status st;
+    if (sb != tb)
+        return luaL_error(L, "source ids have %I sequences, target ids %I",
+                          (lua_Integer)sb, (lua_Integer)tb);
+    tfm_clear_error();
+    st = tfm_model_seq2seq_backward(model, src, S, tgt, T, sb, g);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    return 0;
+}
+
+/* cross_entropy(logits, targets, ignore_index, label_smoothing, dlogits)
+ * -> the mean loss (tfm_cross_entropy): logits [B, L, C] tensor, targets
+ * {{...}, ...} [B][L] class indices (flat for B = 1), dlogits a tensor of
+ * logits' shape (written) or nil. */
+static int tfml_cross_entropy(lua_State *L)
+{
+    lua_settop(L, 5);
+    const tfm_tensor *logits = (const tfm_tensor *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_tensor, "tensor (logits)");
+    int64_t B, T;
+    const int32_t *targets = tfml_read_ids(L, 2, &B, &T, "targets");
+    lua_Integer ignore = luaL_checkinteger(L, 3);
+    float smoothing = (float)luaL_checknumber(L, 4);
+    tfm_tensor *dlogits = lua_isnil(L, 5) ? NULL
+        : (tfm_tensor *)tfml_check_handle(L, 5, SWIGTYPE_p_tfm_tensor,
+                                          "tensor (dlogits)");
+    float loss = 0.0f;
+    tfm_status st;
+    int64_t rows = 1;
+    int rank = tfm_tensor_rank(logits), i;
+    for (i = 0; i + 1 < rank; i++)
+        rows *= tfm_tensor_dim(logits, i);
+    if (B * T != rows)
+        return luaL_error(L, "targets hold %I ids for %I rows of logits",
+                          (lua_Integer)(B * T), (lua_Integer)rows);
+    if (ignore < INT32_MIN || ignore > INT32_MAX)
+        return luaL_error(L, "ignore_index %I is out of range", ignore);
+    tfm_clear_error();
+    st = tfm_cross_entropy(logits, targets, (int32_t)ignore, smoothing,
+                           TFM_REDUCTION_MEAN, &loss, dlogits);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    lua_pushnumber(L, loss);
+    return 1;
+}
+
 /* tokenizer_encode(tokenizer, text) -> ids */
 static int tfml_tokenizer_encode(lua_State *L)
 {
@@ -1532,6 +1594,8 @@ static int tfml_tokenizer_special_id(lua_State *L)
 %native(generator_next) int tfml_generator_next(lua_State *L);
 %native(model_beam_search) int tfml_model_beam_search(lua_State *L);
 %native(model_seq2seq_logits) int tfml_model_seq2seq_logits(lua_State *L);
+%native(model_seq2seq_backward) int tfml_model_seq2seq_backward(lua_State *L);
+%native(cross_entropy) int tfml_cross_entropy(lua_State *L);
 %native(tokenizer_encode) int tfml_tokenizer_encode(lua_State *L);
 %native(tokenizer_decode) int tfml_tokenizer_decode(lua_State *L);
 %native(tokenizer_encode_v2) int tfml_tokenizer_encode_v2(lua_State *L);
@@ -1611,6 +1675,15 @@ TFML_HANDLE_OUT(tfm_tensor)
 TFML_HANDLE_OUT(tfm_module)
 TFML_HANDLE_OUT(tfm_tokenizer)
 TFML_HANDLE_OUT(tfm_safetensors_writer)
+/* An optimizer keeps its module (argument 1) alive. */
+%typemap(in, numinputs=0) tfm_optimizer **out (tfm_optimizer *tmp = NULL)
+%{ $1 = &tmp; %}
+%typemap(argout) tfm_optimizer **out %{
+  SWIG_NewPointerObj(L, tmp$argnum, $descriptor(tfm_optimizer *), 1);
+  lua_pushvalue(L, 1);
+  lua_setiuservalue(L, -2, 1);
+  SWIG_arg++;
+%}
 /* tfm_module_child: a borrowed part of its parent, not owned by the
  * collector (a finalizer running after the parent's, as when the state
  * closes, must not touch it); transformer.lua keeps the parent object
@@ -1668,6 +1741,7 @@ TFML_HANDLE_CHECK(tfm_kv_cache, "KV cache")
 TFML_HANDLE_CHECK(tfm_generator, "generator")
 TFML_HANDLE_CHECK(tfm_safetensors, "safetensors file")
 TFML_HANDLE_CHECK(tfm_safetensors_writer, "safetensors writer")
+TFML_HANDLE_CHECK(tfm_optimizer, "optimizer")
 TFML_HANDLE_CHECK(tfm_rng, "random generator")
 /* ...except the optional attention-weights output. */
 %typemap(check) tfm_tensor *weights ""
@@ -1880,6 +1954,11 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %ignore tfm_generate_options;
 %ignore tfm_generate_options_init;
 %ignore tfm_model_seq2seq_logits;
+%ignore tfm_model_seq2seq_backward;
+%ignore tfm_optimizer_free;
+%ignore tfm_cross_entropy;
+%ignore tfm_causal_lm_loss;
+%ignore tfm_masked_lm_inputs;
 %ignore tfm_model_beam_search;
 %ignore tfm_beam_search_options;
 %ignore tfm_beam_search_options_init;
@@ -1915,13 +1994,10 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %include <transformer/tokenizer.h>
 %include <transformer/names.h>
 
-/* ---- Learning-rate schedules (training.h) ----------------------------------
- * Only the two schedule factors: the Lua module has no training mode, so
- * the optimizers (which need gradients) are not wrapped. */
+/* ---- Training (training.h) ------------------------------------------------
+ * Optimizers over a module (kept alive by the optimizer), their options
+ * struct, and the two schedule factors; the losses go through the
+ * cross_entropy native above. */
 %typemap(in, numinputs=0) double *factor (double tmp = 0.0) %{ $1 = &tmp; %}
 %typemap(argout) double *factor %{ lua_pushnumber(L, tmp$argnum); SWIG_arg++; %}
-tfm_status tfm_lr_inverse_sqrt_warmup(int64_t s, int64_t d_model,
-                                      int64_t warmup_steps, double *factor);
-tfm_status tfm_lr_warmup_cosine(int64_t s, int64_t warmup_steps,
-                                int64_t total_steps, double min_factor,
-                                double *factor);
+%include <transformer/training.h>

@@ -365,6 +365,9 @@ def fnv1a32(path):
     return h, len(data)
 
 
+TINY = {}
+
+
 def tiny_model(out_dir):
     """A random model small enough to commit, in the libtransformer format."""
     vocab = "\n ,.abcdefghijklmnop"
@@ -405,12 +408,85 @@ def tiny_model(out_dir):
     }
     path = os.path.join(out_dir, "tiny_model.safetensors")
     save_safetensors(tensors, path, meta, dtype="F32")
+    TINY["model"], TINY["ids"] = model, ids
     return {"file": "tiny_model.safetensors", "vocab": vocab, "context_length": ctx,
             "num_parameters": sum(int(v.size) for v in tensors.values()),
             "ids": ids.numpy().tolist(), "logits": out64(logits),
             "prompt": "hello, ", "max_new_tokens": n_new,
             "greedy_ids": new, "greedy_text": "hello, " + "".join(vocab[i] for i in new),
             "greedy_margin": margin}
+
+
+def case_training():
+    """Gradients and optimizer steps for the Lua training interface:
+    Linear and the post-norm encoder layer given grad_output (loss =
+    sum(g * y)), three AdamW steps of the Linear (lr 0.1, torch's other
+    defaults), and the tiny model's cross-entropy (label smoothing 0.1,
+    targets the ids shifted left, the last ignored), its gradients and
+    the losses of three AdamW steps (lr 1e-2)."""
+    rng = seed("training")
+    r = {}
+    lin = nn.Linear(4, 3).double()
+    randomize(lin, rng)
+    x = f32(rng, 2, 4)
+    g = f32(rng, 2, 3)
+    start = state(lin)
+    xg = x.clone().requires_grad_()
+    (lin(xg) * g).sum().backward()
+    r["linear"] = {"state": start, "x": x.numpy().astype(np.float32),
+                   "grad_output": g.numpy().astype(np.float32),
+                   "grad_input": out64(xg.grad),
+                   "grad_weight": out64(lin.weight.grad),
+                   "grad_bias": out64(lin.bias.grad)}
+    lin.load_state_dict({k: torch.from_numpy(v.astype(np.float64))
+                         for k, v in start.items()})
+    opt = torch.optim.AdamW(lin.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        (lin(x) * g).sum().backward()
+        opt.step()
+    r["linear"]["adamw_3_steps"] = {k: out64(v) for k, v in lin.state_dict().items()}
+    d, h, ff, B, L = 8, 2, 16, 2, 5
+    layer = nn.TransformerEncoderLayer(d, h, ff, dropout=0.0,
+                                       batch_first=True).double()
+    randomize(layer, rng)
+    x = f32(rng, B, L, d)
+    g = f32(rng, B, L, d)
+    xg = x.clone().requires_grad_()
+    (layer(xg) * g).sum().backward()
+    r["encoder_layer"] = {"d_model": d, "nhead": h, "dim_feedforward": ff,
+                          "state": state(layer),
+                          "x": x.numpy().astype(np.float32),
+                          "grad_output": g.numpy().astype(np.float32),
+                          "grad_input": out64(xg.grad),
+                          "grads": {n: out64(p.grad)
+                                    for n, p in layer.named_parameters()}}
+    model, ids = TINY["model"], TINY["ids"]
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    targets = torch.cat([ids[:, 1:], torch.full((ids.shape[0], 1), -100)], 1)
+
+    def loss_of():
+        logits = model(ids)
+        return nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+            ignore_index=-100, label_smoothing=0.1)
+    model.zero_grad()
+    loss = loss_of()
+    loss.backward()
+    grads = {n: out64(p.grad) for n, p in model.named_parameters()}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        step_loss = loss_of()
+        losses.append(float(step_loss))
+        step_loss.backward()
+        opt.step()
+    model.load_state_dict(start)
+    r["model"] = {"ids": ids.numpy().tolist(),
+                  "targets": targets.numpy().tolist(), "loss": float(loss),
+                  "grads": grads, "adamw_losses": losses}
+    return r
 
 
 def kjv_model():
@@ -446,6 +522,7 @@ def main():
         "sdpa": case_sdpa(),
         "tiny_model": tiny_model(args.out),
     }
+    ref["training"] = case_training()
     kjv = kjv_model()
     if kjv is not None:
         ref["kjv"] = kjv

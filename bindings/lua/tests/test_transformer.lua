@@ -1703,4 +1703,76 @@ test("lr_scheduler: inverse_sqrt_warmup and warmup_cosine against their formulas
   assert(not ok and tostring(err):find("unknown option"), tostring(err))
 end)
 
+---------------------------------------------------------------------------
+-- Training: backward passes and optimizers against torch.autograd and
+-- torch.optim (make_reference.py's case_training)
+---------------------------------------------------------------------------
+
+local TR = R.training
+
+test("Linear:backward and AdamW against torch", function()
+  local C = TR.linear
+  local lin = T.Linear(4, 3)
+  lin:load_state_dict(C.state)
+  raises(function() lin:backward(C.grad_output) end, "no training%-mode forward")
+  lin:train()
+  assert(lin.training == true)
+  lin:forward(C.x)
+  close(lin:backward(C.grad_output), C.grad_input, "grad_input")
+  close(lin:grad("weight"), C.grad_weight, "weight gradient")
+  close(lin:grad("bias"), C.grad_bias, "bias gradient")
+  lin:zero_grad()
+  equal(lin:grad("bias")[1], 0.0, "zeroed")
+  local opt = T.optim.AdamW(lin, { lr = 0.1 })
+  equal(opt:get_lr(), 0.1, "lr")
+  for _ = 1, 3 do
+    opt:zero_grad()
+    lin:forward(C.x)
+    lin:backward(C.grad_output)
+    opt:step()
+  end
+  local sd = lin:state_dict()
+  close(sd.weight, C.adamw_3_steps.weight, "weight after 3 AdamW steps", 1e-5)
+  close(sd.bias, C.adamw_3_steps.bias, "bias after 3 AdamW steps", 1e-5)
+  raises(function() T.optim.AdamW(lin, { lr = 0.1, momentum = 0.9 }) end, "unknown option")
+  lin:eval()
+  assert(lin.training == false)
+end)
+
+test("TransformerEncoderLayer:backward against torch", function()
+  local C = TR.encoder_layer
+  local l = T.TransformerEncoderLayer{ d_model = C.d_model, nhead = C.nhead,
+                                       dim_feedforward = C.dim_feedforward, dropout = 0.0 }
+  l:load_state_dict(C.state)
+  l:train()
+  l:forward(C.x)
+  close(l:backward(C.grad_output), C.grad_input, "grad_src", 1e-5)
+  for name, want in pairs(C.grads) do
+    close(l:grad(name), want, name .. " gradient", 1e-5)
+  end
+end)
+
+test("tiny model: loss, backward and AdamW steps against torch", function()
+  local C = TR.model
+  local m = T.load_model(TINY)
+  m:train()
+  local loss = m:loss(C.ids, C.targets, { label_smoothing = 0.1 })
+  assert(math.abs(loss - C.loss) <= 1e-5 * math.abs(C.loss), ("loss %g, torch %g"):format(loss, C.loss))
+  m:backward()
+  for name, want in pairs(C.grads) do
+    close(m:grad(name), want, name .. " gradient", 1e-4)
+  end
+  m:zero_grad()
+  local opt = T.optim.AdamW(m, { lr = 1e-2 })
+  for i = 1, 3 do
+    opt:zero_grad()
+    local l = m:loss(C.ids, C.targets, { label_smoothing = 0.1 })
+    assert(math.abs(l - C.adamw_losses[i]) <= 1e-5 * math.abs(C.adamw_losses[i]),
+           ("step %d: loss %g, torch %g"):format(i, l, C.adamw_losses[i]))
+    m:backward()
+    opt:step()
+  end
+  raises(function() m:loss(C.ids, C.targets, { smoothing = 0.1 }) end, "unknown option")
+end)
+
 harness.finish()
