@@ -297,8 +297,9 @@ tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a)
 static const char *backward_missing(const tfm__variant *v)
 {
     const tfm_attention_config *c = &v->config;
-    if (c->score != TFM_SCORE_SCALED_DOT)
-        return "a score other than scaled dot product";
+    if (c->score != TFM_SCORE_SCALED_DOT &&
+        c->score != TFM_SCORE_LEARNED_TEMPERATURE)
+        return "a general or additive score";
     if (c->relative != TFM_RELATIVE_NONE && c->relative != TFM_RELATIVE_ALIBI)
         return "a learned relative-position term (Shaw, T5)";
     return NULL;
@@ -320,11 +321,13 @@ tfm_status tfm__attend_backward(const tfm__variant *v,
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "attention backward: "
                          "keys rotated beforehand (a KV cache) have no "
                          "backward");
+    const int temperature = v->config.score == TFM_SCORE_LEARNED_TEMPERATURE;
     tfm__ws_mark mark = tfm__ws_save();
-    float *slopes = NULL;
+    float *slopes = NULL, *head_scale = NULL;
     float *qr = NULL, *kr = NULL;   /* RoPE: rotated copies of q and k */
     if ((v->config.relative == TFM_RELATIVE_ALIBI &&
          !(slopes = tfm__ws_floats((size_t)H))) ||
+        (temperature && !(head_scale = tfm__ws_floats((size_t)H))) ||
         (rope && (!(qr = tfm__ws_floats((size_t)(B * H * L * dk))) ||
                   !(kr = tfm__ws_floats((size_t)(B * Hkv * S * dk)))))) {
         tfm__ws_restore(mark);
@@ -341,8 +344,19 @@ tfm_status tfm__attend_backward(const tfm__variant *v,
         rotate(v, &q, B, H, 0, L, q_pos0, 0);
         rotate(v, &k, B, Hkv, 0, S, 0, 0);
     }
+    tfm_status st = TFM_OK;
+    if (temperature) {
+        /* logits q . k / tau_h, as the forward (tfm__attend, step 5). */
+        if ((st = tfm__variant_check_params(v)) != TFM_OK) {
+            tfm__ws_restore(mark);
+            return st;
+        }
+        for (int64_t h = 0; h < H; h++)
+            head_scale[h] = 1.0f / v->temperature[h];
+    }
     tfm__attention_job job;
     base_job(v, a, &q, &k, &a->v, q_pos0, &job);
+    job.head_scale = head_scale;
     job.weights = NULL;
     tfm__relative rel;
     tfm__sparse sparse;
@@ -358,7 +372,26 @@ tfm_status tfm__attend_backward(const tfm__variant *v,
         .dv = g->dv.data, .dv_bstride = g->dv.bstride,
         .dv_hstride = g->dv.hstride, .lddv = g->dv.ld,
     };
-    tfm_status st = tfm__attention_backward_run(&job, &grads);
+    st = tfm__attention_backward_run(&job, &grads);
+    if (st == TFM_OK && temperature && g->dtemperature && g->dq.data) {
+        /* a = s / tau: d tau_h = -sum dA s / tau_h^2, and dq = dA k / tau_h
+         * gives sum dA s = tau_h sum_i q_i . dq_i, so d tau_h =
+         * -(1 / tau_h) sum over batch and rows of q . dq (before the
+         * inverse rotation: the rotation keeps dot products). */
+        for (int64_t h = 0; h < H; h++) {
+            double acc = 0.0;
+            for (int64_t b = 0; b < B; b++) {
+                const float *qh = q.data + b * q.bstride + h * q.hstride;
+                const float *dqh = g->dq.data + b * g->dq.bstride +
+                                   h * g->dq.hstride;
+                for (int64_t i = 0; i < L; i++)
+                    for (int64_t c = 0; c < dk; c++)
+                        acc += (double)qh[i * q.ld + c] *
+                               (double)dqh[i * g->dq.ld + c];
+            }
+            g->dtemperature[h] += (float)(-acc / (double)v->temperature[h]);
+        }
+    }
     if (st == TFM_OK && rope) {
         if (g->dq.data)
             rotate(v, &g->dq, B, H, 0, L, q_pos0, 1);

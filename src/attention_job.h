@@ -62,6 +62,9 @@ typedef struct tfm__attention_args {
 typedef struct tfm__attention_grad_args {
     tfm__heads dout, dq, dk, dv;
     const float *lse;
+    /* LEARNED_TEMPERATURE: [H], the temperatures' gradient, accumulated
+     * (+=); NULL: not wanted (then dq must be wanted for it). */
+    float *dtemperature;
 } tfm__attention_grad_args;
 
 /* Runs the call with variant v.  Query row i is at position q_pos0 + i,

@@ -117,16 +117,17 @@ tfm_status tfm__mha_backward_kept(const tfm__mha *m,
      * needs it, and may still fail. */
     tfm__linear_backward(c->ctx, d, B * L, d, m->w_o, d, grad_out, d, c->dctx,
                          NULL, NULL, NULL);
+    const tfm_module *home = &m->base;
+#define GRAD(p) ((p) ? tfm__grad_of(home, (p)) : NULL)
     const tfm__attention_grad_args g = {
         .dout = heads(m, c->dctx, L, d), .lse = c->lse,
         .dq = heads(m, c->dq, L, c->ld), .dk = heads(m, c->dk, S, c->ldkv),
         .dv = heads(m, c->dv, S, c->ldkv),
+        .dtemperature = GRAD(m->var.temperature),
     };
     tfm_status st = tfm__attend_backward(&m->var, &args, &g);
     if (st != TFM_OK)
         return st;
-    const tfm_module *home = &m->base;
-#define GRAD(p) ((p) ? tfm__grad_of(home, (p)) : NULL)
     tfm__linear_backward(c->ctx, d, B * L, d, m->w_o, d, grad_out, d, NULL,
                          GRAD(m->w_o), GRAD(m->b_o), c->acc);
     if (c->fused) {

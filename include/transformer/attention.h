@@ -470,9 +470,11 @@ TFM_API tfm_status tfm_mha_forward_v2(const tfm_module *mha,
  * variants whose backward exists (scaled dot product, grouped-query and
  * multi-query heads, ALiBi, every sparse pattern, RoPE in both layouts and
  * any rope_dims: the gradients of the rotated q and k turned back by the
- * transposed rotation, Su et al. 2021 eq. (34)); the others (general /
- * additive scores, learned temperature, Shaw, T5) and add_bias_kv /
- * add_zero_attn give TFM_ERR_INVALID_ARGUMENT naming them.
+ * transposed rotation, Su et al. 2021 eq. (34); the learned temperature,
+ * logits q.k / tau_h, whose "temperature" gradient is -(1/tau_h) sum q.dq
+ * over the head's rows); the others (general / additive scores, Shaw, T5)
+ * and add_bias_kv / add_zero_attn give TFM_ERR_INVALID_ARGUMENT naming
+ * them.
  * Errors: TFM_ERR_NULL_ARGUMENT (mha, query, key, value or grad_output),
  * TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE, TFM_ERR_NON_FINITE (grad_output holds
  * NaN or infinity), TFM_ERR_INVALID_ARGUMENT (as above; no gradient

@@ -145,7 +145,11 @@ def torch_variant_mha(x, sd, E, H, n_kv, alibi=False, window=None,
                                                               dims=rope_dims)
     k = k.repeat_interleave(H // n_kv, dim=1)
     v = v.repeat_interleave(H // n_kv, dim=1)
-    logits = q @ k.transpose(-1, -2) / math.sqrt(dk)
+    if "temperature" in sd:       # learned temperature: q . k / tau_h
+        logits = q @ k.transpose(-1, -2) / sd["temperature"][None, :, None,
+                                                             None]
+    else:
+        logits = q @ k.transpose(-1, -2) / math.sqrt(dk)
     i = torch.arange(L)[:, None]
     j = torch.arange(L)[None, :]
     if alibi:
@@ -166,7 +170,10 @@ def torch_variant_mha(x, sd, E, H, n_kv, alibi=False, window=None,
                                       n_kv_heads=2),
                                  dict(rope="half"), dict(rope="adjacent"),
                                  dict(rope="half", rope_dims=2, n_kv_heads=2),
-                                 dict(rope="adjacent", relative="alibi")],
+                                 dict(rope="adjacent", relative="alibi"),
+                                 dict(score="learned_temperature"),
+                                 dict(score="learned_temperature",
+                                      rope="half", n_kv_heads=2)],
                          ids=lambda c: "-".join(f"{k}={v}" for k, v in
                                                 c.items()))
 def test_variants_against_torch_ops(cfg):
@@ -175,6 +182,8 @@ def test_variants_against_torch_ops(cfg):
     n_kv = cfg.get("n_kv_heads", H)
     ours = transformer.MultiheadAttention(E, H, batch_first=True, **cfg)
     sd = {n: torch.randn(*a.shape) * 0.5 for n, a in ours.state_dict().items()}
+    if "temperature" in sd:        # positive, around sqrt(d_k) = 2
+        sd["temperature"] = torch.rand(H) * 2 + 1
     ours.load_state_dict({n: t.numpy() for n, t in sd.items()})
     for t in sd.values():
         t.requires_grad_()
