@@ -297,9 +297,8 @@ tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a)
 static const char *backward_missing(const tfm__variant *v)
 {
     const tfm_attention_config *c = &v->config;
-    if (c->score != TFM_SCORE_SCALED_DOT &&
-        c->score != TFM_SCORE_LEARNED_TEMPERATURE)
-        return "a general or additive score";
+    if (c->score == TFM_SCORE_ADDITIVE)
+        return "the additive score";
     if (c->relative != TFM_RELATIVE_NONE && c->relative != TFM_RELATIVE_ALIBI)
         return "a learned relative-position term (Shaw, T5)";
     return NULL;
@@ -322,12 +321,17 @@ tfm_status tfm__attend_backward(const tfm__variant *v,
                          "keys rotated beforehand (a KV cache) have no "
                          "backward");
     const int temperature = v->config.score == TFM_SCORE_LEARNED_TEMPERATURE;
+    const int general = v->config.score == TFM_SCORE_GENERAL;
     tfm__ws_mark mark = tfm__ws_save();
     float *slopes = NULL, *head_scale = NULL;
     float *qr = NULL, *kr = NULL;   /* RoPE: rotated copies of q and k */
+    float *qt = NULL, *dqt = NULL;  /* GENERAL: q W_h and its gradient,
+                                     * [H, B, L, d_k] */
     if ((v->config.relative == TFM_RELATIVE_ALIBI &&
          !(slopes = tfm__ws_floats((size_t)H))) ||
         (temperature && !(head_scale = tfm__ws_floats((size_t)H))) ||
+        (general && (!(qt = tfm__ws_floats((size_t)(B * H * L * dk))) ||
+                     !(dqt = tfm__ws_floats((size_t)(B * H * L * dk))))) ||
         (rope && (!(qr = tfm__ws_floats((size_t)(B * H * L * dk))) ||
                   !(kr = tfm__ws_floats((size_t)(B * Hkv * S * dk)))))) {
         tfm__ws_restore(mark);
@@ -358,21 +362,51 @@ tfm_status tfm__attend_backward(const tfm__variant *v,
     base_job(v, a, &q, &k, &a->v, q_pos0, &job);
     job.head_scale = head_scale;
     job.weights = NULL;
+    /* GENERAL: the kernel runs on q' = q W_h (as the forward, step 5) and
+     * gives dq' into dqt; below dq = dq' W_h^T and dW_h += q^T dq'. */
+    const tfm__heads qth = { qt, L * dk, B * L * dk, dk };
+    const tfm__heads dqth = { dqt, L * dk, B * L * dk, dk };
+    if (general) {
+        per_head_product(&q, B, H, 1, L, v->score_weight, dk, dk, 0, qt);
+        job.q = qt;
+        job.q_bstride = qth.bstride;
+        job.q_hstride = qth.hstride;
+        job.ldq = dk;
+    }
     tfm__relative rel;
     tfm__sparse sparse;
     resolve_positions(v, slopes, &rel, &sparse, &job);
+    const tfm__heads dq_out = general ? dqth : g->dq;
     const tfm__attention_grads grads = {
         .dout = g->dout.data, .do_bstride = g->dout.bstride,
         .do_hstride = g->dout.hstride, .lddo = g->dout.ld,
         .lse = g->lse,
-        .dq = g->dq.data, .dq_bstride = g->dq.bstride,
-        .dq_hstride = g->dq.hstride, .lddq = g->dq.ld,
+        .dq = dq_out.data, .dq_bstride = dq_out.bstride,
+        .dq_hstride = dq_out.hstride, .lddq = dq_out.ld,
         .dk = g->dk.data, .dk_bstride = g->dk.bstride,
         .dk_hstride = g->dk.hstride, .lddk = g->dk.ld,
         .dv = g->dv.data, .dv_bstride = g->dv.bstride,
         .dv_hstride = g->dv.hstride, .lddv = g->dv.ld,
     };
     st = tfm__attention_backward_run(&job, &grads);
+    if (st == TFM_OK && general) {
+        for (int64_t h = 0; h < H; h++) {
+            const float *w = v->score_weight + h * dk * dk;
+            for (int64_t b = 0; b < B; b++) {
+                const float *dqp = dqt + h * dqth.hstride + b * dqth.bstride;
+                const float *qh = head_at(&q, b, h);
+                /* dq = dq' W_h^T [L, d_k]; dW_h += q^T dq' [d_k, d_k] */
+                if (g->dq.data)
+                    tfm__sgemm(0, 1, L, dk, dk, 1.0f, dqp, dk, w, dk, 0.0f,
+                               g->dq.data + b * g->dq.bstride +
+                                   h * g->dq.hstride,
+                               g->dq.ld);
+                if (g->dscore_weight)
+                    tfm__sgemm(1, 0, dk, dk, L, 1.0f, qh, q.ld, dqp, dk, 1.0f,
+                               g->dscore_weight + h * dk * dk, dk);
+            }
+        }
+    }
     if (st == TFM_OK && temperature && g->dtemperature && g->dq.data) {
         /* a = s / tau: d tau_h = -sum dA s / tau_h^2, and dq = dA k / tau_h
          * gives sum dA s = tau_h sum_i q_i . dq_i, so d tau_h =

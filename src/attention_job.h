@@ -65,6 +65,9 @@ typedef struct tfm__attention_grad_args {
     /* LEARNED_TEMPERATURE: [H], the temperatures' gradient, accumulated
      * (+=); NULL: not wanted (then dq must be wanted for it). */
     float *dtemperature;
+    /* GENERAL: [H, d_k, d_k], the score matrices' gradient, accumulated;
+     * NULL: not wanted. */
+    float *dscore_weight;
 } tfm__attention_grad_args;
 
 /* Runs the call with variant v.  Query row i is at position q_pos0 + i,

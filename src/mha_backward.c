@@ -124,6 +124,7 @@ tfm_status tfm__mha_backward_kept(const tfm__mha *m,
         .dq = heads(m, c->dq, L, c->ld), .dk = heads(m, c->dk, S, c->ldkv),
         .dv = heads(m, c->dv, S, c->ldkv),
         .dtemperature = GRAD(m->var.temperature),
+        .dscore_weight = GRAD(m->var.score_weight),
     };
     tfm_status st = tfm__attend_backward(&m->var, &args, &g);
     if (st != TFM_OK)

@@ -67,6 +67,14 @@ enum {
                                      before any special token */
 };
 
+/* How ids decode. */
+enum {
+    TFM__SPM_DECODE_SENTENCEPIECE = 0,  /* sentencepiece's Decode */
+    TFM__SPM_DECODE_STRIP,       /* Hugging Face's Replace("▁", " ")
+                                    [, ByteFallback, Fuse][, Strip(" ", n)] */
+    TFM__SPM_DECODE_METASPACE,   /* Hugging Face's Metaspace decoder */
+};
+
 /* How a model read from a tokenizer.json (sentencepiece_json.c) departs
  * from the rules of the .model it was converted from. */
 typedef struct tfm__spm_rules {
@@ -76,6 +84,12 @@ typedef struct tfm__spm_rules {
     int prepend;         /* TFM__SPM_PREPEND_*, with add_dummy_prefix */
     int fuse_unk;        /* a run of unknown pieces is one unknown token */
     int framing;         /* TFM__FRAME_*: TFM_ENCODE_ADD_SPECIAL's framing */
+    int split_words;     /* Hugging Face's WhitespaceSplit: every Unicode
+                            whitespace character is a space, and the model
+                            runs on each word alone */
+    int decoder;         /* TFM__SPM_DECODE_* */
+    int decoder_strip;   /* STRIP: leading spaces removed; METASPACE: the
+                            first token's "▁" dropped (0/1) */
 } tfm__spm_rules;
 
 /* The tokenizer of the model *f under rules *r; takes what f and r own

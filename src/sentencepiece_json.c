@@ -22,19 +22,20 @@
  * merges the pair of lowest rank, not the piece of highest score), with
  * "byte_fallback", "fuse_unk" and "unk_token", no subword prefix or suffix,
  * no dropout, ignore_merges false; Unigram's "vocab" [[piece, score], ...],
- * "unk_id", "byte_fallback".  Decoders (Replace, ByteFallback, Fuse, Strip
- * in a Sequence, or Metaspace) are checked to be of these kinds; decoding
- * is sentencepiece's (tokenizer_sentencepiece.c), which is what they
- * compute for ids without special tokens, the unknown token written as its
- * text ("<unk>") as they write it.  Post-processor:
+ * "unk_id", "byte_fallback".  Decoders (Sequence[Replace, ByteFallback,
+ * Fuse (with byte fallback), Strip], or Metaspace) are read into the rules
+ * of tokenizer_sentencepiece.c's hf_decode.  Post-processor:
  * none, or TemplateProcessing "<s> $A" (pair "<s> $A <s> $B", Llama) or
  * "$A </s>" (pair "$A </s> $B </s>", T5), the framing of
  * TFM_ENCODE_ADD_SPECIAL.
  *
- * Added tokens: special ones are control pieces (the unknown token its
- * unknown piece), others user-defined pieces, as the converters make them
- * of sentencepiece's types 3 and 4; <0xNN> pieces are byte pieces when the
- * model has byte fallback. */
+ * Added tokens must be special (control pieces; the unknown token its
+ * unknown piece), as the converters make sentencepiece's control pieces;
+ * <0xNN> pieces are byte pieces when the model has byte fallback.
+ * docs/TOKENIZERS.md lists the Hugging Face rules followed where
+ * sentencepiece's differ (WhitespaceSplit per word, Metaspace's prefix on
+ * the normalized text, the decoders). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,7 +82,9 @@ static int is_replace(const cJSON *o, const char *from, const char *to)
            string_is(item(o, "content"), to);
 }
 
-/* The steps of o: its "key" array when o is a Sequence, else o alone. */
+/* The steps of o: its "key" array when o is a Sequence, else o alone;
+ * -1: more than max steps, -2: a Sequence without its array or with an
+ * empty one (or a null step in it). */
 static int steps(const cJSON *o, const char *key, const cJSON **out, int max)
 {
     if (!is_type(o, "Sequence")) {
@@ -89,15 +92,19 @@ static int steps(const cJSON *o, const char *key, const cJSON **out, int max)
         return 1;
     }
     const cJSON *list = item(o, key);
+    if (!cJSON_IsArray(list) || !list->child)
+        return -2;
     int n = 0;
-    for (const cJSON *e = cJSON_IsArray(list) ? list->child : NULL; e;
-         e = e->next) {
+    for (const cJSON *e = list->child; e; e = e->next) {
         if (n == max)
             return -1;
+        if (!cJSON_IsObject(e))
+            return -2;
         out[n++] = e;
     }
     return n;
 }
+
 
 static tfm_status unsupported(const char *path, const char *step,
                               const char *type)
@@ -108,15 +115,28 @@ static tfm_status unsupported(const char *path, const char *step,
                      path, step, type ? type : "(no type)");
 }
 
+static tfm_status bad_steps(const char *path, const char *what, int n)
+{
+    if (n == -2)
+        return tfm__fail(TFM_ERR_FORMAT, "%.200s: the %s Sequence has no "
+                         "list of steps", path, what);
+    return unsupported(path, what, "Sequence (that long)");
+}
+
 /* RFC 4648 base64, padding optional.  Returns the byte count, or
  * (size_t)-1 when text is not base64.  out has room for 3/4 of len. */
 static size_t base64_decode(const char *text, size_t len, char *out)
 {
     static const char ALPHABET[] =
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    while (len > 0 && text[len - 1] == '=')
+    /* Padding: at most two '=', and then the whole length is a multiple of
+     * four. */
+    size_t pad = 0;
+    while (len > 0 && text[len - 1] == '=' && pad < 3) {
         len--;
-    if (len % 4 == 1)
+        pad++;
+    }
+    if (pad > 2 || (pad && (len + pad) % 4) || len % 4 == 1)
         return (size_t)-1;
     size_t n = 0;
     uint32_t acc = 0;
@@ -137,6 +157,72 @@ static size_t base64_decode(const char *text, size_t len, char *out)
 
 /* ---- The pipeline ------------------------------------------------------ */
 
+/* The decoder, one of the two the converters write (anything else:
+ * TFM_ERR_UNSUPPORTED):
+ *   Llama's Sequence[Replace("▁", " "), ByteFallback, Fuse, Strip(" ", n,
+ *   0)] (Strip optional; ByteFallback and Fuse exactly when the model has
+ *   byte fallback): the pieces joined, "▁" a space, byte pieces gathered
+ *   into UTF-8, then up to n leading spaces removed;
+ *   T5's Metaspace("▁"): "▁" a space, except that the first token loses
+ *   every "▁" (unless prepend_scheme "never").
+ * Control pieces decode to nothing (Hugging Face's skip_special_tokens). */
+static tfm_status read_decoder(const cJSON *root, const char *path,
+                               const tfm__spm_file *f, tfm__spm_rules *r)
+{
+    const cJSON *dec = item(root, "decoder");
+    if (is_type(dec, "Metaspace")) {
+        if (!string_is(item(dec, "replacement"), SPACE_SYMBOL) ||
+            f->byte_fallback)
+            return unsupported(path, "decoder", "Metaspace with another "
+                               "replacement or with byte fallback");
+        const cJSON *scheme = item(dec, "prepend_scheme");
+        const cJSON *aps = item(dec, "add_prefix_space");
+        r->decoder = TFM__SPM_DECODE_METASPACE;
+        r->decoder_strip = scheme && !cJSON_IsNull(scheme)
+                               ? !string_is(scheme, "never")
+                               : !cJSON_IsFalse(aps);
+        return TFM_OK;
+    }
+    const cJSON *ds[5];
+    int n = steps(dec, "decoders", ds, 5);
+    if (n == -2)
+        return bad_steps(path, "decoder", n);
+    if (!is_type(dec, "Sequence") || n < 1)
+        return unsupported(path, "decoder", type_of(dec));
+    for (int i = 0; i < n; i++) {
+        const char *t = type_of(ds[i]);
+        if (!t || (strcmp(t, "Replace") && strcmp(t, "ByteFallback") &&
+                   strcmp(t, "Fuse") && strcmp(t, "Strip")))
+            return unsupported(path, "decoder", t);
+    }
+    int k = 0, bytes = 0;
+    if (!is_replace(ds[k++], SPACE_SYMBOL, " "))
+        return unsupported(path, "decoder", "Sequence not starting with "
+                           "Replace(\"\xe2\x96\x81\", \" \")");
+    if (k + 1 < n && is_type(ds[k], "ByteFallback") &&
+        is_type(ds[k + 1], "Fuse")) {
+        bytes = 1;
+        k += 2;
+    }
+    r->decoder = TFM__SPM_DECODE_STRIP;
+    r->decoder_strip = 0;
+    if (k < n && is_type(ds[k], "Strip")) {
+        const cJSON *start = item(ds[k], "start"), *stop = item(ds[k], "stop");
+        if (!string_is(item(ds[k], "content"), " ") ||
+            !cJSON_IsNumber(start) || start->valuedouble < 0 ||
+            start->valuedouble > 64 || !cJSON_IsNumber(stop) ||
+            stop->valuedouble != 0)
+            return unsupported(path, "decoder", "Strip other than (\" \", n, "
+                               "0)");
+        r->decoder_strip = (int)start->valuedouble;
+        k++;
+    }
+    if (k != n || bytes != f->byte_fallback)
+        return unsupported(path, "decoder", "Sequence other than Replace, "
+                           "ByteFallback, Fuse (with byte fallback), Strip");
+    return TFM_OK;
+}
+
 /* The normalizer and pre-tokenizer: the .model's flags they amount to. */
 static tfm_status read_pipeline(const cJSON *root, int unigram,
                                 const char *path, tfm__spm_file *f,
@@ -147,9 +233,10 @@ static tfm_status read_pipeline(const cJSON *root, int unigram,
     const cJSON *ns[4], *ps[4];
     int n_norm = steps(norm, "normalizers", ns, 4);
     int n_pre = steps(pre, "pretokenizers", ps, 4);
-    if (n_norm < 0 || n_pre < 0)
-        return unsupported(path, n_norm < 0 ? "normalizer" : "pre_tokenizer",
-                           "Sequence");
+    if (n_norm < 0)
+        return bad_steps(path, "normalizer", n_norm);
+    if (n_pre < 0)
+        return bad_steps(path, "pre_tokenizer", n_pre);
     /* The normalizer: Precompiled (first), Prepend("▁"), Replace(" ", "▁"). */
     int prepend = 0, replace = 0;
     const cJSON *charsmap = NULL;
@@ -168,6 +255,9 @@ static tfm_status read_pipeline(const cJSON *root, int unigram,
         else
             return unsupported(path, "normalizer", t);
     }
+    if (n_norm > 0 && is_type(ns[0], "Precompiled") && !charsmap)
+        return tfm__fail(TFM_ERR_FORMAT, "%.200s: the Precompiled normalizer "
+                         "has no precompiled_charsmap", path);
     if (charsmap && !cJSON_IsNull(charsmap)) {
         if (!cJSON_IsString(charsmap))
             return tfm__fail(TFM_ERR_FORMAT, "%.200s: precompiled_charsmap "
@@ -225,9 +315,20 @@ static tfm_status read_pipeline(const cJSON *root, int unigram,
             r->prepend = TFM__SPM_PREPEND_METASPACE;
         }
         if (whitespace_split) {
-            /* Words split at whitespace, each with its prefix: extra
-             * whitespace removed, as the .model's T5 rules. */
+            /* Words split at (Unicode) whitespace, each with its prefix:
+             * extra whitespace removed, as the .model's T5 rules, and the
+             * model run on each word (rules.split_words).  Only Unigram,
+             * each word prefixed ("always"), as T5's files have it. */
+            if (!unigram)
+                return unsupported(path, "pre_tokenizer", "WhitespaceSplit "
+                                   "with a BPE model");
+            if (r->prepend != TFM__SPM_PREPEND_METASPACE ||
+                !f->add_dummy_prefix)
+                return unsupported(path, "pre_tokenizer", "WhitespaceSplit "
+                                   "+ Metaspace without prepend_scheme "
+                                   "\"always\"");
             f->remove_extra_whitespaces = 1;
+            r->split_words = 1;
         } else if (!cJSON_IsFalse(item(meta, "split"))) {
             /* split true (the default) cuts the text before each "▁" and
              * runs the model on each part: not what sentencepiece does
@@ -250,20 +351,7 @@ static tfm_status read_pipeline(const cJSON *root, int unigram,
     if (unigram && !f->remove_extra_whitespaces)
         return unsupported(path, "pre_tokenizer", "Unigram without "
                            "WhitespaceSplit");
-    /* Decoders: checked to be of the kinds sentencepiece's decoding is. */
-    const cJSON *ds[6];
-    int n_dec = steps(item(root, "decoder"), "decoders", ds, 6);
-    for (int i = 0; i < n_dec; i++) {
-        const char *t = type_of(ds[i]);
-        if (!t || !(!t[0] || strcmp(t, "ByteFallback") == 0 ||
-                    strcmp(t, "Fuse") == 0 || strcmp(t, "Strip") == 0 ||
-                    strcmp(t, "Metaspace") == 0 ||
-                    is_replace(ds[i], SPACE_SYMBOL, " ")))
-            return unsupported(path, "decoder", t);
-    }
-    if (n_dec < 0)
-        return unsupported(path, "decoder", "Sequence");
-    return TFM_OK;
+    return read_decoder(root, path, f, r);
 }
 
 /* TemplateProcessing's "single"/"pair" item k: 'A', 'B', or a special
@@ -326,6 +414,14 @@ static tfm_status read_template(const cJSON *root, const tfm__vocab *v,
     if (id < 0 || f->types[id] != TFM__SPM_CONTROL)
         return tfm__fail(TFM_ERR_FORMAT, "%.200s: the post-processor's token "
                          "\"%.60s\" is not a special added token", path, s1);
+    /* The template's token has its role alone (a "$A <s>" template makes
+     * <s> the eos token, not also the bos one). */
+    if (f->bos_id == id && r->framing == TFM__FRAME_EOS)
+        f->bos_id = -1;
+    if (f->eos_id == id && r->framing == TFM__FRAME_BOS)
+        f->eos_id = -1;
+    if (f->pad_id == id)
+        f->pad_id = -1;
     return TFM_OK;
 }
 
@@ -387,10 +483,12 @@ static tfm_status read_model(const cJSON *root, const cJSON *model,
                            "\"unk_id\"", path);
         if (st != TFM_OK)
             return st;
-        unk = (int64_t)u->valuedouble;
-        if ((double)unk != u->valuedouble || unk < 0 || unk >= f->vocab.size)
-            return tfm__fail(TFM_ERR_FORMAT, "%.200s: unk_id %.0f is not an "
-                             "id of the vocabulary", path, u->valuedouble);
+        const double du = u->valuedouble;
+        if (!(du >= 0 && du < (double)f->vocab.size) ||
+            du != (double)(int64_t)du)
+            return tfm__fail(TFM_ERR_FORMAT, "%.200s: unk_id %g is not an id "
+                             "of the vocabulary", path, du);
+        unk = (int64_t)du;
         r->fuse_unk = 1;  /* Hugging Face's Unigram always fuses */
     } else {
         f->model_type = TFM__SPM_BPE;
@@ -435,7 +533,7 @@ static tfm_status read_model(const cJSON *root, const cJSON *model,
                               is_byte_piece(f->vocab.tokens[i],
                                             f->vocab.lengths[i])
                           ? TFM__SPM_BYTE : TFM__SPM_NORMAL;
-    /* Added tokens: special ones control pieces, others user-defined. */
+    /* Added tokens: special ones, control pieces. */
     const cJSON *added = item(root, "added_tokens");
     if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added))
         return tfm__fail(TFM_ERR_FORMAT, "%.200s: \"added_tokens\" is not an "
@@ -453,11 +551,32 @@ static tfm_status read_model(const cJSON *root, const cJSON *model,
                              "(id %.0f) is not the vocabulary's token of that "
                              "id", path, content->valuestring,
                              id->valuedouble);
-        f->types[found] = cJSON_IsFalse(item(e, "special"))
-                              ? TFM__SPM_USER_DEFINED : TFM__SPM_CONTROL;
+        if (!cJSON_IsTrue(item(e, "special")))
+            return tfm__fail(TFM_ERR_UNSUPPORTED, "%.200s: added token "
+                             "\"%.60s\" is not special: Hugging Face cuts "
+                             "such tokens out of the text before its "
+                             "normalizer, which this reader does not do",
+                             path, content->valuestring);
+        f->types[found] = TFM__SPM_CONTROL;
     }
     f->types[unk] = TFM__SPM_UNKNOWN;
     f->unk_id = (int32_t)unk;
+    /* Hugging Face's BPE merges the symbols byte fallback and unknown
+     * characters make too; here those never merge: refuse such merges. */
+    for (size_t i = 0; !unigram && i < r->merges.n_slots; i++) {
+        const tfm__merge *g = &r->merges.slots[i];
+        if (g->key == UINT64_MAX)
+            continue;
+        const int32_t a = (int32_t)(g->key >> 32), b = (int32_t)g->key;
+        const int32_t ids[3] = { a, b, g->merged };
+        for (int k = 0; k < 3; k++)
+            if (f->types[ids[k]] == TFM__SPM_BYTE || ids[k] == unk ||
+                f->types[ids[k]] == TFM__SPM_CONTROL)
+                return tfm__fail(TFM_ERR_UNSUPPORTED, "%.200s: a merge of "
+                                 "\"%.40s\" (a byte, unknown or special "
+                                 "piece) is not supported", path,
+                                 f->vocab.tokens[ids[k]]);
+    }
     /* Hugging Face's decoders write the unknown token as its text
      * ("<unk>"), not sentencepiece's " \u2047 ". */
     f->unk_surface_len = f->vocab.lengths[unk];

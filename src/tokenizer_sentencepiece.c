@@ -13,6 +13,8 @@
 #include "sentencepiece.h"
 #include "utf8.h"
 
+#include <utf8proc.h>
+
 static const char SPACE_SYMBOL[] = "\xe2\x96\x81";  /* U+2581 */
 static const char REPLACEMENT[] = "\xef\xbf\xbd";   /* U+FFFD */
 static const char UNK_SURFACE[] = " \xe2\x81\x87 "; /* " U+2047 " */
@@ -116,6 +118,7 @@ typedef struct spm {
     spm_trie user;            /* USER_DEFINED: matched whole, never split */
     tfm__merges merges;       /* Hugging Face's ranked pairs, or empty */
     int prepend, fuse_unk;    /* tfm__spm_rules */
+    int split_words, decoder, decoder_strip;
     /* precompiled charsmap: darts-clone double array + NUL-ended strings */
     uint32_t *units;
     size_t n_units;
@@ -234,21 +237,41 @@ static int append_ws(const spm *m, tfm__bytes *norm, spm_offsets *o,
            offsets_push(o, consumed);
 }
 
-/* Whether the dummy prefix goes before text[0 .. len-1] (not empty):
- * always for sentencepiece; for Hugging Face's Metaspace unless the text
- * starts with a space or U+2581 (and with "first" only before any special
- * token: first is 0 for the text after one). */
-static int wants_prefix(const spm *m, const unsigned char *text, size_t len,
-                        int first)
+/* Hugging Face's Metaspace (prepend_scheme "always" / "first"): whether a
+ * "▁" goes before the normalized text norm[0 .. n-1] (not empty): unless
+ * it already starts with one (or a space, when spaces stay spaces), and
+ * with "first" only before any special token (first is 0 for the text
+ * after one). */
+static int metaspace_prefix(const spm *m, const char *norm, size_t n,
+                            int first)
 {
-    if (!m->f.add_dummy_prefix)
+    if (!m->f.add_dummy_prefix || m->prepend == TFM__SPM_PREPEND_DUMMY)
         return 0;
-    if (m->prepend == TFM__SPM_PREPEND_DUMMY)
-        return 1;
     if (m->prepend == TFM__SPM_PREPEND_FIRST && !first)
         return 0;
-    return !(text[0] == ' ' ||
-             (len >= 3 && memcmp(text, SPACE_SYMBOL, 3) == 0));
+    return !(norm[0] == ' ' ||
+             (n >= 3 && memcmp(norm, SPACE_SYMBOL, 3) == 0));
+}
+
+/* Hugging Face's WhitespaceSplit (split_words): a character with Unicode's
+ * White_Space property (utf8proc's categories Zs, Zl, Zp, and the controls
+ * U+0009 .. U+000D and U+0085) counts as a space. */
+static void word_space(const spm *m, const char **r, size_t *rn)
+{
+    if (!m->split_words || *rn == 0 || (*rn == 1 && (*r)[0] == ' '))
+        return;
+    uint32_t cp;
+    size_t k;
+    if (tfm__utf8_decode((const unsigned char *)*r, *rn, &cp, &k) != NULL ||
+        k != *rn)
+        return;
+    const utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+    if ((cp >= 0x09 && cp <= 0x0D) || cp == 0x85 ||
+        c == UTF8PROC_CATEGORY_ZS || c == UTF8PROC_CATEGORY_ZL ||
+        c == UTF8PROC_CATEGORY_ZP) {
+        *r = " ";
+        *rn = 1;
+    }
 }
 
 /* Normalizer::Normalize: text -> norm, and for each byte of norm (and one
@@ -265,6 +288,7 @@ static tfm_status normalize(const spm *m, const unsigned char *text,
         while (consumed < len) {
             size_t n = normalize_prefix(m, text + consumed, len - consumed,
                                         &r, &rn);
+            word_space(m, &r, &rn);
             if (!(rn == 1 && r[0] == ' '))
                 break;
             consumed += n;
@@ -273,13 +297,15 @@ static tfm_status normalize(const spm *m, const unsigned char *text,
     if (consumed == len)
         return TFM_OK;  /* empty, or only whitespace */
     int ok = 1;
-    if (!m->f.treat_whitespace_as_suffix &&
-        wants_prefix(m, text + consumed, len - consumed, first))
+    const size_t start = consumed;
+    if (!m->f.treat_whitespace_as_suffix && m->f.add_dummy_prefix &&
+        m->prepend == TFM__SPM_PREPEND_DUMMY)
         ok = append_ws(m, norm, o, consumed);
     int prev_space = m->f.remove_extra_whitespaces;
     while (ok && consumed < len) {
         size_t n = normalize_prefix(m, text + consumed, len - consumed, &r,
                                     &rn);
+        word_space(m, &r, &rn);
         while (prev_space && rn > 0 && r[0] == ' ') {
             r++;
             rn--;
@@ -313,6 +339,21 @@ static tfm_status normalize(const spm *m, const unsigned char *text,
     }
     if (ok && m->f.treat_whitespace_as_suffix && m->f.add_dummy_prefix)
         ok = append_ws(m, norm, o, consumed);
+    if (ok && norm->n > 0 && metaspace_prefix(m, norm->data, norm->n, first)) {
+        /* Metaspace looks at the normalized text: "▁" goes first. */
+        const size_t sn = m->f.escape_whitespaces ? 3 : 1;
+        ok = tfm__bytes_append(norm, SPACE_SYMBOL, sn) == TFM_OK;
+        for (size_t k = 0; ok && k < sn; k++)
+            ok = offsets_push(o, start);
+        if (ok) {
+            memmove(norm->data + sn, norm->data, norm->n - sn);
+            memcpy(norm->data, m->f.escape_whitespaces ? SPACE_SYMBOL : " ",
+                   sn);
+            memmove(o->v + sn, o->v, (o->n - sn) * sizeof *o->v);
+            for (size_t k = 0; k < sn; k++)
+                o->v[k] = start;
+        }
+    }
     if (ok)
         ok = offsets_push(o, consumed);
     return ok ? TFM_OK : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
@@ -663,10 +704,25 @@ static tfm_status spm_encode(const void *model, const char *text, size_t len,
     tfm_status st = normalize(m, (const unsigned char *)text, len, base == 0,
                               &norm, &o);
     if (st == TFM_OK && norm.n > 0) {
-        if (m->f.model_type == TFM__SPM_BPE)
+        if (m->f.model_type == TFM__SPM_BPE) {
             st = encode_bpe(m, norm.data, norm.n, &segs);
-        else
+        } else if (!m->split_words) {
             st = encode_unigram(m, norm.data, norm.n, &segs);
+        } else {
+            /* WhitespaceSplit: each "▁"-started word on its own (no piece
+             * spans two words, as Hugging Face runs the model per word). */
+            size_t begin = 0;
+            for (size_t i = 1; st == TFM_OK && i <= norm.n; i++) {
+                if (i < norm.n && !(i + 3 <= norm.n &&
+                                    memcmp(norm.data + i, SPACE_SYMBOL, 3) == 0))
+                    continue;
+                const size_t first = segs.n;
+                st = encode_unigram(m, norm.data + begin, i - begin, &segs);
+                for (size_t k = first; k < segs.n; k++)
+                    segs.v[k].begin += begin;
+                begin = i;
+            }
+        }
     }
     int prev_unk = 0;
     int64_t last_unk = -1;
@@ -720,6 +776,116 @@ static tfm_status flush_bytes(const unsigned char *b, size_t n,
     return st;
 }
 
+/* A run of byte pieces as Hugging Face's ByteFallback decoder makes it:
+ * the bytes when they are UTF-8, else one U+FFFD per byte. */
+static tfm_status hf_flush_bytes(const unsigned char *b, size_t n,
+                                 tfm__bytes *out)
+{
+    if (n == 0)
+        return TFM_OK;
+    size_t at;
+    if (tfm__utf8_check(b, n, &at) == NULL)
+        return tfm__bytes_append(out, (const char *)b, n);
+    tfm_status st = TFM_OK;
+    for (size_t i = 0; st == TFM_OK && i < n; i++)
+        st = tfm__bytes_append(out, REPLACEMENT, 3);
+    return st;
+}
+
+/* One piece's text with "▁" a space (drop: "▁" dropped instead) from
+ * index `from` of out, then up to `strip` of its leading spaces removed. */
+static tfm_status hf_piece(const char *p, size_t len, int drop, int strip,
+                           tfm__bytes *out)
+{
+    const size_t from = out->n;
+    tfm_status st = TFM_OK;
+    size_t run = 0;
+    for (size_t k = 0; st == TFM_OK && k <= len; k++) {
+        if (k == len || (k + 3 <= len && memcmp(p + k, SPACE_SYMBOL, 3) == 0)) {
+            st = tfm__bytes_append(out, p + run, k - run);
+            if (st == TFM_OK && k < len && !drop)
+                st = tfm__bytes_append(out, " ", 1);
+            k += 2;
+            run = k + 1;
+        }
+    }
+    size_t cut = 0;
+    while (st == TFM_OK && (int)cut < strip && from + cut < out->n &&
+           out->data[from + cut] == ' ')
+        cut++;
+    if (cut) {
+        memmove(out->data + from, out->data + from + cut, out->n - from - cut);
+        out->n -= cut;
+    }
+    return st;
+}
+
+/* Hugging Face's decoders (tfm__spm_rules.decoder), special tokens
+ * skipped (skip_special_tokens), the unknown token as its text:
+ *   STRIP: Replace("▁", " "), ByteFallback, Fuse, Strip(" ", n): the
+ *   pieces joined, then up to n leading spaces removed (without byte
+ *   fallback there is no Fuse, and the Strip applies to each piece);
+ *   METASPACE: "▁" a space, except in the first token, which loses every
+ *   "▁" (unless prepend_scheme "never"). */
+static tfm_status hf_decode(const spm *m, const int32_t *ids, int64_t n,
+                            tfm__bytes *out)
+{
+    const int fused = m->decoder == TFM__SPM_DECODE_STRIP &&
+                      m->f.byte_fallback;
+    const size_t start = out->n;
+    unsigned char *bytes = tfm__malloc((size_t)(n ? n : 1));
+    if (!bytes)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    size_t n_bytes = 0;
+    int64_t index = 0;   /* tokens decoded so far */
+    tfm_status st = TFM_OK;
+    for (int64_t i = 0; st == TFM_OK && i < n; i++) {
+        const int32_t id = ids[i];
+        const int type = m->f.types[id];
+        if (type == TFM__SPM_CONTROL)
+            continue;
+        if (type == TFM__SPM_BYTE) {
+            const char *p = m->f.vocab.tokens[id];
+            unsigned v = 0;
+            for (int k = 3; k < 5; k++)
+                v = v * 16 + (unsigned)(p[k] <= '9' ? p[k] - '0'
+                                                    : p[k] - 'A' + 10);
+            bytes[n_bytes++] = (unsigned char)v;
+            index++;
+            continue;
+        }
+        st = hf_flush_bytes(bytes, n_bytes, out);
+        n_bytes = 0;
+        if (st != TFM_OK)
+            break;
+        const char *p = type == TFM__SPM_UNKNOWN && m->f.unk_surface
+                            ? m->f.unk_surface : m->f.vocab.tokens[id];
+        const size_t len = type == TFM__SPM_UNKNOWN && m->f.unk_surface
+                               ? m->f.unk_surface_len
+                               : m->f.vocab.lengths[id];
+        if (m->decoder == TFM__SPM_DECODE_METASPACE)
+            st = hf_piece(p, len, index == 0 && m->decoder_strip, 0, out);
+        else
+            st = hf_piece(p, len, 0, fused ? 0 : m->decoder_strip, out);
+        index++;
+    }
+    if (st == TFM_OK)
+        st = hf_flush_bytes(bytes, n_bytes, out);
+    tfm__free(bytes);
+    if (st == TFM_OK && fused) {
+        size_t cut = 0;
+        while ((int)cut < m->decoder_strip && start + cut < out->n &&
+               out->data[start + cut] == ' ')
+            cut++;
+        if (cut) {
+            memmove(out->data + start, out->data + start + cut,
+                    out->n - start - cut);
+            out->n -= cut;
+        }
+    }
+    return st;
+}
+
 /* SentencePieceProcessor::Decode: control pieces are empty, <unk> is the
  * unknown surface, byte pieces are gathered into UTF-8, U+2581 is a space,
  * and at the start one leading U+2581 is dropped (with add_dummy_prefix;
@@ -728,6 +894,8 @@ static tfm_status spm_decode(const void *model, const int32_t *ids,
                              int64_t n, tfm__bytes *out)
 {
     const spm *m = model;
+    if (m->decoder != TFM__SPM_DECODE_SENTENCEPIECE)
+        return hf_decode(m, ids, n, out);
     size_t start = out->n;
     unsigned char *bytes = tfm__malloc((size_t)(n ? n : 1));
     if (!bytes)
@@ -944,6 +1112,9 @@ tfm_status tfm__spm_tokenizer_new(tfm__spm_file *f, tfm__spm_rules *r,
     memset(&r->merges, 0, sizeof r->merges);
     m->prepend = r->prepend;
     m->fuse_unk = r->fuse_unk;
+    m->split_words = r->split_words;
+    m->decoder = r->decoder;
+    m->decoder_strip = r->decoder_strip;
     tfm_status st = spm_setup(m, path);
     if (st != TFM_OK) {
         spm_free(m);
@@ -994,8 +1165,9 @@ tfm_status tfm__spm_load(const char *path, tfm_tokenizer **out)
     tfm__free(data);
     if (st != TFM_OK)
         return st;
-    tfm__spm_rules r = { { 0 }, TFM__SPM_PREPEND_DUMMY, 1,
-                         f.model_type == TFM__SPM_BPE ? TFM__FRAME_BOS
-                                                      : TFM__FRAME_EOS };
+    tfm__spm_rules r = { .prepend = TFM__SPM_PREPEND_DUMMY, .fuse_unk = 1,
+                         .framing = f.model_type == TFM__SPM_BPE
+                                        ? TFM__FRAME_BOS : TFM__FRAME_EOS,
+                         .decoder = TFM__SPM_DECODE_SENTENCEPIECE };
     return tfm__spm_tokenizer_new(&f, &r, path, out);
 }

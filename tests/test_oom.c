@@ -1130,7 +1130,10 @@ static const char *const spm_json_files[2] = {
     " \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": ["
     "  {\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}},"
     "  {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}]},"
-    " \"decoder\": null, \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\","
+    " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\","
+    "  \"pattern\": {\"String\": \"" SPM_SP "\"}, \"content\": \" \"},"
+    "  {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]},"
+    " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\","
     "  \"fuse_unk\": true, \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"" SPM_SP "\": 2,"
     "  \"a\": 3, \"b\": 4, \"ab\": 5, \"" SPM_SP "ab\": 6},"
     "  \"merges\": [\"a b\", \"" SPM_SP " ab\"]}}",
@@ -1139,7 +1142,8 @@ static const char *const spm_json_files[2] = {
     " \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Sequence\","
     "  \"pretokenizers\": [{\"type\": \"WhitespaceSplit\"}, {\"type\":"
     "  \"Metaspace\", \"replacement\": \"" SPM_SP "\", \"add_prefix_space\": true}]},"
-    " \"post_processor\": null, \"decoder\": null,"
+    " \"post_processor\": null, \"decoder\": {\"type\": \"Metaspace\","
+    "  \"replacement\": \"" SPM_SP "\", \"add_prefix_space\": true},"
     " \"model\": {\"type\": \"Unigram\", \"unk_id\": 1, \"vocab\": ["
     "  [\"</s>\", 0.0], [\"<unk>\", 0.0], [\"" SPM_SP "\", -2], [\"a\", -3],"
     "  [\"b\", -3], [\"ab\", -1], [\"" SPM_SP "ab\", -2.5]]}}",

@@ -51,14 +51,17 @@ static void llama_json(int byte_fallback, const char *pipeline,
         "  {\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}]},"
         "\"decoder\": {\"type\": \"Sequence\", \"decoders\": ["
         " {\"type\": \"Replace\", \"pattern\": {\"String\": \"" SP "\"},"
-        "  \"content\": \" \"}, {\"type\": \"ByteFallback\"},"
-        " {\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \","
+        "  \"content\": \" \"}, %s"
+        " {\"type\": \"Strip\", \"content\": \" \","
         "  \"start\": 1, \"stop\": 0}]},"
         "\"model\": {\"type\": \"BPE\", \"dropout\": null,"
         " \"unk_token\": \"<unk>\", \"byte_fallback\": %s, %s"
         " \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, \"" SP "\": 3,"
         " \"a\": 4, \"b\": 5, \"" SP "a\": 6, \"ab\": 7, \"" SP "ab\": 8",
-        pipeline, byte_fallback ? "true" : "false", extra);
+        pipeline,
+        byte_fallback ? "{\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"},"
+                      : "",
+        byte_fallback ? "true" : "false", extra);
     for (int b = 0; byte_fallback && b < 256; b++)
         n += (size_t)snprintf(json + n, sizeof json - n,
                               ", \"<0x%02X>\": %d", b, 9 + b);
@@ -76,6 +79,17 @@ static const char METASPACE_FIRST[] =
     "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Metaspace\","
     " \"replacement\": \"" SP "\", \"prepend_scheme\": \"first\","
     " \"split\": false}";
+
+/* Replaces the first `from` in json by `to`. */
+static void edit(const char *from, const char *to)
+{
+    char *p = strstr(json, from);
+    assert_non_null(p);
+    size_t fl = strlen(from), tl = strlen(to), rest = strlen(p + fl);
+    assert_true(strlen(json) - fl + tl < sizeof json);
+    memmove(p + tl, p + fl, rest + 1);
+    memcpy(p, to, tl);
+}
 
 static tfm_tokenizer *load_json(void)
 {
@@ -195,6 +209,58 @@ static void test_t5_unigram(void **state)
     tfm_tokenizer_free(t);
 }
 
+/* Hugging Face's rules where sentencepiece's differ (each worked out from
+ * tokenizers' Rust source): a "$A <s>" template makes <s> the eos token
+ * alone; WhitespaceSplit splits at any Unicode whitespace and runs the
+ * model on each word (a piece spanning two words is never used); the
+ * decoders: Strip removes one leading space after the byte pieces are
+ * fused, and Metaspace drops the "▁" of the first token only. */
+static void test_hugging_face_rules(void **state)
+{
+    (void)state;
+    llama_json(1, LEGACY, "");
+    edit("\"single\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}},"
+         "  {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}],",
+         "\"single\": [{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}},"
+         "  {\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}],");
+    edit("\"pair\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}},"
+         "  {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}},"
+         "  {\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 1}},"
+         "  {\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}]", "\"pair\": null");
+    tfm_tokenizer *t = load_json();
+    EXPECT(t, "ab", TFM_ENCODE_ADD_SPECIAL, NULL, 3, 7, 1);
+    int32_t id;
+    assert_int_equal(tfm_tokenizer_special_id(t, "eos", &id), TFM_OK);
+    assert_int_equal(id, 1);
+    assert_int_equal(tfm_tokenizer_special_id(t, "bos", &id),
+                     TFM_ERR_NOT_FOUND);
+    /* <0x20> then ▁a: "  a" fused, one space stripped. */
+    char text[64];
+    size_t len = 0;
+    const int32_t ids[] = { 9 + 0x20, 6 };
+    assert_int_equal(tfm_tokenizer_decode(t, ids, 2, text, sizeof text, &len),
+                     TFM_OK);
+    assert_int_equal(len, 2);
+    assert_memory_equal(text, " a", 2);
+    tfm_tokenizer_free(t);
+
+    snprintf(json, sizeof json, "%s", T5_JSON);
+    edit("[\"ab\", -1]]", "[\"ab\", -1], [\"a" SP "b\", 5]]");
+    t = load_json();
+    /* "a b" -> words ▁a ▁b: 6, then ▁ b (3 5); the whole text would take
+     * ▁ + a▁b (-2 + 5). */
+    EXPECT(t, "a b", 0, NULL, 6, 3, 5);
+    /* A tab (no charsmap here) is whitespace too. */
+    EXPECT(t, "a\tb", 0, NULL, 6, 3, 5);
+    /* Metaspace decoder: the first token loses its ▁ (here all of it). */
+    const int32_t t5ids[] = { 3, 6 };
+    assert_int_equal(tfm_tokenizer_decode(t, t5ids, 2, text, sizeof text,
+                                          &len), TFM_OK);
+    assert_int_equal(len, 2);
+    assert_memory_equal(text, " a", 2);
+    tfm_tokenizer_free(t);
+}
+
 static void expect_bad_json(tfm_status status, const char *keyword)
 {
     char path[512];
@@ -203,16 +269,6 @@ static void expect_bad_json(tfm_status status, const char *keyword)
     expect_load_fails(path, status, keyword);
 }
 
-/* Replaces the first `from` in json by `to`. */
-static void edit(const char *from, const char *to)
-{
-    char *p = strstr(json, from);
-    assert_non_null(p);
-    size_t fl = strlen(from), tl = strlen(to), rest = strlen(p + fl);
-    assert_true(strlen(json) - fl + tl < sizeof json);
-    memmove(p + tl, p + fl, rest + 1);
-    memcpy(p, to, tl);
-}
 
 static void test_bad_files(void **state)
 {
@@ -237,6 +293,33 @@ static void test_bad_files(void **state)
     snprintf(json, sizeof json, "%s", T5_JSON);
     edit("{\"type\": \"WhitespaceSplit\"}, ", "");
     expect_bad_json(TFM_ERR_UNSUPPORTED, "Metaspace");
+    snprintf(json, sizeof json, "%s", T5_JSON);
+    edit("\"add_prefix_space\": true}]}", "\"prepend_scheme\": \"first\"}]}");
+    expect_bad_json(TFM_ERR_UNSUPPORTED, "always");
+    llama_json(1, "\"normalizer\": null, \"pre_tokenizer\": {\"type\": "
+               "\"Sequence\", \"pretokenizers\": [{\"type\": "
+               "\"WhitespaceSplit\"}, {\"type\": \"Metaspace\", "
+               "\"replacement\": \"" SP "\", \"add_prefix_space\": true}]}",
+               "");
+    expect_bad_json(TFM_ERR_UNSUPPORTED, "BPE");
+    llama_json(1, LEGACY, "");
+    edit("{\"id\": 2, \"content\": \"</s>\", \"special\": true}",
+         "{\"id\": 2, \"content\": \"</s>\", \"special\": false}");
+    expect_bad_json(TFM_ERR_UNSUPPORTED, "not special");
+    llama_json(1, LEGACY, "");
+    edit("\"merges\": [", "\"merges\": [[\"<0x41>\", \"a\"], ");
+    edit("\"" SP "ab\": 8", "\"" SP "ab\": 8, \"<0x41>a\": 265");
+    expect_bad_json(TFM_ERR_UNSUPPORTED, "merge");
+    llama_json(1, LEGACY, "");
+    edit("\"decoder\": {\"type\": \"Sequence\"", "\"decoder\": null, \"x\": {\"type\": \"Sequence\"");
+    expect_bad_json(TFM_ERR_UNSUPPORTED, "decoder");
+    snprintf(json, sizeof json, "%s", T5_JSON);
+    edit("\"normalizer\": null", "\"normalizer\": {\"type\": \"Precompiled\","
+         " \"precompiled_charsmap\": \"====\"}");
+    expect_bad_json(TFM_ERR_FORMAT, "base64");
+    snprintf(json, sizeof json, "%s", T5_JSON);
+    edit("\"normalizer\": null", "\"normalizer\": {\"type\": \"Precompiled\"}");
+    expect_bad_json(TFM_ERR_FORMAT, "precompiled_charsmap");
     /* Malformed files. */
     llama_json(1, LEGACY, "");
     edit("\"unk_token\": \"<unk>\"", "\"unk_token\": \"<nope>\"");
@@ -300,6 +383,7 @@ int main(void)
         cmocka_unit_test(test_llama_metaspace),
         cmocka_unit_test(test_llama_fuse_unk),
         cmocka_unit_test(test_t5_unigram),
+        cmocka_unit_test(test_hugging_face_rules),
         cmocka_unit_test(test_bad_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -51,8 +51,10 @@
  *    with prepend_scheme "first"/"always" and split false), "Unigram" with
  *    T5's (the Precompiled charsmap, WhitespaceSplit + Metaspace); there
  *    BPE merges the listed pair of lowest rank (Hugging Face's rule), the
- *    added tokens marked special are the control pieces, the template
- *    "<s> $A" or "$A </s>" the framing, and <unk> decodes as "<unk>".
+ *    added tokens (which must be special) are the control pieces, the
+ *    template "<s> $A" or "$A </s>" the framing, WhitespaceSplit runs
+ *    the model per word, and decoding follows the file's decoder (special
+ *    tokens skipped, <unk> as "<unk>").
  * docs/TOKENIZERS.md has the details of each.
  *
  * Since 1.2 every kind also gives offsets (the bytes [begin, end) of the
@@ -92,9 +94,8 @@ TFM_API tfm_status tfm_tokenizer_create(const char *vocab,
  *    a SentencePiece model, gives way to the model).
  * With GPT-2's files, <|endoftext|> (when in the vocabulary) is special and
  * is the bos, eos and unk token, as in Hugging Face's GPT2Tokenizer.  In a
- * tokenizer.json, the "added_tokens" are special (for a SentencePiece
- * model, those whose "special" is true; the others are user-defined pieces,
- * matched whole).
+ * tokenizer.json, the "added_tokens" are special (a SentencePiece model's
+ * must all be marked special: TFM_ERR_UNSUPPORTED otherwise).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_FORMAT (malformed file
  * or missing/unsupported tokenizer metadata; truncated JSON, a merge naming
  * a token the vocabulary lacks, an id given twice, a token given twice, ids

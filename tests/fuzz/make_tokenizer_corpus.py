@@ -161,7 +161,7 @@ def spm_json_docs():
     t5 = {"added_tokens": [{"id": 0, "content": "<pad>", "special": True},
                            {"id": 1, "content": "</s>", "special": True},
                            {"id": 2, "content": "<unk>", "special": True},
-                           {"id": 9, "content": "<sep>", "special": False}],
+                           {"id": 9, "content": "<sep>", "special": True}],
           "normalizer": None,
           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
               {"type": "WhitespaceSplit"},
@@ -170,7 +170,8 @@ def spm_json_docs():
           "post_processor": {"type": "TemplateProcessing", "single": [
               {"Sequence": {"id": "A", "type_id": 0}},
               {"SpecialToken": {"id": "</s>", "type_id": 0}}]},
-          "decoder": {"type": "Metaspace", "replacement": sp},
+          "decoder": {"type": "Metaspace", "replacement": sp,
+                      "add_prefix_space": True},
           "model": {"type": "Unigram", "unk_id": 2, "vocab": [
               ["<pad>", 0.0], ["</s>", 0.0], ["<unk>", 0.0], [sp, -2.0],
               ["a", -3.0], ["b", -3.0], [sp + "a", -2.5], [sp + "ab", -6.0],
