@@ -472,9 +472,10 @@ TFM_API tfm_status tfm_mha_forward_v2(const tfm_module *mha,
  * any rope_dims: the gradients of the rotated q and k turned back by the
  * transposed rotation, Su et al. 2021 eq. (34); the learned temperature,
  * logits q.k / tau_h, whose "temperature" gradient is -(1/tau_h) sum q.dq
- * over the head's rows); the others (general / additive scores, Shaw, T5)
- * and add_bias_kv / add_zero_attn give TFM_ERR_INVALID_ARGUMENT naming
- * them.
+ * over the head's rows; Luong's general score q^T W_h k, dq = dq' W_h^T
+ * and W_h's gradient q^T dq' with q' = q W_h); the others (the additive
+ * score, Shaw, T5) and add_bias_kv / add_zero_attn give
+ * TFM_ERR_INVALID_ARGUMENT naming them.
  * Errors: TFM_ERR_NULL_ARGUMENT (mha, query, key, value or grad_output),
  * TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE, TFM_ERR_NON_FINITE (grad_output holds
  * NaN or infinity), TFM_ERR_INVALID_ARGUMENT (as above; no gradient

@@ -148,6 +148,9 @@ def torch_variant_mha(x, sd, E, H, n_kv, alibi=False, window=None,
     if "temperature" in sd:       # learned temperature: q . k / tau_h
         logits = q @ k.transpose(-1, -2) / sd["temperature"][None, :, None,
                                                              None]
+    elif "score_weight" in sd:    # Luong's general score: q^T W_h k
+        qw = torch.einsum("bhid,hde->bhie", q, sd["score_weight"])
+        logits = qw @ k.transpose(-1, -2)
     else:
         logits = q @ k.transpose(-1, -2) / math.sqrt(dk)
     i = torch.arange(L)[:, None]
@@ -173,7 +176,10 @@ def torch_variant_mha(x, sd, E, H, n_kv, alibi=False, window=None,
                                  dict(rope="adjacent", relative="alibi"),
                                  dict(score="learned_temperature"),
                                  dict(score="learned_temperature",
-                                      rope="half", n_kv_heads=2)],
+                                      rope="half", n_kv_heads=2),
+                                 dict(score="general"),
+                                 dict(score="general", rope="adjacent",
+                                      n_kv_heads=2)],
                          ids=lambda c: "-".join(f"{k}={v}" for k, v in
                                                 c.items()))
 def test_variants_against_torch_ops(cfg):
@@ -206,10 +212,10 @@ def test_variants_against_torch_ops(cfg):
 
 def test_unsupported_variant_and_errors():
     learned = transformer.MultiheadAttention(8, 2, batch_first=True,
-                                             score="general").train()
+                                             score="additive").train()
     x = np.ones((1, 3, 8), np.float32)
     learned(x, x, x)
-    with pytest.raises(transformer.InvalidArgumentError, match="score"):
+    with pytest.raises(transformer.InvalidArgumentError, match="additive"):
         learned.backward(np.ones((1, 3, 8), np.float32))
     assert not learned.grad("in_proj_weight").any()   # nothing written
     mha = transformer.MultiheadAttention(8, 2, batch_first=True).train()
