@@ -416,25 +416,39 @@ tfm_status tfm_model_logits(const tfm_module *model, const int32_t *ids,
     return st;
 }
 
+/* An encoder-decoder call's model, sizes and ids (message set). */
+static tfm_status check_seq2seq(const tfm_module *model,
+                                const int32_t *src_ids, int64_t src_len,
+                                const int32_t *tgt_ids, int64_t tgt_len,
+                                int64_t batch)
+{
+    tfm_status st =
+        tfm__model_check(model, 1u << TFM_ARCH_ENCODER_DECODER, "model");
+    if (st != TFM_OK)
+        return st;
+    const tfm__model *m = (const tfm__model *)model;
+    if ((st = check_sizes(m, batch, src_len, "src_len")) ||
+        (st = check_sizes(m, batch, tgt_len, "tgt_len")) ||
+        (st = tfm__model_check_ids(m, src_ids, batch * src_len, "src_ids")))
+        return st;
+    return tfm__model_check_ids(m, tgt_ids, batch * tgt_len, "tgt_ids");
+}
+
 tfm_status tfm_model_seq2seq_logits(const tfm_module *model,
                                     const int32_t *src_ids, int64_t src_len,
                                     const int32_t *tgt_ids, int64_t tgt_len,
                                     int64_t batch, tfm_tensor *logits)
 {
     TFM__PLAN_PIN();
-    tfm_status st =
-        tfm__model_check(model, 1u << TFM_ARCH_ENCODER_DECODER, "model");
+    tfm_status st = check_seq2seq(model, src_ids, src_len, tgt_ids, tgt_len,
+                                  batch);
     if (st != TFM_OK)
         return st;
     const tfm__model *m = (const tfm__model *)model;
     const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
     const int64_t B = batch, S = src_len, L = tgt_len;
     const int64_t shape[3] = { B, L, V };
-    if ((st = check_sizes(m, B, S, "src_len")) ||
-        (st = check_sizes(m, B, L, "tgt_len")) ||
-        (st = tfm__model_check_ids(m, src_ids, B * S, "src_ids")) ||
-        (st = tfm__model_check_ids(m, tgt_ids, B * L, "tgt_ids")) ||
-        (st = tfm__check_shape(logits, "logits", 3, shape)))
+    if ((st = tfm__check_shape(logits, "logits", 3, shape)))
         return st;
 
     /* memory [B, S, d]: the encoder's output; x [B, L, d]: the decoder's
@@ -556,19 +570,15 @@ tfm_status tfm_model_seq2seq_backward(tfm_module *model,
 {
     TFM__PLAN_PIN();
     const char *what = "tfm_model_seq2seq_backward";
-    tfm_status st =
-        tfm__model_check(model, 1u << TFM_ARCH_ENCODER_DECODER, "model");
+    tfm_status st = check_seq2seq(model, src_ids, src_len, tgt_ids, tgt_len,
+                                  batch);
     if (st != TFM_OK)
         return st;
     const tfm__model *m = (const tfm__model *)model;
     const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
     const int64_t B = batch, S = src_len, L = tgt_len;
     const int64_t shape[3] = { B, L, V };
-    if ((st = check_sizes(m, B, S, "src_len")) ||
-        (st = check_sizes(m, B, L, "tgt_len")) ||
-        (st = tfm__model_check_ids(m, src_ids, B * S, "src_ids")) ||
-        (st = tfm__model_check_ids(m, tgt_ids, B * L, "tgt_ids")) ||
-        (st = check_grad_logits(grad_logits, shape, what)))
+    if ((st = check_grad_logits(grad_logits, shape, what)))
         return st;
     const int64_t n_src = B * S * d, n_tgt = B * L * d;
     /* src0, tgt0: the embedded inputs; memory: the encoder's output; h:
