@@ -258,8 +258,13 @@ static int metaspace_prefix(const spm *m, const char *norm, size_t n,
  * U+0009 .. U+000D and U+0085) counts as a space. */
 static void word_space(const spm *m, const char **r, size_t *rn)
 {
-    if (!m->split_words || *rn == 0 || (*rn == 1 && (*r)[0] == ' '))
+    if (!m->split_words || *rn == 0)
         return;
+    if (*rn == 1) {  /* ASCII: the controls U+0009 .. U+000D only */
+        if ((*r)[0] >= 0x09 && (*r)[0] <= 0x0D)
+            *r = " ";
+        return;
+    }
     uint32_t cp;
     size_t k;
     if (tfm__utf8_decode((const unsigned char *)*r, *rn, &cp, &k) != NULL ||
