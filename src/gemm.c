@@ -133,6 +133,42 @@ static void linear_backward_outputs(void *ctx, int64_t begin, int64_t end,
     }
 }
 
+/* The backward's blocks: TFM_LINEAR_BWD_BLOCK output rows of the weight
+ * gradient, or rows of the input gradient, per product, fixed by the
+ * shapes alone: the same products (so the same bits) at every thread
+ * count, whichever thread runs them. */
+#define TFM_LINEAR_BWD_BLOCK 64
+
+typedef struct linear_backward_blocks {
+    const linear_backward_job *job;
+    int64_t total;
+    void (*fn)(void *, int64_t, int64_t, int);
+} linear_backward_blocks;
+
+static void linear_backward_block(void *ctx, int64_t begin, int64_t end,
+                                  int slot)
+{
+    const linear_backward_blocks *b = ctx;
+    for (int64_t k = begin; k < end; k++) {
+        const int64_t lo = k * TFM_LINEAR_BWD_BLOCK;
+        const int64_t hi = lo + TFM_LINEAR_BWD_BLOCK < b->total
+                               ? lo + TFM_LINEAR_BWD_BLOCK : b->total;
+        b->fn((void *)b->job, lo, hi, slot);
+    }
+}
+
+static void linear_backward_split(const tfm__plan plan, int64_t total,
+                                  int64_t grain,
+                                  void (*fn)(void *, int64_t, int64_t, int),
+                                  const linear_backward_job *j)
+{
+    linear_backward_blocks b = { j, total, fn };
+    const int64_t blocks = (total + TFM_LINEAR_BWD_BLOCK - 1) /
+                           TFM_LINEAR_BWD_BLOCK;
+    int64_t g = grain / TFM_LINEAR_BWD_BLOCK;
+    tfm__parallel_for(plan, blocks, g < 1 ? 1 : g, linear_backward_block, &b);
+}
+
 void tfm__linear_backward(const float *x, int64_t ldx, int64_t n, int64_t in,
                           const float *w, int64_t out, const float *grad_y,
                           int64_t ldg, float *grad_x, float *grad_w,
@@ -146,14 +182,12 @@ void tfm__linear_backward(const float *x, int64_t ldx, int64_t n, int64_t in,
     /* Parameter gradients first: they read x, which grad_x may replace. */
     if (grad_w || grad_b) {
         const int64_t per = n * in > 0 ? n * in : 1;
-        int64_t grain = TFM_LINEAR_GRAIN_MACS / per;
-        tfm__parallel_for(plan, out, grain < 1 ? 1 : grain,
-                          linear_backward_outputs, &j);
+        linear_backward_split(plan, out, TFM_LINEAR_GRAIN_MACS / per,
+                              linear_backward_outputs, &j);
     }
     if (grad_x) {
         const int64_t macs = in * out > 0 ? in * out : 1;
-        int64_t grain = TFM_LINEAR_GRAIN_MACS / macs;
-        tfm__parallel_for(plan, n, grain < 1 ? 1 : grain,
-                          linear_backward_rows, &j);
+        linear_backward_split(plan, n, TFM_LINEAR_GRAIN_MACS / macs,
+                              linear_backward_rows, &j);
     }
 }

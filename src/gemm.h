@@ -39,7 +39,9 @@ void tfm__linear_parallel(const float *x, int64_t ldx, int64_t n, int64_t in,
  *                                                 scratch; NULL: skipped)
  * x [n, in] (row stride ldx), grad_y [n, out] (row stride ldg), W [out,
  * in].  grad_x is written last, so it may be x itself (never grad_y).
- * Every product is one cblas_sgemm per thread's block.  Cannot fail. */
+ * Every product is one cblas_sgemm per block of 64 output rows (weight
+ * gradient) or input rows (input gradient), blocks fixed by the shapes, so
+ * the bits do not depend on the thread count.  Cannot fail. */
 void tfm__linear_backward(const float *x, int64_t ldx, int64_t n, int64_t in,
                           const float *w, int64_t out, const float *grad_y,
                           int64_t ldg, float *grad_x, float *grad_w,

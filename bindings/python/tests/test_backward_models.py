@@ -79,3 +79,24 @@ def test_model_backward_errors_and_accumulation():
     with pytest.raises(transformer.NonFiniteError):
         m.backward(bad)
     close(m.grad("token_embedding.weight"), 2 * once, 1e-5)
+
+
+def test_unbatched_model_backward():
+    """An unbatched logits call ([L] ids) takes [L, V] grad_logits, the same
+    gradients as the batched call; another shape names the logits' shape."""
+    cfg = dict(architecture="decoder_only", vocab_size=9, d_model=8,
+               n_heads=2, d_ff=16, n_layers=1, context_length=6)
+    transformer.manual_seed(4)
+    m = transformer.Model(cfg).train()
+    ids = np.array([1, 2, 3, 4], np.int32)
+    g = np.random.default_rng(1).standard_normal((4, 9)).astype(np.float32)
+    m.logits(ids)
+    m.backward(g)
+    once = m.grad("token_embedding.weight").copy()
+    m.zero_grad()
+    m.logits(ids[None])
+    m.backward(g[None])
+    np.testing.assert_array_equal(m.grad("token_embedding.weight"), once)
+    m.logits(ids)
+    with pytest.raises(transformer.ShapeError, match=r"\[4, 9\]"):
+        m.backward(g[None])

@@ -464,7 +464,13 @@ class Model(Module):
                 "(call train(), then logits(ids), then backward)")
         src, tgt, single = saved
         g = as_float32(grad_logits, "grad_logits")
+        want = ((tgt if tgt is not None else src).shape[1],
+                self.config["vocab_size"])
         if single:
+            # the call was unbatched: so is grad_logits, [L, vocab_size]
+            if g.shape != want:
+                raise ShapeError(f"grad_logits must have the logits' shape "
+                                 f"{list(want)}, got {list(g.shape)}")
             g = g[None]
         g = np.ascontiguousarray(g)
         if tgt is None:
