@@ -2199,6 +2199,83 @@ static void bwd_on_ok(void *p)
         assert_true(tfm_tensor_data(c->gm)[0] != 7.0f);
 }
 
+/* tfm_model_backward / tfm_model_seq2seq_backward (every allocation of
+ * the blocks' keep phases, the stack's activations and the attention
+ * backward's scratch fails in turn): a failure returns out-of-memory and
+ * leaks nothing (valgrind, LeakSanitizer); the parameter gradients may
+ * hold the head's and the later blocks' parts then (model.h), so each
+ * attempt starts from zeroed gradients and a successful one must give the
+ * uninjected gradients bit for bit. */
+typedef struct model_bwd_ctx {
+    tfm_module *model;
+    int32_t ids[12];
+    int64_t B, L;
+    tfm_tensor *g;
+    float *reference;     /* the token table's gradient without injection */
+    int64_t n_ref;
+} model_bwd_ctx;
+
+static tfm_status model_bwd_run(void *p)
+{
+    model_bwd_ctx *c = p;
+    if (tfm_module_kind_of(c->model) == TFM_MODULE_ENCODER_DECODER)
+        return tfm_model_seq2seq_backward(c->model, c->ids, c->L, c->ids,
+                                          c->L, c->B, c->g);
+    return tfm_model_backward(c->model, c->ids, c->B, c->L, c->g);
+}
+
+static void model_bwd_setup(void *p)
+{
+    assert_int_equal(tfm_module_zero_grad(((model_bwd_ctx *)p)->model),
+                     TFM_OK);
+}
+
+static void model_bwd_on_ok(void *p)
+{
+    model_bwd_ctx *c = p;
+    float *g = NULL;
+    assert_int_equal(tfm_module_grad(c->model, "token_embedding.weight", &g),
+                     TFM_OK);
+    assert_memory_equal(g, c->reference, (size_t)c->n_ref * sizeof *g);
+}
+
+static void test_model_backward(void **state)
+{
+    (void)state;
+    const tfm_architecture archs[2] = { TFM_ARCH_DECODER_ONLY,
+                                        TFM_ARCH_ENCODER_DECODER };
+    for (int a = 0; a < 2; a++) {
+        model_bwd_ctx c;
+        memset(&c, 0, sizeof c);
+        tfm_model_config mc = model_config(archs[a], 11);
+        assert_int_equal(tfm_model_create(&mc, &c.model), TFM_OK);
+        lcg_randomize(c.model, 95 + a);
+        assert_int_equal(tfm_module_train(c.model, 1), TFM_OK);
+        c.B = 2;
+        c.L = 5;
+        for (int i = 0; i < 10; i++)
+            c.ids[i] = (int32_t)((3 * i + 1) % 11);
+        c.g = lcg_fill(make3(2, 5, 11, NULL));
+        c.n_ref = 11 * mc.layer.d_model;
+        c.reference = malloc((size_t)c.n_ref * sizeof *c.reference);
+        assert_non_null(c.reference);
+        model_bwd_setup(&c);
+        assert_int_equal(model_bwd_run(&c), TFM_OK);
+        float *g = NULL;
+        assert_int_equal(tfm_module_grad(c.model, "token_embedding.weight",
+                                         &g), TFM_OK);
+        memcpy(c.reference, g, (size_t)c.n_ref * sizeof *g);
+        oom_case oc = { .name = a == 0 ? "tfm_model_backward (decoder-only)"
+                                       : "tfm_model_seq2seq_backward",
+                        .setup = model_bwd_setup, .run = model_bwd_run,
+                        .on_ok = model_bwd_on_ok, .ctx = &c };
+        run_case(&oc);
+        free(c.reference);
+        tfm_tensor_free(c.g);
+        tfm_module_free(c.model);
+    }
+}
+
 static void test_backward(void **state)
 {
     (void)state;
@@ -2265,6 +2342,7 @@ int main(void)
         cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_module_train),
         cmocka_unit_test(test_backward),
+        cmocka_unit_test(test_model_backward),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }
