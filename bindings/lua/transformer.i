@@ -472,6 +472,48 @@ static void tfml_read_attention_config(lua_State *L, int idx,
 #undef TFML_FLAG_FIELD
 }
 
+/* ---- tfm_mha_options as a table: { kdim, vdim, bias, add_bias_kv,
+ * add_zero_attn, attention = {...} } ---- */
+static const char *const tfml_mha_options_keys[] = {
+    "kdim", "vdim", "bias", "add_bias_kv", "add_zero_attn", "attention", NULL
+};
+
+static void tfml_read_mha_options(lua_State *L, int idx, tfm_mha_options *o,
+                                  tfm_attention_config *attention)
+{
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx))
+        luaL_error(L, "attention options must be a table, got %s",
+                   luaL_typename(L, idx));
+    tfml_check_keys(L, idx, tfml_mha_options_keys, "attention options");
+    tfm_mha_options_init(o);
+    if (tfml_field(L, idx, "kdim")) {
+        o->kdim = (int64_t)tfml_tointeger(L, -1, "kdim");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "vdim")) {
+        o->vdim = (int64_t)tfml_tointeger(L, -1, "vdim");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "bias")) {
+        o->bias = tfml_toflag(L, -1, "bias");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "add_bias_kv")) {
+        o->add_bias_kv = tfml_toflag(L, -1, "add_bias_kv");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "add_zero_attn")) {
+        o->add_zero_attn = tfml_toflag(L, -1, "add_zero_attn");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, idx, "attention")) {
+        tfml_read_attention_config(L, -1, attention, "attention");
+        o->attention = attention;
+        lua_pop(L, 1);
+    }
+}
+
 /* ---- tfm_layer_options as a table: { bias = false, attention = {...} } ---- */
 static const char *const tfml_layer_options_keys[] = { "bias", "attention",
                                                        NULL };
@@ -1745,6 +1787,7 @@ TFML_HANDLE_CHECK(tfm_optimizer, "optimizer")
 TFML_HANDLE_CHECK(tfm_rng, "random generator")
 /* ...except the optional attention-weights output. */
 %typemap(check) tfm_tensor *weights ""
+%typemap(check) const tfm_tensor *static_k, const tfm_tensor *static_v ""
 
 /* Shapes as tables. */
 %typemap(in, checkfn="lua_istable") (int rank, const int64_t *shape)
@@ -1877,6 +1920,18 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %typemap(argout) const tfm_attention_config *,
                  const tfm_attention_config *config ""
 
+/* Multi-head attention options (attention.h): a table, nil meaning the
+ * defaults. */
+%typemap(in) const tfm_mha_options *
+    (tfm_mha_options tmp, tfm_attention_config atmp) %{
+  if (lua_isnoneornil(L, $input)) {
+    $1 = NULL;
+  } else {
+    tfml_read_mha_options(L, $input, &tmp, &atmp);
+    $1 = &tmp;
+  }
+%}
+
 /* Layer options (layers.h): a table, nil meaning the defaults. */
 %typemap(in) const tfm_layer_options *
     (tfm_layer_options tmp, tfm_attention_config atmp) %{
@@ -1971,6 +2026,8 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %ignore tfm_model_options;
 %ignore tfm_layer_options;
 %ignore tfm_layer_options_init;
+%ignore tfm_mha_options;
+%ignore tfm_mha_options_init;
 /* tfm_enum_from_name: option strings are accepted wherever an enum is. */
 %ignore tfm_enum_from_name;
 /* Compile-time helpers. */

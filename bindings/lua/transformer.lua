@@ -841,29 +841,43 @@ local function new_mha(...)
   local H = check_int("num_heads", a.num_heads, 1)
   check_number("dropout", a.dropout)
   check_bool("bias", a.bias)
-  if check_bool("add_bias_kv", a.add_bias_kv) then fail("add_bias_kv=true is not supported") end
-  if check_bool("add_zero_attn", a.add_zero_attn) then fail("add_zero_attn=true is not supported") end
+  local bias_kv = check_bool("add_bias_kv", a.add_bias_kv)
+  local zero_attn = check_bool("add_zero_attn", a.add_zero_attn)
   local kdim = a.kdim == nil and E or check_int("kdim", a.kdim, 1)
   local vdim = a.vdim == nil and E or check_int("vdim", a.vdim, 1)
   local variant = variant_of(a)
-  local h
-  if variant then
-    h = core.tfm_mha_create_ex(E, H, kdim, vdim, a.bias, variant)
-  else
-    h = core.tfm_mha_create(E, H, kdim, vdim, a.bias)
-  end
+  -- tfm_mha_create_v2: PyTorch's add_bias_kv / add_zero_attn too
+  local h = core.tfm_mha_create_v2(E, H, { kdim = kdim, vdim = vdim, bias = a.bias,
+    add_bias_kv = bias_kv, add_zero_attn = zero_attn, attention = variant })
   return new_object(MultiheadAttention, h, {
     embed_dim = E, num_heads = H, head_dim = E // H, kdim = kdim, vdim = vdim,
-    bias = a.bias, batch_first = check_bool("batch_first", a.batch_first), variant = variant,
-    _repr = fmt("embed_dim=%d, num_heads=%d, bias=%s%s%s", E, H, tostring(a.bias),
+    bias = a.bias, add_bias_kv = bias_kv, add_zero_attn = zero_attn,
+    batch_first = check_bool("batch_first", a.batch_first), variant = variant,
+    _repr = fmt("embed_dim=%d, num_heads=%d, bias=%s%s%s%s%s", E, H, tostring(a.bias),
                 (kdim ~= E or vdim ~= E) and fmt(", kdim=%d, vdim=%d", kdim, vdim) or "",
+                bias_kv and ", add_bias_kv=true" or "", zero_attn and ", add_zero_attn=true" or "",
                 variant_repr(variant)),
   }):reset_parameters()
 end
 constructor(MultiheadAttention, new_mha)
 
 local MHA_OPTIONS = { "key_padding_mask", "need_weights", "attn_mask",
-                      "average_attn_weights", "is_causal" }
+                      "average_attn_weights", "is_causal", "static_k", "static_v" }
+
+-- static_k / static_v: PyTorch's [B*num_heads][S][head_dim] (or
+-- [B][num_heads][S][head_dim]) -> a [B, H_kv, S, head_dim] tensor.
+local function static_rows(self, t, B, what)
+  if t == nil then return nil end
+  local s = shape_of(t)
+  local hd = self.head_dim
+  if #s == 3 then
+    if s[1] % B ~= 0 then fail("%s has %d rows, expected a multiple of the batch %d", what, s[1], B) end
+    return (to_tensor(t, what, { B, s[1] // B, s[2], s[3] }))
+  elseif #s == 4 then
+    return (to_tensor(t, what))
+  end
+  fail("%s must be [B*num_heads][S][head_dim] or [B][num_heads][S][head_dim] (head_dim %d)", what, hd)
+end
 
 --- mha:forward(query, key, value, {key_padding_mask, need_weights=true,
 --  attn_mask, average_attn_weights=true, is_causal=false})
@@ -872,6 +886,9 @@ local MHA_OPTIONS = { "key_padding_mask", "need_weights", "attn_mask",
 --  key_padding_mask [B][S]: true = padding (ignored), or numbers (added);
 --  attn_mask [L][S] or [B*num_heads][L][S]: true = may not attend, or
 --  numbers (added); is_causal: query i sees keys j <= i.
+--  static_k, static_v: F.multi_head_attention_forward's precomputed keys /
+--  values [B*num_heads][S][head_dim], used instead of key's / value's
+--  projections (tfm_mha_forward_v2).
 --  Returns output [B][L][E] and, with need_weights, the attention weights
 --  [B][L][S] (averaged over the heads) or [B][num_heads][L][S].
 --  A query whose keys are all masked gets zero weights and a zero output
@@ -891,6 +908,11 @@ function MultiheadAttention:forward(query, key, value, opts)
     fail("query, key and value must all be batched (3D) or all unbatched (2D)")
   end
   local B, L, S, H = qs[1], qs[2], ks[2], self.num_heads
+  local sk = static_rows(self, opts.static_k, B, "static_k")
+  local sv = static_rows(self, opts.static_v, B, "static_v")
+  if sk then S = core.tensor_shape(sk)[3] elseif sv then S = core.tensor_shape(sv)[3] end
+  -- the extra keys: bias_k / bias_v and the zero row (weights over S')
+  local S_out = S + (self.add_bias_kv and 1 or 0) + (self.add_zero_attn and 1 or 0)
   local masks = block_masks({ "key_padding_mask", "attn_mask", "is_causal" }, B, H, L, S,
     mask_arg(opts.key_padding_mask, was_batched), opts.attn_mask, opts.is_causal)
   local tq = to_tensor(q, "query")
@@ -904,9 +926,9 @@ function MultiheadAttention:forward(query, key, value, opts)
   local w
   if check_bool("need_weights", need) then
     w = core.tfm_tensor_create(check_bool("average_attn_weights", avg)
-      and { B, L, S } or { B, H, L, S })
+      and { B, L, S_out } or { B, H, L, S_out })
   end
-  core.tfm_mha_forward(h, tq, tk, tv, masks, out, w)
+  core.tfm_mha_forward_v2(h, tq, tk, tv, sk, sv, masks, out, w)
   local weights
   if w then
     weights = tensor_table(w)

@@ -417,6 +417,38 @@ def tiny_model(out_dir):
             "greedy_margin": margin}
 
 
+def case_mha_extra():
+    """PyTorch's add_bias_kv / add_zero_attn (self-attention with a key
+    padding mask, weights over S + 2 keys) and F.multi_head_attention_
+    forward's static_k / static_v ([B * H, S, head_dim], S != L)."""
+    rng = seed("mha_extra")
+    E, H, B, L, S = 8, 2, 2, 4, 3
+    m = nn.MultiheadAttention(E, H, add_bias_kv=True, add_zero_attn=True,
+                              batch_first=True).double().eval()
+    randomize(m, rng)
+    x = f32(rng, B, L, E)
+    kpm = torch.zeros(B, L, dtype=torch.bool)
+    kpm[1, 2:] = True
+    o, w = m(x, x, x, key_padding_mask=kpm)
+    r = {"embed_dim": E, "num_heads": H, "state": state(m),
+         "x": x.numpy().astype(np.float32),
+         "key_padding_mask": kpm.numpy(), "out": out64(o),
+         "weights": out64(w)}
+    p = nn.MultiheadAttention(E, H, batch_first=True).double().eval()
+    randomize(p, rng)
+    sk = f32(rng, B * H, S, E // H)
+    sv = f32(rng, B * H, S, E // H)
+    xt = x.transpose(0, 1)           # F.multi_head_attention_forward: [L, B, E]
+    o2, w2 = nn.functional.multi_head_attention_forward(
+        xt, xt, xt, E, H, p.in_proj_weight, p.in_proj_bias, None, None,
+        False, 0.0, p.out_proj.weight, p.out_proj.bias, training=False,
+        static_k=sk, static_v=sv)
+    r["static"] = {"state": state(p), "static_k": sk.numpy().astype(np.float32),
+                   "static_v": sv.numpy().astype(np.float32),
+                   "out": out64(o2.transpose(0, 1)), "weights": out64(w2)}
+    return r
+
+
 def case_training():
     """Gradients and optimizer steps for the Lua training interface:
     Linear and the post-norm encoder layer given grad_output (loss =
@@ -523,6 +555,7 @@ def main():
         "tiny_model": tiny_model(args.out),
     }
     ref["training"] = case_training()
+    ref["mha_extra"] = case_mha_extra()
     kjv = kjv_model()
     if kjv is not None:
         ref["kjv"] = kjv

@@ -1775,4 +1775,20 @@ test("tiny model: loss, backward and AdamW steps against torch", function()
   raises(function() m:loss(C.ids, C.targets, { smoothing = 0.1 }) end, "unknown option")
 end)
 
+test("MultiheadAttention add_bias_kv, add_zero_attn and static_k / static_v against torch", function()
+  local C = R.mha_extra
+  local m = T.MultiheadAttention{ embed_dim = C.embed_dim, num_heads = C.num_heads,
+                                  add_bias_kv = true, add_zero_attn = true }
+  m:load_state_dict(C.state)
+  local out, w = m:forward(C.x, C.x, C.x, { key_padding_mask = C.key_padding_mask })
+  close(out, C.out, "output with the extra keys")
+  close(w, C.weights, "weights over S + 2 keys")
+  local p = T.MultiheadAttention(C.embed_dim, C.num_heads)
+  p:load_state_dict(C.static.state)
+  out, w = p:forward(C.x, { static_k = C.static.static_k, static_v = C.static.static_v })
+  close(out, C.static.out, "output with static_k / static_v")
+  close(w, C.static.weights, "weights over the static keys")
+  raises(function() m:forward(C.x, { static_k = C.static.static_k }) end, "add_bias_kv")
+end)
+
 harness.finish()
