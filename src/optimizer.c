@@ -36,6 +36,10 @@ struct tfm_optimizer {
     float *state;       /* n_slots * sum of numel floats, zeroed */
     int64_t state_len;
     int n_slots;
+    /* [n] each parameter's weight decay: o.weight_decay unless
+     * tfm_optimizer_set_weight_decay gave it its own (torch's parameter
+     * groups). */
+    double *weight_decay;
 };
 
 static const char *const SGD_SLOTS[] = { "momentum_buffer" };
@@ -135,6 +139,7 @@ void tfm_optimizer_free(tfm_optimizer *opt)
     tfm__free(opt->steps);
     tfm__free(opt->offset);
     tfm__free(opt->state);
+    tfm__free(opt->weight_decay);
     tfm__free(opt);
 }
 
@@ -158,8 +163,11 @@ tfm_status tfm_optimizer_create(tfm_module *module,
         opt->index = tfm__calloc(np > 0 ? (size_t)np : 1, sizeof(int));
         opt->steps = tfm__calloc(np > 0 ? (size_t)np : 1, sizeof(int64_t));
         opt->offset = tfm__calloc(np > 0 ? (size_t)np : 1, sizeof(int64_t));
+        opt->weight_decay = tfm__calloc(np > 0 ? (size_t)np : 1,
+                                        sizeof(double));
     }
-    if (!opt || !opt->index || !opt->steps || !opt->offset) {
+    if (!opt || !opt->index || !opt->steps || !opt->offset ||
+        !opt->weight_decay) {
         tfm_optimizer_free(opt);
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "tfm_optimizer_create: out of memory");
@@ -177,6 +185,7 @@ tfm_status tfm_optimizer_create(tfm_module *module,
             continue;
         opt->index[opt->n] = i;
         opt->offset[opt->n] = total;
+        opt->weight_decay[opt->n] = o.weight_decay;
         opt->n++;
         if (total > INT64_MAX / 4 - module->params[i].numel) {
             tfm_optimizer_free(opt);
@@ -303,12 +312,13 @@ tfm_status tfm_optimizer_step(tfm_optimizer *opt)
         const int64_t t = ++opt->steps[i];
         float *s = opt->state + opt->offset[i];
         const int64_t n = p->numel;
-        if (opt->o.kind == TFM_OPTIMIZER_SGD)
-            sgd_step(&opt->o, p->data, grad, opt->n_slots ? s : NULL, n,
-                     t);
+        tfm_optimizer_options o = opt->o;
+        o.weight_decay = opt->weight_decay[i];
+        if (o.kind == TFM_OPTIMIZER_SGD)
+            sgd_step(&o, p->data, grad, opt->n_slots ? s : NULL, n, t);
         else
-            adam_step(&opt->o, p->data, grad, s, s + n,
-                      opt->o.amsgrad ? s + 2 * n : NULL, n, t);
+            adam_step(&o, p->data, grad, s, s + n,
+                      o.amsgrad ? s + 2 * n : NULL, n, t);
     }
     return TFM_OK;
 }
@@ -408,6 +418,27 @@ static int find(const tfm_optimizer *opt, const char *name)
                 return i;
     }
     return -1;
+}
+
+tfm_status tfm_optimizer_set_weight_decay(tfm_optimizer *opt,
+                                          const char *param,
+                                          double weight_decay)
+{
+    if (!opt || !param)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT,
+                         "tfm_optimizer_set_weight_decay: optimizer and "
+                         "param are required");
+    if (!nonneg(weight_decay))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "tfm_optimizer_set_weight_decay: invalid "
+                         "weight_decay %g", weight_decay);
+    const int i = find(opt, param);
+    if (i < 0)
+        return tfm__fail(TFM_ERR_NOT_FOUND,
+                         "tfm_optimizer_set_weight_decay: no parameter "
+                         "\"%s\"", param);
+    opt->weight_decay[i] = weight_decay;
+    return TFM_OK;
 }
 
 /* Slot index of `state` (0 .. n_slots-1), MAX_SLOTS for "step", or -1. */

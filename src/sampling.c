@@ -41,6 +41,11 @@ uint64_t tfm__rng_next(tfm_rng *rng)
     return z ^ (z >> 31);
 }
 
+uint64_t tfm_rng_next(tfm_rng *rng)
+{
+    return rng ? tfm__rng_next(rng) : 0;
+}
+
 float tfm_rng_uniform(tfm_rng *rng)
 {
     if (!rng)

@@ -43,6 +43,8 @@ char *openblas_get_corename(void);
 #define PROGRAM "transformer-generate"
 #define MODEL_ENV "TRANSFORMER_MODEL"
 
+#include "cli_args.h"
+
 /* The most --stop and --eos-token-id options. */
 #define MAX_LIST 64
 
@@ -137,68 +139,6 @@ static void usage(FILE *out)
         "docs/VARIANTS.md).  Every variant decodes with the KV cache; the "
         "model line\n"
         "on stderr says which one the file selects.\n");
-}
-
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Prints "transformer-generate: <message>" to stderr; returns 1. */
-static int fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs(PROGRAM ": ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 1;
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* ---- Number parsing: the whole argument must be the number ------------ */
-
-static int parse_int64(const char *option, const char *s, int64_t min,
-                       int64_t *out)
-{
-    int64_t v;
-    tfm__number st = tfm__parse_int64(s, &v);
-    if (st == TFM__NUMBER_SYNTAX)
-        return fail("%s: '%s' is not a whole number", option, s);
-    if (st == TFM__NUMBER_RANGE || v < min)
-        return fail("%s: %s is out of range (at least %lld)", option, s,
-                    (long long)min);
-    *out = v;
-    return 0;
-}
-
-static int parse_uint64(const char *option, const char *s, uint64_t *out)
-{
-    uint64_t v;
-    tfm__number st = tfm__parse_uint64(s, &v);
-    if (st == TFM__NUMBER_SYNTAX)
-        return fail("%s: '%s' is not a whole number of 0 or more", option, s);
-    if (st == TFM__NUMBER_RANGE)
-        return fail("%s: %s is too large (at most %llu)", option, s,
-                    (unsigned long long)UINT64_MAX);
-    *out = v;
-    return 0;
-}
-
-static int parse_float(const char *option, const char *s, float *out)
-{
-    double v;
-    tfm__number st = tfm__parse_double(s, &v);
-    if (st == TFM__NUMBER_SYNTAX)
-        return fail("%s: '%s' is not a number", option, s);
-    if (st == TFM__NUMBER_RANGE || fabs(v) > FLT_MAX)
-        return fail("%s: %s is not a finite number", option, s);
-    *out = (float)v;
-    return 0;
 }
 
 /* Returns -1 to go on, else the exit code. */

@@ -326,6 +326,12 @@ TFM_API void tfm_rng_seed(tfm_rng *rng, uint64_t seed);
 /* Next uniform float in [0, 1) (24 random bits).  rng must not be NULL. */
 TFM_API float tfm_rng_uniform(tfm_rng *rng);
 
+/* Next raw 64-bit output of the generator (SplitMix64: state +=
+ * 0x9E3779B97F4A7C15, then Vigna's splitmix64.c mix), the value
+ * tfm_rng_uniform takes its top 24 bits from; e.g. an index in [0, n) is
+ * floor(r * n / 2^64).  rng NULL gives 0.  Since 1.2. */
+TFM_API uint64_t tfm_rng_next(tfm_rng *rng);
+
 typedef struct tfm_sampling {
     int greedy;         /* nonzero: argmax, the other fields ignored */
     float temperature;  /* > 0; 1 leaves the logits as they are */

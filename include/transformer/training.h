@@ -233,6 +233,22 @@ TFM_API void tfm_optimizer_zero_grad(tfm_optimizer *optimizer);
 TFM_API tfm_status tfm_optimizer_set_lr(tfm_optimizer *optimizer, double lr);
 TFM_API double tfm_optimizer_get_lr(const tfm_optimizer *optimizer);
 
+/* Gives one parameter (param: its name in the module, e.g.
+ * "layers.0.norm1.weight"; a tied parameter's names are one parameter) a
+ * weight decay of its own, as a torch.optim parameter group with that
+ * weight_decay (e.g. nanoGPT's and GPT-2's no decay on biases and
+ * LayerNorm weights).  Parameters start with the options' weight_decay;
+ * it keeps its meaning (SGD and Adam: L2 added to the gradient; AdamW:
+ * decoupled, p *= 1 - lr * weight_decay).  Not part of the state that
+ * tfm_optimizer_save writes (torch keeps it in param_groups, not state):
+ * set it again after creating an optimizer to load into.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (weight_decay
+ * negative or not finite), TFM_ERR_NOT_FOUND (no such parameter); then
+ * nothing changes.  Since 1.2. */
+TFM_API tfm_status tfm_optimizer_set_weight_decay(tfm_optimizer *optimizer,
+                                                  const char *param,
+                                                  double weight_decay);
+
 /* Gradient clipping by global norm, torch.nn.utils.clip_grad_norm_ of
  * PyTorch 1.13: total = the norm_type-norm of all the gradients together
  * (norm_type > 0, or INFINITY for the largest magnitude), computed in

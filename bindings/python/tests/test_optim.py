@@ -69,6 +69,22 @@ def copy_grads(ours, ref):
         p.grad = torch.from_numpy(grads[name].copy())
 
 
+def steps_agree(ours, ref, opt, topt, kind, rng, steps, accumulate_at=None):
+    """`steps` steps of both optimizers from our gradients (accumulated
+    twice at step accumulate_at); every parameter agrees after each."""
+    for step in range(steps):
+        opt.zero_grad()
+        backward(ours, kind, rng)
+        if step == accumulate_at:
+            backward(ours, kind, rng)
+        copy_grads(ours, ref)
+        opt.step()
+        topt.step()
+        params = ours.state_dict()
+        for pname, p in ref.named_parameters():
+            close(params[pname], p, f"step {step} {pname}")
+
+
 @pytest.mark.parametrize("kind", ["linear", "mha"])
 @pytest.mark.parametrize("name,kw", CONFIGS)
 def test_matches_torch(kind, name, kw):
@@ -77,17 +93,7 @@ def test_matches_torch(kind, name, kw):
     topt = getattr(torch.optim, name)(ref.parameters(), **(
         {"lr": 1e-3, **kw} if name == "SGD" else kw))
     rng = np.random.default_rng(1)
-    for step in range(6):
-        opt.zero_grad()
-        backward(ours, kind, rng)
-        if step == 2:   # one step with gradients accumulated twice
-            backward(ours, kind, rng)
-        copy_grads(ours, ref)
-        opt.step()
-        topt.step()
-        params = ours.state_dict()
-        for pname, p in ref.named_parameters():
-            close(params[pname], p, f"step {step} {pname}")
+    steps_agree(ours, ref, opt, topt, kind, rng, 6, accumulate_at=2)
     state = opt.state_dict()["state"]
     for (pname, p) in ref.named_parameters():
         tstate = {k: v for k, v in topt.state[p].items() if v is not None}
@@ -303,3 +309,39 @@ def test_readme_training_snippet():
     # fall well below chance, -log(1/4) = 1.386
     assert env["loss"] < 0.3, env["loss"]
     assert env["sched"].get_last_lr()[0] == 0.0     # cosine end: 0
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
+def test_per_parameter_weight_decay_matches_param_groups(name):
+    # C tfm_optimizer_set_weight_decay: one parameter's own weight_decay,
+    # as a torch param group (nanoGPT's no decay on biases).
+    from transformer import _lowlevel as _ll
+    ours, ref = make_pair("linear")
+    kw = {"lr": 0.05, "weight_decay": 0.3}
+    opt = getattr(transformer.optim, name)(ours, **kw)
+    opt._each(_ll.tfm_optimizer_set_weight_decay, "bias", 0.0)
+    topt = getattr(torch.optim, name)(
+        [{"params": [ref.weight]}, {"params": [ref.bias], "weight_decay": 0.0}],
+        **kw)
+    steps_agree(ours, ref, opt, topt, "linear", np.random.default_rng(5), 4)
+    with pytest.raises(transformer.NotFoundError):
+        opt._each(_ll.tfm_optimizer_set_weight_decay, "nope", 0.0)
+    with pytest.raises(ValueError):
+        opt._each(_ll.tfm_optimizer_set_weight_decay, "bias", -1.0)
+
+
+def test_rng_next_is_splitmix64():
+    # tfm_rng_next: SplitMix64 (Steele, Lea and Flood 2014) written here
+    # from Vigna's splitmix64.c constants.
+    from transformer import _lowlevel as _ll
+    M = (1 << 64) - 1
+    state = 1234
+    rng = _ll.tfm_rng()
+    _ll.tfm_rng_seed(rng, 1234)
+    for _ in range(5):
+        state = (state + 0x9E3779B97F4A7C15) & M
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
+        z ^= z >> 31
+        assert _ll.tfm_rng_next(rng) == z

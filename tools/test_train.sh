@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# transformer-train's checkpoints (ctest cli_train_*):
+#   resume   20 steps in one go equal 10 steps, the end of the run, --resume
+#            and 10 more, bit for bit (weights and optimizer state), and
+#            equal a run killed (SIGKILL) at random moments and resumed
+#            until it finishes; the final model generates with
+#            transformer-generate;
+#   errors   plain-word errors with a non-zero exit: missing file, characters
+#            outside the checkpoint's vocabulary, a recipe option given with
+#            --resume, a context the text cannot fill, a loss that is not
+#            finite (the last checkpoint stays readable).
+# Usage: test_train.sh resume|errors TRAIN GENERATE TEXT
+set -euo pipefail
+what=$1 train=$2 generate=$3 text=$4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+small=(--layers 2 --d-model 32 --heads 2 --d-ff 64 --context 32
+       --batch-size 4 --warmup 3 --eval-windows 8 --eval-interval 0
+       --threads 1 --log-interval 5)
+
+same_checkpoint() {   # same_checkpoint DIR_A DIR_B STEP
+  local s; s=$(printf '%08d' "$3")
+  cmp "$1/step-$s.model.safetensors" "$2/step-$s.model.safetensors" \
+    || fail "weights differ at step $3 ($1, $2)"
+  cmp "$1/step-$s.optim.safetensors" "$2/step-$s.optim.safetensors" \
+    || fail "optimizer state differs at step $3 ($1, $2)"
+}
+
+case $what in
+resume)
+  "$train" --text "$text" --out "$work/a.st" --steps 20 "${small[@]}" \
+    2> "$work/a.log" || { cat "$work/a.log"; fail "uninterrupted run"; }
+  grep -q "^step 20/20  loss" "$work/a.log" || fail "no progress line"
+  grep -q "validation [0-9.]* bits per character" "$work/a.log" \
+    || fail "no validation line"
+  "$train" --text "$text" --out "$work/b.st" --steps 20 "${small[@]}" \
+    --stop-after 10 2> "$work/b1.log" || fail "first half"
+  [ ! -e "$work/b.st" ] || fail "a stopped run wrote the final model"
+  "$train" --text "$text" --out "$work/b.st" --resume --threads 1 \
+    2> "$work/b2.log" || { cat "$work/b2.log"; fail "resume"; }
+  grep -q "steps 11 to 20 of 20" "$work/b2.log" || fail "resume did not start at step 11"
+  same_checkpoint "$work/a.st.ckpt" "$work/b.st.ckpt" 20
+
+  # Killed at random moments (checkpoint every step), resumed each time.
+  "$train" --text "$text" --out "$work/a2.st" --steps 40 "${small[@]}" \
+    --checkpoint-interval 1 --batch-size 16 2> /dev/null || fail "run of 40"
+  kills=0 steps_done=""
+  for round in $(seq 1 60); do
+    args=(--text "$text" --out "$work/c.st" --threads 1)
+    if [ -e "$work/c.st.ckpt/checkpoint.safetensors" ]; then
+      args+=(--resume)
+    else
+      args+=(--steps 40 "${small[@]}" --checkpoint-interval 1 --batch-size 16)
+      rm -rf "$work/c.st.ckpt"
+    fi
+    "$train" "${args[@]}" 2> "$work/c.log" &
+    pid=$!
+    sleep "$(printf "0.%03d" $((RANDOM % 500 + 100)))"
+    if kill -9 "$pid" 2> /dev/null; then kills=$((kills + 1)); fi
+    wait "$pid" 2> /dev/null || true
+    steps_done+=" $(grep -ao "step-0*[0-9]*\.model" "$work/c.st.ckpt/checkpoint.safetensors" 2> /dev/null | head -1 | tr -dc 0-9 | sed "s/^0*//" || true)"
+    [ -e "$work/c.st" ] && break
+  done
+  if [ ! -e "$work/c.st" ]; then
+    "$train" --text "$text" --out "$work/c.st" --resume --threads 1 \
+      2> "$work/c.log" || { cat "$work/c.log"; fail "last resume"; }
+  fi
+  echo "killed $kills times; checkpoint steps after each start:$steps_done"
+  same_checkpoint "$work/a2.st.ckpt" "$work/c.st.ckpt" 40
+  out=$("$generate" --model "$work/a.st" --max-tokens 8 --prompt "The" 2> /dev/null)
+  [ "${out:0:3}" = "The" ] || fail "the trained model does not generate: '$out'"
+  ;;
+errors)
+  expect() {   # expect PATTERN COMMAND...
+    local pattern=$1; shift
+    if "$@" > /dev/null 2> "$work/err"; then fail "exit 0: $*"; fi
+    grep -q -- "$pattern" "$work/err" || { cat "$work/err"; fail "no '$pattern'"; }
+  }
+  expect "cannot read $work/none" "$train" --text "$work/none" --out "$work/x"
+  expect "required" "$train" --out "$work/x"
+  expect "unknown option" "$train" --text "$text" --out "$work/x" --no-such
+  expect "is not one of" "$train" --text "$text" --out "$work/x" --positions abc
+  expect "does not divide" "$train" --text "$text" --out "$work/x" --heads 3
+  printf 'abcabc' > "$work/short.txt"
+  expect "too short for --context" "$train" --text "$work/short.txt" --out "$work/x"
+  expect "no readable checkpoint" "$train" --text "$text" --out "$work/x" --resume
+  "$train" --text "$text" --out "$work/r.st" --steps 4 "${small[@]}" \
+    --stop-after 2 2> /dev/null || fail "short run"
+  expect "fixed by the checkpoint" "$train" --text "$text" --out "$work/r.st" --resume --lr 1
+  printf 'abc\x01xyz%.0s' $(seq 1 100) > "$work/other.txt"
+  expect "vocabulary lacks: character U+0001" "$train" --text "$work/other.txt" \
+    --out "$work/r.st" --resume
+  # A learning rate that overflows the weights: the loss stops being finite.
+  "$train" --text "$text" --out "$work/n.st" --steps 30 "${small[@]}" \
+    --warmup 0 --checkpoint-interval 1 --lr 1e30 --clip 0 2> "$work/err" \
+    && fail "exit 0 with lr 1e30"
+  grep -q "not finite\|NaN\|infinit" "$work/err" || { cat "$work/err"; fail "no NaN message"; }
+  grep -q "last checkpoint is intact" "$work/err" || fail "no checkpoint note"
+  "$train" --text "$text" --out "$work/n.st" --resume --stop-after 1 2> /dev/null \
+    && fail "resuming into the same overflow succeeded"
+  [ -e "$work/n.st.ckpt/checkpoint.safetensors" ] || true
+  ;;
+*) fail "unknown test $what" ;;
+esac
+echo "ok: $what"
