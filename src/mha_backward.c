@@ -125,6 +125,12 @@ tfm_status tfm__mha_backward_kept(const tfm__mha *m,
         .dv = heads(m, c->dv, S, c->ldkv),
         .dtemperature = GRAD(m->var.temperature),
         .dscore_weight = GRAD(m->var.score_weight),
+        .dadditive_query = GRAD(m->var.additive_query),
+        .dadditive_key = GRAD(m->var.additive_key),
+        .dadditive_v = GRAD(m->var.additive_v),
+        .drelative_key = GRAD(m->var.relative_key),
+        .drelative_value = GRAD(m->var.relative_value),
+        .dt5_bias = GRAD(m->var.t5_bias),
     };
     tfm_status st = tfm__attend_backward(&m->var, &args, &g);
     if (st != TFM_OK)
