@@ -11,7 +11,9 @@
  *   out_proj:  W_o.grad += dout^T ctx,  b_o.grad += sum dout,
  *              dctx = dout W_o;
  *   attention: dq, dk, dv = tfm__attend_backward (FlashAttention-2's tiled
- *              backward, memory linear in L and S);
+ *              backward, memory linear in L and S), which also adds the
+ *              variant's parameter gradients (score_weight, temperature,
+ *              the additive score's, Shaw's and T5's tables);
  *   in_proj:   W_q.grad += dq^T query, b_q.grad += sum dq,
  *              grad_query = dq W_q; the same for keys and values (for
  *              self-attention one product [dq dk dv]^T x and one
