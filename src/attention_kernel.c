@@ -874,8 +874,8 @@ static void bwd_tile(const head_view *a, const bwd_ctx *c, int64_t i0,
     if (j->additive_v) {
         tfm__additive_backward(qi, j->ldq, a->k + j0 * j->ldk, j->ldk, r, t,
                                j->d_k, a->scale, j->additive_v + a->h * j->d_k,
-                               dS, ld, dQ ? dQ + i0 * lddq : NULL, lddq,
-                               dK ? dK + j0 * g->lddk : NULL, g->lddk, pt->dw);
+                               dS, ld, dQ + i0 * lddq, lddq,
+                               dK + j0 * g->lddk, g->lddk, pt->dw);
         return;
     }
     if (dK)
@@ -886,15 +886,16 @@ static void bwd_tile(const head_view *a, const bwd_ctx *c, int64_t i0,
                    j->ldk, 1.0f, dQ + i0 * lddq, lddq);
 }
 
-/* An item's parameter gradients: [group, d_k] additive_v, [group, n_dist]
- * T5 distances, [K2, d_k] Shaw keys, [K2, d_v] Shaw values, each present
- * when wanted; returns their floats (bwd_part_of's layout). */
+/* An item's parameter gradients: [group, d_k] additive_v (always with the
+ * additive score, whose loop writes it), [group, n_dist] T5 distances,
+ * [K2, d_k] Shaw keys, [K2, d_v] Shaw values, each present when wanted;
+ * returns their floats (bwd_part_of's layout). */
 static int64_t bwd_part_floats(const bwd_ctx *c)
 {
     const tfm__attention_job *j = c->sh->job;
     const tfm__attention_grads *g = c->g;
     const int64_t group = group_of(j), K2 = c->sh->K2;
-    return (g->dadditive_v ? group * j->d_k : 0) +
+    return (j->additive_v ? group * j->d_k : 0) +
            (g->dt5_bias ? group * c->n_dist : 0) +
            (g->dshaw_k ? K2 * j->d_k : 0) + (g->dshaw_v ? K2 * j->d_v : 0);
 }
@@ -908,7 +909,7 @@ static bwd_part bwd_part_of(const bwd_ctx *c, float *part, int64_t hg)
     bwd_part pt = { 0 };
     if (!part)
         return pt;
-    if (g->dadditive_v) {
+    if (j->additive_v) {
         pt.dw = part + hg * j->d_k;
         part += group * j->d_k;
     }
@@ -939,7 +940,7 @@ static void bwd_params(const bwd_ctx *c, int64_t items)
         for (int64_t hg = 0; hg < group; hg++) {
             const int64_t h = kvh * group + hg;
             const bwd_part pt = bwd_part_of(c, part, hg);
-            for (int64_t e = 0; pt.dw && e < j->d_k; e++)
+            for (int64_t e = 0; g->dadditive_v && e < j->d_k; e++)
                 g->dadditive_v[h * j->d_k + e] += pt.dw[e];
             if (pt.dt5)
                 tfm__t5_bias_backward(c->sh->t5_bucket, c->n_dist, pt.dt5, h,

@@ -91,7 +91,8 @@ typedef struct tfm__attention_grads {
  * dV += P^T dO, dP = dO V^T, dS = P (dP - D) with D_i = dO_i . O_i,
  * dK += scale dS^T Q, dQ += scale dS K, every product one cblas_sgemm.
  * The additive score replaces the last two by its own loop over the
- * tile's r x t x d_a tanh terms (attention_scores.h); Shaw adds dP +=
+ * tile's r x t x d_a tanh terms (attention_scores.h; an additive job must
+ * want dq and dk, as the door's always does); Shaw adds dP +=
  * dO r^V(c)^T, d r^V += (P summed per table row)^T dO, dQ += scale
  * (dS summed per table row) r^K and d r^K += scale (that sum)^T Q, as
  * GEMMs over the table rows the tile reaches; T5's bias gradient is dS

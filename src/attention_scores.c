@@ -75,29 +75,29 @@ void tfm__shaw_value_term(const float *pb, int64_t r, int64_t K2,
 
 /* ==== Backward ========================================================== */
 
-/* One query row of tfm__additive_backward: g[c] = scale dS of key c. */
-TFM_CLONES static void additive_grad_row(const float *q, const float *k,
+/* One query row of tfm__additive_backward: dS of the t keys in ds.  The
+ * outputs alias nothing (restrict: the loop over d_a vectorises). */
+TFM_CLONES static void additive_grad_row(const float *restrict q,
+                                         const float *restrict k,
                                          int64_t ldk, int64_t t,
-                                         const float *w, int64_t da,
-                                         const float *ds, float scale,
-                                         float *dq, float *dk, int64_t lddk,
-                                         float *dw)
+                                         const float *restrict w, int64_t da,
+                                         const float *restrict ds,
+                                         float scale, float *restrict dq,
+                                         float *restrict dk, int64_t lddk,
+                                         float *restrict dw)
 {
     for (int64_t c = 0; c < t; c++) {
         if (ds[c] == 0.0f)
             continue;
         const float g = scale * ds[c];
         const float *kc = k + c * ldk;
-        float *dkc = dk ? dk + c * lddk : NULL;
+        float *dkc = dk + c * lddk;
         for (int64_t e = 0; e < da; e++) {
             const float th = tfm__tanh(q[e] + kc[e]);
             const float gd = g * w[e] * (1.0f - th * th);
-            if (dq)
-                dq[e] += gd;
-            if (dkc)
-                dkc[e] += gd;
-            if (dw)
-                dw[e] += g * th;
+            dq[e] += gd;
+            dkc[e] += gd;
+            dw[e] += g * th;
         }
     }
 }
@@ -110,7 +110,7 @@ void tfm__additive_backward(const float *q, int64_t ldq, const float *k,
 {
     for (int64_t i = 0; i < r; i++)
         additive_grad_row(q + i * ldq, k, ldk, t, w, d, ds + i * ld, scale,
-                          dq ? dq + i * lddq : NULL, dk, lddk, dw);
+                          dq + i * lddq, dk, lddk, dw);
 }
 
 tfm__shaw_tile tfm__shaw_tile_of(int64_t k, int64_t lo, int64_t K2,

@@ -47,8 +47,9 @@ void tfm__shaw_value_term(const float *pb, int64_t r, int64_t K2,
  * tanh(q[i, a] + k[j, a]) and g_ij = scale dS[i, j],
  *   dq [r, d] (row stride lddq) += sum_j g_ij w[a] (1 - t_ija^2),
  *   dk [t, d] (row stride lddk) += sum_i g_ij w[a] (1 - t_ija^2),
- *   dw [d]                      += sum_ij g_ij t_ija,
- * each NULL when not wanted; entries with dS = 0 (masked) are skipped. */
+ *   dw [d]                      += sum_ij g_ij t_ija
+ * (all three written: none may be NULL); entries with dS = 0 (masked) are
+ * skipped. */
 void tfm__additive_backward(const float *q, int64_t ldq, const float *k,
                             int64_t ldk, int64_t r, int64_t t, int64_t d,
                             float scale, const float *w, const float *ds,
