@@ -553,7 +553,8 @@ static void test_cross_attention_finite_differences(void **state)
  * under GQA, Shaw keys and values, T5's bias) against central finite
  * differences of its own forward, as the layers' above: cross-attention
  * (query [2, 3, 4] over key = value [2, 4, 4], L != S), 2 heads (d_k 2),
- * a causal mask and a padded key; loss = sum(g * y) accumulated in double,
+ * a causal mask (bottom-right for Shaw, top-left otherwise) and a padded
+ * key; loss = sum(g * y) accumulated in double,
  * float32 forward, h = 1e-2.  The query's, the memory's (grad_key +
  * grad_value) and every parameter's gradient (the variant's included),
  * each within 1e-3 of its largest magnitude (at least 1; the last run
@@ -654,7 +655,10 @@ static void test_mha_variants_finite_differences(void **state)
         tfm_tensor *g = make3(2, 3, 4, gs), *kpm = make2(2, 4, pad);
         tfm_tensor *gx = make3(2, 3, 4, NULL), *gk = make3(2, 4, 4, NULL),
                    *gv = make3(2, 4, 4, NULL);
-        const tfm_attention_masks mk = { .causal = TFM_CAUSAL_TOP_LEFT,
+        /* Shaw's distances from query positions S - L + i: bottom-right. */
+        const tfm_attention_masks mk = { .causal = v == 1
+                                                       ? TFM_CAUSAL_BOTTOM_RIGHT
+                                                       : TFM_CAUSAL_TOP_LEFT,
                                          .key_padding_mask = kpm,
                                          .key_padding_kind = TFM_MASK_BLOCK };
         assert_int_equal(tfm_mha_backward(m, x, mem, mem, &mk, g, gx, gk, gv),
