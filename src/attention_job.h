@@ -68,6 +68,16 @@ typedef struct tfm__attention_grad_args {
     /* GENERAL: [H, d_k, d_k], the score matrices' gradient, accumulated;
      * NULL: not wanted. */
     float *dscore_weight;
+    /* ADDITIVE: [H, d_a, d_k], [H, d_a, d_k] and [H, d_a], the gradients
+     * of additive_query, additive_key and additive_v, accumulated; NULL:
+     * not wanted. */
+    float *dadditive_query, *dadditive_key, *dadditive_v;
+    /* Shaw: [2k+1, d_k] and (relative_values) [2k+1, d_v], the gradients
+     * of relative_key and relative_value, accumulated; NULL: not wanted. */
+    float *drelative_key, *drelative_value;
+    /* T5: [num_buckets, H], the bias table's gradient, accumulated; NULL:
+     * not wanted. */
+    float *dt5_bias;
 } tfm__attention_grad_args;
 
 /* Runs the call with variant v.  Query row i is at position q_pos0 + i,
@@ -80,12 +90,16 @@ tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a);
 
 /* The backward of tfm__attend with the same variant and args (a->out
  * holding the forward's output, a->weights and a->lse ignored): the input
- * gradients g->dq, dk, dv (attention_kernel.h:
- * tfm__attention_backward_run; memory linear in L and S).  Supported: the
- * scaled dot-product score (with its scale or the call's), grouped-query
- * heads, ALiBi, every sparse pattern and every mask.  Errors:
- * TFM_ERR_INVALID_ARGUMENT (a variant without a backward yet: message
- * names it), TFM_ERR_OUT_OF_MEMORY; then nothing is written. */
+ * gradients g->dq, dk, dv and the variant's parameter gradients
+ * (attention_kernel.h: tfm__attention_backward_run; memory linear in L
+ * and S).  Every variant has one: every score (the dot products with
+ * their scale or the call's, the learned temperature, Luong's general
+ * and Bahdanau's additive scores: the projections' gradients as GEMMs,
+ * the tanh terms tile by tile), grouped-query heads, RoPE, every
+ * relative term (ALiBi, Shaw's keys and values, T5's bias), every sparse
+ * pattern and every mask.  Errors: TFM_ERR_INVALID_ARGUMENT (keys rotated
+ * beforehand, a KV cache's; a learned temperature <= 0 or not finite),
+ * TFM_ERR_OUT_OF_MEMORY; then nothing is written. */
 tfm_status tfm__attend_backward(const tfm__variant *v,
                                 const tfm__attention_args *a,
                                 const tfm__attention_grad_args *g);

@@ -559,6 +559,23 @@ static void run_items(void *arg, int64_t begin, int64_t end, int slot)
     }
 }
 
+/* The run's relative tables: Shaw's reachable table rows (sh->K2,
+ * sh->shaw_lo) and the smallest distance sh->d_min; returns the number
+ * of distances, L + S - 1 (T5's buckets). */
+static int64_t relative_tables(const tfm__attention_job *job, run_shared *sh)
+{
+    const tfm__relative *rel = job->relative;
+    if (rel && rel->kind == TFM_RELATIVE_SHAW) {
+        const int64_t k = rel->max_distance;
+        sh->shaw_lo = tfm__shaw_index(-(job->q_pos0 + job->L - 1), k);
+        sh->K2 = tfm__shaw_index(job->S - 1 - job->q_pos0, k) - sh->shaw_lo +
+                 1;
+    }
+    /* Distances j - p of the run: from -(q_pos0 + L - 1) to S-1 - q_pos0. */
+    sh->d_min = -(job->q_pos0 + job->L - 1);
+    return job->S + job->L - 1;
+}
+
 /* Runs a job whose causal mask lets row i see keys j <= i + offset: the
  * per-run tables (Shaw's reachable rows, T5's buckets of the run's
  * L + S - 1 distances), every thread slot's scratch, the non-finite flags
@@ -572,14 +589,7 @@ static tfm_status run_job(const tfm__attention_job *job, int64_t offset)
     run_shared sh = { .job = job, .H_kv = job->H / group_of(job) };
     sh.offset = offset;
     const tfm__relative *rel = job->relative;
-    if (rel && rel->kind == TFM_RELATIVE_SHAW) {
-        const int64_t k = rel->max_distance;
-        sh.shaw_lo = tfm__shaw_index(-(job->q_pos0 + job->L - 1), k);
-        sh.K2 = tfm__shaw_index(job->S - 1 - job->q_pos0, k) - sh.shaw_lo + 1;
-    }
-    /* Distances j - p of the run: from -(q_pos0 + L - 1) to S-1 - q_pos0. */
-    sh.d_min = -(job->q_pos0 + job->L - 1);
-    const int64_t n_dist = job->S + job->L - 1;
+    const int64_t n_dist = relative_tables(job, &sh);
 
     run_ctx c = { .sh = &sh, .rows = job_rows(job) };
     c.n_blocks = (job->L + c.rows - 1) / c.rows;
@@ -725,9 +735,22 @@ typedef struct bwd_ctx {
     const tfm__attention_grads *g;
     float *D;               /* [B, H, L]: D_i = dO_i . O_i */
     float *dq_parts;        /* [B, H, n_chunks - 1, L, d_k] or NULL */
-    float *scratch;         /* [slots, 2 * Br * Bc]: P and dP / dS */
+    float *scratch;         /* [slots, slot_floats]: P, dP / dS, Shaw's
+                             * [Br, K2] sums */
+    /* The variants' parameter gradients of each item (bwd_part), added
+     * into the caller's in item order at the end (bwd_params). */
+    float *parts;           /* [items, part_floats] */
+    int64_t part_floats, n_dist, slot_floats;
     int64_t n_chunks, n_tiles;
 } bwd_ctx;
+
+/* One item's parameter gradients of one query head (NULL: not wanted). */
+typedef struct bwd_part {
+    float *dw;              /* [d_k]: additive_v of the head */
+    float *dt5;             /* [n_dist]: dS summed per distance - d_min */
+    float *dshaw_k;         /* [K2, d_k], shared by the group's heads */
+    float *dshaw_v;         /* [K2, d_v] */
+} bwd_part;
 
 /* Chunks of keys per key/value head: enough items for TFM_BWD_SPLIT
  * threads when there are few heads, from the shapes alone (never the
@@ -803,34 +826,132 @@ TFM_CLONES static void bwd_dscores(const float *p, float *ds, int64_t r,
 
 /* One tile: query rows i0 .. i0+r-1 of head view a against keys j0 ..
  * j0+t-1.  dK, dV: the key/value head's gradient rows from 0 (NULL: not
- * wanted); dQ: this chunk's dq of the head (row stride lddq) or NULL. */
+ * wanted); dQ: this chunk's dq of the head (row stride lddq) or NULL;
+ * pt: the item's parameter gradients; sums: Shaw's [Br, K2] scratch. */
 static void bwd_tile(const head_view *a, const bwd_ctx *c, int64_t i0,
                      int64_t r, int64_t j0, int64_t t, float *P, float *dS,
                      const float *d_o, const float *lse, const float *D,
-                     float *dK, float *dV, float *dQ, int64_t lddq)
+                     float *dK, float *dV, float *dQ, int64_t lddq,
+                     const bwd_part *pt, float *sums)
 {
     const tfm__attention_job *j = a->job;
     const tfm__attention_grads *g = c->g;
     const int64_t ld = TFM_BWD_KEYS;
+    const tfm__relative *rel = j->relative;
+    const float *qi = a->q + i0 * j->ldq;
+    const int shaw = rel && rel->kind == TFM_RELATIVE_SHAW;
+    const tfm__shaw_tile st =
+        shaw ? tfm__shaw_tile_of(rel->max_distance, a->sh->shaw_lo,
+                                 a->sh->K2, j->q_pos0 + i0, j0, r, t)
+             : (tfm__shaw_tile){ 0 };
     head_scores(a, i0, r, j0, t, P, ld);
+    if (shaw)
+        tfm__shaw_tile_key_terms(&st, qi, j->ldq, j->d_k, a->scale,
+                                 rel->shaw_k, sums);
     for (int64_t i = 0; i < r; i++)
-        mask_row(a, i0 + i, NULL, P + i * ld, j0, t);
+        mask_row(a, i0 + i, shaw ? sums + i * st.K2 : NULL, P + i * ld, j0,
+                 t);
     bwd_probs(P, r, t, ld, lse + i0);
     const float *dOi = d_o + i0 * g->lddo;
     if (dV)
         tfm__sgemm(1, 0, t, j->d_v, r, 1.0f, P, ld, dOi, g->lddo, 1.0f,
                    dV + j0 * g->lddv, g->lddv);
-    if (!dK && !dQ)
+    if (!dK && !dQ && !pt->dw && !pt->dt5 && !pt->dshaw_k && !pt->dshaw_v)
         return;
     tfm__sgemm(0, 1, r, t, j->d_v, 1.0f, dOi, g->lddo, a->v + j0 * j->ldv,
                j->ldv, 0.0f, dS, ld);
+    if (shaw_values(j))
+        tfm__shaw_value_backward(&st, P, ld, dOi, g->lddo, j->d_v, rel->shaw_v,
+                                 sums, pt->dshaw_v, dS);
     bwd_dscores(P, dS, r, t, ld, D + i0);
+    if (pt->dt5)
+        tfm__distance_sums(dS, r, t, ld, j0 - (j->q_pos0 + i0) - a->sh->d_min,
+                           pt->dt5);
+    if (shaw)
+        tfm__shaw_key_backward(&st, dS, ld, qi, j->ldq, j->d_k, a->scale,
+                               rel->shaw_k, sums, dQ ? dQ + i0 * lddq : NULL,
+                               lddq, pt->dshaw_k);
+    if (j->additive_v) {
+        tfm__additive_backward(qi, j->ldq, a->k + j0 * j->ldk, j->ldk, r, t,
+                               j->d_k, a->scale, j->additive_v + a->h * j->d_k,
+                               dS, ld, dQ + i0 * lddq, lddq,
+                               dK + j0 * g->lddk, g->lddk, pt->dw);
+        return;
+    }
     if (dK)
-        tfm__sgemm(1, 0, t, j->d_k, r, a->scale, dS, ld, a->q + i0 * j->ldq,
-                   j->ldq, 1.0f, dK + j0 * g->lddk, g->lddk);
+        tfm__sgemm(1, 0, t, j->d_k, r, a->scale, dS, ld, qi, j->ldq, 1.0f,
+                   dK + j0 * g->lddk, g->lddk);
     if (dQ)
         tfm__sgemm(0, 0, r, j->d_k, t, a->scale, dS, ld, a->k + j0 * j->ldk,
                    j->ldk, 1.0f, dQ + i0 * lddq, lddq);
+}
+
+/* An item's parameter gradients: [group, d_k] additive_v (always with the
+ * additive score, whose loop writes it), [group, n_dist] T5 distances,
+ * [K2, d_k] Shaw keys, [K2, d_v] Shaw values, each present when wanted;
+ * returns their floats (bwd_part_of's layout). */
+static int64_t bwd_part_floats(const bwd_ctx *c)
+{
+    const tfm__attention_job *j = c->sh->job;
+    const tfm__attention_grads *g = c->g;
+    const int64_t group = group_of(j), K2 = c->sh->K2;
+    return (j->additive_v ? group * j->d_k : 0) +
+           (g->dt5_bias ? group * c->n_dist : 0) +
+           (g->dshaw_k ? K2 * j->d_k : 0) + (g->dshaw_v ? K2 * j->d_v : 0);
+}
+
+/* The pointers of query head hg (of the group) into an item's part. */
+static bwd_part bwd_part_of(const bwd_ctx *c, float *part, int64_t hg)
+{
+    const tfm__attention_job *j = c->sh->job;
+    const tfm__attention_grads *g = c->g;
+    const int64_t group = group_of(j), K2 = c->sh->K2;
+    bwd_part pt = { 0 };
+    if (!part)
+        return pt;
+    if (j->additive_v) {
+        pt.dw = part + hg * j->d_k;
+        part += group * j->d_k;
+    }
+    if (g->dt5_bias) {
+        pt.dt5 = part + hg * c->n_dist;
+        part += group * c->n_dist;
+    }
+    if (g->dshaw_k) {
+        pt.dshaw_k = part;
+        part += K2 * j->d_k;
+    }
+    if (g->dshaw_v)
+        pt.dshaw_v = part;
+    return pt;
+}
+
+/* The items' parameter gradients added into the caller's, in item order
+ * (the same sums for every thread count). */
+static void bwd_params(const bwd_ctx *c, int64_t items)
+{
+    const tfm__attention_job *j = c->sh->job;
+    const tfm__attention_grads *g = c->g;
+    const int64_t group = group_of(j), K2 = c->sh->K2, NC = c->n_chunks;
+    const int64_t lo = c->sh->shaw_lo;
+    for (int64_t item = 0; item < items; item++) {
+        const int64_t kvh = item / NC % c->sh->H_kv;
+        float *part = c->parts + item * c->part_floats;
+        for (int64_t hg = 0; hg < group; hg++) {
+            const int64_t h = kvh * group + hg;
+            const bwd_part pt = bwd_part_of(c, part, hg);
+            for (int64_t e = 0; g->dadditive_v && e < j->d_k; e++)
+                g->dadditive_v[h * j->d_k + e] += pt.dw[e];
+            if (pt.dt5)
+                tfm__t5_bias_backward(c->sh->t5_bucket, c->n_dist, pt.dt5, h,
+                                      j->H, g->dt5_bias);
+        }
+        const bwd_part pt = bwd_part_of(c, part, 0);
+        for (int64_t e = 0; pt.dshaw_k && e < K2 * j->d_k; e++)
+            g->dshaw_k[lo * j->d_k + e] += pt.dshaw_k[e];
+        for (int64_t e = 0; pt.dshaw_v && e < K2 * j->d_v; e++)
+            g->dshaw_v[lo * j->d_v + e] += pt.dshaw_v[e];
+    }
 }
 
 /* Items: (b, key/value head kvh, chunk) = (b * H_kv + kvh) * n_chunks +
@@ -845,8 +966,11 @@ static void bwd_items(void *arg, int64_t begin, int64_t end, int slot)
     const tfm__attention_grads *g = c->g;
     const int64_t Br = TFM_BWD_ROWS, Bc = TFM_BWD_KEYS, NC = c->n_chunks;
     const int64_t group = group_of(j), L = j->L, S = j->S;
-    float *P = c->scratch + (int64_t)slot * 2 * Br * Bc, *dS = P + Br * Bc;
+    float *P = c->scratch + (int64_t)slot * c->slot_floats, *dS = P + Br * Bc;
     for (int64_t item = begin; item < end; item++) {
+        float *part = c->parts ? c->parts + item * c->part_floats : NULL;
+        if (part)
+            memset(part, 0, (size_t)c->part_floats * sizeof(float));
         const int64_t ch = item % NC, bk = item / NC;
         const int64_t b = bk / sh->H_kv, kvh = bk % sh->H_kv;
         const int64_t k_lo = ch * c->n_tiles / NC * Bc;
@@ -864,6 +988,7 @@ static void bwd_items(void *arg, int64_t begin, int64_t end, int slot)
         }
         for (int64_t h = kvh * group; h < (kvh + 1) * group; h++) {
             const head_view a = view_of(sh, b, h);
+            const bwd_part pt = bwd_part_of(c, part, h - kvh * group);
             const int64_t bh = b * j->H + h;
             const float *d_o = g->dout + b * g->do_bstride + h * g->do_hstride;
             float *dQ = NULL;
@@ -884,7 +1009,7 @@ static void bwd_items(void *arg, int64_t begin, int64_t end, int slot)
                     const int64_t r = L - i0 < Br ? L - i0 : Br;
                     bwd_tile(&a, c, i0, r, j0, t, P, dS, d_o,
                              g->lse + bh * L, c->D + bh * L, dK, dV, dQ,
-                             lddq);
+                             lddq, &pt, dS + Br * Bc);
                 }
             }
         }
@@ -922,31 +1047,48 @@ tfm_status tfm__attention_backward_run(const tfm__attention_job *in,
     }
     const tfm__plan plan = tfm__plan_now();
     run_shared sh = { .job = &job, .H_kv = job.H / group_of(&job),
-                      .offset = job.q_pos0,
-                      .d_min = -(job.q_pos0 + job.L - 1) };
+                      .offset = job.q_pos0 };
     const int64_t Br = TFM_BWD_ROWS, Bc = TFM_BWD_KEYS;
     bwd_ctx c = { .sh = &sh, .g = g };
+    c.n_dist = relative_tables(&job, &sh);
     c.n_tiles = (job.S + Bc - 1) / Bc;
     c.n_chunks = bwd_chunks(&job, sh.H_kv, c.n_tiles);
+    c.slot_floats = 2 * Br * Bc + Br * sh.K2;
+    c.part_floats = bwd_part_floats(&c);
     const int64_t BH = job.B * job.H;
+    const int64_t items = job.B * sh.H_kv * c.n_chunks;
+    const int t5 = job.relative && job.relative->kind == TFM_RELATIVE_T5;
 
     tfm__ws_mark mark = tfm__ws_save();
     c.D = tfm__ws_floats((size_t)(BH * job.L + 1));
-    c.scratch = c.D ? tfm__ws_floats((size_t)(plan.slots * 2 * Br * Bc))
+    c.scratch = c.D ? tfm__ws_floats((size_t)(plan.slots * c.slot_floats))
                     : NULL;
     int ok = c.scratch != NULL;
     if (ok && g->dq && c.n_chunks > 1)
         ok = (c.dq_parts = tfm__ws_floats((size_t)(
                   BH * (c.n_chunks - 1) * job.L * job.d_k))) != NULL;
+    if (ok && c.part_floats)
+        ok = (c.parts = tfm__ws_floats((size_t)(items * c.part_floats))) !=
+             NULL;
+    int32_t *bucket = NULL;
+    if (ok && t5)
+        ok = (bucket = tfm__ws_alloc((size_t)c.n_dist * sizeof(int32_t))) !=
+             NULL;
     if (!ok) {
         tfm__ws_restore(mark);
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "cannot allocate attention backward scratch memory");
     }
+    if (bucket) {
+        tfm__t5_buckets(job.relative, sh.d_min, c.n_dist, bucket);
+        sh.t5_bucket = bucket;
+    }
     tfm__parallel_for(plan, BH, 1, bwd_rows, &c);
-    tfm__parallel_for(plan, job.B * sh.H_kv * c.n_chunks, 1, bwd_items, &c);
+    tfm__parallel_for(plan, items, 1, bwd_items, &c);
     if (c.dq_parts)
         tfm__parallel_for(plan, BH, 1, bwd_reduce, &c);
+    if (c.parts)
+        bwd_params(&c, items);
     tfm__ws_restore(mark);
     return TFM_OK;
 }

@@ -76,14 +76,27 @@ typedef struct tfm__attention_grads {
     int64_t dk_bstride, dk_hstride, lddk;
     float *dv;
     int64_t dv_bstride, dv_hstride, lddv;
+    /* The variants' parameter gradients, accumulated (+=) after every
+     * tile has run; NULL: not wanted.
+     *   dadditive_v [H, d_k]        the additive score's v_h (d_k = d_a)
+     *   dt5_bias    [num_buckets, H]             the T5 bias
+     *   dshaw_k [2k+1, d_k], dshaw_v [2k+1, d_v]  Shaw's r^K and r^V */
+    float *dadditive_v, *dt5_bias, *dshaw_k, *dshaw_v;
 } tfm__attention_grads;
 
-/* The backward of job (which supports: the dot-product score with scale or
- * head_scale, group, ALiBi, sparse patterns and every mask; the door
- * refuses the rest).  Per tile of Br queries and Bc keys the logits are
+/* The backward of job (every job: the dot-product and additive scores
+ * with scale or head_scale, group, every relative term, sparse patterns
+ * and every mask).  Per tile of Br queries and Bc keys the logits are
  * recomputed from q, k and lse (no L x S matrix exists): P = exp(s - lse),
  * dV += P^T dO, dP = dO V^T, dS = P (dP - D) with D_i = dO_i . O_i,
  * dK += scale dS^T Q, dQ += scale dS K, every product one cblas_sgemm.
+ * The additive score replaces the last two by its own loop over the
+ * tile's r x t x d_a tanh terms (attention_scores.h; an additive job must
+ * want dq and dk, as the door's always does); Shaw adds dP +=
+ * dO r^V(c)^T, d r^V += (P summed per table row)^T dO, dQ += scale
+ * (dS summed per table row) r^K and d r^K += scale (that sum)^T Q, as
+ * GEMMs over the table rows the tile reaches; T5's bias gradient is dS
+ * summed per distance, then per bucket.
  * Work items are (batch element, key/value head, chunk of keys) with a
  * chunk count that depends on the shapes only, and the chunks' dQ parts
  * are added in a fixed order: the result is the same bits for every thread

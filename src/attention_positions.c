@@ -94,6 +94,25 @@ void tfm__relative_add(const tfm__relative *rel, int64_t h, int64_t H,
     }
 }
 
+void tfm__distance_sums(const float *x, int64_t r, int64_t t, int64_t ld,
+                        int64_t x0, float *sums)
+{
+    for (int64_t i = 0; i < r; i++) {
+        const float *row = x + i * ld;
+        float *s = sums + x0 - i;
+        for (int64_t j = 0; j < t; j++)
+            s[j] += row[j];
+    }
+}
+
+void tfm__t5_bias_backward(const int32_t *bucket, int64_t n,
+                           const float *sums, int64_t h, int64_t H,
+                           float *dbias)
+{
+    for (int64_t x = 0; x < n; x++)
+        dbias[(int64_t)bucket[x] * H + h] += sums[x];
+}
+
 /* ==== Sparse patterns ================================================== */
 
 tfm__sparse tfm__sparse_clamp(const tfm__sparse *in, int64_t q_pos0,

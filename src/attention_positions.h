@@ -61,6 +61,18 @@ void tfm__relative_add(const tfm__relative *rel, int64_t h, int64_t H,
                        const float *qr, int64_t shaw_lo, float *row,
                        int64_t n);
 
+/* T5's backward: sums[x] += x_ij over a tile x [r, t] (row stride ld) of
+ * logit gradients, by distance, x = d - d_min, where the tile's entry
+ * (0, 0) is at distance d_min + x0 and (i, j) at d_min + x0 - i + j. */
+void tfm__distance_sums(const float *x, int64_t r, int64_t t, int64_t ld,
+                        int64_t x0, float *sums);
+
+/* T5's backward: dbias[bucket[x], h] += sums[x] for the n distances of
+ * sums (tfm__distance_sums), into dbias [num_buckets, H]. */
+void tfm__t5_bias_backward(const int32_t *bucket, int64_t n,
+                           const float *sums, int64_t h, int64_t H,
+                           float *dbias);
+
 /* ==== Sparse patterns ================================================== */
 
 /* Sparse pattern of visible keys by position (variants.h: tfm_sparsity,

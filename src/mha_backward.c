@@ -11,7 +11,9 @@
  *   out_proj:  W_o.grad += dout^T ctx,  b_o.grad += sum dout,
  *              dctx = dout W_o;
  *   attention: dq, dk, dv = tfm__attend_backward (FlashAttention-2's tiled
- *              backward, memory linear in L and S);
+ *              backward, memory linear in L and S), which also adds the
+ *              variant's parameter gradients (score_weight, temperature,
+ *              the additive score's, Shaw's and T5's tables);
  *   in_proj:   W_q.grad += dq^T query, b_q.grad += sum dq,
  *              grad_query = dq W_q; the same for keys and values (for
  *              self-attention one product [dq dk dv]^T x and one
@@ -125,6 +127,12 @@ tfm_status tfm__mha_backward_kept(const tfm__mha *m,
         .dv = heads(m, c->dv, S, c->ldkv),
         .dtemperature = GRAD(m->var.temperature),
         .dscore_weight = GRAD(m->var.score_weight),
+        .dadditive_query = GRAD(m->var.additive_query),
+        .dadditive_key = GRAD(m->var.additive_key),
+        .dadditive_v = GRAD(m->var.additive_v),
+        .drelative_key = GRAD(m->var.relative_key),
+        .drelative_value = GRAD(m->var.relative_value),
+        .dt5_bias = GRAD(m->var.t5_bias),
     };
     tfm_status st = tfm__attend_backward(&m->var, &args, &g);
     if (st != TFM_OK)

@@ -1,7 +1,9 @@
 /* Backward passes of Linear, LayerNorm and the feed-forward network
  * (layers.h: tfm_linear_backward, tfm_layer_norm_backward,
- * tfm_feed_forward_backward; attention.h: tfm_mha_backward): hand-worked values, accumulation, and the
- * errors that must leave every gradient and grad_input as they were.
+ * tfm_feed_forward_backward; attention.h: tfm_mha_backward): hand-worked
+ * values, accumulation, finite differences (the layers, and multi-head
+ * attention with the additive score, Shaw and T5), and the errors that
+ * must leave every gradient and grad_input as they were.
  * The comparisons with torch.autograd are in
  * bindings/python/tests/test_backward_layers.py.
  *
@@ -547,6 +549,150 @@ static void test_cross_attention_finite_differences(void **state)
     }
 }
 
+/* Multi-head attention with the learned variants (the additive score
+ * under GQA, Shaw keys and values, T5's bias) against central finite
+ * differences of its own forward, as the layers' above: cross-attention
+ * (query [2, 3, 4] over key = value [2, 4, 4], L != S), 2 heads (d_k 2),
+ * a causal mask (bottom-right for Shaw, top-left otherwise) and a padded
+ * key; loss = sum(g * y) accumulated in double,
+ * float32 forward, h = 1e-2.  The query's, the memory's (grad_key +
+ * grad_value) and every parameter's gradient (the variant's included),
+ * each within 1e-3 of its largest magnitude (at least 1; the last run
+ * saw at most 3e-5). */
+static double mha_loss(tfm_module *m, tfm_tensor *x, tfm_tensor *mem,
+                       const tfm_attention_masks *mk, const float *g)
+{
+    tfm_tensor *y = make3(2, 3, 4, NULL);
+    assert_int_equal(tfm_mha_forward(m, x, mem, mem, mk, y, NULL), TFM_OK);
+    double s = 0;
+    for (int i = 0; i < 24; i++)
+        s += (double)g[i] * tfm_tensor_data(y)[i];
+    tfm_tensor_free(y);
+    return s;
+}
+
+/* The largest |got - central difference| over n entries of data, the
+ * loss's gradient with respect to them being got[0 .. n-1]; *scale gets
+ * max(1, the largest |difference|). */
+static double fd_error(tfm_module *m, tfm_tensor *x, tfm_tensor *mem,
+                       const tfm_attention_masks *mk, const float *g,
+                       float *data, const float *got, int64_t n,
+                       double *scale)
+{
+    double err = 0.0;
+    *scale = 1.0;
+    for (int64_t i = 0; i < n; i++) {
+        const float keep = data[i], h = 1e-2f;
+        data[i] = keep + h;
+        const double up = mha_loss(m, x, mem, mk, g);
+        data[i] = keep - h;
+        const double down = mha_loss(m, x, mem, mk, g);
+        data[i] = keep;
+        const double fd = (up - down) / (2.0 * (double)h);
+        err = fabs(got[i] - fd) > err ? fabs(got[i] - fd) : err;
+        *scale = fabs(fd) > *scale ? fabs(fd) : *scale;
+    }
+    return err;
+}
+
+/* Parameter `name` of m: its data, and its element count in *n. */
+static float *param_data(tfm_module *m, const char *name, int64_t *n)
+{
+    float *d = NULL;
+    int rank = 0;
+    int64_t shape[TFM_MAX_RANK];
+    assert_int_equal(tfm_module_parameter_data(m, name, &d), TFM_OK);
+    assert_int_equal(tfm_module_parameter_shape(m, name, &rank, shape),
+                     TFM_OK);
+    *n = 1;
+    for (int a = 0; a < rank; a++)
+        *n *= shape[a];
+    return d;
+}
+
+static void test_mha_variants_finite_differences(void **state)
+{
+    (void)state;
+    static const char *const what[3] = { "additive (GQA)", "Shaw", "T5" };
+    for (int v = 0; v < 3; v++) {
+        tfm_attention_config ac;
+        tfm_attention_config_init(&ac);
+        if (v == 0) {
+            ac.score = TFM_SCORE_ADDITIVE;
+            ac.additive_dim = 3;
+            ac.n_kv_heads = 1;
+        } else if (v == 1) {
+            ac.relative = TFM_RELATIVE_SHAW;
+            ac.max_distance = 1;            /* distances up to 3: clipped */
+            ac.relative_values = 1;
+        } else {
+            ac.relative = TFM_RELATIVE_T5;
+            ac.num_buckets = 4;             /* shared by distances >= 1 */
+            ac.max_distance = 3;
+        }
+        tfm_mha_options o;
+        tfm_mha_options_init(&o);
+        o.attention = &ac;
+        tfm_module *m = NULL;
+        assert_int_equal(tfm_mha_create_v2(4, 2, &o, &m), TFM_OK);
+        const int np = tfm_module_parameter_count(m);
+        for (int p = 0; p < np; p++) {
+            int64_t n = 0;
+            float *d = param_data(m, tfm_module_parameter_name(m, p), &n);
+            for (int64_t i = 0; i < n; i++)
+                d[i] = (float)(0.6 * sin(1.3 * (double)i + 0.7 * p + v));
+        }
+        assert_int_equal(tfm_module_train(m, 1), TFM_OK);
+        float xs[24], ms[32], gs[24], pad[8] = { 0 };
+        for (int i = 0; i < 24; i++) {
+            xs[i] = (float)sin(1.7 * i + v);
+            gs[i] = (float)cos(0.9 * i);
+        }
+        for (int i = 0; i < 32; i++)
+            ms[i] = (float)cos(1.1 * i - v);
+        pad[7] = 1.0f;                      /* batch 1, key 3 */
+        tfm_tensor *x = make3(2, 3, 4, xs), *mem = make3(2, 4, 4, ms);
+        tfm_tensor *g = make3(2, 3, 4, gs), *kpm = make2(2, 4, pad);
+        tfm_tensor *gx = make3(2, 3, 4, NULL), *gk = make3(2, 4, 4, NULL),
+                   *gv = make3(2, 4, 4, NULL);
+        /* Shaw's distances from query positions S - L + i: bottom-right. */
+        const tfm_attention_masks mk = { .causal = v == 1
+                                                       ? TFM_CAUSAL_BOTTOM_RIGHT
+                                                       : TFM_CAUSAL_TOP_LEFT,
+                                         .key_padding_mask = kpm,
+                                         .key_padding_kind = TFM_MASK_BLOCK };
+        assert_int_equal(tfm_mha_backward(m, x, mem, mem, &mk, g, gx, gk, gv),
+                         TFM_OK);
+        double worst = 0.0, scale;
+        double e = fd_error(m, x, mem, &mk, gs, (float *)tfm_tensor_data(x),
+                            tfm_tensor_data(gx), 24, &scale);
+        worst = e / scale > worst ? e / scale : worst;
+        float gmem[32];
+        for (int i = 0; i < 32; i++)
+            gmem[i] = tfm_tensor_data(gk)[i] + tfm_tensor_data(gv)[i];
+        e = fd_error(m, x, mem, &mk, gs, (float *)tfm_tensor_data(mem), gmem,
+                     32, &scale);
+        worst = e / scale > worst ? e / scale : worst;
+        for (int p = 0; p < np; p++) {
+            const char *name = tfm_module_parameter_name(m, p);
+            int64_t n = 0;
+            float *d = param_data(m, name, &n);
+            e = fd_error(m, x, mem, &mk, gs, d, grad_of(m, name), n, &scale);
+            if (e > 1e-3 * scale)
+                fail_msg("%s: %s's gradient is %.2e from the finite "
+                         "differences (scale %.2f)", what[v], name, e, scale);
+            worst = e / scale > worst ? e / scale : worst;
+        }
+        printf("mha %s: largest scaled error vs finite differences %.2e\n",
+               what[v], worst);
+        assert_true(worst <= 1e-3);
+        tfm_tensor *t[7] = { x, mem, g, kpm, gx, gk, gv };
+        for (int i = 0; i < 7; i++)
+            tfm_tensor_free(t[i]);
+        tfm_module_free(m);
+    }
+}
+
 /* The stacks' and nn.Transformer's backward: a one-layer stack without a
  * final norm gives bit for bit its layer's gradients (the same layer
  * backward runs); refusals: the wrong kind, no training mode, a NULL or
@@ -695,6 +841,7 @@ int main(void)
         cmocka_unit_test(test_encoder_layer_finite_differences),
         cmocka_unit_test(test_decoder_layer_finite_differences),
         cmocka_unit_test(test_cross_attention_finite_differences),
+        cmocka_unit_test(test_mha_variants_finite_differences),
         cmocka_unit_test(test_stack_backward_refusals),
         cmocka_unit_test(test_model_backward_refusals),
     };

@@ -2147,6 +2147,9 @@ static tfm_status bwd_run(void *p)
     if (c->memory)
         return tfm_cross_attention_backward(c->ff, c->x, c->memory, NULL,
                                             c->g, c->gx, c->gm);
+    if (tfm_module_kind_of(c->ff) == TFM_MODULE_MHA)
+        return tfm_mha_backward(c->ff, c->x, c->x, c->x, NULL, c->g, c->gx,
+                                NULL, NULL);
     return tfm_feed_forward_backward(c->ff, c->x, c->g, c->gx);
 }
 
@@ -2308,6 +2311,40 @@ static void test_backward(void **state)
                     .setup = bwd_setup, .run = bwd_run, .on_oom = bwd_on_oom,
                     .on_ok = bwd_on_ok, .ctx = &a };
     run_case(&ca);
+    /* Multi-head attention with the learned variants whose backward
+     * takes the most scratch: the additive score under GQA, Shaw with
+     * relative values, T5 (x [2, 40, 16], 2 heads). */
+    static const char *const names[3] = {
+        "tfm_mha_backward (additive score, GQA)",
+        "tfm_mha_backward (Shaw keys and values)",
+        "tfm_mha_backward (T5 bias)" };
+    for (int v = 0; v < 3; v++) {
+        tfm_attention_config ac;
+        tfm_attention_config_init(&ac);
+        if (v == 0) {
+            ac.score = TFM_SCORE_ADDITIVE;
+            ac.n_kv_heads = 1;
+        } else if (v == 1) {
+            ac.relative = TFM_RELATIVE_SHAW;
+            ac.max_distance = 3;
+            ac.relative_values = 1;
+        } else {
+            ac.relative = TFM_RELATIVE_T5;
+        }
+        tfm_mha_options mo;
+        tfm_mha_options_init(&mo);
+        mo.attention = &ac;
+        bwd_ctx m = { .x = a.x, .g = a.g, .gx = a.gx,
+                      .probe = "in_proj_weight" };
+        assert_int_equal(tfm_mha_create_v2(16, 2, &mo, &m.ff), TFM_OK);
+        lcg_randomize(m.ff, 92 + v);
+        assert_int_equal(tfm_module_train(m.ff, 1), TFM_OK);
+        oom_case cm = { .name = names[v], .setup = bwd_setup,
+                        .run = bwd_run, .on_oom = bwd_on_oom,
+                        .on_ok = bwd_on_ok, .ctx = &m };
+        run_case(&cm);
+        tfm_module_free(m.ff);
+    }
     tfm_tensor *t[5] = { a.x, a.g, a.gx, a.memory, a.gm };
     for (int i = 0; i < 5; i++)
         tfm_tensor_free(t[i]);

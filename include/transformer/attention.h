@@ -466,15 +466,21 @@ TFM_API tfm_status tfm_mha_forward_v2(const tfm_module *mha,
  * grad_query, grad_key, grad_value: query's, key's and value's shapes
  * (caller-allocated, written) or NULL when not wanted, overlapping no
  * input and no other gradient.
- * Supported: every mask, kdim / vdim, bias or not, and the attention
- * variants whose backward exists (scaled dot product, grouped-query and
+ * Supported: every mask, kdim / vdim, bias or not, and every attention
+ * variant (scaled dot product, grouped-query and
  * multi-query heads, ALiBi, every sparse pattern, RoPE in both layouts and
  * any rope_dims: the gradients of the rotated q and k turned back by the
  * transposed rotation, Su et al. 2021 eq. (34); the learned temperature,
  * logits q.k / tau_h, whose "temperature" gradient is -(1/tau_h) sum q.dq
  * over the head's rows; Luong's general score q^T W_h k, dq = dq' W_h^T
- * and W_h's gradient q^T dq' with q' = q W_h); the others (the additive
- * score, Shaw, T5) and add_bias_kv / add_zero_attn give
+ * and W_h's gradient q^T dq' with q' = q W_h; Bahdanau's additive score,
+ * whose "additive_query" / "additive_key" gradients are dq'^T q and dk'^T k
+ * for q' = q W_q,h^T and k' = k W_k,h^T, and "additive_v"'s the sum of dS
+ * tanh(q' + k'); Shaw's "relative_key.weight" and "relative_value.weight"
+ * gradients, the logits' and the weights' gradients summed per clipped
+ * distance; T5's "relative_attention_bias.weight" gradient, the logits'
+ * gradients summed per bucket; each variant's parameter gradients
+ * accumulated as the others).  add_bias_kv / add_zero_attn give
  * TFM_ERR_INVALID_ARGUMENT naming them.
  * Errors: TFM_ERR_NULL_ARGUMENT (mha, query, key, value or grad_output),
  * TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE, TFM_ERR_NON_FINITE (grad_output holds

@@ -255,7 +255,7 @@ TFM_API tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,
  * src, must not overlap grad_output) or NULL when not wanted.
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND (not an encoder
  * layer), TFM_ERR_SHAPE, TFM_ERR_INVALID_ARGUMENT (no gradient memory, a
- * variant without a backward, overlapping outputs),
+ * learned temperature <= 0, overlapping outputs),
  * TFM_ERR_NON_FINITE (grad_output), TFM_ERR_BUSY (another backward holds
  * the layer's gradients), TFM_ERR_OUT_OF_MEMORY.  The checks, the busy
  * guard and the layer's scratch come before the first write; an

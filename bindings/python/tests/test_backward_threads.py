@@ -1,5 +1,6 @@
 """Backward passes at 1, 2 and 3 threads: every gradient of
-MultiheadAttention, an encoder layer and the three model architectures.
+MultiheadAttention (plain and with the additive score, Shaw and T5), an
+encoder layer and the three model architectures (with variants).
 The backward's own splits are fixed by the shapes (the weight and input
 gradients' products in blocks of 64 rows, the attention backward's key
 chunks), so what remains is tfm_set_num_threads's documented exception:
@@ -63,15 +64,39 @@ def test_mha_and_layer_gradients_do_not_depend_on_threads():
         64, 4, 160, dropout=0.0, batch_first=True), layer_call)
 
 
-@pytest.mark.parametrize("arch", ["decoder_only", "encoder_only",
-                                  "encoder_decoder"])
-def test_model_gradients_do_not_depend_on_threads(arch):
+# The learned variants whose backward is the attention kernel's own
+# (the additive score's tanh loop, Shaw's table sums, T5's bias sums).
+LEARNED = [dict(score="additive", additive_dim=24, n_kv_heads=2),
+           dict(relative="shaw", max_distance=5, relative_values=True),
+           dict(relative="t5", num_buckets=16, max_distance=32)]
+
+
+@pytest.mark.parametrize("attention", LEARNED,
+                         ids=["additive", "shaw", "t5"])
+def test_mha_variant_gradients_do_not_depend_on_threads(attention):
+    x, g = _x((3, 48, 64), 1), _x((3, 48, 64), 2)
+
+    def mha_call(m):
+        m(x, x, x, need_weights=False, is_causal=True)
+        return m.backward(g)
+    _same(lambda: transformer.MultiheadAttention(64, 4, batch_first=True,
+                                                 **attention), mha_call)
+
+
+@pytest.mark.parametrize("arch,attention", [
+    ("decoder_only", dict(rope="half", n_kv_heads=2)),
+    ("encoder_only", dict(rope="half", n_kv_heads=2)),
+    ("encoder_decoder", None)] + [("decoder_only", a) for a in LEARNED] +
+    [("encoder_only", LEARNED[0])],
+    ids=lambda p: p if isinstance(p, str) else
+    "-".join(str(v) for v in (p or {}).values()))
+def test_model_gradients_do_not_depend_on_threads(arch, attention):
     cfg = dict(architecture=arch, vocab_size=300, d_model=64, n_heads=4,
                d_ff=160, context_length=40)
     if arch == "encoder_decoder":
         cfg.update(n_encoder_layers=2, n_decoder_layers=2)
     else:
-        cfg.update(n_layers=2, attention=dict(rope="half", n_kv_heads=2))
+        cfg.update(n_layers=2, attention=attention)
     ids = np.random.default_rng(3).integers(0, 300, (3, 37)).astype(np.int32)
     targets = np.roll(ids, -1, 1)
 
