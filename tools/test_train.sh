@@ -8,8 +8,13 @@
 #   errors   plain-word errors with a non-zero exit: missing file, characters
 #            outside the checkpoint's vocabulary, a recipe option given with
 #            --resume, a context the text cannot fill, a loss that is not
-#            finite (the last checkpoint stays readable).
-# Usage: test_train.sh resume|errors TRAIN GENERATE TEXT
+#            finite (the last checkpoint stays readable);
+#   torch    the PyTorch reference trainer (tools/train_charlm.py), from the
+#            same initial weights (the run's init.safetensors) and the same
+#            batches (--sampler splitmix), gives the same loss at each of 50
+#            steps within 1e-4 relative, and the same final bits per
+#            character.
+# Usage: test_train.sh resume|errors|torch TRAIN GENERATE TEXT
 set -euo pipefail
 what=$1 train=$2 generate=$3 text=$4
 work=$(mktemp -d)
@@ -101,6 +106,30 @@ errors)
   "$train" --text "$text" --out "$work/n.st" --resume --stop-after 1 2> /dev/null \
     && fail "resuming into the same overflow succeeded"
   [ -e "$work/n.st.ckpt/checkpoint.safetensors" ] || true
+  ;;
+torch)
+  here=$(cd "$(dirname "$0")" && pwd)
+  tiny=(--steps 50 --warmup 0 --d-model 32 --n-heads 2 --n-layers 2 --d-ff 64
+        --context-length 32 --batch-size 8 --eval-windows 8 --threads 1)
+  "$train" --text "$text" --out "$work/x.st" --steps 50 "${small[@]}" \
+    --batch-size 8 --warmup 0 --checkpoint-interval 0 \
+    --log-file "$work/ours.csv" 2> "$work/ours.log" \
+    || { cat "$work/ours.log"; fail "transformer-train"; }
+  /usr/bin/python3 "$here/train_charlm.py" --text "$text" \
+    --init "$work/x.st.ckpt/init.safetensors" --sampler splitmix "${tiny[@]}" \
+    --log-file "$work/ref.csv" --out "$work/ref.st" > "$work/ref.log" 2>&1 \
+    || { cat "$work/ref.log"; fail "train_charlm.py"; }
+  [ "$(wc -l < "$work/ours.csv")" = 50 ] || fail "ours: not 50 steps"
+  paste -d, "$work/ours.csv" "$work/ref.csv" | awk -F, '
+    { if ($1 != $4) { print "step mismatch " $1 " " $4; bad = 1 }
+      r = ($2 - $5) / $5; if (r < 0) r = -r; if (r > m) m = r
+      l = ($3 - $6); if (l < 0) l = -l; if (l > 1e-9 * $6 + 1e-12) { print "lr differs at " $1; bad = 1 } }
+    END { printf "max relative loss difference over %d steps: %.3g\n", NR, m
+          if (NR != 50 || m > 1e-4 || bad) exit 1 }' || fail "loss curves differ"
+  ours=$(grep -o "validation [0-9.]* bits" "$work/ours.log" | tail -1 | tr -dc 0-9.)
+  ref=$(grep -o "val [0-9.]* bpc" "$work/ref.log" | tr -dc 0-9.)
+  awk -v a="$ours" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 2e-4) }' \
+    || fail "final validation bpc: ours $ours, PyTorch $ref"
   ;;
 *) fail "unknown test $what" ;;
 esac

@@ -90,6 +90,24 @@ def init_weights(model, n_layers):
             nn.init.normal_(p, 0.0, std)
 
 
+class SplitMix64:
+    """Steele, Lea and Flood 2014 (Vigna's splitmix64.c constants): the
+    generator of libtransformer's tfm_rng, which transformer-train draws its
+    batch offsets from."""
+
+    M = (1 << 64) - 1
+
+    def __init__(self, seed):
+        self.state = seed & self.M
+
+    def next(self):
+        self.state = (self.state + 0x9E3779B97F4A7C15) & self.M
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & self.M
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & self.M
+        return z ^ (z >> 31)
+
+
 def lr_at(step, steps, lr, warmup, min_ratio=0.1):
     if step < warmup:
         return lr * (step + 1) / warmup
@@ -134,6 +152,15 @@ def main():
     ap.add_argument("--context-length", type=int, default=128)
     ap.add_argument("--eval-windows", type=int, default=200)
     ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--text", help="train on this UTF-8 file instead of the "
+                    "King James text")
+    ap.add_argument("--init", help="start from these weights (a model file, "
+                    "e.g. the init.safetensors transformer-train writes)")
+    ap.add_argument("--sampler", choices=("torch", "splitmix"), default="torch",
+                    help="batch offsets from torch.randint (default) or, as "
+                    "transformer-train draws them, floor(r * (n - L) / 2^64) "
+                    "for SplitMix64 outputs r seeded with seed + 1")
+    ap.add_argument("--log-file", help="append step,loss,lr of every step")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -141,11 +168,15 @@ def main():
     np.random.seed(args.seed)
     t_start = time.time()
 
-    text = kjv_text.kjv_text()
+    if args.text:
+        with open(args.text, encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = kjv_text.kjv_text()
     train_text, val_text = kjv_text.split_text(text)
     vocab = kjv_text.vocabulary(text)
     stoi = {c: i for i, c in enumerate(vocab)}
-    enc = lambda s: torch.tensor(np.frombuffer(bytes(stoi[c] for c in s), dtype=np.uint8).copy())
+    enc = lambda s: torch.tensor(np.array([stoi[c] for c in s], dtype=np.int64))
     train_data, val_data = enc(train_text), enc(val_text)
     V, L = len(vocab), args.context_length
     print("text %d chars (train %d, val %d), vocab %d: %r"
@@ -154,6 +185,10 @@ def main():
     model = CharTransformer(V, args.d_model, args.n_heads, args.n_layers, args.d_ff,
                             L, args.dropout)
     init_weights(model, args.n_layers)
+    if args.init:
+        tensors, _ = load_safetensors(args.init)
+        model.load_state_dict({k: torch.from_numpy(np.asarray(v, np.float32))
+                               for k, v in tensors.items()})
     n_params = sum(p.numel() for p in model.parameters())
     print("parameters: %d" % n_params, flush=True)
 
@@ -163,6 +198,8 @@ def main():
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     gen = torch.Generator().manual_seed(args.seed)
+    splitmix = SplitMix64(args.seed + 1)
+    log = open(args.log_file, "a") if args.log_file else None
 
     model.train()
     t_train = time.time()
@@ -171,7 +208,12 @@ def main():
         lr = lr_at(step, args.steps, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        ix = torch.randint(0, len(train_data) - L - 1, (args.batch_size,), generator=gen)
+        if args.sampler == "splitmix":
+            ix = torch.tensor([(splitmix.next() * (len(train_data) - L)) >> 64
+                               for _ in range(args.batch_size)])
+        else:
+            ix = torch.randint(0, len(train_data) - L - 1, (args.batch_size,),
+                               generator=gen)
         w = torch.stack([train_data[i:i + L + 1] for i in ix.tolist()]).long()
         logits = model(w[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, V), w[:, 1:].reshape(-1))
@@ -181,6 +223,9 @@ def main():
         opt.step()
         run_loss += loss.item()
         run_n += 1
+        if log:
+            log.write("%d,%.9g,%.9g\n" % (step + 1, loss.item(), lr))
+            log.flush()
         if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
             el = time.time() - t_train
             print("step %5d/%d  lr %.2e  train %.4f bpc  %.3f s/step  elapsed %.0f s"

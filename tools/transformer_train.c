@@ -32,7 +32,8 @@
  * atomically (temporary file, fsync, rename: safetensors.h) and the
  * pointer last, so a kill at any moment leaves the previous pointer and
  * the files it names whole; older step files are removed once the new
- * pointer is in place.  --resume reads the pointer and continues the run
+ * pointer is in place; init.safetensors there holds the run's initial
+ * weights.  --resume reads the pointer and continues the run
  * exactly: the recipe comes from the checkpoint (giving a recipe option
  * again is an error), so N steps in one go equal k steps, a kill, and
  * --resume, bit for bit (at the same thread count: the sums inside
@@ -68,7 +69,7 @@ typedef enum opt_type { T_INT, T_UINT, T_DOUBLE, T_CHOICE, T_STRING,
 
 typedef struct train_options {
     /* the run */
-    const char *text, *out, *checkpoint;
+    const char *text, *out, *checkpoint, *log_file;
     int resume;
     int64_t threads, eval_interval, eval_windows, checkpoint_interval,
         log_interval, stop_after;
@@ -118,6 +119,8 @@ static const opt_spec SPECS[] = {
       "checkpoint directory (default MODEL.ckpt)" },
     { "resume", T_FLAG, OFF(resume), 0, NULL, 0, NULL,
       "continue from the checkpoint in DIR" },
+    { "log-file", T_STRING, OFF(log_file), 0, NULL, 0, "FILE",
+      "append step,loss,lr of every step (CSV)" },
     { "objective", T_CHOICE, OFF(objective), 0, OBJECTIVES, 1, "clm|mlm",
       "next character (decoder-only) or masked LM (encoder-only)" },
     { "layers", T_INT, OFF(layers), 1, NULL, 1, "N", "blocks (4)" },
@@ -858,6 +861,7 @@ typedef struct run {
     tfm_optimizer *opt;
     batch_bufs bb;
     char ckpt_dir[4096];
+    FILE *log;                  /* --log-file, or NULL */
 } run;
 
 static void run_free(run *r)
@@ -872,6 +876,8 @@ static void run_free(run *r)
     free(r->bb.targets);
     tfm_tensor_free(r->bb.logits);
     tfm_tensor_free(r->bb.dlogits);
+    if (r->log)
+        fclose(r->log);
 }
 
 /* Encodes the text with r->tok into r->ids. */
@@ -979,6 +985,21 @@ static int setup(run *r, const int *given, run_state *rs)
     if (o->resume && tfm_optimizer_load(r->opt, optim_path) != TFM_OK)
         return fail("--resume: cannot read %s: %s", optim_path,
                     tfm_last_error());
+    if (!o->resume) {
+        /* The run's initial weights, kept beside its checkpoints (to
+         * compare trainers from the same start, or to start again). */
+        char path[4096];
+        const char *keys[] = { "tfm.tokenizer", "tfm.vocab" };
+        const char *values[] = { "char", r->vocab };
+        if (mkdir(r->ckpt_dir, 0777) != 0 && errno != EEXIST)
+            return fail("cannot create %s: %s", r->ckpt_dir, strerror(errno));
+        if (join(path, sizeof path, r->ckpt_dir, "init.safetensors"))
+            return fail("checkpoint path too long");
+        if (tfm_model_save(r->model, path, 2, keys, values) != TFM_OK)
+            return lib_fail("writing the initial weights");
+    }
+    if (o->log_file && !(r->log = fopen(o->log_file, "a")))
+        return fail("cannot write %s: %s", o->log_file, strerror(errno));
     const int64_t B = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
     const int64_t shape[3] = { B, o->context, r->vocab_size };
     r->bb.inputs = malloc((size_t)(B * o->context) * sizeof(int32_t));
@@ -1078,6 +1099,10 @@ static int train(run *r, run_state *rs)
                         "is intact", s + 1, tfm_last_error());
         rs->step = s + 1;
         rs->tokens += tokens_per_step;
+        if (r->log) {
+            fprintf(r->log, "%" PRId64 ",%.9g,%.9g\n", rs->step, loss, lr);
+            fflush(r->log);
+        }
         run_loss += loss;
         run_n++;
         const double el = now_seconds() - t0;
@@ -1089,7 +1114,7 @@ static int train(run *r, run_state *rs)
                                 (double)(o->steps - rs->step),
                             eta, sizeof eta);
             fprintf(stderr,
-                    "step %" PRId64 "/%" PRId64 "  loss %.4f (%.4f bpc)  lr "
+                    "step %" PRId64 "/%" PRId64 "  loss %.6f (%.4f bpc)  lr "
                     "%.3e  %.0f tok/s  ETA %s\n",
                     rs->step, o->steps, run_loss / (double)run_n,
                     run_loss / (double)run_n / LN2, lr, tps, eta);
