@@ -8,6 +8,7 @@
  * so entries copied into a parent's table before the gradients existed,
  * views (a layer's "linear1" over the feed-forward network's storage) and
  * tied weights all reach the same gradient memory. */
+#include <math.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -162,6 +163,33 @@ tfm_status tfm_module_get_grad(const tfm_module *module, const char *name,
     if ((st = tfm__check_shape(out, "out", p->rank, p->shape)) != TFM_OK)
         return st;
     memcpy(out->data, g, (size_t)p->numel * sizeof(float));
+    return TFM_OK;
+}
+
+tfm_status tfm_module_set_grad(tfm_module *module, const char *name,
+                               const tfm_tensor *value)
+{
+    const tfm__param *p = NULL;
+    float *g = NULL;
+    tfm_status st = find_grad(module, name, &p, &g);
+    if (st != TFM_OK)
+        return st;
+    if ((st = tfm__check_shape(value, "value", p->rank, p->shape)) != TFM_OK)
+        return st;
+    for (int64_t i = 0; i < p->numel; i++)
+        if (!isfinite(value->data[i]))
+            return tfm__fail(TFM_ERR_NON_FINITE,
+                             "tfm_module_set_grad: the value for \"%s\" "
+                             "holds %s at element %lld; the gradient is "
+                             "unchanged", name,
+                             isnan(value->data[i]) ? "NaN" : "an infinity",
+                             (long long)i);
+    /* Not during a backward pass writing the same gradients. */
+    const tfm_module *home = p->home ? p->home : module;
+    if ((st = tfm__module_enter(home, "tfm_module_set_grad")) != TFM_OK)
+        return st;
+    memcpy(g, value->data, (size_t)p->numel * sizeof(float));
+    tfm__module_leave(home);
     return TFM_OK;
 }
 

@@ -275,6 +275,16 @@ TFM_API tfm_status tfm_module_grad(tfm_module *module, const char *name,
 TFM_API tfm_status tfm_module_get_grad(const tfm_module *module,
                                        const char *name, tfm_tensor *out);
 
+/* Overwrites the named parameter's gradient with value (the parameter's
+ * shape): gradients reduced by hand, e.g. averaged across the processes
+ * of data-parallel training (Python's transformer.distributed).  Tied
+ * names share one gradient.  Errors: as tfm_module_get_grad (value for
+ * out), TFM_ERR_NON_FINITE (a NaN or infinite value), TFM_ERR_BUSY (a
+ * backward pass on another thread is writing the module's gradients); on
+ * error the gradient is unchanged.  Since 1.2. */
+TFM_API tfm_status tfm_module_set_grad(tfm_module *module, const char *name,
+                                       const tfm_tensor *value);
+
 /* *data = the named parameter's memory, zero copy (row-major, its
  * element count of floats, owned by the module and valid until it is
  * freed).  Writing through it skips tfm_module_set_parameter's checks of
