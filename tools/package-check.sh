@@ -167,6 +167,13 @@ run make -C doc-example
 run ./doc-example/dlopen_mha | tail -2
 run ./doc-example/dlopen_mha | grep -q '^OK$' || fail "the dlopen program"
 
+step "build the training example from $doc/examples/train with its Makefile (pkg-config --libs)"
+[ -f "$doc/examples/train/train_tiny.c" ] || fail "not installed: $doc/examples/train/train_tiny.c"
+run cp -r "$doc/examples/train" train-example
+run make -C train-example
+run ./train-example/train_tiny > "$work/train.out" || { cat "$work/train.out"; fail "the training example"; }
+tail -2 "$work/train.out"
+
 step "/usr/bin/python3 -c 'import transformer'"
 where=$(run /usr/bin/python3 -c 'import transformer, os; print(os.path.dirname(transformer.__file__))')
 echo "$where"
@@ -201,6 +208,15 @@ echo "Python:  $py_model"
 echo "Lua:     $lua_model"
 [ "$py_model" = "$model" ] || fail "Python's default model is not the installed one"
 [ "$lua_model" = "$model" ] || fail "Lua's default model is not the installed one"
+
+step "transformer-train: a few steps on an installed example source, then transformer-generate on its model"
+run transformer-train --text "$doc/examples/dlopen_mha.c" \
+    --out "$work/tiny.safetensors" --steps 5 --layers 1 --d-model 16 \
+    --heads 2 --d-ff 32 --context 16 --batch-size 4 --warmup 1 \
+    --eval-windows 4 > "$work/train.log" 2>&1 || { cat "$work/train.log"; fail "transformer-train"; }
+tail -1 "$work/train.log"
+run transformer-generate --model "$work/tiny.safetensors" --max-tokens 5 --prompt "the" > /dev/null 2>&1 \
+  || fail "transformer-generate on transformer-train's model"
 
 step "transformer-generate --max-tokens 20 (default model)"
 out=$(run transformer-generate --max-tokens 20 2> "$work/generate.err") \
