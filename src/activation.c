@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "activation.h"
+#include "vmath.h"
 
 int tfm__activation_valid(tfm_activation activation)
 {
@@ -12,7 +13,7 @@ int tfm__activation_valid(tfm_activation activation)
            activation == TFM_ACTIVATION_SILU;
 }
 
-void tfm__activate(float *x, int64_t n, tfm_activation activation)
+TFM_CLONES void tfm__activate(float *x, int64_t n, tfm_activation activation)
 {
     switch (activation) {
     case TFM_ACTIVATION_RELU:
@@ -20,17 +21,19 @@ void tfm__activate(float *x, int64_t n, tfm_activation activation)
             x[i] = x[i] > 0.0f ? x[i] : (x[i] != x[i] ? x[i] : 0.0f);
         break;
     case TFM_ACTIVATION_GELU:
-        /* x * Phi(x), Phi the standard normal CDF, written with erfc so
-         * that negative x keeps its relative precision (1 + erf(x) would
-         * cancel). */
+        /* x * Phi(x), Phi the standard normal CDF through erfc, so that
+         * negative x keeps its relative precision (1 + erf(x) would
+         * cancel); vmath.h's branch-free form, which the loop
+         * vectorises. */
         for (int64_t i = 0; i < n; i++)
-            x[i] = 0.5f * x[i] * erfcf(-x[i] * (float)M_SQRT1_2);
+            x[i] = x[i] * tfm__normal_cdf(x[i]);
         break;
     case TFM_ACTIVATION_GELU_TANH: {
         const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];
-            x[i] = 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+            x[i] = 0.5f * v *
+                   (1.0f + tfm__tanh(c * (v + 0.044715f * v * v * v)));
         }
         break;
     }
@@ -51,7 +54,7 @@ void tfm__activate(float *x, int64_t n, tfm_activation activation)
  *   GELU tanh  with u = c (x + a x^3), t = tanh(u), c = sqrt(2 / pi),
  *              a = 0.044715:  0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2);
  *   SiLU       s (1 + x (1 - s)),  s = 1 / (1 + exp(-x)). */
-void tfm__activation_backward(const float *pre, float *grad, int64_t n,
+TFM_CLONES void tfm__activation_backward(const float *pre, float *grad, int64_t n,
                               tfm_activation activation)
 {
     switch (activation) {
@@ -63,8 +66,9 @@ void tfm__activation_backward(const float *pre, float *grad, int64_t n,
         const float inv_sqrt_2pi = 0.3989422804014327f;
         for (int64_t i = 0; i < n; i++) {
             const float x = pre[i];
-            const float cdf = 0.5f * erfcf(-x * (float)M_SQRT1_2);
-            const float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
+            const float cdf = tfm__normal_cdf(x);
+            const float pdf =
+                inv_sqrt_2pi * tfm__exp_nonpositive(-0.5f * x * x);
             grad[i] *= cdf + x * pdf;
         }
         break;
@@ -73,7 +77,7 @@ void tfm__activation_backward(const float *pre, float *grad, int64_t n,
         const float c = 0.7978845608028654f, a = 0.044715f;
         for (int64_t i = 0; i < n; i++) {
             const float x = pre[i];
-            const float t = tanhf(c * (x + a * x * x * x));
+            const float t = tfm__tanh(c * (x + a * x * x * x));
             grad[i] *= 0.5f * (1.0f + t) +
                        0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * a * x * x);
         }

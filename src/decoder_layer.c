@@ -147,6 +147,45 @@ tfm_status tfm_decoder_layer_forward(const tfm_module *layer,
                                 memory_masks, out);
 }
 
+tfm_status tfm__decoder_layer_forward_keep(
+    const tfm__decoder_layer *l, const float *x, int64_t B, int64_t L,
+    const float *memory, int64_t S, const tfm__masks *tgt_masks,
+    const tfm__masks *memory_masks, float *grad_memory, float *y,
+    float *scratch, tfm__decoder_layer_kept *k)
+{
+    const int64_t rows = B * L, n = rows * l->config.d_model;
+    /* x1, x2: the inputs of the cross-attention and feed-forward blocks. */
+    float *x1 = tfm__ws_floats((size_t)n);
+    float *x2 = x1 ? tfm__ws_floats((size_t)n) : NULL;
+    if (!x2)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "decoder layer backward: "
+                         "out of memory");
+    k->sa = tfm__sublayer_self_attention(l->self_attn, B, L, tgt_masks);
+    k->ca = tfm__sublayer_cross_attention(l->cross_attn, B, L, memory, S,
+                                          memory_masks);
+    k->ff = tfm__sublayer_feed_forward(l->ff, rows);
+    k->ca.grad_memory = grad_memory;
+    const int pre = l->config.norm_first;
+    tfm_status st = tfm__residual_forward_keep(&k->sa.base, l->norm1, pre, x,
+                                               x1, rows, scratch, &k->k1);
+    if (st == TFM_OK)
+        st = tfm__residual_forward_keep(&k->ca.base, l->norm2, pre, x1, x2,
+                                        rows, scratch, &k->k2);
+    if (st == TFM_OK)
+        st = tfm__residual_forward_keep(&k->ff.base, l->norm3, pre, x2, y,
+                                        rows, scratch, &k->k3);
+    return st;
+}
+
+tfm_status tfm__decoder_layer_backward_kept(const tfm__decoder_layer_kept *k,
+                                            float *g)
+{
+    tfm_status st = tfm__residual_backward_kept(&k->k3, g, g);
+    if (st == TFM_OK)
+        st = tfm__residual_backward_kept(&k->k2, g, g);
+    return st == TFM_OK ? tfm__residual_backward_kept(&k->k1, g, g) : st;
+}
+
 tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
                                        const float *x, int64_t B, int64_t L,
                                        const float *memory, int64_t S,
@@ -154,41 +193,21 @@ tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
                                        const tfm__masks *memory_masks,
                                        float *g, float *grad_memory)
 {
-    const int64_t rows = B * L, n = rows * l->config.d_model;
+    const int64_t n = B * L * l->config.d_model;
     tfm__ws_mark mark = tfm__ws_save();
     /* One forward through the three blocks keeping what their backward
-     * passes need (x1, x2: the inputs of the cross-attention and
-     * feed-forward blocks; y: the output, not needed), then back through
-     * the feed-forward, cross-attention and self-attention blocks. */
-    float *x1 = tfm__ws_floats((size_t)n);
-    float *x2 = x1 ? tfm__ws_floats((size_t)n) : NULL;
-    float *y = x2 ? tfm__ws_floats((size_t)n) : NULL;
-    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
-    if (y) {
-        tfm__self_attention_sublayer sa =
-            tfm__sublayer_self_attention(l->self_attn, B, L, tgt_masks);
-        tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
-            l->cross_attn, B, L, memory, S, memory_masks);
-        tfm__feed_forward_sublayer ff =
-            tfm__sublayer_feed_forward(l->ff, rows);
-        ca.grad_memory = grad_memory;
-        const int pre = l->config.norm_first;
-        tfm__residual_kept k1, k2, k3;
-        st = tfm__residual_forward_keep(&sa.base, l->norm1, pre, x, x1, rows,
-                                        &k1);
-        if (st == TFM_OK)
-            st = tfm__residual_forward_keep(&ca.base, l->norm2, pre, x1, x2,
-                                            rows, &k2);
-        if (st == TFM_OK)
-            st = tfm__residual_forward_keep(&ff.base, l->norm3, pre, x2, y,
-                                            rows, &k3);
-        if (st == TFM_OK)
-            st = tfm__residual_backward_kept(&k3, g, g);
-        if (st == TFM_OK)
-            st = tfm__residual_backward_kept(&k2, g, g);
-        if (st == TFM_OK)
-            st = tfm__residual_backward_kept(&k1, g, g);
-    }
+     * passes need (y: the output, not needed; then the blocks'
+     * shared backward scratch), then back through the
+     * feed-forward, cross-attention and self-attention blocks. */
+    float *y = tfm__ws_floats((size_t)(3 * n)), *scratch = y ? y + n : NULL;
+    tfm__decoder_layer_kept k;
+    tfm_status st = y ? tfm__decoder_layer_forward_keep(
+                            l, x, B, L, memory, S, tgt_masks, memory_masks,
+                            grad_memory, y, scratch, &k)
+                      : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "decoder layer "
+                                  "backward: out of memory");
+    if (st == TFM_OK)
+        st = tfm__decoder_layer_backward_kept(&k, g);
     tfm__ws_restore(mark);
     return st;
 }

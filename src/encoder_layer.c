@@ -167,36 +167,54 @@ tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
     return tfm__encoder_forward(&encoder_layer_kind, layer, src, masks, out);
 }
 
+tfm_status tfm__encoder_layer_forward_keep(const tfm__encoder_layer *l,
+                                           const float *x, int64_t B,
+                                           int64_t L, const tfm__masks *masks,
+                                           float *y, float *scratch,
+                                           tfm__encoder_layer_kept *k)
+{
+    const int64_t rows = B * L, n = rows * l->config.d_model;
+    /* x1: the feed-forward block's input. */
+    float *x1 = tfm__ws_floats((size_t)n);
+    if (!x1)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "encoder layer backward: "
+                         "out of memory");
+    k->sa = tfm__sublayer_self_attention(l->self_attn, B, L, masks);
+    k->ff = tfm__sublayer_feed_forward(l->ff, rows);
+    const int pre = l->config.norm_first;
+    tfm_status st = tfm__residual_forward_keep(&k->sa.base, l->norm1, pre, x,
+                                               x1, rows, scratch, &k->k1);
+    if (st == TFM_OK)
+        st = tfm__residual_forward_keep(&k->ff.base, l->norm2, pre, x1, y,
+                                        rows, scratch, &k->k2);
+    return st;
+}
+
+tfm_status tfm__encoder_layer_backward_kept(const tfm__encoder_layer_kept *k,
+                                            float *g)
+{
+    tfm_status st = tfm__residual_backward_kept(&k->k2, g, g);
+    return st == TFM_OK ? tfm__residual_backward_kept(&k->k1, g, g) : st;
+}
+
 tfm_status tfm__encoder_layer_backward(const tfm__encoder_layer *l,
                                        const float *x, int64_t B, int64_t L,
                                        const tfm__masks *masks, float *g)
 {
-    const int64_t rows = B * L, n = rows * l->config.d_model;
+    const int64_t n = B * L * l->config.d_model;
     tfm__ws_mark mark = tfm__ws_save();
     /* One forward through both blocks keeping what their backward passes
-     * need (x1: the feed-forward block's input; y: the layer's output,
-     * not needed), then back through the feed-forward block and the
-     * self-attention block. */
-    float *x1 = tfm__ws_floats((size_t)n);
-    float *y = x1 ? tfm__ws_floats((size_t)n) : NULL;
-    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
-    if (y) {
-        tfm__self_attention_sublayer sa =
-            tfm__sublayer_self_attention(l->self_attn, B, L, masks);
-        tfm__feed_forward_sublayer ff =
-            tfm__sublayer_feed_forward(l->ff, rows);
-        const int pre = l->config.norm_first;
-        tfm__residual_kept k1, k2;
-        st = tfm__residual_forward_keep(&sa.base, l->norm1, pre, x, x1, rows,
-                                        &k1);
-        if (st == TFM_OK)
-            st = tfm__residual_forward_keep(&ff.base, l->norm2, pre, x1, y,
-                                            rows, &k2);
-        if (st == TFM_OK)
-            st = tfm__residual_backward_kept(&k2, g, g);
-        if (st == TFM_OK)
-            st = tfm__residual_backward_kept(&k1, g, g);
-    }
+     * need (y: the layer's output, not needed; then the blocks'
+     * shared backward scratch), then back through the
+     * feed-forward block and the self-attention block. */
+    float *y = tfm__ws_floats((size_t)(3 * n)), *scratch = y ? y + n : NULL;
+    tfm__encoder_layer_kept k;
+    tfm_status st = y ? tfm__encoder_layer_forward_keep(l, x, B, L, masks, y,
+                                                        scratch, &k)
+                      : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "encoder layer "
+                                  "backward: out of memory");
+    if (st == TFM_OK)
+        st = tfm__encoder_layer_backward_kept(&k, g);
     tfm__ws_restore(mark);
     return st;
 }

@@ -49,18 +49,60 @@ tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
  * v_cache [capacity, kv_dim] get the new keys and values at rows
  * past .. past+n-1 (tfm__mha_run_cached).  The block of a decoder-only
  * model when it decodes.  Fails only with out-of-memory. */
-/* The backward of tfm__encoder_layer_run on x [B, L, d] (its input, not
- * changed): g [B, L, d] holds the output's gradient and receives x's; the
- * parameter gradients are accumulated (the caller has entered them,
- * tfm__module_enter_grads).  Fails with out-of-memory (or a variant
+/* A layer's forward kept for its backward: its blocks and what each
+ * block's backward needs (workspace memory of the calling thread, above
+ * the caller's mark; the blocks point into the struct, which must not
+ * move while it is in use). */
+typedef struct tfm__encoder_layer_kept {
+    tfm__self_attention_sublayer sa;
+    tfm__feed_forward_sublayer ff;
+    tfm__residual_kept k1, k2;
+} tfm__encoder_layer_kept;
+
+typedef struct tfm__decoder_layer_kept {
+    tfm__self_attention_sublayer sa;
+    tfm__cross_attention_sublayer ca;
+    tfm__feed_forward_sublayer ff;
+    tfm__residual_kept k1, k2, k3;
+} tfm__decoder_layer_kept;
+
+/* y [B, L, d] = tfm__encoder_layer_run of x [B, L, d] (y distinct from x;
+ * x must stay unchanged until the backward), keeping in *k what
+ * tfm__encoder_layer_backward_kept needs.  scratch: 2 B L d floats of
+ * backward scratch, shareable between layers whose backward passes run
+ * one after another, or NULL (taken from the workspace).  Fails
+ * (out-of-memory, a variant without a backward) before writing
+ * anything the caller reads but y. */
+tfm_status tfm__encoder_layer_forward_keep(const tfm__encoder_layer *l,
+                                           const float *x, int64_t B,
+                                           int64_t L, const tfm__masks *masks,
+                                           float *y, float *scratch,
+                                           tfm__encoder_layer_kept *k);
+/* The backward of that forward: g [B, L, d] holds the output's gradient
+ * and receives x's; the parameter gradients are accumulated (the caller
+ * has entered them, tfm__module_enter_grads).  Fails only as attention's
+ * backward can, possibly after the feed-forward block accumulated its
+ * gradients. */
+tfm_status tfm__encoder_layer_backward_kept(const tfm__encoder_layer_kept *k,
+                                            float *g);
+
+/* The same for tfm__decoder_layer_run; memory's gradient is added into
+ * grad_memory [B, S, d] (NULL: not wanted) by the backward. */
+tfm_status tfm__decoder_layer_forward_keep(
+    const tfm__decoder_layer *l, const float *x, int64_t B, int64_t L,
+    const float *memory, int64_t S, const tfm__masks *tgt_masks,
+    const tfm__masks *memory_masks, float *grad_memory, float *y,
+    float *scratch, tfm__decoder_layer_kept *k);
+tfm_status tfm__decoder_layer_backward_kept(const tfm__decoder_layer_kept *k,
+                                            float *g);
+
+/* Both in one (the layers' own public backward): x [B, L, d] the input
+ * (not changed), g as above.  Fails with out-of-memory (or a variant
  * without a backward), possibly after the feed-forward block accumulated
  * its gradients. */
 tfm_status tfm__encoder_layer_backward(const tfm__encoder_layer *l,
                                        const float *x, int64_t B, int64_t L,
                                        const tfm__masks *masks, float *g);
-
-/* The same for tfm__decoder_layer_run; memory's gradient is added into
- * grad_memory [B, S, d] (NULL: not wanted). */
 tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
                                        const float *x, int64_t B, int64_t L,
                                        const float *memory, int64_t S,

@@ -545,16 +545,16 @@ tfm_status tfm_model_backward(tfm_module *model, const int32_t *ids,
     if (m->config.architecture == TFM_ARCH_DECODER_ONLY)
         masks.causal = TFM_CAUSAL_TOP_LEFT;
     tfm__model_embed(m, ids, batch, seq, 0, x0);
-    memcpy(h, x0, (size_t)n * sizeof *h);
-    st = tfm__stack_run(m->stack, h, batch, seq, NULL, 0, &masks, NULL);
+    tfm__stack_kept kept;
+    st = tfm__stack_forward_keep(m->stack, x0, batch, seq, NULL, 0, &masks,
+                                 NULL, NULL, h, &kept);
     if (st == TFM_OK) {
         /* logits = h lm_head^T: g = grad_logits lm_head, the head's
          * gradient += grad_logits^T h. */
         tfm__linear_backward(h, d, rows, d, m->lm_head, V,
                              grad_logits->data, V, g, head_grad(m), NULL,
                              NULL);
-        st = tfm__stack_backward(m->stack, x0, batch, seq, NULL, 0, &masks,
-                                 NULL, g, NULL);
+        st = tfm__stack_backward_kept(&kept, g);
     }
     if (st == TFM_OK)
         embed_backward(m, ids, batch, seq, g);
@@ -595,22 +595,21 @@ tfm_status tfm_model_seq2seq_backward(tfm_module *model,
     const tfm__masks causal = { .causal = TFM_CAUSAL_TOP_LEFT };
     tfm__model_embed(m, src_ids, B, S, 0, src0);
     tfm__model_embed(m, tgt_ids, B, L, 0, tgt0);
-    memcpy(memory, src0, (size_t)n_src * sizeof *memory);
-    memcpy(h, tgt0, (size_t)n_tgt * sizeof *h);
     memset(gmem, 0, (size_t)n_src * sizeof *gmem);
-    st = tfm__stack_run(m->encoder, memory, B, S, NULL, 0, &none, NULL);
+    tfm__stack_kept enc, dec;
+    st = tfm__stack_forward_keep(m->encoder, src0, B, S, NULL, 0, &none,
+                                 NULL, NULL, memory, &enc);
     if (st == TFM_OK)
-        st = tfm__stack_run(m->decoder, h, B, L, memory, S, &causal, &none);
+        st = tfm__stack_forward_keep(m->decoder, tgt0, B, L, memory, S,
+                                     &causal, &none, gmem, h, &dec);
     if (st == TFM_OK) {
         tfm__linear_backward(h, d, B * L, d, m->lm_head, V,
                              grad_logits->data, V, g, head_grad(m), NULL,
                              NULL);
-        st = tfm__stack_backward(m->decoder, tgt0, B, L, memory, S, &causal,
-                                 &none, g, gmem);
+        st = tfm__stack_backward_kept(&dec, g);
     }
     if (st == TFM_OK)
-        st = tfm__stack_backward(m->encoder, src0, B, S, NULL, 0, &none,
-                                 NULL, gmem, NULL);
+        st = tfm__stack_backward_kept(&enc, gmem);
     if (st == TFM_OK) {
         embed_backward(m, tgt_ids, B, L, g);
         embed_backward(m, src_ids, B, S, gmem);

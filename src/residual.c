@@ -192,15 +192,17 @@ tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
 tfm_status tfm__residual_forward_keep(const tfm__sublayer *f,
                                       const tfm__layer_norm *norm,
                                       int norm_first, const float *x,
-                                      float *y, int64_t rows,
+                                      float *y, int64_t rows, float *scratch,
                                       tfm__residual_kept *kept)
 {
     const int64_t d = norm->d, n = rows * d;
     tfm__residual_kept k = { .f = f, .norm = norm, .norm_first = norm_first,
                              .x = x, .rows = rows };
     k.h = tfm__ws_floats((size_t)n);
-    k.g = k.h ? tfm__ws_floats((size_t)n) : NULL;
-    k.gf = k.g ? tfm__ws_floats((size_t)n) : NULL;
+    if (k.h && !scratch)
+        scratch = tfm__ws_floats((size_t)(2 * n));
+    k.g = k.h ? scratch : NULL;
+    k.gf = k.g ? scratch + n : NULL;
     k.acc = k.gf ? tfm__ws_alloc((size_t)(2 * d) * sizeof *k.acc) : NULL;
     if (!k.acc)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "residual backward: out of "
@@ -266,7 +268,7 @@ tfm_status tfm__residual_backward(const tfm__sublayer *f,
     float *y = tfm__ws_floats((size_t)(rows * norm->d));
     tfm__residual_kept kept;
     tfm_status st = y ? tfm__residual_forward_keep(f, norm, norm_first, x, y,
-                                                   rows, &kept)
+                                                   rows, NULL, &kept)
                       : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "residual "
                                   "backward: out of memory");
     if (st == TFM_OK)

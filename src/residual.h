@@ -119,12 +119,15 @@ typedef struct tfm__residual_kept {
 
 /* y [rows, d] = post-norm: norm(x + f(x)); pre-norm: x + f(norm(x))
  * (tfm__residual's value; y distinct from x), keeping in *kept what
- * tfm__residual_backward_kept needs.  Fails (out-of-memory, a variant
- * without a backward) before writing y. */
+ * tfm__residual_backward_kept needs.  scratch: 2 rows * d floats the
+ * backward uses as its scratch (g, gf; blocks whose backward passes run
+ * one after another may share one), or NULL to take them from the
+ * workspace.  Fails (out-of-memory, a variant without a backward) before
+ * writing y. */
 tfm_status tfm__residual_forward_keep(const tfm__sublayer *f,
                                       const tfm__layer_norm *norm,
                                       int norm_first, const float *x,
-                                      float *y, int64_t rows,
+                                      float *y, int64_t rows, float *scratch,
                                       tfm__residual_kept *kept);
 
 /* The backward (torch.autograd's) of that block, grad_y [rows, d] the

@@ -150,54 +150,100 @@ tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,
     return TFM_OK;
 }
 
+tfm_status tfm__stack_forward_keep(const tfm__stack *s, const float *x,
+                                   int64_t B, int64_t L, const float *memory,
+                                   int64_t S, const tfm__masks *masks,
+                                   const tfm__masks *memory_masks,
+                                   float *grad_memory, float *out,
+                                   tfm__stack_kept *k)
+{
+    const int64_t d = s->config.d_model, rows = B * L, n = rows * d;
+    const int64_t N = s->n_layers;
+    const size_t one = s->decoder ? sizeof(tfm__decoder_layer_kept)
+                                  : sizeof(tfm__encoder_layer_kept);
+    if ((uint64_t)n > SIZE_MAX / sizeof(float) / (uint64_t)(N + 4) ||
+        (uint64_t)N > SIZE_MAX / one)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "stack backward: %lld "
+                         "layers' activations do not fit in memory",
+                         (long long)N);
+    /* acts [N + 1, rows, d]; scratch [2, rows, d]: the blocks' backward
+     * scratch, shared (they go backward one at a time); tmp: the final
+     * norm's input gradient. */
+    tfm__stack_kept kk = { .s = s, .rows = rows };
+    kk.acts = tfm__ws_floats((size_t)((N + 1) * n));
+    float *scratch = kk.acts ? tfm__ws_floats((size_t)(2 * n)) : NULL;
+    kk.layers = scratch && N > 0 ? tfm__ws_alloc((size_t)N * one) : NULL;
+    if (scratch && s->norm) {
+        kk.tmp = tfm__ws_floats((size_t)n);
+        kk.acc = kk.tmp ? tfm__ws_alloc((size_t)(2 * d) * sizeof *kk.acc)
+                        : NULL;
+    }
+    if (!scratch || (N > 0 && !kk.layers) || (s->norm && !kk.acc))
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "stack backward: out of "
+                         "memory");
+    memcpy(kk.acts, x, (size_t)n * sizeof *kk.acts);
+    tfm_status st = TFM_OK;
+    for (int64_t i = 0; st == TFM_OK && i < N; i++) {
+        const float *in = kk.acts + i * n;
+        float *next = kk.acts + (i + 1) * n;
+        st = s->decoder
+                 ? tfm__decoder_layer_forward_keep(
+                       (const tfm__decoder_layer *)s->layers[i], in, B, L,
+                       memory, S, masks, memory_masks, grad_memory, next,
+                       scratch, (tfm__decoder_layer_kept *)kk.layers + i)
+                 : tfm__encoder_layer_forward_keep(
+                       (const tfm__encoder_layer *)s->layers[i], in, B, L,
+                       masks, next, scratch,
+                       (tfm__encoder_layer_kept *)kk.layers + i);
+    }
+    if (st != TFM_OK)
+        return st;
+    if (s->norm)
+        tfm__layer_norm_run(s->norm, kk.acts + N * n, rows, out);
+    else
+        memcpy(out, kk.acts + N * n, (size_t)n * sizeof *out);
+    *k = kk;
+    return TFM_OK;
+}
+
+tfm_status tfm__stack_backward_kept(const tfm__stack_kept *k, float *g)
+{
+    const tfm__stack *s = k->s;
+    const int64_t N = s->n_layers, n = k->rows * s->config.d_model;
+    if (s->norm) {
+        const tfm_module *home = &s->norm->base;
+        float *gw = tfm__grad_of(home, s->norm->weight);
+        float *gb = s->norm->bias ? tfm__grad_of(home, s->norm->bias) : NULL;
+        tfm__layer_norm_backward(s->norm, k->acts + N * n, k->rows, g, k->tmp,
+                                 gw, gb, k->acc);
+        memcpy(g, k->tmp, (size_t)n * sizeof *g);
+    }
+    tfm_status st = TFM_OK;
+    for (int64_t i = N - 1; st == TFM_OK && i >= 0; i--)
+        st = s->decoder
+                 ? tfm__decoder_layer_backward_kept(
+                       (const tfm__decoder_layer_kept *)k->layers + i, g)
+                 : tfm__encoder_layer_backward_kept(
+                       (const tfm__encoder_layer_kept *)k->layers + i, g);
+    return st;
+}
+
 tfm_status tfm__stack_backward(const tfm__stack *s, const float *x, int64_t B,
                                int64_t L, const float *memory, int64_t S,
                                const tfm__masks *masks,
                                const tfm__masks *memory_masks, float *g,
                                float *grad_memory)
 {
-    const int64_t d = s->config.d_model, rows = B * L, n = rows * d;
-    const int64_t N = s->n_layers;
-    if ((uint64_t)n > SIZE_MAX / sizeof(float) / (uint64_t)(N + 2))
-        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "stack backward: %lld "
-                         "layers' activations do not fit in memory",
-                         (long long)N);
     tfm__ws_mark mark = tfm__ws_save();
-    /* acts [N + 1, B, L, d]: layer i's input at i * n, the final norm's
-     * (or the output) at N * n; tmp: the norm's input gradient. */
-    float *acts = tfm__ws_floats((size_t)((N + 1) * n));
-    float *tmp = acts && s->norm ? tfm__ws_floats((size_t)n) : NULL;
-    double *acc = tmp ? tfm__ws_alloc((size_t)(2 * d) * sizeof *acc) : NULL;
-    if (!acts || (s->norm && !acc)) {
-        tfm__ws_restore(mark);
-        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "stack backward: out of "
-                         "memory");
-    }
-    tfm_status st = TFM_OK;
-    memcpy(acts, x, (size_t)n * sizeof *acts);
-    for (int64_t i = 0; st == TFM_OK && i < N; i++) {
-        float *next = acts + (i + 1) * n;
-        memcpy(next, acts + i * n, (size_t)n * sizeof *next);
-        st = layer_run(s, i, next, B, L, memory, S, masks, memory_masks);
-    }
-    if (st == TFM_OK && s->norm) {
-        const tfm_module *home = &s->norm->base;
-        float *gw = tfm__grad_of(home, s->norm->weight);
-        float *gb = s->norm->bias ? tfm__grad_of(home, s->norm->bias) : NULL;
-        tfm__layer_norm_backward(s->norm, acts + N * n, rows, g, tmp, gw, gb,
-                                 acc);
-        memcpy(g, tmp, (size_t)n * sizeof *g);
-    }
-    for (int64_t i = N - 1; st == TFM_OK && i >= 0; i--) {
-        const float *in = acts + i * n;
-        st = s->decoder
-                 ? tfm__decoder_layer_backward(
-                       (const tfm__decoder_layer *)s->layers[i], in, B, L,
-                       memory, S, masks, memory_masks, g, grad_memory)
-                 : tfm__encoder_layer_backward(
-                       (const tfm__encoder_layer *)s->layers[i], in, B, L,
-                       masks, g);
-    }
+    float *out = tfm__ws_floats((size_t)(B * L * s->config.d_model));
+    tfm__stack_kept k;
+    tfm_status st = out ? tfm__stack_forward_keep(s, x, B, L, memory, S,
+                                                  masks, memory_masks,
+                                                  grad_memory, out, &k)
+                        : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "stack backward: "
+                                    "out of memory");
+    if (st == TFM_OK)
+        st = tfm__stack_backward_kept(&k, g);
     tfm__ws_restore(mark);
     return st;
 }

@@ -34,16 +34,44 @@ tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,
                           const tfm__masks *masks,
                           const tfm__masks *memory_masks);
 
-/* The backward of tfm__stack_run: x [B, L, d] its input (not changed);
- * g [B, L, d] holds the output's gradient and receives x's; grad_memory
- * [B, S, d] (decoders; NULL: not wanted) has memory's gradient added.
- * Every parameter gradient is accumulated; the caller has entered them
- * (tfm__module_enter_grads on the stack or its model).  One forward keeps
- * each layer's input (n_layers + 1 activations from the workspace), then
- * the final norm and the layers go backward in reverse order, each
- * recomputing its inner activations.  Fails with out-of-memory (the
- * activations: before any write; inside a layer: after the layers above
- * it accumulated) or a variant without a backward. */
+/* The stack's forward kept for its backward (workspace memory of the
+ * calling thread, above the caller's mark). */
+typedef struct tfm__stack_kept {
+    const tfm__stack *s;
+    int64_t rows;
+    float *acts;            /* [n_layers + 1, rows, d]: layer i's input at
+                             * i rows d, the final norm's input last */
+    void *layers;           /* n_layers tfm__encoder_layer_kept or
+                             * tfm__decoder_layer_kept */
+    float *tmp;             /* the final norm's input gradient, or NULL */
+    double *acc;            /* [2 d]: its sums, or NULL */
+} tfm__stack_kept;
+
+/* out [B, L, d] = tfm__stack_run of x [B, L, d] (x not changed; out
+ * distinct from it), keeping every layer's input and what each layer's
+ * backward needs in *k (one forward pass; activations linear in the
+ * layers, as torch.autograd keeps them); grad_memory [B, S, d] (decoders;
+ * NULL: not wanted) is where the backward will add memory's gradient.
+ * Fails with out-of-memory or a variant without a backward before
+ * writing anything but out. */
+tfm_status tfm__stack_forward_keep(const tfm__stack *s, const float *x,
+                                   int64_t B, int64_t L, const float *memory,
+                                   int64_t S, const tfm__masks *masks,
+                                   const tfm__masks *memory_masks,
+                                   float *grad_memory, float *out,
+                                   tfm__stack_kept *k);
+
+/* The backward of that forward: g [B, L, d] holds the output's gradient
+ * and receives x's; every parameter gradient is accumulated (the caller
+ * has entered them, tfm__module_enter_grads on the stack or its model).
+ * The final norm and the layers go backward in reverse order.  Fails only
+ * as attention's backward can, possibly after the layers above
+ * accumulated. */
+tfm_status tfm__stack_backward_kept(const tfm__stack_kept *k, float *g);
+
+/* Both in one: x the input (not changed), g and grad_memory as above.
+ * Fails with out-of-memory (before any gradient is written) or as the
+ * backward above. */
 tfm_status tfm__stack_backward(const tfm__stack *s, const float *x, int64_t B,
                                int64_t L, const float *memory, int64_t S,
                                const tfm__masks *masks,

@@ -181,18 +181,17 @@ tfm_status tfm_transformer_backward(tfm_module *model, const tfm_tensor *src,
     tfm__ws_mark mark;
     if ((st = tfm__backward_begin(model, what, bufs, sizes, 3, &mark)))
         return st;
-    memcpy(memory, src->data, (size_t)n_src * sizeof *memory);
     memcpy(g, grad_output->data, (size_t)n_tgt * sizeof *g);
     memset(gmem, 0, (size_t)n_src * sizeof *gmem);
-    st = tfm__stack_run(t->encoder, memory, in.B, in.S, NULL, 0,
-                        &in.src_masks, NULL);
+    tfm__stack_kept enc;
+    st = tfm__stack_forward_keep(t->encoder, src->data, in.B, in.S, NULL, 0,
+                                 &in.src_masks, NULL, NULL, memory, &enc);
     if (st == TFM_OK)
         st = tfm__stack_backward(t->decoder, tgt->data, in.B, in.L, memory,
                                  in.S, &in.tgt_masks, &in.memory_masks, g,
                                  gmem);
     if (st == TFM_OK)
-        st = tfm__stack_backward(t->encoder, src->data, in.B, in.S, NULL, 0,
-                                 &in.src_masks, NULL, gmem, NULL);
+        st = tfm__stack_backward_kept(&enc, gmem);
     if (st == TFM_OK && grad_tgt)
         memcpy(grad_tgt->data, g, (size_t)n_tgt * sizeof *g);
     if (st == TFM_OK && grad_src)

@@ -431,40 +431,37 @@ static int utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
     return len;
 }
 
-static int cmp_u32(const void *a, const void *b)
-{
-    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* The text's distinct characters in code-point order, as UTF-8 (malloc'd);
- * NULL when the text is not valid UTF-8 (message printed). */
+ * NULL when the text is not valid UTF-8 (message printed).  One pass
+ * marks the code points seen in a bitmap of the Unicode range. */
 static char *vocabulary_of(const char *text, size_t len, const char *path)
 {
-    uint32_t *cps = malloc((len + 1) * sizeof *cps);
-    if (!cps) {
+    enum { N_CODE_POINTS = 0x110000 };
+    uint64_t *seen = calloc(N_CODE_POINTS / 64, sizeof *seen);
+    if (!seen) {
         fail("out of memory");
         return NULL;
     }
     size_t n = 0;
     for (size_t i = 0; i < len;) {
-        const int k = utf8_next((const unsigned char *)text + i, len - i,
-                                &cps[n]);
-        if (k == 0) {
-            free(cps);
+        uint32_t c = 0;
+        const int k = utf8_next((const unsigned char *)text + i, len - i, &c);
+        if (k == 0 || c >= N_CODE_POINTS) {
+            free(seen);
             fail("%s is not valid UTF-8 (byte %zu)", path, i);
             return NULL;
         }
+        if (!(seen[c / 64] >> (c % 64) & 1)) {
+            seen[c / 64] |= (uint64_t)1 << (c % 64);
+            n++;
+        }
         i += (size_t)k;
-        n++;
     }
-    qsort(cps, n, sizeof *cps, cmp_u32);
     char *vocab = malloc(4 * n + 1);
     size_t m = 0;
-    for (size_t i = 0; vocab && i < n; i++) {
-        if (i > 0 && cps[i] == cps[i - 1])
+    for (uint32_t c = 0; vocab && c < N_CODE_POINTS; c++) {
+        if (!(seen[c / 64] >> (c % 64) & 1))
             continue;
-        const uint32_t c = cps[i];
         if (c < 0x80) {
             vocab[m++] = (char)c;
         } else if (c < 0x800) {
@@ -481,7 +478,7 @@ static char *vocabulary_of(const char *text, size_t len, const char *path)
             vocab[m++] = (char)(0x80 | (c & 0x3F));
         }
     }
-    free(cps);
+    free(seen);
     if (!vocab) {
         fail("out of memory");
         return NULL;

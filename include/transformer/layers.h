@@ -453,18 +453,20 @@ TFM_API tfm_status tfm_decoder_forward(const tfm_module *decoder,
 
 /* The backward passes of the stacks (torch.autograd's gradients of
  * nn.TransformerEncoder / nn.TransformerDecoder with dropout 0, the final
- * LayerNorm included): one forward keeps each layer's input (n_layers + 1
- * activations of [B, L, d_model] in the calling thread's workspace, kept
- * for the next call), then the final norm and the layers go backward in
- * reverse order as tfm_encoder_layer_backward / tfm_decoder_layer_backward
- * do, each recomputing its inner activations.  Every parameter gradient
+ * LayerNorm included): one forward keeps each layer's input and the
+ * activations its blocks' backward passes need (memory linear in the
+ * layers, as torch.autograd keeps them, in the calling thread's
+ * workspace, kept for the next call), then the final norm and the layers
+ * go backward in reverse order as tfm_encoder_layer_backward /
+ * tfm_decoder_layer_backward do.  Every parameter gradient
  * is accumulated (+=) into the stack's gradient memory (tfm_module_train
  * first); the decoder's memory gradient is the sum over its layers.
  * Arguments, outputs (each may be its input, NULL when not wanted) and
  * errors as the layers' backward passes; the checks, the busy guard and
- * the activations come before the first write, and an out-of-memory
- * inside a layer's attention backward, after the layers above it
- * accumulated their gradients, is the one exception.  Since 1.2. */
+ * the forward's activations come before the first write, and an
+ * out-of-memory inside a layer's attention backward, after the layers
+ * above it accumulated their gradients, is the one exception.
+ * Since 1.2. */
 TFM_API tfm_status tfm_encoder_backward(tfm_module *encoder,
                                         const tfm_tensor *src,
                                         const tfm_attention_masks *masks,

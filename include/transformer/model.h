@@ -250,7 +250,8 @@ TFM_API tfm_status tfm_model_seq2seq_logits(const tfm_module *model,
  * parameter: the head (lm_head.weight, or the token table when tied,
  * which then gets both its parts), the blocks and their final norm
  * (tfm_encoder_backward's rules), the token embedding (rows scatter-added
- * in order) and learned positions.  The forward is recomputed from ids;
+ * in order) and learned positions.  The forward is recomputed from ids,
+ * once, keeping the blocks' activations for their backward;
  * tfm_module_train must have been called.  Errors: those of
  * tfm_model_logits (grad_logits for logits), TFM_ERR_NON_FINITE
  * (grad_logits), TFM_ERR_INVALID_ARGUMENT (no gradient memory),
