@@ -393,7 +393,8 @@ TFM_API tfm_status tfm_model_generate(const tfm_module *model,
  * token's text (matched on the bytes of the decoded text, so a stop string
  * may span several tokens; the prompt's text is not searched; the tokens
  * that complete it are returned, as HF's StopStringCriteria).  Past the
- * context length the window slides as in tfm_model_generate. */
+ * context length: past_context (tfm_past_context below; by default a
+ * rolling cache or a half-window shift, not a re-encode per token). */
 
 /* Per generated token: id, and its index among the new tokens (0, 1, ...).
  * Return 0 to go on, a positive value to stop (tfm_model_generate_v2 then
@@ -410,6 +411,37 @@ typedef enum tfm_stop_reason {
     TFM_STOP_STRING = 3,          /* a stop string was decoded */
     TFM_STOP_CALLBACK = 4         /* the callback asked to stop */
 } tfm_stop_reason;
+
+/* Generation past the context length W (tfm_generate_options.past_context;
+ * Since 1.2).  Append-only.
+ *   TFM_PAST_CONTEXT_AUTO (the default):
+ *     - models whose attention depends on distances only (positional
+ *       TFM_POSITIONAL_NONE, with RoPE, ALiBi, Shaw, T5 or no positions at
+ *       all; no global tokens or BigBird blocks): a rolling cache.  Each
+ *       new token drops the oldest cached position and costs one cache
+ *       append, and its logits equal a full pass over the whole sequence
+ *       in which each query sees only the last W keys (its own included),
+ *       with RoPE and the relative terms at the absolute positions: the
+ *       sliding-window attention of Mistral (Jiang et al. 2023, sec. 2.1)
+ *       and Hugging Face's rolling cache for it.  This is not a full pass
+ *       over the last W tokens alone: a cached key of a deeper layer was
+ *       computed from the W tokens before it, not from the current window;
+ *     - models with learned or sinusoidal positions (a position table of
+ *       W rows): the half-window shift.  When the cache is full, the last
+ *       ceil(W/2) tokens (the newest one included) are encoded afresh at
+ *       positions 0 .., then the next tokens are cache appends until it is
+ *       full again: one re-encode per W/2 tokens.  Each token's logits
+ *       equal the last row of tfm_model_logits over exactly the tokens the
+ *       cache then holds (between ceil(W/2) and W of them).
+ *   TFM_PAST_CONTEXT_REENCODE: every token past the context encodes the
+ *     last W tokens afresh at positions 0 .. W-1 (the behaviour of 1.0 and
+ *     of tfm_model_generate): the most context for every token, at the
+ *     cost of a full pass per token. */
+typedef enum tfm_past_context {
+    TFM_PAST_CONTEXT_AUTO = 0,
+    TFM_PAST_CONTEXT_REENCODE = 1,
+    TFM_PAST_CONTEXT_COUNT       /* grows, never store it */
+} tfm_past_context;
 
 /* Options of tfm_generator_create and tfm_model_generate_v2.  ABI: begins
  * with its size (docs/ABI.md); set it with tfm_generate_options_init; the
@@ -432,6 +464,10 @@ typedef struct tfm_generate_options {
     int64_t no_repeat_ngram_size;  /* >= 0; default 0: none */
     tfm_token_callback callback;   /* tfm_model_generate_v2 only; NULL */
     void *callback_data;           /* passed to callback */
+    /* Since 1.2 (after callback_data; older callers' struct_size leaves
+     * it at the default): what happens once the sequence outgrows the
+     * context (tfm_past_context). */
+    tfm_past_context past_context;
 } tfm_generate_options;
 
 /* Fills *options with the defaults above and sets struct_size.  NULL is a
