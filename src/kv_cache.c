@@ -87,6 +87,22 @@ tfm_status tfm__kv_cache_create_rolling(const tfm_module *model,
     return create(model, capacity, 1, out);
 }
 
+tfm_status tfm_kv_cache_create_rolling(const tfm_module *model,
+                                       int64_t capacity, tfm_kv_cache **out)
+{
+    tfm_status st =
+        tfm__model_check(model, 1u << TFM_ARCH_DECODER_ONLY, "model");
+    if (st != TFM_OK)
+        return st;
+    if (!tfm__model_rolls((const tfm__model *)model))
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "a rolling cache needs a model whose attention "
+                         "depends on distances only (no learned or "
+                         "sinusoidal positions, global tokens or BigBird "
+                         "blocks)");
+    return create(model, capacity, 1, out);
+}
+
 int tfm__model_rolls(const tfm__model *m)
 {
     const tfm_attention_config *a = &m->options.attention;

@@ -73,14 +73,8 @@ void tfm__model_head(const tfm__model *m, const float *h, int64_t rows,
  * search, beam_search.c). */
 void tfm__kv_cache_copy(tfm_kv_cache *dst, const tfm_kv_cache *src);
 
-/* A rolling cache (kv_cache.c): as tfm_kv_cache_create, but
- * tfm_kv_cache_decode of n <= capacity new positions that do not fit
- * first drops the oldest held positions to make room (on success only).
- * The logits of a new position then equal a full pass over the whole
- * sequence in which each query sees only the last `capacity` keys (its
- * own included): a sliding-window attention mask, Mistral's, with RoPE
- * and the relative terms at the positions of that whole sequence.  Meant
- * for models for which tfm__model_rolls holds. */
+/* tfm_kv_cache_create_rolling (model.h) without its checks: for models
+ * already checked, for which tfm__model_rolls holds (generate.c). */
 tfm_status tfm__kv_cache_create_rolling(const tfm_module *model,
                                         int64_t capacity, tfm_kv_cache **out);
 

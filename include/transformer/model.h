@@ -287,6 +287,32 @@ typedef struct tfm_kv_cache tfm_kv_cache;
 TFM_API tfm_status tfm_kv_cache_create(const tfm_module *model,
                                        int64_t capacity, tfm_kv_cache **out);
 
+/* A rolling cache (Since 1.2): as tfm_kv_cache_create, but once it is
+ * full, tfm_kv_cache_decode of n <= capacity new positions first drops
+ * the n oldest held ones (only when the call succeeds), so decoding goes
+ * on past the context at the cost of a cache append.  The held positions
+ * stay in order in a buffer of 2 * capacity rows, moved to its front once
+ * per `capacity` positions.  With W = capacity and one new position per
+ * call, the logits of the token at position t (0-based in the whole
+ * sequence) equal row t of a full pass over the whole sequence in which
+ * each query sees only the keys of positions t-W+1 .. t: Mistral's
+ * sliding-window attention (Jiang et al. 2023, "Mistral 7B", sec. 2.1;
+ * Hugging Face's MistralForCausalLM with sliding_window = W and its
+ * rolling cache), with RoPE turned for the absolute positions t (keys keep
+ * the rotation of their position; queries turn for theirs) and ALiBi, T5
+ * and Shaw terms of the distances.  Not a full pass over the last W tokens
+ * alone: in a model of several layers a cached key was computed from the
+ * W tokens before its own position.  With n > 1 new positions past the
+ * context each of them sees the positions held after the drop (the first
+ * fewer than W).  Only for models whose attention depends on distances:
+ * positional TFM_POSITIONAL_NONE (RoPE, relative terms or no positions),
+ * no global tokens, no BigBird blocks.  Errors: those of
+ * tfm_kv_cache_create, and TFM_ERR_UNSUPPORTED for a model with learned
+ * or sinusoidal positions, global tokens or BigBird blocks. */
+TFM_API tfm_status tfm_kv_cache_create_rolling(const tfm_module *model,
+                                               int64_t capacity,
+                                               tfm_kv_cache **out);
+
 /* Frees the cache.  NULL is a no-op. */
 TFM_API void tfm_kv_cache_free(tfm_kv_cache *cache);
 
