@@ -625,8 +625,11 @@ typedef struct tfm_beam_search_options {
 TFM_API void tfm_beam_search_options_init(tfm_beam_search_options *options);
 
 /* Beam search (above) after prompt [n_prompt] ids: for a decoder-only
- * model the prompt is the sequence's start (n_prompt + max_new_tokens <=
- * context_length: the window does not slide in a beam search); for an
+ * model the prompt is the sequence's start (n_prompt <= context_length;
+ * past the context each beam goes on as tfm_generator does with
+ * TFM_PAST_CONTEXT_AUTO: a rolling cache for models without absolute
+ * positions, else the half-window shift; since 1.2, before which the
+ * prompt and max_new_tokens - 1 had to fit in the context); for an
  * encoder-decoder model it is the source (n_prompt <= context_length), and
  * the target starts with decoder_start_token_id (1 + max_new_tokens <=
  * context_length).  options NULL: the defaults.
