@@ -123,6 +123,20 @@ static void check_rolling(const tfm_attention_config *a, const char *what)
                      "argmax %d", what, len - PREFILL, out[len - PREFILL],
                      best);
     }
+    /* A beam search of one beam is greedy decoding, past the context on
+     * the rolling caches too. */
+    tfm_beam_search_options bo;
+    tfm_beam_search_options_init(&bo);
+    bo.num_beams = 1;
+    bo.max_new_tokens = T - PREFILL;
+    int32_t beam[T];
+    int64_t beam_len = 0;
+    float beam_score = 0;
+    if (tfm_model_beam_search(small, ids, PREFILL, &bo, beam, &beam_len,
+                              &beam_score) != TFM_OK)
+        fail_msg("%s: beam search: %s", what, tfm_last_error());
+    assert_int_equal(beam_len, T - PREFILL);
+    assert_memory_equal(beam, seq + PREFILL, (T - PREFILL) * sizeof *beam);
     tfm_kv_cache_free(cache);
     FREE_TENSORS(full, step, first);
     tfm_module_free(small);

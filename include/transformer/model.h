@@ -655,7 +655,8 @@ TFM_API void tfm_beam_search_options_init(tfm_beam_search_options *options);
  * TFM_MAX_NEW_TOKENS, min_new_tokens < 0, length_penalty not finite,
  * early_stopping unknown, eos_token_id not -1 nor in the vocabulary, no
  * valid decoder_start_token_id for an encoder-decoder model, struct_size
- * too small), TFM_ERR_CAPACITY (the lengths above exceed the context),
+ * too small), TFM_ERR_CAPACITY (a prompt or source longer than the
+ * context, or an encoder-decoder target 1 + max_new_tokens longer),
  * TFM_ERR_NON_FINITE (a NaN logit), TFM_ERR_OVERFLOW,
  * TFM_ERR_OUT_OF_MEMORY.  On error nothing is written to out_ids,
  * out_lengths or out_scores.  The model is only read.  Since 1.2. */
