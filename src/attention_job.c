@@ -327,8 +327,8 @@ tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a)
         k = copy_heads(&a->k, B, Hkv, S, dk, kr);
     }
     if (rope) {
-        rotate(v, &q, B, H, 0, L, q_pos0, 0);
-        rotate(v, &k, B, Hkv, k_rotated, S, 0, 0);
+        rotate(v, &q, B, H, 0, L, a->rope_origin + q_pos0, 0);
+        rotate(v, &k, B, Hkv, k_rotated, S, a->rope_origin, 0);
     }
 
     tfm__attention_job job;

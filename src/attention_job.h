@@ -49,6 +49,11 @@ typedef struct tfm__attention_args {
     float scale;
     int rope_in_place;
     int64_t k_rotated;
+    /* RoPE only: query row i turns for position rope_origin + q_pos0 + i
+     * and key row j for rope_origin + j (a rolling KV cache's absolute
+     * position of its row 0; 0 elsewhere).  Distances, masks and the
+     * sparse patterns keep the row positions above. */
+    int64_t rope_origin;
     /* Training: NULL, or [B, H, L] receiving each query row's log-sum-exp
      * (attention_kernel.h: tfm__attention_job.lse) for the backward. */
     float *lse;

@@ -111,14 +111,12 @@ static tfm_status check_options(const tfm__model *m, int64_t n_prompt,
                          "an encoder-decoder model needs a "
                          "decoder_start_token_id in 0 .. %lld (got %d)",
                          (long long)(V - 1), (int)o->decoder_start_token_id);
-    /* Positions fed to the model: the last token never is. */
-    if (!enc_dec && n_prompt + o->max_new_tokens - 1 > ctx)
+    /* Past the context a decoder-only model's beams go on as
+     * tfm_generator's do (model.h: tfm_past_context, AUTO; feed_beam). */
+    if (!enc_dec && n_prompt > ctx)
         return tfm__fail(TFM_ERR_CAPACITY,
-                         "the prompt (%lld tokens) and max_new_tokens "
-                         "(%lld) - 1 exceed the context length %lld: a beam "
-                         "search does not slide the window",
-                         (long long)n_prompt, (long long)o->max_new_tokens,
-                         (long long)ctx);
+                         "the prompt has %lld tokens, more than the context "
+                         "length %lld", (long long)n_prompt, (long long)ctx);
     if (enc_dec && n_prompt > ctx)
         return tfm__fail(TFM_ERR_CAPACITY,
                          "the source has %lld tokens, more than the context "
@@ -218,6 +216,10 @@ typedef struct search {
                                        * holds pointers while reordering */
     unsigned char *taken;             /* [nb]: reorder scratch */
     tfm_tensor *row;                  /* [1, V] */
+    const int32_t *prompt;            /* [n_prompt], the caller's */
+    int64_t n_prompt;
+    int rolling;                      /* the caches roll (tfm__model_rolls) */
+    int32_t *window;                  /* [context_length]: a re-encode's */
     /* encoder-decoder */
     float *memory;                    /* [nb, S, d] */
     int64_t S;
@@ -253,6 +255,7 @@ static void search_free(search *s)
     tfm__free(s->x);
     tfm__free(s->last);
     tfm__free(s->tgt);
+    tfm__free(s->window);
 }
 
 /* Everything the search needs, once; out-of-memory (message set) or the
@@ -288,17 +291,24 @@ static tfm_status search_alloc(search *s, int64_t n_prompt)
                          "cannot allocate a beam search of %lld beams",
                          (long long)nb);
     if (s->m->config.architecture == TFM_ARCH_DECODER_ONLY) {
-        const int64_t cap = n_prompt + M - 1, shape[2] = { 1, V };
+        const int64_t ctx = s->m->config.context_length;
+        const int64_t cap = n_prompt + M - 1 < ctx ? n_prompt + M - 1 : ctx;
+        const int64_t shape[2] = { 1, V };
+        s->rolling = cap == ctx && tfm__model_rolls(s->m);
         s->cache = tfm__calloc((size_t)nb, sizeof *s->cache);
         s->next_cache = tfm__calloc((size_t)nb, sizeof *s->next_cache);
         s->taken = tfm__calloc((size_t)nb, 1);
-        if (!s->cache || !s->next_cache || !s->taken)
+        s->window = tfm__malloc((size_t)ctx * sizeof(int32_t));
+        if (!s->cache || !s->next_cache || !s->taken || !s->window)
             return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                              "cannot allocate %lld KV caches",
                              (long long)nb);
         tfm_status st = tfm_tensor_create(2, shape, &s->row);
         for (int64_t j = 0; j < nb && st == TFM_OK; j++)
-            st = tfm_kv_cache_create(&s->m->base, cap, &s->cache[j]);
+            st = s->rolling ? tfm__kv_cache_create_rolling(&s->m->base, cap,
+                                                           &s->cache[j])
+                            : tfm_kv_cache_create(&s->m->base, cap,
+                                                  &s->cache[j]);
         return st;
     }
     const int64_t dims_mem[3] = { nb, n_prompt, d }, dims_x[3] = { nb, M, d };
@@ -402,6 +412,27 @@ static void reorder_caches(search *s)
     s->next_cache = swap;
 }
 
+/* Beam j's logits after its last token (t tokens generated; the cache
+ * holds a run of the prompt and seq[j] ending before it), as
+ * tfm_generator's feed with TFM_PAST_CONTEXT_AUTO: one position, on a
+ * rolling cache past the context, or, for a full cache of a model with
+ * absolute positions, the last ceil(W/2) tokens afresh. */
+static tfm_status feed_beam(search *s, int64_t j, int64_t t)
+{
+    tfm_kv_cache *c = s->cache[j];
+    const int64_t ctx = s->m->config.context_length;
+    if (s->rolling || tfm_kv_cache_length(c) < ctx)
+        return tfm_kv_cache_decode(c, &s->token[j], 1, s->row);
+    const int64_t keep = ctx - ctx / 2, total = s->n_prompt + t;
+    for (int64_t i = 0; i < keep; i++) {
+        const int64_t p = total - keep + i;
+        s->window[i] = p < s->n_prompt ? s->prompt[p]
+                                       : s->seq[j * s->M + p - s->n_prompt];
+    }
+    tfm_kv_cache_reset(c);
+    return tfm_kv_cache_decode(c, s->window, keep, s->row);
+}
+
 /* The logits of the next step: each beam's last token after its parent's
  * positions (t tokens generated). */
 static tfm_status advance(search *s, int64_t t)
@@ -411,8 +442,7 @@ static tfm_status advance(search *s, int64_t t)
         return seq2seq_step(s, s->nb, t + 1);
     reorder_caches(s);
     for (int64_t j = 0; j < s->nb; j++) {
-        tfm_status st = tfm_kv_cache_decode(s->cache[j], &s->token[j], 1,
-                                            s->row);
+        tfm_status st = feed_beam(s, j, t);
         if (st != TFM_OK)
             return st;
         memcpy(s->logp + j * V, s->row->data, (size_t)V * sizeof(float));
@@ -539,6 +569,8 @@ tfm_status tfm_model_beam_search(const tfm_module *model,
     s.hyp.length_penalty = s.o.length_penalty;
     s.hyp.early_stopping = s.o.early_stopping;
     s.hyp.worst = WORST_SCORE_START;
+    s.prompt = prompt;
+    s.n_prompt = n_prompt;
     if ((st = search_alloc(&s, n_prompt)) ||
         (st = prefill(&s, prompt, n_prompt)))
         goto done;

@@ -95,10 +95,11 @@ tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
 
 tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
                                          int64_t n, float *k_cache,
-                                         float *v_cache, int64_t past)
+                                         float *v_cache, int64_t past,
+                                         int64_t origin)
 {
     tfm__cached_attention_sublayer sa = tfm__sublayer_cached_attention(
-        l->self_attn, n, k_cache, v_cache, past);
+        l->self_attn, n, k_cache, v_cache, past, origin);
     return run_with(l, x, n, &sa.base);
 }
 

@@ -1,13 +1,13 @@
 /* Text generation from a decoder-only model (model.h): the tfm_generator,
  * one token per step, and its two loops, tfm_model_generate_v2 (options,
  * a per-token callback) and tfm_model_generate (sampling only, as since
- * 1.0).  A prefill of the prompt into a KV cache, then one token at a time,
- * re-encoding the last context_length tokens when the cache is full.
+ * 1.0).  A prefill of the prompt into a KV cache, then one token at a time;
+ * past the context (model.h: tfm_past_context) a rolling cache, a
+ * half-window shift, or a re-encode of the last context_length tokens.
  *
  * One step (tfm_generator_next):
  *   1. if the previous token is not yet in the cache, run it through
- *      (one position; past the context, the last context_length tokens
- *      afresh, as tfm_model_generate);
+ *      (one position; past the context as past_context says: feed);
  *   2. copy the logits and apply the processors in Hugging Face's order
  *      (logits_processors.h): repetition penalty, no-repeat n-grams,
  *      the EOS mask of min_new_tokens;
@@ -41,6 +41,7 @@ struct tfm_generator {
     int32_t *seq;              /* prompt then generated ids */
     int64_t n_prompt, len;     /* len = n_prompt + generated */
     int pending;               /* seq[len-1] not yet in the cache */
+    int rolling;               /* the cache rolls (tfm_past_context) */
     tfm_generate_options o;    /* copied; the pointers below replace its */
     tfm_rng rng;
     int32_t *eos;              /* [o.n_eos_token_ids] */
@@ -115,6 +116,10 @@ static tfm_status check_options(const tfm__model *m,
                          "repetition_penalty (%g) must be positive and "
                          "finite (1: no penalty)",
                          (double)o->repetition_penalty);
+    if ((unsigned)o->past_context >= (unsigned)TFM_PAST_CONTEXT_COUNT)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "past_context (%d) is not a tfm_past_context value",
+                         (int)o->past_context);
     if (o->no_repeat_ngram_size < 0)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "no_repeat_ngram_size (%lld) must be at least 0",
@@ -270,7 +275,10 @@ static tfm_status generator_create(const tfm_module *model,
                              "tokens", (long long)n_prompt,
                          (long long)o.max_new_tokens);
     }
-    if ((st = tfm_kv_cache_create(model, ctx, &g->cache)) ||
+    g->rolling = o.past_context == TFM_PAST_CONTEXT_AUTO &&
+                 tfm__model_rolls(m);
+    if ((st = g->rolling ? tfm__kv_cache_create_rolling(model, ctx, &g->cache)
+                         : tfm_kv_cache_create(model, ctx, &g->cache)) ||
         (st = tfm_tensor_create(2, shape, &g->logits)) ||
         (st = tfm_kv_cache_decode(g->cache, prompt + n_prompt - window,
                                   window, g->logits))) {
@@ -295,17 +303,25 @@ tfm_status tfm_generator_create(const tfm_module *model,
     return generator_create(model, prompt, n_prompt, options, 0, out);
 }
 
-/* Step 1: the logits after seq[len-1]. */
+/* Step 1: the logits after seq[len-1].  The cache always holds a run of
+ * tokens ending at seq[len-2] (a rolling one: its last ctx - 1 at most),
+ * except after a failed re-encode, which leaves it empty. */
 static tfm_status feed(tfm_generator *g)
 {
     const int64_t ctx = g->m->config.context_length;
     tfm_kv_cache *c = g->cache;
-    if (tfm_kv_cache_length(c) < tfm_kv_cache_capacity(c))
+    const int64_t held = tfm_kv_cache_length(c);
+    if (g->rolling || (held > 0 && held < ctx))
         return tfm_kv_cache_decode(c, g->seq + g->len - 1, 1, g->logits);
-    /* The window slides: encode the last ctx tokens afresh.  A failure
-     * leaves the cache empty, and the next try re-encodes. */
+    /* Re-encode the last `keep` tokens afresh at positions 0 ..: the whole
+     * window (TFM_PAST_CONTEXT_REENCODE), or half of it.  A failure leaves
+     * the cache empty, and the next try re-encodes. */
+    int64_t keep = g->o.past_context == TFM_PAST_CONTEXT_REENCODE
+                       ? ctx : ctx - ctx / 2;
+    if (keep > g->len)
+        keep = g->len;
     tfm_kv_cache_reset(c);
-    return tfm_kv_cache_decode(c, g->seq + g->len - ctx, ctx, g->logits);
+    return tfm_kv_cache_decode(c, g->seq + g->len - keep, keep, g->logits);
 }
 
 /* Step 4 for stop strings: whether the text of id, after the tail, ends a
@@ -510,6 +526,7 @@ tfm_status tfm_model_generate(const tfm_module *model, const int32_t *prompt,
     if (sampling)
         o.sampling = *sampling;
     o.seed = seed;
+    o.past_context = TFM_PAST_CONTEXT_REENCODE;   /* 1.0's contract */
     tfm_generator *g = NULL;
     if ((st = generator_create(model, prompt, n_prompt, &o, 1, &g)))
         return st;

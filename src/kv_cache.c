@@ -1,7 +1,17 @@
 /* KV-cache decoding for decoder-only models (model.h): the cache holds
  * every block's keys and values of the positions seen so far, so that n new
  * positions cost O(n * length) attention instead of a full pass.
- * Generation on top of it is in generate.c. */
+ * Generation on top of it is in generate.c.
+ *
+ * A rolling cache (tfm__kv_cache_create_rolling; generation past the
+ * context of a model without absolute positions) drops its oldest
+ * positions when new ones do not fit.  Its rows live in a buffer of twice
+ * the capacity: the held positions are rows start .. start+length-1, in
+ * order, so the attention door sees the keys as an ordinary cache; once
+ * the next positions would pass the end of the buffer the held rows move
+ * to the front (one copy of `capacity` rows per `capacity` dropped
+ * positions instead of one per step).  Keys keep the RoPE rotation of
+ * their absolute position (origin + row), so queries turn for theirs. */
 #include <string.h>
 
 #include "alloc.h"
@@ -14,13 +24,18 @@
 struct tfm_kv_cache {
     const tfm__model *model;
     int64_t capacity, length;
+    int64_t storage;        /* rows per layer: capacity, twice that when
+                             * rolling */
+    int64_t start;          /* the first held row (rolling; else 0) */
+    int64_t origin;         /* the absolute position of row start */
+    int rolling;
     int64_t kv_dim;         /* key/value columns per position: n_kv_heads
                              * * d_k (variants.h; d_model without GQA) */
-    float *keys, *values;   /* [n_layers, capacity, kv_dim] each */
+    float *keys, *values;   /* [n_layers, storage, kv_dim] each */
 };
 
-tfm_status tfm_kv_cache_create(const tfm_module *model, int64_t capacity,
-                               tfm_kv_cache **out)
+static tfm_status create(const tfm_module *model, int64_t capacity,
+                         int rolling, tfm_kv_cache **out)
 {
     tfm_status st =
         tfm__model_check(model, 1u << TFM_ARCH_DECODER_ONLY, "model");
@@ -35,7 +50,8 @@ tfm_status tfm_kv_cache_create(const tfm_module *model, int64_t capacity,
                          "length %lld", (long long)capacity,
                          (long long)m->config.context_length);
     const int64_t kv_dim = tfm__model_kv_dim(&m->config, &m->options);
-    const int64_t dims[3] = { m->config.n_layers, capacity, kv_dim };
+    const int64_t storage = rolling ? 2 * capacity : capacity;
+    const int64_t dims[3] = { m->config.n_layers, storage, kv_dim };
     int64_t n;
     if (!tfm__checked_numel(dims, 3, sizeof(float), &n))
         return tfm__fail(TFM_ERR_OVERFLOW, "KV cache size overflows");
@@ -52,9 +68,66 @@ tfm_status tfm_kv_cache_create(const tfm_module *model, int64_t capacity,
     }
     c->model = m;
     c->capacity = capacity;
+    c->storage = storage;
+    c->rolling = rolling;
     c->kv_dim = kv_dim;
     *out = c;
     return TFM_OK;
+}
+
+tfm_status tfm_kv_cache_create(const tfm_module *model, int64_t capacity,
+                               tfm_kv_cache **out)
+{
+    return create(model, capacity, 0, out);
+}
+
+tfm_status tfm__kv_cache_create_rolling(const tfm_module *model,
+                                        int64_t capacity, tfm_kv_cache **out)
+{
+    return create(model, capacity, 1, out);
+}
+
+tfm_status tfm_kv_cache_create_rolling(const tfm_module *model,
+                                       int64_t capacity, tfm_kv_cache **out)
+{
+    tfm_status st =
+        tfm__model_check(model, 1u << TFM_ARCH_DECODER_ONLY, "model");
+    if (st != TFM_OK)
+        return st;
+    if (!tfm__model_rolls((const tfm__model *)model))
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "a rolling cache needs a model whose attention "
+                         "depends on distances only (no learned or "
+                         "sinusoidal positions, global tokens or BigBird "
+                         "blocks)");
+    return create(model, capacity, 1, out);
+}
+
+int tfm__model_rolls(const tfm__model *m)
+{
+    const tfm_attention_config *a = &m->options.attention;
+    if (m->config.positional != TFM_POSITIONAL_NONE)
+        return 0;
+    /* Relative terms (Shaw, T5, ALiBi) and RoPE depend on distances only;
+     * global tokens and BigBird's blocks on absolute positions. */
+    return a->n_global == 0 && (a->sparsity == TFM_SPARSE_NONE ||
+                                a->sparsity == TFM_SPARSE_SLIDING_WINDOW ||
+                                a->sparsity == TFM_SPARSE_DILATED);
+}
+
+/* Moves the held rows of every layer to the front of the buffer. */
+static void compact(tfm_kv_cache *c)
+{
+    const int64_t layers = c->model->config.n_layers;
+    const int64_t stride = c->storage * c->kv_dim;
+    const size_t bytes = (size_t)(c->length * c->kv_dim) * sizeof(float);
+    for (int64_t i = 0; i < layers && c->start > 0; i++) {
+        memmove(c->keys + i * stride, c->keys + i * stride +
+                c->start * c->kv_dim, bytes);
+        memmove(c->values + i * stride, c->values + i * stride +
+                c->start * c->kv_dim, bytes);
+    }
+    c->start = 0;
 }
 
 void tfm_kv_cache_free(tfm_kv_cache *cache)
@@ -69,7 +142,7 @@ void tfm_kv_cache_free(tfm_kv_cache *cache)
 void tfm_kv_cache_reset(tfm_kv_cache *cache)
 {
     if (cache)
-        cache->length = 0;
+        cache->length = cache->start = cache->origin = 0;
 }
 
 int64_t tfm_kv_cache_length(const tfm_kv_cache *cache)
@@ -102,7 +175,12 @@ tfm_status tfm_kv_cache_decode(tfm_kv_cache *cache, const int32_t *ids,
     const int only_last = n > 1 && logits->rank == 2 && logits->shape[0] == 1;
     if ((st = tfm__check_shape(logits, "logits", 2, only_last ? last : all)))
         return st;
-    if (n > cache->capacity - cache->length)
+    /* drop: the oldest positions a rolling cache lets go for these */
+    int64_t drop = 0;
+    if (cache->rolling && n <= cache->capacity &&
+        n > cache->capacity - cache->length)
+        drop = n - (cache->capacity - cache->length);
+    if (n > cache->capacity - cache->length + drop)
         return tfm__fail(TFM_ERR_CAPACITY,
                          "%lld new positions do not fit: the cache holds "
                          "%lld of %lld", (long long)n,
@@ -115,16 +193,24 @@ tfm_status tfm_kv_cache_decode(tfm_kv_cache *cache, const int32_t *ids,
     float *out = h ? tfm__ws_floats((size_t)(n * V)) : NULL;
     st = TFM_ERR_OUT_OF_MEMORY;
     if (out) {
-        tfm__model_embed(m, ids, 1, n, cache->length, h);
-        st = tfm__stack_run_cached(m->stack, h, n, cache->keys,
-                                   cache->values,
-                                   cache->capacity * cache->kv_dim,
-                                   cache->length);
+        /* The new rows go after the held ones (a failure leaves these
+         * as they were); the view starts after the dropped ones. */
+        if (cache->start + cache->length + n > cache->storage)
+            compact(cache);
+        const int64_t first = cache->start + drop, past = cache->length - drop;
+        const int64_t kv = cache->kv_dim;
+        tfm__model_embed(m, ids, 1, n, past, h);
+        st = tfm__stack_run_cached(m->stack, h, n, cache->keys + first * kv,
+                                   cache->values + first * kv,
+                                   cache->storage * kv, past,
+                                   cache->origin + drop);
         if (st == TFM_OK) {
             const int64_t rows = only_last ? 1 : n;
             tfm__model_head(m, h + (n - rows) * d, rows, out);
             memcpy(logits->data, out, (size_t)(rows * V) * sizeof(float));
-            cache->length += n;
+            cache->start = first;
+            cache->origin += drop;
+            cache->length = past + n;
         }
     }
     tfm__ws_restore(mark);
@@ -134,11 +220,15 @@ tfm_status tfm_kv_cache_decode(tfm_kv_cache *cache, const int32_t *ids,
 void tfm__kv_cache_copy(tfm_kv_cache *dst, const tfm_kv_cache *src)
 {
     const int64_t layers = src->model->config.n_layers;
-    const int64_t stride = src->capacity * src->kv_dim;
+    const int64_t from = src->storage * src->kv_dim;
+    const int64_t to = dst->storage * dst->kv_dim;
+    const int64_t first = src->start * src->kv_dim;
     const size_t bytes = (size_t)(src->length * src->kv_dim) * sizeof(float);
     for (int64_t i = 0; i < layers; i++) {
-        memcpy(dst->keys + i * stride, src->keys + i * stride, bytes);
-        memcpy(dst->values + i * stride, src->values + i * stride, bytes);
+        memcpy(dst->keys + i * to, src->keys + i * from + first, bytes);
+        memcpy(dst->values + i * to, src->values + i * from + first, bytes);
     }
     dst->length = src->length;
+    dst->start = 0;
+    dst->origin = src->origin;
 }

@@ -112,7 +112,8 @@ tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
 
 tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
                                          int64_t n, float *k_cache,
-                                         float *v_cache, int64_t past);
+                                         float *v_cache, int64_t past,
+                                         int64_t origin);
 tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
                                   int64_t B, int64_t L, const float *memory,
                                   int64_t S, const tfm__masks *tgt_masks,

@@ -245,7 +245,7 @@ tfm_status tfm_mha_create_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
  * tfm__attend. */
 static tfm_status mha_attend(const tfm__mha *m, float *q, int64_t ldq,
                              tfm__heads k, tfm__heads v, int64_t k_rotated,
-                             int64_t B, int64_t L, int64_t S,
+                             int64_t rope_origin, int64_t B, int64_t L, int64_t S,
                              const tfm__masks *masks, float *ctx,
                              float *weights, int average)
 {
@@ -269,6 +269,7 @@ static tfm_status mha_attend(const tfm__mha *m, float *q, int64_t ldq,
         .B = B, .L = L, .S = S, .masks = masks,
         .weights = weights, .average = average,
         .rope_in_place = 1, .k_rotated = k_rotated,
+        .rope_origin = rope_origin,
     };
     return tfm__attend(&m->var, &args);
 }
@@ -365,7 +366,7 @@ tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
                                  : static_heads(m, static_k, S);
     const tfm__heads vh = proj_v ? rows_heads(m, v, S, ldkv)
                                  : static_heads(m, static_v, S);
-    tfm_status st = mha_attend(m, q, ld, kh, vh, 0, B, L, S, masks, ctx,
+    tfm_status st = mha_attend(m, q, ld, kh, vh, 0, 0, B, L, S, masks, ctx,
                                weights, average);
     if (st == TFM_OK)
         tfm__linear_parallel(ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
@@ -375,7 +376,7 @@ tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
 
 tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
                                float *k_cache, float *v_cache, int64_t past,
-                               float *out)
+                               int64_t origin, float *out)
 {
     const int64_t d = m->d_model, kv = m->kv_dim, S = past + n;
     const int64_t w = d + 2 * kv;   /* one row of q, k and v */
@@ -400,7 +401,7 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
     }
     const tfm__masks causal = { .causal = TFM_CAUSAL_BOTTOM_RIGHT };
     tfm_status st = mha_attend(m, qkv, w, rows_heads(m, k_cache, S, kv),
-                               rows_heads(m, v_cache, S, kv), past, 1, n, S,
+                               rows_heads(m, v_cache, S, kv), past, origin, 1, n, S,
                                &causal, ctx, NULL, 0);
     if (st == TFM_OK)
         tfm__linear_parallel(ctx, d, n, d, m->w_o, m->b_o, d, out, d);

@@ -71,13 +71,15 @@ tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
  * written to rows past .. past+n-1 of k_cache and v_cache ([capacity,
  * m->kv_dim]), then the n queries (positions past .. past+n-1) attend to
  * rows 0 .. past+n-1 with bottom-right causal alignment and the variant.
+ * origin: under RoPE, the absolute position of row 0 (queries and new keys
+ * turn for origin + their row; a rolling cache's, kv_cache.c); 0 else.
  * out [n, d] may alias x.  Fails only with TFM_ERR_OUT_OF_MEMORY or
  * TFM_ERR_INVALID_ARGUMENT (a learned temperature <= 0), then before
  * writing out; the cache rows from past on may then hold the new keys and
  * values, which the caller's length (not advanced) leaves unused. */
 tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
                                float *k_cache, float *v_cache, int64_t past,
-                               float *out);
+                               int64_t origin, float *out);
 
 /* MACs of one forward pass (module.h formula). */
 tfm_status tfm__mha_macs(const tfm__mha *m, int64_t batch, int64_t L,

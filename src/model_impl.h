@@ -67,9 +67,20 @@ tfm_status tfm__model_check_ids(const tfm__model *m, const int32_t *ids,
 void tfm__model_head(const tfm__model *m, const float *h, int64_t rows,
                      float *logits);
 
-/* dst <- src: the positions src holds (keys and values of every layer) and
- * its length.  Both caches of the same model and capacity (kv_cache.c;
- * the beams of a beam search, beam_search.c). */
+/* dst <- src: the positions src holds (keys and values of every layer),
+ * its length and its RoPE origin.  Both caches of the same model and
+ * capacity, both rolling or neither (kv_cache.c; the beams of a beam
+ * search, beam_search.c). */
 void tfm__kv_cache_copy(tfm_kv_cache *dst, const tfm_kv_cache *src);
+
+/* tfm_kv_cache_create_rolling (model.h) without its checks: for models
+ * already checked, for which tfm__model_rolls holds (generate.c). */
+tfm_status tfm__kv_cache_create_rolling(const tfm_module *model,
+                                        int64_t capacity, tfm_kv_cache **out);
+
+/* Whether a model's attention depends on distances only (no learned or
+ * sinusoidal positions, no global tokens or BigBird blocks), so that a
+ * rolling cache keeps its meaning past the context. */
+int tfm__model_rolls(const tfm__model *m);
 
 #endif

@@ -32,7 +32,7 @@ static tfm_status run_cached(const tfm__sublayer *base, const float *in,
     const tfm__cached_attention_sublayer *s =
         (const tfm__cached_attention_sublayer *)base;
     return tfm__mha_run_cached(s->mha, in, s->n, s->k_cache, s->v_cache,
-                               s->past, out);
+                               s->past, s->origin, out);
 }
 
 static tfm_status run_ff(const tfm__sublayer *base, const float *in,
@@ -151,10 +151,11 @@ tfm__cross_attention_sublayer tfm__sublayer_cross_attention(
 
 tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
     const tfm__mha *m, int64_t n, float *k_cache, float *v_cache,
-    int64_t past)
+    int64_t past, int64_t origin)
 {
     return (tfm__cached_attention_sublayer){ { run_cached, NULL, NULL }, m,
-                                             n, past, k_cache, v_cache };
+                                             n, past, origin, k_cache,
+                                             v_cache };
 }
 
 tfm__feed_forward_sublayer tfm__sublayer_feed_forward(

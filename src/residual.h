@@ -63,7 +63,7 @@ typedef struct tfm__cross_attention_sublayer {
 typedef struct tfm__cached_attention_sublayer {
     tfm__sublayer base;
     const tfm__mha *mha;
-    int64_t n, past;
+    int64_t n, past, origin;   /* origin: tfm__mha_run_cached's */
     float *k_cache, *v_cache;
 } tfm__cached_attention_sublayer;
 
@@ -81,7 +81,7 @@ tfm__cross_attention_sublayer tfm__sublayer_cross_attention(
     int64_t S, const tfm__masks *masks);
 tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
     const tfm__mha *m, int64_t n, float *k_cache, float *v_cache,
-    int64_t past);
+    int64_t past, int64_t origin);
 tfm__feed_forward_sublayer tfm__sublayer_feed_forward(
     const tfm__feed_forward *f, int64_t rows);
 

@@ -250,13 +250,13 @@ tfm_status tfm__stack_backward(const tfm__stack *s, const float *x, int64_t B,
 
 tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
                                  float *keys, float *values, int64_t stride,
-                                 int64_t past)
+                                 int64_t past, int64_t origin)
 {
     for (int64_t i = 0; i < s->n_layers; i++) {
         /* Layer i's cache: rows [capacity, kv_dim] at i * stride. */
         const tfm__encoder_layer *l = (const tfm__encoder_layer *)s->layers[i];
         tfm_status st = tfm__encoder_layer_run_cached(
-            l, h, n, keys + i * stride, values + i * stride, past);
+            l, h, n, keys + i * stride, values + i * stride, past, origin);
         if (st != TFM_OK)
             return st;
     }

@@ -81,11 +81,12 @@ tfm_status tfm__stack_backward(const tfm__stack *s, const float *x, int64_t B,
 /* The blocks of a decoder-only model (a stack of encoder layers) on n new
  * positions h [n, d] of one sequence over its KV cache: layer i's keys and
  * values are keys / values + i * stride, [capacity, kv_dim] each, holding
- * `past` positions; the new ones are written at rows past .. past+n-1.
+ * `past` positions; the new ones are written at rows past .. past+n-1;
+ * origin: the RoPE position of row 0 (tfm__mha_run_cached).
  * Then the final norm.  Fails only with out-of-memory. */
 tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
                                  float *keys, float *values, int64_t stride,
-                                 int64_t past);
+                                 int64_t past, int64_t origin);
 
 tfm_status tfm__stack_macs(const tfm__stack *s, int64_t B, int64_t L,
                            int64_t S, int64_t *acc);

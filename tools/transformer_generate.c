@@ -5,7 +5,8 @@
  *                        [--seed S] [--sample] [--greedy] [--threads N]
  *                        [--stop TEXT]... [--eos-token-id ID]...
  *                        [--min-new-tokens N] [--repetition-penalty R]
- *                        [--no-repeat-ngram-size N] [--help] [--version]
+ *                        [--no-repeat-ngram-size N] [--past-context MODE]
+ *                        [--help] [--version]
  *
  * Loads a decoder-only model and its tokenizer from one model file,
  * prints the prompt, then each generated character as soon as it is
@@ -68,11 +69,12 @@ typedef struct options {
     int64_t min_new_tokens;
     float repetition_penalty;
     int64_t no_repeat_ngram_size;
+    tfm_past_context past_context;   /* --past-context */
 } options;
 
 /* getopt_long's values for the long-only options. */
 enum { OPT_SAMPLE = 256, OPT_STOP, OPT_EOS, OPT_MIN_NEW, OPT_REPETITION,
-       OPT_NO_REPEAT };
+       OPT_NO_REPEAT, OPT_PAST_CONTEXT };
 
 static void usage(FILE *out)
 {
@@ -113,6 +115,11 @@ static void usage(FILE *out)
         "seen\n"
         "                         (1: none, the default)\n"
         "      --no-repeat-ngram-size N  no N-gram twice (0: no limit)\n"
+        "      --past-context MODE  past the context length: auto (the\n"
+        "                         default: a rolling cache, or for learned\n"
+        "                         positions a re-encode of the last half\n"
+        "                         window once per half window) or reencode\n"
+        "                         (the whole window afresh for every token)\n"
         "  -h, --help             show this help and exit\n"
         "  -V, --version          show the version and exit\n"
         "\n"
@@ -161,6 +168,7 @@ static int parse_options(int argc, char **argv, options *o)
         { "min-new-tokens", required_argument, NULL, OPT_MIN_NEW },
         { "repetition-penalty", required_argument, NULL, OPT_REPETITION },
         { "no-repeat-ngram-size", required_argument, NULL, OPT_NO_REPEAT },
+        { "past-context", required_argument, NULL, OPT_PAST_CONTEXT },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -180,6 +188,7 @@ static int parse_options(int argc, char **argv, options *o)
     o->min_new_tokens = 0;
     o->repetition_penalty = 1.0f;
     o->no_repeat_ngram_size = 0;
+    o->past_context = TFM_PAST_CONTEXT_AUTO;
 
     int c;
     int64_t v;
@@ -262,6 +271,15 @@ static int parse_options(int argc, char **argv, options *o)
                 return fail("--repetition-penalty: %s must be greater than 0",
                             optarg);
             break;
+        case OPT_PAST_CONTEXT:
+            if (strcmp(optarg, "auto") == 0)
+                o->past_context = TFM_PAST_CONTEXT_AUTO;
+            else if (strcmp(optarg, "reencode") == 0)
+                o->past_context = TFM_PAST_CONTEXT_REENCODE;
+            else
+                return fail("--past-context: %s is not auto or reencode",
+                            optarg);
+            break;
         case OPT_NO_REPEAT:
             if (parse_int64("--no-repeat-ngram-size", optarg, 0,
                             &o->no_repeat_ngram_size))
@@ -298,7 +316,9 @@ typedef struct timings {
     int64_t prefill_tokens;
     double prefill_s;        /* tfm_generator_create */
     int64_t tokens;          /* generated */
-    int64_t slides;          /* steps that encoded the window afresh */
+    int64_t slides;          /* steps that encoded a window afresh */
+    int64_t rolled;          /* steps past the context on a rolling cache */
+    int64_t kept;            /* tokens each slide encodes (ctx or ctx/2) */
     double decode_s;         /* every tfm_generator_next */
     tfm_stop_reason reason;
 } timings;
@@ -337,6 +357,18 @@ static int generate(const tfm_module *model, const tfm_tokenizer *tok,
     g.tokenizer = tok;
     g.repetition_penalty = o->repetition_penalty;
     g.no_repeat_ngram_size = o->no_repeat_ngram_size;
+    g.past_context = o->past_context;
+
+    /* What the generator does past the context (model.h:
+     * tfm_past_context): a model that takes a rolling cache rolls. */
+    tfm_kv_cache *probe = NULL;
+    const int rolls = g.past_context == TFM_PAST_CONTEXT_AUTO &&
+                      tfm_kv_cache_create_rolling(model, 1, &probe) == TFM_OK;
+    tfm_kv_cache_free(probe);
+    const int64_t ctx = cfg.context_length;
+    tm->kept = g.past_context == TFM_PAST_CONTEXT_REENCODE ? ctx
+                                                          : ctx - ctx / 2;
+    int64_t held = n_prompt < ctx ? n_prompt : ctx;   /* the cache's */
 
     tfm_generator *gen = NULL;
     double t0 = now_seconds();
@@ -359,9 +391,18 @@ static int generate(const tfm_module *model, const tfm_tokenizer *tok,
         if (!produced)
             break;
         /* Every step after the first runs the previous token; once the
-         * cache holds the context, that re-encodes the window. */
-        if (tm->tokens > 0 && n_prompt + tm->tokens > cfg.context_length)
-            tm->slides++;
+         * cache holds the context, that rolls it or re-encodes a window
+         * (the generator's rule). */
+        if (tm->tokens > 0) {
+            if (held < ctx)
+                held++;
+            else if (rolls)
+                tm->rolled++;
+            else {
+                tm->slides++;
+                held = tm->kept;
+            }
+        }
         tm->tokens++;
         if (emit(tok, id))
             goto done;
@@ -502,8 +543,11 @@ static void report(const tfm_module *model, const timings *tm,
     fprintf(stderr, "decode:  %lld tokens in %.3f ms (%s)",
             (long long)tm->tokens, 1e3 * tm->decode_s, rate);
     if (tm->slides)
-        fprintf(stderr, ", %lld of them re-encoding the full window",
-                (long long)tm->slides);
+        fprintf(stderr, ", %lld of them re-encoding the last %lld tokens",
+                (long long)tm->slides, (long long)tm->kept);
+    if (tm->rolled)
+        fprintf(stderr, ", %lld of them on the rolling cache",
+                (long long)tm->rolled);
     fputc('\n', stderr);
     static const char *const reasons[] = {
         "-", "max-tokens reached", "end-of-sequence token",
@@ -592,7 +636,7 @@ int main(int argc, char **argv)
 
     fputs(o.prompt, stdout);
     fflush(stdout);
-    timings tm = { 0, 0.0, 0, 0, 0.0, TFM_STOP_MAX_NEW_TOKENS };
+    timings tm = { 0, 0.0, 0, 0, 0, 0, 0.0, TFM_STOP_MAX_NEW_TOKENS };
     if (generate(model, tok, prompt, n_prompt, &o, &tm))
         goto done;
     fputc('\n', stdout);

@@ -1126,14 +1126,14 @@ static int tfml_model_generate(lua_State *L)
  * (tfm_generator_create).  options: max_new_tokens, min_new_tokens,
  * sampling (a sampling table), seed, eos_token_id (a table of ids),
  * stop_strings (a table of strings), repetition_penalty,
- * no_repeat_ngram_size; absent keys take tfm_generate_options_init's
+ * no_repeat_ngram_size, past_context (a tfm_past_context); absent keys take tfm_generate_options_init's
  * defaults.  The generator keeps the model alive and is closed with it. */
 static int tfml_generator_create(lua_State *L)
 {
     static const char *const keys[] = {
         "max_new_tokens", "min_new_tokens", "sampling", "seed",
         "eos_token_id", "stop_strings", "repetition_penalty",
-        "no_repeat_ngram_size", NULL };
+        "no_repeat_ngram_size", "past_context", NULL };
     lua_settop(L, 4);
     const tfm_module *model = (const tfm_module *)tfml_check_handle(
         L, 1, SWIGTYPE_p_tfm_module, "model");
@@ -1172,6 +1172,11 @@ static int tfml_generator_create(lua_State *L)
     }
     if (tfml_field(L, 3, "no_repeat_ngram_size")) {
         o.no_repeat_ngram_size = tfml_tointeger(L, -1, "no_repeat_ngram_size");
+        lua_pop(L, 1);
+    }
+    if (tfml_field(L, 3, "past_context")) {
+        o.past_context =
+            (tfm_past_context)tfml_tointeger(L, -1, "past_context");
         lua_pop(L, 1);
     }
     /* The arrays stay on the stack (scratch above the arguments) until the

@@ -2487,7 +2487,8 @@ end
 
 local GEN_OPTIONS = { "max_new_tokens", "temperature", "top_k", "top_p", "seed", "greedy",
                       "do_sample", "min_new_tokens", "eos_token_id", "stop_strings",
-                      "repetition_penalty", "no_repeat_ngram_size" }
+                      "repetition_penalty", "no_repeat_ngram_size", "past_context" }
+local PAST_CONTEXT = { auto = 0, reencode = 1 }   -- tfm_past_context
 local BEAM_OPTIONS = { "num_beams", "length_penalty", "early_stopping", "num_return_sequences",
                        "return_scores", "decoder_start_token_id" }
 local EARLY_STOPPING = { [false] = 0, [true] = 1, never = 2 }
@@ -2513,6 +2514,12 @@ local function new_generator(self, prompt, opts, what)
   if opts.no_repeat_ngram_size ~= nil then
     o.no_repeat_ngram_size = check_int("no_repeat_ngram_size", opts.no_repeat_ngram_size)
   end
+  if opts.past_context ~= nil then
+    o.past_context = PAST_CONTEXT[opts.past_context]
+    if o.past_context == nil then
+      fail("past_context must be \"auto\" or \"reencode\", got %s", tostring(opts.past_context))
+    end
+  end
   local eos = opts.eos_token_id
   if eos ~= nil then o.eos_token_id = type(eos) == "table" and eos or { eos } end
   local tok
@@ -2529,9 +2536,13 @@ end
 --- model:generate(prompt, {max_new_tokens=100, temperature=nil, top_k=nil,
 --  top_p=nil, seed=nil, greedy=nil, do_sample=nil, min_new_tokens=0,
 --  eos_token_id=nil, stop_strings=nil, repetition_penalty=1,
---  no_repeat_ngram_size=0}) (decoder-only models; with a KV cache, the
---  window sliding once the sequence is longer than context_length).  The
---  names are Hugging Face generate()'s, as in Python.
+--  no_repeat_ngram_size=0, past_context="auto"}) (decoder-only models;
+--  with a KV cache).  The names are Hugging Face generate()'s, as in
+--  Python.  past_context, once the sequence is longer than context_length
+--  W: "auto" (a rolling cache for models without absolute positions, else
+--  the half-window shift: the last ceil(W/2) tokens encoded afresh when the
+--  cache is full) or "reencode" (the last W tokens afresh for every token);
+--  Python's generate and tfm_past_context (model.h) say more.
 --  prompt: a string, or a table of 1 .. context_length token ids.
 --  Decoding is greedy (argmax) unless sampling is asked for: do_sample =
 --  true, or any of temperature (default 1; 0 means greedy), top_k (default

@@ -288,6 +288,32 @@ typedef struct tfm_kv_cache tfm_kv_cache;
 TFM_API tfm_status tfm_kv_cache_create(const tfm_module *model,
                                        int64_t capacity, tfm_kv_cache **out);
 
+/* A rolling cache (Since 1.2): as tfm_kv_cache_create, but once it is
+ * full, tfm_kv_cache_decode of n <= capacity new positions first drops
+ * the n oldest held ones (only when the call succeeds), so decoding goes
+ * on past the context at the cost of a cache append.  The held positions
+ * stay in order in a buffer of 2 * capacity rows, moved to its front once
+ * per `capacity` positions.  With W = capacity and one new position per
+ * call, the logits of the token at position t (0-based in the whole
+ * sequence) equal row t of a full pass over the whole sequence in which
+ * each query sees only the keys of positions t-W+1 .. t: Mistral's
+ * sliding-window attention (Jiang et al. 2023, "Mistral 7B", sec. 2.1;
+ * Hugging Face's MistralForCausalLM with sliding_window = W and its
+ * rolling cache), with RoPE turned for the absolute positions t (keys keep
+ * the rotation of their position; queries turn for theirs) and ALiBi, T5
+ * and Shaw terms of the distances.  Not a full pass over the last W tokens
+ * alone: in a model of several layers a cached key was computed from the
+ * W tokens before its own position.  With n > 1 new positions past the
+ * context each of them sees the positions held after the drop (the first
+ * fewer than W).  Only for models whose attention depends on distances:
+ * positional TFM_POSITIONAL_NONE (RoPE, relative terms or no positions),
+ * no global tokens, no BigBird blocks.  Errors: those of
+ * tfm_kv_cache_create, and TFM_ERR_UNSUPPORTED for a model with learned
+ * or sinusoidal positions, global tokens or BigBird blocks. */
+TFM_API tfm_status tfm_kv_cache_create_rolling(const tfm_module *model,
+                                               int64_t capacity,
+                                               tfm_kv_cache **out);
+
 /* Frees the cache.  NULL is a no-op. */
 TFM_API void tfm_kv_cache_free(tfm_kv_cache *cache);
 
@@ -394,7 +420,8 @@ TFM_API tfm_status tfm_model_generate(const tfm_module *model,
  * token's text (matched on the bytes of the decoded text, so a stop string
  * may span several tokens; the prompt's text is not searched; the tokens
  * that complete it are returned, as HF's StopStringCriteria).  Past the
- * context length the window slides as in tfm_model_generate. */
+ * context length: past_context (tfm_past_context below; by default a
+ * rolling cache or a half-window shift, not a re-encode per token). */
 
 /* Per generated token: id, and its index among the new tokens (0, 1, ...).
  * Return 0 to go on, a positive value to stop (tfm_model_generate_v2 then
@@ -411,6 +438,37 @@ typedef enum tfm_stop_reason {
     TFM_STOP_STRING = 3,          /* a stop string was decoded */
     TFM_STOP_CALLBACK = 4         /* the callback asked to stop */
 } tfm_stop_reason;
+
+/* Generation past the context length W (tfm_generate_options.past_context;
+ * Since 1.2).  Append-only.
+ *   TFM_PAST_CONTEXT_AUTO (the default):
+ *     - models whose attention depends on distances only (positional
+ *       TFM_POSITIONAL_NONE, with RoPE, ALiBi, Shaw, T5 or no positions at
+ *       all; no global tokens or BigBird blocks): a rolling cache.  Each
+ *       new token drops the oldest cached position and costs one cache
+ *       append, and its logits equal a full pass over the whole sequence
+ *       in which each query sees only the last W keys (its own included),
+ *       with RoPE and the relative terms at the absolute positions: the
+ *       sliding-window attention of Mistral (Jiang et al. 2023, sec. 2.1)
+ *       and Hugging Face's rolling cache for it.  This is not a full pass
+ *       over the last W tokens alone: a cached key of a deeper layer was
+ *       computed from the W tokens before it, not from the current window;
+ *     - models with learned or sinusoidal positions (a position table of
+ *       W rows): the half-window shift.  When the cache is full, the last
+ *       ceil(W/2) tokens (the newest one included) are encoded afresh at
+ *       positions 0 .., then the next tokens are cache appends until it is
+ *       full again: one re-encode per W/2 tokens.  Each token's logits
+ *       equal the last row of tfm_model_logits over exactly the tokens the
+ *       cache then holds (between ceil(W/2) and W of them).
+ *   TFM_PAST_CONTEXT_REENCODE: every token past the context encodes the
+ *     last W tokens afresh at positions 0 .. W-1 (the behaviour of 1.0 and
+ *     of tfm_model_generate): the most context for every token, at the
+ *     cost of a full pass per token. */
+typedef enum tfm_past_context {
+    TFM_PAST_CONTEXT_AUTO = 0,
+    TFM_PAST_CONTEXT_REENCODE = 1,
+    TFM_PAST_CONTEXT_COUNT       /* grows, never store it */
+} tfm_past_context;
 
 /* Options of tfm_generator_create and tfm_model_generate_v2.  ABI: begins
  * with its size (docs/ABI.md); set it with tfm_generate_options_init; the
@@ -433,6 +491,10 @@ typedef struct tfm_generate_options {
     int64_t no_repeat_ngram_size;  /* >= 0; default 0: none */
     tfm_token_callback callback;   /* tfm_model_generate_v2 only; NULL */
     void *callback_data;           /* passed to callback */
+    /* Since 1.2 (after callback_data; older callers' struct_size leaves
+     * it at the default): what happens once the sequence outgrows the
+     * context (tfm_past_context). */
+    tfm_past_context past_context;
 } tfm_generate_options;
 
 /* Fills *options with the defaults above and sets struct_size.  NULL is a
@@ -564,8 +626,11 @@ typedef struct tfm_beam_search_options {
 TFM_API void tfm_beam_search_options_init(tfm_beam_search_options *options);
 
 /* Beam search (above) after prompt [n_prompt] ids: for a decoder-only
- * model the prompt is the sequence's start (n_prompt + max_new_tokens <=
- * context_length: the window does not slide in a beam search); for an
+ * model the prompt is the sequence's start (n_prompt <= context_length;
+ * past the context each beam goes on as tfm_generator does with
+ * TFM_PAST_CONTEXT_AUTO: a rolling cache for models without absolute
+ * positions, else the half-window shift; since 1.2, before which the
+ * prompt and max_new_tokens - 1 had to fit in the context); for an
  * encoder-decoder model it is the source (n_prompt <= context_length), and
  * the target starts with decoder_start_token_id (1 + max_new_tokens <=
  * context_length).  options NULL: the defaults.
@@ -591,7 +656,8 @@ TFM_API void tfm_beam_search_options_init(tfm_beam_search_options *options);
  * TFM_MAX_NEW_TOKENS, min_new_tokens < 0, length_penalty not finite,
  * early_stopping unknown, eos_token_id not -1 nor in the vocabulary, no
  * valid decoder_start_token_id for an encoder-decoder model, struct_size
- * too small), TFM_ERR_CAPACITY (the lengths above exceed the context),
+ * too small), TFM_ERR_CAPACITY (a prompt or source longer than the
+ * context, or an encoder-decoder target 1 + max_new_tokens longer),
  * TFM_ERR_NON_FINITE (a NaN logit), TFM_ERR_OVERFLOW,
  * TFM_ERR_OUT_OF_MEMORY.  On error nothing is written to out_ids,
  * out_lengths or out_scores.  The model is only read.  Since 1.2. */

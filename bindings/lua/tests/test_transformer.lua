@@ -437,37 +437,53 @@ end)
 
 test("tiny model: greedy generation against torch (window slides)", function()
   local m = T.load_model(TINY)
-  local text, ids = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens, greedy = true })
+  -- The torch reference re-encodes the last context_length tokens for
+  -- every token: past_context = "reencode" (the default shift is tested
+  -- against full passes below).
+  local text, ids = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens, greedy = true,
+                                            past_context = "reencode" })
   equal(TM.prompt .. text, TM.greedy_text, "text")
   equal(table.concat(ids, ","), table.concat(TM.greedy_ids, ","), "ids")
-  local text2 = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens, temperature = 0 })
+  local text2 = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens, temperature = 0,
+                                      past_context = "reencode" })
   equal(TM.prompt .. text2, TM.greedy_text, "temperature 0 is greedy")
   local text3 = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens, greedy = true,
-                                        temperature = 0.5, top_k = 3 })
+                                        temperature = 0.5, top_k = 3, past_context = "reencode" })
   equal(TM.prompt .. text3, TM.greedy_text, "greedy=true overrides sampling")
   -- Without sampling options the decoding is greedy (as Python's generate
   -- and transformer-generate); do_sample = false overrides them too.
-  local text4 = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens })
+  local text4 = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens,
+                                      past_context = "reencode" })
   equal(TM.prompt .. text4, TM.greedy_text, "greedy by default")
   local text5 = m:generate(TM.prompt, { max_new_tokens = TM.max_new_tokens, do_sample = false,
-                                        seed = 3, top_p = 0.5 })
+                                        seed = 3, top_p = 0.5, past_context = "reencode" })
   equal(TM.prompt .. text5, TM.greedy_text, "do_sample=false overrides sampling")
-  local new = m:generate(m:encode(TM.prompt), { max_new_tokens = TM.max_new_tokens, greedy = true })
+  local new = m:generate(m:encode(TM.prompt), { max_new_tokens = TM.max_new_tokens, greedy = true,
+                                                past_context = "reencode" })
   equal(table.concat(new, ","), table.concat(TM.greedy_ids, ","), "ids prompt gives ids")
 end)
 
 -- Stopping and shaping against a reference written here from Hugging
 -- Face's definitions (RepetitionPenaltyLogitsProcessor,
 -- NoRepeatNGramLogitsProcessor, MinNewTokensLengthLogitsProcessor): full
--- passes of m:logits over the window, no KV cache, argmax ties to the
--- lowest id.
+-- passes of m:logits over the tokens the cache holds, no KV cache, argmax
+-- ties to the lowest id.  Past the context W (learned positions): with
+-- o.reencode the last W tokens, else the half-window shift (once W tokens
+-- are held, the next token restarts at the last ceil(W/2)).
 local function reference_generate(m, prompt, n, o)
   local seq = {}
   for i, v in ipairs(prompt) do seq[i] = v end
   local new = {}
+  local W = m.context_length
+  local first = 1
   for _ = 1, n do
+    if o.reencode then
+      first = math.max(1, #seq - W + 1)
+    elseif #seq - first + 1 > W then
+      first = #seq - (W - math.floor(W / 2)) + 1
+    end
     local window = {}
-    for i = math.max(1, #seq - m.context_length + 1), #seq do window[#window + 1] = seq[i] end
+    for i = first, #seq do window[#window + 1] = seq[i] end
     local logits = m:logits(window)
     local x = {}
     for i, v in ipairs(logits[#logits]) do x[i] = v end
@@ -511,6 +527,12 @@ test("tiny model: repetition penalty, no-repeat n-grams, EOS, min_new_tokens", f
     o.max_new_tokens = 20
     equal(table.concat(m:generate(prompt, o), ","), table.concat(want, ","), "processors")
   end
+  local want = reference_generate(m, prompt, 20, { repetition_penalty = 1.2, reencode = true })
+  local got = m:generate(prompt, { max_new_tokens = 20, repetition_penalty = 1.2,
+                                   past_context = "reencode" })
+  equal(table.concat(got, ","), table.concat(want, ","), "past_context reencode")
+  local ok, err = pcall(m.generate, m, prompt, { max_new_tokens = 2, past_context = "roll" })
+  assert(not ok and tostring(err):find("past_context"), "a bad past_context is refused")
   local plain = m:generate(prompt, { max_new_tokens = 20 })
   local eos = plain[6]
   local first = 1
@@ -1663,7 +1685,13 @@ test("beam search against exhaustive search (tiny model)", function()
          "num_return_sequences", true)
   raises(function() m:generate(prompt, { num_beams = 2, eos_token_id = V, max_new_tokens = 2 }) end,
          "vocabulary", true)
-  raises(function() m:generate(prompt, { num_beams = 2, max_new_tokens = 7 }) end, "context length", true)
+  -- Past the context the beams go on (the half-window shift); only a
+  -- prompt longer than the context is refused.
+  local long = {}
+  for i = 1, m.context_length + 1 do long[i] = prompt[(i - 1) % #prompt + 1] end
+  raises(function() m:generate(long, { num_beams = 2, max_new_tokens = 2 }) end, "context", true)
+  local past = select(2, m:generate(TM.prompt, { num_beams = 2, max_new_tokens = m.context_length + 2 }))
+  equal(#past, m.context_length + 2, "beams past the context: the new ids")
   raises(function() m:generate({}, { num_beams = 2 }) end, "empty", true)
   raises(function() m:generate(prompt, { num_beams = 2, early_stopping = "soon" }) end, "early_stopping", true)
   raises(function() m:generate(prompt, { num_beams = 2, temperature = 0.5 }) end, "temperature", true)

@@ -2,7 +2,11 @@
 model.generate and model.stream) against a reference written here from
 Hugging Face's definitions (transformers/generation/logits_process.py and
 stopping_criteria.py), in PyTorch: every step recomputes the logits of the
-whole window with model.logits (no KV cache), then applies
+tokens the cache holds with model.logits (no KV cache): past the context
+length W, with past_context="auto" on these models with learned positions,
+the half-window shift (once W tokens are held, the next token restarts the
+window at the last ceil(W/2) tokens), with "reencode" the last W tokens;
+then applies
 RepetitionPenaltyLogitsProcessor, NoRepeatNGramLogitsProcessor and
 MinNewTokensLengthLogitsProcessor as HF writes them, then argmax (or the
 library's Sampler, whose draws test_sampling checks), then the EOS and
@@ -42,14 +46,19 @@ def hf_no_repeat_ngram(input_ids, scores, n):
 
 def reference(model, prompt, max_new_tokens, eos=(), min_new_tokens=0,
               repetition_penalty=1.0, no_repeat_ngram_size=0,
-              stop_strings=(), sampler=None):
+              stop_strings=(), sampler=None, past_context="auto"):
     """The ids generate should return (decoder-only, greedy unless a
     Sampler is given)."""
     ctx = model.config["context_length"]
     seq = list(prompt)
     new = []
+    start = 0                   # the first token the cache holds
     for _ in range(max_new_tokens):
-        window = seq[-ctx:]
+        if past_context == "reencode":
+            start = max(0, len(seq) - ctx)
+        elif len(seq) - start > ctx:
+            start = len(seq) - (ctx - ctx // 2)
+        window = seq[start:]
         scores = torch.tensor(model.logits(window)[-1][None], dtype=torch.float32)
         input_ids = torch.tensor([seq])
         if repetition_penalty != 1.0:
@@ -86,9 +95,33 @@ def small():
 
 
 def test_plain_generate_unchanged(small):
-    # The default path still equals argmax over full passes, past the
-    # context (12) too.
-    assert small.generate([1, 2, 3], 20) == reference(small, [1, 2, 3], 20)
+    # The default path equals argmax over full passes of the tokens the
+    # cache holds, past the context (12) too: the half-window shift.
+    want = reference(small, [1, 2, 3], 40)
+    assert small.generate([1, 2, 3], 40) == want
+    assert want != reference(small, [1, 2, 3], 40, past_context="reencode")
+
+
+def test_past_context_reencode(small):
+    # past_context="reencode": every token past the context encodes the
+    # last 12 tokens afresh (1.0's behaviour, and tfm_model_generate's).
+    kw = dict(repetition_penalty=1.3)
+    want = reference(small, [1, 2, 3], 40, past_context="reencode", **kw)
+    assert small.generate([1, 2, 3], 40, past_context="reencode",
+                          **kw) == want
+    assert list(small.stream([1, 2, 3], 40, past_context="reencode",
+                             **kw)) == want
+    with pytest.raises(transformer.InvalidArgumentError,
+                       match="past_context"):
+        small.generate([1, 2, 3], 5, past_context="roll")
+
+
+def test_past_context_logits(small):
+    # Every step's logits, not only its argmax: with temperature sampling
+    # a different logit at any step changes the draws that follow.
+    sampler = transformer.Sampler(temperature=1.5, seed=11)
+    want = reference(small, [7], 60, sampler=sampler)
+    assert small.generate([7], 60, temperature=1.5, seed=11) == want
 
 
 @pytest.mark.parametrize("kw", [

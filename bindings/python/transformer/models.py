@@ -495,10 +495,16 @@ class Model(Module):
 
     def _generator(self, ids, max_new_tokens, temperature, top_k, top_p,
                    seed, greedy, do_sample, min_new_tokens, eos_token_id,
-                   stop_strings, repetition_penalty, no_repeat_ngram_size):
+                   stop_strings, repetition_penalty, no_repeat_ngram_size,
+                   past_context="auto"):
         """A _Generator (tfm_generator_create) for the keyword arguments
         of generate."""
         o = _ll.tfm_generate_options()
+        if past_context not in _PAST_CONTEXT:
+            raise InvalidArgumentError(
+                f"past_context {past_context!r} is not one of "
+                + ", ".join(repr(k) for k in _PAST_CONTEXT))
+        o.past_context = _PAST_CONTEXT[past_context]
         o.max_new_tokens = as_int(max_new_tokens, "max_new_tokens", 0)
         o.min_new_tokens = as_int(min_new_tokens, "min_new_tokens", 0)
         o.sampling, o.seed = _sampling(temperature, top_k, top_p, seed,
@@ -542,10 +548,11 @@ class Model(Module):
                  stop_strings=None, repetition_penalty=1.0,
                  no_repeat_ngram_size=0, num_beams=1, length_penalty=1.0,
                  early_stopping=False, num_return_sequences=1,
-                 return_scores=False, decoder_start_token_id=None):
+                 return_scores=False, decoder_start_token_id=None,
+                 past_context="auto"):
         """Generates up to max_new_tokens tokens after prompt (decoder-only
-        models), with a KV cache; past the context length the window
-        slides.  The arguments are Hugging Face generate()'s.
+        models), with a KV cache; past the context length as past_context
+        says.  The arguments are Hugging Face generate()'s.
 
         With num_beams > 1 (or num_return_sequences > 1, return_scores, or
         an encoder-decoder model) it is Hugging Face's beam search
@@ -605,6 +612,14 @@ class Model(Module):
             return_scores: also return each sequence's score (above).
             decoder_start_token_id: encoder-decoder models: the target's
                 first token (required; the prompt is the source).
+            past_context: past the context length W, "auto" (default): a
+                rolling cache for models without absolute positions (RoPE,
+                ALiBi, ...: each query sees the last W keys, Mistral's
+                sliding window), else the half-window shift (when the cache
+                is full, the last ceil(W/2) tokens are encoded afresh, then
+                appended to); "reencode": every token encodes the last W
+                tokens afresh (the most context, a full pass per token).
+                Not taken by the beam search, which always uses "auto".
 
         Returns:
             the generated text (str) for a str prompt, else the list of the
@@ -626,7 +641,7 @@ class Model(Module):
         g = self._generator(ids, max_new_tokens, temperature, top_k, top_p,
                             seed, greedy, do_sample, min_new_tokens,
                             eos_token_id, stop_strings, repetition_penalty,
-                            no_repeat_ngram_size)
+                            no_repeat_ngram_size, past_context)
         with g:
             new = list(g)
         return self.tokenizer.decode(new) if as_text else new
@@ -865,9 +880,10 @@ def _model_options(cfg):
 _GENERATE_KEYWORDS = ("temperature", "top_k", "top_p", "seed", "greedy",
                       "do_sample", "min_new_tokens", "eos_token_id",
                       "stop_strings", "repetition_penalty",
-                      "no_repeat_ngram_size")
+                      "no_repeat_ngram_size", "past_context")
 _GENERATE_DEFAULTS = {"min_new_tokens": 0, "repetition_penalty": 1.0,
-                      "no_repeat_ngram_size": 0}
+                      "no_repeat_ngram_size": 0, "past_context": "auto"}
+_PAST_CONTEXT = {"auto": 0, "reencode": 1}   # tfm_past_context
 
 
 def _generate_args(kwargs):
