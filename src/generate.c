@@ -42,6 +42,8 @@ struct tfm_generator {
     int64_t n_prompt, len;     /* len = n_prompt + generated */
     int pending;               /* seq[len-1] not yet in the cache */
     int rolling;               /* the cache rolls (tfm_past_context) */
+    int owns_cache;            /* 0: the caller's (options.cache) */
+    int64_t reused;            /* prompt positions taken from it */
     tfm_generate_options o;    /* copied; the pointers below replace its */
     tfm_rng rng;
     int32_t *eos;              /* [o.n_eos_token_ids] */
@@ -120,6 +122,22 @@ static tfm_status check_options(const tfm__model *m,
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "past_context (%d) is not a tfm_past_context value",
                          (int)o->past_context);
+    if (o->cache) {
+        if (tfm__kv_cache_model(o->cache) != m)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "options->cache belongs to another model");
+        if (tfm_kv_cache_capacity(o->cache) != m->config.context_length)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "options->cache holds %lld positions: a "
+                             "generator's cache holds the context length "
+                             "%lld", (long long)tfm_kv_cache_capacity(o->cache),
+                             (long long)m->config.context_length);
+        if (tfm__kv_cache_rolls(o->cache) &&
+            o->past_context == TFM_PAST_CONTEXT_REENCODE)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "options->cache is a rolling cache, and "
+                             "past_context is TFM_PAST_CONTEXT_REENCODE");
+    }
     if (o->no_repeat_ngram_size < 0)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "no_repeat_ngram_size (%lld) must be at least 0",
@@ -172,7 +190,8 @@ void tfm_generator_free(tfm_generator *g)
 {
     if (!g)
         return;
-    tfm_kv_cache_free(g->cache);
+    if (g->owns_cache)
+        tfm_kv_cache_free(g->cache);
     tfm_tensor_free(g->logits);
     tfm__free(g->scores);
     tfm__free(g->seen);
@@ -275,18 +294,38 @@ static tfm_status generator_create(const tfm_module *model,
                              "tokens", (long long)n_prompt,
                          (long long)o.max_new_tokens);
     }
-    g->rolling = o.past_context == TFM_PAST_CONTEXT_AUTO &&
-                 tfm__model_rolls(m);
-    if ((st = g->rolling ? tfm__kv_cache_create_rolling(model, ctx, &g->cache)
-                         : tfm_kv_cache_create(model, ctx, &g->cache)) ||
-        (st = tfm_tensor_create(2, shape, &g->logits)) ||
-        (st = tfm_kv_cache_decode(g->cache, prompt + n_prompt - window,
-                                  window, g->logits))) {
+    const int32_t *fresh = prompt + n_prompt - window;
+    int64_t reused = 0;
+    if (o.cache) {
+        g->cache = o.cache;
+        g->rolling = tfm__kv_cache_rolls(o.cache);
+        if ((st = tfm_tensor_create(2, shape, &g->logits))) {
+            tfm_generator_free(g);
+            return st;
+        }
+        /* Keep the common prefix, run the rest (at least one token). */
+        reused = tfm__kv_cache_common_prefix(o.cache, fresh, window - 1);
+        tfm__kv_cache_truncate(o.cache, reused);
+    } else {
+        g->owns_cache = 1;
+        g->rolling = o.past_context == TFM_PAST_CONTEXT_AUTO &&
+                     tfm__model_rolls(m);
+        if ((st = g->rolling
+                      ? tfm__kv_cache_create_rolling(model, ctx, &g->cache)
+                      : tfm_kv_cache_create(model, ctx, &g->cache)) ||
+            (st = tfm_tensor_create(2, shape, &g->logits))) {
+            tfm_generator_free(g);
+            return st;
+        }
+    }
+    if ((st = tfm_kv_cache_decode(g->cache, fresh + reused, window - reused,
+                                  g->logits))) {
         tfm_generator_free(g);
         return st;
     }
     memcpy(g->seq, prompt, (size_t)n_prompt * sizeof *g->seq);
     g->len = n_prompt;
+    g->reused = reused;
     tfm_rng_seed(&g->rng, o.seed);
     if (o.max_new_tokens == 0)
         g->reason = TFM_STOP_MAX_NEW_TOKENS;
@@ -433,6 +472,11 @@ tfm_status tfm_generator_next(tfm_generator *g, int32_t *id, int *produced)
 tfm_stop_reason tfm_generator_stop_reason(const tfm_generator *g)
 {
     return g ? g->reason : TFM_STOP_NONE;
+}
+
+int64_t tfm_generator_reused_tokens(const tfm_generator *generator)
+{
+    return generator ? generator->reused : 0;
 }
 
 int64_t tfm_generator_count(const tfm_generator *g)

@@ -32,6 +32,8 @@ struct tfm_kv_cache {
     int64_t kv_dim;         /* key/value columns per position: n_kv_heads
                              * * d_k (variants.h; d_model without GQA) */
     float *keys, *values;   /* [n_layers, storage, kv_dim] each */
+    int32_t *ids;           /* [storage]: the token id of each row (a
+                             * generator's prefix reuse, model.h) */
 };
 
 static tfm_status create(const tfm_module *model, int64_t capacity,
@@ -59,8 +61,10 @@ static tfm_status create(const tfm_module *model, int64_t capacity,
     if (c) {
         c->keys = tfm__malloc((size_t)n * sizeof(float));
         c->values = c->keys ? tfm__malloc((size_t)n * sizeof(float)) : NULL;
+        c->ids = c->values ? tfm__malloc((size_t)storage * sizeof(int32_t))
+                           : NULL;
     }
-    if (!c || !c->values) {
+    if (!c || !c->ids) {
         tfm_kv_cache_free(c);
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "cannot allocate a KV cache of %lld floats",
@@ -127,6 +131,9 @@ static void compact(tfm_kv_cache *c)
         memmove(c->values + i * stride, c->values + i * stride +
                 c->start * c->kv_dim, bytes);
     }
+    if (c->start > 0)
+        memmove(c->ids, c->ids + c->start,
+                (size_t)c->length * sizeof *c->ids);
     c->start = 0;
 }
 
@@ -136,6 +143,7 @@ void tfm_kv_cache_free(tfm_kv_cache *cache)
         return;
     tfm__free(cache->keys);
     tfm__free(cache->values);
+    tfm__free(cache->ids);
     tfm__free(cache);
 }
 
@@ -208,6 +216,7 @@ tfm_status tfm_kv_cache_decode(tfm_kv_cache *cache, const int32_t *ids,
             const int64_t rows = only_last ? 1 : n;
             tfm__model_head(m, h + (n - rows) * d, rows, out);
             memcpy(logits->data, out, (size_t)(rows * V) * sizeof(float));
+            memcpy(cache->ids + first + past, ids, (size_t)n * sizeof *ids);
             cache->start = first;
             cache->origin += drop;
             cache->length = past + n;
@@ -228,7 +237,39 @@ void tfm__kv_cache_copy(tfm_kv_cache *dst, const tfm_kv_cache *src)
         memcpy(dst->keys + i * to, src->keys + i * from + first, bytes);
         memcpy(dst->values + i * to, src->values + i * from + first, bytes);
     }
+    memcpy(dst->ids, src->ids + src->start,
+           (size_t)src->length * sizeof *dst->ids);
     dst->length = src->length;
     dst->start = 0;
     dst->origin = src->origin;
+}
+
+int64_t tfm__kv_cache_common_prefix(const tfm_kv_cache *c,
+                                    const int32_t *ids, int64_t n)
+{
+    if (c->origin != 0)   /* a rolling cache that dropped its first rows */
+        return 0;
+    const int32_t *held = c->ids + c->start;
+    int64_t k = 0;
+    while (k < n && k < c->length && held[k] == ids[k])
+        k++;
+    return k;
+}
+
+void tfm__kv_cache_truncate(tfm_kv_cache *c, int64_t length)
+{
+    if (length < c->length)
+        c->length = length;
+    if (c->length == 0)
+        c->start = c->origin = 0;
+}
+
+const tfm__model *tfm__kv_cache_model(const tfm_kv_cache *c)
+{
+    return c->model;
+}
+
+int tfm__kv_cache_rolls(const tfm_kv_cache *c)
+{
+    return c->rolling;
 }

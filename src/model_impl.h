@@ -73,6 +73,17 @@ void tfm__model_head(const tfm__model *m, const float *h, int64_t rows,
  * search, beam_search.c). */
 void tfm__kv_cache_copy(tfm_kv_cache *dst, const tfm_kv_cache *src);
 
+/* Prefix reuse (tfm_generate_options.cache, generate.c): the number of
+ * leading ids of ids[0 .. n) that the cache holds as its first positions
+ * (0 for a rolling cache that has dropped its first positions);
+ * truncate keeps the first `length` positions (no-op when it holds
+ * fewer).  The model and whether the cache rolls. */
+int64_t tfm__kv_cache_common_prefix(const tfm_kv_cache *c,
+                                    const int32_t *ids, int64_t n);
+void tfm__kv_cache_truncate(tfm_kv_cache *c, int64_t length);
+const tfm__model *tfm__kv_cache_model(const tfm_kv_cache *c);
+int tfm__kv_cache_rolls(const tfm_kv_cache *c);
+
 /* tfm_kv_cache_create_rolling (model.h) without its checks: for models
  * already checked, for which tfm__model_rolls holds (generate.c). */
 tfm_status tfm__kv_cache_create_rolling(const tfm_module *model,

@@ -332,6 +332,134 @@ static void bad_input(void **state)
                      TFM_ERR_NULL_ARGUMENT);
 }
 
+/* Prefix reuse (tfm_generate_options.cache): a chat whose every turn's
+ * prompt is the conversation so far.  Each turn's tokens equal a
+ * generation without the cache (greedy and sampled, and past the context,
+ * where the half-window shift happens at the same step as without it);
+ * tfm_generator_reused_tokens is the common prefix of the cache's
+ * positions (the previous prompt and its tokens but the last) and the new
+ * prompt, worked out by hand below. */
+static void generate_fresh(const fixture *f, const int32_t *prompt,
+                           int64_t n_prompt, const tfm_generate_options *o,
+                           int32_t *out, int64_t *n)
+{
+    tfm_generate_options plain = *o;
+    plain.cache = NULL;
+    assert_int_equal(tfm_model_generate_v2(f->model, prompt, n_prompt, &plain,
+                                           out, plain.max_new_tokens, n,
+                                           NULL), TFM_OK);
+}
+
+static int64_t generate_cached(const fixture *f, const int32_t *prompt,
+                               int64_t n_prompt,
+                               const tfm_generate_options *o, int32_t *out,
+                               int64_t *n)
+{
+    tfm_generator *g = NULL;
+    assert_int_equal(tfm_generator_create(f->model, prompt, n_prompt, o, &g),
+                     TFM_OK);
+    *n = 0;
+    int produced = 1;
+    while (produced) {
+        assert_int_equal(tfm_generator_next(g, out + *n, &produced), TFM_OK);
+        *n += produced;
+    }
+    int64_t reused = tfm_generator_reused_tokens(g);
+    tfm_generator_free(g);   /* the caller's cache stays */
+    return reused;
+}
+
+static void prefix_reuse(void **state)
+{
+    fixture *f = *state;
+    enum { TURN = 40, EXTRA = 9, CAP = 256 };
+    tfm_kv_cache *cache = NULL;
+    assert_int_equal(tfm_kv_cache_create(f->model, 128, &cache), TFM_OK);
+    for (int sampled = 0; sampled < 2; sampled++) {
+        tfm_generate_options o;
+        tfm_generate_options_init(&o);
+        o.max_new_tokens = TURN;
+        if (sampled) {
+            o.sampling.greedy = 0;
+            o.sampling.temperature = 0.9f;
+            o.sampling.top_k = 20;
+            o.seed = 7;
+        }
+        o.cache = cache;
+        tfm_kv_cache_reset(cache);
+        int32_t conv[CAP], mine[CAP], ref[CAP];
+        int64_t len = f->n_prompt, n = 0, n_ref = 0;
+        memcpy(conv, f->prompt, (size_t)len * sizeof *conv);
+        int64_t held = 0;   /* positions the cache holds: conv[0 .. held) */
+        /* Turns 1-2 fit in the context (12 + 40 = 52, 52 + 9 + 40 = 101);
+         * turn 3's 110 + 40 passes 128, and the shift is the same with and
+         * without the cache. */
+        for (int turn = 0; turn < 3; turn++) {
+            generate_fresh(f, conv, len, &o, ref, &n_ref);
+            int64_t reused = generate_cached(f, conv, len, &o, mine, &n);
+            assert_int_equal(n, n_ref);
+            assert_memory_equal(mine, ref, (size_t)n * sizeof *mine);
+            /* The common prefix: what the cache held, but never the last
+             * prompt token. */
+            assert_int_equal(reused, held < len - 1 ? held : len - 1);
+            if (len + n - 1 <= 128)
+                assert_int_equal(tfm_kv_cache_length(cache), len + n - 1);
+            held = len + n - 1;
+            /* The next prompt: the conversation, then the user's turn. */
+            memcpy(conv + len, mine, (size_t)n * sizeof *conv);
+            len += n;
+            for (int i = 0; i < EXTRA; i++)
+                conv[len++] = f->prompt[i % f->n_prompt];
+        }
+        /* A prompt that leaves the cached prefix at position 5: only those
+         * five positions are reused. */
+        o.max_new_tokens = 20;
+        generate_fresh(f, f->prompt, f->n_prompt, &o, ref, &n_ref);
+        tfm_kv_cache_reset(cache);
+        assert_int_equal(generate_cached(f, f->prompt, f->n_prompt, &o, mine,
+                                         &n), 0);
+        int32_t other[16];
+        memcpy(other, f->prompt, sizeof other);
+        other[5] = (other[5] + 1) % 60;
+        generate_fresh(f, other, f->n_prompt, &o, ref, &n_ref);
+        assert_int_equal(generate_cached(f, other, f->n_prompt, &o, mine,
+                                         &n), 5);
+        assert_int_equal(n, n_ref);
+        assert_memory_equal(mine, ref, (size_t)n * sizeof *mine);
+    }
+
+    /* Refused: a cache of another model or of another capacity; nothing
+     * is written and the cache keeps what it held. */
+    tfm_module *twin = NULL;
+    assert_int_equal(tfm_model_load(TFM_SHIPPED_MODEL, &twin), TFM_OK);
+    tfm_kv_cache *other_model = NULL, *small = NULL;
+    assert_int_equal(tfm_kv_cache_create(twin, 128, &other_model), TFM_OK);
+    assert_int_equal(tfm_kv_cache_create(f->model, 64, &small), TFM_OK);
+    const int64_t before = tfm_kv_cache_length(cache);
+    tfm_generate_options o;
+    tfm_generate_options_init(&o);
+    o.max_new_tokens = 5;
+    int32_t out[5];
+    int64_t n = -1;
+    fill_ids(out, 5);
+    o.cache = other_model;
+    assert_int_equal(tfm_model_generate_v2(f->model, f->prompt, f->n_prompt,
+                                           &o, out, 5, &n, NULL),
+                     TFM_ERR_INVALID_ARGUMENT);
+    o.cache = small;
+    assert_int_equal(tfm_model_generate_v2(f->model, f->prompt, f->n_prompt,
+                                           &o, out, 5, &n, NULL),
+                     TFM_ERR_INVALID_ARGUMENT);
+    expect_untouched(out, 5);
+    assert_int_equal(n, -1);
+    assert_int_equal(tfm_kv_cache_length(cache), before);
+    assert_int_equal(tfm_generator_reused_tokens(NULL), 0);
+    tfm_kv_cache_free(small);
+    tfm_kv_cache_free(other_model);
+    tfm_module_free(twin);
+    tfm_kv_cache_free(cache);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -339,6 +467,7 @@ int main(void)
         cmocka_unit_test(callback_streams_and_stops),
         cmocka_unit_test(eos_and_stop_strings),
         cmocka_unit_test(bad_input),
+        cmocka_unit_test(prefix_reuse),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -123,6 +123,37 @@ static void check_rolling(const tfm_attention_config *a, const char *what)
                      "argmax %d", what, len - PREFILL, out[len - PREFILL],
                      best);
     }
+    /* The same with the caller's rolling cache (options.cache): the same
+     * tokens; then the cache has dropped its first positions, so a second
+     * call reuses none of them (its RoPE origin is not 0) and still gives
+     * the same tokens. */
+    tfm_kv_cache *mine = NULL;
+    assert_int_equal(tfm_kv_cache_create_rolling(small, W, &mine), TFM_OK);
+    o.cache = mine;
+    for (int call = 0; call < 2; call++) {
+        int32_t again[T];
+        tfm_generator *g = NULL;
+        assert_int_equal(tfm_generator_create(small, ids, PREFILL, &o, &g),
+                         TFM_OK);
+        assert_int_equal(tfm_generator_reused_tokens(g), 0);
+        int64_t k = 0;
+        int produced = 1;
+        while (produced) {
+            assert_int_equal(tfm_generator_next(g, again + k, &produced),
+                             TFM_OK);
+            k += produced;
+        }
+        tfm_generator_free(g);
+        assert_int_equal(k, T - PREFILL);
+        assert_memory_equal(again, out, (size_t)k * sizeof *again);
+        assert_int_equal(tfm_kv_cache_length(mine), W);
+    }
+    o.past_context = TFM_PAST_CONTEXT_REENCODE;   /* a rolling cache cannot */
+    assert_int_equal(tfm_model_generate_v2(small, ids, PREFILL, &o, out, T,
+                                           &n, NULL), TFM_ERR_INVALID_ARGUMENT);
+    o.past_context = TFM_PAST_CONTEXT_AUTO;
+    o.cache = NULL;
+    tfm_kv_cache_free(mine);
     /* A beam search of one beam is greedy decoding, past the context on
      * the rolling caches too. */
     tfm_beam_search_options bo;

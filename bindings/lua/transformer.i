@@ -1122,19 +1122,22 @@ static int tfml_model_generate(lua_State *L)
     return 1;
 }
 
-/* generator_create(model, prompt_ids, options [, tokenizer]) -> generator
- * (tfm_generator_create).  options: max_new_tokens, min_new_tokens,
- * sampling (a sampling table), seed, eos_token_id (a table of ids),
- * stop_strings (a table of strings), repetition_penalty,
- * no_repeat_ngram_size, past_context (a tfm_past_context); absent keys take tfm_generate_options_init's
- * defaults.  The generator keeps the model alive and is closed with it. */
+/* generator_create(model, prompt_ids, options [, tokenizer [, cache]]) ->
+ * generator (tfm_generator_create).  options: max_new_tokens,
+ * min_new_tokens, sampling (a sampling table), seed, eos_token_id (a table
+ * of ids), stop_strings (a table of strings), repetition_penalty,
+ * no_repeat_ngram_size, past_context (a tfm_past_context); absent keys
+ * take tfm_generate_options_init's defaults; cache: options.cache (prefix
+ * reuse; transformer.lua keeps it alive and closes the generator before
+ * the cache).  The generator keeps the model alive and is closed with
+ * it. */
 static int tfml_generator_create(lua_State *L)
 {
     static const char *const keys[] = {
         "max_new_tokens", "min_new_tokens", "sampling", "seed",
         "eos_token_id", "stop_strings", "repetition_penalty",
         "no_repeat_ngram_size", "past_context", NULL };
-    lua_settop(L, 4);
+    lua_settop(L, 5);
     const tfm_module *model = (const tfm_module *)tfml_check_handle(
         L, 1, SWIGTYPE_p_tfm_module, "model");
     int64_t batch, n_prompt, i, n;
@@ -1224,6 +1227,9 @@ static int tfml_generator_create(lua_State *L)
     if (!lua_isnil(L, 4))
         o.tokenizer = (const tfm_tokenizer *)tfml_check_handle(
             L, 4, SWIGTYPE_p_tfm_tokenizer, "tokenizer");
+    if (!lua_isnil(L, 5))
+        o.cache = (tfm_kv_cache *)tfml_check_handle(
+            L, 5, SWIGTYPE_p_tfm_kv_cache, "past_key_values");
     tfm_clear_error();
     st = tfm_generator_create(model, prompt, n_prompt, &o, &g);
     if (st != TFM_OK)

@@ -2487,7 +2487,21 @@ end
 
 local GEN_OPTIONS = { "max_new_tokens", "temperature", "top_k", "top_p", "seed", "greedy",
                       "do_sample", "min_new_tokens", "eos_token_id", "stop_strings",
-                      "repetition_penalty", "no_repeat_ngram_size", "past_context" }
+                      "repetition_penalty", "no_repeat_ngram_size", "past_context",
+                      "past_key_values" }
+local KVCache = class("KVCache", Object)   -- its methods are below
+
+-- Ends (closes) the generation running in a KVCache (generate's
+-- past_key_values), if any: a cache serves one generation at a time, and
+-- using it otherwise (decode, reset, close, another generation) ends a
+-- stream still running on it, whose next step then raises.
+local function end_generation(cache)
+  local g = rawget(cache, "_generator")
+  if g ~= nil then
+    core.close(g)
+    rawset(cache, "_generator", nil)
+  end
+end
 local PAST_CONTEXT = { auto = 0, reencode = 1 }   -- tfm_past_context
 local BEAM_OPTIONS = { "num_beams", "length_penalty", "early_stopping", "num_return_sequences",
                        "return_scores", "decoder_start_token_id" }
@@ -2530,19 +2544,37 @@ local function new_generator(self, prompt, opts, what)
     if tok == nil then fail("stop_strings need the model's tokenizer, and this model has none") end
     tok = handle(tok)
   end
-  return core.generator_create(h, ids, o, tok)
+  local cache = opts.past_key_values
+  if cache ~= nil then
+    if getmetatable(cache) ~= KVCache or rawget(cache, "model") ~= self then
+      fail("past_key_values must be a KVCache of this model (model:kv_cache())")
+    end
+    end_generation(cache)
+  end
+  local g = core.generator_create(h, ids, o, tok, cache ~= nil and handle(cache) or nil)
+  if cache ~= nil then rawset(cache, "_generator", g) end
+  return g
 end
 
 --- model:generate(prompt, {max_new_tokens=100, temperature=nil, top_k=nil,
 --  top_p=nil, seed=nil, greedy=nil, do_sample=nil, min_new_tokens=0,
 --  eos_token_id=nil, stop_strings=nil, repetition_penalty=1,
---  no_repeat_ngram_size=0, past_context="auto"}) (decoder-only models;
+--  no_repeat_ngram_size=0, past_context="auto", past_key_values=nil})
+--  (decoder-only models;
 --  with a KV cache).  The names are Hugging Face generate()'s, as in
 --  Python.  past_context, once the sequence is longer than context_length
 --  W: "auto" (a rolling cache for models without absolute positions, else
 --  the half-window shift: the last ceil(W/2) tokens encoded afresh when the
 --  cache is full) or "reencode" (the last W tokens afresh for every token);
 --  Python's generate and tfm_past_context (model.h) say more.
+--  past_key_values: a KVCache of this model (model:kv_cache(), of the
+--  context length) to generate in, for prefix reuse across calls: of the
+--  positions it holds, the longest common prefix with the prompt (never its
+--  last token) is kept and only the rest is computed; the new tokens are
+--  appended (afterwards it holds the prompt and the new tokens but the
+--  last), so a chat whose next prompt is the conversation so far computes
+--  only its new turn; the tokens are those of a call without it
+--  (tfm_generate_options.cache).  Not taken by the beam search.
 --  prompt: a string, or a table of 1 .. context_length token ids.
 --  Decoding is greedy (argmax) unless sampling is asked for: do_sample =
 --  true, or any of temperature (default 1; 0 means greedy), top_k (default
@@ -2657,11 +2689,15 @@ end
 --      io.write(piece) end
 function Model:stream(prompt, opts)
   local g = new_generator(self, prompt, opts, "stream")
+  local cache = opts and opts.past_key_values   -- kept alive while it runs
   local as_text = type(prompt) == "string"
   local tok = self.tokenizer
   local pending = {}
   return function()
     while true do
+      if cache ~= nil and rawget(cache, "_generator") ~= g then
+        fail("stream: its past_key_values cache was used since (decode, reset, close or another generation), which ended it")
+      end
       local id = core.generator_next(g)
       if id == nil then
         core.close(g)
@@ -2712,17 +2748,19 @@ Model.__close = function(self) Model.close(self) end
 -- KV cache
 ---------------------------------------------------------------------------
 
-local KVCache = class("KVCache", Object)
 M.KVCache = KVCache
 
 --- model:kv_cache([capacity]) -> KVCache (decoder-only models): the keys
 -- and values of the positions decoded so far, so that each new token costs
--- one position's work; capacity defaults to the context length.  Closed
--- with the model; it keeps the model alive.
-function Model:kv_cache(capacity)
+-- one position's work; capacity defaults to the context length; rolling =
+-- true: once full, each new position drops the oldest
+-- (tfm_kv_cache_create_rolling; models without learned or sinusoidal
+-- positions only).  Closed with the model; it keeps the model alive.
+function Model:kv_cache(capacity, rolling)
   local h = handle(self)
   capacity = capacity == nil and self.context_length or check_int("capacity", capacity, 1)
-  local c = core.tfm_kv_cache_create(h, capacity)
+  local c = rolling and core.tfm_kv_cache_create_rolling(h, capacity)
+    or core.tfm_kv_cache_create(h, capacity)
   local cache = new_object(KVCache, c, { model = self, vocab_size = self.vocab_size })
   self._caches[cache] = true
   return cache
@@ -2734,6 +2772,7 @@ end
 -- positions; equal to the rows of model:logits on the whole sequence.
 function KVCache:decode(ids, last_only)
   local h = handle(self)
+  end_generation(self)
   if math.type(ids) == "integer" then ids = { ids } end
   ids = model_ids(self.model, ids)
   local _, nested, _, n = ids_shape(ids, "ids")
@@ -2747,7 +2786,15 @@ end
 
 --- cache:reset(): empties the cache for a new sequence.
 function KVCache:reset()
-  core.tfm_kv_cache_reset(handle(self))
+  local h = handle(self)
+  end_generation(self)
+  core.tfm_kv_cache_reset(h)
+end
+
+--- cache:close(): frees it now (a generation running in it ends first).
+function KVCache:close()
+  end_generation(self)
+  Object.close(self)
 end
 
 --- cache:length() (or #cache): the number of positions held.

@@ -495,6 +495,27 @@ typedef struct tfm_generate_options {
      * it at the default): what happens once the sequence outgrows the
      * context (tfm_past_context). */
     tfm_past_context past_context;
+    /* Since 1.2 (after past_context): prefix reuse across calls, as
+     * llama.cpp's prompt cache and CTranslate2's static_prompt.  NULL (the
+     * default): the generator makes its own cache.  Else a cache of this
+     * model (tfm_kv_cache_create with capacity context_length, or
+     * tfm_kv_cache_create_rolling with it), which the generator uses in
+     * place of its own: of the positions it holds, it keeps the longest
+     * common prefix of their ids and the prompt's (at most n_prompt - 1,
+     * as the last prompt token's logits are needed; none once a rolling
+     * cache has dropped its first positions) and runs only the rest of
+     * the prompt through the model; the generated tokens are appended
+     * to it.  When the generation ends the cache holds the prompt and
+     * the generated tokens but the last (the one not yet fed), unless it
+     * went past the context (then what the shift or the re-encode left),
+     * so a chat whose next prompt is the whole conversation so far
+     * computes only its new turn.  The tokens and logits are those of a
+     * generation without it (the cached keys and values of a position
+     * depend only on the tokens up to it).  The caller owns the cache;
+     * it must outlive the generator and not be used by anything else
+     * meanwhile.  A call that fails may leave it holding only the
+     * common prefix (what it then holds is still valid). */
+    tfm_kv_cache *cache;
 } tfm_generate_options;
 
 /* Fills *options with the defaults above and sets struct_size.  NULL is a
@@ -514,7 +535,9 @@ typedef struct tfm_generator tfm_generator;
  * min_new_tokens < 0, repetition_penalty not > 0 and finite,
  * no_repeat_ngram_size < 0, an empty stop string, stop strings without a
  * tokenizer or with one of another vocabulary size, struct_size too small,
- * the sampling errors of tfm_sample), TFM_ERR_CAPACITY (a prompt longer
+ * the sampling errors of tfm_sample, an options->cache of another model,
+ * of a capacity other than context_length, or rolling with
+ * TFM_PAST_CONTEXT_REENCODE), TFM_ERR_CAPACITY (a prompt longer
  * than the context), TFM_ERR_OUT_OF_MEMORY.  On error *out is unchanged.
  * The generator refers to the model (and the tokenizer, if given), which
  * must outlive it.  Not thread-safe on one generator.  Since 1.2. */
@@ -540,6 +563,11 @@ TFM_API tfm_stop_reason tfm_generator_stop_reason(
 
 /* Tokens generated so far (0 for NULL).  Since 1.2. */
 TFM_API int64_t tfm_generator_count(const tfm_generator *generator);
+
+/* The prompt positions the generator took from options->cache instead of
+ * running them through the model (the common prefix above; 0 without a
+ * cache, and for NULL): llama.cpp's tokens_cached.  Since 1.2. */
+TFM_API int64_t tfm_generator_reused_tokens(const tfm_generator *generator);
 
 /* Frees the generator.  NULL is a no-op.  Since 1.2. */
 TFM_API void tfm_generator_free(tfm_generator *generator);

@@ -517,6 +517,41 @@ local function reference_generate(m, prompt, n, o)
   return new
 end
 
+-- Prefix reuse (past_key_values): a chat whose every prompt is the
+-- conversation so far, in one KVCache; each turn equals the full-pass
+-- reference, past the context W too (the half-window shift happens at the
+-- same step with the cache), and the cache then holds the prompt and the
+-- new tokens but the last.
+test("tiny model: past_key_values (prefix reuse) equals full passes", function()
+  local m = T.load_model(TINY)
+  local cache = m:kv_cache()
+  local conv = m:encode(TM.prompt)
+  assert(#conv + 5 <= m.context_length, "the second prompt fits")
+  for turn, n in ipairs({ 4, 10 }) do     -- the second turn passes the context
+    local want = reference_generate(m, conv, n, {})
+    local got = m:generate(conv, { max_new_tokens = n, past_key_values = cache })
+    equal(table.concat(got, ","), table.concat(want, ","), "turn " .. turn)
+    if #conv + n <= m.context_length then equal(#cache, #conv + n - 1, "cache length") end
+    for _, id in ipairs(got) do conv[#conv + 1] = id end
+    conv[#conv + 1] = conv[1]
+  end
+  -- stream() with it; using the cache meanwhile ends the stream.
+  cache:reset()
+  local prompt = m:encode(TM.prompt)
+  local it = m:stream(prompt, { max_new_tokens = 6, past_key_values = cache })
+  local seen = { it(), it() }
+  local want = m:generate(prompt, { max_new_tokens = 6 })
+  equal(seen[1] .. "," .. seen[2], want[1] .. "," .. want[2], "stream")
+  cache:reset()
+  local ok, err = pcall(it)
+  assert(not ok and tostring(err):find("ended it"), "a used cache ends the stream: " .. tostring(err))
+  local other = T.load_model(TINY)
+  ok, err = pcall(other.generate, other, prompt, { max_new_tokens = 2, past_key_values = cache })
+  assert(not ok and tostring(err):find("this model"), "another model's cache is refused")
+  ok, err = pcall(m.generate, m, prompt, { max_new_tokens = 2, past_key_values = m:kv_cache(2) })
+  assert(not ok and tostring(err):find("context"), "a smaller cache is refused: " .. tostring(err))
+end)
+
 test("tiny model: repetition penalty, no-repeat n-grams, EOS, min_new_tokens", function()
   local m = T.load_model(TINY)
   local prompt = m:encode(TM.prompt)

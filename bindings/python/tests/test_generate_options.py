@@ -243,6 +243,63 @@ def test_bad_input(small, kjv):
         small.generate([1, 2], 5, do_sample=True, temperature=-1)
 
 
+def test_past_key_values_prefix_reuse(kjv, small):
+    # A chat whose every prompt is the conversation so far, generated in
+    # one KVCache (prefix reuse): each turn equals the full-pass reference,
+    # and afterwards the cache holds the prompt and the new tokens but the
+    # last (the one not yet fed).
+    cache = kjv.kv_cache()
+    conv = kjv.tokenizer.encode("And God said")
+    user = kjv.tokenizer.encode(" Amen. ")
+    for turn in range(3):           # 12+40, +7+40, +7+40 > 128: the shift
+        kw = dict(seed=3, temperature=0.8) if turn == 1 else {}
+        new = kjv.generate(conv, 40, past_key_values=cache, **kw)
+        sampler = transformer.Sampler(temperature=0.8, seed=3) if kw else None
+        assert new == reference(kjv, conv, 40, sampler=sampler)
+        if len(conv) + 40 <= 128:
+            assert len(cache) == len(conv) + 40 - 1
+        conv = conv + new + user
+    # The same through stream(), and a prompt that leaves the cached prefix.
+    cache.reset()
+    assert list(kjv.stream("And God", 20, past_key_values=cache)) == \
+        list(kjv.stream("And God", 20))
+    assert kjv.generate("And Gox", 20, past_key_values=cache) == \
+        kjv.generate("And Gox", 20)
+    # Learned positions past the context (12): the half-window shift is
+    # the same with the cache.
+    sc = small.kv_cache()
+    assert small.generate([1, 2, 3], 30, past_key_values=sc) == \
+        reference(small, [1, 2, 3], 30)
+
+
+def test_past_key_values_errors(kjv, small):
+    cache = kjv.kv_cache()
+    with pytest.raises(transformer.InvalidArgumentError, match="this model"):
+        small.generate([1, 2], 5, past_key_values=cache)
+    with pytest.raises(transformer.InvalidArgumentError, match="this model"):
+        kjv.generate("And", 5, past_key_values="cache")
+    with pytest.raises(transformer.InvalidArgumentError, match="context"):
+        kjv.generate("And", 5, past_key_values=kjv.kv_cache(64))
+    with pytest.raises(transformer.InvalidArgumentError, match="beam"):
+        kjv.generate("And", 5, num_beams=2, past_key_values=cache)
+    with pytest.raises(transformer.UnsupportedError):
+        kjv.kv_cache(rolling=True)          # learned positions
+    # One generation at a time per cache: while a stream is running, the
+    # cache refuses another generation, decode and reset (BusyError).
+    it = kjv.stream("And", 10, past_key_values=cache)
+    next(it)
+    with pytest.raises(transformer.BusyError):
+        kjv.generate("And", 5, past_key_values=cache)
+    with pytest.raises(transformer.BusyError):
+        cache.decode([1])
+    with pytest.raises(transformer.BusyError):
+        cache.reset()
+    rest = list(it)                     # runs to the end and closes
+    assert len(rest) == 9
+    assert kjv.generate("And", 5, past_key_values=cache) == \
+        kjv.generate("And", 5)
+
+
 def test_cli_options_match_generate(kjv):
     import os
     import subprocess

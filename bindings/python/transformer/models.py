@@ -18,7 +18,7 @@ from . import _lowlevel as _ll
 from . import _paths
 from ._core import (HandleOwner, Module, _Handle, as_float, as_float32,
                     as_ids, as_int, enum_values, fspath)
-from ._errors import (InvalidArgumentError,
+from ._errors import (BusyError, InvalidArgumentError,
                       ShapeError, UnsupportedError)
 from ._torch import torch_results
 from ._variants import default_dict, normalize, to_config, to_dict
@@ -478,10 +478,12 @@ class Model(Module):
         else:
             self._call(_ll.tfmpy_model_seq2seq_backward, src, tgt, g)
 
-    def kv_cache(self, capacity=None):
+    def kv_cache(self, capacity=None, rolling=False):
         """A KVCache for this (decoder-only) model holding up to capacity
-        positions (default: the context length)."""
-        return KVCache(self, capacity)
+        positions (default: the context length); rolling=True: once full,
+        each new position drops the oldest (tfm_kv_cache_create_rolling;
+        models without learned or sinusoidal positions only)."""
+        return KVCache(self, capacity, rolling)
 
     def _prompt_ids(self, prompt):
         """(ids int32 [n], as_text) of a str or ids prompt."""
@@ -496,9 +498,16 @@ class Model(Module):
     def _generator(self, ids, max_new_tokens, temperature, top_k, top_p,
                    seed, greedy, do_sample, min_new_tokens, eos_token_id,
                    stop_strings, repetition_penalty, no_repeat_ngram_size,
-                   past_context="auto"):
+                   past_context="auto", past_key_values=None):
         """A _Generator (tfm_generator_create) for the keyword arguments
         of generate."""
+        cache = past_key_values
+        if cache is not None:
+            if not isinstance(cache, KVCache) or cache._model is not self:
+                raise InvalidArgumentError(
+                    "past_key_values must be a KVCache of this model "
+                    "(model.kv_cache())")
+            cache._check_free()
         o = _ll.tfm_generate_options()
         if past_context not in _PAST_CONTEXT:
             raise InvalidArgumentError(
@@ -538,9 +547,11 @@ class Model(Module):
         with contextlib.ExitStack() as uses:
             ptr = uses.enter_context(self._use())
             tok = uses.enter_context(tokenizer._use()) if tokenizer else None
+            if cache is not None:
+                o.cache = uses.enter_context(cache._use())
             g = _ll.tfmpy_generator_create(ptr, ids, o, eos.astype(np.int32),
                                            stops, tok)
-        return _Generator(g, self, tokenizer)
+        return _Generator(g, self, tokenizer, cache)
 
     def generate(self, prompt, max_new_tokens=100, temperature=None,
                  top_k=None, top_p=None, seed=None, greedy=None,
@@ -549,7 +560,7 @@ class Model(Module):
                  no_repeat_ngram_size=0, num_beams=1, length_penalty=1.0,
                  early_stopping=False, num_return_sequences=1,
                  return_scores=False, decoder_start_token_id=None,
-                 past_context="auto"):
+                 past_context="auto", past_key_values=None):
         """Generates up to max_new_tokens tokens after prompt (decoder-only
         models), with a KV cache; past the context length as past_context
         says.  The arguments are Hugging Face generate()'s.
@@ -620,6 +631,18 @@ class Model(Module):
                 appended to); "reencode": every token encodes the last W
                 tokens afresh (the most context, a full pass per token).
                 Not taken by the beam search, which always uses "auto".
+            past_key_values: a KVCache of this model (model.kv_cache(),
+                of the context length; rolling=True for a rolling one) to
+                generate in, for prefix reuse across calls (llama.cpp's
+                prompt cache): of the positions it holds, the longest
+                common prefix with the prompt (never its last token) is
+                kept and only the rest of the prompt is computed; the new
+                tokens are appended, so afterwards it holds the prompt and
+                the new tokens but the last.  A chat whose next prompt is
+                the conversation so far computes only its new turn.  The
+                tokens are those of a call without it.  Not taken by the
+                beam search; one generation at a time per cache
+                (BusyError).
 
         Returns:
             the generated text (str) for a str prompt, else the list of the
@@ -629,6 +652,9 @@ class Model(Module):
             (that, score or list of scores)."""
         if (num_beams != 1 or num_return_sequences != 1 or return_scores
                 or self.config["architecture"] == "encoder_decoder"):
+            if past_key_values is not None:
+                raise InvalidArgumentError(
+                    "beam search does not take past_key_values")
             return self._beam_search(
                 prompt, max_new_tokens, num_beams, length_penalty,
                 early_stopping, num_return_sequences, return_scores,
@@ -641,7 +667,8 @@ class Model(Module):
         g = self._generator(ids, max_new_tokens, temperature, top_k, top_p,
                             seed, greedy, do_sample, min_new_tokens,
                             eos_token_id, stop_strings, repetition_penalty,
-                            no_repeat_ngram_size, past_context)
+                            no_repeat_ngram_size, past_context,
+                            past_key_values)
         with g:
             new = list(g)
         return self.tokenizer.decode(new) if as_text else new
@@ -880,7 +907,8 @@ def _model_options(cfg):
 _GENERATE_KEYWORDS = ("temperature", "top_k", "top_p", "seed", "greedy",
                       "do_sample", "min_new_tokens", "eos_token_id",
                       "stop_strings", "repetition_penalty",
-                      "no_repeat_ngram_size", "past_context")
+                      "no_repeat_ngram_size", "past_context",
+                      "past_key_values")
 _GENERATE_DEFAULTS = {"min_new_tokens": 0, "repetition_penalty": 1.0,
                       "no_repeat_ngram_size": 0, "past_context": "auto"}
 _PAST_CONTEXT = {"auto": 0, "reencode": 1}   # tfm_past_context
@@ -904,11 +932,14 @@ class _Generator(HandleOwner):
     _REASONS = {0: None, 1: "max_new_tokens", 2: "eos", 3: "stop_string",
                 4: "callback"}
 
-    def __init__(self, ptr, model, tokenizer):
+    def __init__(self, ptr, model, tokenizer, cache=None):
         self._handle = _Handle(ptr, _ll.tfm_generator_free, "generator",
                                owner=model._handle)
-        self._model = model            # both must outlive the generator
+        self._model = model            # all must outlive the generator
         self._tokenizer = tokenizer
+        self._cache = cache            # past_key_values: in use until closed
+        if cache is not None:
+            cache._generator = weakref.ref(self)
 
     def __iter__(self):
         while True:
@@ -921,6 +952,8 @@ class _Generator(HandleOwner):
                 uses.enter_context(self._model._use())
                 if self._tokenizer is not None:
                     uses.enter_context(self._tokenizer._use())
+                if self._cache is not None:
+                    uses.enter_context(self._cache._use())
                 token, produced = _ll.tfm_generator_next(ptr)
             if not produced:
                 return
@@ -930,6 +963,12 @@ class _Generator(HandleOwner):
     def stop_reason(self):
         return self._REASONS.get(
             int(self._call(_ll.tfm_generator_stop_reason)))
+
+    @property
+    def reused_tokens(self):
+        """Prompt positions taken from past_key_values
+        (tfm_generator_reused_tokens)."""
+        return int(self._call(_ll.tfm_generator_reused_tokens))
 
 
 # ---- KV cache ----------------------------------------------------------------
@@ -946,7 +985,10 @@ class KVCache(HandleOwner):
     holds (CapacityError beyond, the cache unchanged).
     """
 
-    def __init__(self, model, capacity=None):
+    _generator = None   # weakref to the generation using it (generate's
+                        # past_key_values)
+
+    def __init__(self, model, capacity=None, rolling=False):
         if not isinstance(model, Model):
             raise TypeError("KVCache needs a Model")
         with model._use() as mptr:
@@ -955,16 +997,27 @@ class KVCache(HandleOwner):
                 capacity = cfg["context_length"]
             self._vocab = cfg["vocab_size"]
             self._model = model
+            create = (_ll.tfm_kv_cache_create_rolling if rolling
+                      else _ll.tfm_kv_cache_create)
             self._handle = _Handle(
-                _ll.tfm_kv_cache_create(mptr, as_int(capacity, "capacity")),
+                create(mptr, as_int(capacity, "capacity")),
                 _ll.tfm_kv_cache_free, "kv_cache", owner=model._handle)
             model._cache_set.add(self)
+
+    def _check_free(self):
+        """BusyError while a generation (past_key_values) uses it."""
+        g = self._generator() if self._generator is not None else None
+        if g is not None and not g.closed:
+            raise BusyError("this KVCache is in use by a generation in "
+                            "progress (past_key_values); finish or close "
+                            "it first")
 
     @torch_results
     def decode(self, ids, last_only=False):
         """Appends token ids (an int or a 1-D sequence) and returns logits
         ``[n, vocab_size]``, or ``[vocab_size]`` of the last position with
         last_only=True."""
+        self._check_free()
         with self._use() as ptr:
             ids = as_ids(ids, "ids").reshape(-1)
             n = 1 if last_only else max(ids.size, 1)
@@ -974,6 +1027,7 @@ class KVCache(HandleOwner):
 
     def reset(self):
         """Empties the cache for a new sequence."""
+        self._check_free()
         self._call(_ll.tfm_kv_cache_reset)
 
     def __len__(self):
