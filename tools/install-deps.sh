@@ -15,7 +15,7 @@ packages=(
   clang libclang-rt-14-dev valgrind
   libpcre2-dev libutf8proc-dev bible-kjv
   sentencepiece python3-sentencepiece python3-protobuf
-  openmpi-bin python3-mpi4py
+  openmpi-bin python3-mpi4py python3-distributed
 )
 # node and npm fetch and run the tokenizers' reference implementations at
 # test time (tools/fetch-tokenizer-refs.sh); Debian's own unless some other

@@ -75,6 +75,11 @@ Initialisation: new modules start with PyTorch's default initialisation
 (``reset_parameters``), drawn from the package's generator;
 ``manual_seed(s)`` makes it reproducible, as ``torch.manual_seed``.
 
+Beyond one process: ``transformer.distributed`` trains data-parallel over
+MPI (mpi4py); ``transformer.dask.generate(client, model, prompts, ...)``
+generates for a list of prompts on the workers of a Dask cluster
+(python3-distributed).  Both are imported on their own.
+
 Threads: ``set_num_threads(n)`` / ``get_num_threads()`` as in torch
 (process-wide; 0 restores the default, one per online processor).
 
