@@ -112,7 +112,7 @@ tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
     const tfm__plan plan = tfm__plan_now();
     if (rows >= 16 * (int64_t)plan.slots) {
         /* Many rows: each thread takes whole rows through both layers. */
-        tfm__parallel_for(plan, rows, 8, ff_rows, &j);
+        tfm__parallel_for_products(plan, rows, 8, ff_rows, &j);
     } else {
         /* Few rows (decoding): split each product by output columns. */
         tfm__linear_parallel(x, f->d_model, rows, f->d_model, f->w1, f->b1,

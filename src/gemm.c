@@ -87,7 +87,8 @@ void tfm__linear_parallel(const float *x, int64_t ldx, int64_t n, int64_t in,
     int64_t items = j.by_rows ? n : out;
     int64_t per_item = j.by_rows ? in * out : n * in;
     int64_t grain = TFM_LINEAR_GRAIN_MACS / (per_item > 0 ? per_item : 1);
-    tfm__parallel_for(plan, items, grain < 1 ? 1 : grain, linear_range, &j);
+    tfm__parallel_for_products(plan, items, grain < 1 ? 1 : grain,
+                               linear_range, &j);
 }
 
 typedef struct linear_backward_job {

@@ -1,11 +1,25 @@
 /* A small persistent thread pool (parallel.h).
  *
  * Workers sleep on a condition variable; a call publishes (fn, ctx, chunks)
- * under the pool mutex with a new generation number, runs chunk 0 itself,
- * and waits until the workers have finished the rest.  One call at a time
- * owns the pool (pool_owner is taken with trylock); any other call, from
- * another thread or nested inside a task, runs the same chunks serially in
- * its caller, so results never depend on whether the pool was free.
+ * under the pool mutex with a new generation number and then it and the
+ * workers take chunks from a shared counter until none is left (dynamic
+ * distribution: a thread that the system deschedules, with another
+ * process on its core, takes fewer chunks instead of stalling the call),
+ * and the call returns once every chunk is done -- it waits for chunks in
+ * progress, never for a worker that has not woken up.  The work is split
+ * into up to TFM_OVERSPLIT chunks per thread where the items are
+ * independent (tfm__parallel_for), one per thread where they are the rows
+ * of a product (tfm__parallel_for_products: OpenBLAS may round a row
+ * differently in a product of fewer rows, so the split stays 1.0's), the
+ * bounds fixed by (n, grain, plan.slots) alone, so which thread runs a
+ * chunk changes no bits (the range functions use `slot` for scratch
+ * only).  The counter
+ * carries the generation in its high half, so a worker that wakes late
+ * for a job already finished cannot take a chunk of the next one.  One
+ * call at a time owns the pool (pool_owner is taken with trylock); any
+ * other call, from another thread or nested inside a task, runs the same
+ * chunks serially in its caller, so results never depend on whether the
+ * pool was free.
  *
  * fork: a child process has only the thread that forked, so the workers
  * the pool counts do not exist there, and a child that waited for them
@@ -19,6 +33,7 @@
  * the workspaces of the threads it did not inherit (workspace.c).
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "gemm.h"
@@ -27,6 +42,8 @@
 #include "transformer/module.h"
 
 #define TFM_MAX_THREADS 64
+/* Chunks per thread (at most; fewer when grain says so). */
+#define TFM_OVERSPLIT 4
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
 static int n_threads;                   /* 0 until first use */
@@ -36,15 +53,18 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t pool_done = PTHREAD_COND_INITIALIZER;
 static int n_workers;                   /* started so far */
-static uint64_t generation;
-static int pending;
+static uint64_t generation;             /* under pool_lock */
 
 static struct {
     tfm__range_fn fn;
     void *ctx;
     int64_t n;
     int chunks;
+    int threads;        /* the caller (slot 0) and workers 0 .. threads-2 */
 } job;
+/* (generation << 32) | the next chunk to take, of the current job */
+static _Atomic uint64_t ticket;
+static atomic_int done;                 /* chunks of the job finished */
 
 static int default_threads(void)
 {
@@ -90,31 +110,61 @@ void tfm__plan_unpin(const tfm__plan *pinned)
     pin_depth--;
 }
 
-static void run_chunk(int c)
+/* The first item of chunk c of `chunks` over n items. */
+static int64_t bound(int64_t n, int64_t c, int64_t chunks)
 {
-    int64_t begin = job.n * c / job.chunks;
-    int64_t end = job.n * (c + 1) / job.chunks;
-    if (begin < end)
-        job.fn(job.ctx, begin, end, c);
+    return n * c / chunks;
+}
+
+/* Takes and runs chunks of job `gen` (read under pool_lock by the
+ * caller, fn/ctx/n/chunks given) until none is left or the job is no
+ * longer `gen`; each finished chunk counts in `done`, the last one wakes
+ * the call. */
+static void take_chunks(uint64_t gen, tfm__range_fn fn, void *ctx,
+                        int64_t n, int chunks, int slot)
+{
+    for (;;) {
+        uint64_t t = atomic_load_explicit(&ticket, memory_order_acquire);
+        int c;
+        do {
+            if (t >> 32 != (gen & 0xffffffffu) ||
+                (int)(t & 0xffffffffu) >= chunks)
+                return;
+            c = (int)(t & 0xffffffffu);
+        } while (!atomic_compare_exchange_weak_explicit(
+            &ticket, &t, t + 1, memory_order_acq_rel, memory_order_acquire));
+        const int64_t begin = bound(n, c, chunks);
+        const int64_t end = bound(n, c + 1, chunks);
+        if (begin < end)
+            fn(ctx, begin, end, slot);
+        if (atomic_fetch_add_explicit(&done, 1, memory_order_acq_rel) + 1 ==
+            chunks) {
+            pthread_mutex_lock(&pool_lock);
+            pthread_cond_signal(&pool_done);
+            pthread_mutex_unlock(&pool_lock);
+        }
+    }
 }
 
 static void *worker(void *arg)
 {
-    const int index = (int)(intptr_t)arg; /* runs chunk index + 1 */
+    const int index = (int)(intptr_t)arg; /* slot index + 1 */
     uint64_t seen = 0;
     pthread_mutex_lock(&pool_lock);
     for (;;) {
         while (generation == seen)
             pthread_cond_wait(&pool_wake, &pool_lock);
         seen = generation;
-        int mine = index + 1 < job.chunks;
-        /* (workers beyond the chunk count just go back to sleep) */
+        /* (workers beyond the call's thread count go back to sleep) */
+        const int mine = index + 1 < job.threads;
+        const tfm__range_fn fn = job.fn;
+        void *const ctx = job.ctx;
+        const int64_t n = job.n;
+        const int chunks = job.chunks;
         pthread_mutex_unlock(&pool_lock);
         if (mine)
-            run_chunk(index + 1);
+            take_chunks(seen, fn, ctx, n, chunks, index + 1);
         pthread_mutex_lock(&pool_lock);
-        if (mine && --pending == 0)
-            pthread_cond_signal(&pool_done);
     }
     return NULL;
 }
@@ -139,7 +189,6 @@ static void fork_child(void)
 {
     /* The only thread here is the one that forked and holds the locks. */
     n_workers = 0;
-    pending = 0;
     pthread_cond_init(&pool_wake, NULL);  /* no waiters exist any more */
     pthread_cond_init(&pool_done, NULL);
     tfm__ws_fork_child();   /* frees the workers' workspaces, unlocks */
@@ -171,8 +220,23 @@ static int ensure_workers(int want)
     return n_workers;
 }
 
+static void parallel_run(tfm__plan plan, int64_t n, int64_t grain,
+                         int per_thread, tfm__range_fn fn, void *ctx);
+
 void tfm__parallel_for(tfm__plan plan, int64_t n, int64_t grain,
                        tfm__range_fn fn, void *ctx)
+{
+    parallel_run(plan, n, grain, TFM_OVERSPLIT, fn, ctx);
+}
+
+void tfm__parallel_for_products(tfm__plan plan, int64_t n, int64_t grain,
+                                tfm__range_fn fn, void *ctx)
+{
+    parallel_run(plan, n, grain, 1, fn, ctx);
+}
+
+static void parallel_run(tfm__plan plan, int64_t n, int64_t grain,
+                         int per_thread, tfm__range_fn fn, void *ctx)
 {
     if (n <= 0)
         return;
@@ -180,8 +244,9 @@ void tfm__parallel_for(tfm__plan plan, int64_t n, int64_t grain,
         grain = 1;
     int64_t chunks = (n + grain - 1) / grain;
     int t = plan.slots < 1 ? 1 : plan.slots;
-    if (chunks > t)
-        chunks = t;
+    const int64_t most = t > 1 ? (int64_t)t * per_thread : 1;
+    if (chunks > most)
+        chunks = most;
     if (chunks <= 1) {
         fn(ctx, 0, n, 0);
         return;
@@ -190,32 +255,36 @@ void tfm__parallel_for(tfm__plan plan, int64_t n, int64_t grain,
         /* Busy: the same chunks, one after another, so that the results
          * do not depend on whether the pool was free. */
         for (int64_t c = 0; c < chunks; c++) {
-            int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
+            const int64_t begin = bound(n, c, chunks);
+            const int64_t end = bound(n, c + 1, chunks);
             if (begin < end)
                 fn(ctx, begin, end, 0);
         }
         return;
     }
     pthread_mutex_lock(&pool_lock);
-    int workers = ensure_workers((int)chunks - 1);
+    const int want = (int)(chunks < t ? chunks : t) - 1;
+    const int workers = ensure_workers(want);
     job.fn = fn;
     job.ctx = ctx;
     job.n = n;
     job.chunks = (int)chunks;
-    /* Worker i runs chunk i + 1; chunks without a worker (thread creation
-     * failed) run here, after chunk 0. */
-    int helped = workers < (int)chunks - 1 ? workers : (int)chunks - 1;
-    pending = helped;
+    /* Whatever the workers do not take (or could not be started for),
+     * the caller runs. */
+    job.threads = 1 + (workers < want ? workers : want);
     generation++;
-    pthread_cond_broadcast(&pool_wake);
+    const uint64_t gen = generation;
+    atomic_store_explicit(&done, 0, memory_order_relaxed);
+    atomic_store_explicit(&ticket, (gen & 0xffffffffu) << 32,
+                          memory_order_release);
+    if (job.threads > 1)
+        pthread_cond_broadcast(&pool_wake);
     pthread_mutex_unlock(&pool_lock);
 
-    run_chunk(0);
-    for (int c = helped + 1; c < (int)chunks; c++)
-        run_chunk(c);
+    take_chunks(gen, fn, ctx, n, (int)chunks, 0);
 
     pthread_mutex_lock(&pool_lock);
-    while (pending > 0)
+    while (atomic_load_explicit(&done, memory_order_acquire) < (int)chunks)
         pthread_cond_wait(&pool_done, &pool_lock);
     pthread_mutex_unlock(&pool_lock);
     pthread_mutex_unlock(&pool_owner);

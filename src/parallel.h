@@ -44,12 +44,26 @@ void tfm__plan_unpin(const tfm__plan *pinned);
 typedef void (*tfm__range_fn)(void *ctx, int64_t begin, int64_t end,
                               int slot);
 
-/* Splits items 0 .. n-1 into at most plan.slots contiguous chunks of at
- * least `grain` items and runs them on the pool, the calling thread taking
- * the first.  When the pool is busy (a call from another thread, or from
- * inside a pool task) the same chunks run one after another in the caller,
- * with slot 0.  Returns when all items are done. */
+/* Splits items 0 .. n-1 into contiguous chunks of at least `grain` items
+ * (at most 4 per thread of the plan, one with one thread) and runs them on
+ * the pool: the calling thread and the workers take the next chunk from a
+ * shared counter until none is left, so a thread the system deschedules
+ * (another process on its core) takes fewer instead of stalling the call.
+ * The chunks' bounds depend on n, grain and plan.slots only, and fn must
+ * give the same bits however the items are grouped into chunks and
+ * whichever slot runs one (slot is for scratch).  When the pool is busy
+ * (a call from another thread, or from inside a pool task) the same
+ * chunks run one after another in the caller, with slot 0.  Returns when
+ * all items are done. */
 void tfm__parallel_for(tfm__plan plan, int64_t n, int64_t grain,
                        tfm__range_fn fn, void *ctx);
+
+/* tfm__parallel_for for the rows (or columns) of one product, whose bits
+ * OpenBLAS may make depend on how many rows a call has (its small-matrix
+ * and edge kernels): at most one chunk per thread, bounds n c / chunks as
+ * since 1.0, taken from the same shared counter (the caller runs a chunk
+ * whose worker has not woken yet). */
+void tfm__parallel_for_products(tfm__plan plan, int64_t n, int64_t grain,
+                                tfm__range_fn fn, void *ctx);
 
 #endif
