@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "error.h"
+#include "loss.h"
 #include "softmax.h"
 #include "tensor_impl.h"
 #include "transformer/training.h"
@@ -35,9 +36,11 @@ static int32_t row_target(const ce_rows *r, int64_t row)
     return r->targets[row + 1];
 }
 
+/* dlogits (NULL: not wanted) [rows, classes] may be r->x itself. */
 static tfm_status cross_entropy_rows(const ce_rows *r, float smoothing,
-                                     tfm_reduction reduction, float *loss,
-                                     tfm_tensor *dlogits, const char *what)
+                                     tfm_reduction reduction,
+                                     double grad_scale, float *loss,
+                                     float *dlogits, const char *what)
 {
     if (!(smoothing >= 0.0f && smoothing <= 1.0f))
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
@@ -81,21 +84,23 @@ static tfm_status cross_entropy_rows(const ce_rows *r, float smoothing,
     if (reduction == TFM_REDUCTION_MEAN)
         scale = kept > 0 ? 1.0 / (double)kept : 0.0;
     if (dlogits) {
-        float *d = dlogits->data;
+        const double gs = scale * grad_scale;
         for (int64_t i = 0; i < r->rows; i++) {
             const float *x = r->x + i * c;
-            float *g = d + i * c;
+            float *g = dlogits + i * c;
             const int32_t t = row_target(r, i);
-            if (t == r->ignore_index || scale == 0.0) {
+            if (t == r->ignore_index || gs == 0.0) {
                 for (int64_t j = 0; j < c; j++)
                     g[j] = 0.0f;
                 continue;
             }
+            /* (g may be x: read what the row needs before writing it) */
             const double lse = tfm__log_sum_exp(x, c);
+            const double xt = x[t];
             const double u = e / (double)c;
             for (int64_t j = 0; j < c; j++)
-                g[j] = (float)(scale * (exp((double)x[j] - lse) - u));
-            g[t] = (float)(scale * (exp((double)x[t] - lse) - u - (1.0 - e)));
+                g[j] = (float)(gs * (exp((double)x[j] - lse) - u));
+            g[t] = (float)(gs * (exp(xt - lse) - u - (1.0 - e)));
         }
     }
     *loss = (float)(total * scale);
@@ -139,8 +144,19 @@ static tfm_status loss_call(const tfm_tensor *logits, const int32_t *targets,
     const int64_t c = logits->shape[logits->rank - 1];
     ce_rows r = { logits->data, logits->numel / c, c, targets,
                   causal ? logits->shape[1] : 0, ignore_index };
-    return cross_entropy_rows(&r, label_smoothing, reduction, loss, dlogits,
-                              what);
+    return cross_entropy_rows(&r, label_smoothing, reduction, 1.0, loss,
+                              dlogits ? dlogits->data : NULL, what);
+}
+
+tfm_status tfm__cross_entropy(const float *logits, int64_t rows,
+                              int64_t classes, const int32_t *targets,
+                              int32_t ignore_index, float label_smoothing,
+                              tfm_reduction reduction, double grad_scale,
+                              float *loss, float *dlogits, const char *what)
+{
+    ce_rows r = { logits, rows, classes, targets, 0, ignore_index };
+    return cross_entropy_rows(&r, label_smoothing, reduction, grad_scale,
+                              loss, dlogits, what);
 }
 
 tfm_status tfm_cross_entropy(const tfm_tensor *logits, const int32_t *targets,

@@ -14,10 +14,12 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "attention_config.h"
 #include "error.h"
 #include "gemm.h"
 #include "layer_config.h"
+#include "loss.h"
 #include "model_impl.h"
 #include "parallel.h"
 #include "tensor_impl.h"
@@ -378,13 +380,20 @@ static tfm_status check_sizes(const tfm__model *m, int64_t batch, int64_t seq,
     return TFM_OK;
 }
 
+/* A decoder-only or encoder-only model (one stack): tfm_model_logits,
+ * tfm_model_backward, tfm_model_loss_backward. */
+static tfm_status check_one_stack(const tfm_module *model)
+{
+    return tfm__model_check(model, (1u << TFM_ARCH_DECODER_ONLY) |
+                                       (1u << TFM_ARCH_ENCODER_ONLY),
+                            "model");
+}
+
 tfm_status tfm_model_logits(const tfm_module *model, const int32_t *ids,
                             int64_t batch, int64_t seq, tfm_tensor *logits)
 {
     TFM__PLAN_PIN();
-    unsigned kinds = (1u << TFM_ARCH_DECODER_ONLY) |
-                     (1u << TFM_ARCH_ENCODER_ONLY);
-    tfm_status st = tfm__model_check(model, kinds, "model");
+    tfm_status st = check_one_stack(model);
     if (st != TFM_OK)
         return st;
     const tfm__model *m = (const tfm__model *)model;
@@ -514,32 +523,48 @@ static tfm_status check_grad_logits(const tfm_tensor *grad_logits,
     return TFM_OK;
 }
 
-tfm_status tfm_model_backward(tfm_module *model, const int32_t *ids,
-                              int64_t batch, int64_t seq,
-                              const tfm_tensor *grad_logits)
+/* The cross-entropy of tfm_model_loss_backward (NULL in
+ * tfm_model_backward, whose caller gives grad_logits). */
+typedef struct model_loss {
+    const int32_t *targets;
+    int32_t ignore_index;
+    float label_smoothing;
+    tfm_reduction reduction;
+    float grad_scale;
+    float *loss;
+} model_loss;
+
+/* tfm_model_backward and tfm_model_loss_backward (checked but for the
+ * sizes, ids and grad_logits): one forward keeping the blocks'
+ * activations; with a loss, the head's logits and their cross-entropy
+ * gradient (in scratch, before any gradient is written); then the head,
+ * the blocks and the embeddings. */
+static tfm_status model_backward(tfm_module *model, const int32_t *ids,
+                                 int64_t batch, int64_t seq,
+                                 const tfm_tensor *grad_logits,
+                                 const model_loss *ls, const char *what)
 {
-    TFM__PLAN_PIN();
-    const char *what = "tfm_model_backward";
-    unsigned kinds = (1u << TFM_ARCH_DECODER_ONLY) |
-                     (1u << TFM_ARCH_ENCODER_ONLY);
-    tfm_status st = tfm__model_check(model, kinds, "model");
-    if (st != TFM_OK)
-        return st;
     const tfm__model *m = (const tfm__model *)model;
     const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
     const int64_t shape[3] = { batch, seq, V };
+    tfm_status st;
     if ((st = check_sizes(m, batch, seq, "seq")) ||
         (st = tfm__model_check_ids(m, ids, batch * seq, "ids")) ||
-        (st = check_grad_logits(grad_logits, shape, what)))
+        (!ls && (st = check_grad_logits(grad_logits, shape, what))))
         return st;
     const int64_t rows = batch * seq, n = rows * d;
+    int64_t cells;
+    if (!tfm__checked_numel(shape, 3, sizeof(float), &cells))
+        return tfm__fail(TFM_ERR_OVERFLOW, "%s: logits size overflows", what);
     /* x0: the embedded input; h: the blocks' output; g: the running
-     * gradient. */
-    float *x0, *h, *g;
-    float **const bufs[] = { &x0, &h, &g };
-    const size_t sizes[] = { (size_t)n, (size_t)n, (size_t)n };
+     * gradient; dl: the logits' gradient (with a loss). */
+    float *x0, *h, *g, *dl = NULL;
+    float **const bufs[] = { &x0, &h, &g, &dl };
+    const size_t sizes[] = { (size_t)n, (size_t)n, (size_t)n,
+                             (size_t)cells };
     tfm__ws_mark mark;
-    if ((st = tfm__backward_begin(model, what, bufs, sizes, 3, &mark)))
+    if ((st = tfm__backward_begin(model, what, bufs, sizes, ls ? 4 : 3,
+                                  &mark)))
         return st;
     tfm__masks masks = { 0 };
     if (m->config.architecture == TFM_ARCH_DECODER_ONLY)
@@ -548,17 +573,63 @@ tfm_status tfm_model_backward(tfm_module *model, const int32_t *ids,
     tfm__stack_kept kept;
     st = tfm__stack_forward_keep(m->stack, x0, batch, seq, NULL, 0, &masks,
                                  NULL, NULL, h, &kept);
+    if (st == TFM_OK && ls) {
+        tfm__model_head(m, h, rows, dl);
+        st = tfm__cross_entropy(dl, rows, V, ls->targets, ls->ignore_index,
+                                ls->label_smoothing, ls->reduction,
+                                ls->grad_scale, ls->loss, dl, what);
+    }
     if (st == TFM_OK) {
         /* logits = h lm_head^T: g = grad_logits lm_head, the head's
          * gradient += grad_logits^T h. */
         tfm__linear_backward(h, d, rows, d, m->lm_head, V,
-                             grad_logits->data, V, g, head_grad(m), NULL,
-                             NULL);
+                             ls ? dl : grad_logits->data, V, g, head_grad(m),
+                             NULL, NULL);
         st = tfm__stack_backward_kept(&kept, g);
     }
     if (st == TFM_OK)
         embed_backward(m, ids, batch, seq, g);
     tfm__backward_end(model, mark);
+    return st;
+}
+
+tfm_status tfm_model_backward(tfm_module *model, const int32_t *ids,
+                              int64_t batch, int64_t seq,
+                              const tfm_tensor *grad_logits)
+{
+    TFM__PLAN_PIN();
+    tfm_status st = check_one_stack(model);
+    if (st != TFM_OK)
+        return st;
+    return model_backward(model, ids, batch, seq, grad_logits, NULL,
+                          "tfm_model_backward");
+}
+
+tfm_status tfm_model_loss_backward(tfm_module *model, const int32_t *ids,
+                                   int64_t batch, int64_t seq,
+                                   const int32_t *targets,
+                                   int32_t ignore_index,
+                                   float label_smoothing,
+                                   tfm_reduction reduction, float grad_scale,
+                                   float *loss)
+{
+    TFM__PLAN_PIN();
+    const char *what = "tfm_model_loss_backward";
+    tfm_status st = check_one_stack(model);
+    if (st != TFM_OK)
+        return st;
+    if (!targets || !loss)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s: targets and loss are "
+                         "required", what);
+    if (!isfinite(grad_scale))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "%s: grad_scale %g is "
+                         "not finite", what, (double)grad_scale);
+    float l = 0.0f;
+    const model_loss ls = { targets, ignore_index, label_smoothing,
+                            reduction, grad_scale, &l };
+    st = model_backward(model, ids, batch, seq, NULL, &ls, what);
+    if (st == TFM_OK)
+        *loss = l;
     return st;
 }
 

@@ -12,6 +12,7 @@
  * timing. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "test_util.h"
@@ -830,6 +831,196 @@ static void test_model_backward_refusals(void **state)
     tfm_module_free(m);
 }
 
+/* tfm_model_loss_backward: one forward for the cross-entropy and the
+ * backward.  Its loss and gradients equal the two-call path
+ * (tfm_model_logits, tfm_cross_entropy's dlogits times grad_scale,
+ * tfm_model_backward: the values test_backward_models.py checks against
+ * torch.autograd) within rounding, and central finite differences of the
+ * loss (tfm_model_logits + tfm_cross_entropy, eps 1e-2) give its
+ * gradient; with ignored rows and label smoothing, decoder- and
+ * encoder-only.  Refusals write nothing: no gradient, no loss. */
+enum { LB_V = 7, LB_B = 2, LB_L = 5 };
+
+static double loss_of(tfm_module *m, const int32_t *ids,
+                      const int32_t *targets, float smoothing)
+{
+    tfm_tensor *lg = make3(LB_B, LB_L, LB_V, NULL);
+    float l = 0;
+    assert_int_equal(tfm_model_logits(m, ids, LB_B, LB_L, lg), TFM_OK);
+    assert_int_equal(tfm_cross_entropy(lg, targets, TFM_IGNORE_INDEX,
+                                       smoothing, TFM_REDUCTION_MEAN, &l,
+                                       NULL), TFM_OK);
+    tfm_tensor_free(lg);
+    return l;
+}
+
+static void check_loss_backward(tfm_architecture arch)
+{
+    tfm_model_config mc = tiny_model_config(
+        arch, tfm_layer_config_default(4, 2), LB_V, 2, LB_L);
+    tfm_module *m = NULL;
+    assert_int_equal(tfm_model_create(&mc, &m), TFM_OK);
+    tfm_rng rng;
+    tfm_rng_seed(&rng, 11);
+    assert_int_equal(tfm_module_reset_parameters(m, &rng), TFM_OK);
+    const int32_t ids[LB_B * LB_L] = { 1, 2, 6, 0, 3, 5, 5, 4, 1, 2 };
+    const int32_t targets[LB_B * LB_L] = { 2, 6, 0, 3, TFM_IGNORE_INDEX,
+                                           5, 4, 1, 2, TFM_IGNORE_INDEX };
+    float untouched = 42.0f;   /* no gradient memory before training mode */
+    assert_int_equal(tfm_model_loss_backward(m, ids, LB_B, LB_L, targets,
+                                             TFM_IGNORE_INDEX, 0.0f,
+                                             TFM_REDUCTION_MEAN, 1.0f,
+                                             &untouched),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_float_equal(untouched, 42.0f, 0);
+    assert_int_equal(tfm_module_train(m, 1), TFM_OK);
+    const float smoothing = 0.1f, scale = 0.5f;
+
+    /* The two-call path's gradients. */
+    tfm_tensor *lg = make3(LB_B, LB_L, LB_V, NULL);
+    tfm_tensor *dl = make3(LB_B, LB_L, LB_V, NULL);
+    float want_loss = 0;
+    assert_int_equal(tfm_model_logits(m, ids, LB_B, LB_L, lg), TFM_OK);
+    assert_int_equal(tfm_cross_entropy(lg, targets, TFM_IGNORE_INDEX,
+                                       smoothing, TFM_REDUCTION_MEAN,
+                                       &want_loss, dl), TFM_OK);
+    float *d = tfm_tensor_data(dl);
+    for (int i = 0; i < LB_B * LB_L * LB_V; i++)
+        d[i] *= scale;
+    assert_int_equal(tfm_model_backward(m, ids, LB_B, LB_L, dl), TFM_OK);
+    const int np = tfm_module_parameter_count(m);
+    float *want[32];
+    int64_t count[32];
+    assert_true(np <= 32);
+    for (int p = 0; p < np; p++) {
+        const char *name = tfm_module_parameter_name(m, p);
+        float *g = grad_of(m, name);
+        int rank = 0;
+        int64_t shape[TFM_MAX_RANK];
+        assert_int_equal(tfm_module_parameter_shape(m, name, &rank, shape),
+                         TFM_OK);
+        count[p] = 1;
+        for (int r = 0; r < rank; r++)
+            count[p] *= shape[r];
+        want[p] = malloc((size_t)count[p] * sizeof(float));
+        memcpy(want[p], g, (size_t)count[p] * sizeof(float));
+    }
+    assert_int_equal(tfm_module_zero_grad(m), TFM_OK);
+
+    float loss = -1;
+    assert_int_equal(tfm_model_loss_backward(m, ids, LB_B, LB_L, targets,
+                                             TFM_IGNORE_INDEX, smoothing,
+                                             TFM_REDUCTION_MEAN, scale,
+                                             &loss), TFM_OK);
+    assert_float_equal(loss, want_loss, 1e-6 * fabs(want_loss));
+    for (int p = 0; p < np; p++) {
+        const float *g = grad_of(m, tfm_module_parameter_name(m, p));
+        double top = 0;
+        for (int64_t i = 0; i < count[p]; i++)
+            top = fmax(top, fabs(want[p][i]));
+        for (int64_t i = 0; i < count[p]; i++)
+            if (fabs(g[i] - want[p][i]) > 1e-5 * top + 1e-9)
+                fail_msg("%s[%lld]: %g, the two-call path %g",
+                         tfm_module_parameter_name(m, p), (long long)i,
+                         (double)g[i], (double)want[p][i]);
+    }
+    /* Finite differences of the loss for a few entries of each of three
+     * parameters: grad = scale * d loss / d w. */
+    const char *probe[3] = { "token_embedding.weight",
+                             "layers.0.linear1.weight", "norm.weight" };
+    for (int k = 0; k < 3; k++) {
+        float *w = NULL;
+        assert_int_equal(tfm_module_parameter_data(m, probe[k], &w), TFM_OK);
+        const float *g = grad_of(m, probe[k]);
+        int rank = 0;
+        int64_t shape[TFM_MAX_RANK], n = 1;
+        assert_int_equal(tfm_module_parameter_shape(m, probe[k], &rank,
+                                                    shape), TFM_OK);
+        for (int r = 0; r < rank; r++)
+            n *= shape[r];
+        for (int64_t i = 0; i < n; i += 5) {
+            const float w0 = w[i], eps = 1e-2f;
+            w[i] = w0 + eps;
+            const double up = loss_of(m, ids, targets, smoothing);
+            w[i] = w0 - eps;
+            const double down = loss_of(m, ids, targets, smoothing);
+            w[i] = w0;
+            const double fd = scale * (up - down) / (2 * eps);
+            if (fabs(fd - g[i]) > 2e-3 * fmax(1.0, fabs(fd)))
+                fail_msg("%s[%lld]: gradient %g, finite differences %g",
+                         probe[k], (long long)i, (double)g[i], fd);
+        }
+    }
+
+    /* Refusals: nothing written. */
+    assert_int_equal(tfm_module_zero_grad(m), TFM_OK);
+    loss = 42.0f;
+    const int32_t bad[LB_B * LB_L] = { 2, 6, 0, 3, 7, 5, 4, 1, 2, 0 };
+    assert_int_equal(tfm_model_loss_backward(m, ids, LB_B, LB_L, bad,
+                                             TFM_IGNORE_INDEX, 0.0f,
+                                             TFM_REDUCTION_MEAN, 1.0f, &loss),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_model_loss_backward(m, ids, LB_B, LB_L, NULL,
+                                             TFM_IGNORE_INDEX, 0.0f,
+                                             TFM_REDUCTION_MEAN, 1.0f, &loss),
+                     TFM_ERR_NULL_ARGUMENT);
+    assert_int_equal(tfm_model_loss_backward(m, ids, LB_B, LB_L, targets,
+                                             TFM_IGNORE_INDEX, 0.0f,
+                                             TFM_REDUCTION_MEAN, NAN, &loss),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_model_loss_backward(m, ids, LB_B, LB_L, targets,
+                                             TFM_IGNORE_INDEX, 1.5f,
+                                             TFM_REDUCTION_MEAN, 1.0f, &loss),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_model_loss_backward(m, ids, LB_B, LB_L + 1, targets,
+                                             TFM_IGNORE_INDEX, 0.0f,
+                                             TFM_REDUCTION_MEAN, 1.0f, &loss),
+                     TFM_ERR_CAPACITY);
+    /* A NaN parameter: non-finite logits, refused before any gradient. */
+    float *nw = NULL;
+    assert_int_equal(tfm_module_parameter_data(m, "norm.bias", &nw), TFM_OK);
+    nw[0] = NAN;
+    assert_int_equal(tfm_model_loss_backward(m, ids, LB_B, LB_L, targets,
+                                             TFM_IGNORE_INDEX, 0.0f,
+                                             TFM_REDUCTION_MEAN, 1.0f, &loss),
+                     TFM_ERR_NON_FINITE);
+    nw[0] = 0.0f;
+    assert_float_equal(loss, 42.0f, 0);
+    for (int p = 0; p < np; p++) {
+        const float *g = grad_of(m, tfm_module_parameter_name(m, p));
+        for (int64_t i = 0; i < count[p]; i++)
+            assert_float_equal(g[i], 0.0f, 0);
+        free(want[p]);
+    }
+    tfm_tensor_free(lg);
+    tfm_tensor_free(dl);
+    tfm_module_free(m);
+}
+
+static void test_model_loss_backward(void **state)
+{
+    (void)state;
+    check_loss_backward(TFM_ARCH_DECODER_ONLY);
+    check_loss_backward(TFM_ARCH_ENCODER_ONLY);
+    tfm_model_config ec = tiny_model_config(
+        TFM_ARCH_ENCODER_DECODER, tfm_layer_config_default(4, 2), 7, 1, 5);
+    ec.n_encoder_layers = ec.n_decoder_layers = 1;
+    tfm_module *s2s = NULL;
+    assert_int_equal(tfm_model_create(&ec, &s2s), TFM_OK);
+    assert_int_equal(tfm_module_train(s2s, 1), TFM_OK);
+    const int32_t ids[3] = { 1, 2, 3 };
+    float loss;
+    assert_int_equal(tfm_model_loss_backward(s2s, ids, 1, 3, ids,
+                                             TFM_IGNORE_INDEX, 0.0f,
+                                             TFM_REDUCTION_MEAN, 1.0f, &loss),
+                     TFM_ERR_WRONG_KIND);
+    tfm_module_free(s2s);
+    assert_int_equal(tfm_model_loss_backward(NULL, ids, 1, 3, ids,
+                                             TFM_IGNORE_INDEX, 0.0f,
+                                             TFM_REDUCTION_MEAN, 1.0f, &loss),
+                     TFM_ERR_NULL_ARGUMENT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -844,6 +1035,7 @@ int main(void)
         cmocka_unit_test(test_mha_variants_finite_differences),
         cmocka_unit_test(test_stack_backward_refusals),
         cmocka_unit_test(test_model_backward_refusals),
+        cmocka_unit_test(test_model_loss_backward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

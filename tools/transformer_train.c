@@ -764,7 +764,7 @@ static int64_t draw_index(tfm_rng *rng, int64_t n)
 
 typedef struct batch_bufs {
     int32_t *inputs, *targets;  /* [B, L] */
-    tfm_tensor *logits, *dlogits;
+    tfm_tensor *logits;         /* the evaluation's */
 } batch_bufs;
 
 /* Fills inputs / targets of row b from the window data[start .. start+L]
@@ -872,7 +872,6 @@ static void run_free(run *r)
     free(r->bb.inputs);
     free(r->bb.targets);
     tfm_tensor_free(r->bb.logits);
-    tfm_tensor_free(r->bb.dlogits);
     if (r->log)
         fclose(r->log);
 }
@@ -1004,9 +1003,6 @@ static int setup(run *r, const int *given, run_state *rs)
     if (!r->bb.inputs || !r->bb.targets ||
         tfm_tensor_create(3, shape, &r->bb.logits) != TFM_OK)
         return fail("out of memory for the batch");
-    const int64_t dshape[3] = { o->batch_size, o->context, r->vocab_size };
-    if (tfm_tensor_create(3, dshape, &r->bb.dlogits) != TFM_OK)
-        return fail("out of memory for the batch");
     return 0;
 }
 
@@ -1020,33 +1016,19 @@ static int micro_batch(run *r, run_state *rs, double *loss)
         if (fill_row(o, r->vocab_chars, r->ids, start, b, &r->bb, &rs->rng))
             return 1;
     }
-    const int64_t shape[3] = { B, L, r->vocab_size };
-    tfm_tensor *logits = NULL;
+    /* One forward for the loss and the backward (tfm_model_loss_backward);
+     * the gradient of the mean over the micro-batch, / grad_accum. */
     float l = 0.0f;
-    tfm_status st = tfm_tensor_wrap(3, shape, tfm_tensor_data(r->bb.logits),
-                                    &logits);
-    if (st == TFM_OK)
-        st = tfm_model_logits(r->model, r->bb.inputs, B, L, logits);
-    if (st == TFM_OK)
-        st = tfm_cross_entropy(logits, r->bb.targets, IGNORE_INDEX,
-                               (float)o->label_smoothing, TFM_REDUCTION_MEAN,
-                               &l, r->bb.dlogits);
-    tfm_tensor_free(logits);
+    tfm_status st = tfm_model_loss_backward(
+        r->model, r->bb.inputs, B, L, r->bb.targets, IGNORE_INDEX,
+        (float)o->label_smoothing, TFM_REDUCTION_MEAN,
+        1.0f / (float)o->grad_accum, &l);
     if (st == TFM_ERR_NON_FINITE || (st == TFM_OK && !isfinite(l)))
         return fail("the loss is not finite at step %" PRId64 " (%s); "
                     "stopping: the last checkpoint is intact", rs->step + 1,
                     st == TFM_OK ? "NaN or infinite" : tfm_last_error());
     if (st != TFM_OK)
-        return lib_fail("forward pass");
-    if (o->grad_accum > 1) {
-        float *d = tfm_tensor_data(r->bb.dlogits);
-        const float s = 1.0f / (float)o->grad_accum;
-        for (int64_t k = 0; k < B * L * r->vocab_size; k++)
-            d[k] *= s;
-    }
-    if (tfm_model_backward(r->model, r->bb.inputs, B, L, r->bb.dlogits) !=
-        TFM_OK)
-        return lib_fail("backward pass");
+        return lib_fail("forward and backward pass");
     *loss = l;
     return 0;
 }

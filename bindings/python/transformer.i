@@ -926,6 +926,35 @@ tfm_status tfmpy_cross_entropy(const tfm_tensor *logits,
 }
 %}
 
+/* tfm_model_loss_backward with the targets' count checked against the
+ * ids'; returns the loss. */
+%ignore tfm_model_loss_backward;
+%inline %{
+PyObject *tfmpy_model_loss_backward(tfm_module *model, const int32_t *ids,
+                                    int64_t batch, int64_t seq,
+                                    const int32_t *targets, int64_t n_targets,
+                                    int32_t ignore_index,
+                                    float label_smoothing, int reduction,
+                                    float grad_scale)
+{
+    float loss = 0.0f;
+    tfm_status st;
+    if (n_targets != batch * seq) {     /* checked by the Python layer */
+        tfmpy_raise(TFM_ERR_SHAPE, "targets must have the shape of ids");
+        return NULL;
+    }
+    st = tfm_model_loss_backward(model, ids, batch, seq, targets,
+                                 ignore_index, label_smoothing,
+                                 (tfm_reduction)reduction, grad_scale,
+                                 &loss);
+    if (st != TFM_OK) {
+        tfmpy_raise_last(st);
+        return NULL;
+    }
+    return PyFloat_FromDouble((double)loss);
+}
+%}
+
 /* ---- Optimizers and learning-rate schedules (training.h) ----------------- */
 
 /* The losses above go through tfmpy_cross_entropy; the masked-LM inputs

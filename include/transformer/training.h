@@ -92,6 +92,36 @@ TFM_API tfm_status tfm_causal_lm_loss(const tfm_tensor *logits,
                                       tfm_reduction reduction, float *loss,
                                       tfm_tensor *dlogits);
 
+/* One training step's forward and backward with the cross-entropy loss
+ * (Since 1.2), in one forward instead of tfm_model_logits then
+ * tfm_model_backward's recomputation (model.h) (llm.c's gpt2_forward with targets,
+ * then gpt2_backward): *loss = tfm_cross_entropy(logits of ids, targets,
+ * ignore_index, label_smoothing, reduction) and every parameter's
+ * gradient += grad_scale * d loss / d parameter, as tfm_model_backward
+ * with that gradient of the logits (grad_scale: 1, or 1 / the number of
+ * accumulated micro-batches, PyTorch's loss / n before backward()).
+ * ids, targets: [batch, seq] int32 (targets each in [0, vocab_size) or
+ * ignore_index; a language model's are ids shifted by one, ignore_index
+ * at each sequence's last position).  The logits live in scratch memory
+ * (batch * seq * vocab_size floats) for the call; the forward is the
+ * training forward of tfm_model_backward, whose logits equal
+ * tfm_model_logits' within rounding.  Errors: TFM_ERR_NULL_ARGUMENT
+ * (model, ids, targets, loss), TFM_ERR_INVALID_ARGUMENT (a grad_scale
+ * that is not finite, and tfm_cross_entropy's: a target out of range,
+ * label_smoothing outside [0, 1], an unknown reduction), TFM_ERR_NON_FINITE
+ * (a logit that is NaN or infinite: no gradient is written), and those of
+ * tfm_model_backward.  On error *loss is unchanged and, but for
+ * tfm_model_backward's one exception (out of memory inside the blocks'
+ * backward), no gradient changed. */
+TFM_API tfm_status tfm_model_loss_backward(tfm_module *model,
+                                           const int32_t *ids, int64_t batch,
+                                           int64_t seq,
+                                           const int32_t *targets,
+                                           int32_t ignore_index,
+                                           float label_smoothing,
+                                           tfm_reduction reduction,
+                                           float grad_scale, float *loss);
+
 /* ---- BERT's masked-language-model inputs ---------------------------------
  * Source: Devlin et al. 2019 (BERT), section 3.1 and appendix A.1, as
  * Hugging Face's DataCollatorForLanguageModeling applies it: each position

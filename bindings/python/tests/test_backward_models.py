@@ -100,3 +100,49 @@ def test_unbatched_model_backward():
     m.logits(ids)
     with pytest.raises(transformer.ShapeError, match=r"\[4, 9\]"):
         m.backward(g[None])
+
+
+@pytest.mark.parametrize("arch,tied,norm_first",
+                         [c for c in CASES if c[0] != "encoder_decoder"])
+def test_loss_backward_matches_autograd(arch, tied, norm_first):
+    # Model.loss_backward (tfm_model_loss_backward: one forward for the
+    # loss and the backward) against torch.autograd of
+    # (cross_entropy(..., ignore_index, label_smoothing) * 0.25).backward().
+    cfg = dict(architecture=arch, vocab_size=11, d_model=12, n_heads=3,
+               d_ff=20, context_length=8, norm_first=norm_first,
+               activation="gelu", tied_embeddings=tied,
+               embedding_scale=not tied, n_layers=2)
+    transformer.manual_seed(7)
+    ours = transformer.Model(cfg)
+    ref = TorchModel(ours.config)
+    sd = {k: torch.from_numpy(v.copy()) for k, v in ours.state_dict().items()}
+    ref.load_state_dict(sd, strict=False)
+    torch.manual_seed(8)
+    ids = torch.randint(0, 11, (3, 7))
+    targets = torch.randint(0, 11, (3, 7))
+    targets[0, 2] = targets[2, 6] = -100
+    for reduction in ("mean", "sum"):
+        ref.zero_grad()
+        loss = torch.nn.functional.cross_entropy(
+            ref(ids, None).reshape(-1, 11), targets.reshape(-1),
+            ignore_index=-100, label_smoothing=0.1, reduction=reduction)
+        (loss * 0.25).backward()
+        ours.train()
+        ours.zero_grad()
+        got = ours.loss_backward(ids.numpy(), targets.numpy(),
+                                 label_smoothing=0.1, reduction=reduction,
+                                 grad_scale=0.25)
+        assert abs(got - float(loss)) <= 1e-5 * abs(float(loss))
+        for name, p in ref.named_parameters():
+            close(ours.grad(name), p.grad, 1e-4)
+    # Refusals change no gradient.
+    before = ours.grad("token_embedding.weight").copy()
+    bad = targets.numpy().copy()
+    bad[1, 1] = 11
+    with pytest.raises(transformer.InvalidArgumentError, match="target"):
+        ours.loss_backward(ids.numpy(), bad)
+    with pytest.raises(transformer.ShapeError):
+        ours.loss_backward(ids.numpy(), targets.numpy()[:, :5])
+    with pytest.raises(transformer.InvalidArgumentError, match="reduction"):
+        ours.loss_backward(ids.numpy(), targets.numpy(), reduction="none")
+    np.testing.assert_array_equal(ours.grad("token_embedding.weight"), before)

@@ -441,6 +441,36 @@ class Model(Module):
             self.__dict__["_saved_dlogits"] = grad.reshape(logits.shape)
         return value
 
+    def loss_backward(self, ids, targets, ignore_index=-100,
+                      label_smoothing=0.0, reduction="mean", grad_scale=1.0):
+        """``loss(ids, targets, ...)`` then ``backward()`` in one forward
+        (tfm_model_loss_backward; decoder-only and encoder-only models in
+        training mode): returns the cross-entropy (a float, as
+        :meth:`loss`) and accumulates grad_scale times its gradient into
+        every parameter's (grad_scale = 1 / n for n accumulated
+        micro-batches, torch's ``(loss / n).backward()``).  ids, targets:
+        ``[N, L]``; reduction "mean" or "sum".  A failed call (a target
+        out of range, a NaN logit) changes no gradient."""
+        src = as_ids(ids, "ids", 2)
+        t = as_ids(targets, "targets")
+        if t.shape != src.shape:
+            raise ShapeError(f"targets must have the shape of ids "
+                             f"{list(src.shape)}, got {list(t.shape)}")
+        if reduction not in ("mean", "sum"):
+            raise InvalidArgumentError(
+                f"reduction must be \"mean\" or \"sum\", not {reduction!r}")
+        if self.config["architecture"] == "encoder_decoder":
+            raise UnsupportedError(
+                "loss_backward takes decoder-only and encoder-only models; "
+                "use loss(src, targets, tgt_ids) and backward()")
+        with self._use() as ptr:
+            return _ll.tfmpy_model_loss_backward(
+                ptr, src, np.ascontiguousarray(t.reshape(-1)),
+                as_int(ignore_index, "ignore_index"),
+                as_float(label_smoothing, "label_smoothing"),
+                0 if reduction == "mean" else 1,
+                as_float(grad_scale, "grad_scale"))
+
     def backward(self, grad_logits=None):
         """Back from the gradient of a loss with respect to the logits of
         the last training-mode call: accumulates the gradient of every
