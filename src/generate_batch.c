@@ -68,7 +68,8 @@ static tfm_status check_args(const tfm_module *model,
                          "argument)");
     if (o->max_new_tokens > 0 && !out_ids)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out_ids is NULL");
-    if (o->max_new_tokens > 0 && n > INT64_MAX / 8 / o->max_new_tokens)
+    if (n > INT64_MAX / 64 ||
+        (o->max_new_tokens > 0 && n > INT64_MAX / 8 / o->max_new_tokens))
         return tfm__fail(TFM_ERR_OVERFLOW,
                          "batch (%lld) * max_new_tokens (%lld) overflows",
                          (long long)n, (long long)o->max_new_tokens);

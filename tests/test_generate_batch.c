@@ -358,6 +358,8 @@ static void bad_input(void **state)
                 why);
     EXPECT_FAIL(TFM_ERR_INVALID_ARGUMENT, f->model, P, N, -3, &o, out, n_out,
                 why);
+    EXPECT_FAIL(TFM_ERR_OVERFLOW, f->model, P, N, INT64_MAX / 2, &o, out,
+                n_out, why);
     const int32_t *with_null[B] = { P[0], P[1], NULL, P[3] };
     EXPECT_FAIL(TFM_ERR_NULL_ARGUMENT, f->model, with_null, N, B, &o, out,
                 n_out, why);

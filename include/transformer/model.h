@@ -602,8 +602,9 @@ TFM_API tfm_status tfm_model_generate_v2(const tfm_module *model,
  * of range, an EOS id outside the vocabulary, and every other option
  * error of tfm_generator_create), TFM_ERR_CAPACITY (a prompt longer than
  * the context), TFM_ERR_UNSUPPORTED (options->callback set: a callback
- * has no sequence argument), TFM_ERR_OVERFLOW (batch * M), TFM_ERR_NON_FINITE
- * (a NaN logit), TFM_ERR_OUT_OF_MEMORY.  A prompt's error names its index.
+ * has no sequence argument), TFM_ERR_OVERFLOW (batch, or batch * M, too
+ * large to size), TFM_ERR_NON_FINITE (a NaN logit),
+ * TFM_ERR_OUT_OF_MEMORY.  A prompt's error names its index.
  * On error nothing is written to out_ids, n_out or reasons.  The model is
  * only read.  Since 1.2. */
 TFM_API tfm_status tfm_model_generate_batch(const tfm_module *model,
