@@ -671,6 +671,24 @@ static void cmd_sparse(int argc, char **argv)
 
 /* ---- KV-cache decode step against recomputing the sequence -------------- */
 
+/* A decoder-only model's configuration: d_ff 4 D, learned positions, the
+ * head tied to the token embedding. */
+static tfm_model_config decoder_config(int64_t D, int64_t H, int64_t layers,
+                                       int64_t ctx, int64_t V)
+{
+    tfm_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.architecture = TFM_ARCH_DECODER_ONLY;
+    cfg.layer = tfm_layer_config_default(D, H);
+    cfg.layer.d_ff = 4 * D;
+    cfg.vocab_size = V;
+    cfg.n_layers = layers;
+    cfg.context_length = ctx;
+    cfg.positional = TFM_POSITIONAL_LEARNED;
+    cfg.tied_embeddings = 1;
+    return cfg;
+}
+
 typedef struct recompute_ctx {
     tfm_module *model;
     const int32_t *ids;
@@ -697,16 +715,8 @@ static void cmd_decode(int argc, char **argv)
     if (ctx < steps + 1)
         die("%s", "CONTEXT must exceed warmup + reps");
 
-    tfm_model_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.architecture = TFM_ARCH_DECODER_ONLY;
-    cfg.layer = tfm_layer_config_default(D, H);
-    cfg.layer.d_ff = 4 * D;
-    cfg.vocab_size = V;
-    cfg.n_layers = layers;
-    cfg.context_length = ctx > 4096 ? ctx : 4096;
-    cfg.positional = TFM_POSITIONAL_LEARNED;
-    cfg.tied_embeddings = 1;
+    tfm_model_config cfg =
+        decoder_config(D, H, layers, ctx > 4096 ? ctx : 4096, V);
     tfm_module *model;
     check(tfm_model_create(&cfg, &model), "tfm_model_create");
     randomize(model);
@@ -825,18 +835,9 @@ static void cmd_generate_batch(int argc, char **argv)
             P = parse_int(argv[6], "PROMPT"), N = parse_int(argv[7], "NEW");
     if (P < 1 || N < 2 || P + N > ctx)
         die("%s", "need PROMPT >= 1, NEW >= 2, PROMPT + NEW <= CONTEXT");
-    tfm_model_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.architecture = TFM_ARCH_DECODER_ONLY;
-    cfg.layer = tfm_layer_config_default(D, H);
-    cfg.layer.d_ff = 4 * D;
+    tfm_model_config cfg = decoder_config(D, H, layers, ctx, V);
     cfg.layer.norm_first = 1;
     cfg.layer.activation = TFM_ACTIVATION_GELU;
-    cfg.vocab_size = V;
-    cfg.n_layers = layers;
-    cfg.context_length = ctx;
-    cfg.positional = TFM_POSITIONAL_LEARNED;
-    cfg.tied_embeddings = 1;
     tfm_module *model;
     check(tfm_model_create(&cfg, &model), "tfm_model_create");
     randomize(model);
