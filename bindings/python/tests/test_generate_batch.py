@@ -73,6 +73,8 @@ def test_errors(kjv):
                      eos_token_id=kjv.config["vocab_size"])
     with pytest.raises(transformer.InvalidArgumentError, match="beam"):
         kjv.generate(["a", "b"], num_beams=2)
+    with pytest.raises(TypeError, match=r"prompts\[1\]"):
+        kjv.generate(["a", 5], max_new_tokens=2)
 
 
 def padded_greedy(ref, prompts, max_new_tokens, n_heads, pad=0):

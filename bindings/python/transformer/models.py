@@ -550,6 +550,10 @@ class Model(Module):
     def _generate_batch(self, prompts, *args):
         """generate on a list of prompts (tfm_model_generate_batch): a
         list of results, each what generate gives for that prompt alone."""
+        for i, p in enumerate(prompts):
+            if not isinstance(p, (str, list, tuple, np.ndarray)):
+                raise TypeError(f"prompts[{i}] must be a str or a sequence "
+                                f"of token ids, not {type(p).__name__}")
         pairs = [self._prompt_ids(p) for p in prompts]
         o, eos, stops, tokenizer = self._generate_options(*args)
         flat = np.concatenate([ids for ids, _ in pairs]).astype(np.int32)
@@ -933,7 +937,7 @@ def _is_prompt_list(prompt):
     """Whether generate's prompt is a list of prompts (a list or tuple of
     str or id sequences) rather than one prompt of ids."""
     return (isinstance(prompt, (list, tuple)) and len(prompt) > 0
-            and all(isinstance(p, (str, list, tuple, np.ndarray))
+            and any(isinstance(p, (str, list, tuple, np.ndarray))
                     for p in prompt))
 
 
