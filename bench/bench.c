@@ -14,6 +14,8 @@
  *   transformer-bench [options] encoder B L D H [D_FF]
  *   transformer-bench [options] sdpa B H L D [causal]
  *   transformer-bench [options] decode D H LAYERS CONTEXT [VOCAB]
+ *   transformer-bench [options] generate_batch D H LAYERS CONTEXT VOCAB
+ *                               BATCH PROMPT NEW
  *   transformer-bench [options] sparse H L D dense|window|dilated|bigbird W
  *
  * Options: --threads N (default 1), --reps N (default 10), --warmup N
@@ -669,6 +671,24 @@ static void cmd_sparse(int argc, char **argv)
 
 /* ---- KV-cache decode step against recomputing the sequence -------------- */
 
+/* A decoder-only model's configuration: d_ff 4 D, learned positions, the
+ * head tied to the token embedding. */
+static tfm_model_config decoder_config(int64_t D, int64_t H, int64_t layers,
+                                       int64_t ctx, int64_t V)
+{
+    tfm_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.architecture = TFM_ARCH_DECODER_ONLY;
+    cfg.layer = tfm_layer_config_default(D, H);
+    cfg.layer.d_ff = 4 * D;
+    cfg.vocab_size = V;
+    cfg.n_layers = layers;
+    cfg.context_length = ctx;
+    cfg.positional = TFM_POSITIONAL_LEARNED;
+    cfg.tied_embeddings = 1;
+    return cfg;
+}
+
 typedef struct recompute_ctx {
     tfm_module *model;
     const int32_t *ids;
@@ -695,16 +715,8 @@ static void cmd_decode(int argc, char **argv)
     if (ctx < steps + 1)
         die("%s", "CONTEXT must exceed warmup + reps");
 
-    tfm_model_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.architecture = TFM_ARCH_DECODER_ONLY;
-    cfg.layer = tfm_layer_config_default(D, H);
-    cfg.layer.d_ff = 4 * D;
-    cfg.vocab_size = V;
-    cfg.n_layers = layers;
-    cfg.context_length = ctx > 4096 ? ctx : 4096;
-    cfg.positional = TFM_POSITIONAL_LEARNED;
-    cfg.tied_embeddings = 1;
+    tfm_model_config cfg =
+        decoder_config(D, H, layers, ctx > 4096 ? ctx : 4096, V);
     tfm_module *model;
     check(tfm_model_create(&cfg, &model), "tfm_model_create");
     randomize(model);
@@ -786,6 +798,90 @@ static void cmd_decode(int argc, char **argv)
     tfm_module_free(model);
 }
 
+/* ---- Batched greedy generation (tfm_model_generate_batch) -------------- */
+
+typedef struct batch_gen_ctx {
+    tfm_module *model;
+    const int32_t *const *prompts;
+    const int64_t *n_prompts;
+    int64_t batch;
+    tfm_generate_options o;
+    int32_t *out;
+    int64_t *n_out;
+} batch_gen_ctx;
+
+static void batch_gen_run(void *p)
+{
+    batch_gen_ctx *c = p;
+    check(tfm_model_generate_batch(c->model, c->prompts, c->n_prompts,
+                                   c->batch, &c->o, c->out, c->n_out, NULL),
+          "tfm_model_generate_batch");
+}
+
+/* Greedy generation of BATCH prompts of PROMPT tokens, NEW tokens each, on
+ * a random decoder-only model (learned positions, d_ff 4 D, tied head).
+ * Two rows: the whole call ("generate_batch", prefills included) and the
+ * same call with one new token ("generate_batch_prefill"); the decoding
+ * rate is batch * (NEW - 1) / (the difference of their medians). */
+static void cmd_generate_batch(int argc, char **argv)
+{
+    if (argc != 8)
+        die("%s", "usage: generate_batch D H LAYERS CONTEXT VOCAB BATCH "
+                  "PROMPT NEW");
+    int64_t D = parse_int(argv[0], "D"), H = parse_int(argv[1], "H"),
+            layers = parse_int(argv[2], "LAYERS"),
+            ctx = parse_int(argv[3], "CONTEXT"),
+            V = parse_int(argv[4], "VOCAB"), B = parse_int(argv[5], "BATCH"),
+            P = parse_int(argv[6], "PROMPT"), N = parse_int(argv[7], "NEW");
+    if (P < 1 || N < 2 || P + N > ctx)
+        die("%s", "need PROMPT >= 1, NEW >= 2, PROMPT + NEW <= CONTEXT");
+    tfm_model_config cfg = decoder_config(D, H, layers, ctx, V);
+    cfg.layer.norm_first = 1;
+    cfg.layer.activation = TFM_ACTIVATION_GELU;
+    tfm_module *model;
+    check(tfm_model_create(&cfg, &model), "tfm_model_create");
+    randomize(model);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(B * P));
+    const int32_t **prompts = malloc(sizeof *prompts * (size_t)B);
+    int64_t *lens = malloc(sizeof *lens * (size_t)B);
+    batch_gen_ctx c = { model, NULL, lens, B, { 0 }, NULL, NULL };
+    c.out = malloc(sizeof(int32_t) * (size_t)(B * N));
+    c.n_out = malloc(sizeof(int64_t) * (size_t)B);
+    if (!ids || !prompts || !lens || !c.out || !c.n_out)
+        die("%s", "out of memory");
+    for (int64_t i = 0; i < B * P; i++)
+        ids[i] = (int32_t)((urand() * 0.5f + 0.5f) * (float)V) % (int32_t)V;
+    for (int64_t b = 0; b < B; b++) {
+        prompts[b] = ids + b * P;
+        lens[b] = P;
+    }
+    c.prompts = prompts;
+    tfm_generate_options_init(&c.o);
+    char sh[160];
+    snprintf(sh, sizeof sh, "D=%lld H=%lld layers=%lld ctx=%lld V=%lld "
+             "batch=%lld prompt=%lld new=%lld", (long long)D, (long long)H,
+             (long long)layers, (long long)ctx, (long long)V, (long long)B,
+             (long long)P, (long long)N);
+    print_header();
+    warm_openblas();
+    c.o.max_new_tokens = 1;
+    result pre = time_it(batch_gen_run, &c);
+    c.o.max_new_tokens = N;
+    result all = time_it(batch_gen_run, &c);
+    int64_t macs1;
+    check(tfm_module_forward_macs(model, 1, 1, 1, &macs1), "forward_macs");
+    print_row("generate_batch", sh, &all, 2.0 * (double)macs1 * (double)(B * N),
+              4.0 * (double)(B * N));
+    print_row("generate_batch_prefill", sh, &pre,
+              2.0 * (double)macs1 * (double)(B * P), 4.0 * (double)B);
+    free(ids);
+    free(prompts);
+    free(lens);
+    free(c.out);
+    free(c.n_out);
+    tfm_module_free(model);
+}
+
 /* ---- info -------------------------------------------------------------- */
 
 static void cmd_info(void)
@@ -823,6 +919,8 @@ static void usage(FILE *f)
             "                                + AdamW step\n"
             "  sdpa_backward B H L D [causal] tfm_sdpa_backward, S = L\n"
             "  decode D H LAYERS CTX [VOCAB] KV-cache step vs full recompute\n"
+            "  generate_batch D H LAYERS CTX VOCAB BATCH PROMPT NEW  batched "
+            "greedy generation\n"
             "  sparse H L D PATTERN W        causal attention under a sparse\n"
             "                                pattern (dense, window, dilated,\n"
             "                                bigbird) of width / block W\n"
@@ -889,6 +987,8 @@ int main(int argc, char **argv)
         cmd_sdpa_backward(n, a);
     else if (strcmp(cmd, "decode") == 0)
         cmd_decode(n, a);
+    else if (strcmp(cmd, "generate_batch") == 0)
+        cmd_generate_batch(n, a);
     else if (strcmp(cmd, "sparse") == 0)
         cmd_sparse(n, a);
     else {

@@ -94,13 +94,16 @@ tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
 }
 
 tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
-                                         int64_t n, float *k_cache,
-                                         float *v_cache, int64_t past,
-                                         int64_t origin)
+                                         int64_t n_seqs,
+                                         const tfm__cached_seq *seqs,
+                                         int64_t layer)
 {
-    tfm__cached_attention_sublayer sa = tfm__sublayer_cached_attention(
-        l->self_attn, n, k_cache, v_cache, past, origin);
-    return run_with(l, x, n, &sa.base);
+    int64_t rows = 0;
+    for (int64_t i = 0; i < n_seqs; i++)
+        rows += seqs[i].n;
+    tfm__cached_attention_sublayer sa =
+        tfm__sublayer_cached_attention(l->self_attn, n_seqs, seqs, layer);
+    return run_with(l, x, rows, &sa.base);
 }
 
 tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,

@@ -73,8 +73,8 @@ void tfm_generate_options_init(tfm_generate_options *options)
 #define OPTIONS_MIN_SIZE \
     (offsetof(tfm_generate_options, max_new_tokens) + sizeof(int64_t))
 
-static tfm_status read_options(const tfm_generate_options *pub,
-                               tfm_generate_options *o)
+tfm_status tfm__generate_options_read(const tfm_generate_options *pub,
+                                      tfm_generate_options *o)
 {
     tfm_generate_options_init(o);
     if (!pub)
@@ -274,7 +274,8 @@ static tfm_status generator_create(const tfm_module *model,
     if ((st = tfm__model_check_ids(m, prompt, n_prompt, "prompt")))
         return st;
     tfm_generate_options o;
-    if ((st = read_options(options, &o)) || (st = check_options(m, &o)))
+    if ((st = tfm__generate_options_read(options, &o)) ||
+        (st = check_options(m, &o)))
         return st;
     if (n_prompt > INT64_MAX / 8 - o.max_new_tokens)
         return tfm__fail(TFM_ERR_OVERFLOW, "sequence length overflows");
@@ -469,6 +470,28 @@ tfm_status tfm_generator_next(tfm_generator *g, int32_t *id, int *produced)
     return TFM_OK;
 }
 
+tfm_kv_cache *tfm__generator_pending(tfm_generator *g, int32_t *id,
+                                     float **logits)
+{
+    const int64_t held = tfm_kv_cache_length(g->cache);
+    if (!g->pending || g->reason != TFM_STOP_NONE ||
+        !(g->rolling || (held > 0 && held < g->m->config.context_length)))
+        return NULL;
+    *id = g->seq[g->len - 1];
+    *logits = g->logits->data;
+    return g->cache;
+}
+
+void tfm__generator_fed(tfm_generator *g)
+{
+    g->pending = 0;
+}
+
+const int32_t *tfm__generator_ids(const tfm_generator *g)
+{
+    return g->seq + g->n_prompt;
+}
+
 tfm_stop_reason tfm_generator_stop_reason(const tfm_generator *g)
 {
     return g ? g->reason : TFM_STOP_NONE;
@@ -492,7 +515,7 @@ tfm_status tfm_model_generate_v2(const tfm_module *model,
 {
     TFM__PLAN_PIN();
     tfm_generate_options o;
-    tfm_status st = read_options(options, &o);
+    tfm_status st = tfm__generate_options_read(options, &o);
     if (st != TFM_OK)
         return st;
     if (!n_out)

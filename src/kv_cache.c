@@ -273,3 +273,96 @@ int tfm__kv_cache_rolls(const tfm_kv_cache *c)
 {
     return c->rolling;
 }
+
+/* ---- One token for each of several caches (a batch decoding step) ----- */
+
+/* The row sequence i's new position goes to in caches[i], after dropping
+ * the oldest held one of a full rolling cache (compacting first when the
+ * row would pass the buffer's end); *seq describes the view. */
+static void batch_view(tfm_kv_cache *c, tfm__cached_seq *seq, int64_t *first)
+{
+    const int64_t drop = c->rolling && c->length == c->capacity ? 1 : 0;
+    if (c->start + c->length + 1 > c->storage)
+        compact(c);
+    const int64_t kv = c->kv_dim;
+    *first = c->start + drop;
+    *seq = (tfm__cached_seq){ 1, c->length - drop, c->origin + drop,
+                              c->keys + *first * kv, c->values + *first * kv,
+                              c->storage * kv };
+}
+
+tfm_status tfm__kv_cache_decode_rows(tfm_kv_cache *const *caches,
+                                     const int32_t *ids, int64_t n,
+                                     float *const *logits)
+{
+    const tfm__model *m = caches[0]->model;
+    const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
+    for (int64_t i = 0; i < n; i++)
+        if (!caches[i]->rolling && caches[i]->length >= caches[i]->capacity)
+            return tfm__fail(TFM_ERR_CAPACITY,
+                             "cache %lld is full (%lld positions)",
+                             (long long)i, (long long)caches[i]->capacity);
+    /* h [n, d]: the new positions' hidden states; out [n, V]: their
+     * logits; seqs [n]: each row's cache view. */
+    tfm__ws_mark mark = tfm__ws_save();
+    float *h = tfm__ws_floats((size_t)(n * d));
+    float *out = h ? tfm__ws_floats((size_t)(n * V)) : NULL;
+    tfm__cached_seq *seqs = out ? tfm__ws_alloc((size_t)n * sizeof *seqs)
+                                : NULL;
+    int64_t *first = seqs ? tfm__ws_alloc((size_t)n * sizeof *first) : NULL;
+    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
+    if (first) {
+        for (int64_t i = 0; i < n; i++) {
+            batch_view(caches[i], &seqs[i], &first[i]);
+            tfm__model_embed(m, ids + i, 1, 1, seqs[i].past, h + i * d);
+        }
+        st = tfm__stack_run_cached_seqs(m->stack, h, n, seqs);
+    }
+    if (st == TFM_OK) {
+        tfm__model_head(m, h, n, out);
+        for (int64_t i = 0; i < n; i++) {
+            tfm_kv_cache *c = caches[i];
+            memcpy(logits[i], out + i * V, (size_t)V * sizeof(float));
+            c->ids[first[i] + seqs[i].past] = ids[i];
+            c->origin += first[i] - c->start;
+            c->start = first[i];
+            c->length = seqs[i].past + 1;
+        }
+    } else if (st == TFM_ERR_OUT_OF_MEMORY && !first) {
+        st = tfm__fail(st, "cannot decode a batch of %lld tokens",
+                       (long long)n);
+    }
+    tfm__ws_restore(mark);
+    return st;
+}
+
+/* Test hook (tests/test_generate_batch.c; not API, docs/ABI.md): the
+ * batch decoding step above with its checks, logits [n, vocab]. */
+__attribute__((visibility("default"))) tfm_status
+tfm_testing_kv_cache_decode_rows(tfm_kv_cache *const *caches,
+                                 const int32_t *ids, int64_t n, float *logits)
+{
+    TFM__PLAN_PIN();
+    if (!caches || !ids || !logits || n < 1)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "bad arguments");
+    const tfm__model *m = caches[0]->model;
+    const int64_t V = m->config.vocab_size;
+    for (int64_t i = 0; i < n; i++) {
+        if (caches[i]->model != m)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "caches of different models");
+        tfm_status st = tfm__model_check_ids(m, ids + i, 1, "ids");
+        if (st != TFM_OK)
+            return st;
+    }
+    tfm__ws_mark mark = tfm__ws_save();
+    float **rows = tfm__ws_alloc((size_t)n * sizeof *rows);
+    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
+    if (rows) {
+        for (int64_t i = 0; i < n; i++)
+            rows[i] = logits + i * V;
+        st = tfm__kv_cache_decode_rows(caches, ids, n, rows);
+    }
+    tfm__ws_restore(mark);
+    return st;
+}

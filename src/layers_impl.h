@@ -44,11 +44,12 @@ tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, int bias,
 /* In place on x [B, L, d]; fail only with out-of-memory. */
 tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
                                   int64_t B, int64_t L, const tfm__masks *m);
-/* The same for n new positions x [n, d] of one sequence whose
- * self-attention runs over a KV cache of `past` positions: k_cache and
- * v_cache [capacity, kv_dim] get the new keys and values at rows
- * past .. past+n-1 (tfm__mha_run_cached).  The block of a decoder-only
- * model when it decodes.  Fails only with out-of-memory. */
+/* The same for the new positions x [rows, d] of n_seqs sequences, one
+ * sequence after another, whose self-attention runs over each one's KV
+ * cache (layer `layer`'s rows of seqs[i]: tfm__mha_run_cached_seqs, which
+ * writes the new keys and values at rows past .. past+n-1).  The block of
+ * a decoder-only model when it decodes; the norms, projections and
+ * feed-forward run on all rows at once.  Fails only with out-of-memory. */
 /* A layer's forward kept for its backward: its blocks and what each
  * block's backward needs (workspace memory of the calling thread, above
  * the caller's mark; the blocks point into the struct, which must not
@@ -111,9 +112,9 @@ tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
                                        float *g, float *grad_memory);
 
 tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
-                                         int64_t n, float *k_cache,
-                                         float *v_cache, int64_t past,
-                                         int64_t origin);
+                                         int64_t n_seqs,
+                                         const tfm__cached_seq *seqs,
+                                         int64_t layer);
 tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
                                   int64_t B, int64_t L, const float *memory,
                                   int64_t S, const tfm__masks *tgt_masks,

@@ -374,39 +374,61 @@ tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
     return st;
 }
 
-tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
-                               float *k_cache, float *v_cache, int64_t past,
-                               int64_t origin, float *out)
+tfm_status tfm__mha_run_cached_seqs(const tfm__mha *m, const float *x,
+                                    int64_t n_seqs,
+                                    const tfm__cached_seq *seqs,
+                                    int64_t layer, float *out)
 {
-    const int64_t d = m->d_model, kv = m->kv_dim, S = past + n;
+    const int64_t d = m->d_model, kv = m->kv_dim;
     const int64_t w = d + 2 * kv;   /* one row of q, k and v */
+    int64_t rows = 0;
+    for (int64_t s = 0; s < n_seqs; s++)
+        rows += seqs[s].n;
     tfm__ws_mark mark = tfm__ws_save();
-    float *qkv = tfm__ws_floats((size_t)(n * w));   /* [n, d + 2 kv_dim] */
-    float *ctx = qkv ? tfm__ws_floats((size_t)(n * d)) : NULL;  /* [n, d] */
+    float *qkv = tfm__ws_floats((size_t)(rows * w)); /* [rows, d + 2 kv] */
+    float *ctx = qkv ? tfm__ws_floats((size_t)(rows * d)) : NULL; /* [rows, d] */
     if (!ctx) {
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;
     }
-    /* One product for q, k and v of the new positions (the cached model's
-     * attention is always packed self-attention); their keys and values
-     * go to the cache rows past .. past+n-1 (the caller advances the
-     * length only on success), where the door rotates the keys under RoPE
-     * for positions past .. past+n-1 (rows below past already are). */
-    tfm__linear_parallel(x, d, n, d, m->w_q, m->b_q, w, qkv, w);
-    for (int64_t i = 0; i < n; i++) {
-        memcpy(k_cache + (past + i) * kv, qkv + i * w + d,
-               (size_t)kv * sizeof(float));
-        memcpy(v_cache + (past + i) * kv, qkv + i * w + d + kv,
-               (size_t)kv * sizeof(float));
-    }
+    /* One product for q, k and v of all new rows (the cached model's
+     * attention is always packed self-attention); each sequence's keys and
+     * values go to its cache rows past .. past+n-1 (the caller advances
+     * the length only on success), where the door rotates the keys under
+     * RoPE for positions past .. past+n-1 (rows below past already are). */
+    tfm__linear_parallel(x, d, rows, d, m->w_q, m->b_q, w, qkv, w);
     const tfm__masks causal = { .causal = TFM_CAUSAL_BOTTOM_RIGHT };
-    tfm_status st = mha_attend(m, qkv, w, rows_heads(m, k_cache, S, kv),
-                               rows_heads(m, v_cache, S, kv), past, origin, 1, n, S,
-                               &causal, ctx, NULL, 0);
+    tfm_status st = TFM_OK;
+    int64_t row = 0;
+    for (int64_t s = 0; s < n_seqs && st == TFM_OK; s++) {
+        const tfm__cached_seq *q = &seqs[s];
+        float *k_cache = q->keys + layer * q->layer_stride;
+        float *v_cache = q->values + layer * q->layer_stride;
+        float *mine = qkv + row * w;
+        for (int64_t i = 0; i < q->n; i++) {
+            memcpy(k_cache + (q->past + i) * kv, mine + i * w + d,
+                   (size_t)kv * sizeof(float));
+            memcpy(v_cache + (q->past + i) * kv, mine + i * w + d + kv,
+                   (size_t)kv * sizeof(float));
+        }
+        const int64_t S = q->past + q->n;
+        st = mha_attend(m, mine, w, rows_heads(m, k_cache, S, kv),
+                        rows_heads(m, v_cache, S, kv), q->past, q->origin, 1,
+                        q->n, S, &causal, ctx + row * d, NULL, 0);
+        row += q->n;
+    }
     if (st == TFM_OK)
-        tfm__linear_parallel(ctx, d, n, d, m->w_o, m->b_o, d, out, d);
+        tfm__linear_parallel(ctx, d, rows, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);
     return st;
+}
+
+tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
+                               float *k_cache, float *v_cache, int64_t past,
+                               int64_t origin, float *out)
+{
+    const tfm__cached_seq one = { n, past, origin, k_cache, v_cache, 0 };
+    return tfm__mha_run_cached_seqs(m, x, 1, &one, 0, out);
 }
 
 tfm_status tfm__mha_check_inputs(const char *what, const tfm_module *mha,

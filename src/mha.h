@@ -76,10 +76,33 @@ tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
  * out [n, d] may alias x.  Fails only with TFM_ERR_OUT_OF_MEMORY or
  * TFM_ERR_INVALID_ARGUMENT (a learned temperature <= 0), then before
  * writing out; the cache rows from past on may then hold the new keys and
- * values, which the caller's length (not advanced) leaves unused. */
+ * values, which the caller's length (not advanced) leaves unused.
+ * (tfm__mha_run_cached_seqs with one sequence.) */
 tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
                                float *k_cache, float *v_cache, int64_t past,
                                int64_t origin, float *out);
+
+/* One sequence's part of a cached self-attention over several sequences
+ * (tfm__mha_run_cached_seqs): its n new rows (consecutive in x), its
+ * cache holding `past` positions and its RoPE origin.  Layer `layer`'s
+ * keys and values are keys / values + layer * layer_stride, [capacity,
+ * kv_dim] each (tfm__stack_run_cached_seqs walks the layers). */
+typedef struct tfm__cached_seq {
+    int64_t n, past, origin;
+    float *keys, *values;
+    int64_t layer_stride;
+} tfm__cached_seq;
+
+/* tfm__mha_run_cached for n_seqs sequences at once, x [rows, d] their new
+ * rows one sequence after another (rows = the sum of seqs[i].n): the
+ * projections of all rows are one matrix product each (the weights read
+ * once for the batch), the attention of each sequence's queries is over
+ * its own cache (layer `layer`'s).  out [rows, d] may alias x.  Fails as
+ * tfm__mha_run_cached. */
+tfm_status tfm__mha_run_cached_seqs(const tfm__mha *m, const float *x,
+                                    int64_t n_seqs,
+                                    const tfm__cached_seq *seqs,
+                                    int64_t layer, float *out);
 
 /* MACs of one forward pass (module.h formula). */
 tfm_status tfm__mha_macs(const tfm__mha *m, int64_t batch, int64_t L,

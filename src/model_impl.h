@@ -89,6 +89,35 @@ int tfm__kv_cache_rolls(const tfm_kv_cache *c);
 tfm_status tfm__kv_cache_create_rolling(const tfm_module *model,
                                         int64_t capacity, tfm_kv_cache **out);
 
+/* One new token for each of n distinct caches of one model (a batch
+ * decoding step, generate_batch.c): ids[i] (checked) is appended to
+ * caches[i] (a full rolling cache first drops its oldest position) and its
+ * logits written to logits[i] [vocab].  The blocks' norms, projections,
+ * feed-forward and the head run once on the n rows (one matrix product
+ * each, the weights read once for the batch), attention per cache.  Row
+ * i's logits equal tfm_kv_cache_decode of ids[i] alone on caches[i] up to
+ * the rounding of a product of n rows instead of one.  Errors:
+ * TFM_ERR_CAPACITY (a full cache that does not roll), out-of-memory, a
+ * learned temperature <= 0; on error no cache has advanced. */
+tfm_status tfm__kv_cache_decode_rows(tfm_kv_cache *const *caches,
+                                     const int32_t *ids, int64_t n,
+                                     float *const *logits);
+
+/* The generator's internals that a batch of generators needs
+ * (generate.c, for generate_batch.c). */
+/* Copies pub (NULL: the defaults) as tfm_generator_create reads it. */
+tfm_status tfm__generate_options_read(const tfm_generate_options *pub,
+                                      tfm_generate_options *o);
+/* When g's next step starts with one cache append of its last token (not
+ * a re-encode past the context, and the generation runs): its cache, the
+ * token in *id and where its logits go in *logits; else NULL. */
+tfm_kv_cache *tfm__generator_pending(tfm_generator *g, int32_t *id,
+                                     float **logits);
+/* Marks that append done (*logits written, the cache advanced). */
+void tfm__generator_fed(tfm_generator *g);
+/* The tokens generated so far (tfm_generator_count of them). */
+const int32_t *tfm__generator_ids(const tfm_generator *g);
+
 /* Whether a model's attention depends on distances only (no learned or
  * sinusoidal positions, no global tokens or BigBird blocks), so that a
  * rolling cache keeps its meaning past the context. */

@@ -31,8 +31,8 @@ static tfm_status run_cached(const tfm__sublayer *base, const float *in,
 {
     const tfm__cached_attention_sublayer *s =
         (const tfm__cached_attention_sublayer *)base;
-    return tfm__mha_run_cached(s->mha, in, s->n, s->k_cache, s->v_cache,
-                               s->past, s->origin, out);
+    return tfm__mha_run_cached_seqs(s->mha, in, s->n_seqs, s->seqs, s->layer,
+                                    out);
 }
 
 static tfm_status run_ff(const tfm__sublayer *base, const float *in,
@@ -150,12 +150,11 @@ tfm__cross_attention_sublayer tfm__sublayer_cross_attention(
 }
 
 tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
-    const tfm__mha *m, int64_t n, float *k_cache, float *v_cache,
-    int64_t past, int64_t origin)
+    const tfm__mha *m, int64_t n_seqs, const tfm__cached_seq *seqs,
+    int64_t layer)
 {
     return (tfm__cached_attention_sublayer){ { run_cached, NULL, NULL }, m,
-                                             n, past, origin, k_cache,
-                                             v_cache };
+                                             n_seqs, layer, seqs };
 }
 
 tfm__feed_forward_sublayer tfm__sublayer_feed_forward(

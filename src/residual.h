@@ -57,14 +57,14 @@ typedef struct tfm__cross_attention_sublayer {
     float *grad_memory;
 } tfm__cross_attention_sublayer;
 
-/* Self-attention of n new positions in [n, d] over a KV cache holding
- * `past` positions (tfm__mha_run_cached); k_cache / v_cache [capacity,
- * kv_dim] receive the new keys and values at rows past .. past+n-1. */
+/* Self-attention of the new positions of n_seqs sequences, in [rows, d]
+ * one sequence after another, each over its own KV cache
+ * (tfm__mha_run_cached_seqs, layer `layer`'s cache rows). */
 typedef struct tfm__cached_attention_sublayer {
     tfm__sublayer base;
     const tfm__mha *mha;
-    int64_t n, past, origin;   /* origin: tfm__mha_run_cached's */
-    float *k_cache, *v_cache;
+    int64_t n_seqs, layer;
+    const tfm__cached_seq *seqs;
 } tfm__cached_attention_sublayer;
 
 /* The position-wise feed-forward network on rows [rows, d]. */
@@ -80,8 +80,8 @@ tfm__cross_attention_sublayer tfm__sublayer_cross_attention(
     const tfm__mha *m, int64_t batch, int64_t L, const float *memory,
     int64_t S, const tfm__masks *masks);
 tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
-    const tfm__mha *m, int64_t n, float *k_cache, float *v_cache,
-    int64_t past, int64_t origin);
+    const tfm__mha *m, int64_t n_seqs, const tfm__cached_seq *seqs,
+    int64_t layer);
 tfm__feed_forward_sublayer tfm__sublayer_feed_forward(
     const tfm__feed_forward *f, int64_t rows);
 

@@ -248,21 +248,31 @@ tfm_status tfm__stack_backward(const tfm__stack *s, const float *x, int64_t B,
     return st;
 }
 
-tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
-                                 float *keys, float *values, int64_t stride,
-                                 int64_t past, int64_t origin)
+tfm_status tfm__stack_run_cached_seqs(const tfm__stack *s, float *h,
+                                      int64_t n_seqs,
+                                      const tfm__cached_seq *seqs)
 {
+    int64_t rows = 0;
+    for (int64_t i = 0; i < n_seqs; i++)
+        rows += seqs[i].n;
     for (int64_t i = 0; i < s->n_layers; i++) {
-        /* Layer i's cache: rows [capacity, kv_dim] at i * stride. */
         const tfm__encoder_layer *l = (const tfm__encoder_layer *)s->layers[i];
-        tfm_status st = tfm__encoder_layer_run_cached(
-            l, h, n, keys + i * stride, values + i * stride, past, origin);
+        tfm_status st = tfm__encoder_layer_run_cached(l, h, n_seqs, seqs, i);
         if (st != TFM_OK)
             return st;
     }
     if (s->norm)
-        tfm__layer_norm_run(s->norm, h, n, h);
+        tfm__layer_norm_run(s->norm, h, rows, h);
     return TFM_OK;
+}
+
+tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
+                                 float *keys, float *values, int64_t stride,
+                                 int64_t past, int64_t origin)
+{
+    /* Layer i's cache: rows [capacity, kv_dim] at i * stride. */
+    const tfm__cached_seq one = { n, past, origin, keys, values, stride };
+    return tfm__stack_run_cached_seqs(s, h, 1, &one);
 }
 
 /* The public constructors: a stack with the caller's options (NULL: the

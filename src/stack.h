@@ -88,6 +88,16 @@ tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
                                  float *keys, float *values, int64_t stride,
                                  int64_t past, int64_t origin);
 
+/* The same for n_seqs sequences at once (a batch decoding step): h
+ * [rows, d] their new positions one sequence after another (rows = the
+ * sum of seqs[i].n), seqs[i] sequence i's cache (its layer_stride the
+ * stride above).  Every layer's norms, projections and feed-forward are
+ * one pass over all rows; attention is per sequence over its own cache.
+ * Fails only with out-of-memory. */
+tfm_status tfm__stack_run_cached_seqs(const tfm__stack *s, float *h,
+                                      int64_t n_seqs,
+                                      const tfm__cached_seq *seqs);
+
 tfm_status tfm__stack_macs(const tfm__stack *s, int64_t B, int64_t L,
                            int64_t S, int64_t *acc);
 

@@ -1,17 +1,20 @@
 /* The command-line programs' shared helpers (transformer-generate,
  * transformer-train): error messages prefixed with the program's name and
- * strict number parsing (the whole argument must be the number; the
+ * reading a whole file, strict number parsing (the whole argument must be the number; the
  * library's parser, src/number_parse.h).  Each program defines PROGRAM
  * before including this header; the functions are static, one copy per
  * program. */
 #ifndef TFM_TOOLS_CLI_ARGS_H
 #define TFM_TOOLS_CLI_ARGS_H
 
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "number_parse.h"
@@ -93,6 +96,42 @@ static inline int parse_double(const char *option, const char *s,
         return fail("%s: %s is not a finite number", option, s);
     *out = v;
     return 0;
+}
+
+/* Reads the whole file, with a NUL after its *len bytes; NULL (message
+ * printed) on failure. */
+static inline char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fail("cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap)
+            break;
+        char *bigger = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2 + 1);
+        if (!bigger) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = bigger;
+        cap *= 2;
+    }
+    const int err = ferror(f);
+    fclose(f);
+    if (!buf || err) {
+        fail("cannot read %s: %s", path, buf ? "read error" : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
 }
 
 #endif

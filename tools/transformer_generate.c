@@ -6,7 +6,7 @@
  *                        [--stop TEXT]... [--eos-token-id ID]...
  *                        [--min-new-tokens N] [--repetition-penalty R]
  *                        [--no-repeat-ngram-size N] [--past-context MODE]
- *                        [--help] [--version]
+ *                        [--batch-file FILE] [--help] [--version]
  *
  * Loads a decoder-only model and its tokenizer from one model file,
  * prints the prompt, then each generated character as soon as it is
@@ -18,7 +18,13 @@
  * timings,
  * a line describing the model (positional encoding and attention variant,
  * from the file's metadata: model.h, variants.h) and the OpenBLAS core go
- * to stderr. */
+ * to stderr.
+ *
+ * With --batch-file FILE every line of FILE is a prompt, and all of them
+ * are generated together (tfm_model_generate_batch); stdout gets one line
+ * per prompt, in order: the prompt and its generated text, with each
+ * newline of them written as the two characters \n and each backslash as
+ * \\, so that every result stays on its line. */
 #include <errno.h>
 #include <float.h>
 #include <getopt.h>
@@ -70,11 +76,12 @@ typedef struct options {
     float repetition_penalty;
     int64_t no_repeat_ngram_size;
     tfm_past_context past_context;   /* --past-context */
+    const char *batch_file;          /* --batch-file, or NULL */
 } options;
 
 /* getopt_long's values for the long-only options. */
 enum { OPT_SAMPLE = 256, OPT_STOP, OPT_EOS, OPT_MIN_NEW, OPT_REPETITION,
-       OPT_NO_REPEAT, OPT_PAST_CONTEXT };
+       OPT_NO_REPEAT, OPT_PAST_CONTEXT, OPT_BATCH_FILE };
 
 static void usage(FILE *out)
 {
@@ -120,6 +127,12 @@ static void usage(FILE *out)
         "                         positions a re-encode of the last half\n"
         "                         window once per half window) or reencode\n"
         "                         (the whole window afresh for every token)\n"
+        "      --batch-file FILE  generate for every line of FILE (a prompt "
+        "each)\n"
+        "                         together; one line out per prompt, in "
+        "order,\n"
+        "                         newlines written as \\n, backslashes as "
+        "\\\\\n"
         "  -h, --help             show this help and exit\n"
         "  -V, --version          show the version and exit\n"
         "\n"
@@ -169,6 +182,7 @@ static int parse_options(int argc, char **argv, options *o)
         { "repetition-penalty", required_argument, NULL, OPT_REPETITION },
         { "no-repeat-ngram-size", required_argument, NULL, OPT_NO_REPEAT },
         { "past-context", required_argument, NULL, OPT_PAST_CONTEXT },
+        { "batch-file", required_argument, NULL, OPT_BATCH_FILE },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -189,6 +203,7 @@ static int parse_options(int argc, char **argv, options *o)
     o->repetition_penalty = 1.0f;
     o->no_repeat_ngram_size = 0;
     o->past_context = TFM_PAST_CONTEXT_AUTO;
+    o->batch_file = NULL;
 
     int c;
     int64_t v;
@@ -280,6 +295,9 @@ static int parse_options(int argc, char **argv, options *o)
                 return fail("--past-context: %s is not auto or reencode",
                             optarg);
             break;
+        case OPT_BATCH_FILE:
+            o->batch_file = optarg;
+            break;
         case OPT_NO_REPEAT:
             if (parse_int64("--no-repeat-ngram-size", optarg, 0,
                             &o->no_repeat_ngram_size))
@@ -336,6 +354,25 @@ static int emit(const tfm_tokenizer *tok, int32_t id)
     return 0;
 }
 
+/* The library's options for the command line's. */
+static void generate_options(const options *o, const tfm_tokenizer *tok,
+                             tfm_generate_options *g)
+{
+    tfm_generate_options_init(g);
+    g->max_new_tokens = o->max_tokens;
+    g->min_new_tokens = o->min_new_tokens;
+    g->sampling = o->sampling;
+    g->seed = o->seed;
+    g->eos_token_ids = o->eos;
+    g->n_eos_token_ids = o->n_eos;
+    g->stop_strings = o->stops;
+    g->n_stop_strings = o->n_stops;
+    g->tokenizer = tok;
+    g->repetition_penalty = o->repetition_penalty;
+    g->no_repeat_ngram_size = o->no_repeat_ngram_size;
+    g->past_context = o->past_context;
+}
+
 /* Generates with a tfm_generator, printing each token as it comes. */
 static int generate(const tfm_module *model, const tfm_tokenizer *tok,
                     const int32_t *prompt, int64_t n_prompt,
@@ -345,19 +382,7 @@ static int generate(const tfm_module *model, const tfm_tokenizer *tok,
     if (tfm_model_get_config(model, &cfg) != TFM_OK)
         return fail("%s", tfm_last_error());
     tfm_generate_options g;
-    tfm_generate_options_init(&g);
-    g.max_new_tokens = o->max_tokens;
-    g.min_new_tokens = o->min_new_tokens;
-    g.sampling = o->sampling;
-    g.seed = o->seed;
-    g.eos_token_ids = o->eos;
-    g.n_eos_token_ids = o->n_eos;
-    g.stop_strings = o->stops;
-    g.n_stop_strings = o->n_stops;
-    g.tokenizer = tok;
-    g.repetition_penalty = o->repetition_penalty;
-    g.no_repeat_ngram_size = o->no_repeat_ngram_size;
-    g.past_context = o->past_context;
+    generate_options(o, tok, &g);
 
     /* What the generator does past the context (model.h:
      * tfm_past_context): a model that takes a rolling cache rolls. */
@@ -569,6 +594,174 @@ static void report(const tfm_module *model, const timings *tm,
     fprintf(stderr, "OpenBLAS core: %s\n", core ? core : "unknown");
 }
 
+/* ---- Batch mode (--batch-file) -------------------------------------- */
+
+/* *ids (malloc'ed) and *n: the tokens of text[len]. */
+static int encode(const tfm_tokenizer *tok, const char *text, size_t len,
+                  int32_t **ids, int64_t *n)
+{
+    tfm_status st = tfm_tokenizer_encode(tok, text, len, NULL, 0, n);
+    if (st != TFM_OK && st != TFM_ERR_CAPACITY)
+        return fail("the prompt cannot be encoded: %s", tfm_last_error());
+    *ids = malloc((size_t)(*n > 0 ? *n : 1) * sizeof **ids);
+    if (!*ids)
+        return fail("out of memory");
+    if (*n > 0 && tfm_tokenizer_encode(tok, text, len, *ids, *n, n) != TFM_OK)
+        return fail("the prompt cannot be encoded: %s", tfm_last_error());
+    return 0;
+}
+
+/* Writes bytes with newlines as \n and backslashes as \\. */
+static void put_escaped(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\n')
+            fputs("\\n", stdout);
+        else if (s[i] == '\\')
+            fputs("\\\\", stdout);
+        else
+            fputc(s[i], stdout);
+    }
+}
+
+/* The lines of path (without their \n or \r\n): *lines into *text. */
+static int read_lines(const char *path, char **text, char ***lines,
+                      int64_t *n)
+{
+    size_t len = 0;
+    char *buf = read_file(path, &len);
+    if (!buf)
+        return 1;
+    int64_t count = 0;
+    for (size_t i = 0; i < len; i++)
+        count += buf[i] == '\n';
+    count += len > 0 && buf[len - 1] != '\n';
+    char **l = malloc((size_t)(count > 0 ? count : 1) * sizeof *l);
+    if (!l) {
+        free(buf);
+        return fail("out of memory");
+    }
+    int64_t k = 0;
+    for (char *p = buf; p < buf + len;) {
+        char *end = memchr(p, '\n', (size_t)(buf + len - p));
+        if (!end)
+            end = buf + len;
+        *end = '\0';
+        if (end > p && end[-1] == '\r')
+            end[-1] = '\0';
+        l[k++] = p;
+        p = end + 1;
+    }
+    *text = buf;
+    *lines = l;
+    *n = k;
+    return 0;
+}
+
+/* --batch-file: every line a prompt, generated together; one line out per
+ * prompt. */
+static int generate_file(const tfm_module *model, const tfm_tokenizer *tok,
+                         const options *o)
+{
+    char *text = NULL, **lines = NULL;
+    int64_t B = 0;
+    if (read_lines(o->batch_file, &text, &lines, &B))
+        return 1;
+    int rc = 1;
+    int32_t **ids = calloc((size_t)(B > 0 ? B : 1), sizeof *ids);
+    int64_t *n_ids = calloc((size_t)(B > 0 ? B : 1), sizeof *n_ids);
+    int64_t *n_out = calloc((size_t)(B > 0 ? B : 1), sizeof *n_out);
+    tfm_stop_reason *why = calloc((size_t)(B > 0 ? B : 1), sizeof *why);
+    int32_t *out = malloc((size_t)(B * o->max_tokens > 0 ? B * o->max_tokens
+                                                         : 1) * sizeof *out);
+    if (!ids || !n_ids || !n_out || !why || !out) {
+        fail("out of memory");
+        goto done;
+    }
+    if (B == 0) {
+        fail("--batch-file '%s' has no lines", o->batch_file);
+        goto done;
+    }
+    for (int64_t i = 0; i < B; i++) {
+        if (encode(tok, lines[i], strlen(lines[i]), &ids[i], &n_ids[i]))
+            goto done;
+        if (n_ids[i] == 0) {
+            fail("--batch-file '%s': line %lld is empty", o->batch_file,
+                 (long long)(i + 1));
+            goto done;
+        }
+    }
+    tfm_generate_options g;
+    generate_options(o, tok, &g);
+    const double t0 = now_seconds();
+    if (tfm_model_generate_batch(model, (const int32_t *const *)ids, n_ids,
+                                 B, &g, out, n_out, why) != TFM_OK) {
+        fail("%s", tfm_last_error());
+        goto done;
+    }
+    const double seconds = now_seconds() - t0;
+    int64_t total = 0, counts[5] = { 0 };
+    for (int64_t i = 0; i < B; i++) {
+        size_t len = 0, cap = (size_t)n_out[i] * 8 + 1;
+        char *s = malloc(cap);
+        if (!s) {
+            fail("out of memory");
+            goto done;
+        }
+        tfm_status st = tfm_tokenizer_decode_v2(tok, out + i * o->max_tokens,
+                                                n_out[i], 0, s, cap, &len);
+        if (st == TFM_ERR_CAPACITY) {
+            char *more = realloc(s, len + 1);
+            if (!more) {
+                free(s);
+                fail("out of memory");
+                goto done;
+            }
+            s = more;
+            st = tfm_tokenizer_decode_v2(tok, out + i * o->max_tokens,
+                                         n_out[i], 0, s, len + 1, &len);
+        }
+        if (st != TFM_OK) {
+            free(s);
+            fail("cannot decode line %lld's tokens: %s", (long long)(i + 1),
+                 tfm_last_error());
+            goto done;
+        }
+        put_escaped(lines[i], strlen(lines[i]));
+        put_escaped(s, len);
+        fputc('\n', stdout);
+        free(s);
+        total += n_out[i];
+        if ((int)why[i] >= 0 && (int)why[i] < 5)
+            counts[why[i]]++;
+    }
+    fflush(stdout);
+    fprintf(stderr, "batch: %lld prompts, %lld tokens generated in %.3f ms "
+            "(%.1f tokens/s, prefills included)\n", (long long)B,
+            (long long)total, 1e3 * seconds,
+            seconds > 0 ? (double)total / seconds : 0.0);
+    fprintf(stderr, "stopped: %lld at max-tokens, %lld at an end-of-sequence "
+            "token, %lld at a stop string\n", (long long)counts[1],
+            (long long)counts[2], (long long)counts[3]);
+    report_model(model);
+    fprintf(stderr, "threads: %d\n", tfm_get_num_threads());
+    const char *core = openblas_get_corename();
+    fprintf(stderr, "OpenBLAS core: %s\n", core ? core : "unknown");
+    rc = 0;
+done:
+    if (ids)
+        for (int64_t i = 0; i < B; i++)
+            free(ids[i]);
+    free(ids);
+    free(n_ids);
+    free(n_out);
+    free(why);
+    free(out);
+    free(lines);
+    free(text);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -608,6 +801,11 @@ int main(int argc, char **argv)
         fail("'%s': the model has %lld tokens but the tokenizer %lld",
              o.model, (long long)cfg.vocab_size,
              (long long)tfm_tokenizer_vocab_size(tok));
+        goto done;
+    }
+
+    if (o.batch_file) {
+        rc = generate_file(model, tok, &o);
         goto done;
     }
 

@@ -376,40 +376,6 @@ static int parse_options(int argc, char **argv, train_options *o, int *given)
 
 /* ---- Text and vocabulary ---------------------------------------------- */
 
-/* Reads the whole file; NULL (message printed) on failure. */
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fail("cannot read %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        char *bigger = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
-        if (!bigger) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = bigger;
-        cap *= 2;
-    }
-    const int err = ferror(f);
-    fclose(f);
-    if (!buf || err) {
-        free(buf);
-        fail("cannot read %s: %s", path, buf ? "read error" : "out of memory");
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 /* UTF-8 decoding of one code point at s (n bytes left); returns its length,
  * 0 when invalid (the tokenizer reports where). */
 static int utf8_next(const unsigned char *s, size_t n, uint32_t *cp)

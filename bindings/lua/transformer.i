@@ -1122,73 +1122,65 @@ static int tfml_model_generate(lua_State *L)
     return 1;
 }
 
-/* generator_create(model, prompt_ids, options [, tokenizer [, cache]]) ->
- * generator (tfm_generator_create).  options: max_new_tokens,
- * min_new_tokens, sampling (a sampling table), seed, eos_token_id (a table
- * of ids), stop_strings (a table of strings), repetition_penalty,
- * no_repeat_ngram_size, past_context (a tfm_past_context); absent keys
- * take tfm_generate_options_init's defaults; cache: options.cache (prefix
- * reuse; transformer.lua keeps it alive and closes the generator before
- * the cache).  The generator keeps the model alive and is closed with
- * it. */
-static int tfml_generator_create(lua_State *L)
+/* Reads the generation options table at idx into *o (absent keys take
+ * tfm_generate_options_init's defaults): max_new_tokens, min_new_tokens,
+ * sampling (a sampling table), seed, eos_token_id (a table of ids),
+ * stop_strings (a table of strings), repetition_penalty,
+ * no_repeat_ngram_size, past_context (a tfm_past_context).  The arrays
+ * stay on the stack (scratch above the arguments) until the calling
+ * function returns; the library copies them.  Raises a Lua error on a
+ * malformed table. */
+static void tfml_read_generate_options(lua_State *L, int idx,
+                                       tfm_generate_options *o_out)
 {
     static const char *const keys[] = {
         "max_new_tokens", "min_new_tokens", "sampling", "seed",
         "eos_token_id", "stop_strings", "repetition_penalty",
         "no_repeat_ngram_size", "past_context", NULL };
-    lua_settop(L, 5);
-    const tfm_module *model = (const tfm_module *)tfml_check_handle(
-        L, 1, SWIGTYPE_p_tfm_module, "model");
-    int64_t batch, n_prompt, i, n;
-    const int32_t *prompt = tfml_read_ids(L, 2, &batch, &n_prompt, "prompt");
     tfm_generate_options o;
-    tfm_generator *g = NULL;
-    tfm_status st;
-    if (batch != 1)
-        return luaL_error(L, "prompt must be one sequence of ids");
-    if (!lua_istable(L, 3))
-        return luaL_error(L, "options must be a table, got %s",
-                          luaL_typename(L, 3));
-    tfml_check_keys(L, 3, keys, "options");
+    int64_t i, n;
+    if (!lua_istable(L, idx))
+        luaL_error(L, "options must be a table, got %s",
+                   luaL_typename(L, idx));
+    tfml_check_keys(L, idx, keys, "options");
     tfm_generate_options_init(&o);
-    if (tfml_field(L, 3, "max_new_tokens")) {
+    if (tfml_field(L, idx, "max_new_tokens")) {
         o.max_new_tokens = tfml_tointeger(L, -1, "max_new_tokens");
         lua_pop(L, 1);
     }
-    if (tfml_field(L, 3, "min_new_tokens")) {
+    if (tfml_field(L, idx, "min_new_tokens")) {
         o.min_new_tokens = tfml_tointeger(L, -1, "min_new_tokens");
         lua_pop(L, 1);
     }
-    if (tfml_field(L, 3, "sampling")) {
+    if (tfml_field(L, idx, "sampling")) {
         tfml_read_sampling(L, -1, &o.sampling);
         lua_pop(L, 1);
     }
-    if (tfml_field(L, 3, "seed")) {
+    if (tfml_field(L, idx, "seed")) {
         o.seed = (uint64_t)tfml_tointeger(L, -1, "seed");
         lua_pop(L, 1);
     }
-    if (tfml_field(L, 3, "repetition_penalty")) {
+    if (tfml_field(L, idx, "repetition_penalty")) {
         o.repetition_penalty =
             (float)tfml_tonumber(L, -1, "repetition_penalty");
         lua_pop(L, 1);
     }
-    if (tfml_field(L, 3, "no_repeat_ngram_size")) {
+    if (tfml_field(L, idx, "no_repeat_ngram_size")) {
         o.no_repeat_ngram_size = tfml_tointeger(L, -1, "no_repeat_ngram_size");
         lua_pop(L, 1);
     }
-    if (tfml_field(L, 3, "past_context")) {
+    if (tfml_field(L, idx, "past_context")) {
         o.past_context =
             (tfm_past_context)tfml_tointeger(L, -1, "past_context");
         lua_pop(L, 1);
     }
     /* The arrays stay on the stack (scratch above the arguments) until the
      * call returns; tfm_generator_create copies them. */
-    if (tfml_field(L, 3, "eos_token_id")) {
+    if (tfml_field(L, idx, "eos_token_id")) {
         int t = lua_gettop(L);
         int32_t *eos;
         if (!lua_istable(L, t))
-            return luaL_error(L, "eos_token_id must be a table of ids");
+            luaL_error(L, "eos_token_id must be a table of ids");
         n = (int64_t)lua_rawlen(L, t);
         eos = (int32_t *)tfml_scratch(L, (size_t)(n ? n : 1) * sizeof *eos);
         for (i = 0; i < n; i++) {
@@ -1197,25 +1189,25 @@ static int tfml_generator_create(lua_State *L)
             v = tfml_tointeger(L, -1, "eos_token_id");
             lua_pop(L, 1);
             if (v < INT32_MIN || v > INT32_MAX)
-                return luaL_error(L, "eos_token_id %I is outside the "
+                luaL_error(L, "eos_token_id %I is outside the "
                                   "vocabulary", v);
             eos[i] = (int32_t)v;
         }
         o.eos_token_ids = eos;
         o.n_eos_token_ids = n;
     }
-    if (tfml_field(L, 3, "stop_strings")) {
+    if (tfml_field(L, idx, "stop_strings")) {
         int t = lua_gettop(L);
         const char **stops;
         if (!lua_istable(L, t))
-            return luaL_error(L, "stop_strings must be a table of strings");
+            luaL_error(L, "stop_strings must be a table of strings");
         n = (int64_t)lua_rawlen(L, t);
         stops = (const char **)tfml_scratch(L, (size_t)(n ? n : 1)
                                                    * sizeof *stops);
         for (i = 0; i < n; i++) {
             lua_rawgeti(L, t, i + 1);
             if (lua_type(L, -1) != LUA_TSTRING)
-                return luaL_error(L, "stop_strings[%d] must be a string, "
+                luaL_error(L, "stop_strings[%d] must be a string, "
                                   "got %s", (int)(i + 1),
                                   luaL_typename(L, -1));
             stops[i] = lua_tostring(L, -1);   /* held by the table */
@@ -1224,6 +1216,27 @@ static int tfml_generator_create(lua_State *L)
         o.stop_strings = stops;
         o.n_stop_strings = n;
     }
+    *o_out = o;
+}
+
+/* generator_create(model, prompt_ids, options [, tokenizer [, cache]]) ->
+ * generator (tfm_generator_create; options as tfml_read_generate_options
+ * reads them; cache: options.cache, prefix reuse, which transformer.lua
+ * keeps alive and closes the generator before).  The generator keeps the
+ * model alive and is closed with it. */
+static int tfml_generator_create(lua_State *L)
+{
+    lua_settop(L, 5);
+    const tfm_module *model = (const tfm_module *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_module, "model");
+    int64_t batch, n_prompt;
+    const int32_t *prompt = tfml_read_ids(L, 2, &batch, &n_prompt, "prompt");
+    tfm_generate_options o;
+    tfm_generator *g = NULL;
+    tfm_status st;
+    if (batch != 1)
+        return luaL_error(L, "prompt must be one sequence of ids");
+    tfml_read_generate_options(L, 3, &o);
     if (!lua_isnil(L, 4))
         o.tokenizer = (const tfm_tokenizer *)tfml_check_handle(
             L, 4, SWIGTYPE_p_tfm_tokenizer, "tokenizer");
@@ -1236,6 +1249,70 @@ static int tfml_generator_create(lua_State *L)
         return tfml_raise_status(L, st);
     SWIG_NewPointerObj(L, g, SWIGTYPE_p_tfm_generator, 1);
     tfml_register_cache(L, -1, 1);
+    return 1;
+}
+
+/* model_generate_batch(model, ids, lengths, options [, tokenizer]) ->
+ * a table of tables of new ids (tfm_model_generate_batch): the prompts
+ * laid end to end in the flat table ids, lengths a table of their
+ * lengths; options as generator_create's. */
+static int tfml_model_generate_batch(lua_State *L)
+{
+    lua_settop(L, 5);
+    const tfm_module *model = (const tfm_module *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_module, "model");
+    int64_t rows, total, b, k, at = 0, B;
+    const int32_t *flat = tfml_read_ids(L, 2, &rows, &total, "prompts");
+    tfm_generate_options o;
+    const int32_t **prompts;
+    int64_t *lengths, *n_out;
+    int32_t *out;
+    tfm_status st;
+    if (rows != 1)
+        return luaL_error(L, "prompts must be laid end to end");
+    if (!lua_istable(L, 3))
+        return luaL_error(L, "lengths must be a table");
+    B = (int64_t)lua_rawlen(L, 3);
+    tfml_read_generate_options(L, 4, &o);
+    if (!lua_isnil(L, 5))
+        o.tokenizer = (const tfm_tokenizer *)tfml_check_handle(
+            L, 5, SWIGTYPE_p_tfm_tokenizer, "tokenizer");
+    if (o.max_new_tokens < 0 || o.max_new_tokens > TFM_MAX_NEW_TOKENS)
+        return luaL_error(L, "max_new_tokens must be in 0 .. %d",
+                          TFM_MAX_NEW_TOKENS);
+    if (B > 0 && o.max_new_tokens > (int64_t)(SIZE_MAX / 8) / B)
+        return luaL_error(L, "too many tokens");
+    prompts = (const int32_t **)tfml_scratch(L, (size_t)(B ? B : 1)
+                                                    * sizeof *prompts);
+    lengths = (int64_t *)tfml_scratch(L, (size_t)(B ? B : 1) * sizeof *lengths);
+    n_out = (int64_t *)tfml_scratch(L, (size_t)(B ? B : 1) * sizeof *n_out);
+    out = (int32_t *)tfml_scratch(L, (size_t)(B * o.max_new_tokens)
+                                         * sizeof *out);
+    for (b = 0; b < B; b++) {
+        lua_Integer n;
+        lua_rawgeti(L, 3, b + 1);
+        n = tfml_tointeger(L, -1, "length");
+        lua_pop(L, 1);
+        if (n < 0 || n > total - at)
+            return luaL_error(L, "lengths do not fit the prompt ids");
+        prompts[b] = flat + at;
+        lengths[b] = n;
+        at += n;
+    }
+    tfm_clear_error();
+    st = tfm_model_generate_batch(model, prompts, lengths, B, &o, out, n_out,
+                                  NULL);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    lua_createtable(L, (int)B, 0);
+    for (b = 0; b < B; b++) {
+        lua_createtable(L, (int)n_out[b], 0);
+        for (k = 0; k < n_out[b]; k++) {
+            lua_pushinteger(L, out[b * o.max_new_tokens + k]);
+            lua_rawseti(L, -2, k + 1);
+        }
+        lua_rawseti(L, -2, b + 1);
+    }
     return 1;
 }
 
@@ -1644,6 +1721,7 @@ static int tfml_tokenizer_special_id(lua_State *L)
 %native(is_closed) int tfml_is_closed(lua_State *L);
 %native(model_generate) int tfml_model_generate(lua_State *L);
 %native(generator_create) int tfml_generator_create(lua_State *L);
+%native(model_generate_batch) int tfml_model_generate_batch(lua_State *L);
 %native(generator_next) int tfml_generator_next(lua_State *L);
 %native(model_beam_search) int tfml_model_beam_search(lua_State *L);
 %native(model_seq2seq_logits) int tfml_model_seq2seq_logits(lua_State *L);
@@ -2016,6 +2094,7 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %ignore tfm_tokenizer_special_id;
 %ignore tfm_model_generate;
 %ignore tfm_model_generate_v2;
+%ignore tfm_model_generate_batch;
 %ignore tfm_generator_create;
 %ignore tfm_generator_next;
 %ignore tfm_generate_options;

@@ -2507,14 +2507,10 @@ local BEAM_OPTIONS = { "num_beams", "length_penalty", "early_stopping", "num_ret
                        "return_scores", "decoder_start_token_id" }
 local EARLY_STOPPING = { [false] = 0, [true] = 1, never = 2 }
 
--- A core generator (tfm_generator_create) for generate's options.
-local function new_generator(self, prompt, opts, what)
-  local h = handle(self)
+-- The core options table (and the tokenizer handle, for stop strings) of
+-- generate's options.
+local function core_generate_options(self, opts, what)
   opts = check_options(what, opts, GEN_OPTIONS)
-  local ids = model_ids(self, prompt)
-  local _, nested, _, L = ids_shape(ids, "prompt")
-  if nested then fail("prompt must be one sequence (a string or a flat table of ids)") end
-  if L < 1 then fail("prompt must not be empty") end
   local sampling, seed = sampling_table(opts)
   local o = {
     max_new_tokens = opts.max_new_tokens == nil and 100
@@ -2544,7 +2540,18 @@ local function new_generator(self, prompt, opts, what)
     if tok == nil then fail("stop_strings need the model's tokenizer, and this model has none") end
     tok = handle(tok)
   end
-  local cache = opts.past_key_values
+  return o, tok
+end
+
+-- A core generator (tfm_generator_create) for generate's options.
+local function new_generator(self, prompt, opts, what)
+  local h = handle(self)
+  local ids = model_ids(self, prompt)
+  local _, nested, _, L = ids_shape(ids, "prompt")
+  if nested then fail("prompt must be one sequence (a string or a flat table of ids)") end
+  if L < 1 then fail("prompt must not be empty") end
+  local o, tok = core_generate_options(self, opts, what)
+  local cache = opts and opts.past_key_values
   if cache ~= nil then
     if getmetatable(cache) ~= KVCache or rawget(cache, "model") ~= self then
       fail("past_key_values must be a KVCache of this model (model:kv_cache())")
@@ -2554,6 +2561,40 @@ local function new_generator(self, prompt, opts, what)
   local g = core.generator_create(h, ids, o, tok, cache ~= nil and handle(cache) or nil)
   if cache ~= nil then rawset(cache, "_generator", g) end
   return g
+end
+
+-- Whether generate's prompt is a table of prompts (strings or id tables).
+local function is_prompt_list(prompt)
+  return type(prompt) == "table" and #prompt > 0
+    and (type(prompt[1]) == "string" or type(prompt[1]) == "table")
+end
+
+-- generate on a table of prompts (tfm_model_generate_batch): a table of
+-- results, item i what generate(prompts[i], opts) returns first (the text
+-- for a string prompt, else the new ids).
+function Model:_generate_batch(prompts, opts)
+  local h = handle(self)
+  local flat, lengths = {}, {}
+  for i, p in ipairs(prompts) do
+    if type(p) ~= "string" and type(p) ~= "table" then
+      fail("prompts[%d] must be a string or a table of ids, got %s", i, type(p))
+    end
+    local ids = model_ids(self, p)
+    for _, id in ipairs(ids) do
+      if type(id) ~= "number" then fail("prompts[%d] must be a flat table of ids", i) end
+      flat[#flat + 1] = id
+    end
+    lengths[i] = #ids
+  end
+  if opts ~= nil and opts.past_key_values ~= nil then
+    fail("a table of prompts does not take past_key_values (one cache serves one sequence)")
+  end
+  local o, tok = core_generate_options(self, opts, "generate")
+  local out = core.model_generate_batch(h, flat, lengths, o, tok)
+  for i, p in ipairs(prompts) do
+    if type(p) == "string" then out[i] = self.tokenizer:decode(out[i]) end
+  end
+  return out
 end
 
 --- model:generate(prompt, {max_new_tokens=100, temperature=nil, top_k=nil,
@@ -2600,7 +2641,24 @@ end
 --  repeated) and the new ids; for an ids prompt, the new ids.  Beam search:
 --  the same for the best sequence, tables of them (best first) when
 --  num_return_sequences > 1, and with return_scores the score(s) last.
+--  A table of prompts ({p1, p2, ...}, each a string or a table of ids) is
+--  generated as a batch (tfm_model_generate_batch; not with the beam
+--  options): the result is a table, item i what generate(prompts[i],
+--  opts) returns first (the text for a string, else the new ids), the same
+--  tokens as alone, each sequence stopping on its own; each step runs the
+--  new tokens of all sequences through the weights together.
 function Model:generate(prompt, opts)
+  if is_prompt_list(prompt) then
+    if opts ~= nil and is_options(opts) then
+      for _, k in ipairs(BEAM_OPTIONS) do
+        if opts[k] ~= nil then fail("generate: a table of prompts does not take %s (no beam search)", k) end
+      end
+    end
+    if self.architecture ~= "decoder_only" then
+      fail("generate: a table of prompts needs a decoder-only model")
+    end
+    return self:_generate_batch(prompt, opts)
+  end
   if opts ~= nil and is_options(opts) then
     local beam = self.architecture == "encoder_decoder"
     for _, k in ipairs(BEAM_OPTIONS) do

@@ -343,6 +343,8 @@ TFMPY_HANDLE_OUT(tfm_optimizer)
 /* Generation with options: tfmpy_generator_create fills the array members;
  * the callback form is C's (Python iterates tfm_generator_next). */
 %ignore tfm_model_generate_v2;
+/* Replaced by tfmpy_model_generate_batch (prompts end to end). */
+%ignore tfm_model_generate_batch;
 %ignore tfm_generator_create;
 %ignore tfm_generate_options::eos_token_ids;
 %ignore tfm_generate_options::stop_strings;
@@ -477,6 +479,46 @@ tfm_status tfmpy_model_generate(const tfm_module *model,
                               seed, out_ids);
 }
 
+/* The stop strings of a Python list of str as borrowed UTF-8 (each
+ * lives with its str): *out (free() it; NULL when empty) and *n.  Returns
+ * 0, or -1 with a Python exception set. */
+static int tfmpy_stop_strings(PyObject *stop_strings, const char ***out,
+                              Py_ssize_t *n)
+{
+    Py_ssize_t i;
+    const char **stops = NULL;
+    *out = NULL;
+    *n = 0;
+    if (!PyList_Check(stop_strings)) {
+        PyErr_SetString(PyExc_TypeError, "stop_strings must be a list");
+        return -1;
+    }
+    if (PyList_GET_SIZE(stop_strings) > 0) {
+        stops = calloc((size_t)PyList_GET_SIZE(stop_strings), sizeof *stops);
+        if (!stops) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    for (i = 0; i < PyList_GET_SIZE(stop_strings); i++) {
+        PyObject *item = PyList_GET_ITEM(stop_strings, i);
+        if (!PyUnicode_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "stop_strings[%zd] must be a str, "
+                         "not %s", i, Py_TYPE(item)->tp_name);
+            free(stops);
+            return -1;
+        }
+        stops[i] = PyUnicode_AsUTF8(item);   /* borrowed: lives with item */
+        if (!stops[i]) {
+            free(stops);
+            return -1;
+        }
+    }
+    *out = stops;
+    *n = PyList_GET_SIZE(stop_strings);
+    return 0;
+}
+
 /* tfm_generator_create with the options' arrays from Python: eos ids (an
  * int32 array, may be empty), stop strings (a list of str, may be empty)
  * and the tokenizer that decodes for them (None when there are none).
@@ -490,33 +532,11 @@ PyObject *tfmpy_generator_create(const tfm_module *model,
 {
     tfm_generate_options o = *options;
     tfm_generator *g = NULL;
-    Py_ssize_t n_stop = 0, i;
+    Py_ssize_t n_stop = 0;
     const char **stops = NULL;
     tfm_status st;
-    if (!PyList_Check(stop_strings)) {
-        PyErr_SetString(PyExc_TypeError, "stop_strings must be a list");
+    if (tfmpy_stop_strings(stop_strings, &stops, &n_stop) != 0)
         return NULL;
-    }
-    n_stop = PyList_GET_SIZE(stop_strings);
-    if (n_stop > 0) {
-        stops = calloc((size_t)n_stop, sizeof *stops);
-        if (!stops)
-            return PyErr_NoMemory();
-    }
-    for (i = 0; i < n_stop; i++) {
-        PyObject *item = PyList_GET_ITEM(stop_strings, i);
-        if (!PyUnicode_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "stop_strings[%zd] must be a str, "
-                         "not %s", i, Py_TYPE(item)->tp_name);
-            free(stops);
-            return NULL;
-        }
-        stops[i] = PyUnicode_AsUTF8(item);   /* borrowed: lives with item */
-        if (!stops[i]) {
-            free(stops);
-            return NULL;
-        }
-    }
     o.eos_token_ids = ids;
     o.n_eos_token_ids = n_ids;
     o.stop_strings = stops;
@@ -529,6 +549,86 @@ PyObject *tfmpy_generator_create(const tfm_module *model,
         return NULL;
     }
     return SWIG_NewPointerObj(SWIG_as_voidptr(g), SWIGTYPE_p_tfm_generator, 0);
+}
+
+/* tfm_model_generate_batch of the prompts laid end to end in prompt
+ * [n_prompt] with their lengths (a list of int, summing to n_prompt), the
+ * options' arrays as tfmpy_generator_create takes them.  Returns (ids
+ * int32 [B, max_new_tokens], n_out int64 [B]). */
+PyObject *tfmpy_model_generate_batch(const tfm_module *model,
+                                     const int32_t *prompt, int64_t n_prompt,
+                                     PyObject *lengths,
+                                     tfm_generate_options *options,
+                                     const int32_t *ids, int64_t n_ids,
+                                     PyObject *stop_strings,
+                                     const tfm_tokenizer *tokenizer)
+{
+    tfm_generate_options o = *options;
+    Py_ssize_t n_stop = 0, b, batch;
+    const char **stops = NULL;
+    const int32_t **prompts = NULL;
+    int64_t *n_prompts = NULL, at = 0;
+    npy_intp dims[2];
+    PyObject *out = NULL, *n_out = NULL;
+    tfm_status st;
+    if (!PyList_Check(lengths)) {
+        PyErr_SetString(PyExc_TypeError, "lengths must be a list");
+        return NULL;
+    }
+    batch = PyList_GET_SIZE(lengths);
+    if (o.max_new_tokens < 0 || o.max_new_tokens > TFM_MAX_NEW_TOKENS) {
+        tfmpy_raise(TFM_ERR_INVALID_ARGUMENT,
+                    "max_new_tokens must be in 0 .. TFM_MAX_NEW_TOKENS");
+        return NULL;
+    }
+    prompts = calloc((size_t)(batch > 0 ? batch : 1), sizeof *prompts);
+    n_prompts = calloc((size_t)(batch > 0 ? batch : 1), sizeof *n_prompts);
+    if (!prompts || !n_prompts) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (b = 0; b < batch; b++) {
+        long long n = PyLong_AsLongLong(PyList_GET_ITEM(lengths, b));
+        if (n == -1 && PyErr_Occurred())
+            goto done;
+        if (n < 0 || n > n_prompt - at) {
+            PyErr_SetString(PyExc_ValueError,
+                            "lengths do not fit the prompt ids");
+            goto done;
+        }
+        prompts[b] = prompt + at;
+        n_prompts[b] = n;
+        at += n;
+    }
+    if (tfmpy_stop_strings(stop_strings, &stops, &n_stop) != 0)
+        goto done;
+    o.eos_token_ids = ids;
+    o.n_eos_token_ids = n_ids;
+    o.stop_strings = stops;
+    o.n_stop_strings = n_stop;
+    o.tokenizer = tokenizer;
+    dims[0] = batch;
+    dims[1] = (npy_intp)o.max_new_tokens;
+    out = PyArray_SimpleNew(2, dims, NPY_INT32);
+    n_out = out ? PyArray_SimpleNew(1, dims, NPY_INT64) : NULL;
+    if (!n_out)
+        goto done;
+    st = tfm_model_generate_batch(
+        model, prompts, n_prompts, batch, &o,
+        (int32_t *)PyArray_DATA((PyArrayObject *)out),
+        (int64_t *)PyArray_DATA((PyArrayObject *)n_out), NULL);
+    if (st != TFM_OK)
+        tfmpy_raise_last(st);
+done:
+    free(stops);
+    free(prompts);
+    free(n_prompts);
+    if (PyErr_Occurred()) {
+        Py_XDECREF(out);
+        Py_XDECREF(n_out);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", out, n_out);
 }
 
 /* tfm_model_beam_search into new arrays: returns (ids int32 [R, M],

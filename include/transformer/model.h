@@ -588,6 +588,62 @@ TFM_API tfm_status tfm_model_generate_v2(const tfm_module *model,
                                          int64_t *n_out,
                                          tfm_stop_reason *reason);
 
+/* ---- Batched generation (since 1.2) -----------------------------------
+ * Several prompts of different lengths generated together, each exactly
+ * as tfm_model_generate_v2 generates it alone (the same options, the same
+ * seed: every sequence has its own random generator seeded with
+ * options->seed, its own processors, EOS, min_new_tokens, stop strings
+ * and max_new_tokens, and finishes on its own).  What it buys is speed:
+ * at each step the new tokens of all running sequences go through the
+ * blocks together, so that every projection, feed-forward and the output
+ * head is one matrix product of as many rows as running sequences (the
+ * library's one GEMM, src/gemm.c), and the weights are read once per step
+ * instead of once per sequence; attention is per sequence over its own
+ * keys.  This is Hugging Face's generate() on a left-padded batch with
+ * attention_mask (0 on the padding) and position_ids = cumsum(mask) - 1:
+ * the padding never takes part, and each sequence's tokens sit at
+ * positions 0, 1, ... of its own.  Here the padding is not stored: each
+ * sequence's cache holds its own positions only (prompts are prefilled
+ * one by one, as tfm_generator_create does).  A sequence's logits equal
+ * those of generating it alone up to the rounding of a matrix product of
+ * B rows instead of one (within 1e-5 on the shipped model; the tokens are
+ * the same unless two logits are that close).  Past the context a
+ * sequence goes on as tfm_generator does (past_context), the steps that
+ * re-encode it alone.
+ *
+ * prompts [batch]: prompts[i] holds n_prompts[i] ids, 1 .. context_length
+ * of them, in [0, vocab_size).  options: as tfm_model_generate_v2 (NULL:
+ * the defaults), except that callback and cache must be NULL.  Outputs
+ * (caller-owned; M = options->max_new_tokens):
+ *   out_ids [batch, M] row-major: sequence i's new ids in
+ *     out_ids[i*M .. i*M + n_out[i] - 1] (ending with its EOS when one
+ *     stopped it); the rest of each row is left as it was.  May be NULL
+ *     when M is 0;
+ *   n_out [batch]: each sequence's number of new ids, 0 .. M;
+ *   reasons [batch] (may be NULL): why each one stopped.
+ * Memory: one generator (a KV cache of context_length positions) per
+ * sequence, made once per call; each step's scratch comes from the
+ * calling thread's reusable workspace.
+ * Errors: TFM_ERR_NULL_ARGUMENT (model, prompts, a prompts[i], n_prompts,
+ * n_out, out_ids with M > 0), TFM_ERR_WRONG_KIND (not a decoder-only
+ * model), TFM_ERR_INVALID_ARGUMENT (batch < 1, an empty prompt, an id out
+ * of range, an EOS id outside the vocabulary, options->cache set, and
+ * every other option error of tfm_generator_create), TFM_ERR_CAPACITY (a
+ * prompt longer than
+ * the context), TFM_ERR_UNSUPPORTED (options->callback set: a callback
+ * has no sequence argument), TFM_ERR_OVERFLOW (batch, or batch * M, too
+ * large to size), TFM_ERR_NON_FINITE (a NaN logit),
+ * TFM_ERR_OUT_OF_MEMORY.  A prompt's error names its index.
+ * On error nothing is written to out_ids, n_out or reasons.  The model is
+ * only read.  Since 1.2. */
+TFM_API tfm_status tfm_model_generate_batch(const tfm_module *model,
+                                            const int32_t *const *prompts,
+                                            const int64_t *n_prompts,
+                                            int64_t batch,
+                                            const tfm_generate_options *options,
+                                            int32_t *out_ids, int64_t *n_out,
+                                            tfm_stop_reason *reasons);
+
 /* ---- Beam search (since 1.2) -------------------------------------------
  * Hugging Face's beam search (transformers' generate with num_beams > 1:
  * BeamSearchScorer and BeamHypotheses, generation/beam_search.py) for one

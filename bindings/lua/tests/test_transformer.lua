@@ -580,6 +580,42 @@ test("tiny model: repetition penalty, no-repeat n-grams, EOS, min_new_tokens", f
   equal(table.concat(out, ","), table.concat(want, ","), "min_new_tokens")
 end)
 
+-- model:generate with a table of prompts (tfm_model_generate_batch): each
+-- item what generate gives that prompt alone (text for strings, ids for
+-- id tables), greedy and sampled, sequences ending at their own EOS.
+test("batched generation on the shipped model equals each prompt alone", function()
+  local m = T.load_model(KJV)
+  local prompts = { "A", "And G", "In the beginning ", "And the earth was without form, and void" }
+  for _, o in ipairs({ { max_new_tokens = 30 },
+                       { max_new_tokens = 25, temperature = 0.8, top_k = 20, seed = 3,
+                         repetition_penalty = 1.2, no_repeat_ngram_size = 3 },
+                       { max_new_tokens = 50, eos_token_id = m:encode(",")[1] },
+                       { max_new_tokens = 40, stop_strings = { "the" } } }) do
+    local got = m:generate(prompts, o)
+    equal(#got, #prompts, "one result per prompt")
+    for i, p in ipairs(prompts) do
+      equal(got[i], (m:generate(p, o)), "prompt " .. i)
+    end
+  end
+  local eos = m:encode(",")[1]
+  local ids = {}
+  for i, p in ipairs(prompts) do ids[i] = m:encode(p) end
+  local got = m:generate(ids, { max_new_tokens = 50, eos_token_id = eos })
+  local lengths = {}
+  for i, p in ipairs(ids) do
+    local alone = m:generate(p, { max_new_tokens = 50, eos_token_id = eos })
+    equal(table.concat(got[i], ","), table.concat(alone, ","), "ids prompt " .. i)
+    lengths[#got[i]] = true
+  end
+  local distinct = 0
+  for _ in pairs(lengths) do distinct = distinct + 1 end
+  assert(distinct > 1, "the sequences stop at different steps")
+  local ok, err = pcall(m.generate, m, { "ab", {} }, { max_new_tokens = 3 })
+  assert(not ok and tostring(err):find("prompt 1"), "an empty prompt is refused by index")
+  ok, err = pcall(m.generate, m, { "ab", "c" }, { num_beams = 2 })
+  assert(not ok and tostring(err):find("num_beams"), "no beam search for a batch")
+end)
+
 test("stream and stop strings on the shipped model", function()
   local m = T.load_model(KJV)
   local text = m:generate("And God said", { max_new_tokens = 80 })

@@ -525,19 +525,12 @@ class Model(Module):
             return np.asarray(self.tokenizer.encode(prompt), np.int32), True
         return as_ids(prompt, "prompt").reshape(-1), False
 
-    def _generator(self, ids, max_new_tokens, temperature, top_k, top_p,
-                   seed, greedy, do_sample, min_new_tokens, eos_token_id,
-                   stop_strings, repetition_penalty, no_repeat_ngram_size,
-                   past_context="auto", past_key_values=None):
-        """A _Generator (tfm_generator_create) for the keyword arguments
-        of generate."""
-        cache = past_key_values
-        if cache is not None:
-            if not isinstance(cache, KVCache) or cache._model is not self:
-                raise InvalidArgumentError(
-                    "past_key_values must be a KVCache of this model "
-                    "(model.kv_cache())")
-            cache._check_free()
+    def _generate_options(self, max_new_tokens, temperature, top_k, top_p,
+                          seed, greedy, do_sample, min_new_tokens,
+                          eos_token_id, stop_strings, repetition_penalty,
+                          no_repeat_ngram_size, past_context="auto"):
+        """(options, eos int32 array, stop strings, tokenizer or None) for
+        the keyword arguments of generate."""
         o = _ll.tfm_generate_options()
         if past_context not in _PAST_CONTEXT:
             raise InvalidArgumentError(
@@ -574,14 +567,49 @@ class Model(Module):
                 "stop_strings need the model's tokenizer, and this model "
                 "has none")
         tokenizer = self.tokenizer if stops else None
+        return o, eos.astype(np.int32), stops, tokenizer
+
+    def _generator(self, ids, *args, past_key_values=None):
+        """A _Generator (tfm_generator_create) for the keyword arguments
+        of generate (_generate_options' order), in the KVCache
+        past_key_values when given (prefix reuse)."""
+        cache = past_key_values
+        if cache is not None:
+            if not isinstance(cache, KVCache) or cache._model is not self:
+                raise InvalidArgumentError(
+                    "past_key_values must be a KVCache of this model "
+                    "(model.kv_cache())")
+            cache._check_free()
+        o, eos, stops, tokenizer = self._generate_options(*args)
         with contextlib.ExitStack() as uses:
             ptr = uses.enter_context(self._use())
             tok = uses.enter_context(tokenizer._use()) if tokenizer else None
             if cache is not None:
                 o.cache = uses.enter_context(cache._use())
-            g = _ll.tfmpy_generator_create(ptr, ids, o, eos.astype(np.int32),
-                                           stops, tok)
+            g = _ll.tfmpy_generator_create(ptr, ids, o, eos, stops, tok)
         return _Generator(g, self, tokenizer, cache)
+
+    def _generate_batch(self, prompts, *args):
+        """generate on a list of prompts (tfm_model_generate_batch): a
+        list of results, each what generate gives for that prompt alone."""
+        for i, p in enumerate(prompts):
+            if not isinstance(p, (str, list, tuple, np.ndarray)):
+                raise TypeError(f"prompts[{i}] must be a str or a sequence "
+                                f"of token ids, not {type(p).__name__}")
+        pairs = [self._prompt_ids(p) for p in prompts]
+        o, eos, stops, tokenizer = self._generate_options(*args)
+        flat = np.concatenate([ids for ids, _ in pairs]).astype(np.int32)
+        lengths = [int(ids.size) for ids, _ in pairs]
+        with contextlib.ExitStack() as uses:
+            ptr = uses.enter_context(self._use())
+            tok = uses.enter_context(tokenizer._use()) if tokenizer else None
+            out, n_out = _ll.tfmpy_model_generate_batch(
+                ptr, flat, lengths, o, eos, stops, tok)
+        results = []
+        for (_, as_text), row, n in zip(pairs, out, n_out):
+            new = row[:n].tolist()
+            results.append(self.tokenizer.decode(new) if as_text else new)
+        return results
 
     def generate(self, prompt, max_new_tokens=100, temperature=None,
                  top_k=None, top_p=None, seed=None, greedy=None,
@@ -674,12 +702,36 @@ class Model(Module):
                 beam search; one generation at a time per cache
                 (BusyError).
 
+        A list (or tuple) of prompts -- each a str or a list of ids -- is
+        generated as a batch (tfm_model_generate_batch): the result is a
+        list, item i what generate(prompts[i], ...) returns (same tokens,
+        same seed per sequence), each sequence stopping on its own; every
+        step runs the new tokens of all sequences through the weights
+        together (one matrix product per projection), which is faster than
+        one by one.  Not with the beam search's arguments.
+
         Returns:
             the generated text (str) for a str prompt, else the list of the
             new ids (the prompt is not repeated).  Beam search: the same for
             the best sequence, a list of them (best first) when
             num_return_sequences > 1, and with return_scores a pair
             (that, score or list of scores)."""
+        if _is_prompt_list(prompt):
+            if (num_beams != 1 or num_return_sequences != 1 or return_scores
+                    or self.config["architecture"] == "encoder_decoder"):
+                raise InvalidArgumentError(
+                    "a list of prompts is generated without beam search "
+                    "(num_beams, num_return_sequences and return_scores "
+                    "take one prompt) and by decoder-only models")
+            if past_key_values is not None:
+                raise InvalidArgumentError(
+                    "a list of prompts does not take past_key_values (one "
+                    "cache serves one sequence)")
+            return self._generate_batch(
+                prompt, max_new_tokens, temperature, top_k, top_p, seed,
+                greedy, do_sample, min_new_tokens, eos_token_id,
+                stop_strings, repetition_penalty, no_repeat_ngram_size,
+                past_context)
         if (num_beams != 1 or num_return_sequences != 1 or return_scores
                 or self.config["architecture"] == "encoder_decoder"):
             if past_key_values is not None:
@@ -698,7 +750,7 @@ class Model(Module):
                             seed, greedy, do_sample, min_new_tokens,
                             eos_token_id, stop_strings, repetition_penalty,
                             no_repeat_ngram_size, past_context,
-                            past_key_values)
+                            past_key_values=past_key_values)
         with g:
             new = list(g)
         return self.tokenizer.decode(new) if as_text else new
@@ -773,7 +825,9 @@ class Model(Module):
         generate's.  Leaving the loop early (break) ends the generation
         and frees it."""
         ids, as_text = self._prompt_ids(prompt)
-        g = self._generator(ids, max_new_tokens, *_generate_args(kwargs))
+        args = _generate_args(kwargs)
+        g = self._generator(ids, max_new_tokens, *args[:-1],
+                            past_key_values=args[-1])
         with g:
             if not as_text:
                 yield from g
@@ -942,6 +996,14 @@ _GENERATE_KEYWORDS = ("temperature", "top_k", "top_p", "seed", "greedy",
 _GENERATE_DEFAULTS = {"min_new_tokens": 0, "repetition_penalty": 1.0,
                       "no_repeat_ngram_size": 0, "past_context": "auto"}
 _PAST_CONTEXT = {"auto": 0, "reencode": 1}   # tfm_past_context
+
+
+def _is_prompt_list(prompt):
+    """Whether generate's prompt is a list of prompts (a list or tuple of
+    str or id sequences) rather than one prompt of ids."""
+    return (isinstance(prompt, (list, tuple)) and len(prompt) > 0
+            and any(isinstance(p, (str, list, tuple, np.ndarray))
+                    for p in prompt))
 
 
 def _generate_args(kwargs):
