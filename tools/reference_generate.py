@@ -38,12 +38,22 @@ def load_model(path):
     if meta.get("format") != "libtransformer" or meta.get("tfm.architecture") != "decoder_only":
         raise ValueError("not a libtransformer decoder_only model")
     expect = {"tfm.norm_first": "true", "tfm.activation": "gelu",
-              "tfm.layer_norm_eps": "1e-05", "tfm.positional": "learned",
+              "tfm.positional": "learned",
               "tfm.tied_embeddings": "true", "tfm.embedding_scale": "false",
               "tfm.tokenizer": "char"}
     for k, v in expect.items():
         if meta.get(k) != v:
             raise ValueError("unsupported %s=%r (expected %r)" % (k, meta.get(k), v))
+    # nn.LayerNorm's eps 1e-5 as the float32 the model holds: PyTorch's
+    # writer prints "1e-05", transformer-train "9.99999975e-06".
+    eps = meta.get("tfm.layer_norm_eps")
+    try:
+        ok = np.float32(float(eps)) == np.float32(1e-5)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError("unsupported tfm.layer_norm_eps=%r (expected 1e-5)"
+                         % (eps,))
     vocab = meta["tfm.vocab"]
     V = int(meta["tfm.vocab_size"])
     assert len(vocab) == V
