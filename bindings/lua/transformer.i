@@ -1518,6 +1518,35 @@ static int tfml_cross_entropy(lua_State *L)
     return 1;
 }
 
+/* model_loss_backward(model, ids, targets, ignore_index, label_smoothing,
+ * grad_scale) -> loss (tfm_model_loss_backward, the mean reduction): ids
+ * and targets [B][L] (flat tables for B = 1) of the same shape. */
+static int tfml_model_loss_backward(lua_State *L)
+{
+    lua_settop(L, 6);
+    tfm_module *model = (tfm_module *)tfml_check_handle(
+        L, 1, SWIGTYPE_p_tfm_module, "model");
+    int64_t B, T, TB, TT;
+    const int32_t *ids = tfml_read_ids(L, 2, &B, &T, "ids");
+    const int32_t *targets = tfml_read_ids(L, 3, &TB, &TT, "targets");
+    lua_Integer ignore = luaL_checkinteger(L, 4);
+    float smoothing = (float)luaL_checknumber(L, 5);
+    float scale = (float)luaL_checknumber(L, 6);
+    float loss = 0.0f;
+    tfm_status st;
+    if (TB != B || TT != T)
+        return luaL_error(L, "targets must have the shape of ids");
+    if (ignore < INT32_MIN || ignore > INT32_MAX)
+        return luaL_error(L, "ignore_index %I is out of range", ignore);
+    tfm_clear_error();
+    st = tfm_model_loss_backward(model, ids, B, T, targets, (int32_t)ignore,
+                                 smoothing, TFM_REDUCTION_MEAN, scale, &loss);
+    if (st != TFM_OK)
+        return tfml_raise_status(L, st);
+    lua_pushnumber(L, loss);
+    return 1;
+}
+
 /* tokenizer_encode(tokenizer, text) -> ids */
 static int tfml_tokenizer_encode(lua_State *L)
 {
@@ -1727,6 +1756,7 @@ static int tfml_tokenizer_special_id(lua_State *L)
 %native(model_seq2seq_logits) int tfml_model_seq2seq_logits(lua_State *L);
 %native(model_seq2seq_backward) int tfml_model_seq2seq_backward(lua_State *L);
 %native(cross_entropy) int tfml_cross_entropy(lua_State *L);
+%native(model_loss_backward) int tfml_model_loss_backward(lua_State *L);
 %native(tokenizer_encode) int tfml_tokenizer_encode(lua_State *L);
 %native(tokenizer_decode) int tfml_tokenizer_decode(lua_State *L);
 %native(tokenizer_encode_v2) int tfml_tokenizer_encode_v2(lua_State *L);
@@ -2069,7 +2099,7 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 
 /* ---- What is not exposed ------------------------------------------------- */
 /* The collector and close() free handles. */
-%ignore tfm_model_loss_backward;   /* not wrapped in Lua yet */
+%ignore tfm_model_loss_backward;   /* core.model_loss_backward */
 %ignore tfm_tensor_free;
 %ignore tfm_module_free;
 %ignore tfm_tokenizer_free;

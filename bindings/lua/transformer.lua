@@ -2475,6 +2475,26 @@ function Model:loss(ids, targets, opts)
   return value
 end
 
+--- model:loss_backward(ids, targets [, {ignore_index = -100,
+-- label_smoothing = 0, grad_scale = 1}]) -> loss: model:loss(ids, targets)
+-- then model:backward() in one forward (tfm_model_loss_backward;
+-- decoder-only and encoder-only models in training mode): returns the mean
+-- cross-entropy and accumulates grad_scale times its gradient into every
+-- parameter's (grad_scale = 1 / n for n accumulated micro-batches).  A
+-- failed call changes no gradient.
+function Model:loss_backward(ids, targets, opts)
+  local h = handle(self)
+  opts = check_options("Model:loss_backward", opts, { "ignore_index", "label_smoothing", "grad_scale" })
+  if self.architecture == "encoder_decoder" then
+    fail("loss_backward takes decoder-only and encoder-only models; use loss{tgt_ids = ...} and backward()")
+  end
+  local ignore = opts.ignore_index == nil and -100 or check_int("ignore_index", opts.ignore_index)
+  local smoothing = opts.label_smoothing == nil and 0.0
+    or check_number("label_smoothing", opts.label_smoothing)
+  local scale = opts.grad_scale == nil and 1.0 or check_number("grad_scale", opts.grad_scale)
+  return core.model_loss_backward(h, model_ids(self, ids), targets, ignore, smoothing, scale)
+end
+
 --- Back from the last training-mode loss(): accumulates the gradient of
 -- every parameter (tfm_model_backward / tfm_model_seq2seq_backward), as
 -- loss.backward() does in torch.

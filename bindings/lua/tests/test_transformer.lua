@@ -1861,6 +1861,21 @@ test("tiny model: loss, backward and AdamW steps against torch", function()
   for name, want in pairs(C.grads) do
     close(m:grad(name), want, name .. " gradient", 1e-4)
   end
+  -- loss_backward: the same loss and grad_scale times the same gradients,
+  -- in one forward (tfm_model_loss_backward).
+  local function scaled(t, k)
+    if type(t) == "number" then return t * k end
+    local out = {}
+    for i, v in ipairs(t) do out[i] = scaled(v, k) end
+    return out
+  end
+  m:zero_grad()
+  local l2 = m:loss_backward(C.ids, C.targets, { label_smoothing = 0.1, grad_scale = 0.5 })
+  assert(math.abs(l2 - C.loss) <= 1e-5 * math.abs(C.loss), ("loss_backward %g, torch %g"):format(l2, C.loss))
+  for name, want in pairs(C.grads) do
+    close(m:grad(name), scaled(want, 0.5), name .. " gradient (loss_backward)", 1e-4)
+  end
+  raises(function() m:loss_backward(C.ids, C.targets, { smoothing = 0.1 }) end, "unknown option")
   m:zero_grad()
   local opt = T.optim.AdamW(m, { lr = 1e-2 })
   for i = 1, 3 do
