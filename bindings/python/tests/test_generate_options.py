@@ -284,6 +284,23 @@ def test_past_key_values_errors(kjv, small):
         kjv.generate("And", 5, num_beams=2, past_key_values=cache)
     with pytest.raises(transformer.UnsupportedError):
         kjv.kv_cache(rolling=True)          # learned positions
+    # RoPE, no positions: "auto" rolls, and so must the cache (a plain one
+    # would shift: other tokens past the context than without it).
+    rope = transformer.Model(dict(
+        architecture="decoder_only", vocab_size=11, d_model=16, n_heads=4,
+        d_ff=24, context_length=6, n_layers=2, positional="none",
+        attention=dict(rope="adjacent")))
+    plain = rope.kv_cache()
+    plain.decode([1, 2])
+    with pytest.raises(transformer.InvalidArgumentError, match="rolling"):
+        rope.generate([1, 2, 3], 20, past_key_values=plain)
+    assert len(plain) == 2
+    assert rope.generate([1, 2, 3], 20,
+                         past_key_values=rope.kv_cache(rolling=True)) == \
+        rope.generate([1, 2, 3], 20)
+    assert rope.generate([1, 2, 3], 20, past_key_values=plain,
+                         past_context="reencode") == \
+        rope.generate([1, 2, 3], 20, past_context="reencode")
     # One generation at a time per cache: while a stream is running, the
     # cache refuses another generation, decode and reset (BusyError).
     it = kjv.stream("And", 10, past_key_values=cache)

@@ -690,8 +690,9 @@ class Model(Module):
                 tokens afresh (the most context, a full pass per token).
                 Not taken by the beam search, which always uses "auto".
             past_key_values: a KVCache of this model (model.kv_cache(),
-                of the context length; rolling=True for a rolling one) to
-                generate in, for prefix reuse across calls (llama.cpp's
+                of the context length; rolling=True, needed exactly when
+                "auto" rolls: a model without learned or sinusoidal
+                positions) to generate in, for prefix reuse across calls (llama.cpp's
                 prompt cache): of the positions it holds, the longest
                 common prefix with the prompt (never its last token) is
                 kept and only the rest of the prompt is computed; the new
