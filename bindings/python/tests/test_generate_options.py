@@ -317,6 +317,47 @@ def test_past_key_values_errors(kjv, small):
         kjv.generate("And", 5)
 
 
+def test_past_key_values_claimed_while_created(kjv, monkeypatch):
+    # The cache is taken before the generator is made: while another
+    # thread's generation in it is being created (its prefill), a second
+    # generation, decode and reset are refused (BusyError), not run on the
+    # same cache at once.
+    import threading
+    from transformer import models
+    cache = kjv.kv_cache()
+    real = models._ll.tfmpy_generator_create
+    entered, go = threading.Event(), threading.Event()
+
+    def slow(*args):
+        if threading.current_thread() is not threading.main_thread():
+            entered.set()
+            go.wait(10)
+        return real(*args)
+    monkeypatch.setattr(models._ll, "tfmpy_generator_create", slow)
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault(
+        "a", kjv.generate("And God", 10, past_key_values=cache)))
+    t.start()
+    assert entered.wait(10)
+    try:
+        with pytest.raises(transformer.BusyError):
+            kjv.generate("And", 5, past_key_values=cache)
+        with pytest.raises(transformer.BusyError):
+            cache.decode([1])
+        with pytest.raises(transformer.BusyError):
+            cache.reset()
+    finally:
+        go.set()
+        t.join()
+    assert result["a"] == kjv.generate("And God", 10)
+    assert len(cache) == len("And God") + 10 - 1
+    # A failed creation gives the cache back.
+    with pytest.raises(transformer.InvalidArgumentError):
+        kjv.generate("And", 5, past_key_values=cache, repetition_penalty=0)
+    assert kjv.generate("And", 5, past_key_values=cache) == \
+        kjv.generate("And", 5)
+
+
 def test_cli_options_match_generate(kjv):
     import os
     import subprocess
