@@ -524,7 +524,12 @@ class Model(Module):
                     "this model has no tokenizer (its file has no "
                     "tfm.tokenizer metadata): pass token ids")
             return np.asarray(self.tokenizer.encode(prompt), np.int32), True
-        return as_ids(prompt, "prompt").reshape(-1), False
+        ids = as_ids(prompt, "prompt")
+        if ids.ndim > 1 and ids.size // max(ids.shape[-1], 1) > 1:
+            raise ShapeError(
+                f"prompt must be one sequence of ids ([n] or [1, n]), got "
+                f"shape {list(ids.shape)}; generate takes a list of prompts")
+        return ids.reshape(-1), False
 
     def _generate_options(self, max_new_tokens, temperature, top_k, top_p,
                           seed, greedy, do_sample, min_new_tokens,
@@ -829,6 +834,10 @@ class Model(Module):
         text -- else the new ids (int), one per token.  The arguments are
         generate's.  Leaving the loop early (break) ends the generation
         and frees it."""
+        if _is_prompt_list(prompt):
+            raise TypeError("stream takes one prompt (a str or a sequence "
+                            "of ids), not a list of prompts: generate "
+                            "takes a list")
         ids, as_text = self._prompt_ids(prompt)
         args = _generate_args(kwargs)
         g = self._generator(ids, max_new_tokens, *args[:-1],
