@@ -2612,7 +2612,8 @@ end
 --  cache is full) or "reencode" (the last W tokens afresh for every token);
 --  Python's generate and tfm_past_context (model.h) say more.
 --  past_key_values: a KVCache of this model (model:kv_cache(), of the
---  context length) to generate in, for prefix reuse across calls: of the
+--  context length; model:kv_cache(nil, true), rolling, exactly when "auto"
+--  rolls: a model without learned or sinusoidal positions) to generate in, for prefix reuse across calls: of the
 --  positions it holds, the longest common prefix with the prompt (never its
 --  last token) is kept and only the rest is computed; the new tokens are
 --  appended (afterwards it holds the prompt and the new tokens but the
