@@ -137,6 +137,17 @@ static tfm_status check_options(const tfm__model *m,
             return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                              "options->cache is a rolling cache, and "
                              "past_context is TFM_PAST_CONTEXT_REENCODE");
+        /* AUTO rolls on this model (the generator's own cache would):
+         * a plain cache would shift instead, other tokens past the
+         * context than a generation without it. */
+        if (!tfm__kv_cache_rolls(o->cache) &&
+            o->past_context == TFM_PAST_CONTEXT_AUTO && tfm__model_rolls(m))
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "options->cache is not a rolling cache, and "
+                             "past_context TFM_PAST_CONTEXT_AUTO rolls on "
+                             "this model: make it with "
+                             "tfm_kv_cache_create_rolling, or use "
+                             "TFM_PAST_CONTEXT_REENCODE");
     }
     if (o->no_repeat_ngram_size < 0)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,

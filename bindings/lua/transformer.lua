@@ -2576,10 +2576,13 @@ local function new_generator(self, prompt, opts, what)
     if getmetatable(cache) ~= KVCache or rawget(cache, "model") ~= self then
       fail("past_key_values must be a KVCache of this model (model:kv_cache())")
     end
-    end_generation(cache)
   end
   local g = core.generator_create(h, ids, o, tok, cache ~= nil and handle(cache) or nil)
-  if cache ~= nil then rawset(cache, "_generator", g) end
+  -- (only now: a refused call leaves a stream running in the cache as it was)
+  if cache ~= nil then
+    end_generation(cache)
+    rawset(cache, "_generator", g)
+  end
   return g
 end
 
@@ -2629,7 +2632,8 @@ end
 --  cache is full) or "reencode" (the last W tokens afresh for every token);
 --  Python's generate and tfm_past_context (model.h) say more.
 --  past_key_values: a KVCache of this model (model:kv_cache(), of the
---  context length) to generate in, for prefix reuse across calls: of the
+--  context length; model:kv_cache(nil, true), rolling, exactly when "auto"
+--  rolls: a model without learned or sinusoidal positions) to generate in, for prefix reuse across calls: of the
 --  positions it holds, the longest common prefix with the prompt (never its
 --  last token) is kept and only the rest is computed; the new tokens are
 --  appended (afterwards it holds the prompt and the new tokens but the
@@ -2850,7 +2854,6 @@ end
 -- positions; equal to the rows of model:logits on the whole sequence.
 function KVCache:decode(ids, last_only)
   local h = handle(self)
-  end_generation(self)
   if math.type(ids) == "integer" then ids = { ids } end
   ids = model_ids(self.model, ids)
   local _, nested, _, n = ids_shape(ids, "ids")
@@ -2858,6 +2861,7 @@ function KVCache:decode(ids, last_only)
   if n < 1 then fail("ids must not be empty") end
   local out = core.tfm_tensor_create({ last_only and 1 or n, self.vocab_size })
   core.tfm_kv_cache_decode(h, ids, out)
+  end_generation(self)   -- (after the decode: a refused one ends nothing)
   local t = tensor_table(out)
   return last_only and t[1] or t
 end

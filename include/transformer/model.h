@@ -499,7 +499,9 @@ typedef struct tfm_generate_options {
      * llama.cpp's prompt cache and CTranslate2's static_prompt.  NULL (the
      * default): the generator makes its own cache.  Else a cache of this
      * model (tfm_kv_cache_create with capacity context_length, or
-     * tfm_kv_cache_create_rolling with it), which the generator uses in
+     * tfm_kv_cache_create_rolling with it; rolling exactly when the
+     * generator's own would be: with TFM_PAST_CONTEXT_AUTO on a model
+     * that rolls, not with REENCODE), which the generator uses in
      * place of its own: of the positions it holds, it keeps the longest
      * common prefix of their ids and the prompt's (at most n_prompt - 1,
      * as the last prompt token's logits are needed; none once a rolling
@@ -536,8 +538,9 @@ typedef struct tfm_generator tfm_generator;
  * no_repeat_ngram_size < 0, an empty stop string, stop strings without a
  * tokenizer or with one of another vocabulary size, struct_size too small,
  * the sampling errors of tfm_sample, an options->cache of another model,
- * of a capacity other than context_length, or rolling with
- * TFM_PAST_CONTEXT_REENCODE), TFM_ERR_CAPACITY (a prompt longer
+ * of a capacity other than context_length, rolling with
+ * TFM_PAST_CONTEXT_REENCODE, or not rolling with TFM_PAST_CONTEXT_AUTO on
+ * a model that rolls), TFM_ERR_CAPACITY (a prompt longer
  * than the context), TFM_ERR_OUT_OF_MEMORY.  On error *out is unchanged.
  * The generator refers to the model (and the tokenizer, if given), which
  * must outlive it.  Not thread-safe on one generator.  Since 1.2. */

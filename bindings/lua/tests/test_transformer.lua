@@ -552,6 +552,28 @@ test("tiny model: past_key_values (prefix reuse) equals full passes", function()
   assert(not ok and tostring(err):find("context"), "a smaller cache is refused: " .. tostring(err))
 end)
 
+-- A refused use of the cache (bad ids for decode, a prompt longer than the
+-- context) leaves a stream running on it as it was: nothing is lost.
+test("tiny model: a failed use of past_key_values leaves its stream running", function()
+  local m = T.load_model(TINY)
+  local cache = m:kv_cache()
+  local prompt = m:encode(TM.prompt)
+  local want = m:generate(prompt, { max_new_tokens = 6 })
+  local it = m:stream(prompt, { max_new_tokens = 6, past_key_values = cache })
+  local seen = { it() }
+  local too_long = {}
+  for i = 1, m.context_length + 1 do too_long[i] = prompt[1] end
+  local ok, err = pcall(m.generate, m, too_long, { max_new_tokens = 2, past_key_values = cache })
+  assert(not ok and tostring(err):find("context"), "a long prompt is refused: " .. tostring(err))
+  ok, err = pcall(cache.decode, cache, { m.vocab_size })
+  assert(not ok, "an id out of range is refused")
+  ok, err = pcall(cache.decode, cache, {})
+  assert(not ok, "no ids are refused")
+  for i = 2, 6 do seen[i] = it() end
+  equal(table.concat(seen, ","), table.concat(want, ","), "the stream went on")
+  equal(it(), nil, "and ended")
+end)
+
 test("tiny model: repetition penalty, no-repeat n-grams, EOS, min_new_tokens", function()
   local m = T.load_model(TINY)
   local prompt = m:encode(TM.prompt)

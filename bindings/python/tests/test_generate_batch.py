@@ -75,6 +75,19 @@ def test_errors(kjv):
         kjv.generate(["a", "b"], num_beams=2)
     with pytest.raises(TypeError, match=r"prompts\[1\]"):
         kjv.generate(["a", 5], max_new_tokens=2)
+    # One prompt where several are given is refused, not run as their
+    # concatenation: stream takes one prompt, and an ids array of several
+    # rows is not one sequence ([1, n] is).
+    with pytest.raises(TypeError, match="one prompt"):
+        list(kjv.stream([[1, 2], [3, 4]], 3))
+    with pytest.raises(TypeError, match="one prompt"):
+        list(kjv.stream(["And", "God"], 3))
+    with pytest.raises(transformer.ShapeError, match="one sequence"):
+        kjv.generate(np.array([[1, 2], [3, 4]]), 3)
+    with pytest.raises(transformer.ShapeError, match="one sequence"):
+        list(kjv.stream(np.array([[1, 2], [3, 4]]), 3))
+    assert kjv.generate(np.array([[1, 2, 3]]), 3) == \
+        kjv.generate([1, 2, 3], 3)
 
 
 def padded_greedy(ref, prompts, max_new_tokens, n_heads, pad=0):

@@ -284,6 +284,23 @@ def test_past_key_values_errors(kjv, small):
         kjv.generate("And", 5, num_beams=2, past_key_values=cache)
     with pytest.raises(transformer.UnsupportedError):
         kjv.kv_cache(rolling=True)          # learned positions
+    # RoPE, no positions: "auto" rolls, and so must the cache (a plain one
+    # would shift: other tokens past the context than without it).
+    rope = transformer.Model(dict(
+        architecture="decoder_only", vocab_size=11, d_model=16, n_heads=4,
+        d_ff=24, context_length=6, n_layers=2, positional="none",
+        attention=dict(rope="adjacent")))
+    plain = rope.kv_cache()
+    plain.decode([1, 2])
+    with pytest.raises(transformer.InvalidArgumentError, match="rolling"):
+        rope.generate([1, 2, 3], 20, past_key_values=plain)
+    assert len(plain) == 2
+    assert rope.generate([1, 2, 3], 20,
+                         past_key_values=rope.kv_cache(rolling=True)) == \
+        rope.generate([1, 2, 3], 20)
+    assert rope.generate([1, 2, 3], 20, past_key_values=plain,
+                         past_context="reencode") == \
+        rope.generate([1, 2, 3], 20, past_context="reencode")
     # One generation at a time per cache: while a stream is running, the
     # cache refuses another generation, decode and reset (BusyError).
     it = kjv.stream("And", 10, past_key_values=cache)
@@ -296,6 +313,47 @@ def test_past_key_values_errors(kjv, small):
         cache.reset()
     rest = list(it)                     # runs to the end and closes
     assert len(rest) == 9
+    assert kjv.generate("And", 5, past_key_values=cache) == \
+        kjv.generate("And", 5)
+
+
+def test_past_key_values_claimed_while_created(kjv, monkeypatch):
+    # The cache is taken before the generator is made: while another
+    # thread's generation in it is being created (its prefill), a second
+    # generation, decode and reset are refused (BusyError), not run on the
+    # same cache at once.
+    import threading
+    from transformer import models
+    cache = kjv.kv_cache()
+    real = models._ll.tfmpy_generator_create
+    entered, go = threading.Event(), threading.Event()
+
+    def slow(*args):
+        if threading.current_thread() is not threading.main_thread():
+            entered.set()
+            go.wait(10)
+        return real(*args)
+    monkeypatch.setattr(models._ll, "tfmpy_generator_create", slow)
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault(
+        "a", kjv.generate("And God", 10, past_key_values=cache)))
+    t.start()
+    assert entered.wait(10)
+    try:
+        with pytest.raises(transformer.BusyError):
+            kjv.generate("And", 5, past_key_values=cache)
+        with pytest.raises(transformer.BusyError):
+            cache.decode([1])
+        with pytest.raises(transformer.BusyError):
+            cache.reset()
+    finally:
+        go.set()
+        t.join()
+    assert result["a"] == kjv.generate("And God", 10)
+    assert len(cache) == len("And God") + 10 - 1
+    # A failed creation gives the cache back.
+    with pytest.raises(transformer.InvalidArgumentError):
+        kjv.generate("And", 5, past_key_values=cache, repetition_penalty=0)
     assert kjv.generate("And", 5, past_key_values=cache) == \
         kjv.generate("And", 5)
 

@@ -10,6 +10,7 @@ and text generation.
 import contextlib
 import operator
 import os
+import threading
 import weakref
 
 import numpy as np
@@ -523,7 +524,12 @@ class Model(Module):
                     "this model has no tokenizer (its file has no "
                     "tfm.tokenizer metadata): pass token ids")
             return np.asarray(self.tokenizer.encode(prompt), np.int32), True
-        return as_ids(prompt, "prompt").reshape(-1), False
+        ids = as_ids(prompt, "prompt")
+        if ids.ndim > 1 and ids.size // max(ids.shape[-1], 1) > 1:
+            raise ShapeError(
+                f"prompt must be one sequence of ids ([n] or [1, n]), got "
+                f"shape {list(ids.shape)}; generate takes a list of prompts")
+        return ids.reshape(-1), False
 
     def _generate_options(self, max_new_tokens, temperature, top_k, top_p,
                           seed, greedy, do_sample, min_new_tokens,
@@ -579,15 +585,18 @@ class Model(Module):
                 raise InvalidArgumentError(
                     "past_key_values must be a KVCache of this model "
                     "(model.kv_cache())")
-            cache._check_free()
-        o, eos, stops, tokenizer = self._generate_options(*args)
         with contextlib.ExitStack() as uses:
+            if cache is not None:
+                # Taken until the _Generator holds it (BusyError for any
+                # other use meanwhile, from any thread).
+                uses.enter_context(cache._claim())
+            o, eos, stops, tokenizer = self._generate_options(*args)
             ptr = uses.enter_context(self._use())
             tok = uses.enter_context(tokenizer._use()) if tokenizer else None
             if cache is not None:
                 o.cache = uses.enter_context(cache._use())
             g = _ll.tfmpy_generator_create(ptr, ids, o, eos, stops, tok)
-        return _Generator(g, self, tokenizer, cache)
+            return _Generator(g, self, tokenizer, cache)
 
     def _generate_batch(self, prompts, *args):
         """generate on a list of prompts (tfm_model_generate_batch): a
@@ -690,8 +699,9 @@ class Model(Module):
                 tokens afresh (the most context, a full pass per token).
                 Not taken by the beam search, which always uses "auto".
             past_key_values: a KVCache of this model (model.kv_cache(),
-                of the context length; rolling=True for a rolling one) to
-                generate in, for prefix reuse across calls (llama.cpp's
+                of the context length; rolling=True, needed exactly when
+                "auto" rolls: a model without learned or sinusoidal
+                positions) to generate in, for prefix reuse across calls (llama.cpp's
                 prompt cache): of the positions it holds, the longest
                 common prefix with the prompt (never its last token) is
                 kept and only the rest of the prompt is computed; the new
@@ -824,6 +834,10 @@ class Model(Module):
         text -- else the new ids (int), one per token.  The arguments are
         generate's.  Leaving the loop early (break) ends the generation
         and frees it."""
+        if _is_prompt_list(prompt):
+            raise TypeError("stream takes one prompt (a str or a sequence "
+                            "of ids), not a list of prompts: generate "
+                            "takes a list")
         ids, as_text = self._prompt_ids(prompt)
         args = _generate_args(kwargs)
         g = self._generator(ids, max_new_tokens, *args[:-1],
@@ -1079,6 +1093,8 @@ class KVCache(HandleOwner):
 
     _generator = None   # weakref to the generation using it (generate's
                         # past_key_values)
+    _busy = False       # taken by _claim (a call or a generator's creation)
+    _claims = threading.Lock()
 
     def __init__(self, model, capacity=None, rolling=False):
         if not isinstance(model, Model):
@@ -1099,18 +1115,30 @@ class KVCache(HandleOwner):
     def _check_free(self):
         """BusyError while a generation (past_key_values) uses it."""
         g = self._generator() if self._generator is not None else None
-        if g is not None and not g.closed:
+        if self._busy or (g is not None and not g.closed):
             raise BusyError("this KVCache is in use by a generation in "
-                            "progress (past_key_values); finish or close "
-                            "it first")
+                            "progress (past_key_values) or a call from "
+                            "another thread; finish or close it first")
+
+    @contextlib.contextmanager
+    def _claim(self):
+        """The cache for this thread alone for the block (BusyError if a
+        generation or another call has it), so that the check and the use
+        cannot interleave with another thread's."""
+        with KVCache._claims:
+            self._check_free()
+            self._busy = True
+        try:
+            yield
+        finally:
+            self._busy = False
 
     @torch_results
     def decode(self, ids, last_only=False):
         """Appends token ids (an int or a 1-D sequence) and returns logits
         ``[n, vocab_size]``, or ``[vocab_size]`` of the last position with
         last_only=True."""
-        self._check_free()
-        with self._use() as ptr:
+        with self._claim(), self._use() as ptr:
             ids = as_ids(ids, "ids").reshape(-1)
             n = 1 if last_only else max(ids.size, 1)
             logits = np.empty((n, self._vocab), np.float32)
@@ -1119,8 +1147,8 @@ class KVCache(HandleOwner):
 
     def reset(self):
         """Empties the cache for a new sequence."""
-        self._check_free()
-        self._call(_ll.tfm_kv_cache_reset)
+        with self._claim():
+            self._call(_ll.tfm_kv_cache_reset)
 
     def __len__(self):
         return int(self._call(_ll.tfm_kv_cache_length))
