@@ -175,6 +175,7 @@ static void base_job(const tfm__variant *v, const tfm__attention_args *a,
         .d_v = v->d_v,
         .masks = a->masks, .weights = a->weights, .average = a->average,
         .group = v->n_heads / v->n_kv_heads, .q_pos0 = q_pos0,
+        .dropout = a->dropout,
     };
     job->scale = a->scale != 0.0f ? a->scale
                  : c->scale != 0.0f ? c->scale

@@ -57,6 +57,10 @@ typedef struct tfm__attention_args {
     /* Training: NULL, or [B, H, L] receiving each query row's log-sum-exp
      * (attention_kernel.h: tfm__attention_job.lse) for the backward. */
     float *lse;
+    /* Training: dropout on the attention weights (attention_kernel.h:
+     * tfm__attention_job.dropout); the backward must get the same.
+     * Zeroed: none. */
+    tfm__dropout dropout;
 } tfm__attention_args;
 
 /* The gradients of one call (tfm__attend_backward):

@@ -318,6 +318,14 @@ static int64_t causal_limit(const head_view *a, int64_t i0, int64_t r)
     return n < 0 ? 0 : (n > S ? S : n);
 }
 
+/* The dropout index of attention weight (row i, key j) of head view a
+ * (attention_kernel.h: tfm__attention_job.dropout). */
+static uint64_t weight_index(const head_view *a, int64_t i, int64_t j)
+{
+    const tfm__attention_job *jb = a->job;
+    return (uint64_t)(((a->b * jb->H + a->h) * jb->L + i) * jb->S + j);
+}
+
 /* The tiled path (no weights requested): query rows i0 .. i0+r-1 against
  * the visible key ranges, TFM_KEY_TILE keys at a time, with the online
  * softmax, accumulating directly into the output rows.  Only a tile of
@@ -342,6 +350,7 @@ static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
     float *qr = clean_v + T * dv;       /* [rows, K2] Shaw key terms */
     float *pb = qr + rows * K2;         /* [rows, K2] Shaw bucket weights */
     const int with_sv = shaw_values(j);
+    const int drop = tfm__dropout_on(&j->dropout);
     float *out = a->out + i0 * j->ldo;
     for (int64_t i = 0; i < r; i++) {
         mrow[i] = -INFINITY;
@@ -375,6 +384,9 @@ static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
                         for (int64_t c = 0; c < K2; c++)
                             pb[i * K2 + c] *= alpha;
                 }
+                if (drop)
+                    tfm__dropout_apply(&j->dropout,
+                                       weight_index(a, i0 + i, j0), row, t);
                 if (with_sv)
                     tfm__shaw_bucket_weights(j->relative->max_distance,
                                              a->sh->shaw_lo,
@@ -478,6 +490,9 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
         tfm__softmax_row(row, n);
         if (in_place && n < S)
             memset(row + n, 0, (size_t)(S - n) * sizeof(float));
+        if (tfm__dropout_on(&j->dropout))
+            tfm__dropout_apply(&j->dropout, weight_index(a, i0 + i, 0), row,
+                               n);
         if (with_sv)
             tfm__shaw_bucket_weights(j->relative->max_distance,
                                      a->sh->shaw_lo, j->q_pos0 + i0 + i,
@@ -643,6 +658,7 @@ static int dilated_as_windows(const tfm__attention_job *j)
     return sp && sp->kind == TFM_SPARSE_DILATED && sp->dilation > 1 &&
            sp->dilation <= TFM_MAX_SPLIT_DILATION && sp->dilation <= j->S &&
            sp->n_global == 0 && !j->weights && !j->relative && !j->lse &&
+           !tfm__dropout_on(&j->dropout) &&
            !j->masks->key_padding && !j->masks->attn;
 }
 
@@ -827,12 +843,13 @@ TFM_CLONES static void bwd_dscores(const float *p, float *ds, int64_t r,
 /* One tile: query rows i0 .. i0+r-1 of head view a against keys j0 ..
  * j0+t-1.  dK, dV: the key/value head's gradient rows from 0 (NULL: not
  * wanted); dQ: this chunk's dq of the head (row stride lddq) or NULL;
- * pt: the item's parameter gradients; sums: Shaw's [Br, K2] scratch. */
+ * pt: the item's parameter gradients; sums: Shaw's [Br, K2] scratch;
+ * Pd: [Br, Bc] scratch for the dropped weights (under dropout). */
 static void bwd_tile(const head_view *a, const bwd_ctx *c, int64_t i0,
                      int64_t r, int64_t j0, int64_t t, float *P, float *dS,
                      const float *d_o, const float *lse, const float *D,
                      float *dK, float *dV, float *dQ, int64_t lddq,
-                     const bwd_part *pt, float *sums)
+                     const bwd_part *pt, float *sums, float *Pd)
 {
     const tfm__attention_job *j = a->job;
     const tfm__attention_grads *g = c->g;
@@ -852,17 +869,28 @@ static void bwd_tile(const head_view *a, const bwd_ctx *c, int64_t i0,
         mask_row(a, i0 + i, shaw ? sums + i * st.K2 : NULL, P + i * ld, j0,
                  t);
     bwd_probs(P, r, t, ld, lse + i0);
+    /* Pv: the weights the values met (dropped under dropout). */
+    const int drop = tfm__dropout_on(&j->dropout);
+    const float *Pv = P;
+    if (drop) {
+        tfm__dropout_copy_rows(&j->dropout, weight_index(a, i0, j0),
+                               (uint64_t)j->S, P, Pd, r, t, ld);
+        Pv = Pd;
+    }
     const float *dOi = d_o + i0 * g->lddo;
     if (dV)
-        tfm__sgemm(1, 0, t, j->d_v, r, 1.0f, P, ld, dOi, g->lddo, 1.0f,
+        tfm__sgemm(1, 0, t, j->d_v, r, 1.0f, Pv, ld, dOi, g->lddo, 1.0f,
                    dV + j0 * g->lddv, g->lddv);
     if (!dK && !dQ && !pt->dw && !pt->dt5 && !pt->dshaw_k && !pt->dshaw_v)
         return;
     tfm__sgemm(0, 1, r, t, j->d_v, 1.0f, dOi, g->lddo, a->v + j0 * j->ldv,
                j->ldv, 0.0f, dS, ld);
     if (shaw_values(j))
-        tfm__shaw_value_backward(&st, P, ld, dOi, g->lddo, j->d_v, rel->shaw_v,
-                                 sums, pt->dshaw_v, dS);
+        tfm__shaw_value_backward(&st, Pv, ld, dOi, g->lddo, j->d_v,
+                                 rel->shaw_v, sums, pt->dshaw_v, dS);
+    if (drop)   /* the gradient of the undropped weights */
+        tfm__dropout_apply_rows(&j->dropout, weight_index(a, i0, j0),
+                                (uint64_t)j->S, dS, r, t, ld);
     bwd_dscores(P, dS, r, t, ld, D + i0);
     if (pt->dt5)
         tfm__distance_sums(dS, r, t, ld, j0 - (j->q_pos0 + i0) - a->sh->d_min,
@@ -1009,7 +1037,8 @@ static void bwd_items(void *arg, int64_t begin, int64_t end, int slot)
                     const int64_t r = L - i0 < Br ? L - i0 : Br;
                     bwd_tile(&a, c, i0, r, j0, t, P, dS, d_o,
                              g->lse + bh * L, c->D + bh * L, dK, dV, dQ,
-                             lddq, &pt, dS + Br * Bc);
+                             lddq, &pt, dS + Br * Bc,
+                             dS + Br * Bc + Br * sh->K2);
                 }
             }
         }
@@ -1053,7 +1082,9 @@ tfm_status tfm__attention_backward_run(const tfm__attention_job *in,
     c.n_dist = relative_tables(&job, &sh);
     c.n_tiles = (job.S + Bc - 1) / Bc;
     c.n_chunks = bwd_chunks(&job, sh.H_kv, c.n_tiles);
-    c.slot_floats = 2 * Br * Bc + Br * sh.K2;
+    /* P, dS, Shaw's sums, then the dropped weights under dropout. */
+    c.slot_floats = 2 * Br * Bc + Br * sh.K2 +
+                    (tfm__dropout_on(&job.dropout) ? Br * Bc : 0);
     c.part_floats = bwd_part_floats(&c);
     const int64_t BH = job.B * job.H;
     const int64_t items = job.B * sh.H_kv * c.n_chunks;

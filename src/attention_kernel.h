@@ -6,6 +6,7 @@
 #define TFM_SRC_ATTENTION_KERNEL_H
 
 #include "attention_masks.h"
+#include "dropout.h"
 #include "attention_positions.h"
 
 /* One attention call over every batch element and head:
@@ -52,6 +53,12 @@ typedef struct tfm__attention_job {
      * are all masked), which tfm__attention_backward_run reads.  The
      * outputs are the same bits with or without it. */
     float *lse;
+    /* Training: dropout on the attention weights (dropout.h), element
+     * (b, h, i, j) of [B, H, L, S] at index ((b H + h) L + i) S + j: out =
+     * dropout(softmax(...)) v, and the weights output holds the dropped
+     * weights (torch.nn.functional.multi_head_attention_forward's order).
+     * The log-sum-exp is the undropped softmax's.  Zeroed: none. */
+    tfm__dropout dropout;
 } tfm__attention_job;
 
 /* Runs the job on the library's threads (parallel.h), over batch elements,
@@ -89,7 +96,10 @@ typedef struct tfm__attention_grads {
  * and every mask).  Per tile of Br queries and Bc keys the logits are
  * recomputed from q, k and lse (no L x S matrix exists): P = exp(s - lse),
  * dV += P^T dO, dP = dO V^T, dS = P (dP - D) with D_i = dO_i . O_i,
- * dK += scale dS^T Q, dQ += scale dS K, every product one cblas_sgemm.
+ * dK += scale dS^T Q, dQ += scale dS K, every product one cblas_sgemm;
+ * under dropout (mask M, scale c) dV += (c M P)^T dO and dP = c M (dO
+ * V^T), D_i = dO_i . O_i still (O the dropped forward's output), so the
+ * mask is regenerated per tile and never stored.
  * The additive score replaces the last two by its own loop over the
  * tile's r x t x d_a tanh terms (attention_scores.h; an additive job must
  * want dq and dk, as the door's always does); Shaw adds dP +=

@@ -344,7 +344,7 @@ static tfm_status seq2seq_step(search *s, int64_t B, int64_t L)
     }
     tfm__model_embed(m, s->tgt, B, L, 0, s->x);
     tfm_status st = tfm__stack_run(m->decoder, s->x, B, L, s->memory, s->S,
-                                   &causal, &none);
+                                   &causal, &none, 0);
     if (st != TFM_OK)
         return st;
     for (int64_t b = 0; b < B; b++)
@@ -368,7 +368,7 @@ static tfm_status prefill(search *s, const int32_t *prompt, int64_t n_prompt)
         const tfm__masks none = { 0 };
         tfm__model_embed(m, prompt, 1, n_prompt, 0, s->memory);
         if ((st = tfm__stack_run(m->encoder, s->memory, 1, n_prompt, NULL, 0,
-                                 &none, NULL)))
+                                 &none, NULL, 0)))
             return st;
         for (int64_t b = 1; b < s->nb; b++)
             memcpy(s->memory + b * n_prompt * d, s->memory,

@@ -68,6 +68,7 @@ typedef struct cross_call {
     int64_t B, L, S;
     const float *memory;
     const tfm__masks *masks;
+    uint64_t drop_key;
 } cross_call;
 
 static tfm_status cross_step(const void *ctx, float *x)
@@ -79,9 +80,12 @@ static tfm_status cross_step(const void *ctx, float *x)
     tfm_status st = TFM_ERR_OUT_OF_MEMORY;
     if (tmp) {
         tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
-            c->block->attn, c->B, c->L, c->memory, c->S, c->masks);
+            c->block->attn, c->B, c->L, c->memory, c->S, c->masks,
+            tfm__dropout_site(c->drop_key, TFM__DROP_CROSS_ATTN));
+        const tfm__dropout branch = tfm__dropout_at(
+            c->block->base.dropout, c->drop_key, TFM__DROP_BLOCK1);
         st = tfm__residual(&ca.base, c->block->norm,
-                           c->block->config.norm_first, x, tmp, rows);
+                           c->block->config.norm_first, &branch, x, tmp, rows);
     }
     tfm__ws_restore(mark);
     return st;
@@ -103,7 +107,8 @@ tfm_status tfm_cross_attention_forward(const tfm_module *block,
     if ((st = tfm__check_decoder_inputs(&c->config, x, "x", memory, NULL,
                                         masks, out, &in)))
         return st;
-    cross_call call = { c, in.B, in.L, in.S, memory->data, &in.memory_masks };
+    cross_call call = { c, in.B, in.L, in.S, memory->data, &in.memory_masks,
+                        tfm__dropout_forward_key((tfm_module *)block) };
     return tfm__run_copy(x->data, out->data, x->numel, cross_step, &call);
 }
 
@@ -134,12 +139,17 @@ tfm_status tfm_cross_attention_backward(tfm_module *block, const tfm_tensor *x,
     tfm__ws_mark mark;
     if ((st = tfm__backward_begin(block, what, bufs, sizes, 2, &mark)))
         return st;
+    const uint64_t key = tfm__dropout_backward_key(block);
     tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
-        c->attn, in.B, in.L, memory->data, in.S, &in.memory_masks);
+        c->attn, in.B, in.L, memory->data, in.S, &in.memory_masks,
+        tfm__dropout_site(key, TFM__DROP_CROSS_ATTN));
     ca.grad_memory = gmem;
     memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
+    const tfm__dropout branch =
+        tfm__dropout_at(c->base.dropout, key, TFM__DROP_BLOCK1);
     st = tfm__residual_backward(&ca.base, c->norm, c->config.norm_first,
-                                x->data, grad_output->data, g, in.B * in.L);
+                                &branch, x->data, grad_output->data, g,
+                                in.B * in.L);
     if (st == TFM_OK && grad_x)
         memcpy(grad_x->data, g, (size_t)n * sizeof *g);
     if (st == TFM_OK && grad_memory)

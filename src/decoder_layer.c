@@ -67,24 +67,32 @@ tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, int bias,
 tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
                                   int64_t B, int64_t L, const float *memory,
                                   int64_t S, const tfm__masks *tgt_masks,
-                                  const tfm__masks *memory_masks)
+                                  const tfm__masks *memory_masks,
+                                  uint64_t drop_key)
 {
     const int64_t rows = B * L;
+    const float p = l->base.dropout;
+    const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
+    const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
+    const tfm__dropout b3 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK3);
     tfm__ws_mark mark = tfm__ws_save();
     float *tmp = tfm__ws_floats((size_t)(rows * l->config.d_model));
     tfm_status st = TFM_ERR_OUT_OF_MEMORY;
     if (tmp) {
-        tfm__self_attention_sublayer sa =
-            tfm__sublayer_self_attention(l->self_attn, B, L, tgt_masks);
+        tfm__self_attention_sublayer sa = tfm__sublayer_self_attention(
+            l->self_attn, B, L, tgt_masks,
+            tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
         tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
-            l->cross_attn, B, L, memory, S, memory_masks);
-        tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(l->ff, rows);
+            l->cross_attn, B, L, memory, S, memory_masks,
+            tfm__dropout_site(drop_key, TFM__DROP_CROSS_ATTN));
+        tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(
+            l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
         int pre = l->config.norm_first;
-        st = tfm__residual(&sa.base, l->norm1, pre, x, tmp, rows);
+        st = tfm__residual(&sa.base, l->norm1, pre, &b1, x, tmp, rows);
         if (st == TFM_OK)
-            st = tfm__residual(&ca.base, l->norm2, pre, x, tmp, rows);
+            st = tfm__residual(&ca.base, l->norm2, pre, &b2, x, tmp, rows);
         if (st == TFM_OK)
-            st = tfm__residual(&ff.base, l->norm3, pre, x, tmp, rows);
+            st = tfm__residual(&ff.base, l->norm3, pre, &b3, x, tmp, rows);
     }
     tfm__ws_restore(mark);
     return st;
@@ -124,10 +132,11 @@ tfm_status tfm_decoder_layer_create_v2(const tfm_layer_config *config,
 static tfm_status decoder_layer_step(const void *layer, float *x, int64_t B,
                                      int64_t L, const float *memory, int64_t S,
                                      const tfm__masks *tgt_masks,
-                                     const tfm__masks *memory_masks)
+                                     const tfm__masks *memory_masks,
+                                     uint64_t drop_key)
 {
     return tfm__decoder_layer_run(layer, x, B, L, memory, S, tgt_masks,
-                                  memory_masks);
+                                  memory_masks, drop_key);
 }
 
 static const tfm__block_kind decoder_layer_kind = {
@@ -150,30 +159,39 @@ tfm_status tfm_decoder_layer_forward(const tfm_module *layer,
 tfm_status tfm__decoder_layer_forward_keep(
     const tfm__decoder_layer *l, const float *x, int64_t B, int64_t L,
     const float *memory, int64_t S, const tfm__masks *tgt_masks,
-    const tfm__masks *memory_masks, float *grad_memory, float *y,
-    float *scratch, tfm__decoder_layer_kept *k)
+    const tfm__masks *memory_masks, uint64_t drop_key, float *grad_memory,
+    float *y, float *scratch, tfm__decoder_layer_kept *k)
 {
     const int64_t rows = B * L, n = rows * l->config.d_model;
+    const float p = l->base.dropout;
+    const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
+    const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
+    const tfm__dropout b3 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK3);
     /* x1, x2: the inputs of the cross-attention and feed-forward blocks. */
     float *x1 = tfm__ws_floats((size_t)n);
     float *x2 = x1 ? tfm__ws_floats((size_t)n) : NULL;
     if (!x2)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "decoder layer backward: "
                          "out of memory");
-    k->sa = tfm__sublayer_self_attention(l->self_attn, B, L, tgt_masks);
-    k->ca = tfm__sublayer_cross_attention(l->cross_attn, B, L, memory, S,
-                                          memory_masks);
-    k->ff = tfm__sublayer_feed_forward(l->ff, rows);
+    k->sa = tfm__sublayer_self_attention(
+        l->self_attn, B, L, tgt_masks,
+        tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
+    k->ca = tfm__sublayer_cross_attention(
+        l->cross_attn, B, L, memory, S, memory_masks,
+        tfm__dropout_site(drop_key, TFM__DROP_CROSS_ATTN));
+    k->ff = tfm__sublayer_feed_forward(
+        l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
     k->ca.grad_memory = grad_memory;
     const int pre = l->config.norm_first;
-    tfm_status st = tfm__residual_forward_keep(&k->sa.base, l->norm1, pre, x,
-                                               x1, rows, scratch, &k->k1);
+    tfm_status st = tfm__residual_forward_keep(&k->sa.base, l->norm1, pre,
+                                               &b1, x, x1, rows, scratch,
+                                               &k->k1);
     if (st == TFM_OK)
-        st = tfm__residual_forward_keep(&k->ca.base, l->norm2, pre, x1, x2,
-                                        rows, scratch, &k->k2);
+        st = tfm__residual_forward_keep(&k->ca.base, l->norm2, pre, &b2, x1,
+                                        x2, rows, scratch, &k->k2);
     if (st == TFM_OK)
-        st = tfm__residual_forward_keep(&k->ff.base, l->norm3, pre, x2, y,
-                                        rows, scratch, &k->k3);
+        st = tfm__residual_forward_keep(&k->ff.base, l->norm3, pre, &b3, x2,
+                                        y, rows, scratch, &k->k3);
     return st;
 }
 
@@ -191,7 +209,8 @@ tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
                                        const float *memory, int64_t S,
                                        const tfm__masks *tgt_masks,
                                        const tfm__masks *memory_masks,
-                                       float *g, float *grad_memory)
+                                       uint64_t drop_key, float *g,
+                                       float *grad_memory)
 {
     const int64_t n = B * L * l->config.d_model;
     tfm__ws_mark mark = tfm__ws_save();
@@ -203,7 +222,7 @@ tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
     tfm__decoder_layer_kept k;
     tfm_status st = y ? tfm__decoder_layer_forward_keep(
                             l, x, B, L, memory, S, tgt_masks, memory_masks,
-                            grad_memory, y, scratch, &k)
+                            drop_key, grad_memory, y, scratch, &k)
                       : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "decoder layer "
                                   "backward: out of memory");
     if (st == TFM_OK)
@@ -244,7 +263,8 @@ tfm_status tfm_decoder_layer_backward(tfm_module *layer, const tfm_tensor *tgt,
     memcpy(g, grad_output->data, (size_t)n * sizeof *g);
     memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
     st = tfm__decoder_layer_backward(l, tgt->data, in.B, in.L, memory->data,
-                                     in.S, &in.tgt_masks, &in.memory_masks, g,
+                                     in.S, &in.tgt_masks, &in.memory_masks,
+                                     tfm__dropout_backward_key(layer), g,
                                      gmem);
     if (st == TFM_OK && grad_tgt)
         memcpy(grad_tgt->data, g, (size_t)n * sizeof *g);

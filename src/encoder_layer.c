@@ -69,28 +69,35 @@ tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
  * residual(self_attention), then x <- residual(feed-forward).  tmp [rows, d]
  * of workspace is the residuals' scratch.  Fails only with out-of-memory. */
 static tfm_status run_with(const tfm__encoder_layer *l, float *x, int64_t rows,
-                           const tfm__sublayer *self_attention)
+                           const tfm__sublayer *self_attention,
+                           uint64_t drop_key)
 {
+    const float p = l->base.dropout;
+    const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
+    const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
     tfm__ws_mark mark = tfm__ws_save();
     float *tmp = tfm__ws_floats((size_t)(rows * l->config.d_model));
     tfm_status st = TFM_ERR_OUT_OF_MEMORY;
     if (tmp) {
-        tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(l->ff, rows);
+        tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(
+            l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
         int pre = l->config.norm_first;
-        st = tfm__residual(self_attention, l->norm1, pre, x, tmp, rows);
+        st = tfm__residual(self_attention, l->norm1, pre, &b1, x, tmp, rows);
         if (st == TFM_OK)
-            st = tfm__residual(&ff.base, l->norm2, pre, x, tmp, rows);
+            st = tfm__residual(&ff.base, l->norm2, pre, &b2, x, tmp, rows);
     }
     tfm__ws_restore(mark);
     return st;
 }
 
 tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
-                                  int64_t B, int64_t L, const tfm__masks *m)
+                                  int64_t B, int64_t L, const tfm__masks *m,
+                                  uint64_t drop_key)
 {
-    tfm__self_attention_sublayer sa =
-        tfm__sublayer_self_attention(l->self_attn, B, L, m);
-    return run_with(l, x, B * L, &sa.base);
+    tfm__self_attention_sublayer sa = tfm__sublayer_self_attention(
+        l->self_attn, B, L, m,
+        tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
+    return run_with(l, x, B * L, &sa.base, drop_key);
 }
 
 tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
@@ -103,7 +110,7 @@ tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
         rows += seqs[i].n;
     tfm__cached_attention_sublayer sa =
         tfm__sublayer_cached_attention(l->self_attn, n_seqs, seqs, layer);
-    return run_with(l, x, rows, &sa.base);
+    return run_with(l, x, rows, &sa.base, 0);
 }
 
 tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,
@@ -151,10 +158,11 @@ tfm_status tfm_encoder_layer_create_v2(const tfm_layer_config *config,
 static tfm_status encoder_layer_step(const void *layer, float *x, int64_t B,
                                      int64_t L, const float *memory, int64_t S,
                                      const tfm__masks *masks,
-                                     const tfm__masks *memory_masks)
+                                     const tfm__masks *memory_masks,
+                                     uint64_t drop_key)
 {
     (void)memory, (void)S, (void)memory_masks;
-    return tfm__encoder_layer_run(layer, x, B, L, masks);
+    return tfm__encoder_layer_run(layer, x, B, L, masks, drop_key);
 }
 
 static const tfm__block_kind encoder_layer_kind = {
@@ -174,23 +182,31 @@ tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
 tfm_status tfm__encoder_layer_forward_keep(const tfm__encoder_layer *l,
                                            const float *x, int64_t B,
                                            int64_t L, const tfm__masks *masks,
-                                           float *y, float *scratch,
+                                           uint64_t drop_key, float *y,
+                                           float *scratch,
                                            tfm__encoder_layer_kept *k)
 {
+    const float p = l->base.dropout;
+    const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
+    const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
     const int64_t rows = B * L, n = rows * l->config.d_model;
     /* x1: the feed-forward block's input. */
     float *x1 = tfm__ws_floats((size_t)n);
     if (!x1)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "encoder layer backward: "
                          "out of memory");
-    k->sa = tfm__sublayer_self_attention(l->self_attn, B, L, masks);
-    k->ff = tfm__sublayer_feed_forward(l->ff, rows);
+    k->sa = tfm__sublayer_self_attention(
+        l->self_attn, B, L, masks,
+        tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
+    k->ff = tfm__sublayer_feed_forward(
+        l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
     const int pre = l->config.norm_first;
-    tfm_status st = tfm__residual_forward_keep(&k->sa.base, l->norm1, pre, x,
-                                               x1, rows, scratch, &k->k1);
+    tfm_status st = tfm__residual_forward_keep(&k->sa.base, l->norm1, pre,
+                                               &b1, x, x1, rows, scratch,
+                                               &k->k1);
     if (st == TFM_OK)
-        st = tfm__residual_forward_keep(&k->ff.base, l->norm2, pre, x1, y,
-                                        rows, scratch, &k->k2);
+        st = tfm__residual_forward_keep(&k->ff.base, l->norm2, pre, &b2, x1,
+                                        y, rows, scratch, &k->k2);
     return st;
 }
 
@@ -203,7 +219,8 @@ tfm_status tfm__encoder_layer_backward_kept(const tfm__encoder_layer_kept *k,
 
 tfm_status tfm__encoder_layer_backward(const tfm__encoder_layer *l,
                                        const float *x, int64_t B, int64_t L,
-                                       const tfm__masks *masks, float *g)
+                                       const tfm__masks *masks,
+                                       uint64_t drop_key, float *g)
 {
     const int64_t n = B * L * l->config.d_model;
     tfm__ws_mark mark = tfm__ws_save();
@@ -213,8 +230,9 @@ tfm_status tfm__encoder_layer_backward(const tfm__encoder_layer *l,
      * feed-forward block and the self-attention block. */
     float *y = tfm__ws_floats((size_t)(3 * n)), *scratch = y ? y + n : NULL;
     tfm__encoder_layer_kept k;
-    tfm_status st = y ? tfm__encoder_layer_forward_keep(l, x, B, L, masks, y,
-                                                        scratch, &k)
+    tfm_status st = y ? tfm__encoder_layer_forward_keep(l, x, B, L, masks,
+                                                        drop_key, y, scratch,
+                                                        &k)
                       : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "encoder layer "
                                   "backward: out of memory");
     if (st == TFM_OK)
@@ -252,7 +270,8 @@ tfm_status tfm_encoder_layer_backward(tfm_module *layer, const tfm_tensor *src,
     if ((st = tfm__backward_begin(layer, what, bufs, sizes, 1, &mark)))
         return st;
     memcpy(g, grad_output->data, (size_t)n * sizeof *g);
-    st = tfm__encoder_layer_backward(l, src->data, B, L, &m, g);
+    st = tfm__encoder_layer_backward(l, src->data, B, L, &m,
+                                     tfm__dropout_backward_key(layer), g);
     if (st == TFM_OK && grad_src)
         memcpy(grad_src->data, g, (size_t)n * sizeof *g);
     tfm__backward_end(layer, mark);

@@ -84,6 +84,7 @@ typedef struct ff_job {
     const tfm__feed_forward *f;
     const float *x;
     float *hidden, *out;
+    const tfm__dropout *drop;   /* NULL or on */
 } ff_job;
 
 /* Rows begin .. end-1 through both layers; hidden holds their rows. */
@@ -96,19 +97,24 @@ static void ff_rows(void *ctx, int64_t begin, int64_t end, int slot)
     (void)slot;
     tfm__linear(j->x + begin * d, d, n, d, f->w1, f->b1, h, hidden, h);
     tfm__activate(hidden, n * h, f->activation);
+    if (j->drop)
+        tfm__dropout_apply(j->drop, (uint64_t)(begin * h), hidden, n * h);
     tfm__linear(hidden, h, n, h, f->w2, f->b2, d, j->out + begin * d, d);
 }
 
 tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
-                                 int64_t rows, float *out)
+                                 int64_t rows, const tfm__dropout *drop,
+                                 float *out)
 {
+    if (!tfm__dropout_on(drop))
+        drop = NULL;
     tfm__ws_mark mark = tfm__ws_save();
     float *hidden = tfm__ws_floats((size_t)(rows * f->d_ff));
     if (!hidden) {
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;
     }
-    ff_job j = { f, x, hidden, out };
+    ff_job j = { f, x, hidden, out, drop };
     const tfm__plan plan = tfm__plan_now();
     if (rows >= 16 * (int64_t)plan.slots) {
         /* Many rows: each thread takes whole rows through both layers. */
@@ -118,6 +124,8 @@ tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
         tfm__linear_parallel(x, f->d_model, rows, f->d_model, f->w1, f->b1,
                              f->d_ff, hidden, f->d_ff);
         tfm__activate(hidden, rows * f->d_ff, f->activation);
+        if (drop)
+            tfm__dropout_apply(drop, 0, hidden, rows * f->d_ff);
         tfm__linear_parallel(hidden, f->d_ff, rows, f->d_ff, f->w2, f->b2,
                              f->d_model, out, f->d_model);
     }
@@ -169,16 +177,22 @@ tfm_status tfm_feed_forward_forward(const tfm_module *ff, const tfm_tensor *x,
     if ((st = check_x(f, x, "tfm_feed_forward_forward")) ||
         (st = tfm__check_shape(out, "out", 3, x->shape)) != TFM_OK)
         return st;
+    const tfm__dropout drop =
+        tfm__dropout_at(ff->dropout, tfm__dropout_forward_key((tfm_module *)ff),
+                        TFM__DROP_HIDDEN);
     return tfm__feed_forward_run(f, x->data, x->shape[0] * x->shape[1],
-                                 out->data);
+                                 &drop, out->data);
 }
 
 tfm_status tfm__feed_forward_forward_keep(const tfm__feed_forward *f,
                                           const float *x, int64_t rows,
+                                          const tfm__dropout *drop,
                                           float *out, tfm__ff_kept *kept)
 {
     const int64_t d = f->d_model, h = f->d_ff;
     tfm__ff_kept c = { .x = x, .rows = rows };
+    if (tfm__dropout_on(drop))
+        c.drop = *drop;
     c.pre = tfm__ws_floats((size_t)(rows * h));
     c.act = c.pre ? tfm__ws_floats((size_t)(rows * h)) : NULL;
     c.acc = c.act ? tfm__ws_alloc((size_t)(d > h ? d : h) * sizeof *c.acc)
@@ -190,6 +204,8 @@ tfm_status tfm__feed_forward_forward_keep(const tfm__feed_forward *f,
     for (int64_t i = 0; i < rows * h; i++)
         c.act[i] = c.pre[i];
     tfm__activate(c.act, rows * h, f->activation);
+    if (tfm__dropout_on(&c.drop))
+        tfm__dropout_apply(&c.drop, 0, c.act, rows * h);
     if (out)
         tfm__linear_parallel(c.act, h, rows, h, f->w2, f->b2, d, out, d);
     *kept = c;
@@ -206,6 +222,9 @@ void tfm__feed_forward_backward_kept(const tfm__feed_forward *f,
     tfm__linear_backward(c->act, h, rows, h, f->w2, d, grad_y, d, c->act,
                          tfm__grad_of(home, f->w2),
                          f->b2 ? tfm__grad_of(home, f->b2) : NULL, c->acc);
+    /* Through the dropout: the same mask and scale. */
+    if (tfm__dropout_on(&c->drop))
+        tfm__dropout_apply(&c->drop, 0, c->act, rows * h);
     tfm__activation_backward(c->pre, c->act, rows * h, f->activation);
     tfm__linear_backward(c->x, d, rows, d, f->w1, h, c->act, h, grad_x,
                          tfm__grad_of(home, f->w1),
@@ -214,11 +233,13 @@ void tfm__feed_forward_backward_kept(const tfm__feed_forward *f,
 
 tfm_status tfm__feed_forward_backward(const tfm__feed_forward *f,
                                       const float *x, int64_t rows,
+                                      const tfm__dropout *drop,
                                       const float *grad_y, float *grad_x)
 {
     tfm__ws_mark mark = tfm__ws_save();
     tfm__ff_kept kept;
-    tfm_status st = tfm__feed_forward_forward_keep(f, x, rows, NULL, &kept);
+    tfm_status st =
+        tfm__feed_forward_forward_keep(f, x, rows, drop, NULL, &kept);
     if (st == TFM_OK)
         tfm__feed_forward_backward_kept(f, &kept, grad_y, grad_x);
     tfm__ws_restore(mark);
@@ -241,8 +262,10 @@ tfm_status tfm_feed_forward_backward(tfm_module *ff, const tfm_tensor *x,
         return st;
     if ((st = tfm__module_enter_grads(ff, "tfm_feed_forward_backward")))
         return st;
+    const tfm__dropout drop = tfm__dropout_at(
+        ff->dropout, tfm__dropout_backward_key(ff), TFM__DROP_HIDDEN);
     st = tfm__feed_forward_backward(f, x->data, x->shape[0] * x->shape[1],
-                                    grad_output->data,
+                                    &drop, grad_output->data,
                                     grad_input ? grad_input->data : NULL);
     tfm__module_leave_grads(ff);
     return st;

@@ -3,6 +3,7 @@
 #define TFM_SRC_FEED_FORWARD_H
 
 #include "linear.h"
+#include "dropout.h"
 #include "module_impl.h"
 #include "transformer/layers.h"
 
@@ -21,10 +22,13 @@ tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
                                  tfm_activation activation, int bias,
                                  tfm__feed_forward **out);
 
-/* out [rows, d_model] = FF(x [rows, d_model]); out may be x.  Fails only
- * with TFM_ERR_OUT_OF_MEMORY, before writing. */
+/* out [rows, d_model] = FF(x [rows, d_model]); out may be x.  drop: NULL,
+ * or dropout on the hidden activations [rows, d_ff] (dropout.h; torch's
+ * linear2(dropout(activation(linear1(x))))).  Fails only with
+ * TFM_ERR_OUT_OF_MEMORY, before writing. */
 tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
-                                 int64_t rows, float *out);
+                                 int64_t rows, const tfm__dropout *drop,
+                                 float *out);
 
 /* What the backward needs, kept from the forward (workspace memory of
  * the calling thread, above the caller's mark): the input (the caller's)
@@ -32,8 +36,9 @@ tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
 typedef struct tfm__ff_kept {
     const float *x;
     int64_t rows;
-    float *pre, *act;   /* [rows, d_ff] */
+    float *pre, *act;   /* [rows, d_ff]; act after the dropout */
     double *acc;
+    tfm__dropout drop;  /* the hidden activations' (zeroed: none) */
 } tfm__ff_kept;
 
 /* out [rows, d_model] = FF(x) (NULL: not wanted; not x), keeping in
@@ -41,6 +46,7 @@ typedef struct tfm__ff_kept {
  * TFM_ERR_OUT_OF_MEMORY, before writing anything. */
 tfm_status tfm__feed_forward_forward_keep(const tfm__feed_forward *f,
                                           const float *x, int64_t rows,
+                                          const tfm__dropout *drop,
                                           float *out, tfm__ff_kept *kept);
 
 /* The backward (torch.autograd's) from what was kept:
@@ -57,6 +63,7 @@ void tfm__feed_forward_backward_kept(const tfm__feed_forward *f,
  * anything. */
 tfm_status tfm__feed_forward_backward(const tfm__feed_forward *f,
                                       const float *x, int64_t rows,
+                                      const tfm__dropout *drop,
                                       const float *grad_y, float *grad_x);
 
 tfm_status tfm__feed_forward_macs(const tfm__feed_forward *f, int64_t batch,

@@ -106,13 +106,22 @@ typedef struct block_call {
     int64_t B, L, S;
     const float *memory;
     const tfm__masks *masks, *memory_masks;
+    uint64_t drop_key;
 } block_call;
 
 static tfm_status block_step(const void *ctx, float *x)
 {
     const block_call *c = ctx;
     return c->run(c->block, x, c->B, c->L, c->memory, c->S, c->masks,
-                  c->memory_masks);
+                  c->memory_masks, c->drop_key);
+}
+
+tfm__dropout tfm__layer_hidden_dropout(const tfm_module *layer,
+                                       uint64_t drop_key)
+{
+    return tfm__dropout_at(layer->dropout,
+                           tfm__dropout_site(drop_key, TFM__DROP_FF),
+                           TFM__DROP_HIDDEN);
 }
 
 /* block's tfm_layer_config (block already checked). */
@@ -138,7 +147,8 @@ tfm_status tfm__encoder_forward(const tfm__block_kind *k,
         (st = tfm__masks_resolve(masks, B, c->n_heads, L, L, k->function,
                                  &m)))
         return st;
-    block_call call = { block, k->run, B, L, 0, NULL, &m, NULL };
+    block_call call = { block, k->run, B, L, 0, NULL, &m, NULL,
+                        tfm__dropout_forward_key((tfm_module *)block) };
     return tfm__run_copy(src->data, out->data, src->numel, block_step, &call);
 }
 
@@ -158,6 +168,7 @@ tfm_status tfm__decoder_forward(const tfm__block_kind *k,
                                         &in)))
         return st;
     block_call call = { block, k->run, in.B, in.L, in.S, memory->data,
-                        &in.tgt_masks, &in.memory_masks };
+                        &in.tgt_masks, &in.memory_masks,
+                        tfm__dropout_forward_key((tfm_module *)block) };
     return tfm__run_copy(tgt->data, out->data, tgt->numel, block_step, &call);
 }

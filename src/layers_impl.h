@@ -41,9 +41,16 @@ tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
 tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, int bias,
                                   tfm__decoder_layer **out);
 
-/* In place on x [B, L, d]; fail only with out-of-memory. */
+/* In place on x [B, L, d]; fail only with out-of-memory.  drop_key: the
+ * call's dropout key (dropout.h; 0: none): the layer's sites are its
+ * self-attention module (key site TFM__DROP_SELF_ATTN, its probability),
+ * the feed-forward's hidden activations (TFM__DROP_FF then
+ * TFM__DROP_HIDDEN) and the residual branches (TFM__DROP_BLOCK1, 2, 3),
+ * these with the layer's probability; a decoder layer's cross-attention
+ * is TFM__DROP_CROSS_ATTN. */
 tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
-                                  int64_t B, int64_t L, const tfm__masks *m);
+                                  int64_t B, int64_t L, const tfm__masks *m,
+                                  uint64_t drop_key);
 /* The same for the new positions x [rows, d] of n_seqs sequences, one
  * sequence after another, whose self-attention runs over each one's KV
  * cache (layer `layer`'s rows of seqs[i]: tfm__mha_run_cached_seqs, which
@@ -77,7 +84,8 @@ typedef struct tfm__decoder_layer_kept {
 tfm_status tfm__encoder_layer_forward_keep(const tfm__encoder_layer *l,
                                            const float *x, int64_t B,
                                            int64_t L, const tfm__masks *masks,
-                                           float *y, float *scratch,
+                                           uint64_t drop_key, float *y,
+                                           float *scratch,
                                            tfm__encoder_layer_kept *k);
 /* The backward of that forward: g [B, L, d] holds the output's gradient
  * and receives x's; the parameter gradients are accumulated (the caller
@@ -92,8 +100,8 @@ tfm_status tfm__encoder_layer_backward_kept(const tfm__encoder_layer_kept *k,
 tfm_status tfm__decoder_layer_forward_keep(
     const tfm__decoder_layer *l, const float *x, int64_t B, int64_t L,
     const float *memory, int64_t S, const tfm__masks *tgt_masks,
-    const tfm__masks *memory_masks, float *grad_memory, float *y,
-    float *scratch, tfm__decoder_layer_kept *k);
+    const tfm__masks *memory_masks, uint64_t drop_key, float *grad_memory,
+    float *y, float *scratch, tfm__decoder_layer_kept *k);
 tfm_status tfm__decoder_layer_backward_kept(const tfm__decoder_layer_kept *k,
                                             float *g);
 
@@ -103,13 +111,15 @@ tfm_status tfm__decoder_layer_backward_kept(const tfm__decoder_layer_kept *k,
  * its gradients. */
 tfm_status tfm__encoder_layer_backward(const tfm__encoder_layer *l,
                                        const float *x, int64_t B, int64_t L,
-                                       const tfm__masks *masks, float *g);
+                                       const tfm__masks *masks,
+                                       uint64_t drop_key, float *g);
 tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
                                        const float *x, int64_t B, int64_t L,
                                        const float *memory, int64_t S,
                                        const tfm__masks *tgt_masks,
                                        const tfm__masks *memory_masks,
-                                       float *g, float *grad_memory);
+                                       uint64_t drop_key, float *g,
+                                       float *grad_memory);
 
 tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
                                          int64_t n_seqs,
@@ -118,7 +128,8 @@ tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
 tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
                                   int64_t B, int64_t L, const float *memory,
                                   int64_t S, const tfm__masks *tgt_masks,
-                                  const tfm__masks *memory_masks);
+                                  const tfm__masks *memory_masks,
+                                  uint64_t drop_key);
 
 tfm_status tfm__encoder_layer_macs(const tfm__encoder_layer *l, int64_t B,
                                    int64_t L, int64_t *acc);
@@ -162,12 +173,14 @@ tfm_status tfm__check_decoder_backward(const char *what,
 
 /* A layer or stack run in place on x [B, L, d]; decoder-style blocks
  * attend over memory [B, S, d] too (encoder-style ones get NULL, 0 and
- * NULL).  Fails only with out-of-memory. */
+ * NULL); drop_key: the call's dropout key (0: none).  Fails only with
+ * out-of-memory. */
 typedef tfm_status (*tfm__block_run_fn)(const void *block, float *x,
                                         int64_t B, int64_t L,
                                         const float *memory, int64_t S,
                                         const tfm__masks *masks,
-                                        const tfm__masks *memory_masks);
+                                        const tfm__masks *memory_masks,
+                                        uint64_t drop_key);
 
 /* What the public forward of a layer or stack needs to know about it: its
  * module kind and argument name (for the kind check), the public function's
@@ -183,7 +196,8 @@ typedef struct tfm__block_kind {
 
 /* The public forward of an encoder-style block: checks block's kind, src
  * [B, L, d], out shaped as src and the masks, then runs it on a copy of src
- * written to out only on success. */
+ * written to out only on success (in training mode with the block's next
+ * dropout key, tfm__dropout_forward_key). */
 tfm_status tfm__encoder_forward(const tfm__block_kind *k,
                                 const tfm_module *block, const tfm_tensor *src,
                                 const tfm_attention_masks *masks,
@@ -203,5 +217,11 @@ tfm_status tfm__decoder_forward(const tfm__block_kind *k,
 typedef tfm_status (*tfm__inplace_fn)(const void *ctx, float *x);
 tfm_status tfm__run_copy(const float *src, float *dst, int64_t n,
                          tfm__inplace_fn fn, const void *ctx);
+
+/* The dropout of the hidden activations of the feed-forward network of a
+ * layer (module layer, call key drop_key): the layer's probability, site
+ * TFM__DROP_FF's TFM__DROP_HIDDEN. */
+tfm__dropout tfm__layer_hidden_dropout(const tfm_module *layer,
+                                       uint64_t drop_key);
 
 #endif

@@ -236,6 +236,12 @@ tfm_status tfm_mha_create_ex(int64_t d_model, int64_t n_heads, int64_t kdim,
     return st;
 }
 
+tfm__dropout tfm__mha_dropout(const tfm__mha *m, uint64_t key)
+{
+    return tfm__dropout_make(m->base.dropout,
+                             tfm__dropout_site(key, TFM__DROP_ATTENTION));
+}
+
 /* The attention part, with the variant, on projected q [B, L, d] (row
  * stride ldq) and the keys and values k, v (operands [B, H_kv, S, d_k]),
  * all scratch that RoPE may rotate in place (key rows below k_rotated
@@ -247,7 +253,7 @@ static tfm_status mha_attend(const tfm__mha *m, float *q, int64_t ldq,
                              tfm__heads k, tfm__heads v, int64_t k_rotated,
                              int64_t rope_origin, int64_t B, int64_t L, int64_t S,
                              const tfm__masks *masks, float *ctx,
-                             float *weights, int average)
+                             float *weights, int average, uint64_t key)
 {
     tfm__masks padded;
     if (tfm__mha_extra_rows(m) > 0) {
@@ -270,6 +276,7 @@ static tfm_status mha_attend(const tfm__mha *m, float *q, int64_t ldq,
         .weights = weights, .average = average,
         .rope_in_place = 1, .k_rotated = k_rotated,
         .rope_origin = rope_origin,
+        .dropout = tfm__mha_dropout(m, key),
     };
     return tfm__attend(&m->var, &args);
 }
@@ -292,10 +299,11 @@ static tfm__heads static_heads(const tfm__mha *m, const float *x, int64_t S)
 tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                         const float *key, const float *value, int64_t B,
                         int64_t L, int64_t S, const tfm__masks *masks,
-                        float *out, float *weights, int average)
+                        float *out, float *weights, int average,
+                        uint64_t drop_key)
 {
     return tfm__mha_run_static(m, query, key, value, NULL, NULL, B, L, S,
-                               masks, out, weights, average);
+                               masks, out, weights, average, drop_key);
 }
 
 tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
@@ -303,7 +311,7 @@ tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
                                const float *static_k, const float *static_v,
                                int64_t B, int64_t L, int64_t S,
                                const tfm__masks *masks, float *out,
-                               float *weights, int average)
+                               float *weights, int average, uint64_t drop_key)
 {
     const int64_t d = m->d_model, kv = m->kv_dim;
     const int proj_k = !static_k, proj_v = !static_v;
@@ -367,7 +375,7 @@ tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
     const tfm__heads vh = proj_v ? rows_heads(m, v, S, ldkv)
                                  : static_heads(m, static_v, S);
     tfm_status st = mha_attend(m, q, ld, kh, vh, 0, 0, B, L, S, masks, ctx,
-                               weights, average);
+                               weights, average, drop_key);
     if (st == TFM_OK)
         tfm__linear_parallel(ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);
@@ -414,7 +422,7 @@ tfm_status tfm__mha_run_cached_seqs(const tfm__mha *m, const float *x,
         const int64_t S = q->past + q->n;
         st = mha_attend(m, mine, w, rows_heads(m, k_cache, S, kv),
                         rows_heads(m, v_cache, S, kv), q->past, q->origin, 1,
-                        q->n, S, &causal, ctx + row * d, NULL, 0);
+                        q->n, S, &causal, ctx + row * d, NULL, 0, 0);
         row += q->n;
     }
     if (st == TFM_OK)
@@ -552,7 +560,8 @@ static tfm_status mha_forward(const char *what, const tfm_module *mha,
         m, query->data, static_k ? NULL : key->data,
         static_v ? NULL : value->data, static_k ? static_k->data : NULL,
         static_v ? static_v->data : NULL, B, L, S, &mk, out->data,
-        weights ? weights->data : NULL, average);
+        weights ? weights->data : NULL, average,
+        tfm__dropout_forward_key((tfm_module *)mha));
 }
 
 tfm_status tfm_mha_forward(const tfm_module *mha, const tfm_tensor *query,

@@ -3,6 +3,7 @@
 #define TFM_SRC_MHA_H
 
 #include "attention_masks.h"
+#include "dropout.h"
 #include "linear.h"
 #include "module_impl.h"
 #include "variant.h"
@@ -42,6 +43,7 @@ tfm_status tfm__mha_new_v2(int64_t d_model, int64_t n_heads,
                            const tfm_mha_options *options, tfm__mha **out);
 
 /* Forward on raw row-major arrays: query [B, L, d], key [B, S, kdim],
+ * (drop_key: the call's dropout key, dropout.h; 0 = none)
  * value [B, S, vdim] -> out [B, L, d] (out may alias query).  masks are
  * validated.  weights: NULL, or per head [B, H, L, S] (average 0), or
  * averaged [B, L, S] (average 1).  Under RoPE, query row i is at position
@@ -51,7 +53,12 @@ tfm_status tfm__mha_new_v2(int64_t d_model, int64_t n_heads,
 tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                         const float *key, const float *value, int64_t B,
                         int64_t L, int64_t S, const tfm__masks *masks,
-                        float *out, float *weights, int average);
+                        float *out, float *weights, int average,
+                        uint64_t drop_key);
+
+/* The attention weights' dropout of a call of m with key drop_key (0:
+ * none): m's probability, the key's TFM__DROP_ATTENTION site. */
+tfm__dropout tfm__mha_dropout(const tfm__mha *m, uint64_t drop_key);
 
 /* tfm__mha_run with F.multi_head_attention_forward's static_k / static_v
  * (attention.h: tfm_mha_forward_v2): NULL, or [B, H_kv, S, d_k] keys /
@@ -64,7 +71,8 @@ tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
                                const float *static_k, const float *static_v,
                                int64_t B, int64_t L, int64_t S,
                                const tfm__masks *masks, float *out,
-                               float *weights, int average);
+                               float *weights, int average,
+                               uint64_t drop_key);
 
 /* Self-attention of n new positions x [n, d] (batch 1) over a KV cache:
  * their keys (rotated for their positions under RoPE) and values are
@@ -138,6 +146,7 @@ typedef struct tfm__mha_kept {
     float *dctx, *dq, *dk, *dv;  /* the same shapes (fused: dq holds all
                                   * three, stride ld) */
     double *acc;
+    tfm__dropout drop;  /* the attention weights' (zeroed: none) */
 } tfm__mha_kept;
 
 /* The forward of tfm__mha_run (out [B, L, d], NULL: not wanted) keeping
@@ -145,13 +154,15 @@ typedef struct tfm__mha_kept {
  * value are one tensor (self-attention) whose one input gradient the
  * caller wants: the projections are one product, and the backward writes
  * their summed gradient to grad_query (grad_key, grad_value must be
- * NULL).  Fails with TFM_ERR_OUT_OF_MEMORY or TFM_ERR_INVALID_ARGUMENT (a
- * variant or option without a backward yet) before writing anything. */
+ * NULL).  drop_key: the call's dropout key (dropout.h; 0: none).  Fails
+ * with TFM_ERR_OUT_OF_MEMORY or TFM_ERR_INVALID_ARGUMENT (a variant or
+ * option without a backward yet) before writing anything. */
 tfm_status tfm__mha_forward_keep(const tfm__mha *m, const float *query,
                                  const float *key, const float *value,
                                  int64_t B, int64_t L, int64_t S,
                                  const tfm__masks *masks, int fuse_inputs,
-                                 float *out, tfm__mha_kept *kept);
+                                 uint64_t drop_key, float *out,
+                                 tfm__mha_kept *kept);
 
 /* The backward of that call: accumulates the gradients of the
  * projections' weights and biases into m's gradient memory and writes
@@ -169,6 +180,7 @@ tfm_status tfm__mha_backward(const tfm__mha *m, const float *query,
                              const float *key, const float *value, int64_t B,
                              int64_t L, int64_t S, const tfm__masks *masks,
                              const float *grad_out, float *grad_query,
-                             float *grad_key, float *grad_value);
+                             float *grad_key, float *grad_value,
+                             uint64_t drop_key);
 
 #endif

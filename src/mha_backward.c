@@ -42,7 +42,8 @@ tfm_status tfm__mha_forward_keep(const tfm__mha *m, const float *query,
                                  const float *key, const float *value,
                                  int64_t B, int64_t L, int64_t S,
                                  const tfm__masks *masks, int fuse_inputs,
-                                 float *out, tfm__mha_kept *kept)
+                                 uint64_t drop_key, float *out,
+                                 tfm__mha_kept *kept)
 {
     if (tfm__mha_extra_rows(m) > 0)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
@@ -54,7 +55,8 @@ tfm_status tfm__mha_forward_keep(const tfm__mha *m, const float *query,
     tfm__mha_kept c = { .query = query, .key = key, .value = value,
                         .B = B, .L = L, .S = S, .masks = masks,
                         .fused = fused, .ld = fused ? d + 2 * kv : d,
-                        .ldkv = fused ? d + 2 * kv : kv };
+                        .ldkv = fused ? d + 2 * kv : kv,
+                        .drop = tfm__mha_dropout(m, drop_key) };
     /* Fused: q, k, v side by side in rows of d + 2 kv, and so dq, dk,
      * dv (the in-projection's backward is then one product). */
     const size_t nq = (size_t)(B * L * c.ld), nkv = (size_t)(B * S * kv);
@@ -93,6 +95,7 @@ tfm_status tfm__mha_forward_keep(const tfm__mha *m, const float *query,
         .q = heads(m, c.q, L, c.ld), .k = heads(m, c.k, S, c.ldkv),
         .v = heads(m, c.v, S, c.ldkv), .out = heads(m, c.ctx, L, d),
         .B = B, .L = L, .S = S, .masks = masks, .lse = c.lse,
+        .dropout = c.drop,
     };
     tfm_status st = tfm__attend(&m->var, &args);
     if (st != TFM_OK)
@@ -114,6 +117,7 @@ tfm_status tfm__mha_backward_kept(const tfm__mha *m,
         .q = heads(m, c->q, L, c->ld), .k = heads(m, c->k, S, c->ldkv),
         .v = heads(m, c->v, S, c->ldkv), .out = heads(m, c->ctx, L, d),
         .B = B, .L = L, .S = S, .masks = c->masks, .lse = c->lse,
+        .dropout = c->drop,
     };
     /* dctx = dout W_o (no accumulation yet): the attention's backward
      * needs it, and may still fail. */
@@ -163,12 +167,13 @@ tfm_status tfm__mha_backward(const tfm__mha *m, const float *query,
                              const float *key, const float *value, int64_t B,
                              int64_t L, int64_t S, const tfm__masks *masks,
                              const float *grad_out, float *grad_query,
-                             float *grad_key, float *grad_value)
+                             float *grad_key, float *grad_value,
+                             uint64_t drop_key)
 {
     tfm__ws_mark mark = tfm__ws_save();
     tfm__mha_kept kept;
     tfm_status st = tfm__mha_forward_keep(m, query, key, value, B, L, S,
-                                          masks, 0, NULL, &kept);
+                                          masks, 0, drop_key, NULL, &kept);
     if (st == TFM_OK)
         st = tfm__mha_backward_kept(m, &kept, grad_out, grad_query, grad_key,
                                     grad_value);
@@ -234,7 +239,8 @@ tfm_status tfm_mha_backward(tfm_module *mha, const tfm_tensor *query,
                            &mk, grad_output->data,
                            grad_query ? grad_query->data : NULL,
                            grad_key ? grad_key->data : NULL,
-                           grad_value ? grad_value->data : NULL);
+                           grad_value ? grad_value->data : NULL,
+                           tfm__dropout_backward_key(mha));
     tfm__module_leave_grads(mha);
     return st;
 }

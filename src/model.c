@@ -16,6 +16,7 @@
 
 #include "alloc.h"
 #include "attention_config.h"
+#include "dropout.h"
 #include "error.h"
 #include "gemm.h"
 #include "layer_config.h"
@@ -380,6 +381,17 @@ static tfm_status check_sizes(const tfm__model *m, int64_t batch, int64_t seq,
     return TFM_OK;
 }
 
+/* The embeddings' dropout (module.h): x [n] <- dropout(x) with the
+ * model's probability at site `site` of the call's key, in a forward;
+ * the same on their gradient in a backward. */
+static void embed_dropout(const tfm__model *m, uint64_t key, uint64_t site,
+                          float *x, int64_t n)
+{
+    const tfm__dropout d = tfm__dropout_at(m->base.dropout, key, site);
+    if (tfm__dropout_on(&d))
+        tfm__dropout_apply(&d, 0, x, n);
+}
+
 /* A decoder-only or encoder-only model (one stack): tfm_model_logits,
  * tfm_model_backward, tfm_model_loss_backward. */
 static tfm_status check_one_stack(const tfm_module *model)
@@ -414,8 +426,11 @@ tfm_status tfm_model_logits(const tfm_module *model, const int32_t *ids,
         tfm__masks masks = { 0 };
         if (m->config.architecture == TFM_ARCH_DECODER_ONLY)
             masks.causal = TFM_CAUSAL_TOP_LEFT;
+        const uint64_t key = tfm__dropout_forward_key((tfm_module *)model);
         tfm__model_embed(m, ids, batch, seq, 0, x);
-        st = tfm__stack_run(m->stack, x, batch, seq, NULL, 0, &masks, NULL);
+        embed_dropout(m, key, TFM__DROP_EMBEDDING, x, batch * seq * d);
+        st = tfm__stack_run(m->stack, x, batch, seq, NULL, 0, &masks, NULL,
+                            tfm__dropout_site(key, TFM__DROP_STACK));
         if (st == TFM_OK) {
             tfm__model_head(m, x, batch * seq, out);
             memcpy(logits->data, out, (size_t)(batch * seq * V) * sizeof(float));
@@ -470,12 +485,17 @@ tfm_status tfm_model_seq2seq_logits(const tfm_module *model,
     if (out) {
         const tfm__masks none = { 0 };
         const tfm__masks causal = { .causal = TFM_CAUSAL_TOP_LEFT };
+        const uint64_t key = tfm__dropout_forward_key((tfm_module *)model);
         tfm__model_embed(m, src_ids, B, S, 0, memory);
         tfm__model_embed(m, tgt_ids, B, L, 0, x);
-        st = tfm__stack_run(m->encoder, memory, B, S, NULL, 0, &none, NULL);
+        embed_dropout(m, key, TFM__DROP_EMBEDDING, memory, B * S * d);
+        embed_dropout(m, key, TFM__DROP_TGT_EMBEDDING, x, B * L * d);
+        st = tfm__stack_run(m->encoder, memory, B, S, NULL, 0, &none, NULL,
+                            tfm__dropout_site(key, TFM__DROP_ENCODER));
         if (st == TFM_OK)
             st = tfm__stack_run(m->decoder, x, B, L, memory, S, &causal,
-                                &none);
+                                &none,
+                                tfm__dropout_site(key, TFM__DROP_DECODER));
         if (st == TFM_OK) {
             tfm__model_head(m, x, B * L, out);
             memcpy(logits->data, out, (size_t)(B * L * V) * sizeof(float));
@@ -544,6 +564,9 @@ static tfm_status model_backward(tfm_module *model, const int32_t *ids,
                                  const tfm_tensor *grad_logits,
                                  const model_loss *ls, const char *what)
 {
+    /* The loss's own forward draws a key; tfm_model_backward recomputes
+     * the latest tfm_model_logits'. */
+    uint64_t key = 0;
     const tfm__model *m = (const tfm__model *)model;
     const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
     const int64_t shape[3] = { batch, seq, V };
@@ -569,10 +592,14 @@ static tfm_status model_backward(tfm_module *model, const int32_t *ids,
     tfm__masks masks = { 0 };
     if (m->config.architecture == TFM_ARCH_DECODER_ONLY)
         masks.causal = TFM_CAUSAL_TOP_LEFT;
+    key = ls ? tfm__dropout_forward_key(model)
+             : tfm__dropout_backward_key(model);
     tfm__model_embed(m, ids, batch, seq, 0, x0);
+    embed_dropout(m, key, TFM__DROP_EMBEDDING, x0, n);
     tfm__stack_kept kept;
     st = tfm__stack_forward_keep(m->stack, x0, batch, seq, NULL, 0, &masks,
-                                 NULL, NULL, h, &kept);
+                                 NULL, tfm__dropout_site(key, TFM__DROP_STACK),
+                                 NULL, h, &kept);
     if (st == TFM_OK && ls) {
         tfm__model_head(m, h, rows, dl);
         st = tfm__cross_entropy(dl, rows, V, ls->targets, ls->ignore_index,
@@ -587,8 +614,10 @@ static tfm_status model_backward(tfm_module *model, const int32_t *ids,
                              NULL, NULL);
         st = tfm__stack_backward_kept(&kept, g);
     }
-    if (st == TFM_OK)
+    if (st == TFM_OK) {
+        embed_dropout(m, key, TFM__DROP_EMBEDDING, g, n);
         embed_backward(m, ids, batch, seq, g);
+    }
     tfm__backward_end(model, mark);
     return st;
 }
@@ -667,12 +696,18 @@ tfm_status tfm_model_seq2seq_backward(tfm_module *model,
     tfm__model_embed(m, src_ids, B, S, 0, src0);
     tfm__model_embed(m, tgt_ids, B, L, 0, tgt0);
     memset(gmem, 0, (size_t)n_src * sizeof *gmem);
+    const uint64_t key = tfm__dropout_backward_key(model);
+    embed_dropout(m, key, TFM__DROP_EMBEDDING, src0, n_src);
+    embed_dropout(m, key, TFM__DROP_TGT_EMBEDDING, tgt0, n_tgt);
     tfm__stack_kept enc, dec;
     st = tfm__stack_forward_keep(m->encoder, src0, B, S, NULL, 0, &none,
-                                 NULL, NULL, memory, &enc);
+                                 NULL, tfm__dropout_site(key,
+                                                         TFM__DROP_ENCODER),
+                                 NULL, memory, &enc);
     if (st == TFM_OK)
-        st = tfm__stack_forward_keep(m->decoder, tgt0, B, L, memory, S,
-                                     &causal, &none, gmem, h, &dec);
+        st = tfm__stack_forward_keep(
+            m->decoder, tgt0, B, L, memory, S, &causal, &none,
+            tfm__dropout_site(key, TFM__DROP_DECODER), gmem, h, &dec);
     if (st == TFM_OK) {
         tfm__linear_backward(h, d, B * L, d, m->lm_head, V,
                              grad_logits->data, V, g, head_grad(m), NULL,
@@ -682,6 +717,8 @@ tfm_status tfm_model_seq2seq_backward(tfm_module *model,
     if (st == TFM_OK)
         st = tfm__stack_backward_kept(&enc, gmem);
     if (st == TFM_OK) {
+        embed_dropout(m, key, TFM__DROP_TGT_EMBEDDING, g, n_tgt);
+        embed_dropout(m, key, TFM__DROP_EMBEDDING, gmem, n_src);
         embed_backward(m, tgt_ids, B, L, g);
         embed_backward(m, src_ids, B, S, gmem);
     }

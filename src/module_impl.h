@@ -78,6 +78,17 @@ struct tfm_module {
      * allocated zeroed once, kept in evaluation mode). */
     float *grad_storage;
     int training;       /* tfm_module_train's flag (torch's .training) */
+    /* Dropout (dropout.c; module.h: tfm_module_set_dropout): the
+     * probability of this module's sites, and the counter-based stream
+     * its training-mode calls draw their keys from: key of a call =
+     * tfm__dropout_hash(dropout_seed, offset), offset then advanced;
+     * dropout_last_key is the latest forward's, which the backward reuses
+     * (0: none yet).  Atomic: forward passes on a shared handle may draw
+     * at once. */
+    float dropout;
+    uint64_t dropout_seed;
+    _Atomic uint64_t dropout_offset;
+    _Atomic uint64_t dropout_last_key;
     /* Backward passes write the gradients: tfm__module_enter / _leave
      * (tfm__module_enter_grads) keep two threads out. */
     int busy;

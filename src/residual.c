@@ -14,7 +14,7 @@ static tfm_status run_self(const tfm__sublayer *base, const float *in,
     const tfm__self_attention_sublayer *s =
         (const tfm__self_attention_sublayer *)base;
     return tfm__mha_run(s->mha, in, in, in, s->batch, s->L, s->L, s->masks,
-                        out, NULL, 0);
+                        out, NULL, 0, s->drop_key);
 }
 
 static tfm_status run_cross(const tfm__sublayer *base, const float *in,
@@ -23,7 +23,7 @@ static tfm_status run_cross(const tfm__sublayer *base, const float *in,
     const tfm__cross_attention_sublayer *s =
         (const tfm__cross_attention_sublayer *)base;
     return tfm__mha_run(s->mha, in, s->memory, s->memory, s->batch, s->L, s->S,
-                        s->masks, out, NULL, 0);
+                        s->masks, out, NULL, 0, s->drop_key);
 }
 
 static tfm_status run_cached(const tfm__sublayer *base, const float *in,
@@ -40,7 +40,7 @@ static tfm_status run_ff(const tfm__sublayer *base, const float *in,
 {
     const tfm__feed_forward_sublayer *s =
         (const tfm__feed_forward_sublayer *)base;
-    return tfm__feed_forward_run(s->ff, in, s->rows, out);
+    return tfm__feed_forward_run(s->ff, in, s->rows, &s->drop, out);
 }
 
 static tfm_status keep_self(const tfm__sublayer *base, const float *in,
@@ -50,7 +50,8 @@ static tfm_status keep_self(const tfm__sublayer *base, const float *in,
         (const tfm__self_attention_sublayer *)base;
     const int64_t n = s->batch * s->L * s->mha->d_model;
     tfm_status st = tfm__mha_forward_keep(s->mha, in, in, in, s->batch, s->L,
-                                          s->L, s->masks, 1, out, &kept->mha);
+                                          s->L, s->masks, 1, s->drop_key, out,
+                                          &kept->mha);
     kept->gk = kept->gv = NULL;
     if (st == TFM_OK && !kept->mha.fused &&
         (!(kept->gk = tfm__ws_floats((size_t)n)) ||
@@ -86,7 +87,7 @@ static tfm_status keep_cross(const tfm__sublayer *base, const float *in,
     const int64_t n = s->batch * s->S * s->mha->kdim;
     tfm_status st = tfm__mha_forward_keep(s->mha, in, s->memory, s->memory,
                                           s->batch, s->L, s->S, s->masks, 0,
-                                          out, &kept->mha);
+                                          s->drop_key, out, &kept->mha);
     kept->gk = kept->gv = NULL;
     if (st == TFM_OK && s->grad_memory &&
         (!(kept->gk = tfm__ws_floats((size_t)n)) ||
@@ -118,7 +119,8 @@ static tfm_status keep_ff(const tfm__sublayer *base, const float *in,
 {
     const tfm__feed_forward_sublayer *s =
         (const tfm__feed_forward_sublayer *)base;
-    return tfm__feed_forward_forward_keep(s->ff, in, s->rows, out, &kept->ff);
+    return tfm__feed_forward_forward_keep(s->ff, in, s->rows, &s->drop, out,
+                                          &kept->ff);
 }
 
 static tfm_status backward_ff(const tfm__sublayer *base,
@@ -132,21 +134,22 @@ static tfm_status backward_ff(const tfm__sublayer *base,
 }
 
 tfm__self_attention_sublayer tfm__sublayer_self_attention(
-    const tfm__mha *m, int64_t batch, int64_t L, const tfm__masks *masks)
+    const tfm__mha *m, int64_t batch, int64_t L, const tfm__masks *masks,
+    uint64_t drop_key)
 {
     return (tfm__self_attention_sublayer){ { run_self, keep_self,
                                              backward_self },
-                                           m, batch, L, masks };
+                                           m, batch, L, masks, drop_key };
 }
 
 tfm__cross_attention_sublayer tfm__sublayer_cross_attention(
     const tfm__mha *m, int64_t batch, int64_t L, const float *memory,
-    int64_t S, const tfm__masks *masks)
+    int64_t S, const tfm__masks *masks, uint64_t drop_key)
 {
     return (tfm__cross_attention_sublayer){ { run_cross, keep_cross,
                                               backward_cross },
                                             m, batch, L, S, memory, masks,
-                                            NULL };
+                                            NULL, drop_key };
 }
 
 tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
@@ -158,30 +161,36 @@ tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
 }
 
 tfm__feed_forward_sublayer tfm__sublayer_feed_forward(
-    const tfm__feed_forward *f, int64_t rows)
+    const tfm__feed_forward *f, int64_t rows, tfm__dropout drop)
 {
     return (tfm__feed_forward_sublayer){ { run_ff, keep_ff, backward_ff }, f,
-                                         rows };
+                                         rows, drop };
 }
 
 /* ---- The residual connection ----------------------------------------- */
 
 tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
-                         int norm_first, float *x, float *tmp, int64_t rows)
+                         int norm_first, const tfm__dropout *branch, float *x,
+                         float *tmp, int64_t rows)
 {
     const int64_t n = rows * norm->d;
+    const int drop = tfm__dropout_on(branch);
     tfm_status st;
     if (norm_first) {
         /* x + f(LN(x)): tmp = LN(x), then f in place on tmp. */
         tfm__layer_norm_run(norm, x, rows, tmp);
         if ((st = f->run(f, tmp, tmp)) != TFM_OK)
             return st;
+        if (drop)
+            tfm__dropout_apply(branch, 0, tmp, n);
         for (int64_t i = 0; i < n; i++)
             x[i] += tmp[i];
     } else {
         /* LN(x + f(x)): tmp = f(x), then the sum normalised in place. */
         if ((st = f->run(f, x, tmp)) != TFM_OK)
             return st;
+        if (drop)
+            tfm__dropout_apply(branch, 0, tmp, n);
         for (int64_t i = 0; i < n; i++)
             x[i] += tmp[i];
         tfm__layer_norm_run(norm, x, rows, x);
@@ -191,13 +200,22 @@ tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
 
 tfm_status tfm__residual_forward_keep(const tfm__sublayer *f,
                                       const tfm__layer_norm *norm,
-                                      int norm_first, const float *x,
-                                      float *y, int64_t rows, float *scratch,
+                                      int norm_first,
+                                      const tfm__dropout *branch,
+                                      const float *x, float *y, int64_t rows,
+                                      float *scratch,
                                       tfm__residual_kept *kept)
 {
     const int64_t d = norm->d, n = rows * d;
     tfm__residual_kept k = { .f = f, .norm = norm, .norm_first = norm_first,
                              .x = x, .rows = rows };
+    const int drop = tfm__dropout_on(branch);
+    if (drop) {
+        k.branch = *branch;
+        if (!(k.gd = tfm__ws_floats((size_t)n)))
+            return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "residual backward: out "
+                             "of memory");
+    }
     k.h = tfm__ws_floats((size_t)n);
     if (k.h && !scratch)
         scratch = tfm__ws_floats((size_t)(2 * n));
@@ -213,12 +231,16 @@ tfm_status tfm__residual_forward_keep(const tfm__sublayer *f,
         tfm__layer_norm_run(norm, x, rows, k.h);
         if ((st = f->keep(f, k.h, y, &k.fk)) != TFM_OK)
             return st;
+        if (drop)
+            tfm__dropout_apply(branch, 0, y, n);
         for (int64_t i = 0; i < n; i++)
             y[i] += x[i];
     } else {
         /* y = LN(h), h = x + f(x) kept. */
         if ((st = f->keep(f, x, k.h, &k.fk)) != TFM_OK)
             return st;
+        if (drop)
+            tfm__dropout_apply(branch, 0, k.h, n);
         for (int64_t i = 0; i < n; i++)
             k.h[i] += x[i];
         tfm__layer_norm_run(norm, k.h, rows, y);
@@ -236,9 +258,17 @@ tfm_status tfm__residual_backward_kept(const tfm__residual_kept *k,
     float *gw = tfm__grad_of(home, norm->weight);
     float *gb = norm->bias ? tfm__grad_of(home, norm->bias) : NULL;
     tfm_status st;
+    /* Under the branch's dropout f's output gradient is masked first
+     * (into gd). */
+    const int drop = tfm__dropout_on(&k->branch);
     if (k->norm_first) {
         /* g = f'(z)^T grad_y; grad_x = grad_y + LN'(x)^T g (into gf). */
-        if ((st = k->f->backward(k->f, &k->fk, grad_y, k->g)) != TFM_OK)
+        const float *gy = grad_y;
+        if (drop) {
+            tfm__dropout_copy_rows(&k->branch, 0, 0, grad_y, k->gd, 1, n, n);
+            gy = k->gd;
+        }
+        if ((st = k->f->backward(k->f, &k->fk, gy, k->g)) != TFM_OK)
             return st;
         tfm__layer_norm_backward(norm, k->x, k->rows, k->g, k->gf, gw, gb,
                                  k->acc);
@@ -249,7 +279,12 @@ tfm_status tfm__residual_backward_kept(const tfm__residual_kept *k,
          * backward has succeeded); gf = f'(x)^T g; grad_x = g + gf. */
         tfm__layer_norm_backward(norm, k->h, k->rows, grad_y, k->g, NULL,
                                  NULL, k->acc);
-        if ((st = k->f->backward(k->f, &k->fk, k->g, k->gf)) != TFM_OK)
+        const float *gh = k->g;
+        if (drop) {
+            tfm__dropout_copy_rows(&k->branch, 0, 0, k->g, k->gd, 1, n, n);
+            gh = k->gd;
+        }
+        if ((st = k->f->backward(k->f, &k->fk, gh, k->gf)) != TFM_OK)
             return st;
         tfm__layer_norm_backward(norm, k->h, k->rows, grad_y, NULL, gw, gb,
                                  k->acc);
@@ -261,14 +296,16 @@ tfm_status tfm__residual_backward_kept(const tfm__residual_kept *k,
 
 tfm_status tfm__residual_backward(const tfm__sublayer *f,
                                   const tfm__layer_norm *norm, int norm_first,
-                                  const float *x, const float *grad_y,
-                                  float *grad_x, int64_t rows)
+                                  const tfm__dropout *branch, const float *x,
+                                  const float *grad_y, float *grad_x,
+                                  int64_t rows)
 {
     tfm__ws_mark mark = tfm__ws_save();
     float *y = tfm__ws_floats((size_t)(rows * norm->d));
     tfm__residual_kept kept;
-    tfm_status st = y ? tfm__residual_forward_keep(f, norm, norm_first, x, y,
-                                                   rows, NULL, &kept)
+    tfm_status st = y ? tfm__residual_forward_keep(f, norm, norm_first,
+                                                   branch, x, y, rows, NULL,
+                                                   &kept)
                       : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "residual "
                                   "backward: out of memory");
     if (st == TFM_OK)

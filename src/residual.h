@@ -37,12 +37,14 @@ struct tfm__sublayer {
                            const float *grad_out, float *grad_in);
 };
 
-/* Self-attention of in [batch, L, d] over itself. */
+/* Self-attention of in [batch, L, d] over itself; drop_key: the MHA
+ * call's dropout key (mha.h; 0: none). */
 typedef struct tfm__self_attention_sublayer {
     tfm__sublayer base;
     const tfm__mha *mha;
     int64_t batch, L;
     const tfm__masks *masks;
+    uint64_t drop_key;
 } tfm__self_attention_sublayer;
 
 /* Cross-attention of in [batch, L, d] over memory [batch, S, kdim]
@@ -55,6 +57,7 @@ typedef struct tfm__cross_attention_sublayer {
     const float *memory;
     const tfm__masks *masks;
     float *grad_memory;
+    uint64_t drop_key;      /* as the self-attention's */
 } tfm__cross_attention_sublayer;
 
 /* Self-attention of the new positions of n_seqs sequences, in [rows, d]
@@ -67,23 +70,26 @@ typedef struct tfm__cached_attention_sublayer {
     const tfm__cached_seq *seqs;
 } tfm__cached_attention_sublayer;
 
-/* The position-wise feed-forward network on rows [rows, d]. */
+/* The position-wise feed-forward network on rows [rows, d], with dropout
+ * `drop` on its hidden activations (zeroed: none). */
 typedef struct tfm__feed_forward_sublayer {
     tfm__sublayer base;
     const tfm__feed_forward *ff;
     int64_t rows;
+    tfm__dropout drop;
 } tfm__feed_forward_sublayer;
 
 tfm__self_attention_sublayer tfm__sublayer_self_attention(
-    const tfm__mha *m, int64_t batch, int64_t L, const tfm__masks *masks);
+    const tfm__mha *m, int64_t batch, int64_t L, const tfm__masks *masks,
+    uint64_t drop_key);
 tfm__cross_attention_sublayer tfm__sublayer_cross_attention(
     const tfm__mha *m, int64_t batch, int64_t L, const float *memory,
-    int64_t S, const tfm__masks *masks);
+    int64_t S, const tfm__masks *masks, uint64_t drop_key);
 tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
     const tfm__mha *m, int64_t n_seqs, const tfm__cached_seq *seqs,
     int64_t layer);
 tfm__feed_forward_sublayer tfm__sublayer_feed_forward(
-    const tfm__feed_forward *f, int64_t rows);
+    const tfm__feed_forward *f, int64_t rows, tfm__dropout drop);
 
 /* The feed-forward network and the LayerNorms of a layer with config c
  * (already checked), each made and then adopted by parent under PyTorch's
@@ -97,10 +103,13 @@ tfm_status tfm__layer_ff_norms_new(tfm_module *parent,
                                    tfm__layer_norm **const norms[],
                                    int n_norms);
 
-/* x [rows, d] <- post-norm: norm(x + f(x)); pre-norm: x + f(norm(x)).
+/* x [rows, d] <- post-norm: norm(x + f(x)); pre-norm: x + f(norm(x)),
+ * f's output through the branch's dropout first (torch's dropout1,
+ * dropout2, ...: element i of [rows, d]; NULL or zeroed: none).
  * tmp: rows * d floats of scratch.  Fails only with out-of-memory. */
 tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
-                         int norm_first, float *x, float *tmp, int64_t rows);
+                         int norm_first, const tfm__dropout *branch, float *x,
+                         float *tmp, int64_t rows);
 
 /* A residual block's forward kept for its backward (workspace memory of
  * the calling thread, above the caller's mark). */
@@ -115,10 +124,12 @@ typedef struct tfm__residual_kept {
     float *g, *gf;          /* the backward's scratch [rows, d] */
     double *acc;            /* [2 d] */
     tfm__sublayer_kept fk;
+    tfm__dropout branch;    /* the branch's dropout (zeroed: none) */
+    float *gd;              /* under it: [rows, d], f's output gradient */
 } tfm__residual_kept;
 
 /* y [rows, d] = post-norm: norm(x + f(x)); pre-norm: x + f(norm(x))
- * (tfm__residual's value; y distinct from x), keeping in *kept what
+ * (tfm__residual's value, branch as there; y distinct from x), keeping in *kept what
  * tfm__residual_backward_kept needs.  scratch: 2 rows * d floats the
  * backward uses as its scratch (g, gf; blocks whose backward passes run
  * one after another may share one), or NULL to take them from the
@@ -126,8 +137,10 @@ typedef struct tfm__residual_kept {
  * writing y. */
 tfm_status tfm__residual_forward_keep(const tfm__sublayer *f,
                                       const tfm__layer_norm *norm,
-                                      int norm_first, const float *x,
-                                      float *y, int64_t rows, float *scratch,
+                                      int norm_first,
+                                      const tfm__dropout *branch,
+                                      const float *x, float *y, int64_t rows,
+                                      float *scratch,
                                       tfm__residual_kept *kept);
 
 /* The backward (torch.autograd's) of that block, grad_y [rows, d] the
@@ -145,7 +158,8 @@ tfm_status tfm__residual_backward_kept(const tfm__residual_kept *kept,
  * before writing anything. */
 tfm_status tfm__residual_backward(const tfm__sublayer *f,
                                   const tfm__layer_norm *norm, int norm_first,
-                                  const float *x, const float *grad_y,
-                                  float *grad_x, int64_t rows);
+                                  const tfm__dropout *branch, const float *x,
+                                  const float *grad_y, float *grad_x,
+                                  int64_t rows);
 
 #endif

@@ -123,25 +123,27 @@ tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
 static tfm_status layer_run(const tfm__stack *s, int64_t i, float *x,
                             int64_t B, int64_t L, const float *memory,
                             int64_t S, const tfm__masks *masks,
-                            const tfm__masks *memory_masks)
+                            const tfm__masks *memory_masks, uint64_t drop_key)
 {
+    const uint64_t key = tfm__dropout_site(drop_key, TFM__DROP_LAYER0 + i);
     return s->decoder
                ? tfm__decoder_layer_run(
                      (const tfm__decoder_layer *)s->layers[i], x, B, L,
-                     memory, S, masks, memory_masks)
+                     memory, S, masks, memory_masks, key)
                : tfm__encoder_layer_run(
-                     (const tfm__encoder_layer *)s->layers[i], x, B, L, masks);
+                     (const tfm__encoder_layer *)s->layers[i], x, B, L, masks,
+                     key);
 }
 
 /* x [B, L, d] <- norm(layer_{N-1}( ... layer_0(x))), in place. */
 tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,
                           const float *memory, int64_t S,
                           const tfm__masks *masks,
-                          const tfm__masks *memory_masks)
+                          const tfm__masks *memory_masks, uint64_t drop_key)
 {
     for (int64_t i = 0; i < s->n_layers; i++) {
         tfm_status st = layer_run(s, i, x, B, L, memory, S, masks,
-                                  memory_masks);
+                                  memory_masks, drop_key);
         if (st != TFM_OK)
             return st;
     }
@@ -154,8 +156,8 @@ tfm_status tfm__stack_forward_keep(const tfm__stack *s, const float *x,
                                    int64_t B, int64_t L, const float *memory,
                                    int64_t S, const tfm__masks *masks,
                                    const tfm__masks *memory_masks,
-                                   float *grad_memory, float *out,
-                                   tfm__stack_kept *k)
+                                   uint64_t drop_key, float *grad_memory,
+                                   float *out, tfm__stack_kept *k)
 {
     const int64_t d = s->config.d_model, rows = B * L, n = rows * d;
     const int64_t N = s->n_layers;
@@ -186,14 +188,15 @@ tfm_status tfm__stack_forward_keep(const tfm__stack *s, const float *x,
     for (int64_t i = 0; st == TFM_OK && i < N; i++) {
         const float *in = kk.acts + i * n;
         float *next = kk.acts + (i + 1) * n;
+        const uint64_t key = tfm__dropout_site(drop_key, TFM__DROP_LAYER0 + i);
         st = s->decoder
                  ? tfm__decoder_layer_forward_keep(
                        (const tfm__decoder_layer *)s->layers[i], in, B, L,
-                       memory, S, masks, memory_masks, grad_memory, next,
-                       scratch, (tfm__decoder_layer_kept *)kk.layers + i)
+                       memory, S, masks, memory_masks, key, grad_memory,
+                       next, scratch, (tfm__decoder_layer_kept *)kk.layers + i)
                  : tfm__encoder_layer_forward_keep(
                        (const tfm__encoder_layer *)s->layers[i], in, B, L,
-                       masks, next, scratch,
+                       masks, key, next, scratch,
                        (tfm__encoder_layer_kept *)kk.layers + i);
     }
     if (st != TFM_OK)
@@ -231,7 +234,8 @@ tfm_status tfm__stack_backward_kept(const tfm__stack_kept *k, float *g)
 tfm_status tfm__stack_backward(const tfm__stack *s, const float *x, int64_t B,
                                int64_t L, const float *memory, int64_t S,
                                const tfm__masks *masks,
-                               const tfm__masks *memory_masks, float *g,
+                               const tfm__masks *memory_masks,
+                               uint64_t drop_key, float *g,
                                float *grad_memory)
 {
     tfm__ws_mark mark = tfm__ws_save();
@@ -239,7 +243,8 @@ tfm_status tfm__stack_backward(const tfm__stack *s, const float *x, int64_t B,
     tfm__stack_kept k;
     tfm_status st = out ? tfm__stack_forward_keep(s, x, B, L, memory, S,
                                                   masks, memory_masks,
-                                                  grad_memory, out, &k)
+                                                  drop_key, grad_memory, out,
+                                                  &k)
                         : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "stack backward: "
                                     "out of memory");
     if (st == TFM_OK)
@@ -326,9 +331,11 @@ tfm_status tfm_decoder_create_v2(const tfm_layer_config *config,
 static tfm_status stack_step(const void *stack, float *x, int64_t B,
                              int64_t L, const float *memory, int64_t S,
                              const tfm__masks *masks,
-                             const tfm__masks *memory_masks)
+                             const tfm__masks *memory_masks,
+                             uint64_t drop_key)
 {
-    return tfm__stack_run(stack, x, B, L, memory, S, masks, memory_masks);
+    return tfm__stack_run(stack, x, B, L, memory, S, masks, memory_masks,
+                          drop_key);
 }
 
 static const tfm__block_kind encoder_kind = {
@@ -387,7 +394,8 @@ tfm_status tfm_encoder_backward(tfm_module *encoder, const tfm_tensor *src,
     if ((st = tfm__backward_begin(encoder, what, bufs, sizes, 1, &mark)))
         return st;
     memcpy(g, grad_output->data, (size_t)n * sizeof *g);
-    st = tfm__stack_backward(s, src->data, B, L, NULL, 0, &m, NULL, g, NULL);
+    st = tfm__stack_backward(s, src->data, B, L, NULL, 0, &m, NULL,
+                             tfm__dropout_backward_key(encoder), g, NULL);
     if (st == TFM_OK && grad_src)
         memcpy(grad_src->data, g, (size_t)n * sizeof *g);
     tfm__backward_end(encoder, mark);
@@ -423,7 +431,8 @@ tfm_status tfm_decoder_backward(tfm_module *decoder, const tfm_tensor *tgt,
     memcpy(g, grad_output->data, (size_t)n * sizeof *g);
     memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
     st = tfm__stack_backward(s, tgt->data, in.B, in.L, memory->data, in.S,
-                             &in.tgt_masks, &in.memory_masks, g, gmem);
+                             &in.tgt_masks, &in.memory_masks,
+                             tfm__dropout_backward_key(decoder), g, gmem);
     if (st == TFM_OK && grad_tgt)
         memcpy(grad_tgt->data, g, (size_t)n * sizeof *g);
     if (st == TFM_OK && grad_memory)

@@ -28,11 +28,12 @@ tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
                              tfm__stack **out);
 
 /* In place on x [B, L, d]; memory and memory_masks only for decoders.
- * Fails only with out-of-memory. */
+ * drop_key: the call's dropout key (dropout.h; 0: none); layer i's is its
+ * site TFM__DROP_LAYER0 + i.  Fails only with out-of-memory. */
 tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,
                           const float *memory, int64_t S,
                           const tfm__masks *masks,
-                          const tfm__masks *memory_masks);
+                          const tfm__masks *memory_masks, uint64_t drop_key);
 
 /* The stack's forward kept for its backward (workspace memory of the
  * calling thread, above the caller's mark). */
@@ -58,8 +59,8 @@ tfm_status tfm__stack_forward_keep(const tfm__stack *s, const float *x,
                                    int64_t B, int64_t L, const float *memory,
                                    int64_t S, const tfm__masks *masks,
                                    const tfm__masks *memory_masks,
-                                   float *grad_memory, float *out,
-                                   tfm__stack_kept *k);
+                                   uint64_t drop_key, float *grad_memory,
+                                   float *out, tfm__stack_kept *k);
 
 /* The backward of that forward: g [B, L, d] holds the output's gradient
  * and receives x's; every parameter gradient is accumulated (the caller
@@ -75,7 +76,8 @@ tfm_status tfm__stack_backward_kept(const tfm__stack_kept *k, float *g);
 tfm_status tfm__stack_backward(const tfm__stack *s, const float *x, int64_t B,
                                int64_t L, const float *memory, int64_t S,
                                const tfm__masks *masks,
-                               const tfm__masks *memory_masks, float *g,
+                               const tfm__masks *memory_masks,
+                               uint64_t drop_key, float *g,
                                float *grad_memory);
 
 /* The blocks of a decoder-only model (a stack of encoder layers) on n new

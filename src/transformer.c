@@ -128,13 +128,15 @@ tfm_status tfm_transformer_forward(const tfm_module *model,
     float *x = memory ? tfm__ws_floats((size_t)tgt->numel) : NULL;
     st = TFM_ERR_OUT_OF_MEMORY;
     if (x) {
+        const uint64_t key = tfm__dropout_forward_key((tfm_module *)model);
         memcpy(memory, src->data, (size_t)src->numel * sizeof(float));
         memcpy(x, tgt->data, (size_t)tgt->numel * sizeof(float));
         st = tfm__stack_run(t->encoder, memory, B, S, NULL, 0, &in.src_masks,
-                            NULL);
+                            NULL, tfm__dropout_site(key, TFM__DROP_ENCODER));
         if (st == TFM_OK)
             st = tfm__stack_run(t->decoder, x, B, L, memory, S, &in.tgt_masks,
-                                &in.memory_masks);
+                                &in.memory_masks,
+                                tfm__dropout_site(key, TFM__DROP_DECODER));
         if (st == TFM_OK)
             memcpy(out->data, x, (size_t)tgt->numel * sizeof(float));
     }
@@ -184,11 +186,15 @@ tfm_status tfm_transformer_backward(tfm_module *model, const tfm_tensor *src,
     memcpy(g, grad_output->data, (size_t)n_tgt * sizeof *g);
     memset(gmem, 0, (size_t)n_src * sizeof *gmem);
     tfm__stack_kept enc;
+    const uint64_t key = tfm__dropout_backward_key(model);
     st = tfm__stack_forward_keep(t->encoder, src->data, in.B, in.S, NULL, 0,
-                                 &in.src_masks, NULL, NULL, memory, &enc);
+                                 &in.src_masks, NULL,
+                                 tfm__dropout_site(key, TFM__DROP_ENCODER),
+                                 NULL, memory, &enc);
     if (st == TFM_OK)
         st = tfm__stack_backward(t->decoder, tgt->data, in.B, in.L, memory,
-                                 in.S, &in.tgt_masks, &in.memory_masks, g,
+                                 in.S, &in.tgt_masks, &in.memory_masks,
+                                 tfm__dropout_site(key, TFM__DROP_DECODER), g,
                                  gmem);
     if (st == TFM_OK)
         st = tfm__stack_backward_kept(&enc, gmem);

@@ -18,6 +18,7 @@ Usage as a script:  /usr/bin/python3 tools/kjv_text.py [OUT.txt]
 writes the full text (or prints statistics if no file is given).
 """
 
+import argparse
 import subprocess
 import sys
 
@@ -65,11 +66,18 @@ def vocabulary(text):
 
 
 def main(argv):
+    ap = argparse.ArgumentParser(
+        prog="kjv_text.py",
+        description="Write the King James training text (Debian's bible-kjv) "
+                    "to OUT, or print its statistics only.")
+    ap.add_argument("out", nargs="?", metavar="OUT.txt",
+                    help="file to write the text to (omit: statistics only)")
+    a = ap.parse_args(argv[1:])
     text = kjv_text()
     train, val = split_text(text)
     vocab = vocabulary(text)
-    if len(argv) > 1:
-        with open(argv[1], "w", encoding="ascii", newline="\n") as f:
+    if a.out is not None:
+        with open(a.out, "w", encoding="ascii", newline="\n") as f:
             f.write(text)
     print("chars %d  train %d  val %d  verses %d  vocab %d"
           % (len(text), len(train), len(val), text.count("\n") + 1, len(vocab)),

@@ -19,6 +19,7 @@ listed in VALUES below; keep the two in step.
     /usr/bin/python3 tools/make_safetensors_testdata.py [output path]
 """
 
+import argparse
 import json
 import os
 import struct
@@ -86,7 +87,11 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     default = os.path.join(here, "..", "tests", "data",
                            "numpy_reference.safetensors")
-    path = sys.argv[1] if len(sys.argv) > 1 else default
+    ap = argparse.ArgumentParser(
+        description="Write the numpy-made safetensors test file.")
+    ap.add_argument("path", nargs="?", default=default,
+                    help="output file (default: %(default)s)")
+    path = ap.parse_args().path
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     blob = build()
     with open(path, "wb") as f:

@@ -84,7 +84,7 @@ typedef struct train_options {
     int optimizer;              /* OPTIMIZERS[] */
     double lr, beta1, beta2, eps, weight_decay, momentum;
     int64_t warmup;
-    double min_lr_factor, clip, label_smoothing, mask_prob;
+    double min_lr_factor, clip, label_smoothing, mask_prob, dropout;
     int64_t batch_size, grad_accum, steps;
     uint64_t seed;
 } train_options;
@@ -159,6 +159,9 @@ static const opt_spec SPECS[] = {
       "clip the global gradient norm to C; 0: off (1.0)" },
     { "label-smoothing", T_DOUBLE, OFF(label_smoothing), 0, NULL, 1, "E",
       "cross-entropy label smoothing (0)" },
+    { "dropout", T_DOUBLE, OFF(dropout), 0, NULL, 1, "P",
+      "dropout on attention weights, residual branches, feed-forward "
+      "and embeddings (0)" },
     { "mask-prob", T_DOUBLE, OFF(mask_prob), 0, NULL, 1, "P",
       "mlm: share of positions predicted (0.15)" },
     { "batch-size", T_INT, OFF(batch_size), 1, NULL, 1, "N",
@@ -313,6 +316,8 @@ static int check_recipe(const train_options *o)
         return fail("--min-lr-factor must be at most 1");
     if (o->label_smoothing > 1)
         return fail("--label-smoothing must be at most 1");
+    if (o->dropout >= 1)
+        return fail("--dropout must be below 1");
     if (o->mask_prob <= 0 || o->mask_prob > 1)
         return fail("--mask-prob must be in (0, 1]");
     if (o->beta1 >= 1 || o->beta2 >= 1)
@@ -574,6 +579,8 @@ static int read_checkpoint(const char *dir, train_options *o,
         char key[80];
         snprintf(key, sizeof key, "recipe.%s", SPECS[i].name);
         const char *v = tfm_safetensors_metadata(f, key);
+        if (!v && strcmp(SPECS[i].name, "dropout") == 0)
+            continue;   /* checkpoints from before --dropout: 0 */
         if (!v) {
             bad = fail("--resume: the checkpoint lacks \"%s\"", key);
             break;
@@ -940,7 +947,8 @@ static int setup(run *r, const int *given, run_state *rs)
             return o->init == 0 ? 1 : lib_fail("initialisation");
         tfm_rng_seed(&rs->rng, o->seed + 1);
     }
-    if (tfm_module_train(r->model, 1) != TFM_OK)
+    if (tfm_module_train(r->model, 1) != TFM_OK ||
+        tfm_module_set_dropout(r->model, (float)o->dropout) != TFM_OK)
         return lib_fail("training mode");
     if (create_optimizer(o, r->model, &r->opt))
         return 1;
@@ -1031,6 +1039,13 @@ static int train(run *r, run_state *rs)
         double loss = 0.0;
         for (int64_t a = 0; a < o->grad_accum; a++) {
             double l = 0.0;
+            /* The dropout masks of micro-batch a of step s: key number
+             * s * grad_accum + a of the stream seeded with --seed, so a
+             * resumed run draws the same ones. */
+            if (tfm_module_set_dropout_state(
+                    r->model, (uint64_t)o->seed,
+                    (uint64_t)(s * o->grad_accum + a)) != TFM_OK)
+                return lib_fail("dropout");
             if (micro_batch(r, rs, &l))
                 return 1;
             loss += l / (double)o->grad_accum;

@@ -276,6 +276,7 @@ TFMPY_HANDLE_OUT(tfm_optimizer)
 /* ---- Output scalars and shapes ------------------------------------------ */
 
 %apply int64_t *OUTPUT { int64_t *macs };
+%apply uint64_t *OUTPUT { uint64_t *seed, uint64_t *offset };
 %apply int32_t *OUTPUT { int32_t *id };
 %apply int *OUTPUT { int *produced };
 %apply int *OUTPUT { tfm_dtype *dtype };

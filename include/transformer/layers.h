@@ -12,8 +12,10 @@
  *
  * The modules compute what PyTorch's nn.LayerNorm, nn.TransformerEncoderLayer,
  * nn.TransformerDecoderLayer, nn.TransformerEncoder, nn.TransformerDecoder
- * and nn.Transformer compute in evaluation mode (no dropout), and use their
- * parameter names.  All activations are [B, L, d_model], batch first.
+ * and nn.Transformer compute in evaluation mode, and in training mode with
+ * their dropout (module.h: tfm_module_set_dropout, default 0), and use
+ * their parameter names.  All activations are [B, L, d_model], batch
+ * first.
  */
 #ifndef TRANSFORMER_LAYERS_H
 #define TRANSFORMER_LAYERS_H

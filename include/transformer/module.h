@@ -120,8 +120,8 @@ TFM_API tfm_status tfm_module_get_parameter(const tfm_module *module,
  *                         "norm") or "transformer.encoder",
  *                         "transformer.decoder"
  *   LayerNorm, Linear, embedding, attention variant: none.
- * (PyTorch's dropout modules have no counterpart: forward passes run in
- * evaluation mode.)
+ * (PyTorch's dropout modules have no counterpart: dropout is a
+ * probability of the module that holds it, tfm_module_set_dropout.)
  *
  * A child handle is a part of its parent, not a copy: its parameters are
  * the parent's memory (tfm_module_set_parameter(child, "weight", w) changes
@@ -228,9 +228,11 @@ TFM_API tfm_status tfm_module_reset_parameters(tfm_module *module,
  * parameters are ("layers.0.linear1.weight" of a stack is "weight" of
  * tfm_module_child(stack, "layers.0.linear1")).  Parameters shared between
  * names (tied embeddings) share one gradient.
- * The training flag is torch's module.training: the forward passes do
- * not read it yet (the library has no dropout yet), so a module in
- * training mode computes what it computes in evaluation mode.
+ * The training flag is torch's module.training: in training mode the
+ * forward passes apply dropout where the module's probability
+ * (tfm_module_set_dropout, default 0) is above 0, and the backward passes
+ * differentiate that same forward; in evaluation mode, or with
+ * probability 0, a forward pass is the evaluation forward bit for bit.
  * Threads: backward passes that write the same gradients run one at a
  * time; a second thread's call meanwhile fails with TFM_ERR_BUSY and
  * changes nothing.  Forward passes follow the rule at the top of this
@@ -257,6 +259,61 @@ TFM_API int tfm_module_is_training(const tfm_module *module);
  * tfm_optimizer_zero_grad) between steps.
  * Errors: TFM_ERR_NULL_ARGUMENT.  Since 1.2. */
 TFM_API tfm_status tfm_module_zero_grad(tfm_module *module);
+
+/* ---- Dropout (since 1.2) -------------------------------------------------
+ * Srivastava et al. 2014, in torch.nn.Dropout's inverted form: in training
+ * mode each element of a dropout site is zeroed with probability p and
+ * the others are multiplied by 1 / (1 - p) (computed in float, as torch);
+ * in evaluation mode nothing is dropped.  The sites are PyTorch's:
+ *   multi-head attention: the attention weights after the softmax
+ *     (nn.MultiheadAttention(dropout=p); the weights output of a
+ *     training-mode call holds the dropped weights, as torch's);
+ *   feed-forward: the hidden activations, linear2(dropout(act(linear1 x)));
+ *   encoder / decoder layers: their self-attention's (and cross-
+ *     attention's) weights, the feed-forward's hidden activations, and
+ *     each residual branch before it is added (nn.TransformerEncoderLayer's
+ *     dropout, dropout1, dropout2; the decoder's dropout3), with the
+ *     layer's probability;
+ *   cross-attention block: its attention's weights and its branch;
+ *   stacks and nn.Transformer: their layers';
+ *   models (model.h): their layers', and the embeddings (token plus
+ *     position, scaled) before the first block (GPT-2's embd_pdrop), with
+ *     the model's probability.
+ * Masks are counter-based and regenerated, never stored: element i of a
+ * site with key K is kept when the top 32 bits of output i + 1 of the
+ * SplitMix64 generator seeded with K (tfm_rng) are at least floor(p 2^32).
+ * A training-mode call draws its key from the module's stream: key =
+ * output offset + 1 of SplitMix64 seeded with the stream's seed, then
+ * offset + 1 (tfm_module_set_dropout_state), and every site derives its
+ * own from it (docs/TRAINING.md gives the derivation and the element
+ * order of each site), so a run is reproducible from (seed, offset).  A
+ * public backward call (tfm_encoder_layer_backward, tfm_model_backward,
+ * ...) recomputes its forward with the key of the module's latest
+ * training-mode forward call, which is therefore the forward it
+ * differentiates; tfm_model_loss_backward draws a key of its own. */
+
+/* Sets the dropout probability p of the module and of every sub-module
+ * (torch: every nn.Dropout's p, and nn.MultiheadAttention's dropout).
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (p outside
+ * [0, 1] or NaN; nothing changed).  Since 1.2. */
+TFM_API tfm_status tfm_module_set_dropout(tfm_module *module, float p);
+
+/* The module's dropout probability (0 for NULL).  Since 1.2. */
+TFM_API float tfm_module_get_dropout(const tfm_module *module);
+
+/* Sets the dropout stream of the module and of every sub-module: the next
+ * training-mode call draws key number `offset` of the stream seeded with
+ * `seed` (both 0 when a module is made), and a backward without a
+ * forward since then draws it too.  tfm_module_get_dropout_state reads
+ * the module's own (*offset: how many keys it has drawn), so saving it
+ * with a checkpoint and setting it back resumes the same masks.
+ * Errors: TFM_ERR_NULL_ARGUMENT.  Since 1.2. */
+TFM_API tfm_status tfm_module_set_dropout_state(tfm_module *module,
+                                                uint64_t seed,
+                                                uint64_t offset);
+TFM_API tfm_status tfm_module_get_dropout_state(const tfm_module *module,
+                                                uint64_t *seed,
+                                                uint64_t *offset);
 
 /* *grad = the gradient memory of the named parameter, zero copy: the
  * parameter's element count (tfm_module_parameter_shape) of floats,

@@ -477,8 +477,9 @@ class Module(ModuleTree, HandleOwner):
     (``transformer.manual_seed``); load trained weights with
     :meth:`load_state_dict` (a ``torch.nn`` module's ``state_dict()`` works
     as is) or :meth:`load_safetensors`.  Calling the module runs
-    :meth:`forward`.  Modules compute in float32, in evaluation mode
-    (dropout is ignored).  :meth:`close` frees the C handle at once (the
+    :meth:`forward`.  Modules compute in float32; in training mode
+    (:meth:`train`) they apply their constructor's dropout, as torch's
+    (:meth:`set_dropout`, :attr:`dropout_state`).  :meth:`close` frees the C handle at once (the
     garbage collector does it otherwise); a closed module raises
     :class:`ClosedError`.
     """
@@ -489,6 +490,14 @@ class Module(ModuleTree, HandleOwner):
             self._handle = self.__dict__.pop("_view_handle")
             return
         self._handle = _Handle(ptr, _ll.tfm_module_free, "module")
+        # The constructor's dropout (torch's dropout=p) and a dropout
+        # stream of its own (transformer.manual_seed makes it repeatable).
+        from ._init import next_dropout_seed
+        p = self.__dict__.get("dropout")
+        with self._use() as h:
+            if isinstance(p, float) and p != 0.0:
+                _ll.tfm_module_set_dropout(h, p)
+            _ll.tfm_module_set_dropout_state(h, next_dropout_seed(), 0)
 
     # -- calling --
     def __call__(self, *args, **kwargs):
@@ -587,6 +596,41 @@ class Module(ModuleTree, HandleOwner):
     def eval(self):
         """Evaluation mode (``train(False)``); returns self."""
         return self.train(False)
+
+    def set_dropout(self, p):
+        """Sets the dropout probability of every dropout site of this
+        module and its sub-modules (libtransformer's; torch's equivalent
+        is setting each ``nn.Dropout``'s ``p``): the attention weights,
+        the feed-forward's hidden activations, the residual branches and
+        a model's embeddings (tfm_module_set_dropout).  Dropout applies in
+        training mode only; evaluation mode is unchanged.  p in [0, 1].
+        Returns self."""
+        p = as_float(p, "p")
+        if not 0.0 <= p <= 1.0:
+            raise InvalidArgumentError(
+                f"dropout probability has to be between 0 and 1, but got {p}")
+        for _, mod in self._components():
+            mod._call(_ll.tfm_module_set_dropout, p)
+        if "dropout" in self.__dict__ and isinstance(self.dropout, float):
+            self.__dict__["dropout"] = p
+        return self
+
+    @property
+    def dropout_state(self):
+        """(seed, offset) of this module's dropout stream: the next
+        training-mode call draws key number ``offset`` of the stream
+        seeded with ``seed`` (module.h: tfm_module_set_dropout_state).
+        Assign a (seed, offset) pair to repeat or resume a run's masks;
+        each new module gets a seed of its own from
+        ``transformer.manual_seed``'s sequence."""
+        return tuple(self._call(_ll.tfm_module_get_dropout_state))
+
+    @dropout_state.setter
+    def dropout_state(self, value):
+        seed, offset = value
+        for _, mod in self._components():
+            mod._call(_ll.tfm_module_set_dropout_state,
+                      int(seed) % 2**64, int(offset) % 2**64)
 
     def backward(self, *grad_outputs):   # overridden by the kinds that have one
         """The gradients with respect to the inputs of the last training-

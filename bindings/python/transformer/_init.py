@@ -28,13 +28,28 @@ def _seed(seed):
             from None
 
 
+# Dropout streams (module.h: tfm_module_set_dropout_state): module number
+# i made since the last manual_seed(s) gets seed output i + 1 of a
+# SplitMix64 generator seeded with s, apart from the parameters' draws.
+_dropout_streams = _ll.tfm_rng()
+_ll.tfm_rng_seed(_dropout_streams, 0)
+
+
+def next_dropout_seed():
+    """The dropout stream seed of the next module made."""
+    with _lock:
+        return _ll.tfm_rng_next(_dropout_streams)
+
+
 def manual_seed(seed):
     """Seeds the package's generator, as ``torch.manual_seed``: modules
     constructed (or reset with ``reset_parameters()``) afterwards draw the
-    same values for the same seed, in the same order.  seed: any int
-    (taken modulo 2**64).  The generator starts seeded with 0 at import."""
+    same values for the same seed, in the same order, and get the same
+    dropout streams.  seed: any int (taken modulo 2**64).  The generator
+    starts seeded with 0 at import."""
     with _lock:
         _ll.tfm_rng_seed(_generator, _seed(seed))
+        _ll.tfm_rng_seed(_dropout_streams, _seed(seed))
 
 
 def reset_module(module, seed=None):

@@ -217,6 +217,12 @@ class Model(Module):
     tied_embeddings, embedding_scale, and positional_base and attention
     when they are not the defaults), ``tokenizer`` (Tokenizer or None).
 
+    ``dropout=p`` (not part of the config: a training setting, as
+    GPT-2's resid/attn/embd_pdrop together) drops the attention weights,
+    the feed-forward's hidden activations, the residual branches and the
+    embeddings with probability p in training mode (``set_dropout``
+    changes it, e.g. after ``load``).
+
     ``bias=False`` builds every block without biases, as PyTorch 2.x's
     ``bias=False`` (tfm_model_create_v2: no ``*.bias`` parameter; saved and
     loaded as such); ``config["bias"]`` is present only then.
@@ -255,11 +261,12 @@ class Model(Module):
     path = None
     _transient = ("_handle", "_caches")
 
-    def __init__(self, config=None, **kwargs):
+    def __init__(self, config=None, dropout=0.0, **kwargs):
         cfg = dict(config or {})
         cfg.update(kwargs)
         _model_config(cfg)                      # check it before keeping it
         self._config_dict = cfg
+        self.dropout = as_float(dropout, "dropout")
         self._adopt(self._create())
         self._reset_new()
 

@@ -103,7 +103,7 @@ class MultiheadAttention(HasAttentionVariant, Module):
     Args:
         embed_dim: E, width of the query and of the output.
         num_heads: h; must divide embed_dim.
-        dropout: accepted and ignored (inference).
+        dropout: the dropout probability in training mode (torch's).
         bias: biases on the input and output projections.
         kdim, vdim: widths of key and value (default embed_dim).
         batch_first: True for ``[N, L, E]`` arrays (no copy), False
@@ -686,7 +686,7 @@ class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
     Args:
         d_model: E.  nhead: heads, dividing d_model.
         dim_feedforward: hidden width of FF.
-        dropout: accepted and ignored (inference).
+        dropout: the dropout probability in training mode (torch's).
         activation: "relu", "gelu" (exact), "gelu_tanh", "silu", or F.relu /
             F.gelu / F.silu / nn.ReLU() / nn.GELU() / nn.SiLU().
         layer_norm_eps: eps of both LayerNorms.
@@ -911,7 +911,8 @@ class _StackBase(_HasLayerConfig, Module):
             raise wrong_module(who, "norm (or None)", LayerNorm, norm, "norm")
         self.num_layers = as_int(num_layers, "num_layers", 1)
         for name in ("d_model", "nhead", "dim_feedforward", "activation",
-                     "layer_norm_eps", "norm_first", "batch_first", "bias"):
+                     "layer_norm_eps", "norm_first", "batch_first", "bias",
+                     "dropout"):
             setattr(self, name, getattr(layer, name))
         self._layer_repr = layer._extra_repr()
         self.norm = norm
