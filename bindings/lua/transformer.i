@@ -1820,6 +1820,12 @@ static int tfml_tokenizer_special_id(lua_State *L)
 %{ lua_pushinteger(L, (lua_Integer)$1); SWIG_arg++; %}
 %typemap(typecheck) int64_t, uint64_t "$1 = lua_isinteger(L, $input);"
 
+/* tfm_module_get_dropout_state: seed, offset returned. */
+%typemap(in, numinputs=0) uint64_t *seed (uint64_t tmp = 0), uint64_t *offset (uint64_t tmp = 0)
+%{ $1 = &tmp; %}
+%typemap(argout) uint64_t *seed, uint64_t *offset
+%{ lua_pushinteger(L, (lua_Integer)tmp$argnum); SWIG_arg++; %}
+
 /* Flags accept booleans. */
 %typemap(in) int bias, int scale, int final_norm
 %{ $1 = tfml_toflag(L, $input, "argument $argnum of $symname"); %}

@@ -1927,4 +1927,48 @@ test("MultiheadAttention add_bias_kv, add_zero_attn and static_k / static_v agai
   raises(function() m:forward(C.x, { static_k = C.static.static_k }) end, "add_bias_kv")
 end)
 
+test("dropout: training-mode masks from the module's stream, evaluation untouched", function()
+  -- p = 1 drops every attention weight: the attended values are zero, so
+  -- the output is out_proj.bias at every position (hand-worked).
+  local m = T.MultiheadAttention{ embed_dim = 8, num_heads = 2, dropout = 1.0 }
+  assert(m.dropout == 1.0, "constructor's dropout kept")
+  local x = {}
+  for i = 1, 2 do
+    x[i] = {}
+    for j = 1, 3 do
+      x[i][j] = {}
+      for k = 1, 8 do x[i][j][k] = math.sin(i * 7 + j * 3 + k) end
+    end
+  end
+  local b = m:state_dict()["out_proj.bias"]
+  local want = {}
+  for i = 1, 2 do want[i] = {}; for j = 1, 3 do want[i][j] = b end end
+  m:train()
+  close(m:forward(x, x, x, { need_weights = false }), want, "p = 1: out_proj.bias", 0)
+  m:eval()
+  local e = m:forward(x, x, x, { need_weights = false })
+  m:set_dropout(0.0)
+  close(e, m:forward(x, x, x, { need_weights = false }), "evaluation ignores dropout", 0)
+
+  -- the same stream position repeats its masks; the next one differs
+  T.manual_seed(11)
+  local l = T.TransformerEncoderLayer{ d_model = 8, nhead = 2, dim_feedforward = 16, dropout = 0.5 }
+  local seed, offset = l:dropout_state()
+  assert(offset == 0, "a new module's stream starts at offset 0")
+  T.manual_seed(11)
+  local l2 = T.TransformerEncoderLayer{ d_model = 8, nhead = 2, dim_feedforward = 16, dropout = 0.5 }
+  assert(select(1, l2:dropout_state()) == seed, "manual_seed repeats the streams' seeds")
+  l:train()
+  local y1 = l:forward(x)
+  assert(select(2, l:dropout_state()) == 1, "one training-mode forward draws one key")
+  l:set_dropout_state(seed, 0)
+  close(l:forward(x), y1, "same state, same masks", 0)
+  local y2 = l:forward(x)
+  local same = true
+  for i, v in ipairs(flatten(y2)) do if v ~= flatten(y1)[i] then same = false end end
+  assert(not same, "the next key draws other masks")
+  raises(function() l:set_dropout(1.5) end, "between 0 and 1")
+  raises(function() T.TransformerEncoderLayer{ d_model = 8, nhead = 2, dropout = -0.1 } end, "")
+end)
+
 harness.finish()
