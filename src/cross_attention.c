@@ -52,7 +52,7 @@ tfm_status tfm_cross_attention_create(const tfm_layer_config *config,
     c->config = checked;
     if ((st = tfm__mha_new(config->d_model, config->n_heads, 0, 0, 1,
                            &c->attn)) ||
-        (st = tfm__layer_norm_new(config->d_model, config->layer_norm_eps, 1,
+        (st = tfm__layer_norm_new(config->d_model, config->layer_norm_eps, 1, 0,
                                   &c->norm)) ||
         (st = tfm__module_adopt(&c->base, "multihead_attn.", &c->attn->base)) ||
         (st = tfm__module_adopt(&c->base, "norm.", &c->norm->base))) {

@@ -38,7 +38,7 @@ static tfm_status decoder_layer_macs(const tfm_module *m, int64_t B,
 static const tfm__module_ops decoder_layer_ops = { decoder_layer_destroy,
                                                    decoder_layer_macs };
 
-tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, int bias,
+tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, unsigned parts,
                                   tfm__decoder_layer **out)
 {
     tfm_status st = tfm__layer_config_check(c);
@@ -51,12 +51,13 @@ tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, int bias,
     l->config = *c;
     const int64_t d = c->d_model, H = c->n_heads;
     tfm__layer_norm **const norms[] = { &l->norm1, &l->norm2, &l->norm3 };
+    const int bias = (parts & TFM__PART_BIAS) != 0;
     if ((st = tfm__mha_new(d, H, 0, 0, bias, &l->self_attn)) ||
         (st = tfm__module_adopt(&l->base, "self_attn.", &l->self_attn->base)) ||
         (st = tfm__mha_new(d, H, 0, 0, bias, &l->cross_attn)) ||
         (st = tfm__module_adopt(&l->base, "multihead_attn.",
                                 &l->cross_attn->base)) ||
-        (st = tfm__layer_ff_norms_new(&l->base, c, bias, &l->ff, norms, 3))) {
+        (st = tfm__layer_ff_norms_new(&l->base, c, parts, &l->ff, norms, 3))) {
         tfm_module_free(&l->base);
         return st;
     }
@@ -124,7 +125,7 @@ tfm_status tfm_decoder_layer_create_v2(const tfm_layer_config *config,
         return tfm__fail(TFM_ERR_UNSUPPORTED,
                          "decoder layers take only plain attention");
     tfm__decoder_layer *l = NULL;
-    if ((st = tfm__decoder_layer_new(config, o.bias != 0, &l)) == TFM_OK)
+    if ((st = tfm__decoder_layer_new(config, tfm__layer_parts(&o), &l)) == TFM_OK)
         *out = &l->base;
     return st;
 }

@@ -41,8 +41,8 @@ tfm_status tfm__encoder_layer_new(const tfm_layer_config *c,
 }
 
 tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
-                                     const tfm_attention_config *a, int bias,
-                                     tfm__encoder_layer **out)
+                                     const tfm_attention_config *a,
+                                     unsigned parts, tfm__encoder_layer **out)
 {
     tfm_status st = tfm__layer_config_check(c);
     if (st != TFM_OK)
@@ -53,10 +53,11 @@ tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
         return TFM_ERR_OUT_OF_MEMORY;
     l->config = *c;
     tfm__layer_norm **const norms[] = { &l->norm1, &l->norm2 };
+    const int bias = (parts & TFM__PART_BIAS) != 0;
     if ((st = tfm__mha_new_ex(c->d_model, c->n_heads, 0, 0, bias, a,
                               &l->self_attn)) ||
         (st = tfm__module_adopt(&l->base, "self_attn.", &l->self_attn->base)) ||
-        (st = tfm__layer_ff_norms_new(&l->base, c, bias, &l->ff, norms, 2))) {
+        (st = tfm__layer_ff_norms_new(&l->base, c, parts, &l->ff, norms, 2))) {
         tfm_module_free(&l->base);
         return st;
     }
@@ -148,7 +149,8 @@ tfm_status tfm_encoder_layer_create_v2(const tfm_layer_config *config,
     tfm_status st = tfm__layer_options_read(options, &o);
     tfm__encoder_layer *l = NULL;
     if (st == TFM_OK)
-        st = tfm__encoder_layer_new_ex(config, o.attention, o.bias != 0, &l);
+        st = tfm__encoder_layer_new_ex(config, o.attention,
+                                       tfm__layer_parts(&o), &l);
     if (st == TFM_OK)
         *out = &l->base;
     return st;

@@ -10,7 +10,7 @@
 tfm_status tfm__feed_forward_macs(const tfm__feed_forward *f, int64_t batch,
                                   int64_t L, int64_t *acc)
 {
-    if (!tfm__macs_add(acc, batch, L, 2 * f->d_model, f->d_ff))
+    if (!tfm__macs_add(acc, batch, L, f->d_model, f->d_first + f->d_ff))
         return tfm__fail(TFM_ERR_OVERFLOW, "MAC count overflows int64");
     return TFM_OK;
 }
@@ -27,19 +27,20 @@ static void ff_destroy(tfm_module *m)
     tfm__feed_forward *f = (tfm__feed_forward *)m;
     tfm_module_free(f->linear1 ? &f->linear1->base : NULL);
     tfm_module_free(f->linear2 ? &f->linear2->base : NULL);
+    tfm_module_free(f->linear3 ? &f->linear3->base : NULL);
 }
 
 static const tfm__module_ops ff_ops = { ff_destroy, ff_macs };
 
 tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
                                  tfm_activation activation, int bias,
-                                 tfm__feed_forward **out)
+                                 int gated, tfm__feed_forward **out)
 {
     if (d_model < 1 || d_ff < 1)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "d_model (%lld) and d_ff (%lld) must be at least 1",
                          (long long)d_model, (long long)d_ff);
-    if (d_model > INT32_MAX || d_ff > INT32_MAX)
+    if (d_model > INT32_MAX || d_ff > INT32_MAX / 2)
         return tfm__fail(TFM_ERR_OVERFLOW, "layer widths must fit in 32 bits");
     if (!tfm__activation_valid(activation))
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "unknown activation %d",
@@ -51,6 +52,8 @@ tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
     f->d_model = d_model;
     f->d_ff = d_ff;
     f->activation = activation;
+    f->gated = gated != 0;
+    f->d_first = gated ? 2 * d_ff : d_ff;
     const tfm__param_spec w1 = { "linear1.weight", 2, { d_ff, d_model },
                                  &f->w1, .init = TFM__INIT_LINEAR };
     const tfm__param_spec b1 = { "linear1.bias", 1, { d_ff }, &f->b1,
@@ -61,23 +64,66 @@ tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
     const tfm__param_spec b2 = { "linear2.bias", 1, { d_model }, &f->b2,
                                  .init = TFM__INIT_LINEAR_BIAS,
                                  .init_fan_in = d_ff };
-    /* PyTorch's order: linear1.weight, linear1.bias, linear2.weight, ... */
-    tfm__param_spec specs[4] = { w1, b1, w2, b2 };
-    if (!bias)
-        specs[1] = w2; /* weights only: linear1.weight, linear2.weight */
+    const tfm__param_spec w3 = { "linear3.weight", 2, { d_ff, d_model },
+                                 &f->w3, .init = TFM__INIT_LINEAR };
+    const tfm__param_spec b3 = { "linear3.bias", 1, { d_ff }, &f->b3,
+                                 .init = TFM__INIT_LINEAR_BIAS,
+                                 .init_fan_in = d_model };
+    /* PyTorch's order: linear1.weight, linear1.bias, linear2.weight, ...
+     * Gated, W3 follows W1 and b3 b1 in memory (the one first GEMM):
+     * linear1.weight, linear3.weight, linear1.bias, linear3.bias, linear2.* */
+    tfm__param_spec specs[6];
+    int n = 0;
+    if (!gated) {
+        specs[n++] = w1;
+        if (bias)
+            specs[n++] = b1;
+    } else {
+        specs[n++] = w1;
+        specs[n++] = w3;
+        if (bias) {
+            specs[n++] = b1;
+            specs[n++] = b3;
+        }
+    }
+    specs[n++] = w2;
+    if (bias)
+        specs[n++] = b2;
     tfm_status st;
-    if ((st = tfm__module_own_params(&f->base, specs, bias ? 4 : 2)) ||
+    if ((st = tfm__module_own_params(&f->base, specs, n)) ||
         (st = tfm__linear_view_new(d_model, d_ff, f->w1, f->b1, &f->base,
                                    &f->linear1)) ||
         (st = tfm__module_add_child(&f->base, "linear1", &f->linear1->base)) ||
         (st = tfm__linear_view_new(d_ff, d_model, f->w2, f->b2, &f->base,
                                    &f->linear2)) ||
-        (st = tfm__module_add_child(&f->base, "linear2", &f->linear2->base))) {
+        (st = tfm__module_add_child(&f->base, "linear2", &f->linear2->base)) ||
+        (gated &&
+         ((st = tfm__linear_view_new(d_model, d_ff, f->w3, f->b3, &f->base,
+                                     &f->linear3)) ||
+          (st = tfm__module_add_child(&f->base, "linear3",
+                                      &f->linear3->base))))) {
         tfm_module_free(&f->base);
         return st;
     }
     *out = f;
     return TFM_OK;
+}
+
+/* hidden [n, d_first] (x W1^T + b1 | x W3^T + b3) -> its first d_ff
+ * columns hold the hidden layer: act(h1), gated act(h1) * h3. */
+static void ff_hidden(const tfm__feed_forward *f, float *hidden, int64_t n)
+{
+    const int64_t h = f->d_ff;
+    if (!f->gated) {
+        tfm__activate(hidden, n * h, f->activation);
+        return;
+    }
+    for (int64_t r = 0; r < n; r++) {
+        float *a = hidden + r * 2 * h;
+        tfm__activate(a, h, f->activation);
+        for (int64_t j = 0; j < h; j++)
+            a[j] *= a[h + j];
+    }
 }
 
 typedef struct ff_job {
@@ -93,13 +139,15 @@ static void ff_rows(void *ctx, int64_t begin, int64_t end, int slot)
     const ff_job *j = ctx;
     const tfm__feed_forward *f = j->f;
     const int64_t d = f->d_model, h = f->d_ff, n = end - begin;
-    float *hidden = j->hidden + begin * h;
+    const int64_t h1 = f->d_first;
+    float *hidden = j->hidden + begin * h1;
     (void)slot;
-    tfm__linear(j->x + begin * d, d, n, d, f->w1, f->b1, h, hidden, h);
-    tfm__activate(hidden, n * h, f->activation);
+    tfm__linear(j->x + begin * d, d, n, d, f->w1, f->b1, h1, hidden, h1);
+    ff_hidden(f, hidden, n);
     if (j->drop)
-        tfm__dropout_apply(j->drop, (uint64_t)(begin * h), hidden, n * h);
-    tfm__linear(hidden, h, n, h, f->w2, f->b2, d, j->out + begin * d, d);
+        tfm__dropout_apply_rows(j->drop, (uint64_t)(begin * h), (uint64_t)h,
+                                hidden, n, h, h1);
+    tfm__linear(hidden, h1, n, h, f->w2, f->b2, d, j->out + begin * d, d);
 }
 
 tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
@@ -109,7 +157,7 @@ tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
     if (!tfm__dropout_on(drop))
         drop = NULL;
     tfm__ws_mark mark = tfm__ws_save();
-    float *hidden = tfm__ws_floats((size_t)(rows * f->d_ff));
+    float *hidden = tfm__ws_floats((size_t)(rows * f->d_first));
     if (!hidden) {
         tfm__ws_restore(mark);
         return TFM_ERR_OUT_OF_MEMORY;
@@ -121,13 +169,14 @@ tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
         tfm__parallel_for_products(plan, rows, 8, ff_rows, &j);
     } else {
         /* Few rows (decoding): split each product by output columns. */
+        const int64_t h = f->d_ff, h1 = f->d_first;
         tfm__linear_parallel(x, f->d_model, rows, f->d_model, f->w1, f->b1,
-                             f->d_ff, hidden, f->d_ff);
-        tfm__activate(hidden, rows * f->d_ff, f->activation);
+                             h1, hidden, h1);
+        ff_hidden(f, hidden, rows);
         if (drop)
-            tfm__dropout_apply(drop, 0, hidden, rows * f->d_ff);
-        tfm__linear_parallel(hidden, f->d_ff, rows, f->d_ff, f->w2, f->b2,
-                             f->d_model, out, f->d_model);
+            tfm__dropout_apply_rows(drop, 0, (uint64_t)h, hidden, rows, h, h1);
+        tfm__linear_parallel(hidden, h1, rows, h, f->w2, f->b2, f->d_model,
+                             out, f->d_model);
     }
     tfm__ws_restore(mark);
     return TFM_OK;
@@ -139,18 +188,40 @@ tfm_status tfm_feed_forward_create(int64_t d_model, int64_t d_ff,
     return tfm_feed_forward_create_v2(d_model, d_ff, activation, 1, out);
 }
 
-tfm_status tfm_feed_forward_create_v2(int64_t d_model, int64_t d_ff,
-                                      tfm_activation activation, int bias,
-                                      tfm_module **out)
+/* The public constructors' one door: *out set only on success. */
+static tfm_status ff_create(int64_t d_model, int64_t d_ff,
+                            tfm_activation activation, int bias, int gated,
+                            tfm_module **out)
 {
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     tfm__feed_forward *f = NULL;
     tfm_status st = tfm__feed_forward_new(d_model, d_ff, activation,
-                                          bias != 0, &f);
+                                          bias != 0, gated, &f);
     if (st == TFM_OK)
         *out = &f->base;
     return st;
+}
+
+tfm_status tfm_feed_forward_create_v2(int64_t d_model, int64_t d_ff,
+                                      tfm_activation activation, int bias,
+                                      tfm_module **out)
+{
+    return ff_create(d_model, d_ff, activation, bias, 0, out);
+}
+
+tfm_status tfm_gated_feed_forward_create(int64_t d_model, int64_t d_ff,
+                                         tfm_activation activation, int bias,
+                                         tfm_module **out)
+{
+    return ff_create(d_model, d_ff, activation, bias, 1, out);
+}
+
+int tfm_feed_forward_is_gated(const tfm_module *ff)
+{
+    if (!ff || ff->kind != TFM_MODULE_FEED_FORWARD)
+        return -1;
+    return ((const tfm__feed_forward *)ff)->gated;
 }
 
 /* x [B, L, d_model], non-NULL. */
@@ -189,21 +260,30 @@ tfm_status tfm__feed_forward_forward_keep(const tfm__feed_forward *f,
                                           const tfm__dropout *drop,
                                           float *out, tfm__ff_kept *kept)
 {
-    const int64_t d = f->d_model, h = f->d_ff;
+    const int64_t d = f->d_model, h = f->d_ff, h1 = f->d_first;
     tfm__ff_kept c = { .x = x, .rows = rows };
     if (tfm__dropout_on(drop))
         c.drop = *drop;
-    c.pre = tfm__ws_floats((size_t)(rows * h));
+    c.pre = tfm__ws_floats((size_t)(rows * h1));
     c.act = c.pre ? tfm__ws_floats((size_t)(rows * h)) : NULL;
-    c.acc = c.act ? tfm__ws_alloc((size_t)(d > h ? d : h) * sizeof *c.acc)
-                  : NULL;
+    c.scratch = c.act ? tfm__ws_floats((size_t)h) : NULL;
+    c.acc = c.scratch
+                ? tfm__ws_alloc((size_t)(d > h1 ? d : h1) * sizeof *c.acc)
+                : NULL;
     if (!c.acc)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "feed-forward backward: out of memory");
-    tfm__linear_parallel(x, d, rows, d, f->w1, f->b1, h, c.pre, h);
-    for (int64_t i = 0; i < rows * h; i++)
-        c.act[i] = c.pre[i];
-    tfm__activate(c.act, rows * h, f->activation);
+    tfm__linear_parallel(x, d, rows, d, f->w1, f->b1, h1, c.pre, h1);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *p = c.pre + r * h1;
+        float *a = c.act + r * h;
+        for (int64_t j = 0; j < h; j++)
+            a[j] = p[j];
+        tfm__activate(a, h, f->activation);
+        if (f->gated)
+            for (int64_t j = 0; j < h; j++)
+                a[j] *= p[h + j];
+    }
     if (tfm__dropout_on(&c.drop))
         tfm__dropout_apply(&c.drop, 0, c.act, rows * h);
     if (out)
@@ -212,11 +292,35 @@ tfm_status tfm__feed_forward_forward_keep(const tfm__feed_forward *f,
     return TFM_OK;
 }
 
+/* Gated: g = grad of the hidden layer [rows, d_ff] (in c->act) ->
+ * c->pre [rows, 2 d_ff] = (g * h3 * act'(h1) | g * act(h1)), the gradients
+ * of the two halves of the first product. */
+static void gated_backward(const tfm__feed_forward *f, const tfm__ff_kept *c)
+{
+    const int64_t h = f->d_ff;
+    float *s = c->scratch;
+    for (int64_t r = 0; r < c->rows; r++) {
+        float *p = c->pre + r * 2 * h, *g = c->act + r * h;
+        for (int64_t j = 0; j < h; j++)
+            s[j] = p[j];
+        tfm__activate(s, h, f->activation);
+        for (int64_t j = 0; j < h; j++) {
+            const float u = p[h + j];
+            p[h + j] = g[j] * s[j];
+            g[j] *= u;
+        }
+        tfm__activation_backward(p, g, h, f->activation);
+        for (int64_t j = 0; j < h; j++)
+            p[j] = g[j];
+    }
+}
+
 void tfm__feed_forward_backward_kept(const tfm__feed_forward *f,
                                      const tfm__ff_kept *c,
                                      const float *grad_y, float *grad_x)
 {
-    const int64_t d = f->d_model, h = f->d_ff, rows = c->rows;
+    const int64_t d = f->d_model, h = f->d_ff, h1 = f->d_first;
+    const int64_t rows = c->rows;
     const tfm_module *home = &f->base;
     /* linear2: its input gradient replaces act once W2's gradient used it. */
     tfm__linear_backward(c->act, h, rows, h, f->w2, d, grad_y, d, c->act,
@@ -225,8 +329,15 @@ void tfm__feed_forward_backward_kept(const tfm__feed_forward *f,
     /* Through the dropout: the same mask and scale. */
     if (tfm__dropout_on(&c->drop))
         tfm__dropout_apply(&c->drop, 0, c->act, rows * h);
-    tfm__activation_backward(c->pre, c->act, rows * h, f->activation);
-    tfm__linear_backward(c->x, d, rows, d, f->w1, h, c->act, h, grad_x,
+    const float *grad_first = c->act;
+    if (f->gated) {
+        gated_backward(f, c);
+        grad_first = c->pre;
+    } else {
+        tfm__activation_backward(c->pre, c->act, rows * h, f->activation);
+    }
+    /* The first product (W13 when gated): one backward. */
+    tfm__linear_backward(c->x, d, rows, d, f->w1, h1, grad_first, h1, grad_x,
                          tfm__grad_of(home, f->w1),
                          f->b1 ? tfm__grad_of(home, f->b1) : NULL, c->acc);
 }

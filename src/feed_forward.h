@@ -11,16 +11,24 @@ typedef struct tfm__feed_forward {
     tfm_module base;
     int64_t d_model, d_ff;
     tfm_activation activation;
+    /* Gated (GLU; Shazeer 2020): hidden = act(x W1^T + b1) * (x W3^T + b3).
+     * w3 follows w1 in memory (and b3 b1), so W1 and W3 are one [2 d_ff,
+     * d_model] matrix, "W13", and both products are one GEMM. */
+    int gated;
+    int64_t d_first;    /* rows of the first product: d_ff, 2 d_ff gated */
     float *w1, *b1;     /* [d_ff, d_model], [d_ff] (NULL without bias) */
     float *w2, *b2;     /* [d_model, d_ff], [d_model] (NULL without bias) */
-    /* Sub-modules "linear1", "linear2": views over w1, b1 and w2, b2. */
-    tfm__linear_module *linear1, *linear2;
+    float *w3, *b3;     /* gated: [d_ff, d_model], [d_ff]; else NULL */
+    /* Sub-modules "linear1", "linear2" (and "linear3"): views over w1, b1,
+     * w2, b2 (w3, b3). */
+    tfm__linear_module *linear1, *linear2, *linear3;
 } tfm__feed_forward;
 
-/* bias 0: no "linear1.bias" / "linear2.bias" (b1, b2 NULL). */
+/* bias 0: no "linear1.bias" / "linear2.bias" (b1, b2 NULL); gated
+ * nonzero: also "linear3.weight" (and "linear3.bias"). */
 tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
                                  tfm_activation activation, int bias,
-                                 tfm__feed_forward **out);
+                                 int gated, tfm__feed_forward **out);
 
 /* out [rows, d_model] = FF(x [rows, d_model]); out may be x.  drop: NULL,
  * or dropout on the hidden activations [rows, d_ff] (dropout.h; torch's
@@ -36,7 +44,9 @@ tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
 typedef struct tfm__ff_kept {
     const float *x;
     int64_t rows;
-    float *pre, *act;   /* [rows, d_ff]; act after the dropout */
+    float *pre;         /* [rows, d_first]: x W1^T + b1 (| x W3^T + b3) */
+    float *act;         /* [rows, d_ff]: the hidden layer after dropout */
+    float *scratch;     /* [d_ff] */
     double *acc;
     tfm__dropout drop;  /* the hidden activations' (zeroed: none) */
 } tfm__ff_kept;

@@ -39,7 +39,15 @@
  * ties it to wte after loading), the head when tie_word_embeddings is
  * false.  The causal-mask buffers "h.<i>.attn.bias" and
  * "h.<i>.attn.masked_bias" of older saves are ignored.  The attention is
- * GPT-2's: scores q k^T / sqrt(d / n_head) under a causal mask. */
+ * GPT-2's: scores q k^T / sqrt(d / n_head) under a causal mask.
+ *
+ * Llama (model_type "llama"; Touvron et al. 2023, transformers'
+ * modeling_llama.py LlamaForCausalLM) becomes a decoder-only model with
+ * RMSNorms, the gated SwiGLU feed-forward, no biases, rotary positions on
+ * half-split pairs and grouped-query attention: llama_plan below gives the
+ * names.  Its q, k and v projections fill the rows of the one packed
+ * in_proj_weight (offsets in the plan); plan_covers checks that the pieces
+ * fill every parameter exactly. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +59,7 @@
 #include "error.h"
 #include "hub_model.h"
 #include "json_nul.h"
+#include "model_impl.h"
 #include "module_impl.h"
 #include "safetensors_impl.h"
 #include "tensor_impl.h"
@@ -328,6 +337,8 @@ typedef struct hub_tensor {
     char stored[NAME_SIZE];    /* name in the checkpoint */
     char ours[NAME_SIZE];      /* parameter name (model.h) */
     int transpose;             /* stored [a, b] -> ours [b, a] */
+    int64_t offset;            /* first float of ours it fills (rows of a
+                                * packed matrix: Llama's q, k, v) */
     int rank;                  /* stored shape */
     int64_t shape[2];
     int shard;                 /* found in shards.files[shard] */
@@ -354,11 +365,42 @@ static tfm_status plan_add(plan *p, const char *stored, const char *ours,
         return tfm__fail(TFM_ERR_FORMAT, "tensor name " QUOTED " is too long",
                          stored);
     t->transpose = transpose;
+    t->offset = 0;
     t->rank = rank;
     t->shape[0] = a;
     t->shape[1] = b;
     t->shard = -1;
     return TFM_OK;
+}
+
+/* plan_add of layer i's tensor: stored "<stack><i>.<stored>" (after the
+ * prefix), ours "layers.<i>.<ours>", filling ours from float `offset`. */
+static tfm_status plan_add_layer(plan *p, const char *stack, int64_t i,
+                                 const char *stored, const char *ours,
+                                 int transpose, int rank, int64_t a,
+                                 int64_t b, int64_t offset)
+{
+    char s_name[NAME_SIZE], o_name[NAME_SIZE];
+    snprintf(s_name, sizeof s_name, "%s%lld.%s", stack, (long long)i, stored);
+    snprintf(o_name, sizeof o_name, "layers.%lld.%s", (long long)i, ours);
+    tfm_status st = plan_add(p, s_name, o_name, transpose, rank, a, b);
+    if (st == TFM_OK)
+        p->t[p->n - 1].offset = offset;
+    return st;
+}
+
+/* An untied model's own head, "lm_head.weight" [V, d], never prefixed
+ * (GPT2LMHeadModel's and LlamaForCausalLM's); nothing when tied. */
+static tfm_status plan_add_head(plan *p, const tfm_model_config *c)
+{
+    if (c->tied_embeddings)
+        return TFM_OK;
+    const char *prefix = p->prefix;
+    p->prefix = "";
+    tfm_status st = plan_add(p, "lm_head.weight", "lm_head.weight", 0, 2,
+                             c->vocab_size, c->layer.d_model);
+    p->prefix = prefix;
+    return st;
 }
 
 /* Every planned tensor is in a shard with its shape and a float dtype. */
@@ -424,6 +466,28 @@ static tfm_status plan_no_extra(const plan *p, const shards *s,
     return TFM_OK;
 }
 
+/* Every parameter of m is filled, exactly, by the planned tensors (the
+ * pieces of a packed one add up to it): a check on the plan itself, before
+ * anything is read. */
+static tfm_status plan_covers(const plan *p, const tfm_module *m)
+{
+    for (int k = 0; k < m->n_params; k++) {
+        const tfm__param *param = &m->params[k];
+        int64_t filled = 0;
+        for (int i = 0; i < p->n; i++)
+            if (strcmp(p->t[i].ours, param->name) == 0)
+                filled += p->t[i].shape[0] *
+                          (p->t[i].rank == 2 ? p->t[i].shape[1] : 1);
+        if (filled != param->numel)
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "the checkpoint's tensors fill %lld of the "
+                             "%lld values of parameter " QUOTED,
+                             (long long)filled, (long long)param->numel,
+                             param->name);
+    }
+    return TFM_OK;
+}
+
 /* Shard by shard, converts each planned tensor into its parameter of m,
  * checks it is finite, and closes the shard. */
 static tfm_status plan_load(const plan *p, shards *s, tfm_module *m)
@@ -437,17 +501,18 @@ static tfm_status plan_load(const plan *p, shards *s, tfm_module *m)
             const int64_t numel = t->shape[0] * (t->rank == 2 ? t->shape[1]
                                                               : 1);
             if (tfm__module_find_param(m, t->ours, &param) != TFM_OK ||
-                param->numel != numel)
+                t->offset > param->numel - numel)
                 return tfm__fail(TFM_ERR_FORMAT,
                                  "tensor " QUOTED " has no parameter "
                                  QUOTED " of its size to go to", t->stored,
                                  t->ours);
+            float *dst = param->data + t->offset;
             tfm_status st = tfm__safetensors_read_into(
-                s->files[f], t->stored, t->transpose, param->data);
+                s->files[f], t->stored, t->transpose, dst);
             if (st != TFM_OK)
                 return st;
             for (int64_t e = 0; e < numel; e++)
-                if (!isfinite(param->data[e]))
+                if (!isfinite(dst[e]))
                     return tfm__fail(TFM_ERR_NON_FINITE,
                                      "tensor " QUOTED " has a non-finite "
                                      "value", t->stored);
@@ -569,28 +634,17 @@ static tfm_status gpt2_plan(const tfm_model_config *c, plan *p)
             { "mlp.c_proj.bias", "linear2.bias", 0, 1, 1, 0 },
         };
         for (size_t k = 0; k < sizeof L / sizeof L[0]; k++) {
-            char stored[NAME_SIZE], ours[NAME_SIZE];
-            snprintf(stored, sizeof stored, "h.%lld.%s", (long long)i,
-                     L[k].stored);
-            snprintf(ours, sizeof ours, "layers.%lld.%s", (long long)i,
-                     L[k].ours);
             const int64_t a = L[k].a == 4 ? ff : L[k].a * d;
             const int64_t b = L[k].b == 4 ? ff : L[k].b * d;
-            if ((st = plan_add(p, stored, ours, L[k].transpose, L[k].rank, a,
-                               b)))
+            if ((st = plan_add_layer(p, "h.", i, L[k].stored, L[k].ours,
+                                     L[k].transpose, L[k].rank, a, b, 0)))
                 return st;
         }
     }
     if ((st = plan_add(p, "ln_f.weight", "norm.weight", 0, 1, d, 0)) ||
         (st = plan_add(p, "ln_f.bias", "norm.bias", 0, 1, d, 0)))
         return st;
-    if (!c->tied_embeddings) { /* GPT2LMHeadModel's own, never prefixed */
-        const char *prefix = p->prefix;
-        p->prefix = "";
-        st = plan_add(p, "lm_head.weight", "lm_head.weight", 0, 2, V, d);
-        p->prefix = prefix;
-    }
-    return st;
+    return plan_add_head(p, c);
 }
 
 /* The tensors a GPT-2 checkpoint may hold that the model does not use:
@@ -605,6 +659,179 @@ static int gpt2_ignored(const plan *p, const char *name)
     return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
 }
 
+/* ---- Llama -------------------------------------------------------------- */
+
+/* The model of a Llama config.json (transformers' LlamaConfig defaults for
+ * absent keys: vocab_size 32000, hidden_size 4096, intermediate_size
+ * 11008, num_hidden_layers 32, num_attention_heads 32, num_key_value_heads
+ * = num_attention_heads, hidden_act "silu", max_position_embeddings 2048,
+ * rms_norm_eps 1e-6, tie_word_embeddings false, rope_theta 10000,
+ * attention_bias and mlp_bias false, head_dim = hidden_size / heads,
+ * rope_scaling null): a decoder-only, pre-norm model with RMSNorms, the
+ * gated feed-forward, no biases, no position table and rotary positions on
+ * half-split pairs (transformers' rotate_half) with grouped-query
+ * attention.  What this library does not compute (rope_scaling, biases, a
+ * head_dim other than hidden_size / heads) is refused, named. */
+static tfm_status llama_config(const cJSON *root, tfm_model_config *c,
+                               tfm_model_options *o, tfm_layer_options *lo)
+{
+    int64_t vocab = 0, d = 0, ff = 0, layers = 0, heads = 0, kv_heads = 0;
+    int64_t positions = 0, head_dim = 0;
+    double eps = 0, theta = 0;
+    int tied = 0, attn_bias = 0, mlp_bias = 0;
+    const char *act_name;
+    tfm_status st;
+    if ((st = cfg_int(root, "vocab_size", 32000, 1, &vocab)) ||
+        (st = cfg_int(root, "hidden_size", 4096, 1, &d)) ||
+        (st = cfg_int(root, "intermediate_size", 11008, 1, &ff)) ||
+        (st = cfg_int(root, "num_hidden_layers", 32, 1, &layers)) ||
+        (st = cfg_int(root, "num_attention_heads", 32, 1, &heads)) ||
+        (st = cfg_int(root, "num_key_value_heads", heads, 1, &kv_heads)) ||
+        (st = cfg_int(root, "max_position_embeddings", 2048, 1,
+                      &positions)) ||
+        (st = cfg_positive(root, "rms_norm_eps", 1e-6, &eps)) ||
+        (st = cfg_positive(root, "rope_theta", 10000.0, &theta)) ||
+        (st = cfg_string(root, "hidden_act", &act_name)) ||
+        (st = cfg_bool(root, "tie_word_embeddings", 0, &tied)) ||
+        (st = cfg_bool(root, "attention_bias", 0, &attn_bias)) ||
+        (st = cfg_bool(root, "mlp_bias", 0, &mlp_bias)))
+        return st;
+    if (vocab > INT32_MAX || d > INT32_MAX || ff > INT32_MAX / 2)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"%s\" is over 2^31-1",
+                         vocab > INT32_MAX ? "vocab_size"
+                         : d > INT32_MAX   ? "hidden_size"
+                                           : "intermediate_size");
+    if (d % heads != 0)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"num_attention_heads\" %lld does not "
+                         "divide \"hidden_size\" %lld", (long long)heads,
+                         (long long)d);
+    if (heads % kv_heads != 0)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"num_key_value_heads\" %lld does not "
+                         "divide \"num_attention_heads\" %lld",
+                         (long long)kv_heads, (long long)heads);
+    if ((st = cfg_int(root, "head_dim", d / heads, 1, &head_dim)))
+        return st;
+    if (head_dim != d / heads)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"head_dim\" %lld is not hidden_size / "
+                         "num_attention_heads = %lld, which this library "
+                         "needs", (long long)head_dim, (long long)(d / heads));
+    if ((d / heads) % 2 != 0)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "rotary positions need an even head_dim, not %lld",
+                         (long long)(d / heads));
+    const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root,
+                                                            "rope_scaling");
+    if (scaling && !cJSON_IsNull(scaling))
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"rope_scaling\" is set: only plain "
+                         "rotary positions (rope_scaling null) are "
+                         "supported");
+    if (attn_bias || mlp_bias)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"%s\": true is not supported",
+                         attn_bias ? "attention_bias" : "mlp_bias");
+    const int act = gpt2_activation(act_name ? act_name : "silu");
+    if (act < 0)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"hidden_act\" \"%.60s\" is not "
+                         "supported (silu, gelu, gelu_pytorch_tanh, relu "
+                         "are)", act_name);
+    memset(c, 0, sizeof *c);
+    c->architecture = TFM_ARCH_DECODER_ONLY;
+    c->layer = tfm_layer_config_default(d, heads);
+    c->layer.d_ff = ff;
+    c->layer.activation = (tfm_activation)act;
+    c->layer.layer_norm_eps = (float)eps;
+    c->layer.norm_first = 1;
+    c->vocab_size = vocab;
+    c->n_layers = layers;
+    c->context_length = positions;
+    c->positional = TFM_POSITIONAL_NONE;
+    c->tied_embeddings = tied;
+    tfm_model_options_init(o);
+    o->attention.n_kv_heads = kv_heads;
+    o->attention.rope = TFM_ROPE_HALF;
+    o->attention.rope_base = theta;
+    tfm_layer_options_init(lo);
+    lo->bias = 0;
+    lo->rms_norm = 1;
+    lo->gated = 1;
+    return TFM_OK;
+}
+
+/* The stored tensors of Llama c (LlamaForCausalLM's names, under
+ * "model."):
+ *   embed_tokens.weight [V, d]                -> token_embedding.weight
+ *   layers.<i>.input_layernorm.weight         -> layers.<i>.norm1.weight
+ *   layers.<i>.self_attn.q_proj.weight [d, d]  \
+ *   layers.<i>.self_attn.k_proj.weight [kv, d]  > rows of
+ *   layers.<i>.self_attn.v_proj.weight [kv, d] /  self_attn.in_proj_weight
+ *   layers.<i>.self_attn.o_proj.weight        -> self_attn.out_proj.weight
+ *   layers.<i>.post_attention_layernorm.weight -> layers.<i>.norm2.weight
+ *   layers.<i>.mlp.gate_proj.weight [ff, d]   -> linear1.weight
+ *   layers.<i>.mlp.up_proj.weight [ff, d]     -> linear3.weight
+ *   layers.<i>.mlp.down_proj.weight [d, ff]   -> linear2.weight
+ *   norm.weight                               -> norm.weight
+ *   lm_head.weight [V, d] (never prefixed; untied only) -> lm_head.weight
+ * kv = num_key_value_heads * head_dim.  No transposes: nn.Linear's layout
+ * is ours. */
+static tfm_status llama_plan(const tfm_model_config *c,
+                             const tfm_model_options *o, plan *p)
+{
+    const int64_t d = c->layer.d_model, ff = c->layer.d_ff;
+    const int64_t kv = o->attention.n_kv_heads * (d / c->layer.n_heads);
+    const int64_t V = c->vocab_size;
+    tfm_status st;
+    if ((st = plan_add(p, "embed_tokens.weight", "token_embedding.weight", 0,
+                       2, V, d)))
+        return st;
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        const struct {
+            const char *stored, *ours;
+            int rank;
+            int64_t a, b, offset;
+        } L[] = {
+            { "input_layernorm.weight", "norm1.weight", 1, d, 0, 0 },
+            { "self_attn.q_proj.weight", "self_attn.in_proj_weight", 2, d, d,
+              0 },
+            { "self_attn.k_proj.weight", "self_attn.in_proj_weight", 2, kv, d,
+              d * d },
+            { "self_attn.v_proj.weight", "self_attn.in_proj_weight", 2, kv, d,
+              (d + kv) * d },
+            { "self_attn.o_proj.weight", "self_attn.out_proj.weight", 2, d, d,
+              0 },
+            { "post_attention_layernorm.weight", "norm2.weight", 1, d, 0, 0 },
+            { "mlp.gate_proj.weight", "linear1.weight", 2, ff, d, 0 },
+            { "mlp.up_proj.weight", "linear3.weight", 2, ff, d, 0 },
+            { "mlp.down_proj.weight", "linear2.weight", 2, d, ff, 0 },
+        };
+        for (size_t k = 0; k < sizeof L / sizeof L[0]; k++)
+            if ((st = plan_add_layer(p, "layers.", i, L[k].stored,
+                                     L[k].ours, 0, L[k].rank, L[k].a, L[k].b,
+                                     L[k].offset)))
+                return st;
+    }
+    if ((st = plan_add(p, "norm.weight", "norm.weight", 0, 1, d, 0)))
+        return st;
+    return plan_add_head(p, c);
+}
+
+/* What a Llama checkpoint may hold that the model does not use: the tied
+ * head, and the rotary inverse frequencies older saves kept as buffers. */
+static int llama_ignored(const plan *p, const char *name)
+{
+    if (strcmp(name, "lm_head.weight") == 0)
+        return 1; /* tied (not planned when untied) */
+    const size_t n = strlen(p->prefix);
+    return strncmp(name, p->prefix, n) == 0 &&
+           strncmp(name + n, "layers.", 7) == 0 &&
+           ends_with(name, ".self_attn.rotary_emb.inv_freq");
+}
+
 /* ---- loading ------------------------------------------------------------ */
 
 tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
@@ -614,21 +841,35 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
     plan p = { 0 };
     tfm_module *model = NULL;
     tfm_model_config c;
+    tfm_model_options o;
+    tfm_layer_options lo;
+    tfm_model_options_init(&o);
+    tfm_layer_options_init(&lo);
     const char *type = NULL;
+    int llama = 0;
     tfm_status st = read_json(dir, "config.json", &config);
     if (st == TFM_OK && (st = cfg_string(config, "model_type", &type)) ==
                             TFM_OK && !type)
         st = tfm__fail(TFM_ERR_FORMAT,
                        "%.200s/config.json has no \"model_type\"", dir);
-    if (st == TFM_OK && strcmp(type, "gpt2") != 0)
-        st = tfm__fail(TFM_ERR_UNSUPPORTED,
-                       "config.json \"model_type\" is \"%.60s\": this "
-                       "library reads \"gpt2\" checkpoints", type);
-    if (st == TFM_OK)
-        st = gpt2_config(config, &c);
+    if (st == TFM_OK) {
+        llama = strcmp(type, "llama") == 0;
+        if (llama)
+            st = llama_config(config, &c, &o, &lo);
+        else if (strcmp(type, "gpt2") == 0)
+            st = gpt2_config(config, &c);
+        else
+            st = tfm__fail(TFM_ERR_UNSUPPORTED,
+                           "config.json \"model_type\" is \"%.60s\": this "
+                           "library reads \"gpt2\" and \"llama\" "
+                           "checkpoints", type);
+    }
+    if (st == TFM_OK) /* the configuration's own contradictions, named */
+        st = tfm__model_config_check(&c, &o);
     if (st == TFM_OK && c.n_layers > (INT32_MAX - 8) / 12)
-        st = tfm__fail(TFM_ERR_FORMAT, "config.json \"n_layer\" %lld is too "
-                       "large", (long long)c.n_layers);
+        st = tfm__fail(TFM_ERR_FORMAT, "config.json \"%s\" %lld is too "
+                       "large", llama ? "num_hidden_layers" : "n_layer",
+                       (long long)c.n_layers);
     if (st == TFM_OK && (st = shards_list(dir, &s, &index)) == TFM_OK &&
         (st = shards_open(dir, &s)) == TFM_OK)
         st = shards_check_index(&s, index);
@@ -642,10 +883,11 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
             stored += tfm_safetensors_count(s.files[f]);
         if (c.n_layers > stored)
             st = tfm__fail(TFM_ERR_FORMAT,
-                           "config.json \"n_layer\" %lld needs %lld tensors "
+                           "config.json \"%s\" %lld needs %lld tensors "
                            "or more, but the checkpoint holds %lld",
+                           llama ? "num_hidden_layers" : "n_layer",
                            (long long)c.n_layers,
-                           (long long)(12 * c.n_layers + 4),
+                           (long long)((llama ? 9 : 12) * c.n_layers + 2),
                            (long long)stored);
     }
     if (st == TFM_OK) {
@@ -656,15 +898,24 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
             st = tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
     }
     if (st == TFM_OK) {
-        /* GPT2LMHeadModel saves GPT2Model's tensors under "transformer." */
-        p.prefix = shards_find(&s, "transformer.wte.weight") >= 0
-                       ? "transformer."
-                       : "";
-        if ((st = gpt2_plan(&c, &p)) == TFM_OK &&
+        /* GPT2LMHeadModel saves GPT2Model's tensors under "transformer.",
+         * LlamaForCausalLM LlamaModel's under "model.". */
+        if (llama)
+            p.prefix = shards_find(&s, "model.embed_tokens.weight") >= 0
+                           ? "model."
+                           : "";
+        else
+            p.prefix = shards_find(&s, "transformer.wte.weight") >= 0
+                           ? "transformer."
+                           : "";
+        if ((st = llama ? llama_plan(&c, &o, &p) : gpt2_plan(&c, &p)) ==
+                TFM_OK &&
             (st = plan_find(&p, &s)) == TFM_OK)
-            st = plan_no_extra(&p, &s, gpt2_ignored);
+            st = plan_no_extra(&p, &s, llama ? llama_ignored : gpt2_ignored);
     }
-    if (st == TFM_OK && (st = tfm_model_create(&c, &model)) == TFM_OK)
+    if (st == TFM_OK &&
+        (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK &&
+        (st = plan_covers(&p, model)) == TFM_OK)
         st = plan_load(&p, &s, model);
     shards_close(&s);
     tfm__free(p.t);

@@ -47,6 +47,13 @@ void tfm_layer_options_init(tfm_layer_options *options)
     options->bias = 1;
 }
 
+unsigned tfm__layer_parts(const tfm_layer_options *o)
+{
+    return (o->bias ? TFM__PART_BIAS : 0u) |
+           (o->rms_norm ? TFM__PART_RMS_NORM : 0u) |
+           (o->gated ? TFM__PART_GATED : 0u);
+}
+
 tfm_status tfm__layer_options_read(const tfm_layer_options *pub,
                                    tfm_layer_options *out)
 {

@@ -18,4 +18,12 @@ tfm_status tfm__layer_config_check(const tfm_layer_config *config);
 tfm_status tfm__layer_options_read(const tfm_layer_options *pub,
                                    tfm_layer_options *out);
 
+/* The parts of a layer beyond tfm_layer_config, as the bits the layer,
+ * stack and model constructors take ("parts"): TFM__PART_BIAS (biases
+ * everywhere; tfm_layer_options.bias), TFM__PART_RMS_NORM (every norm an
+ * RMSNorm; .rms_norm), TFM__PART_GATED (gated feed-forward; .gated).  1 is
+ * PyTorch's layer. */
+enum { TFM__PART_BIAS = 1, TFM__PART_RMS_NORM = 2, TFM__PART_GATED = 4 };
+unsigned tfm__layer_parts(const tfm_layer_options *o);
+
 #endif

@@ -15,7 +15,7 @@ static tfm_status layer_norm_macs(const tfm_module *m, int64_t batch,
 
 static const tfm__module_ops layer_norm_ops = { NULL, layer_norm_macs };
 
-tfm_status tfm__layer_norm_new(int64_t d, float eps, int bias,
+tfm_status tfm__layer_norm_new(int64_t d, float eps, int bias, int rms,
                                tfm__layer_norm **out)
 {
     if (d < 1)
@@ -32,6 +32,9 @@ tfm_status tfm__layer_norm_new(int64_t d, float eps, int bias,
         return TFM_ERR_OUT_OF_MEMORY;
     n->d = d;
     n->eps = eps;
+    n->rms = rms != 0;
+    if (rms)
+        bias = 0;
     tfm__param_spec specs[2] = {
         { "weight", 1, { d }, &n->weight, .init = TFM__INIT_ONE },
         { "bias", 1, { d }, &n->bias, .init = TFM__INIT_ZERO },
@@ -49,12 +52,13 @@ tfm_status tfm__layer_norm_new(int64_t d, float eps, int bias,
 
 /* The mean and 1 / sqrt(var + eps) of x[0 .. d-1], in double, in two
  * passes: the mean first, then the centred squares, so a large common
- * offset does not cancel catastrophically. */
-static void row_stats(const float *x, int64_t d, float eps, double *mean,
-                      double *rstd)
+ * offset does not cancel catastrophically.  RMSNorm (rms nonzero): the
+ * mean is 0 and var is the mean square. */
+static void row_stats(const float *x, int64_t d, float eps, int rms,
+                      double *mean, double *rstd)
 {
     double sum = 0.0;
-    for (int64_t i = 0; i < d; i++)
+    for (int64_t i = 0; !rms && i < d; i++)
         sum += x[i];
     const double m = sum / (double)d;
     double sq = 0.0;
@@ -74,7 +78,7 @@ void tfm__layer_norm_run(const tfm__layer_norm *n, const float *x,
         const float *xr = x + r * d;
         float *yr = out + r * d;
         double mean, inv;
-        row_stats(xr, d, n->eps, &mean, &inv);
+        row_stats(xr, d, n->eps, n->rms, &mean, &inv);
         if (n->bias)
             for (int64_t i = 0; i < d; i++)
                 yr[i] = (float)((xr[i] - mean) * inv) * n->weight[i] +
@@ -96,10 +100,28 @@ tfm_status tfm_layer_norm_create_v2(int64_t d, float eps, int bias,
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     tfm__layer_norm *n = NULL;
-    tfm_status st = tfm__layer_norm_new(d, eps, bias != 0, &n);
+    tfm_status st = tfm__layer_norm_new(d, eps, bias != 0, 0, &n);
     if (st == TFM_OK)
         *out = &n->base;
     return st;
+}
+
+tfm_status tfm_rms_norm_create(int64_t d, float eps, tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm__layer_norm *n = NULL;
+    tfm_status st = tfm__layer_norm_new(d, eps, 0, 1, &n);
+    if (st == TFM_OK)
+        *out = &n->base;
+    return st;
+}
+
+int tfm_layer_norm_is_rms(const tfm_module *norm)
+{
+    if (!norm || norm->kind != TFM_MODULE_LAYER_NORM)
+        return -1;
+    return ((const tfm__layer_norm *)norm)->rms;
 }
 
 tfm_status tfm_layer_norm_forward(const tfm_module *norm, const tfm_tensor *x,
@@ -127,7 +149,7 @@ void tfm__layer_norm_backward(const tfm__layer_norm *n, const float *x,
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * d, *gr = grad_y + r * d;
         double mean, rstd;
-        row_stats(xr, d, n->eps, &mean, &rstd);
+        row_stats(xr, d, n->eps, n->rms, &mean, &rstd);
         double s1 = 0.0, s2 = 0.0;
         for (int64_t i = 0; i < d; i++) {
             const double xhat = (xr[i] - mean) * rstd;
@@ -138,7 +160,7 @@ void tfm__layer_norm_backward(const tfm__layer_norm *n, const float *x,
             ab[i] += gr[i];
         }
         if (grad_x) {
-            s1 /= (double)d;
+            s1 = n->rms ? 0.0 : s1 / (double)d; /* RMSNorm: no mean */
             s2 /= (double)d;
             float *dx = grad_x + r * d;
             for (int64_t i = 0; i < d; i++) {

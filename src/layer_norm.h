@@ -9,12 +9,15 @@ typedef struct tfm__layer_norm {
     tfm_module base;
     int64_t d;
     float eps;
+    int rms;                /* RMSNorm: no mean, no bias (Zhang & Sennrich) */
     float *weight;          /* [d] */
     float *bias;            /* [d], or NULL without bias */
 } tfm__layer_norm;
 
-/* A LayerNorm with "weight" and, when bias is nonzero, "bias". */
-tfm_status tfm__layer_norm_new(int64_t d, float eps, int bias,
+/* A LayerNorm with "weight" and, when bias is nonzero, "bias"; rms
+ * nonzero makes it an RMSNorm (layers.h: tfm_rms_norm_create), whose
+ * "mean" is 0 and which has no bias (bias is ignored). */
+tfm_status tfm__layer_norm_new(int64_t d, float eps, int bias, int rms,
                                tfm__layer_norm **out);
 
 /* out [rows, d] = LayerNorm(x [rows, d]); out may be x. */
@@ -23,7 +26,8 @@ void tfm__layer_norm_run(const tfm__layer_norm *n, const float *x,
 
 /* The backward of tfm__layer_norm_run (torch.autograd's for
  * nn.LayerNorm), per row with xhat = (x - mean) * rstd, gy = grad_y * weight:
- *   grad_x = rstd (gy - mean(gy) - xhat mean(gy xhat))   (written, NULL:
+ *   grad_x = rstd (gy - mean(gy) - xhat mean(gy xhat))
+ *   (RMSNorm: mean 0 and no mean(gy) term: rstd (gy - xhat mean(gy xhat)))   (written, NULL:
  *                                                        skipped; may be x)
  *   grad_w += sum over rows of grad_y xhat,  grad_b += sum of grad_y
  * (accumulated, each NULL: skipped; summed in double in acc [2 d]).

@@ -31,14 +31,17 @@ typedef struct tfm__decoder_layer {
 tfm_status tfm__encoder_layer_new(const tfm_layer_config *c,
                                   tfm__encoder_layer **out);
 /* The same with a self-attention variant (attention.h; NULL = the
- * defaults) and, with bias 0, no biases (tfm_layer_options.bias: the
- * attention's projections, the feed-forward network and the norms);
- * (c, NULL, 1) is tfm__encoder_layer_new. */
+ * defaults) and the parts (layer_config.h: TFM__PART_*): without
+ * TFM__PART_BIAS no biases (tfm_layer_options.bias: the attention's
+ * projections, the feed-forward network and the norms), with
+ * TFM__PART_RMS_NORM RMSNorms, with TFM__PART_GATED a gated feed-forward;
+ * (c, NULL, TFM__PART_BIAS) is tfm__encoder_layer_new. */
 tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
-                                     const tfm_attention_config *a, int bias,
+                                     const tfm_attention_config *a,
+                                     unsigned parts,
                                      tfm__encoder_layer **out);
-/* bias as for tfm__encoder_layer_new_ex. */
-tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, int bias,
+/* parts as for tfm__encoder_layer_new_ex. */
+tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, unsigned parts,
                                   tfm__decoder_layer **out);
 
 /* In place on x [B, L, d]; fail only with out-of-memory.  drop_key: the

@@ -207,6 +207,30 @@ int tfm_model_has_bias(const tfm_module *model)
     return ((const tfm__model *)model)->bias;
 }
 
+tfm_status tfm_model_get_layer_options(const tfm_module *model,
+                                       tfm_layer_options *options)
+{
+    tfm_status st = tfm__model_check(model, 0xE, "model");
+    if (st != TFM_OK)
+        return st;
+    if (!options)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "options is NULL");
+    const size_t size = options->struct_size;
+    if (size < sizeof(size_t))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "options->struct_size (%zu) is too small: set it "
+                         "with tfm_layer_options_init", size);
+    const tfm__model *m = (const tfm__model *)model;
+    tfm_layer_options o;
+    tfm_layer_options_init(&o);
+    o.bias = m->bias;
+    o.rms_norm = m->rms_norm;
+    o.gated = m->gated;
+    memcpy(options, &o, size < sizeof o ? size : sizeof o);
+    options->struct_size = size;
+    return TFM_OK;
+}
+
 tfm_status tfm_model_create_v2(const tfm_model_config *config,
                                const tfm_model_options *options,
                                const tfm_layer_options *layer_options,
@@ -226,7 +250,7 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "layer_options->attention must be NULL: a model's "
                          "attention variant is options->attention");
-    const int bias = lo.bias != 0;
+    const unsigned parts = tfm__layer_parts(&lo);
     const tfm_model_config *c = config;
     const int64_t d = c->layer.d_model;
     /* Plain attention takes the layers' own path (NULL). */
@@ -238,7 +262,9 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
         return TFM_ERR_OUT_OF_MEMORY;
     m->config = *c;
     m->options = o;
-    m->bias = bias;
+    m->bias = lo.bias != 0;
+    m->rms_norm = lo.rms_norm != 0;
+    m->gated = lo.gated != 0;
     st = tfm__embedding_new(c->vocab_size, d, c->embedding_scale,
                             &m->token_embedding);
     if (!st)
@@ -250,10 +276,10 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
         st = tfm__module_adopt(&m->base, "position_embedding.",
                                &m->position_embedding->base);
     if (!st && c->architecture == TFM_ARCH_ENCODER_DECODER) {
-        if (!(st = tfm__stack_new_ex(&c->layer, NULL, bias,
+        if (!(st = tfm__stack_new_ex(&c->layer, NULL, parts,
                                      c->n_encoder_layers, 1, 0,
                                      &m->encoder)) &&
-            !(st = tfm__stack_new_ex(&c->layer, NULL, bias,
+            !(st = tfm__stack_new_ex(&c->layer, NULL, parts,
                                      c->n_decoder_layers, 1, 1,
                                      &m->decoder)) &&
             !(st = tfm__module_adopt(&m->base, "transformer.encoder.",
@@ -261,7 +287,7 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
             st = tfm__module_adopt(&m->base, "transformer.decoder.",
                                    &m->decoder->base);
     } else if (!st) {
-        if (!(st = tfm__stack_new_ex(&c->layer, attention, bias, c->n_layers, 1,
+        if (!(st = tfm__stack_new_ex(&c->layer, attention, parts, c->n_layers, 1,
                                      0, &m->stack)))
             st = tfm__module_adopt(&m->base, "", &m->stack->base);
     }

@@ -403,13 +403,18 @@ static tfm_status expect_attention(const tfm_safetensors *f,
  * the next one does not. */
 static tfm_status expect_layers(const tfm_safetensors *f, const char *stack,
                                 int64_t n, const tfm_model_config *c,
-                                const tfm_model_options *o)
+                                const tfm_model_options *o, int gated)
 {
     char name[160];
     snprintf(name, sizeof name, "%s%lld.linear1.weight", stack,
              (long long)(n - 1));
     tfm_status st = expect_tensor(f, name, c->layer.d_ff, c->layer.d_model);
     if (st != TFM_OK)
+        return st;
+    snprintf(name, sizeof name, "%s%lld.linear3.weight", stack,
+             (long long)(n - 1));
+    if (gated &&
+        (st = expect_tensor(f, name, c->layer.d_ff, c->layer.d_model)))
         return st;
     snprintf(name, sizeof name, "%s%lld.self_attn.", stack, (long long)(n - 1));
     if ((st = expect_attention(f, name, c, o)) != TFM_OK)
@@ -429,7 +434,8 @@ static tfm_status expect_layers(const tfm_safetensors *f, const char *stack,
  * (tfm__model_config_check). */
 static tfm_status check_config_against_tensors(const tfm_safetensors *f,
                                                const tfm_model_config *c,
-                                               const tfm_model_options *o)
+                                               const tfm_model_options *o,
+                                               int gated)
 {
     const int64_t d = c->layer.d_model;
     tfm_status st = expect_tensor(f, "token_embedding.weight", c->vocab_size, d);
@@ -442,14 +448,15 @@ static tfm_status check_config_against_tensors(const tfm_safetensors *f,
         if (c->n_encoder_layers < 1 || c->n_decoder_layers < 1)
             return TFM_OK; /* tfm_model_create gives the precise error */
         st = expect_layers(f, "transformer.encoder.layers.",
-                           c->n_encoder_layers, c, o);
+                           c->n_encoder_layers, c, o, gated);
         return st != TFM_OK
                    ? st
                    : expect_layers(f, "transformer.decoder.layers.",
-                                   c->n_decoder_layers, c, o);
+                                   c->n_decoder_layers, c, o, gated);
     }
     return c->n_layers < 1 ? TFM_OK
-                           : expect_layers(f, "layers.", c->n_layers, c, o);
+                           : expect_layers(f, "layers.", c->n_layers, c, o,
+                                           gated);
 }
 
 /* The learned parameters a forward pass checks (variant.h: temperatures
@@ -490,8 +497,10 @@ tfm_status tfm_model_load(const char *path, tfm_module **out)
     tfm_status st = tfm_safetensors_open(path, &f);
     if (!st && (st = read_config(f, &c, &o)) == TFM_OK &&
         (st = meta_bool(f, "tfm.bias", &lo.bias)) == TFM_OK &&
+        (st = meta_bool(f, "tfm.rms_norm", &lo.rms_norm)) == TFM_OK &&
+        (st = meta_bool(f, "tfm.gated", &lo.gated)) == TFM_OK &&
         (st = tfm__model_config_check(&c, &o)) == TFM_OK &&
-        (st = check_config_against_tensors(f, &c, &o)) == TFM_OK &&
+        (st = check_config_against_tensors(f, &c, &o, lo.gated)) == TFM_OK &&
         (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK &&
         (st = tfm__load_parameters(model, f, "", 1)) == TFM_OK)
         st = check_variant_params(model);
@@ -652,6 +661,10 @@ tfm_status tfm_model_save(const tfm_module *model, const char *path,
         st = write_config(w, &m->config, &m->options);
     if (!st && !m->bias) /* absent: biases (files before 1.2 have them) */
         st = tfm_safetensors_writer_set_metadata(w, "tfm.bias", "false");
+    if (!st && m->rms_norm) /* absent: LayerNorm */
+        st = tfm_safetensors_writer_set_metadata(w, "tfm.rms_norm", "true");
+    if (!st && m->gated) /* absent: the plain feed-forward */
+        st = tfm_safetensors_writer_set_metadata(w, "tfm.gated", "true");
     for (int i = 0; !st && i < n_extra; i++)
         st = tfm_safetensors_writer_set_metadata(w, keys[i], values[i]);
     if (!st)

@@ -20,6 +20,7 @@ typedef struct tfm__model {
     float *lm_head;                     /* [vocab_size, d_model] */
     int bias;                           /* 0: no biases in the blocks
                                          * (tfm_model_create_v2) */
+    int rms_norm, gated;                /* tfm_layer_options' */
 } tfm__model;
 
 /* Checks that m is a model; `kinds` is a bit set of 1 << architecture. */

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "error.h"
+#include "layer_config.h"
 #include "module_impl.h"
 #include "workspace.h"
 
@@ -315,20 +316,22 @@ tfm_status tfm__residual_backward(const tfm__sublayer *f,
 }
 
 tfm_status tfm__layer_ff_norms_new(tfm_module *parent,
-                                   const tfm_layer_config *c, int bias,
+                                   const tfm_layer_config *c, unsigned parts,
                                    tfm__feed_forward **ff,
                                    tfm__layer_norm **const norms[],
                                    int n_norms)
 {
+    const int bias = (parts & TFM__PART_BIAS) != 0;
     tfm_status st = tfm__feed_forward_new(c->d_model, c->d_ff, c->activation,
-                                          bias, ff);
+                                          bias, (parts & TFM__PART_GATED) != 0,
+                                          ff);
     if (st == TFM_OK)
         st = tfm__module_adopt(parent, "", &(*ff)->base);
     for (int i = 0; st == TFM_OK && i < n_norms; i++) {
         char prefix[16];
         snprintf(prefix, sizeof prefix, "norm%d.", i + 1);
         st = tfm__layer_norm_new(c->d_model, c->layer_norm_eps, bias,
-                                 norms[i]);
+                                 (parts & TFM__PART_RMS_NORM) != 0, norms[i]);
         if (st == TFM_OK)
             st = tfm__module_adopt(parent, prefix, &(*norms[i])->base);
     }

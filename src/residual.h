@@ -92,13 +92,14 @@ tfm__feed_forward_sublayer tfm__sublayer_feed_forward(
     const tfm__feed_forward *f, int64_t rows, tfm__dropout drop);
 
 /* The feed-forward network and the LayerNorms of a layer with config c
- * (already checked), each made and then adopted by parent under PyTorch's
- * names: the network's "linear1." / "linear2." at the top level, then
- * "norm1.", "norm2.", ... in order.  *ff and *norms[i] are set as they
- * are made, so the parent's destroy frees a partial set on failure.
- * Fails with out-of-memory. */
+ * (already checked) and parts (layer_config.h: TFM__PART_*), each made and
+ * then adopted by parent under PyTorch's names: the network's "linear1." /
+ * "linear2." (/ "linear3.") at the top level, then "norm1.", "norm2.",
+ * ... in order.  *ff and *norms[i] are set as they are made, so the
+ * parent's destroy frees a partial set on failure.  Fails with
+ * out-of-memory. */
 tfm_status tfm__layer_ff_norms_new(tfm_module *parent,
-                                   const tfm_layer_config *c, int bias,
+                                   const tfm_layer_config *c, unsigned parts,
                                    tfm__feed_forward **ff,
                                    tfm__layer_norm **const norms[],
                                    int n_norms);

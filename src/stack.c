@@ -61,7 +61,8 @@ tfm_status tfm__stack_new(const tfm_layer_config *c, int64_t n_layers,
  * nn.TransformerEncoder / nn.TransformerDecoder names) and the final norm
  * "norm."; frees everything on failure. */
 tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
-                             const tfm_attention_config *attention, int bias,
+                             const tfm_attention_config *attention,
+                             unsigned parts,
                              int64_t n_layers, int final_norm, int decoder,
                              tfm__stack **out)
 {
@@ -94,11 +95,11 @@ tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
         snprintf(prefix, sizeof prefix, "layers.%lld.", (long long)i);
         if (decoder) {
             tfm__decoder_layer *l = NULL;
-            st = tfm__decoder_layer_new(c, bias, &l);
+            st = tfm__decoder_layer_new(c, parts, &l);
             s->layers[i] = l ? &l->base : NULL;
         } else {
             tfm__encoder_layer *l = NULL;
-            st = tfm__encoder_layer_new_ex(c, attention, bias, &l);
+            st = tfm__encoder_layer_new_ex(c, attention, parts, &l);
             s->layers[i] = l ? &l->base : NULL;
         }
         if (st == TFM_OK)
@@ -109,7 +110,9 @@ tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
         }
     }
     if (final_norm &&
-        ((st = tfm__layer_norm_new(c->d_model, c->layer_norm_eps, bias,
+        ((st = tfm__layer_norm_new(c->d_model, c->layer_norm_eps,
+                                   (parts & TFM__PART_BIAS) != 0,
+                                   (parts & TFM__PART_RMS_NORM) != 0,
                                    &s->norm)) ||
          (st = tfm__module_adopt(&s->base, "norm.", &s->norm->base)))) {
         tfm_module_free(&s->base);
@@ -292,7 +295,7 @@ static tfm_status create(const tfm_layer_config *config, int64_t n_layers,
     tfm_status st = tfm__layer_options_read(options, &o);
     tfm__stack *s = NULL;
     if (st == TFM_OK)
-        st = tfm__stack_new_ex(config, o.attention, o.bias != 0, n_layers,
+        st = tfm__stack_new_ex(config, o.attention, tfm__layer_parts(&o), n_layers,
                                final_norm, decoder, &s);
     if (st == TFM_OK)
         *out = &s->base;

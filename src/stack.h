@@ -18,12 +18,13 @@ tfm_status tfm__stack_new(const tfm_layer_config *c, int64_t n_layers,
                           int final_norm, int decoder, tfm__stack **out);
 
 /* The same with every layer's self-attention using the variant `attention`
- * (attention.h; NULL = plain attention) and, with bias 0, no biases in the
- * layers and the final norm (tfm_layer_options.bias); (c, NULL, 1, ...) is
- * tfm__stack_new.  Encoder layers only take a variant: a decoder stack
+ * (attention.h; NULL = plain attention) and the layers' parts
+ * (layer_config.h: TFM__PART_*, which the final norm follows too);
+ * (c, NULL, TFM__PART_BIAS, ...) is tfm__stack_new.  Encoder layers only take a variant: a decoder stack
  * with one fails with TFM_ERR_UNSUPPORTED. */
 tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
-                             const tfm_attention_config *attention, int bias,
+                             const tfm_attention_config *attention,
+                             unsigned parts,
                              int64_t n_layers, int final_norm, int decoder,
                              tfm__stack **out);
 

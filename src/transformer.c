@@ -54,14 +54,14 @@ tfm_status tfm_transformer_create_v2(const tfm_layer_config *config,
     if (o.attention)
         return tfm__fail(TFM_ERR_UNSUPPORTED,
                          "nn.Transformer takes only plain attention");
-    const int bias = o.bias != 0;
+    const unsigned parts = tfm__layer_parts(&o);
     tfm__transformer *t = (tfm__transformer *)tfm__module_alloc(
         sizeof *t, TFM_MODULE_TRANSFORMER, &transformer_ops);
     if (!t)
         return TFM_ERR_OUT_OF_MEMORY;
-    if ((st = tfm__stack_new_ex(config, NULL, bias, n_encoder_layers, 1, 0,
+    if ((st = tfm__stack_new_ex(config, NULL, parts, n_encoder_layers, 1, 0,
                                 &t->encoder)) ||
-        (st = tfm__stack_new_ex(config, NULL, bias, n_decoder_layers, 1, 1,
+        (st = tfm__stack_new_ex(config, NULL, parts, n_decoder_layers, 1, 1,
                                 &t->decoder)) ||
         (st = tfm__module_adopt(&t->base, "encoder.", &t->encoder->base)) ||
         (st = tfm__module_adopt(&t->base, "decoder.", &t->decoder->base))) {

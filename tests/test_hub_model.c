@@ -1,11 +1,14 @@
 /*
  * Hugging Face hub checkpoint directories from C (model.h: tfm_model_load
  * on a directory, src/hub_model.c).  argv[1] is a directory written by
- * bindings/python/tests/hub_gpt2_reference.py: a tiny random GPT-2 in
+ * bindings/python/tests/hub_gpt2_reference.py -- a tiny random GPT-2 in
  * GPT2LMHeadModel's layout (config.json, model.safetensors with Conv1D
- * weights [in, out] and the causal-mask buffers) and reference.json, the
- * logits and 12 greedy ids of GPT-2's forward pass in torch float64
- * (written from transformers' modeling_gpt2).  Checked: the logits within
+ * weights [in, out] and the causal-mask buffers) -- or by
+ * hub_llama_reference.py -- a Llama in LlamaForCausalLM's layout (RMSNorm,
+ * SwiGLU, grouped-query attention, rotary positions, untied head) -- with
+ * reference.json, the logits and 12 greedy ids of the forward pass in
+ * torch float64 (written from transformers' modeling_gpt2 /
+ * modeling_llama).  Checked: the logits within
  * 1e-5 of the largest, the greedy ids equal, every allocation failing in
  * turn gives TFM_ERR_OUT_OF_MEMORY with *out unchanged, and bad
  * directories (no config.json, malformed JSON, another model_type, a
@@ -31,6 +34,7 @@ void tfm_testing_fail_allocation(long k);
 #define SENTINEL ((tfm_module *)(uintptr_t)0x5e47)
 
 static const char *dir;
+static int llama; /* config.json's model_type is "llama" */
 
 typedef struct reference {
     int32_t prompt[64];
@@ -132,10 +136,28 @@ static void test_logits_and_greedy(void **state)
     tfm_model_config c;
     assert_int_equal(tfm_model_get_config(model, &c), TFM_OK);
     assert_int_equal(c.architecture, TFM_ARCH_DECODER_ONLY);
-    assert_int_equal(c.layer.activation, TFM_ACTIVATION_GELU_TANH);
-    assert_true(c.tied_embeddings);
+    tfm_layer_options lo;
+    tfm_layer_options_init(&lo);
+    assert_int_equal(tfm_model_get_layer_options(model, &lo), TFM_OK);
+    tfm_model_options o;
+    tfm_model_options_init(&o);
+    assert_int_equal(tfm_model_get_options(model, &o), TFM_OK);
+    if (llama) {
+        assert_int_equal(c.layer.activation, TFM_ACTIVATION_SILU);
+        assert_false(c.tied_embeddings);
+        assert_int_equal(c.positional, TFM_POSITIONAL_NONE);
+        assert_true(lo.rms_norm && lo.gated && !lo.bias);
+        assert_int_equal(o.attention.rope, TFM_ROPE_HALF);
+        assert_int_equal(o.attention.n_kv_heads, 2);
+        assert_true(o.attention.rope_base == 500000.0);
+    } else {
+        assert_int_equal(c.layer.activation, TFM_ACTIVATION_GELU_TANH);
+        assert_true(c.tied_embeddings);
+        assert_true(!lo.rms_norm && !lo.gated && lo.bias);
+    }
     double err = logits_error(model, &r);
-    printf("hub GPT-2 logits: max error / max |ref| = %.3g\n", err);
+    printf("hub %s logits: max error / max |ref| = %.3g\n",
+           llama ? "Llama" : "GPT-2", err);
     assert_true(err <= 1e-5);
     int32_t ids[64];
     assert_int_equal(tfm_model_generate(model, r.prompt, r.n_prompt,
@@ -171,7 +193,8 @@ static void test_out_of_memory(void **state)
         assert_true(tfm_last_error()[0] != '\0');
         assert_true(k < 100000);
     }
-    printf("hub GPT-2 load: %ld allocations failed in turn\n", k - 1);
+    printf("hub %s load: %ld allocations failed in turn\n",
+           llama ? "Llama" : "GPT-2", k - 1);
     assert_true(k > 10);
     free(r.logits);
 }
@@ -206,13 +229,49 @@ static void refused(const char *config, tfm_status want, const char *words)
     rmdir(tmp);
 }
 
+/* The Llama reference's weights: 3 layers, width 48, 6 heads, 2 key/value
+ * heads, vocabulary 263. */
+static void test_bad_llama_directories(void)
+{
+    refused("{\"model_type\": \"llama\", \"hidden_size\": 48, "
+            "\"intermediate_size\": 80, \"num_attention_heads\": 6, "
+            "\"num_key_value_heads\": 2, \"num_hidden_layers\": 4, "
+            "\"vocab_size\": 263}",
+            TFM_ERR_FORMAT, "model.layers.3.input_layernorm.weight");
+    /* num_key_value_heads absent = num_attention_heads: k_proj is too
+     * small for 6 key/value heads. */
+    refused("{\"model_type\": \"llama\", \"hidden_size\": 48, "
+            "\"intermediate_size\": 80, \"num_attention_heads\": 6, "
+            "\"num_hidden_layers\": 3, \"vocab_size\": 263}",
+            TFM_ERR_FORMAT, "model.layers.0.self_attn.k_proj.weight");
+    refused("{\"model_type\": \"llama\", \"hidden_size\": 48, "
+            "\"num_attention_heads\": 6, \"num_key_value_heads\": 4}",
+            TFM_ERR_FORMAT, "num_key_value_heads");
+    refused("{\"model_type\": \"llama\", \"hidden_size\": 48, "
+            "\"intermediate_size\": 80, \"num_attention_heads\": 6, "
+            "\"num_key_value_heads\": 2, \"num_hidden_layers\": 3, "
+            "\"vocab_size\": 263, \"rope_scaling\": {\"factor\": 8}}",
+            TFM_ERR_UNSUPPORTED, "rope_scaling");
+    refused("{\"model_type\": \"llama\", \"hidden_size\": 48, "
+            "\"intermediate_size\": 80, \"num_attention_heads\": 6, "
+            "\"num_key_value_heads\": 2, \"num_hidden_layers\": 3, "
+            "\"vocab_size\": 263, \"rms_norm_eps\": -1}",
+            TFM_ERR_FORMAT, "rms_norm_eps");
+    refused("{\"model_type\": \"mistral\"}", TFM_ERR_UNSUPPORTED,
+            "mistral");
+}
+
 static void test_bad_directories(void **state)
 {
     (void)state;
+    if (llama) {
+        test_bad_llama_directories();
+        return;
+    }
     refused(NULL, TFM_ERR_IO, "config.json");
     refused("{\"model_type\": \"gpt2\", \"n_embd\": 32,", TFM_ERR_FORMAT,
             "config.json");
-    refused("{\"model_type\": \"llama\"}", TFM_ERR_UNSUPPORTED, "llama");
+    refused("{\"model_type\": \"t5\"}", TFM_ERR_UNSUPPORTED, "t5");
     refused("{\"n_embd\": 32}", TFM_ERR_FORMAT, "model_type");
     /* The weights have 3 layers, width 32, 32 positions, vocabulary 263. */
     refused("{\"model_type\": \"gpt2\", \"n_embd\": 32, \"n_head\": 4, "
@@ -247,6 +306,16 @@ int main(int argc, char **argv)
         return 2;
     }
     dir = argv[1];
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        char text[8192];
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        text[n] = '\0';
+        fclose(f);
+        llama = strstr(text, "\"model_type\": \"llama\"") != NULL;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_and_greedy),
         cmocka_unit_test(test_out_of_memory),

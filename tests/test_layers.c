@@ -1549,6 +1549,103 @@ static void test_norm_and_feed_forward_without_bias(void **state)
     assert_null(f);
 }
 
+/* RMSNorm(2, eps 1e-5) by hand (Zhang & Sennrich eq. (4)): x = [3, 4],
+ * mean(x^2) = 12.5, so y = x / sqrt(12.50001) * weight; weight [2, -1]
+ * gives [1.69705559603, -1.13137039735] (nothing subtracted: a LayerNorm
+ * would give [-2, -1]).  The gated feed-forward by hand: linear1 (gate) =
+ * I, linear3 (up) = [[1, 1], [0, 2]], linear2 = [[1, 0], [1, 1]], ReLU, on
+ * x = [2, -3]: gate relu([2, -3]) = [2, 0], up [-1, -6], hidden [-2, 0],
+ * out [-2, -2].  A layer with rms_norm and gated has only the norms'
+ * weights and linear3 beside linear1 (W1 and W3 side by side). */
+static void test_rms_norm_and_gated_feed_forward(void **state)
+{
+    (void)state;
+    tfm_module *n = NULL;
+    assert_int_equal(tfm_rms_norm_create(2, 1e-5f, &n), TFM_OK);
+    assert_int_equal(tfm_layer_norm_is_rms(n), 1);
+    expect_names(n, (const char *const[]){ "weight" }, 1, 2);
+    set_param(n, "weight", 1, (const int64_t[]){ 2 },
+              (const float[]){ 2, -1 });
+    tfm_tensor *x = make2(1, 2, (const float[]){ 3, 4 });
+    tfm_tensor *y = make2(1, 2, NULL);
+    assert_int_equal(tfm_layer_norm_forward(n, x, y), TFM_OK);
+    EXPECT_VALUES(y, 1e-6, 1.69705559603, -1.13137039735);
+    tfm_module_free(n);
+    FREE_TENSORS(x, y);
+    n = (tfm_module *)&n;
+    assert_int_equal(tfm_rms_norm_create(0, 1e-5f, &n),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_rms_norm_create(2, -1.0f, &n),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_rms_norm_create(2, NAN, &n),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_ptr_equal(n, (tfm_module *)&n);
+    assert_int_equal(tfm_rms_norm_create(2, 1e-5f, NULL),
+                     TFM_ERR_NULL_ARGUMENT);
+    assert_int_equal(tfm_layer_norm_is_rms(NULL), -1);
+
+    tfm_module *f = NULL;
+    assert_int_equal(tfm_gated_feed_forward_create(2, 2, TFM_ACTIVATION_RELU,
+                                                   0, &f), TFM_OK);
+    assert_int_equal(tfm_feed_forward_is_gated(f), 1);
+    assert_int_equal(tfm_layer_norm_is_rms(f), -1);
+    expect_names(f, (const char *const[]){ "linear1.weight", "linear3.weight",
+                                           "linear2.weight" }, 3, 12);
+    set_param(f, "linear1.weight", 2, (const int64_t[]){ 2, 2 },
+              (const float[]){ 1, 0, 0, 1 });
+    set_param(f, "linear3.weight", 2, (const int64_t[]){ 2, 2 },
+              (const float[]){ 1, 1, 0, 2 });
+    set_param(f, "linear2.weight", 2, (const int64_t[]){ 2, 2 },
+              (const float[]){ 1, 0, 1, 1 });
+    x = make3(1, 1, 2, (const float[]){ 2, -3 });
+    y = make3(1, 1, 2, NULL);
+    assert_int_equal(tfm_feed_forward_forward(f, x, y), TFM_OK);
+    EXPECT_VALUES(y, 0.0, -2.0, -2.0);
+    tfm_module *lin = NULL;
+    assert_int_equal(tfm_module_child(f, "linear3", &lin), TFM_OK);
+    assert_int_equal(tfm_linear_forward(lin, x, y), TFM_OK);
+    EXPECT_VALUES(y, 0.0, -1.0, -6.0);
+    FREE_TENSORS(x, y);
+    tfm_module_free(f);
+    assert_int_equal(tfm_gated_feed_forward_create(2, 2, TFM_ACTIVATION_RELU,
+                                                   1, &f), TFM_OK);
+    expect_names(f, (const char *const[]){ "linear1.weight", "linear3.weight",
+                                           "linear1.bias", "linear3.bias",
+                                           "linear2.weight", "linear2.bias" },
+                 6, 18);
+    assert_int_equal(tfm_feed_forward_is_gated(f), 1);
+    tfm_module_free(f);
+    f = (tfm_module *)&f;
+    assert_int_equal(tfm_gated_feed_forward_create(2, 0, TFM_ACTIVATION_RELU,
+                                                   0, &f),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_gated_feed_forward_create(2, INT64_C(1) << 31,
+                                                   TFM_ACTIVATION_RELU, 0, &f),
+                     TFM_ERR_OVERFLOW);
+    assert_ptr_equal(f, (tfm_module *)&f);
+    assert_int_equal(tfm_feed_forward_is_gated(NULL), -1);
+
+    tfm_layer_config c = config(8, 2, 16);
+    tfm_layer_options o;
+    tfm_layer_options_init(&o);
+    assert_int_equal(o.rms_norm, 0);
+    assert_int_equal(o.gated, 0);
+    o.bias = 0;
+    o.rms_norm = 1;
+    o.gated = 1;
+    tfm_module *m = NULL;
+    assert_int_equal(tfm_encoder_layer_create_v2(&c, &o, &m), TFM_OK);
+    expect_names(m, (const char *const[]){
+        "self_attn.in_proj_weight", "self_attn.out_proj.weight",
+        "linear1.weight", "linear3.weight", "linear2.weight",
+        "norm1.weight", "norm2.weight" }, 7,
+        3 * 64 + 64 + 3 * 128 + 16);
+    tfm_module *child = NULL;
+    assert_int_equal(tfm_module_child(m, "norm1", &child), TFM_OK);
+    assert_int_equal(tfm_layer_norm_is_rms(child), 1);
+    tfm_module_free(m);
+}
+
 /* The options struct: NULL and the defaults are the 1.0 constructors,
  * an older caller's smaller struct_size keeps the defaults of the members
  * it lacks, a too small one is refused, decoders refuse a variant, and
@@ -1657,6 +1754,7 @@ int main(void)
         cmocka_unit_test(test_workspace_reuse_does_not_change_results),
         cmocka_unit_test(test_memory_batch_mismatch),
         cmocka_unit_test(test_feed_forward_silu),
+        cmocka_unit_test(test_rms_norm_and_gated_feed_forward),
         cmocka_unit_test(test_wrong_kinds),
         cmocka_unit_test(test_create_out_of_memory),
         cmocka_unit_test(test_forward_out_of_memory),

@@ -75,10 +75,19 @@ typedef struct tfm_layer_options {
      * during the call.  Decoder layers, decoder stacks and nn.Transformer
      * refuse a variant (TFM_ERR_UNSUPPORTED).  Default NULL. */
     const tfm_attention_config *attention;
+    /* Nonzero: every norm of the layers (and the final norm of stacks and
+     * models) is an RMSNorm (tfm_rms_norm_create, eps = layer_norm_eps,
+     * no bias whatever `bias` says), as Llama's.  Default 0. */
+    int rms_norm;
+    /* Nonzero: the feed-forward networks are gated
+     * (tfm_gated_feed_forward_create): linear2(act(linear1(x)) *
+     * linear3(x)), SwiGLU with TFM_ACTIVATION_SILU, as Llama's.  Default
+     * 0. */
+    int gated;
 } tfm_layer_options;
 
-/* Writes the defaults (bias 1, no variant) and struct_size.  NULL is a
- * no-op.  Since 1.2. */
+/* Writes the defaults (bias 1, no variant, LayerNorm, plain feed-forward)
+ * and struct_size.  NULL is a no-op.  Since 1.2. */
 TFM_API void tfm_layer_options_init(tfm_layer_options *options);
 
 /* ---- LayerNorm ---------------------------------------------------------
@@ -99,6 +108,25 @@ TFM_API tfm_status tfm_layer_norm_create(int64_t d, float eps,
  * freed with tfm_module_free.  Since 1.2. */
 TFM_API tfm_status tfm_layer_norm_create_v2(int64_t d, float eps, int bias,
                                             tfm_module **out);
+
+/* RMSNorm (Zhang & Sennrich, "Root Mean Square Layer Normalization",
+ * 2019, eq. (4); torch.nn.RMSNorm(d, eps), Hugging Face's LlamaRMSNorm):
+ * y = x / sqrt(mean(x^2) + eps) * weight over the last axis, no mean
+ * subtracted and no bias; the one parameter "weight" [d] (starts at 1).
+ * The module is of kind TFM_MODULE_LAYER_NORM and runs through
+ * tfm_layer_norm_forward and tfm_layer_norm_backward, whose formulas lose
+ * their mean terms (grad_input = rstd (gy - xhat mean(gy xhat))).  Unlike
+ * torch's eps=None there is no default: pass the checkpoint's
+ * rms_norm_eps.  Errors: TFM_ERR_NULL_ARGUMENT (out),
+ * TFM_ERR_INVALID_ARGUMENT (d < 1, eps negative or not finite),
+ * TFM_ERR_OUT_OF_MEMORY; on error *out is unchanged.  On success *out is
+ * freed with tfm_module_free.  Since 1.2. */
+TFM_API tfm_status tfm_rms_norm_create(int64_t d, float eps,
+                                       tfm_module **out);
+
+/* 1 when norm is an RMSNorm (tfm_rms_norm_create), 0 for a LayerNorm, -1
+ * when norm is NULL or not of kind TFM_MODULE_LAYER_NORM.  Since 1.2. */
+TFM_API int tfm_layer_norm_is_rms(const tfm_module *norm);
 
 /* x [..., d] (any rank, last axis d), out of the same shape (may be x).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE. */
@@ -197,6 +225,33 @@ TFM_API tfm_status tfm_feed_forward_create(int64_t d_model, int64_t d_ff,
 TFM_API tfm_status tfm_feed_forward_create_v2(int64_t d_model, int64_t d_ff,
                                               tfm_activation activation,
                                               int bias, tfm_module **out);
+
+/* The gated feed-forward network (Shazeer, "GLU Variants Improve
+ * Transformer", 2020, eq. (6): FFN_SwiGLU with TFM_ACTIVATION_SILU; Hugging
+ * Face's LlamaMLP, torchtune's FeedForward):
+ *   out = (activation(x W1^T + b1) * (x W3^T + b3)) W2^T + b2,
+ * "*" elementwise.  Parameters, in this order: "linear1.weight" [d_ff,
+ * d_model] (the gate: Llama's gate_proj, Meta's w1), "linear3.weight"
+ * [d_ff, d_model] (up_proj, w3), with bias nonzero "linear1.bias" [d_ff]
+ * and "linear3.bias" [d_ff], then "linear2.weight" [d_model, d_ff]
+ * (down_proj, w2) and "linear2.bias" [d_model]; sub-modules "linear1",
+ * "linear2", "linear3".  The module is of kind TFM_MODULE_FEED_FORWARD and
+ * runs through tfm_feed_forward_forward and tfm_feed_forward_backward (x W1^T
+ * and x W3^T are one cblas_sgemm over the two weights, which lie next to
+ * each other).  Dropout (tfm_module_set_dropout) applies to the gated
+ * hidden layer.  Errors: TFM_ERR_NULL_ARGUMENT (out),
+ * TFM_ERR_INVALID_ARGUMENT (a width < 1, unknown activation),
+ * TFM_ERR_OVERFLOW (2 d_ff or d_model beyond 32 bits),
+ * TFM_ERR_OUT_OF_MEMORY; on error *out is unchanged.  On success *out is
+ * freed with tfm_module_free.  Since 1.2. */
+TFM_API tfm_status tfm_gated_feed_forward_create(int64_t d_model,
+                                                 int64_t d_ff,
+                                                 tfm_activation activation,
+                                                 int bias, tfm_module **out);
+
+/* 1 when ff is gated (tfm_gated_feed_forward_create), 0 when not, -1 when
+ * ff is NULL or not of kind TFM_MODULE_FEED_FORWARD.  Since 1.2. */
+TFM_API int tfm_feed_forward_is_gated(const tfm_module *ff);
 
 /* x [B, L, d_model] -> out [B, L, d_model] (may be x).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE,

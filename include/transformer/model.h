@@ -165,6 +165,16 @@ TFM_API tfm_status tfm_model_create_v2(const tfm_model_config *config,
  * (no error message is set).  Since 1.2. */
 TFM_API int tfm_model_has_bias(const tfm_module *model);
 
+/* Writes the tfm_layer_options the model was made with (bias, rms_norm,
+ * gated; attention NULL) into *options, only its first
+ * options->struct_size bytes (set it with tfm_layer_options_init), so an
+ * older caller's smaller struct is filled as far as it goes.  Errors:
+ * TFM_ERR_NULL_ARGUMENT (model or options), TFM_ERR_WRONG_KIND,
+ * TFM_ERR_INVALID_ARGUMENT (struct_size smaller than struct_size itself);
+ * on error *options is unchanged.  Since 1.2. */
+TFM_API tfm_status tfm_model_get_layer_options(const tfm_module *model,
+                                               tfm_layer_options *options);
+
 /* Copies the model's options into *options (only its struct_size bytes).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND,
  * TFM_ERR_INVALID_ARGUMENT (struct_size too small). */

@@ -62,7 +62,7 @@ def _edit(tmp_path, config=None, drop=None, extra=None, reshape=None):
 
 
 @pytest.mark.parametrize("kwargs,error,words", [
-    (dict(config=dict(R.CONFIG, model_type="llama")),
+    (dict(config=dict(R.CONFIG, model_type="t5")),
      transformer.UnsupportedError, "model_type"),
     (dict(config=dict(R.CONFIG, activation_function="quick_gelu")),
      transformer.UnsupportedError, "activation_function"),

@@ -20,8 +20,8 @@ Generation is greedy unless sampling is asked for (``do_sample=True``, or
 temperature / top_k / top_p / seed given), as in transformer-generate;
 sampling defaults to temperature 1, all tokens, seed DEFAULT_SEED (42).
 
-Layers: MultiheadAttention, LayerNorm, Linear, TransformerEncoderLayer,
-TransformerDecoderLayer, TransformerEncoder, TransformerDecoder,
+Layers: MultiheadAttention, LayerNorm, RMSNorm, Linear, GatedFeedForward,
+TransformerEncoderLayer, TransformerDecoderLayer, TransformerEncoder, TransformerDecoder,
 Transformer, Embedding, and Attention (attention variants on per-head
 arrays).  Functions: scaled_dot_product_attention (and its gradients,
 scaled_dot_product_attention_backward), attention, cross_entropy (and
@@ -101,8 +101,8 @@ from . import _core
 from ._core import Module, live_handles
 from ._tree import ModuleList
 from ._init import manual_seed
-from .modules import (Attention, Embedding, LayerNorm, Linear,
-                      MultiheadAttention,
+from .modules import (Attention, Embedding, GatedFeedForward, LayerNorm,
+                      Linear, MultiheadAttention, RMSNorm,
                       Transformer, TransformerDecoder,
                       TransformerDecoderLayer, TransformerEncoder,
                       TransformerEncoderLayer)
@@ -150,7 +150,8 @@ def release_workspace():
 
 __all__ = [
     # layers and functions
-    "Module", "ModuleList", "MultiheadAttention", "LayerNorm",
+    "Module", "ModuleList", "MultiheadAttention", "LayerNorm", "RMSNorm",
+    "GatedFeedForward",
     "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
     "Transformer", "Embedding", "Attention", "Linear",
     "scaled_dot_product_attention",

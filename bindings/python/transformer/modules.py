@@ -22,7 +22,8 @@ from ._tree import ModuleList, make_view, using, view_without_init
 from ._variants import HasAttentionVariant, normalize, to_config, variant_repr
 from .functional import _mask_for
 
-__all__ = ["MultiheadAttention", "Attention", "LayerNorm", "Linear",
+__all__ = ["MultiheadAttention", "Attention", "LayerNorm", "RMSNorm",
+           "Linear", "GatedFeedForward",
            "TransformerEncoderLayer", "TransformerDecoderLayer",
            "TransformerEncoder", "TransformerDecoder", "Transformer",
            "Embedding"]
@@ -514,8 +515,16 @@ def _linear_view(parent, path):
 
 
 def _norm_view(parent, path, d_model, eps):
-    return make_view(LayerNorm, parent, path, d_model, eps=eps,
-                     bias=parent.__dict__.get("bias", True))
+    """A LayerNorm view, or an RMSNorm view when the C norm is one
+    (tfm_layer_norm_is_rms; Llama's)."""
+    with using(parent) as ptr:
+        child = _ll.tfm_module_child(ptr, path)
+        rms = _ll.tfm_layer_norm_is_rms(child) == 1
+        bias = "bias" in [_ll.tfm_module_parameter_name(child, i) for i in
+                          range(_ll.tfm_module_parameter_count(child))]
+    if rms:
+        return make_view(RMSNorm, parent, path, d_model, eps=eps)
+    return make_view(LayerNorm, parent, path, d_model, eps=eps, bias=bias)
 
 
 def _mha_view(layer, path):
@@ -530,8 +539,12 @@ def _mha_view(layer, path):
 def _layer_children(layer, attention_names, norms):
     specs = [(name, lambda name=name: _mha_view(layer, name))
              for name in attention_names]
+    with using(layer) as ptr:
+        linears = [n for n in ("linear1", "linear2", "linear3")
+                   if any(_ll.tfm_module_child_name(ptr, i) == n for i in
+                          range(_ll.tfm_module_child_count(ptr)))]
     specs += [(name, lambda name=name: _linear_view(layer, name))
-              for name in ("linear1", "linear2")]
+              for name in linears]
     specs += [(name, lambda name=name: _norm_view(layer, name, layer.d_model,
                                                   layer.layer_norm_eps))
               for name in norms]
@@ -641,6 +654,115 @@ class LayerNorm(Module):
     def _extra_repr(self):
         return (f"{self.normalized_shape}, eps={self.eps}, "
                 f"elementwise_affine={self.elementwise_affine}")
+
+
+class RMSNorm(LayerNorm):
+    """Root-mean-square layer normalization, as ``torch.nn.RMSNorm``
+    (Zhang & Sennrich 2019; Hugging Face's LlamaRMSNorm).
+
+    ``RMSNorm(normalized_shape, eps=None, elementwise_affine=True)``
+
+    y = x / sqrt(mean(x^2) + eps) * weight, the mean over the last
+    ``len(normalized_shape)`` axes, nothing subtracted, no bias.  eps None
+    is torch's: the float32 machine epsilon (1.1920929e-07).
+
+    Parameters: ``weight [*D]`` (ones).  Call: ``norm(input)``: ``[*, *D]``
+    -> the same shape; ``backward(grad_output)`` after a training-mode
+    call, as LayerNorm's.
+    """
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True,
+                 device=None, dtype=None):
+        if eps is None:
+            eps = float(np.finfo(np.float32).eps)
+        super().__init__(normalized_shape, eps, elementwise_affine,
+                         bias=False, device=device, dtype=dtype)
+
+    def _create(self):
+        return _ll.tfm_rms_norm_create(self._size, self.eps)
+
+
+class GatedFeedForward(Module):
+    """The gated feed-forward network of Llama, Mistral and T5 v1.1
+    (Shazeer 2020, "GLU Variants Improve Transformer"; Hugging Face's
+    LlamaMLP, torchtune's FeedForward; include/transformer/layers.h:
+    tfm_gated_feed_forward_create).
+
+    ``GatedFeedForward(d_model, dim_feedforward, activation="silu",
+    bias=False)``
+
+    out = linear2(activation(linear1(x)) * linear3(x)): SwiGLU with SiLU,
+    GEGLU with "gelu".  linear1 is Llama's gate_proj, linear3 its up_proj,
+    linear2 its down_proj.
+
+    Parameters, in this order: ``linear1.weight [F, E]``, ``linear3.weight
+    [F, E]``, (with bias ``linear1.bias [F]``, ``linear3.bias [F]``),
+    ``linear2.weight [E, F]`` (``linear2.bias [E]``); sub-modules
+    ``linear1``, ``linear2``, ``linear3`` (Linear views).
+
+    Call: ``ff(input)``: ``[*, d_model]`` -> the same shape;
+    ``backward(grad_output)`` after a training-mode call accumulates the
+    parameter gradients and returns the input's.
+    """
+
+    def __init__(self, d_model, dim_feedforward, activation="silu",
+                 bias=False, device=None, dtype=None):
+        check_float32_dtype(dtype, device, "GatedFeedForward")
+        self.d_model = as_int(d_model, "d_model", 1)
+        self.dim_feedforward = as_int(dim_feedforward, "dim_feedforward", 1)
+        self._activation = _activation(activation)
+        self.activation = _ACTIVATION_NAMES[self._activation]
+        self.bias = bool(bias)
+        self._adopt(self._create())
+        self._reset_new()
+
+    def _create(self):
+        return _ll.tfm_gated_feed_forward_create(
+            self.d_model, self.dim_feedforward, self._activation,
+            int(self.bias))
+
+    def _child_specs(self):
+        return [(n, lambda n=n: _linear_view(self, n))
+                for n in ("linear1", "linear2", "linear3")]
+
+    def _rows(self, x, what):
+        if x.ndim == 0 or x.shape[-1] != self.d_model:
+            raise ShapeError(f"GatedFeedForward({self.d_model}, "
+                             f"{self.dim_feedforward}) expects {what} of "
+                             f"shape [*, {self.d_model}], got "
+                             f"{list(x.shape)}")
+        return np.ascontiguousarray(x).reshape(1, -1, self.d_model)
+
+    def forward(self, input):
+        """input ``[*, d_model]`` -> ``[*, d_model]``."""
+        x = as_float32(input, "input")
+        flat = self._rows(x, "input")
+        out = np.empty_like(flat)
+        if flat.shape[1]:
+            self._call(_ll.tfm_feed_forward_forward, flat, out)
+        self._keep_for_backward(x)
+        return out.reshape(x.shape)
+
+    def backward(self, grad_output):
+        """The gradient with respect to the input of the last training-mode
+        call, given ``grad_output`` (the output's shape); accumulates the
+        parameter gradients (:meth:`grad`), as ``torch.autograd`` does."""
+        (x,) = self._saved_for_backward()
+        g = as_float32(grad_output, "grad_output")
+        if g.shape != x.shape:
+            raise ShapeError(f"grad_output must have the input's shape "
+                             f"{list(x.shape)}, got {list(g.shape)}")
+        flat = self._rows(x, "input")
+        grad_input = np.empty_like(flat)
+        if flat.shape[1]:
+            self._call(_ll.tfm_feed_forward_backward, flat,
+                       self._rows(g, "grad_output"), grad_input)
+        return grad_input.reshape(x.shape)
+
+    def _extra_repr(self):
+        return (f"d_model={self.d_model}, dim_feedforward="
+                f"{self.dim_feedforward}, activation={self.activation!r}, "
+                f"bias={self.bias}")
 
 
 # ---- Encoder and decoder layers ------------------------------------------

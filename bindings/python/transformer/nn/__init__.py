@@ -2,7 +2,8 @@
 is ``transformer.Linear``; ``transformer.nn.utils.clip_grad_norm_`` clips
 gradients."""
 
-from ..modules import (Attention, Embedding, LayerNorm, Linear,
+from ..modules import (Attention, Embedding, GatedFeedForward, LayerNorm,
+                       RMSNorm, Linear,
                        MultiheadAttention, Transformer, TransformerDecoder,
                        TransformerDecoderLayer, TransformerEncoder,
                        TransformerEncoderLayer)
@@ -10,7 +11,8 @@ from .._core import Module
 from .._tree import ModuleList
 from . import utils
 
-__all__ = ["Attention", "Embedding", "LayerNorm", "Linear", "Module",
+__all__ = ["Attention", "Embedding", "GatedFeedForward", "LayerNorm",
+           "RMSNorm", "Linear", "Module",
            "ModuleList", "MultiheadAttention", "Transformer",
            "TransformerDecoder", "TransformerDecoderLayer",
            "TransformerEncoder", "TransformerEncoderLayer", "utils"]

@@ -1,15 +1,16 @@
--- Hugging Face GPT-2 checkpoint directories from Lua (load_model(dir),
+-- Hugging Face checkpoint directories from Lua (load_model(dir),
 -- Model.from_pretrained(dir)): the directory and its reference.json (the
--- logits and 12 greedy ids of GPT-2's forward pass in torch float64,
--- written from transformers' modeling_gpt2) are made in the run by
--- bindings/python/tests/hub_gpt2_reference.py; TFM_HUB_GPT2_DIR names it.
--- ctest runs it as lua_hub_gpt2.
+-- logits and 12 greedy ids of the architecture's forward pass in torch
+-- float64, written from transformers' modeling_gpt2 / modeling_llama) are
+-- made in the run by bindings/python/tests/hub_gpt2_reference.py or
+-- hub_llama_reference.py; TFM_HUB_DIR names it.  ctest runs it as
+-- lua_hub_gpt2 and lua_hub_llama.
 
 local T = require("transformer")
 local harness = require("harness")
 local test = harness.test
 
-local DIR = assert(os.getenv("TFM_HUB_GPT2_DIR"), "TFM_HUB_GPT2_DIR not set")
+local DIR = assert(os.getenv("TFM_HUB_DIR"), "TFM_HUB_DIR not set")
 
 -- reference.json's three number arrays (read with patterns: the file is
 -- json.dump of {"prompt": [...], "logits": [...], "greedy": [...]}).
@@ -29,7 +30,7 @@ end
 
 local R = reference()
 
-test("load_model(dir): logits equal the torch float64 GPT-2 within 1e-5", function()
+test("load_model(dir): logits equal the torch float64 reference within 1e-5", function()
   local m = T.load_model(DIR)
   assert(m.architecture == "decoder_only", m.architecture)
   assert(m.tokenizer ~= nil and m.tokenizer:kind() == "byte_bpe")
