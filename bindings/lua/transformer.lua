@@ -1281,6 +1281,30 @@ function LayerNorm:backward(grad_output)
   return tensor_table(gx)
 end
 
+--- RMSNorm(normalized_shape, eps=nil): torch.nn.RMSNorm (Zhang & Sennrich
+--  2019; Llama's), y = x / sqrt(mean(x^2) + eps) * weight over the last
+--  axis, nothing subtracted, no bias (tfm_rms_norm_create); eps nil is
+--  torch's, float32's machine epsilon 2^-23.  Parameter: weight [d] (ones).
+--  forward and backward as LayerNorm's.
+local RMSNorm = class("RMSNorm", LayerNorm)
+M.RMSNorm = RMSNorm
+local function new_rms_norm(...)
+  local a = parse_args("RMSNorm", { "normalized_shape", "eps" }, {},
+    { "normalized_shape" }, ...)
+  local d = a.normalized_shape
+  if type(d) == "table" then
+    if #d ~= 1 then fail("RMSNorm: only a 1D normalized_shape (the last axis) is supported") end
+    d = d[1]
+  end
+  d = check_int("normalized_shape", d, 1)
+  local eps = a.eps == nil and 2.0 ^ -23 or check_number("eps", a.eps)
+  return new_object(RMSNorm, core.tfm_rms_norm_create(d, eps), {
+    normalized_shape = { d }, eps = eps, elementwise_affine = true,
+    _repr = fmt("%d, eps=%g", d, eps),
+  })
+end
+constructor(RMSNorm, new_rms_norm, LayerNorm)
+
 ---------------------------------------------------------------------------
 -- Encoder and decoder layers
 ---------------------------------------------------------------------------
@@ -1687,6 +1711,59 @@ function Linear:backward(grad_output)
   return tensor_table(gx)
 end
 
+---------------------------------------------------------------------------
+-- GatedFeedForward
+---------------------------------------------------------------------------
+
+local GatedFeedForward = class("GatedFeedForward")
+M.GatedFeedForward = GatedFeedForward
+
+--- GatedFeedForward(d_model, dim_feedforward, activation="silu",
+--  bias=false): the gated feed-forward network of Llama (Shazeer 2020,
+--  SwiGLU; tfm_gated_feed_forward_create), out = linear2(act(linear1(x)) *
+--  linear3(x)): linear1 is Llama's gate_proj, linear3 up_proj, linear2
+--  down_proj.  Parameters, in order: linear1.weight [F][E], linear3.weight
+--  [F][E], (bias: linear1.bias, linear3.bias,) linear2.weight [E][F]
+--  (linear2.bias); nn.Linear's initialisation.
+local function new_gated_feed_forward(...)
+  local a = parse_args("GatedFeedForward", { "d_model", "dim_feedforward", "activation", "bias" },
+    { activation = "silu", bias = false }, { "d_model", "dim_feedforward" }, ...)
+  local d = check_int("d_model", a.d_model, 1)
+  local f = check_int("dim_feedforward", a.dim_feedforward, 1)
+  local act
+  for v, name in ipairs(ACTIVATION_NAMES) do
+    if name == check_activation(a.activation) then act = v - 1 end
+  end
+  local bias = check_bool("bias", a.bias)
+  return new_object(GatedFeedForward,
+    core.tfm_gated_feed_forward_create(d, f, act, bias), {
+      d_model = d, dim_feedforward = f, activation = a.activation, bias = bias,
+      _repr = fmt("d_model=%d, dim_feedforward=%d, activation=%s, bias=%s", d, f,
+                  tostring(a.activation), tostring(bias)) }):reset_parameters()
+end
+constructor(GatedFeedForward, new_gated_feed_forward)
+
+--- ff:forward(x): x [B][L][d_model] -> the same shape.
+function GatedFeedForward:forward(x)
+  local h = handle(self)
+  local t = to_tensor(x, "input")
+  local out = core.tfm_tensor_create(core.tensor_shape(t))
+  core.tfm_feed_forward_forward(h, t, out)
+  keep(self, { x = t })
+  return tensor_table(out)
+end
+
+--- The gradient with respect to the input of the last training-mode
+-- call (tfm_feed_forward_backward); accumulates the parameter gradients.
+function GatedFeedForward:backward(grad_output)
+  local h = handle(self)
+  local x = saved(self, "GatedFeedForward").x
+  local g = to_tensor(grad_output, "grad_output")
+  local gx = core.tfm_tensor_create(core.tensor_shape(x))
+  core.tfm_feed_forward_backward(h, x, g, gx)
+  return tensor_table(gx)
+end
+
 -- Whether the C module ch has a parameter called name.
 local function has_parameter(ch, name)
   for i = 0, core.tfm_module_parameter_count(ch) - 1 do
@@ -1711,7 +1788,7 @@ local function child_object(parent, name, ch)
                        tostring(bias))
   elseif kind == core.TFM_MODULE_LAYER_NORM then
     local d = core.tfm_module_parameter_shape(ch, "weight")[1]
-    cls = LayerNorm
+    cls = core.tfm_layer_norm_is_rms(ch) == 1 and RMSNorm or LayerNorm
     fields.bias = has_parameter(ch, "bias")
     fields.normalized_shape, fields.eps, fields.elementwise_affine = { d }, c.layer_norm_eps, true
     fields._repr = fmt("%d, eps=%g, elementwise_affine=true", d, c.layer_norm_eps)
@@ -2396,7 +2473,7 @@ end
 -- -> Model: a model file (safetensors with the libtransformer metadata)
 -- and, when its metadata has one, its tokenizer; or a Hugging Face
 -- checkpoint directory (config.json and model.safetensors or its shards;
--- GPT-2 today, model.h: tfm_model_load) with the tokenizer its files give
+-- GPT-2 and Llama, model.h: tfm_model_load) with the tokenizer its files give
 -- (tokenizer.json, vocab.json + merges.txt, ...), nil when it has none;
 -- path defaults to default_model_path().
 function Model.load(path)

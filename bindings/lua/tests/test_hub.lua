@@ -49,6 +49,16 @@ test("load_model(dir): logits equal the torch float64 reference within 1e-5", fu
   m:close()
 end)
 
+test("the norms are the checkpoint's kind (RMSNorm for Llama)", function()
+  local m = T.load_model(DIR)
+  local f = assert(io.open(DIR .. "/config.json", "rb"))
+  local llama = f:read("a"):find('"model_type": "llama"', 1, true) ~= nil
+  f:close()
+  local norm = m:child("layers.0.norm1")
+  assert(getmetatable(norm) == (llama and T.RMSNorm or T.LayerNorm), tostring(norm))
+  m:close()
+end)
+
 test("Model.from_pretrained(dir): greedy ids equal the reference's", function()
   local m = T.Model.from_pretrained(DIR)
   local ids = m:generate(R.prompt, { max_new_tokens = #R.greedy })

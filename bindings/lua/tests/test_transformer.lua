@@ -284,6 +284,36 @@ test("LayerNorm without affine parameters", function()
   assert(math.abs(y[1] + y[4]) < 1e-6 and y[4] > 1.3, "normalised")
 end)
 
+-- By hand: x = [3, 4], mean(x^2) = 12.5, y = x / sqrt(12.50001) * [2, -1]
+-- = [1.69705559603, -1.13137039735] (a LayerNorm would give [-2, -1]).
+-- The gradient of sum(y * [1, 0]) with weight [1, 1]: with r = sqrt((x1^2
+-- + x2^2) / 2 + 1e-5), dr/dx = x / (2 r), so dy1/dx = [1/r - x1^2/(2 r^3),
+-- -x1 x2/(2 r^3)] = [0.181019345, -0.135764339].
+test("RMSNorm by hand: forward, backward, defaults", function()
+  local n = T.RMSNorm(2, { eps = 1e-5 })
+  n:load_state_dict({ weight = { 2, -1 } })
+  close(n:forward({ { 3, 4 } }), { { 1.69705559603, -1.13137039735 } }, "output")
+  equal(n:num_parameters(), 2, "weight only")
+  local m = T.RMSNorm(2, { eps = 1e-5 })
+  m:train()
+  m:forward({ 3, 4 })
+  close(m:backward({ 1, 0 }), { 0.181019345, -0.135764339 }, "grad_input")
+  assert(math.abs(T.RMSNorm(3).eps - 2 ^ -23) < 1e-12, "torch's default eps")
+  raises(function() T.RMSNorm(0) end, "")
+end)
+
+-- By hand: gate = I, up = [[1, 1], [0, 2]], down = [[1, 0], [1, 1]], ReLU,
+-- x = [2, -3]: relu([2, -3]) * [-1, -6] = [-2, 0], out = [-2, -2].
+test("GatedFeedForward by hand", function()
+  local f = T.GatedFeedForward(2, 2, { activation = "relu" })
+  f:load_state_dict({ ["linear1.weight"] = { { 1, 0 }, { 0, 1 } },
+                      ["linear3.weight"] = { { 1, 1 }, { 0, 2 } },
+                      ["linear2.weight"] = { { 1, 0 }, { 1, 1 } } })
+  close(f:forward({ { { 2, -3 } } }), { { { -2, -2 } } }, "output")
+  equal(f:num_parameters(), 12, "three weights")
+  raises(function() T.GatedFeedForward(2, 2, { activation = "tanh" }) end, "activation")
+end)
+
 ---------------------------------------------------------------------------
 -- Encoder and decoder layers, stacks, Transformer
 ---------------------------------------------------------------------------

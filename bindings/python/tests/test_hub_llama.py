@@ -204,3 +204,29 @@ def test_training_gradients_match_autograd(tmp_path):
                               ("linear3.weight", "mlp.up_proj"),
                               ("linear2.weight", "mlp.down_proj")]:
             close(p + ours_name, ref_w[q + hf + ".weight"].grad)
+
+
+def test_command_line(tmp_path):
+    """transformer-generate --model DIR on a Llama directory: its tokenizer
+    encodes the prompt, and the text printed is the prompt then the bytes
+    of the float64 reference's greedy ids."""
+    import os
+    import subprocess
+    cli = os.environ.get("TRANSFORMER_GENERATE")
+    if not cli:
+        pytest.skip("TRANSFORMER_GENERATE (transformer-generate) not set")
+    w = R.random_weights(R.CONFIG, seed=6)
+    R.write_checkpoint(str(tmp_path), w, tokenizer=False)
+    vocab = G.write_tokenizer(str(tmp_path))
+    prompt = "hello the"
+    ids = transformer.from_pretrained(tmp_path).tokenizer.encode(prompt)
+    new = R.greedy(G.rounded(w, "F32"), R.CONFIG, ids, 12)
+    byte_of = {ch: b for b, ch in G.bytes_to_unicode()}
+    token_of = {i: t for t, i in vocab.items()}
+    want = prompt.encode() + b"".join(
+        token_of[i].encode() if i == 262 else
+        bytes(byte_of[ch] for ch in token_of[i]) for i in new)
+    r = subprocess.run([cli, "--model", str(tmp_path), "--prompt", prompt,
+                        "--max-tokens", "12", "--greedy"],
+                       capture_output=True, check=True)
+    assert r.stdout == want + b"\n"

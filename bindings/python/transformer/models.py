@@ -62,7 +62,7 @@ def load_model(path=None):
 
 def from_pretrained(path):
     """Model.from_pretrained(path): a Hugging Face checkpoint directory
-    (config.json and safetensors weights; GPT-2 today) or a model file,
+    (config.json and safetensors weights; GPT-2 and Llama) or a model file,
     with its tokenizer."""
     return Model.load(fspath(path))
 
@@ -293,7 +293,7 @@ class Model(Module):
         """Loads a model file (default: default_model_path()) and, when its
         metadata has one, its tokenizer; or a Hugging Face checkpoint
         directory (config.json, model.safetensors or sharded weights with
-        model.safetensors.index.json; GPT-2 today) with the tokenizer its
+        model.safetensors.index.json; GPT-2 and Llama) with the tokenizer its
         files give (tokenizer.json, vocab.json + merges.txt, ...), None
         when it has none."""
         path = default_model_path() if path is None else fspath(path)
