@@ -40,6 +40,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bindings", "python", "tests"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from decode_small import median_time  # noqa: E402  (the one timer)
 
 GPT2 = dict(model_type="gpt2", n_embd=768, n_head=12, n_layer=4,
             n_positions=1024, n_inner=None, vocab_size=50257,
@@ -142,15 +144,6 @@ def torch_generate(run, prompt, n_new, torch):
         logits = run([t], held)[-1]
         held += 1
     return out
-
-
-def median_time(fn, reps):
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def main():

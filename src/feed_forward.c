@@ -1,4 +1,6 @@
 /* Position-wise feed-forward network (layers.h; Vaswani et al. eq. (2)). */
+#include <string.h>
+
 #include "activation.h"
 #include "error.h"
 #include "feed_forward.h"
@@ -109,20 +111,27 @@ tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
     return TFM_OK;
 }
 
-/* hidden [n, d_first] (x W1^T + b1 | x W3^T + b3) -> its first d_ff
- * columns hold the hidden layer: act(h1), gated act(h1) * h3. */
-static void ff_hidden(const tfm__feed_forward *f, float *hidden, int64_t n)
+/* The hidden layer from the first product: pre [n, d_first] (x W1^T + b1
+ * | x W3^T + b3) -> act [n, d_ff] (row stride ld) = act(h1), gated
+ * act(h1) * h3.  act may be pre itself (ld d_first: the first d_ff
+ * columns of each row are overwritten). */
+static void ff_hidden(const tfm__feed_forward *f, const float *pre,
+                      int64_t n, float *act, int64_t ld)
 {
-    const int64_t h = f->d_ff;
-    if (!f->gated) {
-        tfm__activate(hidden, n * h, f->activation);
+    const int64_t h = f->d_ff, h1 = f->d_first;
+    if (!f->gated && act == pre) {
+        tfm__activate(act, n * h, f->activation);
         return;
     }
     for (int64_t r = 0; r < n; r++) {
-        float *a = hidden + r * 2 * h;
+        const float *p = pre + r * h1;
+        float *a = act + r * ld;
+        if (a != p)
+            memcpy(a, p, (size_t)h * sizeof *a);
         tfm__activate(a, h, f->activation);
-        for (int64_t j = 0; j < h; j++)
-            a[j] *= a[h + j];
+        if (f->gated)
+            for (int64_t j = 0; j < h; j++)
+                a[j] *= p[h + j];
     }
 }
 
@@ -143,7 +152,7 @@ static void ff_rows(void *ctx, int64_t begin, int64_t end, int slot)
     float *hidden = j->hidden + begin * h1;
     (void)slot;
     tfm__linear(j->x + begin * d, d, n, d, f->w1, f->b1, h1, hidden, h1);
-    ff_hidden(f, hidden, n);
+    ff_hidden(f, hidden, n, hidden, h1);
     if (j->drop)
         tfm__dropout_apply_rows(j->drop, (uint64_t)(begin * h), (uint64_t)h,
                                 hidden, n, h, h1);
@@ -172,7 +181,7 @@ tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
         const int64_t h = f->d_ff, h1 = f->d_first;
         tfm__linear_parallel(x, f->d_model, rows, f->d_model, f->w1, f->b1,
                              h1, hidden, h1);
-        ff_hidden(f, hidden, rows);
+        ff_hidden(f, hidden, rows, hidden, h1);
         if (drop)
             tfm__dropout_apply_rows(drop, 0, (uint64_t)h, hidden, rows, h, h1);
         tfm__linear_parallel(hidden, h1, rows, h, f->w2, f->b2, f->d_model,
@@ -274,16 +283,7 @@ tfm_status tfm__feed_forward_forward_keep(const tfm__feed_forward *f,
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "feed-forward backward: out of memory");
     tfm__linear_parallel(x, d, rows, d, f->w1, f->b1, h1, c.pre, h1);
-    for (int64_t r = 0; r < rows; r++) {
-        const float *p = c.pre + r * h1;
-        float *a = c.act + r * h;
-        for (int64_t j = 0; j < h; j++)
-            a[j] = p[j];
-        tfm__activate(a, h, f->activation);
-        if (f->gated)
-            for (int64_t j = 0; j < h; j++)
-                a[j] *= p[h + j];
-    }
+    ff_hidden(f, c.pre, rows, c.act, h);
     if (tfm__dropout_on(&c.drop))
         tfm__dropout_apply(&c.drop, 0, c.act, rows * h);
     if (out)

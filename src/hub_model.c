@@ -541,6 +541,28 @@ static int gpt2_activation(const char *name)
     return -1;
 }
 
+/* The pre-norm decoder-only model both hub families become (GPT-2 with
+ * learned positions, Llama with none): c from the checked config.json
+ * values. */
+static void decoder_config(tfm_model_config *c, int64_t d, int64_t heads,
+                           int64_t d_ff, int act, double eps, int64_t vocab,
+                           int64_t layers, int64_t positions,
+                           tfm_positional positional, int tied)
+{
+    memset(c, 0, sizeof *c);
+    c->architecture = TFM_ARCH_DECODER_ONLY;
+    c->layer = tfm_layer_config_default(d, heads);
+    c->layer.d_ff = d_ff;
+    c->layer.activation = (tfm_activation)act;
+    c->layer.layer_norm_eps = (float)eps;
+    c->layer.norm_first = 1;
+    c->vocab_size = vocab;
+    c->n_layers = layers;
+    c->context_length = positions;
+    c->positional = positional;
+    c->tied_embeddings = tied;
+}
+
 /* The model configuration of a GPT-2 config.json (GPT2Config's defaults
  * for absent keys: vocab_size 50257, n_positions 1024, n_embd 768, n_layer
  * 12, n_head 12, n_inner null = 4 n_embd, activation_function "gelu_new",
@@ -588,18 +610,8 @@ static tfm_status gpt2_config(const cJSON *root, tfm_model_config *c)
                          : by_layer ? "scale_attn_by_inverse_layer_idx"
                                     : "add_cross_attention",
                          !scale ? "false" : "true");
-    memset(c, 0, sizeof *c);
-    c->architecture = TFM_ARCH_DECODER_ONLY;
-    c->layer = tfm_layer_config_default(d, heads);
-    c->layer.d_ff = inner;
-    c->layer.activation = (tfm_activation)act;
-    c->layer.layer_norm_eps = (float)eps;
-    c->layer.norm_first = 1;
-    c->vocab_size = vocab;
-    c->n_layers = layers;
-    c->context_length = positions;
-    c->positional = TFM_POSITIONAL_LEARNED;
-    c->tied_embeddings = tied;
+    decoder_config(c, d, heads, inner, act, eps, vocab, layers, positions,
+                   TFM_POSITIONAL_LEARNED, tied);
     return TFM_OK;
 }
 
@@ -730,6 +742,33 @@ static tfm_status llama_config(const cJSON *root, tfm_model_config *c,
                          "config.json \"rope_scaling\" is set: only plain "
                          "rotary positions (rope_scaling null) are "
                          "supported");
+    /* transformers >= 5 writes {"rope_type", "rope_theta", ...} here in
+     * place of the top-level rope_theta and rope_scaling. */
+    const cJSON *rope = cJSON_GetObjectItemCaseSensitive(root,
+                                                         "rope_parameters");
+    if (rope && !cJSON_IsNull(rope)) {
+        const char *type = NULL;
+        if (!cJSON_IsObject(rope))
+            return tfm__fail(TFM_ERR_FORMAT, "config.json "
+                             "\"rope_parameters\" must be an object");
+        if ((st = cfg_string(rope, "rope_type", &type)))
+            return st;
+        if (type && strcmp(type, "default") != 0)
+            return tfm__fail(TFM_ERR_UNSUPPORTED,
+                             "config.json \"rope_parameters\" "
+                             "\"rope_type\" \"%.40s\": only \"default\" "
+                             "rotary positions are supported", type);
+        if ((st = cfg_positive(rope, "rope_theta", theta, &theta)))
+            return st;
+    }
+    if (!(theta > 1.0))
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"rope_theta\" %g: rotary bases <= 1 "
+                         "are not supported", theta);
+    if (!isfinite((float)eps))
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"rms_norm_eps\" %g is beyond float32",
+                         eps);
     if (attn_bias || mlp_bias)
         return tfm__fail(TFM_ERR_UNSUPPORTED,
                          "config.json \"%s\": true is not supported",
@@ -740,18 +779,8 @@ static tfm_status llama_config(const cJSON *root, tfm_model_config *c,
                          "config.json \"hidden_act\" \"%.60s\" is not "
                          "supported (silu, gelu, gelu_pytorch_tanh, relu "
                          "are)", act_name);
-    memset(c, 0, sizeof *c);
-    c->architecture = TFM_ARCH_DECODER_ONLY;
-    c->layer = tfm_layer_config_default(d, heads);
-    c->layer.d_ff = ff;
-    c->layer.activation = (tfm_activation)act;
-    c->layer.layer_norm_eps = (float)eps;
-    c->layer.norm_first = 1;
-    c->vocab_size = vocab;
-    c->n_layers = layers;
-    c->context_length = positions;
-    c->positional = TFM_POSITIONAL_NONE;
-    c->tied_embeddings = tied;
+    decoder_config(c, d, heads, ff, act, eps, vocab, layers, positions,
+                   TFM_POSITIONAL_NONE, tied);
     tfm_model_options_init(o);
     o->attention.n_kv_heads = kv_heads;
     o->attention.rope = TFM_ROPE_HALF;

@@ -18,13 +18,14 @@ static const tfm__module_ops layer_norm_ops = { NULL, layer_norm_macs };
 tfm_status tfm__layer_norm_new(int64_t d, float eps, int bias, int rms,
                                tfm__layer_norm **out)
 {
+    const char *what = rms ? "RMSNorm" : "LayerNorm";
     if (d < 1)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "LayerNorm width %lld must be at least 1",
+                         "%s width %lld must be at least 1", what,
                          (long long)d);
     if (!(eps >= 0.0f) || !isfinite(eps))
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "LayerNorm eps %g must be finite and >= 0",
+                         "%s eps %g must be finite and >= 0", what,
                          (double)eps);
     tfm__layer_norm *n = (tfm__layer_norm *)tfm__module_alloc(
         sizeof *n, TFM_MODULE_LAYER_NORM, &layer_norm_ops);

@@ -1259,26 +1259,37 @@ local function new_layer_norm(...)
 end
 constructor(LayerNorm, new_layer_norm)
 
---- norm:forward(x): x of any rank 1 to 4 whose last axis is d -> same shape.
-function LayerNorm:forward(x)
+-- The forward of a module whose output has its input's shape (the C
+-- forward c_forward(h, x, out)), keeping x for the backward.
+local function forward_same_shape(self, c_forward, x)
   local h = handle(self)
   local t = to_tensor(x, "input")
   local out = core.tfm_tensor_create(core.tensor_shape(t))
-  core.tfm_layer_norm_forward(h, t, out)
+  c_forward(h, t, out)
   keep(self, { x = t })
   return tensor_table(out)
+end
+
+-- Its backward (c_backward(h, x, grad_output, grad_input)) from the kept x.
+local function backward_same_shape(self, what, c_backward, grad_output)
+  local h = handle(self)
+  local x = saved(self, what).x
+  local g = to_tensor(grad_output, "grad_output")
+  local gx = core.tfm_tensor_create(core.tensor_shape(x))
+  c_backward(h, x, g, gx)
+  return tensor_table(gx)
+end
+
+--- norm:forward(x): x of any rank 1 to 4 whose last axis is d -> same shape.
+function LayerNorm:forward(x)
+  return forward_same_shape(self, core.tfm_layer_norm_forward, x)
 end
 
 --- The gradient with respect to the input of the last training-mode
 -- call (tfm_layer_norm_backward); accumulates the weight and bias
 -- gradients.
 function LayerNorm:backward(grad_output)
-  local h = handle(self)
-  local x = saved(self, "LayerNorm").x
-  local g = to_tensor(grad_output, "grad_output")
-  local gx = core.tfm_tensor_create(core.tensor_shape(x))
-  core.tfm_layer_norm_backward(h, x, g, gx)
-  return tensor_table(gx)
+  return backward_same_shape(self, "LayerNorm", core.tfm_layer_norm_backward, grad_output)
 end
 
 --- RMSNorm(normalized_shape, eps=nil): torch.nn.RMSNorm (Zhang & Sennrich
@@ -1745,23 +1756,14 @@ constructor(GatedFeedForward, new_gated_feed_forward)
 
 --- ff:forward(x): x [B][L][d_model] -> the same shape.
 function GatedFeedForward:forward(x)
-  local h = handle(self)
-  local t = to_tensor(x, "input")
-  local out = core.tfm_tensor_create(core.tensor_shape(t))
-  core.tfm_feed_forward_forward(h, t, out)
-  keep(self, { x = t })
-  return tensor_table(out)
+  return forward_same_shape(self, core.tfm_feed_forward_forward, x)
 end
 
 --- The gradient with respect to the input of the last training-mode
 -- call (tfm_feed_forward_backward); accumulates the parameter gradients.
 function GatedFeedForward:backward(grad_output)
-  local h = handle(self)
-  local x = saved(self, "GatedFeedForward").x
-  local g = to_tensor(grad_output, "grad_output")
-  local gx = core.tfm_tensor_create(core.tensor_shape(x))
-  core.tfm_feed_forward_backward(h, x, g, gx)
-  return tensor_table(gx)
+  return backward_same_shape(self, "GatedFeedForward", core.tfm_feed_forward_backward,
+                             grad_output)
 end
 
 -- Whether the C module ch has a parameter called name.

@@ -31,7 +31,8 @@
  *   "gelu_tanh", "silu"), "tfm.layer_norm_eps", "tfm.positional" ("learned",
  *   "sinusoidal", "none"), "tfm.tied_embeddings", "tfm.embedding_scale",
  *   "tfm.bias" ("false" for the bias-free blocks of tfm_model_create_v2;
- *   absent: biases), and for the tokenizer (tokenizer.h) "tfm.tokenizer": "char",
+ *   absent: biases), "tfm.rms_norm" and "tfm.gated" ("true" for
+ *   tfm_layer_options' rms_norm / gated; absent: false), and for the tokenizer (tokenizer.h) "tfm.tokenizer": "char",
  *   "tfm.vocab".
  */
 #ifndef TRANSFORMER_MODEL_H
@@ -147,8 +148,9 @@ TFM_API tfm_status tfm_model_create_ex(const tfm_model_config *config,
  * bias, the final norm's included: LayerNorm(x) = (x - mean) /
  * sqrt(var + eps) * weight, Linear(x) = x W^T); the embeddings and the
  * LM head have no bias either way.  Model files record it as metadata
- * "tfm.bias" = "false" (absent: true), so tfm_model_save / tfm_model_load
- * round-trip such a model.  layer_options->attention must be NULL: a
+ * "tfm.bias" = "false" (absent: true), and layer_options->rms_norm and
+ * ->gated as "tfm.rms_norm" / "tfm.gated" = "true", so tfm_model_save /
+ * tfm_model_load round-trip such a model.  layer_options->attention must be NULL: a
  * model's attention variant is options->attention.
  * Errors: those of tfm_model_create_ex, TFM_ERR_INVALID_ARGUMENT
  * (layer_options->struct_size too small, or an attention variant in

@@ -141,6 +141,19 @@ def write_tokenizer(directory):
     return vocab
 
 
+def cli_text(vocab, prompt, ids):
+    """What transformer-generate prints for prompt and the new ids under
+    the tokenizer of write_tokenizer (vocab): the prompt's bytes, then each
+    token's bytes (GPT-2's byte symbols mapped back by bytes_to_unicode
+    inverted; <|endoftext|> as its text), and a newline."""
+    byte_of = {ch: b for b, ch in bytes_to_unicode()}
+    token_of = {i: t for t, i in vocab.items()}
+    eos = vocab["<|endoftext|>"]
+    return prompt.encode() + b"".join(
+        token_of[i].encode() if i == eos else
+        bytes(byte_of[ch] for ch in token_of[i]) for i in ids) + b"\n"
+
+
 def write_checkpoint(directory, weights, config=None, dtype="F32",
                      prefix="", shards=1, mask_buffers=False, tokenizer=True,
                      extra=None):

@@ -95,6 +95,13 @@ def _edit(tmp_path, config=None, drop=None, extra=None, reshape=None):
      transformer.UnsupportedError, "hidden_act"),
     (dict(config=dict(R.CONFIG, head_dim=16)),
      transformer.UnsupportedError, "head_dim"),
+    (dict(config=dict(R.CONFIG, rope_theta=0.5)),
+     transformer.UnsupportedError, "rope_theta"),
+    (dict(config=dict(R.CONFIG, rms_norm_eps=1e300)),
+     transformer.FormatError, "rms_norm_eps"),
+    (dict(config=dict(R.CONFIG, rope_parameters={"rope_type": "llama3",
+                                                 "rope_theta": 5e5})),
+     transformer.UnsupportedError, "rope_type"),
     (dict(drop="layers.1.mlp.up_proj.weight"), transformer.FormatError,
      "model.layers.1.mlp.up_proj.weight"),
     (dict(reshape="layers.0.self_attn.k_proj.weight"),
@@ -221,12 +228,47 @@ def test_command_line(tmp_path):
     prompt = "hello the"
     ids = transformer.from_pretrained(tmp_path).tokenizer.encode(prompt)
     new = R.greedy(G.rounded(w, "F32"), R.CONFIG, ids, 12)
-    byte_of = {ch: b for b, ch in G.bytes_to_unicode()}
-    token_of = {i: t for t, i in vocab.items()}
-    want = prompt.encode() + b"".join(
-        token_of[i].encode() if i == 262 else
-        bytes(byte_of[ch] for ch in token_of[i]) for i in new)
+    want = G.cli_text(vocab, prompt, new)
     r = subprocess.run([cli, "--model", str(tmp_path), "--prompt", prompt,
                         "--max-tokens", "12", "--greedy"],
                        capture_output=True, check=True)
-    assert r.stdout == want + b"\n"
+    assert r.stdout == want
+
+
+def test_rope_parameters_of_newer_transformers(tmp_path):
+    """transformers >= 5 writes rope_parameters {"rope_type": "default",
+    "rope_theta": ...} in place of the top-level rope_theta: the same
+    model as the top-level key gives (not the 10000 default)."""
+    config = {k: v for k, v in R.CONFIG.items()
+              if k not in ("rope_theta", "rope_scaling")}
+    config["rope_parameters"] = {"rope_type": "default",
+                                 "rope_theta": R.CONFIG["rope_theta"]}
+    w = R.random_weights(R.CONFIG, seed=8)
+    R.write_checkpoint(str(tmp_path), w, config, tokenizer=False)
+    model = transformer.from_pretrained(tmp_path)
+    assert model.config["attention"]["rope_base"] == R.CONFIG["rope_theta"]
+    ref = R.llama_logits(G.rounded(w, "F32"), R.CONFIG, [R.PROMPT])
+    assert rel_err(model.logits(np.array([R.PROMPT])), ref) <= 1e-5
+
+
+def test_copies_keep_the_architecture(tmp_path):
+    """pickle, deepcopy and Model(model.config) of a loaded Llama are the
+    same model (config carries rms_norm and gated); a copied view of its
+    final norm is still an RMSNorm."""
+    import copy
+    import pickle
+    R.write_checkpoint(str(tmp_path), R.random_weights(R.CONFIG, seed=9),
+                       tokenizer=False)
+    model = transformer.from_pretrained(tmp_path)
+    assert model.config["rms_norm"] and model.config["gated"]
+    assert model.config["bias"] is False
+    want = model.logits(R.PROMPT)
+    for other in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        np.testing.assert_array_equal(other.logits(R.PROMPT), want)
+    rebuilt = transformer.Model(model.config)
+    rebuilt.load_state_dict(model.state_dict())
+    np.testing.assert_array_equal(rebuilt.logits(R.PROMPT), want)
+    assert isinstance(model.norm, transformer.RMSNorm)
+    x = np.random.default_rng(0).standard_normal((3, 48)).astype(np.float32)
+    np.testing.assert_array_equal(copy.deepcopy(model.norm)(x),
+                                  model.norm(x))

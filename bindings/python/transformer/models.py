@@ -226,6 +226,10 @@ class Model(Module):
     ``bias=False`` builds every block without biases, as PyTorch 2.x's
     ``bias=False`` (tfm_model_create_v2: no ``*.bias`` parameter; saved and
     loaded as such); ``config["bias"]`` is present only then.
+    ``rms_norm=True`` makes every norm an RMSNorm and ``gated=True`` every
+    feed-forward the gated SwiGLU one (tfm_layer_options; Llama's, as
+    from_pretrained gives them); ``config["rms_norm"]`` and
+    ``config["gated"]`` are present only when true.
 
     Options (tfm_model_create_ex): ``positional`` may be "learned",
     "sinusoidal" (interleaved, as the paper), "sinusoidal_concat" (sin |
@@ -273,9 +277,13 @@ class Model(Module):
     def _create(self):
         config = _model_config(self._config_dict)
         options = _model_options(self._config_dict)
-        if not self._config_dict.get("bias", True):
+        cfg = self._config_dict
+        if (not cfg.get("bias", True) or cfg.get("rms_norm")
+                or cfg.get("gated")):
             layer_options = _ll.tfm_layer_options()
-            layer_options.bias = 0
+            layer_options.bias = int(bool(cfg.get("bias", True)))
+            layer_options.rms_norm = int(bool(cfg.get("rms_norm", False)))
+            layer_options.gated = int(bool(cfg.get("gated", False)))
             return _ll.tfm_model_create_v2(config, options, layer_options)
         if options is None:
             return _ll.tfm_model_create(config)
@@ -354,8 +362,14 @@ class Model(Module):
                     "positional": _POSITIONALS.get(c.positional, c.positional),
                     "tied_embeddings": bool(c.tied_embeddings),
                     "embedding_scale": bool(c.embedding_scale)})
-        if self._call(_ll.tfm_model_has_bias) == 0:
+        lo = _ll.tfm_layer_options()
+        self._call(_ll.tfm_model_get_layer_options, lo)
+        if not lo.bias:
             out["bias"] = False
+        if lo.rms_norm:
+            out["rms_norm"] = True
+        if lo.gated:
+            out["gated"] = True
         base, attention = self._options()
         if base not in (0.0, _DEFAULT_BASE):
             out["positional_base"] = base
@@ -914,9 +928,8 @@ class Model(Module):
         specs.append(("layers", lambda: ModuleList(
             layer(i) for i in range(c["n_layers"]))))
         if "norm" in names:
-            specs.append(("norm", lambda: make_view(
-                _m.LayerNorm, self, "norm", c["d_model"],
-                eps=c["layer_norm_eps"])))
+            specs.append(("norm", lambda: _m._norm_view(
+                self, "norm", c["d_model"], c["layer_norm_eps"])))
         return specs
 
     def _extra_repr(self):
@@ -948,7 +961,7 @@ def _model_config(cfg):
              "activation", "layer_norm_eps", "norm_first", "n_layers",
              "n_encoder_layers", "n_decoder_layers", "context_length",
              "positional", "tied_embeddings", "embedding_scale",
-             "positional_base", "attention", "bias"}
+             "positional_base", "attention", "bias", "rms_norm", "gated"}
     unknown = set(cfg) - known
     if unknown:
         raise InvalidArgumentError(f"unknown model config keys: "
