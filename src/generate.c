@@ -319,12 +319,17 @@ static tfm_status generator_create(const tfm_module *model,
         reused = tfm__kv_cache_common_prefix(o.cache, fresh, window - 1);
         tfm__kv_cache_truncate(o.cache, reused);
     } else {
+        /* Room for what this generation feeds: the prompt's window and
+         * every new token but the last, the context at most (a model of
+         * 131072 positions generating 20 tokens reserves 20 or so). */
+        const int64_t fed = n_prompt + o.max_new_tokens - 1;
+        const int64_t cap = fed >= ctx ? ctx : fed > window ? fed : window;
         g->owns_cache = 1;
-        g->rolling = o.past_context == TFM_PAST_CONTEXT_AUTO &&
+        g->rolling = cap == ctx && o.past_context == TFM_PAST_CONTEXT_AUTO &&
                      tfm__model_rolls(m);
         if ((st = g->rolling
-                      ? tfm__kv_cache_create_rolling(model, ctx, &g->cache)
-                      : tfm_kv_cache_create(model, ctx, &g->cache)) ||
+                      ? tfm__kv_cache_create_rolling(model, cap, &g->cache)
+                      : tfm_kv_cache_create(model, cap, &g->cache)) ||
             (st = tfm_tensor_create(2, shape, &g->logits))) {
             tfm_generator_free(g);
             return st;

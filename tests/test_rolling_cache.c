@@ -11,6 +11,7 @@
  * TFM_SPARSE_SLIDING_WINDOW with window W-1, whose full pass
  * tests/test_variants.c checks against PyTorch), run by tfm_model_logits:
  * no cache, no rolling, no position origin. */
+#include <malloc.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -337,12 +338,86 @@ static void test_rolling_prefix_reuse(void **state)
     tfm_module_free(m);
 }
 
+/* Bytes the heap holds now (glibc: arena + mmapped blocks). */
+static size_t heap_bytes(void)
+{
+    const struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TFM_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TFM_TEST_SANITIZED 1
+#endif
+#endif
+
+/* A generator's own cache holds what the generation feeds (the prompt and
+ * every new token but the last), not the whole context: a RoPE model of
+ * 2^21 positions generating 20 tokens reserves kilobytes where the full
+ * context's rolling cache is 3 layers x (K, V) x 2 x 2^21 x 16 floats =
+ * 1.5 GiB.  Its tokens equal those of the same weights with a context of
+ * 64, and at a context of W those of 1 .. W - 3 new tokens after a
+ * 3-token prompt (all inside the context, the boundary fed == W
+ * included). */
+static void test_generator_reserves_what_it_feeds(void **state)
+{
+    (void)state;
+    enum { M = 20 };
+    tfm_attention_config c;
+    tfm_attention_config_init(&c);
+    c.rope = TFM_ROPE_ADJACENT;
+    tfm_module *big = model_with(&c, (int64_t)1 << 21, TFM_POSITIONAL_NONE);
+    tfm_module *ref = model_with(&c, 64, TFM_POSITIONAL_NONE);
+    tfm_module *small = model_with(&c, W, TFM_POSITIONAL_NONE);
+    const int32_t prompt[3] = { 1, 4, 7 };
+    tfm_generate_options o;
+    tfm_generate_options_init(&o);
+    o.max_new_tokens = M;
+    int32_t want[M], got[M];
+    int64_t n = 0;
+    assert_int_equal(tfm_model_generate_v2(ref, prompt, 3, &o, want, M, &n,
+                                           NULL), TFM_OK);
+    assert_int_equal(n, M);
+
+    const size_t before = heap_bytes();
+    tfm_generator *g = NULL;
+    assert_int_equal(tfm_generator_create(big, prompt, 3, &o, &g), TFM_OK);
+    const size_t held = heap_bytes() - before;
+#ifndef TFM_TEST_SANITIZED
+    assert_true(held < ((size_t)64 << 20));
+#else
+    (void)held;  /* the sanitizers' allocators are not glibc's */
+#endif
+    for (int i = 0; i < M; i++) {
+        int produced = 0;
+        assert_int_equal(tfm_generator_next(g, &got[i], &produced), TFM_OK);
+        assert_true(produced);
+        assert_int_equal(got[i], want[i]);
+    }
+    tfm_generator_free(g);
+
+    for (int k = 1; k <= W - 3; k++) {
+        o.max_new_tokens = k;
+        n = 0;
+        assert_int_equal(tfm_model_generate_v2(small, prompt, 3, &o, got, M,
+                                               &n, NULL), TFM_OK);
+        assert_int_equal(n, k);
+        assert_memory_equal(got, want, (size_t)k * sizeof *got);
+    }
+    tfm_module_free(small);
+    tfm_module_free(ref);
+    tfm_module_free(big);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rolling_variants),
         cmocka_unit_test(test_rolling_errors),
         cmocka_unit_test(test_rolling_prefix_reuse),
+        cmocka_unit_test(test_generator_reserves_what_it_feeds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -542,6 +542,10 @@ TFM_API void tfm_generate_options_init(tfm_generate_options *options);
 typedef struct tfm_generator tfm_generator;
 
 /* Checks the options, copies the prompt and prefills it into a KV cache.
+ * Without options->cache the generator's own cache holds the positions
+ * this generation feeds, n_prompt + max_new_tokens - 1 (the context
+ * length at most, the prompt at least): memory grows with the request,
+ * not the model's context.
  * The prompt must hold 1 .. context_length ids.  Errors:
  * TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND (not a decoder-only model),
  * TFM_ERR_INVALID_ARGUMENT (an empty prompt, an id out of range, an EOS id

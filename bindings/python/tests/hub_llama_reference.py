@@ -106,12 +106,11 @@ def _rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def llama_logits(w, config, ids):
-    """Logits [B, T, V] in float64 of ids [B, T] (LlamaForCausalLM.forward,
-    eval mode) from the float64 weights w (LlamaModel names)."""
-    ids = torch.as_tensor(ids, dtype=torch.long)
-    B, T = ids.shape
-    d, H = config["hidden_size"], config["num_attention_heads"]
+def llama_layer(w, config, i, h):
+    """Decoder layer i (LlamaDecoderLayer.forward, eval mode, causal) of
+    the hidden states h [B, T, d] in float64; weights w as llama_logits."""
+    B, T, d = h.shape
+    H = config["num_attention_heads"]
     Hkv = config["num_key_value_heads"]
     hd, rep = d // H, H // Hkv
     eps = config["rms_norm_eps"]
@@ -121,27 +120,34 @@ def llama_logits(w, config, ids):
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos(), emb.sin()
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    p = f"layers.{i}."
+    x = _rms(h, w[p + "input_layernorm.weight"], eps)
+    q = (x @ w[p + "self_attn.q_proj.weight"].T).view(B, T, H, hd)
+    k = (x @ w[p + "self_attn.k_proj.weight"].T).view(B, T, Hkv, hd)
+    v = (x @ w[p + "self_attn.v_proj.weight"].T).view(B, T, Hkv, hd)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    q = q * cos + _rotate_half(q) * sin
+    k = k * cos + _rotate_half(k) * sin
+    k = k.repeat_interleave(rep, dim=1)
+    v = v.repeat_interleave(rep, dim=1)
+    s = q @ k.transpose(-1, -2) / math.sqrt(hd)
+    s = s.masked_fill(~causal, float("-inf"))
+    a = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, d)
+    h = h + a @ w[p + "self_attn.o_proj.weight"].T
+    x = _rms(h, w[p + "post_attention_layernorm.weight"], eps)
+    gate = torch.nn.functional.silu(x @ w[p + "mlp.gate_proj.weight"].T)
+    up = x @ w[p + "mlp.up_proj.weight"].T
+    return h + (gate * up) @ w[p + "mlp.down_proj.weight"].T
+
+
+def llama_logits(w, config, ids):
+    """Logits [B, T, V] in float64 of ids [B, T] (LlamaForCausalLM.forward,
+    eval mode) from the float64 weights w (LlamaModel names)."""
+    ids = torch.as_tensor(ids, dtype=torch.long)
     h = w["embed_tokens.weight"][ids]
     for i in range(config["num_hidden_layers"]):
-        p = f"layers.{i}."
-        x = _rms(h, w[p + "input_layernorm.weight"], eps)
-        q = (x @ w[p + "self_attn.q_proj.weight"].T).view(B, T, H, hd)
-        k = (x @ w[p + "self_attn.k_proj.weight"].T).view(B, T, Hkv, hd)
-        v = (x @ w[p + "self_attn.v_proj.weight"].T).view(B, T, Hkv, hd)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
-        k = k.repeat_interleave(rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
-        s = q @ k.transpose(-1, -2) / math.sqrt(hd)
-        s = s.masked_fill(~causal, float("-inf"))
-        a = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, d)
-        h = h + a @ w[p + "self_attn.o_proj.weight"].T
-        x = _rms(h, w[p + "post_attention_layernorm.weight"], eps)
-        gate = torch.nn.functional.silu(x @ w[p + "mlp.gate_proj.weight"].T)
-        up = x @ w[p + "mlp.up_proj.weight"].T
-        h = h + (gate * up) @ w[p + "mlp.down_proj.weight"].T
-    h = _rms(h, w["norm.weight"], eps)
+        h = llama_layer(w, config, i, h)
+    h = _rms(h, w["norm.weight"], config["rms_norm_eps"])
     head = w.get("lm_head.weight", w["embed_tokens.weight"])
     return h @ head.T
 

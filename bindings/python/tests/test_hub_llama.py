@@ -272,3 +272,39 @@ def test_copies_keep_the_architecture(tmp_path):
     x = np.random.default_rng(0).standard_normal((3, 48)).astype(np.float32)
     np.testing.assert_array_equal(copy.deepcopy(model.norm)(x),
                                   model.norm(x))
+
+
+def test_layer_views_are_llama_layers(tmp_path):
+    """model.layers[i] of a loaded Llama is a TransformerEncoderLayer with
+    rms_norm and gated (no biases): its causal forward equals Llama's
+    decoder layer in float64 (hub_llama_reference.llama_layer), and so do
+    its deepcopy, its pickle and a new layer of the same arguments given
+    its state dict."""
+    import copy
+    import pickle
+    w = R.random_weights(R.CONFIG, seed=4)
+    R.write_checkpoint(str(tmp_path), w, tokenizer=False)
+    model = transformer.from_pretrained(tmp_path)
+    layer = model.layers[1]
+    assert layer.rms_norm and layer.gated and not layer.bias
+    assert "rms_norm=True" in repr(layer) and "gated=True" in repr(layer)
+    sd = layer.state_dict()
+    assert "linear3.weight" in sd and not any(k.endswith("bias") for k in sd)
+    assert isinstance(layer.norm1, transformer.RMSNorm)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 7, R.CONFIG["hidden_size"])).astype(np.float32)
+    want = R.llama_layer(G.rounded(w, "F32"), R.CONFIG, 1,
+                         torch.from_numpy(x).double()).numpy()
+    assert rel_err(layer(x, is_causal=True), want) < 1e-5
+    variant = model.config.get("attention") or {}
+    fresh = transformer.TransformerEncoderLayer(
+        R.CONFIG["hidden_size"], R.CONFIG["num_attention_heads"],
+        R.CONFIG["intermediate_size"], dropout=0.0, activation="silu",
+        layer_norm_eps=R.CONFIG["rms_norm_eps"], batch_first=True,
+        norm_first=True, bias=False, rms_norm=True, gated=True, **variant)
+    fresh.load_state_dict(sd)
+    fresh.eval()
+    for other in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer)),
+                  fresh):
+        np.testing.assert_array_equal(other(x, is_causal=True),
+                                      layer(x, is_causal=True))

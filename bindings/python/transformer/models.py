@@ -918,13 +918,15 @@ class Model(Module):
             return specs
         variant = c.get("attention") or {}
 
+        parts = {k: c[k] for k in ("bias", "rms_norm", "gated") if k in c}
+
         def layer(i):
             return make_view(_m.TransformerEncoderLayer, self, f"layers.{i}",
                              c["d_model"], c["n_heads"], c["d_ff"],
                              activation=c["activation"],
                              layer_norm_eps=c["layer_norm_eps"],
                              norm_first=c["norm_first"], batch_first=True,
-                             **variant)
+                             **parts, **variant)
         specs.append(("layers", lambda: ModuleList(
             layer(i) for i in range(c["n_layers"]))))
         if "norm" in names:

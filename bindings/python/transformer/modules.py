@@ -66,13 +66,16 @@ def _layer_config(d_model, nhead, dim_feedforward, activation,
     return cfg
 
 
-def _layer_options(bias, variant=None):
+def _layer_options(bias, variant=None, rms_norm=False, gated=False):
     """tfm_layer_options (layers.h) for the _v2 constructors: bias=False
     makes C layers without any bias parameter, as torch 2.x's; variant: the
-    encoder's self-attention variant.  Returns the options and the variant's
-    config, which must live as long as the options are used."""
+    encoder's self-attention variant; rms_norm / gated: RMSNorm norms and
+    the gated (SwiGLU) feed-forward, Llama's.  Returns the options and the
+    variant's config, which must live as long as the options are used."""
     options = _ll.tfm_layer_options()
     options.bias = int(bool(bias))
+    options.rms_norm = int(bool(rms_norm))
+    options.gated = int(bool(gated))
     config = to_config(variant) if variant else None
     options.attention = config
     return options, config
@@ -770,7 +773,7 @@ class GatedFeedForward(Module):
 class _LayerBase(_HasLayerConfig, Module):
     def _init_layer(self, who, d_model, nhead, dim_feedforward, dropout,
                     activation, layer_norm_eps, batch_first, norm_first, bias,
-                    device, dtype):
+                    device, dtype, rms_norm=False, gated=False):
         check_float32_dtype(dtype, device, who)
         config = _layer_config(d_model, nhead, dim_feedforward, activation,
                                layer_norm_eps, norm_first)
@@ -783,14 +786,31 @@ class _LayerBase(_HasLayerConfig, Module):
         self.batch_first = bool(batch_first)
         self.norm_first = bool(norm_first)
         self.bias = bool(bias)
+        # beyond PyTorch: Llama's RMSNorm and gated feed-forward
+        self.rms_norm = bool(rms_norm)
+        self.gated = bool(gated)
+
+    def _layer_options(self, variant=None):
+        """(options, variant config) when the layer needs the _v2
+        constructor (no bias, RMSNorm, gated FF), else None."""
+        d = self.__dict__
+        if (d.get("bias", True) and not d.get("rms_norm")
+                and not d.get("gated")):
+            return None
+        return _layer_options(d.get("bias", True), variant,
+                              d.get("rms_norm", False), d.get("gated", False))
 
     def _extra_repr(self):
-        return (f"d_model={self.d_model}, nhead={self.nhead}, "
+        text = (f"d_model={self.d_model}, nhead={self.nhead}, "
                 f"dim_feedforward={self.dim_feedforward}, "
                 f"activation={self.activation!r}, "
                 f"layer_norm_eps={self.layer_norm_eps}, "
                 f"batch_first={self.batch_first}, "
                 f"norm_first={self.norm_first}")
+        for name in ("rms_norm", "gated"):
+            if self.__dict__.get(name):
+                text += f", {name}=True"
+        return text
 
 
 class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
@@ -799,7 +819,7 @@ class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
 
     ``TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048,
     dropout=0.1, activation="relu", layer_norm_eps=1e-05, batch_first=False,
-    norm_first=False, bias=True, **variant)``
+    norm_first=False, bias=True, rms_norm=False, gated=False, **variant)``
 
         post-norm (default): x = norm1(x + SA(x)); x = norm2(x + FF(x))
         pre-norm (norm_first=True): x = x + SA(norm1(x)); x = x + FF(norm2(x))
@@ -818,6 +838,10 @@ class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
             torch 2.x's bias=False: the C layer has no bias parameter
             (tfm_encoder_layer_create_v2) and the state dict no "*.bias"
             key.
+        rms_norm, gated: (not in PyTorch) RMSNorm norms
+            (``torch.nn.RMSNorm``, no bias) and the gated SwiGLU
+            feed-forward ``linear2(activation(linear1(x)) * linear3(x))``
+            with ``linear3 [F, E]`` (Llama's; tfm_layer_options).
         **variant: (keywords, not in PyTorch) the self-attention's variant,
             as for MultiheadAttention and Attention (``score=``,
             ``n_kv_heads=``, ``rope=``, ``relative=``, ``sparsity=``, ...);
@@ -841,17 +865,19 @@ class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1,
                  activation="relu", layer_norm_eps=1e-5, batch_first=False,
                  norm_first=False, bias=True, device=None, dtype=None,
-                 **variant):
+                 rms_norm=False, gated=False, **variant):
         self._variant = normalize(variant, "TransformerEncoderLayer()")
         self._init_layer("TransformerEncoderLayer", d_model, nhead,
                          dim_feedforward, dropout, activation, layer_norm_eps,
-                         batch_first, norm_first, bias, device, dtype)
+                         batch_first, norm_first, bias, device, dtype,
+                         rms_norm, gated)
         self._adopt(self._create())
         self._reset_new()
 
     def _create(self):
-        if not self.bias:
-            options, _config = _layer_options(False, self._variant)
+        v2 = self._layer_options(self._variant)
+        if v2:
+            options, _config = v2
             return _ll.tfm_encoder_layer_create_v2(self._config, options)
         if self._variant:
             return _ll.tfm_encoder_layer_create_ex(self._config,
@@ -895,7 +921,7 @@ class TransformerDecoderLayer(_LayerBase):
 
     ``TransformerDecoderLayer(d_model, nhead, dim_feedforward=2048,
     dropout=0.1, activation="relu", layer_norm_eps=1e-05, batch_first=False,
-    norm_first=False, bias=True)``
+    norm_first=False, bias=True, rms_norm=False, gated=False)``
 
         post-norm: x = norm1(x + SA(x)); x = norm2(x + CA(x, memory));
                    x = norm3(x + FF(x))
@@ -920,16 +946,19 @@ class TransformerDecoderLayer(_LayerBase):
 
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1,
                  activation="relu", layer_norm_eps=1e-5, batch_first=False,
-                 norm_first=False, bias=True, device=None, dtype=None):
+                 norm_first=False, bias=True, device=None, dtype=None,
+                 rms_norm=False, gated=False):
         self._init_layer("TransformerDecoderLayer", d_model, nhead,
                          dim_feedforward, dropout, activation, layer_norm_eps,
-                         batch_first, norm_first, bias, device, dtype)
+                         batch_first, norm_first, bias, device, dtype,
+                         rms_norm, gated)
         self._adopt(self._create())
         self._reset_new()
 
     def _create(self):
-        if not self.bias:
-            options, _ = _layer_options(False)
+        v2 = self._layer_options()
+        if v2:
+            options, _ = v2
             return _ll.tfm_decoder_layer_create_v2(self._config, options)
         return _ll.tfm_decoder_layer_create(self._config)
 
