@@ -311,6 +311,20 @@ static int shards_find(const shards *s, const char *name)
     return -1;
 }
 
+/* Whether any shard holds a tensor whose name begins with prefix: how a
+ * checkpoint says it saved the base model under "transformer." / "model."
+ * (decided on every name, so that a missing embedding is still named with
+ * the prefix the rest of the checkpoint uses). */
+static int shards_any_prefixed(const shards *s, const char *prefix)
+{
+    const size_t n = strlen(prefix);
+    for (int f = 0; f < s->n; f++)
+        for (int64_t k = 0; k < tfm_safetensors_count(s->files[f]); k++)
+            if (strncmp(tfm_safetensors_name(s->files[f], k), prefix, n) == 0)
+                return 1;
+    return 0;
+}
+
 /* Every "weight_map" entry is a tensor of the shard it names. */
 static tfm_status shards_check_index(const shards *s, const cJSON *index)
 {
@@ -929,14 +943,8 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
     if (st == TFM_OK) {
         /* GPT2LMHeadModel saves GPT2Model's tensors under "transformer.",
          * LlamaForCausalLM LlamaModel's under "model.". */
-        if (llama)
-            p.prefix = shards_find(&s, "model.embed_tokens.weight") >= 0
-                           ? "model."
-                           : "";
-        else
-            p.prefix = shards_find(&s, "transformer.wte.weight") >= 0
-                           ? "transformer."
-                           : "";
+        const char *prefix = llama ? "model." : "transformer.";
+        p.prefix = shards_any_prefixed(&s, prefix) ? prefix : "";
         if ((st = llama ? llama_plan(&c, &o, &p) : gpt2_plan(&c, &p)) ==
                 TFM_OK &&
             (st = plan_find(&p, &s)) == TFM_OK)

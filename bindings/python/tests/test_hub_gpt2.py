@@ -50,14 +50,15 @@ def test_load_model_same_as_from_pretrained(tmp_path):
     np.testing.assert_array_equal(a.logits(R.PROMPT), b.logits(R.PROMPT))
 
 
-def _edit(tmp_path, config=None, drop=None, extra=None, reshape=None):
+def _edit(tmp_path, config=None, drop=None, extra=None, reshape=None,
+          prefix=""):
     w = R.random_weights(R.CONFIG)
     if drop:
         del w[drop]
     if reshape:
         w[reshape] = w[reshape][:-1]
     R.write_checkpoint(str(tmp_path), w, config, extra=extra,
-                       tokenizer=False)
+                       prefix=prefix, tokenizer=False)
     return str(tmp_path)
 
 
@@ -71,6 +72,10 @@ def _edit(tmp_path, config=None, drop=None, extra=None, reshape=None):
     (dict(drop="h.2.mlp.c_fc.bias"), transformer.FormatError,
      "h.2.mlp.c_fc.bias"),
     (dict(reshape="wpe.weight"), transformer.FormatError, "wpe.weight"),
+    # A GPT2LMHeadModel save without its wte: named with the "transformer."
+    # prefix its other tensors carry.
+    (dict(drop="wte.weight", prefix="transformer."), transformer.FormatError,
+     "transformer.wte.weight"),
     (dict(extra={"h.3.ln_1.weight": torch.ones(32)}),
      transformer.FormatError, "h.3.ln_1.weight"),
     (dict(extra={"h.0.ln_1.weight": torch.full((32,), float("inf"))}),

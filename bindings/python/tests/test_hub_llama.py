@@ -104,6 +104,10 @@ def _edit(tmp_path, config=None, drop=None, extra=None, reshape=None):
      transformer.UnsupportedError, "rope_type"),
     (dict(drop="layers.1.mlp.up_proj.weight"), transformer.FormatError,
      "model.layers.1.mlp.up_proj.weight"),
+    # The prefix comes from the other tensors: the missing embedding is
+    # named as the checkpoint would hold it.
+    (dict(drop="embed_tokens.weight"), transformer.FormatError,
+     "model.embed_tokens.weight"),
     (dict(reshape="layers.0.self_attn.k_proj.weight"),
      transformer.FormatError, "model.layers.0.self_attn.k_proj.weight"),
     (dict(config=dict(R.CONFIG, tie_word_embeddings=True)),
