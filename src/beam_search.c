@@ -350,8 +350,7 @@ static tfm_status seq2seq_step(search *s, int64_t B, int64_t L)
     for (int64_t b = 0; b < B; b++)
         memcpy(s->last + b * d, s->x + (b * L + L - 1) * d,
                (size_t)d * sizeof(float));
-    tfm__model_head(m, s->last, B, s->logp);
-    return TFM_OK;
+    return tfm__model_head(m, s->last, B, s->logp);
 }
 
 /* The first step's logits, beam 0's, in every row. */

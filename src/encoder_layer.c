@@ -149,6 +149,8 @@ tfm_status tfm_encoder_layer_create_v2(const tfm_layer_config *config,
     tfm_status st = tfm__layer_options_read(options, &o);
     tfm__encoder_layer *l = NULL;
     if (st == TFM_OK)
+        st = tfm__layer_options_no_model_parts(&o, "an encoder layer");
+    if (st == TFM_OK)
         st = tfm__encoder_layer_new_ex(config, o.attention,
                                        tfm__layer_parts(&o), &l);
     if (st == TFM_OK)

@@ -47,7 +47,15 @@
  * half-split pairs and grouped-query attention: llama_plan below gives the
  * names.  Its q, k and v projections fill the rows of the one packed
  * in_proj_weight (offsets in the plan); plan_covers checks that the pieces
- * fill every parameter exactly. */
+ * fill every parameter exactly.
+ *
+ * BERT (model_type "bert"; Devlin et al. 2019, transformers'
+ * modeling_bert.py BertForMaskedLM) becomes an encoder-only, post-norm
+ * model with learned positions and BERT's model parts (tfm_layer_options:
+ * token-type table, embedding LayerNorm, no final norm, the masked-LM
+ * head transform and the logits' bias): bert_plan below gives the names.
+ * Its query, key and value fill the rows of in_proj_weight and
+ * in_proj_bias. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -403,6 +411,36 @@ static tfm_status plan_add_layer(plan *p, const char *stack, int64_t i,
     return st;
 }
 
+/* One stored tensor of a plan table: its name (after the prefix and, in a
+ * layer, "<stack><i>."), the parameter it fills from float `offset`, and
+ * its stored shape [a] or [a, b] (transposed into ours when asked). */
+typedef struct plan_row {
+    const char *stored, *ours;
+    int transpose, rank;
+    int64_t a, b, offset;
+} plan_row;
+
+/* plan_add of each of rows[0 .. n-1]: layer i's under `stack`, or the
+ * top-level tensors when stack is NULL. */
+static tfm_status plan_add_rows(plan *p, const char *stack, int64_t i,
+                                const plan_row *rows, size_t n)
+{
+    tfm_status st = TFM_OK;
+    for (size_t k = 0; k < n && st == TFM_OK; k++) {
+        const plan_row *r = &rows[k];
+        if (stack)
+            st = plan_add_layer(p, stack, i, r->stored, r->ours,
+                                r->transpose, r->rank, r->a, r->b,
+                                r->offset);
+        else if ((st = plan_add(p, r->stored, r->ours, r->transpose, r->rank,
+                                r->a, r->b)) == TFM_OK)
+            p->t[p->n - 1].offset = r->offset;
+    }
+    return st;
+}
+
+#define N_ROWS(rows) (sizeof (rows) / sizeof (rows)[0])
+
 /* An untied model's own head, "lm_head.weight" [V, d], never prefixed
  * (GPT2LMHeadModel's and LlamaForCausalLM's); nothing when tied. */
 static tfm_status plan_add_head(plan *p, const tfm_model_config *c)
@@ -417,12 +455,30 @@ static tfm_status plan_add_head(plan *p, const tfm_model_config *c)
     return st;
 }
 
+/* Whether `name` ends with `tail`. */
+static int ends_with(const char *name, const char *tail)
+{
+    size_t a = strlen(name), b = strlen(tail);
+    return a >= b && strcmp(name + a - b, tail) == 0;
+}
+
 /* Every planned tensor is in a shard with its shape and a float dtype. */
 static tfm_status plan_find(plan *p, const shards *s)
 {
     for (int i = 0; i < p->n; i++) {
         hub_tensor *t = &p->t[i];
         t->shard = shards_find(s, t->stored);
+        if (t->shard < 0 && ends_with(t->stored, "LayerNorm.weight")) {
+            /* transformers reads the ".gamma" / ".beta" of older saves
+             * (original BERT checkpoints) as ".weight" / ".bias". */
+            strcpy(t->stored + strlen(t->stored) - 6, "gamma");
+            if ((t->shard = shards_find(s, t->stored)) < 0)
+                strcpy(t->stored + strlen(t->stored) - 5, "weight");
+        } else if (t->shard < 0 && ends_with(t->stored, "LayerNorm.bias")) {
+            strcpy(t->stored + strlen(t->stored) - 4, "beta");
+            if ((t->shard = shards_find(s, t->stored)) < 0)
+                strcpy(t->stored + strlen(t->stored) - 4, "bias");
+        }
         if (t->shard < 0)
             return tfm__fail(TFM_ERR_FORMAT,
                              "the checkpoint lacks the tensor " QUOTED
@@ -449,13 +505,6 @@ static tfm_status plan_find(plan *p, const shards *s)
         }
     }
     return TFM_OK;
-}
-
-/* Whether `name` ends with `tail`. */
-static int ends_with(const char *name, const char *tail)
-{
-    size_t a = strlen(name), b = strlen(tail);
-    return a >= b && strcmp(name + a - b, tail) == 0;
 }
 
 /* No shard holds a tensor outside the plan, except those `ignored` says
@@ -581,8 +630,11 @@ static void decoder_config(tfm_model_config *c, int64_t d, int64_t heads,
  * for absent keys: vocab_size 50257, n_positions 1024, n_embd 768, n_layer
  * 12, n_head 12, n_inner null = 4 n_embd, activation_function "gelu_new",
  * layer_norm_epsilon 1e-5, tie_word_embeddings true). */
-static tfm_status gpt2_config(const cJSON *root, tfm_model_config *c)
+static tfm_status gpt2_config(const cJSON *root, tfm_model_config *c,
+                              tfm_model_options *o, tfm_layer_options *lo)
 {
+    tfm_model_options_init(o);
+    tfm_layer_options_init(lo);
     int64_t vocab = 0, positions = 0, d = 0, layers = 0, heads = 0;
     int64_t inner = 0;
     double eps = 0;
@@ -630,8 +682,12 @@ static tfm_status gpt2_config(const cJSON *root, tfm_model_config *c)
 }
 
 /* The stored tensors of GPT-2 c, by the prefix the checkpoint uses. */
-static tfm_status gpt2_plan(const tfm_model_config *c, plan *p)
+static tfm_status gpt2_plan(const tfm_model_config *c,
+                            const tfm_model_options *o,
+                            const tfm_layer_options *lo, plan *p)
 {
+    (void)o;
+    (void)lo;
     const int64_t d = c->layer.d_model, ff = c->layer.d_ff;
     const int64_t V = c->vocab_size;
     tfm_status st;
@@ -641,31 +697,25 @@ static tfm_status gpt2_plan(const tfm_model_config *c, plan *p)
                        c->context_length, d)))
         return st;
     for (int64_t i = 0; i < c->n_layers; i++) {
-        static const struct {
-            const char *stored, *ours;
-            int transpose, rank;
-            int a, b; /* multiples: 1 = d, 3 = 3d, 4 = n_inner */
-        } L[] = {
-            { "ln_1.weight", "norm1.weight", 0, 1, 1, 0 },
-            { "ln_1.bias", "norm1.bias", 0, 1, 1, 0 },
-            { "attn.c_attn.weight", "self_attn.in_proj_weight", 1, 2, 1, 3 },
-            { "attn.c_attn.bias", "self_attn.in_proj_bias", 0, 1, 3, 0 },
-            { "attn.c_proj.weight", "self_attn.out_proj.weight", 1, 2, 1, 1 },
-            { "attn.c_proj.bias", "self_attn.out_proj.bias", 0, 1, 1, 0 },
-            { "ln_2.weight", "norm2.weight", 0, 1, 1, 0 },
-            { "ln_2.bias", "norm2.bias", 0, 1, 1, 0 },
-            { "mlp.c_fc.weight", "linear1.weight", 1, 2, 1, 4 },
-            { "mlp.c_fc.bias", "linear1.bias", 0, 1, 4, 0 },
-            { "mlp.c_proj.weight", "linear2.weight", 1, 2, 4, 1 },
-            { "mlp.c_proj.bias", "linear2.bias", 0, 1, 1, 0 },
+        const plan_row L[] = {
+            { "ln_1.weight", "norm1.weight", 0, 1, d, 0, 0 },
+            { "ln_1.bias", "norm1.bias", 0, 1, d, 0, 0 },
+            { "attn.c_attn.weight", "self_attn.in_proj_weight", 1, 2, d,
+              3 * d, 0 },
+            { "attn.c_attn.bias", "self_attn.in_proj_bias", 0, 1, 3 * d, 0,
+              0 },
+            { "attn.c_proj.weight", "self_attn.out_proj.weight", 1, 2, d, d,
+              0 },
+            { "attn.c_proj.bias", "self_attn.out_proj.bias", 0, 1, d, 0, 0 },
+            { "ln_2.weight", "norm2.weight", 0, 1, d, 0, 0 },
+            { "ln_2.bias", "norm2.bias", 0, 1, d, 0, 0 },
+            { "mlp.c_fc.weight", "linear1.weight", 1, 2, d, ff, 0 },
+            { "mlp.c_fc.bias", "linear1.bias", 0, 1, ff, 0, 0 },
+            { "mlp.c_proj.weight", "linear2.weight", 1, 2, ff, d, 0 },
+            { "mlp.c_proj.bias", "linear2.bias", 0, 1, d, 0, 0 },
         };
-        for (size_t k = 0; k < sizeof L / sizeof L[0]; k++) {
-            const int64_t a = L[k].a == 4 ? ff : L[k].a * d;
-            const int64_t b = L[k].b == 4 ? ff : L[k].b * d;
-            if ((st = plan_add_layer(p, "h.", i, L[k].stored, L[k].ours,
-                                     L[k].transpose, L[k].rank, a, b, 0)))
-                return st;
-        }
+        if ((st = plan_add_rows(p, "h.", i, L, N_ROWS(L))))
+            return st;
     }
     if ((st = plan_add(p, "ln_f.weight", "norm.weight", 0, 1, d, 0)) ||
         (st = plan_add(p, "ln_f.bias", "norm.bias", 0, 1, d, 0)))
@@ -823,8 +873,10 @@ static tfm_status llama_config(const cJSON *root, tfm_model_config *c,
  * kv = num_key_value_heads * head_dim.  No transposes: nn.Linear's layout
  * is ours. */
 static tfm_status llama_plan(const tfm_model_config *c,
-                             const tfm_model_options *o, plan *p)
+                             const tfm_model_options *o,
+                             const tfm_layer_options *lo, plan *p)
 {
+    (void)lo;
     const int64_t d = c->layer.d_model, ff = c->layer.d_ff;
     const int64_t kv = o->attention.n_kv_heads * (d / c->layer.n_heads);
     const int64_t V = c->vocab_size;
@@ -833,30 +885,24 @@ static tfm_status llama_plan(const tfm_model_config *c,
                        2, V, d)))
         return st;
     for (int64_t i = 0; i < c->n_layers; i++) {
-        const struct {
-            const char *stored, *ours;
-            int rank;
-            int64_t a, b, offset;
-        } L[] = {
-            { "input_layernorm.weight", "norm1.weight", 1, d, 0, 0 },
-            { "self_attn.q_proj.weight", "self_attn.in_proj_weight", 2, d, d,
+        const plan_row L[] = {
+            { "input_layernorm.weight", "norm1.weight", 0, 1, d, 0, 0 },
+            { "self_attn.q_proj.weight", "self_attn.in_proj_weight", 0, 2, d,
+              d, 0 },
+            { "self_attn.k_proj.weight", "self_attn.in_proj_weight", 0, 2, kv,
+              d, d * d },
+            { "self_attn.v_proj.weight", "self_attn.in_proj_weight", 0, 2, kv,
+              d, (d + kv) * d },
+            { "self_attn.o_proj.weight", "self_attn.out_proj.weight", 0, 2, d,
+              d, 0 },
+            { "post_attention_layernorm.weight", "norm2.weight", 0, 1, d, 0,
               0 },
-            { "self_attn.k_proj.weight", "self_attn.in_proj_weight", 2, kv, d,
-              d * d },
-            { "self_attn.v_proj.weight", "self_attn.in_proj_weight", 2, kv, d,
-              (d + kv) * d },
-            { "self_attn.o_proj.weight", "self_attn.out_proj.weight", 2, d, d,
-              0 },
-            { "post_attention_layernorm.weight", "norm2.weight", 1, d, 0, 0 },
-            { "mlp.gate_proj.weight", "linear1.weight", 2, ff, d, 0 },
-            { "mlp.up_proj.weight", "linear3.weight", 2, ff, d, 0 },
-            { "mlp.down_proj.weight", "linear2.weight", 2, d, ff, 0 },
+            { "mlp.gate_proj.weight", "linear1.weight", 0, 2, ff, d, 0 },
+            { "mlp.up_proj.weight", "linear3.weight", 0, 2, ff, d, 0 },
+            { "mlp.down_proj.weight", "linear2.weight", 0, 2, d, ff, 0 },
         };
-        for (size_t k = 0; k < sizeof L / sizeof L[0]; k++)
-            if ((st = plan_add_layer(p, "layers.", i, L[k].stored,
-                                     L[k].ours, 0, L[k].rank, L[k].a, L[k].b,
-                                     L[k].offset)))
-                return st;
+        if ((st = plan_add_rows(p, "layers.", i, L, N_ROWS(L))))
+            return st;
     }
     if ((st = plan_add(p, "norm.weight", "norm.weight", 0, 1, d, 0)))
         return st;
@@ -875,7 +921,224 @@ static int llama_ignored(const plan *p, const char *name)
            ends_with(name, ".self_attn.rotary_emb.inv_freq");
 }
 
+/* ---- BERT --------------------------------------------------------------- */
+
+/* The model of a BERT config.json (transformers' BertConfig defaults for
+ * absent keys: vocab_size 30522, hidden_size 768, num_hidden_layers 12,
+ * num_attention_heads 12, intermediate_size 3072, hidden_act "gelu",
+ * max_position_embeddings 512, type_vocab_size 2, layer_norm_eps 1e-12,
+ * position_embedding_type "absolute", tie_word_embeddings true): an
+ * encoder-only, post-norm model with learned positions, the token-type
+ * table, the embedding LayerNorm, no final norm and BertLMPredictionHead's
+ * head transform (tfm_layer_options' model parts).  A decoder BERT
+ * (is_decoder, add_cross_attention) and relative position embeddings are
+ * refused, named. */
+static tfm_status bert_config(const cJSON *root, tfm_model_config *c,
+                              tfm_model_options *o, tfm_layer_options *lo)
+{
+    int64_t vocab = 0, d = 0, ff = 0, layers = 0, heads = 0, positions = 0;
+    int64_t types = 0;
+    double eps = 0;
+    int tied = 1, is_decoder = 0, cross = 0;
+    const char *act_name, *position_type;
+    tfm_status st;
+    if ((st = cfg_int(root, "vocab_size", 30522, 1, &vocab)) ||
+        (st = cfg_int(root, "hidden_size", 768, 1, &d)) ||
+        (st = cfg_int(root, "num_hidden_layers", 12, 1, &layers)) ||
+        (st = cfg_int(root, "num_attention_heads", 12, 1, &heads)) ||
+        (st = cfg_int(root, "intermediate_size", 3072, 1, &ff)) ||
+        (st = cfg_int(root, "max_position_embeddings", 512, 1,
+                      &positions)) ||
+        (st = cfg_int(root, "type_vocab_size", 2, 1, &types)) ||
+        (st = cfg_positive(root, "layer_norm_eps", 1e-12, &eps)) ||
+        (st = cfg_string(root, "hidden_act", &act_name)) ||
+        (st = cfg_string(root, "position_embedding_type", &position_type)) ||
+        (st = cfg_bool(root, "tie_word_embeddings", 1, &tied)) ||
+        (st = cfg_bool(root, "is_decoder", 0, &is_decoder)) ||
+        (st = cfg_bool(root, "add_cross_attention", 0, &cross)))
+        return st;
+    if (vocab > INT32_MAX || d > INT32_MAX || ff > INT32_MAX ||
+        types > INT32_MAX)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"%s\" is over 2^31-1",
+                         vocab > INT32_MAX ? "vocab_size"
+                         : d > INT32_MAX   ? "hidden_size"
+                         : ff > INT32_MAX  ? "intermediate_size"
+                                           : "type_vocab_size");
+    if (d % heads != 0)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"num_attention_heads\" %lld does not "
+                         "divide \"hidden_size\" %lld", (long long)heads,
+                         (long long)d);
+    if (position_type && strcmp(position_type, "absolute") != 0)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"position_embedding_type\" "
+                         "\"%.40s\": only \"absolute\" is supported",
+                         position_type);
+    if (is_decoder || cross)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"%s\": true is not supported (a "
+                         "masked-LM encoder is)",
+                         is_decoder ? "is_decoder" : "add_cross_attention");
+    if (!isfinite((float)eps))
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"layer_norm_eps\" %g is beyond "
+                         "float32", eps);
+    const int act = gpt2_activation(act_name ? act_name : "gelu");
+    if (act < 0)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"hidden_act\" \"%.60s\" is not "
+                         "supported (gelu, gelu_new, gelu_pytorch_tanh, "
+                         "relu, silu are)", act_name);
+    decoder_config(c, d, heads, ff, act, eps, vocab, layers, positions,
+                   TFM_POSITIONAL_LEARNED, tied);
+    c->architecture = TFM_ARCH_ENCODER_ONLY;
+    c->layer.norm_first = 0;
+    tfm_model_options_init(o);
+    tfm_layer_options_init(lo);
+    lo->type_vocab_size = types;
+    lo->embedding_norm = 1;
+    lo->final_norm = 0;
+    lo->head_transform = 1;
+    return TFM_OK;
+}
+
+/* The stored tensors of BERT c (BertForMaskedLM's names: the encoder under
+ * "bert.", the head under "cls.", never prefixed):
+ *   embeddings.word_embeddings.weight [V, d] -> token_embedding.weight
+ *   embeddings.position_embeddings.weight   -> position_embedding.weight
+ *   embeddings.token_type_embeddings.weight -> token_type_embedding.weight
+ *   embeddings.LayerNorm.*                  -> embedding_norm.*
+ *   encoder.layer.<i>.attention.self.query.* [d, d] \
+ *   encoder.layer.<i>.attention.self.key.*          > rows of
+ *   encoder.layer.<i>.attention.self.value.*       /  self_attn.in_proj_*
+ *   encoder.layer.<i>.attention.output.dense.*  -> self_attn.out_proj.*
+ *   encoder.layer.<i>.attention.output.LayerNorm.* -> norm1.*
+ *   encoder.layer.<i>.intermediate.dense.* [ff, d] -> linear1.*
+ *   encoder.layer.<i>.output.dense.* [d, ff]    -> linear2.*
+ *   encoder.layer.<i>.output.LayerNorm.*        -> norm2.*
+ *   cls.predictions.transform.dense.*           -> head_transform.*
+ *   cls.predictions.transform.LayerNorm.*       -> head_norm.*
+ *   cls.predictions.bias [V]                    -> lm_head.bias
+ *   cls.predictions.decoder.weight (untied only) -> lm_head.weight
+ * LayerNorms saved with the old names ".gamma" / ".beta" are found under
+ * them (plan_find).  No transposes: nn.Linear's layout is ours. */
+static tfm_status bert_plan(const tfm_model_config *c,
+                            const tfm_model_options *o,
+                            const tfm_layer_options *lo, plan *p)
+{
+    (void)o;
+    const int64_t d = c->layer.d_model, ff = c->layer.d_ff;
+    const int64_t V = c->vocab_size;
+    const plan_row E[] = {
+        { "embeddings.word_embeddings.weight", "token_embedding.weight", 0,
+          2, V, d, 0 },
+        { "embeddings.position_embeddings.weight",
+          "position_embedding.weight", 0, 2, c->context_length, d, 0 },
+        { "embeddings.token_type_embeddings.weight",
+          "token_type_embedding.weight", 0, 2, lo->type_vocab_size, d, 0 },
+        { "embeddings.LayerNorm.weight", "embedding_norm.weight", 0, 1, d, 0,
+          0 },
+        { "embeddings.LayerNorm.bias", "embedding_norm.bias", 0, 1, d, 0, 0 },
+    };
+    tfm_status st = plan_add_rows(p, NULL, 0, E, N_ROWS(E));
+    for (int64_t i = 0; st == TFM_OK && i < c->n_layers; i++) {
+        const plan_row L[] = {
+            { "attention.self.query.weight", "self_attn.in_proj_weight", 0,
+              2, d, d, 0 },
+            { "attention.self.query.bias", "self_attn.in_proj_bias", 0, 1, d,
+              0, 0 },
+            { "attention.self.key.weight", "self_attn.in_proj_weight", 0, 2,
+              d, d, d * d },
+            { "attention.self.key.bias", "self_attn.in_proj_bias", 0, 1, d, 0,
+              d },
+            { "attention.self.value.weight", "self_attn.in_proj_weight", 0, 2,
+              d, d, 2 * d * d },
+            { "attention.self.value.bias", "self_attn.in_proj_bias", 0, 1, d,
+              0, 2 * d },
+            { "attention.output.dense.weight", "self_attn.out_proj.weight", 0,
+              2, d, d, 0 },
+            { "attention.output.dense.bias", "self_attn.out_proj.bias", 0, 1,
+              d, 0, 0 },
+            { "attention.output.LayerNorm.weight", "norm1.weight", 0, 1, d, 0,
+              0 },
+            { "attention.output.LayerNorm.bias", "norm1.bias", 0, 1, d, 0,
+              0 },
+            { "intermediate.dense.weight", "linear1.weight", 0, 2, ff, d, 0 },
+            { "intermediate.dense.bias", "linear1.bias", 0, 1, ff, 0, 0 },
+            { "output.dense.weight", "linear2.weight", 0, 2, d, ff, 0 },
+            { "output.dense.bias", "linear2.bias", 0, 1, d, 0, 0 },
+            { "output.LayerNorm.weight", "norm2.weight", 0, 1, d, 0, 0 },
+            { "output.LayerNorm.bias", "norm2.bias", 0, 1, d, 0, 0 },
+        };
+        st = plan_add_rows(p, "encoder.layer.", i, L, N_ROWS(L));
+    }
+    /* The head: never prefixed, its decoder only when untied. */
+    const plan_row H[] = {
+        { "cls.predictions.transform.dense.weight", "head_transform.weight",
+          0, 2, d, d, 0 },
+        { "cls.predictions.transform.dense.bias", "head_transform.bias", 0,
+          1, d, 0, 0 },
+        { "cls.predictions.transform.LayerNorm.weight", "head_norm.weight",
+          0, 1, d, 0, 0 },
+        { "cls.predictions.transform.LayerNorm.bias", "head_norm.bias", 0, 1,
+          d, 0, 0 },
+        { "cls.predictions.bias", "lm_head.bias", 0, 1, V, 0, 0 },
+        { "cls.predictions.decoder.weight", "lm_head.weight", 0, 2, V, d, 0 },
+    };
+    const char *prefix = p->prefix;
+    p->prefix = "";
+    if (st == TFM_OK)
+        st = plan_add_rows(p, NULL, 0, H,
+                           N_ROWS(H) - (c->tied_embeddings != 0));
+    p->prefix = prefix;
+    return st;
+}
+
+/* What a BERT checkpoint may hold that a masked-LM model does not use: the
+ * tied decoder and its bias (the same tensor as cls.predictions.bias), the
+ * pooler and the next-sentence head of BertForPreTraining, and the
+ * position_ids buffer of older saves. */
+static int bert_ignored(const plan *p, const char *name)
+{
+    if (strcmp(name, "cls.predictions.decoder.weight") == 0 ||
+        strcmp(name, "cls.predictions.decoder.bias") == 0 ||
+        strncmp(name, "cls.seq_relationship.", 21) == 0)
+        return 1;
+    const size_t n = strlen(p->prefix);
+    if (strncmp(name, p->prefix, n) != 0)
+        return 0;
+    return strncmp(name + n, "pooler.", 7) == 0 ||
+           strcmp(name + n, "embeddings.position_ids") == 0;
+}
+
 /* ---- loading ------------------------------------------------------------ */
+
+/* The checkpoint families read: model_type, the prefix its base model's
+ * tensors are saved under, config.json's name for the layer count, the
+ * most tensors a layer and outside the layers a checkpoint of it
+ * holds (the plan's size), and its config / plan / ignored functions. */
+typedef struct family {
+    const char *model_type, *prefix, *layers_key;
+    int per_layer, outside;
+    tfm_status (*config)(const cJSON *, tfm_model_config *,
+                         tfm_model_options *, tfm_layer_options *);
+    tfm_status (*plan)(const tfm_model_config *, const tfm_model_options *,
+                       const tfm_layer_options *, plan *);
+    int (*ignored)(const plan *, const char *);
+} family;
+
+static const family FAMILIES[] = {
+    /* GPT2LMHeadModel saves GPT2Model's tensors under "transformer.",
+     * LlamaForCausalLM LlamaModel's under "model.", BertForMaskedLM
+     * BertModel's under "bert.". */
+    { "gpt2", "transformer.", "n_layer", 12, 5, gpt2_config, gpt2_plan,
+      gpt2_ignored },
+    { "llama", "model.", "num_hidden_layers", 9, 3, llama_config,
+      llama_plan, llama_ignored },
+    { "bert", "bert.", "num_hidden_layers", 16, 11, bert_config, bert_plan,
+      bert_ignored },
+};
 
 tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
 {
@@ -889,38 +1152,39 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
     tfm_model_options_init(&o);
     tfm_layer_options_init(&lo);
     const char *type = NULL;
-    int llama = 0;
+    const family *fam = NULL;
     tfm_status st = read_json(dir, "config.json", &config);
     if (st == TFM_OK && (st = cfg_string(config, "model_type", &type)) ==
                             TFM_OK && !type)
         st = tfm__fail(TFM_ERR_FORMAT,
                        "%.200s/config.json has no \"model_type\"", dir);
     if (st == TFM_OK) {
-        llama = strcmp(type, "llama") == 0;
-        if (llama)
-            st = llama_config(config, &c, &o, &lo);
-        else if (strcmp(type, "gpt2") == 0)
-            st = gpt2_config(config, &c);
+        for (size_t k = 0; k < sizeof FAMILIES / sizeof FAMILIES[0]; k++)
+            if (strcmp(type, FAMILIES[k].model_type) == 0)
+                fam = &FAMILIES[k];
+        if (fam)
+            st = fam->config(config, &c, &o, &lo);
         else
             st = tfm__fail(TFM_ERR_UNSUPPORTED,
                            "config.json \"model_type\" is \"%.60s\": this "
-                           "library reads \"gpt2\" and \"llama\" "
+                           "library reads \"gpt2\", \"llama\" and \"bert\" "
                            "checkpoints", type);
     }
     if (st == TFM_OK) /* the configuration's own contradictions, named */
         st = tfm__model_config_check(&c, &o);
-    if (st == TFM_OK && c.n_layers > (INT32_MAX - 8) / 12)
+    if (st == TFM_OK &&
+        c.n_layers > (INT32_MAX - fam->outside) / fam->per_layer)
         st = tfm__fail(TFM_ERR_FORMAT, "config.json \"%s\" %lld is too "
-                       "large", llama ? "num_hidden_layers" : "n_layer",
-                       (long long)c.n_layers);
+                       "large", fam->layers_key, (long long)c.n_layers);
     if (st == TFM_OK && (st = shards_list(dir, &s, &index)) == TFM_OK &&
         (st = shards_open(dir, &s)) == TFM_OK)
         st = shards_check_index(&s, index);
     if (st == TFM_OK) {
         /* More layers than the shards hold tensors is refused before the
-         * plan (12 tensors a layer, about 400 bytes each) is allocated, so
-         * the plan is never larger than 12 times the tensor count; a
-         * closer miss is named by its first missing tensor (plan_find). */
+         * plan (per_layer tensors a layer, about 400 bytes each) is
+         * allocated, so the plan is never larger than per_layer times the
+         * tensor count; a closer miss is named by its first missing tensor
+         * (plan_find). */
         int64_t stored = 0;
         for (int f = 0; f < s.n; f++)
             stored += tfm_safetensors_count(s.files[f]);
@@ -928,27 +1192,22 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
             st = tfm__fail(TFM_ERR_FORMAT,
                            "config.json \"%s\" %lld needs %lld tensors "
                            "or more, but the checkpoint holds %lld",
-                           llama ? "num_hidden_layers" : "n_layer",
-                           (long long)c.n_layers,
-                           (long long)((llama ? 9 : 12) * c.n_layers + 2),
+                           fam->layers_key, (long long)c.n_layers,
+                           (long long)(fam->per_layer * c.n_layers + 2),
                            (long long)stored);
     }
     if (st == TFM_OK) {
-        p.cap = (int)(12 * c.n_layers + 8);
+        p.cap = (int)(fam->per_layer * c.n_layers + fam->outside);
         p.n_layer = c.n_layers;
         p.t = tfm__calloc((size_t)p.cap, sizeof *p.t);
         if (!p.t)
             st = tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
     }
     if (st == TFM_OK) {
-        /* GPT2LMHeadModel saves GPT2Model's tensors under "transformer.",
-         * LlamaForCausalLM LlamaModel's under "model.". */
-        const char *prefix = llama ? "model." : "transformer.";
-        p.prefix = shards_any_prefixed(&s, prefix) ? prefix : "";
-        if ((st = llama ? llama_plan(&c, &o, &p) : gpt2_plan(&c, &p)) ==
-                TFM_OK &&
+        p.prefix = shards_any_prefixed(&s, fam->prefix) ? fam->prefix : "";
+        if ((st = fam->plan(&c, &o, &lo, &p)) == TFM_OK &&
             (st = plan_find(&p, &s)) == TFM_OK)
-            st = plan_no_extra(&p, &s, llama ? llama_ignored : gpt2_ignored);
+            st = plan_no_extra(&p, &s, fam->ignored);
     }
     if (st == TFM_OK &&
         (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK &&

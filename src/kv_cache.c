@@ -214,7 +214,10 @@ tfm_status tfm_kv_cache_decode(tfm_kv_cache *cache, const int32_t *ids,
                                    cache->origin + drop);
         if (st == TFM_OK) {
             const int64_t rows = only_last ? 1 : n;
-            tfm__model_head(m, h + (n - rows) * d, rows, out);
+            st = tfm__model_head(m, h + (n - rows) * d, rows, out);
+        }
+        if (st == TFM_OK) {
+            const int64_t rows = only_last ? 1 : n;
             memcpy(logits->data, out, (size_t)(rows * V) * sizeof(float));
             memcpy(cache->ids + first + past, ids, (size_t)n * sizeof *ids);
             cache->start = first;
@@ -318,8 +321,9 @@ tfm_status tfm__kv_cache_decode_rows(tfm_kv_cache *const *caches,
         }
         st = tfm__stack_run_cached_seqs(m->stack, h, n, seqs);
     }
+    if (st == TFM_OK)
+        st = tfm__model_head(m, h, n, out);
     if (st == TFM_OK) {
-        tfm__model_head(m, h, n, out);
         for (int64_t i = 0; i < n; i++) {
             tfm_kv_cache *c = caches[i];
             memcpy(logits[i], out + i * V, (size_t)V * sizeof(float));

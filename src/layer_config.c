@@ -45,6 +45,25 @@ void tfm_layer_options_init(tfm_layer_options *options)
     memset(options, 0, sizeof *options);
     options->struct_size = sizeof *options;
     options->bias = 1;
+    options->final_norm = 1;
+}
+
+int tfm__layer_options_has_model_parts(const tfm_layer_options *o)
+{
+    return o->type_vocab_size != 0 || o->embedding_norm ||
+           !o->final_norm || o->head_transform;
+}
+
+tfm_status tfm__layer_options_no_model_parts(const tfm_layer_options *o,
+                                             const char *what)
+{
+    if (!tfm__layer_options_has_model_parts(o))
+        return TFM_OK;
+    return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                     "%s takes no model parts: type_vocab_size, "
+                     "embedding_norm, final_norm and head_transform must "
+                     "keep their defaults (0, 0, 1, 0) in its "
+                     "tfm_layer_options", what);
 }
 
 unsigned tfm__layer_parts(const tfm_layer_options *o)

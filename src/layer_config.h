@@ -23,6 +23,13 @@ tfm_status tfm__layer_options_read(const tfm_layer_options *pub,
  * everywhere; tfm_layer_options.bias), TFM__PART_RMS_NORM (every norm an
  * RMSNorm; .rms_norm), TFM__PART_GATED (gated feed-forward; .gated).  1 is
  * PyTorch's layer. */
+/* Whether o asks for a whole model's parts (type_vocab_size,
+ * embedding_norm, final_norm 0, head_transform); the _no_ form fails with
+ * TFM_ERR_INVALID_ARGUMENT naming `what` when it does (message set). */
+int tfm__layer_options_has_model_parts(const tfm_layer_options *o);
+tfm_status tfm__layer_options_no_model_parts(const tfm_layer_options *o,
+                                             const char *what);
+
 enum { TFM__PART_BIAS = 1, TFM__PART_RMS_NORM = 2, TFM__PART_GATED = 4 };
 unsigned tfm__layer_parts(const tfm_layer_options *o);
 

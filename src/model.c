@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "activation.h"
 #include "alloc.h"
 #include "attention_config.h"
 #include "dropout.h"
@@ -42,6 +43,10 @@ static void model_destroy(tfm_module *mod)
     tfm_module_free(m->stack ? &m->stack->base : NULL);
     tfm_module_free(m->encoder ? &m->encoder->base : NULL);
     tfm_module_free(m->decoder ? &m->decoder->base : NULL);
+    tfm_module_free(m->token_type_embedding ? &m->token_type_embedding->base
+                                            : NULL);
+    tfm_module_free(m->embedding_norm ? &m->embedding_norm->base : NULL);
+    tfm_module_free(m->head_norm ? &m->head_norm->base : NULL);
 }
 
 /* Multiply-accumulates of one forward pass: the blocks' for batch B, L
@@ -59,7 +64,9 @@ static tfm_status model_macs(const tfm_module *mod, int64_t B, int64_t L,
     } else if ((st = tfm__stack_macs(m->stack, B, L, L, acc))) {
         return st;
     }
-    if (!tfm__macs_add(acc, B, L, c->layer.d_model, c->vocab_size))
+    if ((m->head_transform &&
+         !tfm__macs_add(acc, B, L, c->layer.d_model, c->layer.d_model)) ||
+        !tfm__macs_add(acc, B, L, c->layer.d_model, c->vocab_size))
         return tfm__fail(TFM_ERR_OVERFLOW, "MAC count overflows int64");
     return TFM_OK;
 }
@@ -181,6 +188,23 @@ tfm_status tfm__model_config_check(const tfm_model_config *c,
                                        d_k);
 }
 
+/* The model parts of tfm_layer_options (BERT's): one-stack models only,
+ * a type_vocab_size of 0 .. 2^31-1, final_norm 0 or 1 (message set). */
+static tfm_status model_parts_check(const tfm_model_config *c,
+                                    const tfm_layer_options *lo)
+{
+    if (!tfm__layer_options_has_model_parts(lo))
+        return TFM_OK;
+    if (c->architecture == TFM_ARCH_ENCODER_DECODER)
+        return tfm__layer_options_no_model_parts(lo,
+                                                 "an encoder-decoder model");
+    if (lo->type_vocab_size < 0 || lo->type_vocab_size > INT32_MAX)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "type_vocab_size %lld must be between 0 and 2^31-1",
+                         (long long)lo->type_vocab_size);
+    return TFM_OK;
+}
+
 tfm_status tfm_model_create(const tfm_model_config *config, tfm_module **out)
 {
     return tfm_model_create_ex(config, NULL, out);
@@ -226,6 +250,12 @@ tfm_status tfm_model_get_layer_options(const tfm_module *model,
     o.bias = m->bias;
     o.rms_norm = m->rms_norm;
     o.gated = m->gated;
+    o.type_vocab_size = m->token_type_embedding
+                            ? m->token_type_embedding->n_rows
+                            : 0;
+    o.embedding_norm = m->embedding_norm != NULL;
+    o.final_norm = m->final_norm;
+    o.head_transform = m->head_transform != NULL;
     memcpy(options, &o, size < sizeof o ? size : sizeof o);
     options->struct_size = size;
     return TFM_OK;
@@ -253,6 +283,8 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
     const unsigned parts = tfm__layer_parts(&lo);
     const tfm_model_config *c = config;
     const int64_t d = c->layer.d_model;
+    if ((st = model_parts_check(c, &lo)) != TFM_OK)
+        return st;
     /* Plain attention takes the layers' own path (NULL). */
     const tfm_attention_config *attention =
         tfm__attention_config_is_default(&o.attention) ? NULL : &o.attention;
@@ -265,6 +297,7 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
     m->bias = lo.bias != 0;
     m->rms_norm = lo.rms_norm != 0;
     m->gated = lo.gated != 0;
+    m->final_norm = lo.final_norm != 0;
     st = tfm__embedding_new(c->vocab_size, d, c->embedding_scale,
                             &m->token_embedding);
     if (!st)
@@ -275,6 +308,16 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
                                   &m->position_embedding)))
         st = tfm__module_adopt(&m->base, "position_embedding.",
                                &m->position_embedding->base);
+    if (!st && lo.type_vocab_size > 0 &&
+        !(st = tfm__embedding_new(lo.type_vocab_size, d, 0,
+                                  &m->token_type_embedding)))
+        st = tfm__module_adopt(&m->base, "token_type_embedding.",
+                               &m->token_type_embedding->base);
+    if (!st && lo.embedding_norm &&
+        !(st = tfm__layer_norm_new(d, c->layer.layer_norm_eps, 1, 0,
+                                   &m->embedding_norm)))
+        st = tfm__module_adopt(&m->base, "embedding_norm.",
+                               &m->embedding_norm->base);
     if (!st && c->architecture == TFM_ARCH_ENCODER_DECODER) {
         if (!(st = tfm__stack_new_ex(&c->layer, NULL, parts,
                                      c->n_encoder_layers, 1, 0,
@@ -287,16 +330,43 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
             st = tfm__module_adopt(&m->base, "transformer.decoder.",
                                    &m->decoder->base);
     } else if (!st) {
-        if (!(st = tfm__stack_new_ex(&c->layer, attention, parts, c->n_layers, 1,
-                                     0, &m->stack)))
+        if (!(st = tfm__stack_new_ex(&c->layer, attention, parts,
+                                     c->n_layers, m->final_norm, 0,
+                                     &m->stack)))
             st = tfm__module_adopt(&m->base, "", &m->stack->base);
     }
-    if (!st && c->tied_embeddings) {
-        m->lm_head = m->token_embedding->weight;
-    } else if (!st) {
-        tfm__param_spec spec = { "lm_head.weight", 2, { c->vocab_size, d },
-                                 &m->lm_head, .init = TFM__INIT_LINEAR };
-        st = tfm__module_own_params(&m->base, &spec, 1);
+    if (!st && lo.head_transform &&
+        !(st = tfm__layer_norm_new(d, c->layer.layer_norm_eps, 1, 0,
+                                   &m->head_norm)))
+        st = tfm__module_adopt(&m->base, "head_norm.", &m->head_norm->base);
+    if (!st) {
+        /* The model's own parameters: the untied head, the head
+         * transform's Linear and the logits' bias (nn.Linear's
+         * initialisation for each). */
+        tfm__param_spec specs[4];
+        int n = 0;
+        if (c->tied_embeddings)
+            m->lm_head = m->token_embedding->weight;
+        else
+            specs[n++] = (tfm__param_spec){ "lm_head.weight", 2,
+                                            { c->vocab_size, d },
+                                            &m->lm_head,
+                                            .init = TFM__INIT_LINEAR };
+        if (lo.head_transform) {
+            specs[n++] = (tfm__param_spec){ "head_transform.weight", 2,
+                                            { d, d }, &m->head_transform,
+                                            .init = TFM__INIT_LINEAR };
+            specs[n++] = (tfm__param_spec){ "head_transform.bias", 1, { d },
+                                            &m->head_transform_bias,
+                                            .init = TFM__INIT_LINEAR_BIAS,
+                                            .init_fan_in = d };
+            specs[n++] = (tfm__param_spec){ "lm_head.bias", 1,
+                                            { c->vocab_size },
+                                            &m->lm_head_bias,
+                                            .init = TFM__INIT_ZERO };
+        }
+        if (n > 0)
+            st = tfm__module_own_params(&m->base, specs, n);
     }
     if (st != TFM_OK) {
         tfm_module_free(&m->base);
@@ -370,7 +440,8 @@ tfm_status tfm__model_check_ids(const tfm__model *m, const int32_t *ids,
     return TFM_OK;
 }
 
-void tfm__model_embed(const tfm__model *m, const int32_t *ids, int64_t B,
+/* tfm__model_embed before the embedding norm: the summed embeddings. */
+static void embed_sum(const tfm__model *m, const int32_t *ids, int64_t B,
                       int64_t L, int64_t offset, float *x)
 {
     const int64_t d = m->config.layer.d_model;
@@ -383,13 +454,57 @@ void tfm__model_embed(const tfm__model *m, const int32_t *ids, int64_t B,
                             TFM_SINUSOIDAL_INTERLEAVED);
     else if (m->config.positional == TFM_POSITIONAL_SINUSOIDAL_CONCAT)
         tfm__add_sinusoidal(x, B, L, d, offset, base, TFM_SINUSOIDAL_CONCAT);
+    if (m->token_type_embedding) /* token type 0 at every position */
+        tfm__embedding_add_rows(m->token_type_embedding, x, B * L, 1, 0);
 }
 
-void tfm__model_head(const tfm__model *m, const float *h, int64_t rows,
-                     float *logits)
+void tfm__model_embed(const tfm__model *m, const int32_t *ids, int64_t B,
+                      int64_t L, int64_t offset, float *x)
+{
+    embed_sum(m, ids, B, L, offset, x);
+    if (m->embedding_norm)
+        tfm__layer_norm_run(m->embedding_norm, x, B * L, x);
+}
+
+/* The head transform's pre-activation t = h W^T + b [rows, d]. */
+static void head_transform_linear(const tfm__model *m, const float *h,
+                                  int64_t rows, float *t)
+{
+    const int64_t d = m->config.layer.d_model;
+    tfm__linear_parallel(h, d, rows, d, m->head_transform,
+                         m->head_transform_bias, d, t, d);
+}
+
+/* The vocabulary projection of the (transformed) hidden states. */
+static void head_project(const tfm__model *m, const float *h, int64_t rows,
+                         float *logits)
 {
     const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
-    tfm__linear(h, d, rows, d, m->lm_head, NULL, V, logits, V);
+    tfm__linear(h, d, rows, d, m->lm_head, m->lm_head_bias, V, logits, V);
+}
+
+tfm_status tfm__model_head(const tfm__model *m, const float *h, int64_t rows,
+                           float *logits)
+{
+    if (!m->head_transform) {
+        head_project(m, h, rows, logits);
+        return TFM_OK;
+    }
+    const int64_t d = m->config.layer.d_model;
+    tfm__ws_mark mark = tfm__ws_save();
+    float *t = tfm__ws_floats((size_t)(rows * d));
+    if (!t) {
+        tfm__ws_restore(mark);
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "cannot allocate the head "
+                         "transform's %lld x %lld scratch", (long long)rows,
+                         (long long)d);
+    }
+    head_transform_linear(m, h, rows, t);
+    tfm__activate(t, rows * d, m->config.layer.activation);
+    tfm__layer_norm_run(m->head_norm, t, rows, t);
+    head_project(m, t, rows, logits);
+    tfm__ws_restore(mark);
+    return TFM_OK;
 }
 
 /* batch and seq (named `what` in the message) within 1 .. context_length. */
@@ -457,10 +572,10 @@ tfm_status tfm_model_logits(const tfm_module *model, const int32_t *ids,
         embed_dropout(m, key, TFM__DROP_EMBEDDING, x, batch * seq * d);
         st = tfm__stack_run(m->stack, x, batch, seq, NULL, 0, &masks, NULL,
                             tfm__dropout_site(key, TFM__DROP_STACK));
-        if (st == TFM_OK) {
-            tfm__model_head(m, x, batch * seq, out);
+        if (st == TFM_OK)
+            st = tfm__model_head(m, x, batch * seq, out);
+        if (st == TFM_OK)
             memcpy(logits->data, out, (size_t)(batch * seq * V) * sizeof(float));
-        }
     }
     tfm__ws_restore(mark);
     return st;
@@ -522,10 +637,10 @@ tfm_status tfm_model_seq2seq_logits(const tfm_module *model,
             st = tfm__stack_run(m->decoder, x, B, L, memory, S, &causal,
                                 &none,
                                 tfm__dropout_site(key, TFM__DROP_DECODER));
-        if (st == TFM_OK) {
-            tfm__model_head(m, x, B * L, out);
+        if (st == TFM_OK)
+            st = tfm__model_head(m, x, B * L, out);
+        if (st == TFM_OK)
             memcpy(logits->data, out, (size_t)(B * L * V) * sizeof(float));
-        }
     }
     tfm__ws_restore(mark);
     return st;
@@ -551,6 +666,95 @@ static void embed_backward(const tfm__model *m, const int32_t *ids,
     tfm__embedding_lookup_backward(m->token_embedding, ids, B * L, -1, g);
     if (m->config.positional == TFM_POSITIONAL_LEARNED)
         tfm__embedding_add_rows_backward(m->position_embedding, g, B, L, 0);
+}
+
+/* The kept activations of the embedding norm and the head transform
+ * (model_backward), each NULL when the model lacks the part: e [rows, d]
+ * the summed embeddings before their norm; t [rows, d] the head
+ * transform's pre-activation, a its activation, y the head norm's output;
+ * acc [2 max(d, V)] the bias and norm sums' double scratch. */
+typedef struct parts_kept {
+    float *e, *t, *a, *y;
+    double *acc;
+} parts_kept;
+
+/* tfm__model_embed keeping e (model_backward). */
+static void embed_keep(const tfm__model *m, const int32_t *ids, int64_t B,
+                       int64_t L, const parts_kept *k, float *x)
+{
+    if (!m->embedding_norm) {
+        embed_sum(m, ids, B, L, 0, x);
+        return;
+    }
+    embed_sum(m, ids, B, L, 0, k->e);
+    tfm__layer_norm_run(m->embedding_norm, k->e, B * L, x);
+}
+
+/* The backward of embed_keep but for the token table and positions: g
+ * [rows, d], the gradient of the embeddings' output; returns that of
+ * their sum (g itself, or k->e overwritten), after token type 0's row
+ * got its sum over the rows. */
+static const float *embed_parts_backward(const tfm__model *m,
+                                         const parts_kept *k, int64_t rows,
+                                         const float *g)
+{
+    if (m->embedding_norm) {
+        const tfm_module *home = &m->embedding_norm->base;
+        tfm__layer_norm_backward(m->embedding_norm, k->e, rows, g, k->e,
+                                 tfm__grad_of(home, m->embedding_norm->weight),
+                                 tfm__grad_of(home, m->embedding_norm->bias),
+                                 k->acc);
+        g = k->e;
+    }
+    if (m->token_type_embedding)
+        tfm__embedding_add_rows_backward(m->token_type_embedding, g, rows, 1,
+                                         0);
+    return g;
+}
+
+/* The head transform of h [rows, d] keeping t, a and y (model_backward;
+ * a no-op without one). */
+static void head_transform_keep(const tfm__model *m, const float *h,
+                                int64_t rows, const parts_kept *k)
+{
+    if (!m->head_transform)
+        return;
+    const int64_t n = rows * m->config.layer.d_model;
+    head_transform_linear(m, h, rows, k->t);
+    memcpy(k->a, k->t, (size_t)n * sizeof(float));
+    tfm__activate(k->a, n, m->config.layer.activation);
+    tfm__layer_norm_run(m->head_norm, k->a, rows, k->y);
+}
+
+/* The head's backward (its forward kept by head_transform_keep): dl [rows, V], the
+ * logits' gradient, into the head's parameters and g [rows, d], the
+ * gradient of the blocks' output h.  Overwrites k->y and k->a. */
+static void head_backward(const tfm__model *m, const float *h, int64_t rows,
+                          const parts_kept *k, const float *dl, float *g)
+{
+    const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
+    if (!m->head_transform) {
+        /* logits = h lm_head^T: g = dl lm_head, the head's gradient +=
+         * dl^T h. */
+        tfm__linear_backward(h, d, rows, d, m->lm_head, V, dl, V, g,
+                             head_grad(m), NULL, NULL);
+        return;
+    }
+    /* logits = y lm_head^T + b, y = LN(a), a = act(t), t = h W^T + c:
+     * dy into y, da into a, dt in place, dh into g. */
+    const tfm_module *norm = &m->head_norm->base;
+    tfm__linear_backward(k->y, d, rows, d, m->lm_head, V, dl, V, k->y,
+                         head_grad(m), tfm__grad_of(&m->base, m->lm_head_bias),
+                         k->acc);
+    tfm__layer_norm_backward(m->head_norm, k->a, rows, k->y, k->a,
+                             tfm__grad_of(norm, m->head_norm->weight),
+                             tfm__grad_of(norm, m->head_norm->bias), k->acc);
+    tfm__activation_backward(k->t, k->a, rows * d,
+                             m->config.layer.activation);
+    tfm__linear_backward(h, d, rows, d, m->head_transform, d, k->a, d, g,
+                         tfm__grad_of(&m->base, m->head_transform),
+                         tfm__grad_of(&m->base, m->head_transform_bias),
+                         k->acc);
 }
 
 /* grad_logits [rows, V] finite, shaped as the logits. */
@@ -606,43 +810,65 @@ static tfm_status model_backward(tfm_module *model, const int32_t *ids,
     if (!tfm__checked_numel(shape, 3, sizeof(float), &cells))
         return tfm__fail(TFM_ERR_OVERFLOW, "%s: logits size overflows", what);
     /* x0: the embedded input; h: the blocks' output; g: the running
-     * gradient; dl: the logits' gradient (with a loss). */
-    float *x0, *h, *g, *dl = NULL;
-    float **const bufs[] = { &x0, &h, &g, &dl };
-    const size_t sizes[] = { (size_t)n, (size_t)n, (size_t)n,
-                             (size_t)cells };
+     * gradient; then those of the parts the model has (parts_kept); dl:
+     * the logits' gradient (with a loss). */
+    float *x0, *h, *g, *dl = NULL, *acc = NULL;
+    parts_kept k = { 0 };
+    float **bufs[9] = { &x0, &h, &g };
+    size_t sizes[9] = { (size_t)n, (size_t)n, (size_t)n };
+    int nb = 3;
+    if (m->embedding_norm) {
+        bufs[nb] = &k.e;
+        sizes[nb++] = (size_t)n;
+    }
+    if (m->head_transform) {
+        float **more[] = { &k.t, &k.a, &k.y };
+        for (int i = 0; i < 3; i++) {
+            bufs[nb] = more[i];
+            sizes[nb++] = (size_t)n;
+        }
+    }
+    if (m->embedding_norm || m->head_transform) {
+        bufs[nb] = &acc; /* 2 max(d, V) doubles */
+        sizes[nb++] = (size_t)(4 * (d > V ? d : V));
+    }
+    if (ls) {
+        bufs[nb] = &dl;
+        sizes[nb++] = (size_t)cells;
+    }
     tfm__ws_mark mark;
-    if ((st = tfm__backward_begin(model, what, bufs, sizes, ls ? 4 : 3,
-                                  &mark)))
+    if ((st = tfm__backward_begin(model, what, (float **const *)bufs, sizes,
+                                  nb, &mark)))
         return st;
+    k.acc = (double *)(void *)acc;
     tfm__masks masks = { 0 };
     if (m->config.architecture == TFM_ARCH_DECODER_ONLY)
         masks.causal = TFM_CAUSAL_TOP_LEFT;
     key = ls ? tfm__dropout_forward_key(model)
              : tfm__dropout_backward_key(model);
-    tfm__model_embed(m, ids, batch, seq, 0, x0);
+    embed_keep(m, ids, batch, seq, &k, x0);
     embed_dropout(m, key, TFM__DROP_EMBEDDING, x0, n);
     tfm__stack_kept kept;
     st = tfm__stack_forward_keep(m->stack, x0, batch, seq, NULL, 0, &masks,
                                  NULL, tfm__dropout_site(key, TFM__DROP_STACK),
                                  NULL, h, &kept);
     if (st == TFM_OK && ls) {
-        tfm__model_head(m, h, rows, dl);
+        head_transform_keep(m, h, rows, &k);
+        head_project(m, m->head_transform ? k.y : h, rows, dl);
         st = tfm__cross_entropy(dl, rows, V, ls->targets, ls->ignore_index,
                                 ls->label_smoothing, ls->reduction,
                                 ls->grad_scale, ls->loss, dl, what);
     }
     if (st == TFM_OK) {
-        /* logits = h lm_head^T: g = grad_logits lm_head, the head's
-         * gradient += grad_logits^T h. */
-        tfm__linear_backward(h, d, rows, d, m->lm_head, V,
-                             ls ? dl : grad_logits->data, V, g, head_grad(m),
-                             NULL, NULL);
+        if (!ls) /* the head's activations, which a loss has kept */
+            head_transform_keep(m, h, rows, &k);
+        head_backward(m, h, rows, &k, ls ? dl : grad_logits->data, g);
         st = tfm__stack_backward_kept(&kept, g);
     }
     if (st == TFM_OK) {
         embed_dropout(m, key, TFM__DROP_EMBEDDING, g, n);
-        embed_backward(m, ids, batch, seq, g);
+        embed_backward(m, ids, batch, seq,
+                       embed_parts_backward(m, &k, rows, g));
     }
     tfm__backward_end(model, mark);
     return st;

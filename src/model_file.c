@@ -435,13 +435,21 @@ static tfm_status expect_layers(const tfm_safetensors *f, const char *stack,
 static tfm_status check_config_against_tensors(const tfm_safetensors *f,
                                                const tfm_model_config *c,
                                                const tfm_model_options *o,
-                                               int gated)
+                                               const tfm_layer_options *lo)
 {
     const int64_t d = c->layer.d_model;
+    const int gated = lo->gated;
     tfm_status st = expect_tensor(f, "token_embedding.weight", c->vocab_size, d);
     if (st == TFM_OK && c->positional == TFM_POSITIONAL_LEARNED)
         st = expect_tensor(f, "position_embedding.weight", c->context_length,
                            d);
+    if (st == TFM_OK && lo->type_vocab_size > 0)
+        st = expect_tensor(f, "token_type_embedding.weight",
+                           lo->type_vocab_size, d);
+    if (st == TFM_OK && lo->head_transform) {
+        const int64_t vocab[1] = { c->vocab_size };
+        st = expect_shape(f, "lm_head.bias", 1, vocab);
+    }
     if (st != TFM_OK)
         return st;
     if (c->architecture == TFM_ARCH_ENCODER_DECODER) {
@@ -499,8 +507,15 @@ tfm_status tfm_model_load(const char *path, tfm_module **out)
         (st = meta_bool(f, "tfm.bias", &lo.bias)) == TFM_OK &&
         (st = meta_bool(f, "tfm.rms_norm", &lo.rms_norm)) == TFM_OK &&
         (st = meta_bool(f, "tfm.gated", &lo.gated)) == TFM_OK &&
+        (st = meta_int(f, "tfm.type_vocab_size", 0, &lo.type_vocab_size)) ==
+            TFM_OK &&
+        (st = meta_bool(f, "tfm.embedding_norm", &lo.embedding_norm)) ==
+            TFM_OK &&
+        (st = meta_bool(f, "tfm.final_norm", &lo.final_norm)) == TFM_OK &&
+        (st = meta_bool(f, "tfm.head_transform", &lo.head_transform)) ==
+            TFM_OK &&
         (st = tfm__model_config_check(&c, &o)) == TFM_OK &&
-        (st = check_config_against_tensors(f, &c, &o, lo.gated)) == TFM_OK &&
+        (st = check_config_against_tensors(f, &c, &o, &lo)) == TFM_OK &&
         (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK &&
         (st = tfm__load_parameters(model, f, "", 1)) == TFM_OK)
         st = check_variant_params(model);
@@ -665,6 +680,20 @@ tfm_status tfm_model_save(const tfm_module *model, const char *path,
         st = tfm_safetensors_writer_set_metadata(w, "tfm.rms_norm", "true");
     if (!st && m->gated) /* absent: the plain feed-forward */
         st = tfm_safetensors_writer_set_metadata(w, "tfm.gated", "true");
+    /* BERT's model parts, each absent when not there (files before 1.2
+     * have none): */
+    if (!st && m->token_type_embedding)
+        st = set_int(w, "tfm.type_vocab_size",
+                     m->token_type_embedding->n_rows);
+    if (!st && m->embedding_norm)
+        st = tfm_safetensors_writer_set_metadata(w, "tfm.embedding_norm",
+                                                 "true");
+    if (!st && !m->final_norm)
+        st = tfm_safetensors_writer_set_metadata(w, "tfm.final_norm",
+                                                 "false");
+    if (!st && m->head_transform)
+        st = tfm_safetensors_writer_set_metadata(w, "tfm.head_transform",
+                                                 "true");
     for (int i = 0; !st && i < n_extra; i++)
         st = tfm_safetensors_writer_set_metadata(w, keys[i], values[i]);
     if (!st)

@@ -4,6 +4,7 @@
 #define TFM_SRC_MODEL_IMPL_H
 
 #include "embedding_impl.h"
+#include "layer_norm.h"
 #include "stack.h"
 #include "transformer/model.h"
 
@@ -21,6 +22,14 @@ typedef struct tfm__model {
     int bias;                           /* 0: no biases in the blocks
                                          * (tfm_model_create_v2) */
     int rms_norm, gated;                /* tfm_layer_options' */
+    /* BERT's parts (tfm_layer_options' model members), NULL when absent: */
+    tfm__embedding *token_type_embedding; /* [type_vocab_size, d_model] */
+    tfm__layer_norm *embedding_norm;    /* over the summed embeddings */
+    float *head_transform;              /* [d_model, d_model] */
+    float *head_transform_bias;         /* [d_model] */
+    tfm__layer_norm *head_norm;         /* after head_transform's act */
+    float *lm_head_bias;                /* [vocab_size] */
+    int final_norm;                     /* 0: the stack has no "norm." */
 } tfm__model;
 
 /* Checks that m is a model; `kinds` is a bit set of 1 << architecture. */
@@ -56,7 +65,8 @@ tfm_status tfm__check_new_tokens(int64_t max_new_tokens,
                                  int64_t min_new_tokens, int64_t lowest_max);
 
 /* x [B, L, d] = embeddings of ids [B, L] plus positions offset ..
- * offset+L-1 (ids already checked). */
+ * offset+L-1 (ids already checked), plus token type 0's row and through
+ * the embedding norm when the model has them. */
 void tfm__model_embed(const tfm__model *m, const int32_t *ids, int64_t B,
                       int64_t L, int64_t offset, float *x);
 
@@ -64,9 +74,12 @@ void tfm__model_embed(const tfm__model *m, const int32_t *ids, int64_t B,
 tfm_status tfm__model_check_ids(const tfm__model *m, const int32_t *ids,
                                 int64_t n, const char *what);
 
-/* logits [rows, vocab] = h [rows, d] lm_head^T. */
-void tfm__model_head(const tfm__model *m, const float *h, int64_t rows,
-                     float *logits);
+/* logits [rows, vocab] = h [rows, d] lm_head^T (+ lm_head_bias), after
+ * the head transform when the model has one (its scratch [rows, d] from
+ * the workspace: TFM_ERR_OUT_OF_MEMORY with the message set, logits
+ * untouched). */
+tfm_status tfm__model_head(const tfm__model *m, const float *h, int64_t rows,
+                           float *logits);
 
 /* dst <- src: the positions src holds (keys and values of every layer),
  * its length and its RoPE origin.  Both caches of the same model and

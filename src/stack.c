@@ -295,6 +295,8 @@ static tfm_status create(const tfm_layer_config *config, int64_t n_layers,
     tfm_status st = tfm__layer_options_read(options, &o);
     tfm__stack *s = NULL;
     if (st == TFM_OK)
+        st = tfm__layer_options_no_model_parts(&o, "a stack");
+    if (st == TFM_OK)
         st = tfm__stack_new_ex(config, o.attention, tfm__layer_parts(&o), n_layers,
                                final_norm, decoder, &s);
     if (st == TFM_OK)

@@ -48,6 +48,8 @@ tfm_status tfm_transformer_create_v2(const tfm_layer_config *config,
     tfm_layer_options o;
     tfm_status st = tfm__layer_options_read(options, &o);
     if (st == TFM_OK)
+        st = tfm__layer_options_no_model_parts(&o, "nn.Transformer");
+    if (st == TFM_OK)
         st = tfm__layer_config_check(config);
     if (st != TFM_OK)
         return st;

@@ -712,6 +712,114 @@ static void bias_free_errors(void **s)
     tfm_module_free(m);
 }
 
+/* BERT's model parts in tfm_layer_options: every layer, stack and
+ * nn.Transformer constructor and the encoder-decoder model refuse them
+ * (TFM_ERR_INVALID_ARGUMENT, *out untouched), type_vocab_size out of
+ * range is refused, tfm_model_get_layer_options reports them, and a file
+ * whose "tfm.type_vocab_size" disagrees with its tensors is refused before
+ * anything is allocated for it (the values themselves are checked against
+ * float64 torch in bindings/python/tests/test_hub_bert.py). */
+static void model_parts(void **s)
+{
+    (void)s;
+    tfm_layer_config layer = tfm_layer_config_default(8, 2);
+    layer.d_ff = 16;
+    for (int part = 0; part < 4; part++) {
+        tfm_layer_options lo;
+        tfm_layer_options_init(&lo);
+        if (part == 0)
+            lo.type_vocab_size = 2;
+        else if (part == 1)
+            lo.embedding_norm = 1;
+        else if (part == 2)
+            lo.final_norm = 0;
+        else
+            lo.head_transform = 1;
+        tfm_module *m = SENTINEL_MODULE;
+        assert_int_equal(tfm_encoder_layer_create_v2(&layer, &lo, &m),
+                         TFM_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(tfm_last_error(), "model parts"));
+        assert_int_equal(tfm_decoder_layer_create_v2(&layer, &lo, &m),
+                         TFM_ERR_INVALID_ARGUMENT);
+        assert_int_equal(tfm_encoder_create_v2(&layer, 2, 1, &lo, &m),
+                         TFM_ERR_INVALID_ARGUMENT);
+        assert_int_equal(tfm_decoder_create_v2(&layer, 2, 1, &lo, &m),
+                         TFM_ERR_INVALID_ARGUMENT);
+        assert_int_equal(tfm_transformer_create_v2(&layer, 1, 1, &lo, &m),
+                         TFM_ERR_INVALID_ARGUMENT);
+        tfm_model_config c = tiny_model_config(TFM_ARCH_ENCODER_DECODER,
+                                               layer, 11, 0, 6);
+        c.n_encoder_layers = 1;
+        c.n_decoder_layers = 1;
+        assert_int_equal(tfm_model_create_v2(&c, NULL, &lo, &m),
+                         TFM_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(tfm_last_error(), "encoder-decoder"));
+        assert_ptr_equal(m, SENTINEL_MODULE);
+    }
+    tfm_model_config c = tiny_model_config(TFM_ARCH_ENCODER_ONLY, layer, 11,
+                                           2, 6);
+    tfm_layer_options lo;
+    tfm_layer_options_init(&lo);
+    tfm_module *m = SENTINEL_MODULE;
+    const int64_t bad[] = { -1, (int64_t)INT32_MAX + 1 };
+    for (int i = 0; i < 2; i++) {
+        lo.type_vocab_size = bad[i];
+        assert_int_equal(tfm_model_create_v2(&c, NULL, &lo, &m),
+                         TFM_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(tfm_last_error(), "type_vocab_size"));
+        assert_ptr_equal(m, SENTINEL_MODULE);
+    }
+    lo.type_vocab_size = 3;
+    lo.embedding_norm = 1;
+    lo.final_norm = 0;
+    lo.head_transform = 1;
+    assert_int_equal(tfm_model_create_v2(&c, NULL, &lo, &m), TFM_OK);
+    tfm_layer_options got;
+    tfm_layer_options_init(&got);
+    assert_int_equal(tfm_model_get_layer_options(m, &got), TFM_OK);
+    assert_int_equal(got.type_vocab_size, 3);
+    assert_int_equal(got.embedding_norm, 1);
+    assert_int_equal(got.final_norm, 0);
+    assert_int_equal(got.head_transform, 1);
+    const int64_t d = 8, V = 11;
+    /* 11*8 + 6*8 (positions) + 3*8 (types) + 2*8 (embedding norm) + the
+     * blocks + 8*8 + 8 + 2*8 (transform, its norm) + 11 (logits' bias): */
+    int rank = 0;
+    int64_t shape[TFM_MAX_RANK];
+    assert_int_equal(tfm_module_parameter_shape(m, "lm_head.bias", &rank,
+                                                shape), TFM_OK);
+    assert_int_equal(rank, 1);
+    assert_int_equal(shape[0], V);
+    assert_int_equal(tfm_module_parameter_shape(m, "head_transform.weight",
+                                                &rank, shape), TFM_OK);
+    assert_int_equal(shape[0], d);
+    assert_int_equal(shape[1], d);
+    assert_int_equal(tfm_module_parameter_shape(m, "norm.weight", &rank,
+                                                shape), TFM_ERR_NOT_FOUND);
+    char path[] = "/tmp/tfm_parts_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    const char *keys[] = { "tfm.type_vocab_size" },
+               *values[] = { "1000000000" };
+    assert_int_equal(tfm_model_save(m, path, 1, keys, values), TFM_OK);
+    tfm_module *loaded = SENTINEL_MODULE;
+    assert_int_equal(tfm_model_load(path, &loaded), TFM_ERR_FORMAT);
+    assert_non_null(strstr(tfm_last_error(), "token_type_embedding.weight"));
+    assert_ptr_equal(loaded, SENTINEL_MODULE);
+    values[0] = "3";
+    assert_int_equal(tfm_model_save(m, path, 1, keys, values), TFM_OK);
+    assert_int_equal(tfm_model_load(path, &loaded), TFM_OK);
+    tfm_layer_options_init(&got);
+    assert_int_equal(tfm_model_get_layer_options(loaded, &got), TFM_OK);
+    assert_int_equal(got.type_vocab_size, 3);
+    assert_int_equal(got.head_transform, 1);
+    assert_int_equal(got.final_norm, 0);
+    unlink(path);
+    tfm_module_free(loaded);
+    tfm_module_free(m);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -734,6 +842,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(generate_refuses_huge_max_new),
         cmocka_unit_test(bias_free_models),
         cmocka_unit_test(bias_free_errors),
+        cmocka_unit_test(model_parts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2475,8 +2475,9 @@ end
 -- -> Model: a model file (safetensors with the libtransformer metadata)
 -- and, when its metadata has one, its tokenizer; or a Hugging Face
 -- checkpoint directory (config.json and model.safetensors or its shards;
--- GPT-2 and Llama, model.h: tfm_model_load) with the tokenizer its files give
--- (tokenizer.json, vocab.json + merges.txt, ...), nil when it has none;
+-- GPT-2, Llama and BERT, model.h: tfm_model_load) with the tokenizer its
+-- files give (tokenizer.json, vocab.json + merges.txt, vocab.txt, ...), nil
+-- when it has none;
 -- path defaults to default_model_path().
 function Model.load(path)
   if path == nil then

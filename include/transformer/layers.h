@@ -84,10 +84,39 @@ typedef struct tfm_layer_options {
      * linear3(x)), SwiGLU with TFM_ACTIVATION_SILU, as Llama's.  Default
      * 0. */
     int gated;
+    /* The members below are parts of whole models only
+     * (tfm_model_create_v2, decoder-only and encoder-only architectures):
+     * BERT's (Devlin et al. 2019; transformers' modeling_bert.py
+     * BertEmbeddings and BertLMPredictionHead).  Layer, stack and
+     * nn.Transformer constructors refuse any value but the default
+     * (TFM_ERR_INVALID_ARGUMENT), as do encoder-decoder models.  These
+     * parts are LayerNorms with a bias and Linears with a bias (BERT's)
+     * whatever `bias` and `rms_norm` say. */
+    /* > 0: a token-type (segment) table "token_type_embedding.weight"
+     * [type_vocab_size, d_model] whose row 0 is added to every position's
+     * embedding (Hugging Face's default token_type_ids of zeros).
+     * Default 0: none. */
+    int64_t type_vocab_size;
+    /* Nonzero: a LayerNorm "embedding_norm.weight" / ".bias" [d_model]
+     * (eps layer_norm_eps) over the summed embeddings, before their
+     * dropout.  Default 0. */
+    int embedding_norm;
+    /* 0: no final norm "norm.*" after the last block (BERT's post-norm
+     * stack ends with its last layer's norm2).  Default 1. */
+    int final_norm;
+    /* Nonzero: the head transforms the hidden states before the
+     * vocabulary projection and adds a bias to the logits,
+     *   logits = LayerNorm(act(h W^T + b)) lm_head^T + lm_head_bias,
+     * act the layers' activation: parameters "head_transform.weight"
+     * [d_model, d_model], "head_transform.bias" [d_model],
+     * "head_norm.weight" / ".bias" [d_model] (eps layer_norm_eps) and
+     * "lm_head.bias" [vocab_size].  Default 0. */
+    int head_transform;
 } tfm_layer_options;
 
-/* Writes the defaults (bias 1, no variant, LayerNorm, plain feed-forward)
- * and struct_size.  NULL is a no-op.  Since 1.2. */
+/* Writes the defaults (bias 1, no variant, LayerNorm, plain feed-forward,
+ * no model parts but the final norm) and struct_size.  NULL is a no-op.
+ * Since 1.2. */
 TFM_API void tfm_layer_options_init(tfm_layer_options *options);
 
 /* ---- LayerNorm ---------------------------------------------------------

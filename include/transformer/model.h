@@ -32,8 +32,11 @@
  *   "sinusoidal", "none"), "tfm.tied_embeddings", "tfm.embedding_scale",
  *   "tfm.bias" ("false" for the bias-free blocks of tfm_model_create_v2;
  *   absent: biases), "tfm.rms_norm" and "tfm.gated" ("true" for
- *   tfm_layer_options' rms_norm / gated; absent: false), and for the tokenizer (tokenizer.h) "tfm.tokenizer": "char",
- *   "tfm.vocab".
+ *   tfm_layer_options' rms_norm / gated; absent: false), the model parts
+ *   of tfm_layer_options (each absent at its default):
+ *   "tfm.type_vocab_size" (a whole number), "tfm.embedding_norm" and
+ *   "tfm.head_transform" ("true"), "tfm.final_norm" ("false"); and for the
+ *   tokenizer (tokenizer.h) "tfm.tokenizer": "char", "tfm.vocab".
  */
 #ifndef TRANSFORMER_MODEL_H
 #define TRANSFORMER_MODEL_H
@@ -150,11 +153,24 @@ TFM_API tfm_status tfm_model_create_ex(const tfm_model_config *config,
  * LM head have no bias either way.  Model files record it as metadata
  * "tfm.bias" = "false" (absent: true), and layer_options->rms_norm and
  * ->gated as "tfm.rms_norm" / "tfm.gated" = "true", so tfm_model_save /
- * tfm_model_load round-trip such a model.  layer_options->attention must be NULL: a
- * model's attention variant is options->attention.
+ * tfm_model_load round-trip such a model.  layer_options->attention must
+ * be NULL: a model's attention variant is options->attention.
+ * The model parts of layer_options (BERT's; Devlin et al. 2019,
+ * transformers' BertEmbeddings and BertLMPredictionHead), for
+ * decoder-only and encoder-only models: type_vocab_size > 0 adds
+ * "token_type_embedding.weight" [type_vocab_size, d_model], whose row 0
+ * is added to every position (token_type_ids of zeros); embedding_norm a
+ * LayerNorm "embedding_norm.*" over the summed embeddings, before their
+ * dropout; final_norm 0 drops the final "norm.*"; head_transform makes
+ *   logits = LayerNorm(act(h W^T + b)) lm_head^T + lm_head_bias
+ * ("head_transform.weight" [d_model, d_model], "head_transform.bias",
+ * "head_norm.*" [d_model], "lm_head.bias" [vocab_size], initialised as
+ * nn.Linear, LayerNorm and zeros).  Every step (logits, KV-cache
+ * decoding, generation, beam search, backward) computes them.
  * Errors: those of tfm_model_create_ex, TFM_ERR_INVALID_ARGUMENT
- * (layer_options->struct_size too small, or an attention variant in
- * layer_options); on error *out is unchanged.  config, options and
+ * (layer_options->struct_size too small, an attention variant in
+ * layer_options, model parts on an encoder-decoder model, a
+ * type_vocab_size outside 0 .. 2^31-1); on error *out is unchanged.  config, options and
  * layer_options are only read.  On success *out is freed with
  * tfm_module_free.  Since 1.2. */
 TFM_API tfm_status tfm_model_create_v2(const tfm_model_config *config,
@@ -209,14 +225,34 @@ TFM_API tfm_status tfm_model_get_config(const tfm_module *model,
  * keys.  Every tensor is checked (present, shape, float dtype, nothing
  * left over but the tied "lm_head.weight" and the causal-mask buffers
  * "h.<i>.attn.bias" / "h.<i>.attn.masked_bias") before the model is
- * allocated.  The directory's tokenizer files are not read here
- * (tfm_tokenizer_load reads them).
+ * allocated.
+ * "model_type" "llama" (Touvron et al. 2023; LlamaForCausalLM) becomes a
+ * decoder-only model with RMSNorms, the gated SwiGLU feed-forward, no
+ * biases, rotary positions on half-split pairs (rope_theta) and
+ * grouped-query attention (num_key_value_heads); q_proj, k_proj and
+ * v_proj fill the rows of in_proj_weight.  rope_scaling, attention_bias,
+ * mlp_bias and a head_dim other than hidden_size / num_attention_heads
+ * are refused (TFM_ERR_UNSUPPORTED).
+ * "model_type" "bert" (Devlin et al. 2019; BertForMaskedLM, its tensors
+ * under "bert." and "cls.predictions.") becomes an encoder-only,
+ * post-norm model with learned positions and the model parts of
+ * tfm_model_create_v2: the token-type table (row 0 used), the embedding
+ * LayerNorm, no final norm and the masked-LM head transform with the
+ * logits' bias; query, key and value fill the rows of in_proj_weight /
+ * in_proj_bias; LayerNorms saved as ".gamma" / ".beta" are read as
+ * transformers reads them; the pooler, the next-sentence head and the
+ * position_ids buffer are ignored.  position_embedding_type other than
+ * "absolute", is_decoder and add_cross_attention are refused
+ * (TFM_ERR_UNSUPPORTED).
+ * The directory's tokenizer files are not read here (tfm_tokenizer_load
+ * reads them).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO (a missing file, e.g. no
  * config.json or no weights in a directory), TFM_ERR_FORMAT (malformed
  * file or JSON, missing or invalid configuration key, missing or extra
  * tensor, wrong shape, a learned attention temperature that is not > 0 so
  * that no forward pass could run), TFM_ERR_UNSUPPORTED (also: a
- * "model_type" other than "gpt2", an unsupported activation_function, a
+ * "model_type" other than "gpt2", "llama" and "bert", an unsupported
+ * activation, a
  * directory with only pytorch_model.bin), TFM_ERR_NON_FINITE,
  * TFM_ERR_OUT_OF_MEMORY; and those of tfm_model_create; the message names
  * the file, key or tensor.  On error *out is unchanged.  path is only

@@ -110,7 +110,8 @@ from .functional import (attention, cross_entropy, cross_entropy_backward,
                          scaled_dot_product_attention,
                          scaled_dot_product_attention_backward,
                          sinusoidal_positional_encoding)
-from .models import (DEFAULT_SEED, AutoModelForCausalLM, KVCache, Model,
+from .models import (DEFAULT_SEED, AutoModelForCausalLM,
+                     AutoModelForMaskedLM, KVCache, Model,
                      Sampler, Tokenizer, default_model_path, from_pretrained,
                      load_model)
 from .safetensors import (load_safetensors, load_safetensors_metadata,
@@ -160,7 +161,8 @@ __all__ = [
     "cross_entropy", "cross_entropy_backward",
     # models
     "Model", "KVCache", "Tokenizer", "Sampler", "load_model",
-    "from_pretrained", "AutoModelForCausalLM", "default_model_path",
+    "from_pretrained", "AutoModelForCausalLM", "AutoModelForMaskedLM",
+    "default_model_path",
     "DEFAULT_SEED", "load_tokenizer",
     # files
     "load_safetensors", "load_safetensors_metadata", "save_safetensors",

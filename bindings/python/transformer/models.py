@@ -62,7 +62,8 @@ def load_model(path=None):
 
 def from_pretrained(path):
     """Model.from_pretrained(path): a Hugging Face checkpoint directory
-    (config.json and safetensors weights; GPT-2 and Llama) or a model file,
+    (config.json and safetensors weights; GPT-2, Llama and BERT) or a model
+    file,
     with its tokenizer."""
     return Model.load(fspath(path))
 
@@ -75,22 +76,38 @@ class AutoModelForCausalLM:
     tokenizer, and refuses a model that is not decoder-only.  Not
     instantiated (as in transformers)."""
 
-    def __init__(self, *args, **kwargs):
-        raise TypeError("AutoModelForCausalLM is not instantiated: use "
-                        "AutoModelForCausalLM.from_pretrained(path)")
+    _architecture = "decoder_only"
 
-    @staticmethod
-    def from_pretrained(path):
+    def __init__(self, *args, **kwargs):
+        name = type(self).__name__
+        raise TypeError(f"{name} is not instantiated: use "
+                        f"{name}.from_pretrained(path)")
+
+    @classmethod
+    def from_pretrained(cls, path):
         """The Model of checkpoint directory or model file path, with its
-        tokenizer; UnsupportedError when it is not decoder-only."""
+        tokenizer; UnsupportedError when it is not of the class's
+        architecture."""
         model = Model.load(fspath(path))
         arch = model.config["architecture"]
-        if arch != "decoder_only":
+        if arch != cls._architecture:
             model.close()
+            want = cls._architecture.replace("_", "-")
+            article = "an" if want.startswith("e") else "a"
             raise UnsupportedError(
-                f"{path}: AutoModelForCausalLM needs a decoder-only model, "
-                f"this one is {arch}")
+                f"{path}: {cls.__name__} needs {article} {want} model, this "
+                f"one is {arch}")
         return model
+
+
+class AutoModelForMaskedLM(AutoModelForCausalLM):
+    """Hugging Face's entry point for masked language models:
+    ``AutoModelForMaskedLM.from_pretrained(path)`` loads a checkpoint
+    directory ("model_type" "bert": BertForMaskedLM's tensors) or a model
+    file as a Model with the directory's tokenizer (vocab.txt), and
+    refuses a model that is not encoder-only.  Not instantiated."""
+
+    _architecture = "encoder_only"
 
 
 # The tokenizer files a checkpoint directory may hold (tokenizer_files.c).
@@ -230,6 +247,15 @@ class Model(Module):
     feed-forward the gated SwiGLU one (tfm_layer_options; Llama's, as
     from_pretrained gives them); ``config["rms_norm"]`` and
     ``config["gated"]`` are present only when true.
+    BERT's model parts (tfm_layer_options; what from_pretrained gives a
+    "bert" checkpoint): ``type_vocab_size=n`` adds a token-type table
+    ``token_type_embedding`` whose row 0 is added to every position (Hugging
+    Face's default token_type_ids of zeros), ``embedding_norm=True`` a
+    LayerNorm over the summed embeddings, ``final_norm=False`` drops the
+    final ``norm`` (BERT's post-norm stack ends with its last layer's),
+    ``head_transform=True`` makes the head BertLMPredictionHead's:
+    ``LayerNorm(act(h W^T + b)) lm_head^T + lm_head.bias``; present in
+    ``config`` only when not the defaults.
 
     Options (tfm_model_create_ex): ``positional`` may be "learned",
     "sinusoidal" (interleaved, as the paper), "sinusoidal_concat" (sin |
@@ -278,12 +304,21 @@ class Model(Module):
         config = _model_config(self._config_dict)
         options = _model_options(self._config_dict)
         cfg = self._config_dict
-        if (not cfg.get("bias", True) or cfg.get("rms_norm")
-                or cfg.get("gated")):
+        if (not cfg.get("bias", True) or not cfg.get("final_norm", True)
+                or any(cfg.get(k) for k in (
+                    "rms_norm", "gated", "type_vocab_size",
+                    "embedding_norm", "head_transform"))):
             layer_options = _ll.tfm_layer_options()
             layer_options.bias = int(bool(cfg.get("bias", True)))
             layer_options.rms_norm = int(bool(cfg.get("rms_norm", False)))
             layer_options.gated = int(bool(cfg.get("gated", False)))
+            layer_options.type_vocab_size = as_int(
+                cfg.get("type_vocab_size", 0), "type_vocab_size", 0)
+            layer_options.embedding_norm = int(bool(
+                cfg.get("embedding_norm", False)))
+            layer_options.final_norm = int(bool(cfg.get("final_norm", True)))
+            layer_options.head_transform = int(bool(
+                cfg.get("head_transform", False)))
             return _ll.tfm_model_create_v2(config, options, layer_options)
         if options is None:
             return _ll.tfm_model_create(config)
@@ -301,7 +336,7 @@ class Model(Module):
         """Loads a model file (default: default_model_path()) and, when its
         metadata has one, its tokenizer; or a Hugging Face checkpoint
         directory (config.json, model.safetensors or sharded weights with
-        model.safetensors.index.json; GPT-2 and Llama) with the tokenizer its
+        model.safetensors.index.json; GPT-2, Llama and BERT) with the tokenizer its
         files give (tokenizer.json, vocab.json + merges.txt, ...), None
         when it has none."""
         path = default_model_path() if path is None else fspath(path)
@@ -370,6 +405,14 @@ class Model(Module):
             out["rms_norm"] = True
         if lo.gated:
             out["gated"] = True
+        if lo.type_vocab_size:
+            out["type_vocab_size"] = lo.type_vocab_size
+        if lo.embedding_norm:
+            out["embedding_norm"] = True
+        if not lo.final_norm:
+            out["final_norm"] = False
+        if lo.head_transform:
+            out["head_transform"] = True
         base, attention = self._options()
         if base not in (0.0, _DEFAULT_BASE):
             out["positional_base"] = base
@@ -963,7 +1006,9 @@ def _model_config(cfg):
              "activation", "layer_norm_eps", "norm_first", "n_layers",
              "n_encoder_layers", "n_decoder_layers", "context_length",
              "positional", "tied_embeddings", "embedding_scale",
-             "positional_base", "attention", "bias", "rms_norm", "gated"}
+             "positional_base", "attention", "bias", "rms_norm", "gated",
+             "type_vocab_size", "embedding_norm", "final_norm",
+             "head_transform"}
     unknown = set(cfg) - known
     if unknown:
         raise InvalidArgumentError(f"unknown model config keys: "
