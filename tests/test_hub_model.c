@@ -5,16 +5,21 @@
  * GPT2LMHeadModel's layout (config.json, model.safetensors with Conv1D
  * weights [in, out] and the causal-mask buffers) -- or by
  * hub_llama_reference.py -- a Llama in LlamaForCausalLM's layout (RMSNorm,
- * SwiGLU, grouped-query attention, rotary positions, untied head) -- with
- * reference.json, the logits and 12 greedy ids of the forward pass in
- * torch float64 (written from transformers' modeling_gpt2 /
- * modeling_llama).  Checked: the logits within
- * 1e-5 of the largest, the greedy ids equal, every allocation failing in
- * turn gives TFM_ERR_OUT_OF_MEMORY with *out unchanged, and bad
+ * SwiGLU, grouped-query attention, rotary positions, untied head) -- or by
+ * hub_bert_reference.py -- a BERT in BertForMaskedLM's layout (post-norm
+ * encoder, token types, embedding LayerNorm, the masked-LM head
+ * transform) -- with reference.json, the logits and (decoders) 12 greedy
+ * ids of the forward pass in torch float64 (written from transformers'
+ * modeling_gpt2 / modeling_llama / modeling_bert).  Checked: the logits
+ * within 1e-5 of the largest, the greedy ids equal, every allocation
+ * failing in turn gives TFM_ERR_OUT_OF_MEMORY with *out unchanged (the
+ * load; and a training step's forward and backward, which then leave the
+ * logits and the gradients as they were), and bad
  * directories (no config.json, malformed JSON, another model_type, a
  * config.json the weights contradict) are refused with the key or tensor
  * named and *out unchanged.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -35,6 +40,8 @@ void tfm_testing_fail_allocation(long k);
 
 static const char *dir;
 static int llama; /* config.json's model_type is "llama" */
+static int bert;  /* ... or "bert" */
+#define FAMILY (llama ? "Llama" : bert ? "BERT" : "GPT-2")
 
 typedef struct reference {
     int32_t prompt[64];
@@ -135,7 +142,8 @@ static void test_logits_and_greedy(void **state)
     assert_int_equal(tfm_model_load(dir, &model), TFM_OK);
     tfm_model_config c;
     assert_int_equal(tfm_model_get_config(model, &c), TFM_OK);
-    assert_int_equal(c.architecture, TFM_ARCH_DECODER_ONLY);
+    assert_int_equal(c.architecture, bert ? TFM_ARCH_ENCODER_ONLY
+                                          : TFM_ARCH_DECODER_ONLY);
     tfm_layer_options lo;
     tfm_layer_options_init(&lo);
     assert_int_equal(tfm_model_get_layer_options(model, &lo), TFM_OK);
@@ -150,15 +158,26 @@ static void test_logits_and_greedy(void **state)
         assert_int_equal(o.attention.rope, TFM_ROPE_HALF);
         assert_int_equal(o.attention.n_kv_heads, 2);
         assert_true(o.attention.rope_base == 500000.0);
+    } else if (bert) {
+        assert_int_equal(c.layer.activation, TFM_ACTIVATION_GELU);
+        assert_true(c.tied_embeddings);
+        assert_false(c.layer.norm_first);
+        assert_int_equal(lo.type_vocab_size, 2);
+        assert_true(lo.embedding_norm && lo.head_transform && lo.bias);
+        assert_false(lo.final_norm);
     } else {
         assert_int_equal(c.layer.activation, TFM_ACTIVATION_GELU_TANH);
         assert_true(c.tied_embeddings);
         assert_true(!lo.rms_norm && !lo.gated && lo.bias);
     }
     double err = logits_error(model, &r);
-    printf("hub %s logits: max error / max |ref| = %.3g\n",
-           llama ? "Llama" : "GPT-2", err);
+    printf("hub %s logits: max error / max |ref| = %.3g\n", FAMILY, err);
     assert_true(err <= 1e-5);
+    if (bert) { /* an encoder: no generation */
+        tfm_module_free(model);
+        free(r.logits);
+        return;
+    }
     int32_t ids[64];
     assert_int_equal(tfm_model_generate(model, r.prompt, r.n_prompt,
                                         r.n_greedy, NULL, 0, ids),
@@ -193,9 +212,86 @@ static void test_out_of_memory(void **state)
         assert_true(tfm_last_error()[0] != '\0');
         assert_true(k < 100000);
     }
-    printf("hub %s load: %ld allocations failed in turn\n",
-           llama ? "Llama" : "GPT-2", k - 1);
+    printf("hub %s load: %ld allocations failed in turn\n", FAMILY, k - 1);
     assert_true(k > 10);
+    free(r.logits);
+}
+
+/* A training step's forward (tfm_model_logits in training mode, which
+ * keeps what the backward needs) and backward with every allocation
+ * failing in turn: TFM_ERR_OUT_OF_MEMORY with a message, the logits
+ * tensor and every gradient as they were; then both succeed, with the
+ * reference's logits. */
+static void test_out_of_memory_training(void **state)
+{
+    (void)state;
+    reference r;
+    load_reference(&r);
+    tfm_module *model = NULL;
+    assert_int_equal(tfm_model_load(dir, &model), TFM_OK);
+    assert_int_equal(tfm_module_train(model, 1), TFM_OK);
+    tfm_model_config c;
+    assert_int_equal(tfm_model_get_config(model, &c), TFM_OK);
+    const int64_t T = r.n_prompt, V = c.vocab_size;
+    tfm_tensor *logits = NULL, *dlogits = NULL;
+    assert_int_equal(tfm_tensor_create(3, (const int64_t[]){ 1, T, V },
+                                       &logits), TFM_OK);
+    assert_int_equal(tfm_tensor_create(3, (const int64_t[]){ 1, T, V },
+                                       &dlogits), TFM_OK);
+    float *x = tfm_tensor_data(logits), *g = tfm_tensor_data(dlogits);
+    for (int64_t i = 0; i < T * V; i++) {
+        x[i] = 7.0f;
+        g[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+    }
+    const char *watched = bert ? "head_transform.weight"
+                               : "layers.0.linear1.weight";
+    float *grad = NULL;
+    assert_int_equal(tfm_module_grad(model, watched, &grad), TFM_OK);
+    long fwd = 0, bwd = 0;
+    for (long k = 1;; k++) {
+        tfm_workspace_release(); /* so that scratch allocations fail too */
+        tfm_testing_fail_allocation(k);
+        tfm_status st = tfm_model_logits(model, r.prompt, 1, T, logits);
+        tfm_testing_fail_allocation(0);
+        if (st == TFM_OK)
+            break;
+        assert_int_equal(st, TFM_ERR_OUT_OF_MEMORY);
+        assert_true(tfm_last_error()[0] != '\0');
+        for (int64_t i = 0; i < T * V; i++)
+            assert_true(x[i] == 7.0f);
+        fwd = k;
+        assert_true(k < 100000);
+    }
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < T * V; i++) {
+        double d = fabs(x[i] - r.logits[i]), a = fabs(r.logits[i]);
+        diff = d > diff ? d : diff;
+        scale = a > scale ? a : scale;
+    }
+    assert_true(diff / scale <= 1e-5);
+    for (long k = 1;; k++) {
+        tfm_workspace_release();
+        tfm_testing_fail_allocation(k);
+        tfm_status st = tfm_model_backward(model, r.prompt, 1, T, dlogits);
+        tfm_testing_fail_allocation(0);
+        if (st == TFM_OK)
+            break;
+        assert_int_equal(st, TFM_ERR_OUT_OF_MEMORY);
+        for (int64_t i = 0; i < c.layer.d_model; i++)
+            assert_true(grad[i] == 0.0f);
+        bwd = k;
+        assert_true(k < 100000);
+    }
+    int nonzero = 0;
+    for (int64_t i = 0; i < c.layer.d_model; i++)
+        nonzero += grad[i] != 0.0f;
+    assert_true(nonzero > 0);
+    assert_true(fwd > 0 && bwd > 0);
+    printf("hub %s training step: %ld forward and %ld backward allocations "
+           "failed in turn\n", FAMILY, fwd, bwd);
+    tfm_tensor_free(logits);
+    tfm_tensor_free(dlogits);
+    tfm_module_free(model);
     free(r.logits);
 }
 
@@ -261,11 +357,45 @@ static void test_bad_llama_directories(void)
             "mistral");
 }
 
+/* The BERT reference's weights: 2 layers, width 32, 4 heads, 40
+ * positions, 2 token types, vocabulary 263. */
+static void test_bad_bert_directories(void)
+{
+    refused("{\"model_type\": \"bert\", \"hidden_size\": 32, "
+            "\"intermediate_size\": 56, \"num_attention_heads\": 4, "
+            "\"num_hidden_layers\": 3, \"max_position_embeddings\": 40, "
+            "\"vocab_size\": 263}",
+            TFM_ERR_FORMAT, "bert.encoder.layer.2.attention.self.query");
+    refused("{\"model_type\": \"bert\", \"hidden_size\": 32, "
+            "\"intermediate_size\": 56, \"num_attention_heads\": 4, "
+            "\"num_hidden_layers\": 2, \"max_position_embeddings\": 40, "
+            "\"vocab_size\": 263, \"type_vocab_size\": 0}",
+            TFM_ERR_FORMAT, "type_vocab_size");
+    refused("{\"model_type\": \"bert\", \"hidden_size\": 32, "
+            "\"intermediate_size\": 56, \"num_attention_heads\": 4, "
+            "\"num_hidden_layers\": 2, \"vocab_size\": 263}",
+            TFM_ERR_FORMAT, "bert.embeddings.position_embeddings.weight");
+    refused("{\"model_type\": \"bert\", \"hidden_size\": 32, "
+            "\"num_attention_heads\": 4, \"num_hidden_layers\": "
+            "100000000}",
+            TFM_ERR_FORMAT, "\"num_hidden_layers\" 100000000 needs");
+    refused("{\"model_type\": \"bert\", \"hidden_size\": 32, "
+            "\"num_attention_heads\": 4, \"num_hidden_layers\": 2, "
+            "\"position_embedding_type\": \"relative_key_query\"}",
+            TFM_ERR_UNSUPPORTED, "position_embedding_type");
+    refused("{\"model_type\": \"roberta\"}", TFM_ERR_UNSUPPORTED,
+            "roberta");
+}
+
 static void test_bad_directories(void **state)
 {
     (void)state;
     if (llama) {
         test_bad_llama_directories();
+        return;
+    }
+    if (bert) {
+        test_bad_bert_directories();
         return;
     }
     refused(NULL, TFM_ERR_IO, "config.json");
@@ -315,10 +445,12 @@ int main(int argc, char **argv)
         text[n] = '\0';
         fclose(f);
         llama = strstr(text, "\"model_type\": \"llama\"") != NULL;
+        bert = strstr(text, "\"model_type\": \"bert\"") != NULL;
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_and_greedy),
         cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_out_of_memory_training),
         cmocka_unit_test(test_bad_directories),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -20,7 +20,9 @@ softmax(q k^T / sqrt(d / H)) v over every position (no mask); logits =
 LN(act(transform(h))) word^T + bias.  act is erf GELU ("gelu").
 """
 
+import json
 import math
+import os
 
 import torch
 
@@ -181,9 +183,16 @@ def write_vocab(directory, config=None):
 
 def main(directory):
     """Writes a tiny BertForMaskedLM checkpoint with its vocab.txt (the
-    README's example)."""
-    write_checkpoint(directory, random_weights(CONFIG))
+    README's example) and reference.json (the C test's): the prompt and
+    its float64 logits; no greedy ids (an encoder does not generate)."""
+    w = random_weights(CONFIG)
+    write_checkpoint(directory, w)
     write_vocab(directory)
+    logits = bert_logits(G.rounded(w, "F32"), CONFIG, [PROMPT])[0]
+    with open(os.path.join(directory, "reference.json"), "w") as f:
+        json.dump({"prompt": PROMPT,
+                   "logits": logits.numpy().ravel().tolist(),
+                   "greedy": []}, f)
 
 
 if __name__ == "__main__":
