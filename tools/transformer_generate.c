@@ -24,7 +24,16 @@
  * are generated together (tfm_model_generate_batch); stdout gets one line
  * per prompt, in order: the prompt and its generated text, with each
  * newline of them written as the two characters \n and each backslash as
- * \\, so that every result stays on its line. */
+ * \\, so that every result stays on its line.
+ *
+ * With --fill-mask TEXT the model is a masked LM (an encoder-only model,
+ * e.g. a BERT checkpoint directory): TEXT is encoded with the
+ * tokenizer's framing ([CLS] ... [SEP]), and for each [MASK] in it the
+ * top predictions (5, or --top-k K) are printed, as Hugging Face's
+ * fill-mask pipeline gives them: one line each, the probability (softmax
+ * over the vocabulary), a tab, the token (decoded alone), a tab, and the
+ * text with the mask replaced (special tokens left out when it has one
+ * mask; with several, the others stay, as the pipeline shows them). */
 #include <errno.h>
 #include <float.h>
 #include <getopt.h>
@@ -77,11 +86,13 @@ typedef struct options {
     int64_t no_repeat_ngram_size;
     tfm_past_context past_context;   /* --past-context */
     const char *batch_file;          /* --batch-file, or NULL */
+    const char *fill_mask;           /* --fill-mask, or NULL */
+    int top_k_option;                /* --top-k given */
 } options;
 
 /* getopt_long's values for the long-only options. */
 enum { OPT_SAMPLE = 256, OPT_STOP, OPT_EOS, OPT_MIN_NEW, OPT_REPETITION,
-       OPT_NO_REPEAT, OPT_PAST_CONTEXT, OPT_BATCH_FILE };
+       OPT_NO_REPEAT, OPT_PAST_CONTEXT, OPT_BATCH_FILE, OPT_FILL_MASK };
 
 static void usage(FILE *out)
 {
@@ -133,6 +144,11 @@ static void usage(FILE *out)
         "order,\n"
         "                         newlines written as \\n, backslashes as "
         "\\\\\n"
+        "      --fill-mask TEXT   a masked LM (BERT) predicts each [MASK] in "
+        "TEXT:\n"
+        "                         the 5 (or --top-k K) most likely tokens, "
+        "one line\n"
+        "                         each: probability, token, filled text\n"
         "  -h, --help             show this help and exit\n"
         "  -V, --version          show the version and exit\n"
         "\n"
@@ -183,6 +199,7 @@ static int parse_options(int argc, char **argv, options *o)
         { "no-repeat-ngram-size", required_argument, NULL, OPT_NO_REPEAT },
         { "past-context", required_argument, NULL, OPT_PAST_CONTEXT },
         { "batch-file", required_argument, NULL, OPT_BATCH_FILE },
+        { "fill-mask", required_argument, NULL, OPT_FILL_MASK },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -204,6 +221,8 @@ static int parse_options(int argc, char **argv, options *o)
     o->no_repeat_ngram_size = 0;
     o->past_context = TFM_PAST_CONTEXT_AUTO;
     o->batch_file = NULL;
+    o->fill_mask = NULL;
+    o->top_k_option = 0;
 
     int c;
     int64_t v;
@@ -232,6 +251,7 @@ static int parse_options(int argc, char **argv, options *o)
             if (parse_int64("--top-k", optarg, 0, &o->sampling.top_k))
                 return 1;
             o->sampling_option = 1;
+            o->top_k_option = 1;
             break;
         case 'P':
             if (parse_float("--top-p", optarg, &o->sampling.top_p))
@@ -297,6 +317,9 @@ static int parse_options(int argc, char **argv, options *o)
             break;
         case OPT_BATCH_FILE:
             o->batch_file = optarg;
+            break;
+        case OPT_FILL_MASK:
+            o->fill_mask = optarg;
             break;
         case OPT_NO_REPEAT:
             if (parse_int64("--no-repeat-ngram-size", optarg, 0,
@@ -762,6 +785,126 @@ done:
     return rc;
 }
 
+/* ---- Fill-mask ---------------------------------------------------------- */
+
+/* Prints the decoded ids (tfm_tokenizer_decode_v2's flags); 1 on
+ * error. */
+static int put_decoded(const tfm_tokenizer *tok, const int32_t *ids,
+                       int64_t n, unsigned flags)
+{
+    size_t len = 0;
+    tfm_status st = tfm_tokenizer_decode_v2(tok, ids, n, flags, NULL, 0,
+                                            &len);
+    char *text = st == TFM_ERR_CAPACITY ? malloc(len + 1) : NULL;
+    if (!text || tfm_tokenizer_decode_v2(tok, ids, n, flags, text, len + 1,
+                                         &len) != TFM_OK) {
+        free(text);
+        return fail("cannot decode: %s", st == TFM_ERR_CAPACITY
+                                             ? tfm_last_error()
+                                             : "out of memory");
+    }
+    fwrite(text, 1, len, stdout);
+    free(text);
+    return 0;
+}
+
+/* --fill-mask: the top predictions of every [MASK] of o->fill_mask. */
+static int fill_mask(const tfm_module *model, const tfm_tokenizer *tok,
+                     const options *o, int64_t vocab)
+{
+    const int64_t top = o->top_k_option && o->sampling.top_k > 0
+                            ? o->sampling.top_k
+                            : 5;
+    const int64_t k_max = top < vocab ? top : vocab;
+    const unsigned flags = TFM_ENCODE_ADD_SPECIAL | TFM_ENCODE_SPLIT_SPECIAL;
+    const char *text = o->fill_mask;
+    int32_t mask;
+    if (tfm_tokenizer_special_id(tok, "mask", &mask) != TFM_OK)
+        return fail("the tokenizer has no mask token: %s", tfm_last_error());
+    int64_t n = 0;
+    tfm_status st = tfm_tokenizer_encode_v2(tok, text, strlen(text), NULL, 0,
+                                            flags, NULL, NULL, NULL, 0, &n);
+    if (st != TFM_ERR_CAPACITY && st != TFM_OK)
+        return fail("the text cannot be encoded: %s", tfm_last_error());
+    int rc = 1;
+    int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
+    int64_t *best = malloc((size_t)k_max * sizeof *best);
+    tfm_tensor *logits = NULL;
+    if (!ids || !best) {
+        fail("out of memory");
+        goto done;
+    }
+    if (tfm_tokenizer_encode_v2(tok, text, strlen(text), NULL, 0, flags, ids,
+                                NULL, NULL, n, &n) != TFM_OK) {
+        fail("the text cannot be encoded: %s", tfm_last_error());
+        goto done;
+    }
+    int64_t n_masks = 0;
+    for (int64_t i = 0; i < n; i++)
+        n_masks += ids[i] == mask;
+    if (n_masks == 0) {
+        fail("the text has no mask token; write it where the model is to "
+             "predict, e.g. \"Paris is the [MASK] of France.\"");
+        goto done;
+    }
+    if (tfm_tensor_create(3, (const int64_t[]){ 1, n, vocab }, &logits) !=
+            TFM_OK ||
+        tfm_model_logits(model, ids, 1, n, logits) != TFM_OK) {
+        fail("%s", tfm_last_error());
+        goto done;
+    }
+    const float *x = tfm_tensor_data_const(logits);
+    int64_t seen = 0;
+    for (int64_t at = 0; at < n; at++) {
+        if (ids[at] != mask)
+            continue;
+        const float *row = x + at * vocab;
+        /* softmax in double, then the k largest by selection (k small) */
+        double hi = row[0], sum = 0;
+        for (int64_t v = 1; v < vocab; v++)
+            hi = row[v] > hi ? row[v] : hi;
+        for (int64_t v = 0; v < vocab; v++)
+            sum += exp((double)row[v] - hi);
+        for (int64_t k = 0; k < k_max; k++) {
+            int64_t arg = -1;
+            for (int64_t v = 0; v < vocab; v++) {
+                int taken = 0;
+                for (int64_t j = 0; j < k && !taken; j++)
+                    taken = best[j] == v;
+                if (!taken && (arg < 0 || row[v] > row[arg]))
+                    arg = v;
+            }
+            best[k] = arg;
+        }
+        if (n_masks > 1)
+            printf("%s[MASK] %lld:\n", seen ? "\n" : "",
+                   (long long)(seen + 1));
+        for (int64_t k = 0; k < k_max; k++) {
+            const int32_t id = (int32_t)best[k];
+            printf("%.4f\t", exp((double)row[id] - hi) / sum);
+            if (put_decoded(tok, &id, 1, TFM_DECODE_SKIP_SPECIAL))
+                goto done;
+            putchar('\t');
+            ids[at] = id;
+            /* as the pipeline: the other masks stay visible, with the
+             * framing, when there are several */
+            if (put_decoded(tok, ids, n,
+                            n_masks == 1 ? TFM_DECODE_SKIP_SPECIAL : 0))
+                goto done;
+            ids[at] = mask;
+            putchar('\n');
+        }
+        seen++;
+    }
+    fflush(stdout);
+    rc = 0;
+done:
+    tfm_tensor_free(logits);
+    free(best);
+    free(ids);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -790,6 +933,21 @@ int main(int argc, char **argv)
     tfm_model_config cfg;
     if (tfm_model_get_config(model, &cfg) != TFM_OK) {
         fail("%s", tfm_last_error());
+        goto done;
+    }
+    if (o.fill_mask) {
+        if (cfg.architecture != TFM_ARCH_ENCODER_ONLY) {
+            fail("'%s' is not an encoder-only model (a masked LM such as "
+                 "BERT): --fill-mask needs one", o.model);
+            goto done;
+        }
+        if (cfg.vocab_size != tfm_tokenizer_vocab_size(tok)) {
+            fail("'%s': the model has %lld tokens but the tokenizer %lld",
+                 o.model, (long long)cfg.vocab_size,
+                 (long long)tfm_tokenizer_vocab_size(tok));
+            goto done;
+        }
+        rc = fill_mask(model, tok, &o, cfg.vocab_size);
         goto done;
     }
     if (cfg.architecture != TFM_ARCH_DECODER_ONLY) {

@@ -249,3 +249,48 @@ def test_auto_model_for_masked_lm(tmp_path):
             tmp_path / "gpt.safetensors")
     with pytest.raises(TypeError, match="AutoModelForMaskedLM"):
         transformer.AutoModelForMaskedLM()
+
+
+def test_command_line_fill_mask(tmp_path):
+    """transformer-generate --model DIR --fill-mask TEXT on a BERT
+    directory: one line per prediction, the float64 reference's top 5 at
+    the [MASK] (softmax probabilities to 4 decimals, the token, the text
+    with it in place), as Hugging Face's fill-mask pipeline; --top-k 3
+    gives three; a decoder-only model and a text without a mask are
+    refused with exit status 1."""
+    import os
+    import subprocess
+    cli = os.environ.get("TRANSFORMER_GENERATE")
+    if not cli:
+        pytest.skip("TRANSFORMER_GENERATE (transformer-generate) not set")
+    w = R.random_weights(R.CONFIG, seed=12)
+    R.write_checkpoint(str(tmp_path), w)
+    vocab = R.write_vocab(str(tmp_path))
+    text = "paris is the [MASK] of france."
+    ids = [vocab.index(t) for t in
+           ["[CLS]", "paris", "is", "the", "[MASK]", "of", "france", ".",
+            "[SEP]"]]
+    ref = R.bert_logits(G.rounded(w, "F32"), R.CONFIG, [ids])[0, 4]
+    p = torch.softmax(ref, dim=-1)
+    top = torch.argsort(p, descending=True)[:5]
+    r = subprocess.run([cli, "--model", str(tmp_path), "--fill-mask", text],
+                       capture_output=True, check=True, text=True)
+    lines = r.stdout.splitlines()
+    assert len(lines) == 5
+    for line, t in zip(lines, top.tolist()):
+        score, token, filled = line.split("\t")
+        assert abs(float(score) - float(p[t])) <= 1e-4
+        assert token == vocab[t]
+        assert filled == f"paris is the {vocab[t]} of france."
+    r = subprocess.run([cli, "--model", str(tmp_path), "--fill-mask", text,
+                        "--top-k", "3"], capture_output=True, check=True,
+                       text=True)
+    assert len(r.stdout.splitlines()) == 3
+    r = subprocess.run([cli, "--model", str(tmp_path), "--fill-mask",
+                        "no mask here"], capture_output=True, text=True)
+    assert r.returncode == 1 and "mask" in r.stderr
+    G.write_checkpoint(str(tmp_path / "gpt2"), G.random_weights(G.CONFIG),
+                       tokenizer=True)
+    r = subprocess.run([cli, "--model", str(tmp_path / "gpt2"),
+                        "--fill-mask", text], capture_output=True, text=True)
+    assert r.returncode == 1 and "encoder-only" in r.stderr
