@@ -105,6 +105,19 @@ static tfm_status check_options(const tfm__model *m, int64_t n_prompt,
                          "eos_token_id %d is outside the vocabulary (0 .. "
                          "%lld; -1: none)", (int)o->eos_token_id,
                          (long long)(V - 1));
+    if (o->n_suppress_tokens < 0 ||
+        (o->n_suppress_tokens > 0 && !o->suppress_tokens))
+        return tfm__fail(o->n_suppress_tokens < 0 ? TFM_ERR_INVALID_ARGUMENT
+                                                  : TFM_ERR_NULL_ARGUMENT,
+                         "n_suppress_tokens (%lld) must be >= 0, with "
+                         "suppress_tokens non-NULL when > 0",
+                         (long long)o->n_suppress_tokens);
+    for (int64_t i = 0; i < o->n_suppress_tokens; i++)
+        if (o->suppress_tokens[i] < 0 || o->suppress_tokens[i] >= V)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "suppress_tokens[%lld] = %d is outside the "
+                             "vocabulary (0 .. %lld)", (long long)i,
+                             (int)o->suppress_tokens[i], (long long)(V - 1));
     if (enc_dec && (o->decoder_start_token_id < 0 ||
                     o->decoder_start_token_id >= V))
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
@@ -465,6 +478,8 @@ static tfm_status select_candidates(search *s, int64_t t)
                              "(step %lld)", (long long)b, (long long)t);
         if (eos >= 0 && t < s->o.min_new_tokens)
             row[eos] = -INFINITY;
+        for (int64_t i = 0; i < s->o.n_suppress_tokens; i++)
+            row[s->o.suppress_tokens[i]] = -INFINITY;
         const float base = s->score[b];
         for (int64_t v = 0; v < V; v++) {
             const float x = row[v] + base;

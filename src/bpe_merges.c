@@ -116,6 +116,19 @@ tfm_status tfm__vocab_from_json(tfm__vocab *v, const cJSON *obj,
                              "%.200s: the id of \"%.60s\" is not a "
                              "non-negative integer",
                              what, e->string);
+        /* The messages name the token, not only the id. */
+        if (d >= (double)n)
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "%.200s: the id %lld of \"%.60s\" is outside "
+                             "[0, %lld) (ids must number the tokens from 0 "
+                             "without gaps)",
+                             what, (long long)d, e->string, (long long)n);
+        if (v->tokens[(int64_t)d])
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "%.200s: id %lld is given twice (\"%.60s\" and "
+                             "\"%.60s\")",
+                             what, (long long)d, v->tokens[(int64_t)d],
+                             e->string);
         st = tfm__vocab_set(v, (int64_t)d, e->string, strlen(e->string), what);
         if (st != TFM_OK)
             return st;

@@ -52,9 +52,11 @@ const tfm__merge *tfm__merges_find(const tfm__merges *t, int32_t a,
 /* Releases the table; leaves *t zeroed.  Safe on a zeroed table. */
 void tfm__merges_free(tfm__merges *t);
 
-/* The "vocab" of a tokenizer.json BPE model, a JSON object {token: id}.
- * Errors: TFM_ERR_FORMAT (not an object, empty, an id that is not a
- * non-negative integer, an id or token given twice), TFM_ERR_OUT_OF_MEMORY.
+/* The "vocab" of a tokenizer.json BPE model (or GPT-2's encoder.json,
+ * Marian's vocab.json), a JSON object {token: id}.  Errors: TFM_ERR_FORMAT
+ * (not an object, empty, an id that is not a non-negative integer or is
+ * not below the number of tokens, an id or token given twice: the message
+ * names the token), TFM_ERR_OUT_OF_MEMORY.
  * On failure *v may hold part of it: tfm__vocab_free it. */
 tfm_status tfm__vocab_from_json(tfm__vocab *v, const cJSON *obj,
                                 const char *what);

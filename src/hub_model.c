@@ -55,7 +55,13 @@
  * token-type table, embedding LayerNorm, no final norm, the masked-LM
  * head transform and the logits' bias): bert_plan below gives the names.
  * Its query, key and value fill the rows of in_proj_weight and
- * in_proj_bias. */
+ * in_proj_bias.
+ *
+ * Marian (model_type "marian"; transformers' modeling_marian.py
+ * MarianMTModel, the opus-mt checkpoints) becomes an encoder-decoder,
+ * post-norm model without final norms, with Marian's sinusoidal table as
+ * learned positions and final_logits_bias as the logits' bias:
+ * marian_plan below gives the names. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -371,6 +377,10 @@ typedef struct plan {
     int n, cap;
     const char *prefix;        /* "" or "transformer." */
     int64_t n_layer;           /* for the messages */
+    int has_positions;         /* Marian: the checkpoint has its encoder's
+                                * position table */
+    const char *computed;      /* a parameter the loader computes (not
+                                * read), or NULL */
 } plan;
 
 static tfm_status plan_add(plan *p, const char *stored, const char *ours,
@@ -536,6 +546,8 @@ static tfm_status plan_covers(const plan *p, const tfm_module *m)
 {
     for (int k = 0; k < m->n_params; k++) {
         const tfm__param *param = &m->params[k];
+        if (p->computed && strcmp(param->name, p->computed) == 0)
+            continue;
         int64_t filled = 0;
         for (int i = 0; i < p->n; i++)
             if (strcmp(p->t[i].ours, param->name) == 0)
@@ -1112,6 +1124,251 @@ static int bert_ignored(const plan *p, const char *name)
            strcmp(name + n, "embeddings.position_ids") == 0;
 }
 
+/* ---- Marian ------------------------------------------------------------- */
+
+/* The model of a Marian config.json (transformers' MarianConfig defaults
+ * for absent keys: vocab_size 58101, decoder_vocab_size = vocab_size,
+ * d_model 1024, encoder_layers and decoder_layers 12, encoder_ffn_dim and
+ * decoder_ffn_dim 4096, encoder_attention_heads and
+ * decoder_attention_heads 16, activation_function "gelu",
+ * max_position_embeddings 1024, scale_embedding false,
+ * share_encoder_decoder_embeddings and tie_word_embeddings true): an
+ * encoder-decoder, post-norm model (modeling_marian.py's
+ * MarianEncoderLayer / MarianDecoderLayer: LayerNorm after each residual,
+ * eps 1e-5, nn.LayerNorm's default) without final norms, the embeddings
+ * scaled by sqrt(d_model) when scale_embedding, the shared table as the
+ * head and final_logits_bias as the logits' bias (tfm_layer_options'
+ * final_norm 0 and head_bias).  Marian's sinusoidal positions
+ * (MarianSinusoidalPositionalEmbedding: sin in the first half of the
+ * columns, cos in the second, angle p / 10000^(2i/d)) are a table, read
+ * from the checkpoint's "model.encoder.embed_positions.weight" (or
+ * computed, when the checkpoint has none), so the model's positions are
+ * learned ones.  What one model of ours cannot hold (separate source and
+ * target vocabularies, unequal encoder and decoder widths) is refused,
+ * named; the BART-era keys normalize_before, normalize_embedding,
+ * add_final_layer_norm and static_position_embeddings are ignored, as
+ * transformers' MarianModel ignores them. */
+static tfm_status marian_config(const cJSON *root, tfm_model_config *c,
+                                tfm_model_options *o, tfm_layer_options *lo)
+{
+    int64_t vocab = 0, dec_vocab = 0, d = 0, enc_layers = 0, dec_layers = 0;
+    int64_t enc_ff = 0, dec_ff = 0, enc_heads = 0, dec_heads = 0;
+    int64_t positions = 0;
+    int scale = 0, shared = 1, tied = 1;
+    const char *act_name;
+    tfm_status st;
+    if ((st = cfg_int(root, "vocab_size", 58101, 1, &vocab)) ||
+        (st = cfg_int(root, "decoder_vocab_size", vocab, 1, &dec_vocab)) ||
+        (st = cfg_int(root, "d_model", 1024, 1, &d)) ||
+        (st = cfg_int(root, "encoder_layers", 12, 1, &enc_layers)) ||
+        (st = cfg_int(root, "decoder_layers", 12, 1, &dec_layers)) ||
+        (st = cfg_int(root, "encoder_ffn_dim", 4096, 1, &enc_ff)) ||
+        (st = cfg_int(root, "decoder_ffn_dim", 4096, 1, &dec_ff)) ||
+        (st = cfg_int(root, "encoder_attention_heads", 16, 1, &enc_heads)) ||
+        (st = cfg_int(root, "decoder_attention_heads", 16, 1, &dec_heads)) ||
+        (st = cfg_int(root, "max_position_embeddings", 1024, 1,
+                      &positions)) ||
+        (st = cfg_string(root, "activation_function", &act_name)) ||
+        (st = cfg_bool(root, "scale_embedding", 0, &scale)) ||
+        (st = cfg_bool(root, "share_encoder_decoder_embeddings", 1,
+                       &shared)) ||
+        (st = cfg_bool(root, "tie_word_embeddings", 1, &tied)))
+        return st;
+    if (vocab > INT32_MAX || d > INT32_MAX || enc_ff > INT32_MAX)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"%s\" is over 2^31-1",
+                         vocab > INT32_MAX ? "vocab_size"
+                         : d > INT32_MAX   ? "d_model"
+                                           : "encoder_ffn_dim");
+    if (!shared || dec_vocab != vocab)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"%s\": separate source and target "
+                         "embeddings are not supported (one shared table "
+                         "is)", !shared ? "share_encoder_decoder_embeddings"
+                                        : "decoder_vocab_size");
+    if (dec_ff != enc_ff || dec_heads != enc_heads)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"%s\" %lld differs from \"%s\" %lld: "
+                         "the encoder and decoder layers must have one "
+                         "shape", dec_ff != enc_ff ? "decoder_ffn_dim"
+                                                   : "decoder_attention_heads",
+                         (long long)(dec_ff != enc_ff ? dec_ff : dec_heads),
+                         dec_ff != enc_ff ? "encoder_ffn_dim"
+                                          : "encoder_attention_heads",
+                         (long long)(dec_ff != enc_ff ? enc_ff : enc_heads));
+    if (d % enc_heads != 0)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"encoder_attention_heads\" %lld does "
+                         "not divide \"d_model\" %lld", (long long)enc_heads,
+                         (long long)d);
+    const int act = gpt2_activation(act_name ? act_name : "gelu");
+    if (act < 0)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"activation_function\" \"%.60s\" is "
+                         "not supported (swish, silu, gelu, gelu_new, relu "
+                         "are)", act_name);
+    decoder_config(c, d, enc_heads, enc_ff, act, 1e-5, vocab, 0, positions,
+                   TFM_POSITIONAL_LEARNED, tied);
+    c->architecture = TFM_ARCH_ENCODER_DECODER;
+    c->layer.norm_first = 0;
+    c->n_encoder_layers = enc_layers;
+    c->n_decoder_layers = dec_layers;
+    c->embedding_scale = scale;
+    tfm_model_options_init(o);
+    tfm_layer_options_init(lo);
+    lo->final_norm = 0;
+    lo->head_bias = 1;
+    return TFM_OK;
+}
+
+/* The stored tensors of Marian c (MarianMTModel's names: MarianModel's
+ * under "model.", final_logits_bias and lm_head never prefixed):
+ *   shared.weight [V, d]                    -> token_embedding.weight
+ *   encoder.embed_positions.weight (if any) -> position_embedding.weight
+ *   encoder.layers.<i>.self_attn.{q,k,v}_proj.* -> rows of
+ *       transformer.encoder.layers.<i>.self_attn.in_proj_*
+ *   encoder.layers.<i>.self_attn.out_proj.* -> ...self_attn.out_proj.*
+ *   encoder.layers.<i>.self_attn_layer_norm.* -> ...norm1.*
+ *   encoder.layers.<i>.fc1.*, fc2.*         -> ...linear1.*, linear2.*
+ *   encoder.layers.<i>.final_layer_norm.*   -> ...norm2.*
+ *   decoder.layers.<i>.self_attn.*, self_attn_layer_norm.* -> the same
+ *       under transformer.decoder.layers.<i>. (norm1)
+ *   decoder.layers.<i>.encoder_attn.{q,k,v,out}_proj.* -> multihead_attn.*
+ *   decoder.layers.<i>.encoder_attn_layer_norm.* -> norm2.*
+ *   decoder.layers.<i>.fc1.*, fc2.*, final_layer_norm.* -> linear1.*,
+ *       linear2.*, norm3.*
+ *   final_logits_bias [1, V]                -> lm_head.bias
+ *   lm_head.weight (untied only)            -> lm_head.weight
+ * No transposes: nn.Linear's layout is ours. */
+static tfm_status marian_attention_rows(plan *p, const char *stack,
+                                        int64_t i, const char *stored,
+                                        const char *ours, int64_t d)
+{
+    char s_name[NAME_SIZE], o_name[NAME_SIZE];
+    const char *const qkv[3] = { "q_proj", "k_proj", "v_proj" };
+    tfm_status st = TFM_OK;
+    for (int k = 0; k < 4 && st == TFM_OK; k++) {
+        for (int b = 0; b < 2 && st == TFM_OK; b++) {
+            snprintf(s_name, sizeof s_name, "%s.layers.%lld.%s.%s.%s", stack,
+                     (long long)i, stored, k < 3 ? qkv[k] : "out_proj",
+                     b ? "bias" : "weight");
+            snprintf(o_name, sizeof o_name,
+                     "transformer.%s.layers.%lld.%s.%s%s", stack,
+                     (long long)i, ours, k < 3 ? "in_proj_" : "out_proj.",
+                     b ? "bias" : "weight");
+            st = plan_add(p, s_name, o_name, 0, b ? 1 : 2, d, b ? 0 : d);
+            if (st == TFM_OK)
+                p->t[p->n - 1].offset = k < 3 ? k * d * (b ? 1 : d) : 0;
+        }
+    }
+    return st;
+}
+
+/* A Marian layer's tensors but its attention: rows[k] ("stored",
+ * "ours") of `stack`'s layer i, LayerNorms [d] and fc1 / fc2. */
+static tfm_status marian_layer_rows(plan *p, const char *stack, int64_t i,
+                                    const char *const (*names)[2], int n,
+                                    int64_t d, int64_t ff)
+{
+    char s_name[NAME_SIZE], o_name[NAME_SIZE];
+    tfm_status st = TFM_OK;
+    for (int k = 0; k < n && st == TFM_OK; k++) {
+        const int fc1 = strcmp(names[k][0], "fc1") == 0;
+        const int fc2 = strcmp(names[k][0], "fc2") == 0;
+        for (int b = 0; b < 2 && st == TFM_OK; b++) {
+            snprintf(s_name, sizeof s_name, "%s.layers.%lld.%s.%s", stack,
+                     (long long)i, names[k][0], b ? "bias" : "weight");
+            snprintf(o_name, sizeof o_name, "transformer.%s.layers.%lld.%s.%s",
+                     stack, (long long)i, names[k][1], b ? "bias" : "weight");
+            const int64_t rows = fc1 ? ff : d;
+            const int64_t cols = !b && (fc1 || fc2) ? (fc2 ? ff : d) : 0;
+            st = plan_add(p, s_name, o_name, 0, cols ? 2 : 1, rows, cols);
+        }
+    }
+    return st;
+}
+
+static tfm_status marian_plan(const tfm_model_config *c,
+                              const tfm_model_options *o,
+                              const tfm_layer_options *lo, plan *p)
+{
+    (void)o;
+    (void)lo;
+    const int64_t d = c->layer.d_model, ff = c->layer.d_ff;
+    const int64_t V = c->vocab_size;
+    static const char *const ENC[][2] = {
+        { "self_attn_layer_norm", "norm1" }, { "fc1", "linear1" },
+        { "fc2", "linear2" }, { "final_layer_norm", "norm2" },
+    };
+    static const char *const DEC[][2] = {
+        { "self_attn_layer_norm", "norm1" },
+        { "encoder_attn_layer_norm", "norm2" }, { "fc1", "linear1" },
+        { "fc2", "linear2" }, { "final_layer_norm", "norm3" },
+    };
+    tfm_status st = plan_add(p, "shared.weight", "token_embedding.weight", 0,
+                             2, V, d);
+    if (st == TFM_OK && p->has_positions)
+        st = plan_add(p, "encoder.embed_positions.weight",
+                      "position_embedding.weight", 0, 2, c->context_length,
+                      d);
+    for (int64_t i = 0; st == TFM_OK && i < c->n_encoder_layers; i++)
+        if ((st = marian_attention_rows(p, "encoder", i, "self_attn",
+                                        "self_attn", d)) == TFM_OK)
+            st = marian_layer_rows(p, "encoder", i, ENC, 4, d, ff);
+    for (int64_t i = 0; st == TFM_OK && i < c->n_decoder_layers; i++)
+        if ((st = marian_attention_rows(p, "decoder", i, "self_attn",
+                                        "self_attn", d)) == TFM_OK &&
+            (st = marian_attention_rows(p, "decoder", i, "encoder_attn",
+                                        "multihead_attn", d)) == TFM_OK)
+            st = marian_layer_rows(p, "decoder", i, DEC, 5, d, ff);
+    const char *prefix = p->prefix;
+    p->prefix = "";
+    if (st == TFM_OK)
+        st = plan_add(p, "final_logits_bias", "lm_head.bias", 0, 2, 1, V);
+    p->prefix = prefix;
+    return st == TFM_OK ? plan_add_head(p, c) : st;
+}
+
+/* What a Marian checkpoint may hold that the model does not use: the
+ * tied copies of the shared table (the encoder's and decoder's
+ * embed_tokens, the tied lm_head) and the decoder's copy of the position
+ * table (transformers fills both tables from one formula). */
+static int marian_ignored(const plan *p, const char *name)
+{
+    if (strcmp(name, "lm_head.weight") == 0)
+        return 1; /* tied (not planned when untied) */
+    const size_t n = strlen(p->prefix);
+    if (strncmp(name, p->prefix, n) != 0)
+        return 0;
+    name += n;
+    return strcmp(name, "encoder.embed_tokens.weight") == 0 ||
+           strcmp(name, "decoder.embed_tokens.weight") == 0 ||
+           strcmp(name, "decoder.embed_positions.weight") == 0 ||
+           (!p->has_positions &&
+            strcmp(name, "encoder.embed_positions.weight") == 0);
+}
+
+/* Marian's sinusoidal table (MarianSinusoidalPositionalEmbedding) into
+ * the model's learned positions, for a checkpoint without one: row p,
+ * column i < ceil(d/2) = sin(p / 10000^(2i/d)), column ceil(d/2) + i =
+ * cos(p / 10000^(2i/d)), angles in double precision. */
+static void marian_positions(tfm_module *model)
+{
+    tfm__model *m = (tfm__model *)model;
+    const int64_t d = m->config.layer.d_model;
+    const int64_t half = (d + 1) / 2;
+    float *w = m->position_embedding->weight;
+    for (int64_t pos = 0; pos < m->config.context_length; pos++) {
+        float *row = w + pos * d;
+        for (int64_t j = 0; j < d; j += 2)
+            row[j / 2] = (float)sin((double)pos /
+                                    pow(10000.0, (double)j / (double)d));
+        for (int64_t j = 1; j < d; j += 2)
+            row[half + j / 2] = (float)cos(
+                (double)pos / pow(10000.0, (double)(j - 1) / (double)d));
+    }
+}
+
 /* ---- loading ------------------------------------------------------------ */
 
 /* The checkpoint families read: model_type, the prefix its base model's
@@ -1138,6 +1395,11 @@ static const family FAMILIES[] = {
       llama_plan, llama_ignored },
     { "bert", "bert.", "num_hidden_layers", 16, 11, bert_config, bert_plan,
       bert_ignored },
+    /* MarianMTModel saves MarianModel's under "model."; a plan entry per
+     * encoder layer (16) and decoder layer (26), the larger counted for
+     * both (n_layers is the larger stack). */
+    { "marian", "model.", "encoder_layers", 42, 4, marian_config,
+      marian_plan, marian_ignored },
 };
 
 tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
@@ -1167,15 +1429,27 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
         else
             st = tfm__fail(TFM_ERR_UNSUPPORTED,
                            "config.json \"model_type\" is \"%.60s\": this "
-                           "library reads \"gpt2\", \"llama\" and \"bert\" "
-                           "checkpoints", type);
+                           "library reads \"gpt2\", \"llama\", \"bert\" and "
+                           "\"marian\" checkpoints", type);
     }
     if (st == TFM_OK) /* the configuration's own contradictions, named */
         st = tfm__model_config_check(&c, &o);
-    if (st == TFM_OK &&
-        c.n_layers > (INT32_MAX - fam->outside) / fam->per_layer)
+    /* The plan's layer count: an encoder-decoder's larger stack (named
+     * by its own key in the messages). */
+    int64_t layers = 0;
+    const char *layers_key = fam ? fam->layers_key : NULL;
+    if (st == TFM_OK) {
+        layers = c.n_layers;
+        if (c.architecture == TFM_ARCH_ENCODER_DECODER) {
+            const int dec = c.n_decoder_layers > c.n_encoder_layers;
+            layers = dec ? c.n_decoder_layers : c.n_encoder_layers;
+            if (dec)
+                layers_key = "decoder_layers";
+        }
+    }
+    if (st == TFM_OK && layers > (INT32_MAX - fam->outside) / fam->per_layer)
         st = tfm__fail(TFM_ERR_FORMAT, "config.json \"%s\" %lld is too "
-                       "large", fam->layers_key, (long long)c.n_layers);
+                       "large", layers_key, (long long)layers);
     if (st == TFM_OK && (st = shards_list(dir, &s, &index)) == TFM_OK &&
         (st = shards_open(dir, &s)) == TFM_OK)
         st = shards_check_index(&s, index);
@@ -1188,23 +1462,31 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
         int64_t stored = 0;
         for (int f = 0; f < s.n; f++)
             stored += tfm_safetensors_count(s.files[f]);
-        if (c.n_layers > stored)
+        if (layers > stored)
             st = tfm__fail(TFM_ERR_FORMAT,
                            "config.json \"%s\" %lld needs %lld tensors "
                            "or more, but the checkpoint holds %lld",
-                           fam->layers_key, (long long)c.n_layers,
-                           (long long)(fam->per_layer * c.n_layers + 2),
+                           layers_key, (long long)layers,
+                           (long long)(fam->per_layer * layers + 2),
                            (long long)stored);
     }
     if (st == TFM_OK) {
-        p.cap = (int)(fam->per_layer * c.n_layers + fam->outside);
-        p.n_layer = c.n_layers;
+        p.cap = (int)(fam->per_layer * layers + fam->outside);
+        p.n_layer = layers;
         p.t = tfm__calloc((size_t)p.cap, sizeof *p.t);
         if (!p.t)
             st = tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
     }
     if (st == TFM_OK) {
         p.prefix = shards_any_prefixed(&s, fam->prefix) ? fam->prefix : "";
+        if (strcmp(fam->model_type, "marian") == 0) {
+            char name[NAME_SIZE];
+            snprintf(name, sizeof name, "%sencoder.embed_positions.weight",
+                     p.prefix);
+            p.has_positions = shards_find(&s, name) >= 0;
+            if (!p.has_positions)
+                p.computed = "position_embedding.weight";
+        }
         if ((st = fam->plan(&c, &o, &lo, &p)) == TFM_OK &&
             (st = plan_find(&p, &s)) == TFM_OK)
             st = plan_no_extra(&p, &s, fam->ignored);
@@ -1213,6 +1495,9 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
         (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK &&
         (st = plan_covers(&p, model)) == TFM_OK)
         st = plan_load(&p, &s, model);
+    if (st == TFM_OK && strcmp(fam->model_type, "marian") == 0 &&
+        !p.has_positions)
+        marian_positions(model);
     shards_close(&s);
     tfm__free(p.t);
     cJSON_Delete(index);

@@ -51,7 +51,7 @@ void tfm_layer_options_init(tfm_layer_options *options)
 int tfm__layer_options_has_model_parts(const tfm_layer_options *o)
 {
     return o->type_vocab_size != 0 || o->embedding_norm ||
-           !o->final_norm || o->head_transform;
+           !o->final_norm || o->head_transform || o->head_bias;
 }
 
 tfm_status tfm__layer_options_no_model_parts(const tfm_layer_options *o,
@@ -61,9 +61,9 @@ tfm_status tfm__layer_options_no_model_parts(const tfm_layer_options *o,
         return TFM_OK;
     return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                      "%s takes no model parts: type_vocab_size, "
-                     "embedding_norm, final_norm and head_transform must "
-                     "keep their defaults (0, 0, 1, 0) in its "
-                     "tfm_layer_options", what);
+                     "embedding_norm, final_norm, head_transform and "
+                     "head_bias must keep their defaults (0, 0, 1, 0, 0) "
+                     "in its tfm_layer_options", what);
 }
 
 unsigned tfm__layer_parts(const tfm_layer_options *o)

@@ -188,16 +188,23 @@ tfm_status tfm__model_config_check(const tfm_model_config *c,
                                        d_k);
 }
 
-/* The model parts of tfm_layer_options (BERT's): one-stack models only,
- * a type_vocab_size of 0 .. 2^31-1, final_norm 0 or 1 (message set). */
+/* The model parts of tfm_layer_options: BERT's for one-stack models only
+ * (an encoder-decoder model takes final_norm and head_bias, Marian's), a
+ * type_vocab_size of 0 .. 2^31-1 (message set). */
 static tfm_status model_parts_check(const tfm_model_config *c,
                                     const tfm_layer_options *lo)
 {
     if (!tfm__layer_options_has_model_parts(lo))
         return TFM_OK;
-    if (c->architecture == TFM_ARCH_ENCODER_DECODER)
-        return tfm__layer_options_no_model_parts(lo,
-                                                 "an encoder-decoder model");
+    if (c->architecture == TFM_ARCH_ENCODER_DECODER &&
+        (lo->type_vocab_size != 0 || lo->embedding_norm ||
+         lo->head_transform))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "an encoder-decoder model takes no "
+                         "type_vocab_size, embedding_norm or head_transform "
+                         "(they must keep their defaults 0, 0, 0 in its "
+                         "tfm_layer_options; final_norm and head_bias it "
+                         "takes)");
     if (lo->type_vocab_size < 0 || lo->type_vocab_size > INT32_MAX)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "type_vocab_size %lld must be between 0 and 2^31-1",
@@ -256,6 +263,7 @@ tfm_status tfm_model_get_layer_options(const tfm_module *model,
     o.embedding_norm = m->embedding_norm != NULL;
     o.final_norm = m->final_norm;
     o.head_transform = m->head_transform != NULL;
+    o.head_bias = m->lm_head_bias != NULL;
     memcpy(options, &o, size < sizeof o ? size : sizeof o);
     options->struct_size = size;
     return TFM_OK;
@@ -320,10 +328,10 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
                                &m->embedding_norm->base);
     if (!st && c->architecture == TFM_ARCH_ENCODER_DECODER) {
         if (!(st = tfm__stack_new_ex(&c->layer, NULL, parts,
-                                     c->n_encoder_layers, 1, 0,
+                                     c->n_encoder_layers, m->final_norm, 0,
                                      &m->encoder)) &&
             !(st = tfm__stack_new_ex(&c->layer, NULL, parts,
-                                     c->n_decoder_layers, 1, 1,
+                                     c->n_decoder_layers, m->final_norm, 1,
                                      &m->decoder)) &&
             !(st = tfm__module_adopt(&m->base, "transformer.encoder.",
                                      &m->encoder->base)))
@@ -342,7 +350,7 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
     if (!st) {
         /* The model's own parameters: the untied head, the head
          * transform's Linear and the logits' bias (nn.Linear's
-         * initialisation for each). */
+         * initialisation for the Linears, zeros for the bias). */
         tfm__param_spec specs[4];
         int n = 0;
         if (c->tied_embeddings)
@@ -360,6 +368,8 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
                                             &m->head_transform_bias,
                                             .init = TFM__INIT_LINEAR_BIAS,
                                             .init_fan_in = d };
+        }
+        if (lo.head_transform || lo.head_bias) {
             specs[n++] = (tfm__param_spec){ "lm_head.bias", 1,
                                             { c->vocab_size },
                                             &m->lm_head_bias,
@@ -734,10 +744,12 @@ static void head_backward(const tfm__model *m, const float *h, int64_t rows,
 {
     const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
     if (!m->head_transform) {
-        /* logits = h lm_head^T: g = dl lm_head, the head's gradient +=
-         * dl^T h. */
+        /* logits = h lm_head^T (+ b): g = dl lm_head, the head's gradient
+         * += dl^T h (the bias's the column sums of dl). */
         tfm__linear_backward(h, d, rows, d, m->lm_head, V, dl, V, g,
-                             head_grad(m), NULL, NULL);
+                             head_grad(m),
+                             tfm__grad_of(&m->base, m->lm_head_bias),
+                             k->acc);
         return;
     }
     /* logits = y lm_head^T + b, y = LN(a), a = act(t), t = h W^T + c:
@@ -828,7 +840,7 @@ static tfm_status model_backward(tfm_module *model, const int32_t *ids,
             sizes[nb++] = (size_t)n;
         }
     }
-    if (m->embedding_norm || m->head_transform) {
+    if (m->embedding_norm || m->lm_head_bias) {
         bufs[nb] = &acc; /* 2 max(d, V) doubles */
         sizes[nb++] = (size_t)(4 * (d > V ? d : V));
     }
@@ -936,12 +948,14 @@ tfm_status tfm_model_seq2seq_backward(tfm_module *model,
     /* src0, tgt0: the embedded inputs; memory: the encoder's output; h:
      * the decoder's; g: the decoder's running gradient; gmem: memory's,
      * then src0's. */
-    float *src0, *tgt0, *memory, *h, *g, *gmem;
-    float **const bufs[] = { &src0, &tgt0, &memory, &h, &g, &gmem };
+    float *src0, *tgt0, *memory, *h, *g, *gmem, *acc = NULL;
+    float **const bufs[] = { &src0, &tgt0, &memory, &h, &g, &gmem, &acc };
     const size_t sizes[] = { (size_t)n_src, (size_t)n_tgt, (size_t)n_src,
-                             (size_t)n_tgt, (size_t)n_tgt, (size_t)n_src };
+                             (size_t)n_tgt, (size_t)n_tgt, (size_t)n_src,
+                             (size_t)(2 * V) /* V doubles: the bias's */ };
     tfm__ws_mark mark;
-    if ((st = tfm__backward_begin(model, what, bufs, sizes, 6, &mark)))
+    if ((st = tfm__backward_begin(model, what, bufs, sizes,
+                                  m->lm_head_bias ? 7 : 6, &mark)))
         return st;
     const tfm__masks none = { 0 };
     const tfm__masks causal = { .causal = TFM_CAUSAL_TOP_LEFT };
@@ -962,8 +976,9 @@ tfm_status tfm_model_seq2seq_backward(tfm_module *model,
             tfm__dropout_site(key, TFM__DROP_DECODER), gmem, h, &dec);
     if (st == TFM_OK) {
         tfm__linear_backward(h, d, B * L, d, m->lm_head, V,
-                             grad_logits->data, V, g, head_grad(m), NULL,
-                             NULL);
+                             grad_logits->data, V, g, head_grad(m),
+                             tfm__grad_of(&m->base, m->lm_head_bias),
+                             (double *)(void *)acc);
         st = tfm__stack_backward_kept(&dec, g);
     }
     if (st == TFM_OK)

@@ -446,7 +446,7 @@ static tfm_status check_config_against_tensors(const tfm_safetensors *f,
     if (st == TFM_OK && lo->type_vocab_size > 0)
         st = expect_tensor(f, "token_type_embedding.weight",
                            lo->type_vocab_size, d);
-    if (st == TFM_OK && lo->head_transform) {
+    if (st == TFM_OK && (lo->head_transform || lo->head_bias)) {
         const int64_t vocab[1] = { c->vocab_size };
         st = expect_shape(f, "lm_head.bias", 1, vocab);
     }
@@ -514,6 +514,7 @@ tfm_status tfm_model_load(const char *path, tfm_module **out)
         (st = meta_bool(f, "tfm.final_norm", &lo.final_norm)) == TFM_OK &&
         (st = meta_bool(f, "tfm.head_transform", &lo.head_transform)) ==
             TFM_OK &&
+        (st = meta_bool(f, "tfm.head_bias", &lo.head_bias)) == TFM_OK &&
         (st = tfm__model_config_check(&c, &o)) == TFM_OK &&
         (st = check_config_against_tensors(f, &c, &o, &lo)) == TFM_OK &&
         (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK &&
@@ -694,6 +695,8 @@ tfm_status tfm_model_save(const tfm_module *model, const char *path,
     if (!st && m->head_transform)
         st = tfm_safetensors_writer_set_metadata(w, "tfm.head_transform",
                                                  "true");
+    else if (!st && m->lm_head_bias) /* Marian's logits bias alone */
+        st = tfm_safetensors_writer_set_metadata(w, "tfm.head_bias", "true");
     for (int i = 0; !st && i < n_extra; i++)
         st = tfm_safetensors_writer_set_metadata(w, keys[i], values[i]);
     if (!st)

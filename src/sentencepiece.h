@@ -116,4 +116,33 @@ tfm_status tfm__spm_from_json(const cJSON *root, const char *path,
  * model, a denormalizer), TFM_ERR_OUT_OF_MEMORY. */
 tfm_status tfm__spm_load(const char *path, tfm_tokenizer **out);
 
+/* Receives one token of tfm__spm_encode_pieces: its id, its piece as
+ * sentencepiece's encode(out_type=str) gives it (a known piece's own
+ * string, the normalized text of a run of unknown characters, "<0xNN>"
+ * for a byte-fallback byte), not NUL-terminated, and the bytes
+ * [begin, end) of the text it covers. */
+typedef tfm_status (*tfm__spm_emit)(void *ctx, int32_t id, const char *piece,
+                                    size_t len, int64_t begin, int64_t end);
+
+/* Segments text[0 .. len-1] (which holds no special token) with the
+ * SentencePiece model of t, which tfm__spm_load read, calling emit for
+ * each token in order; offsets are shifted by base.  Stops at emit's first
+ * error and returns it.  Errors: TFM_ERR_INVALID_ARGUMENT (t is another
+ * kind, or the text is too long), TFM_ERR_OUT_OF_MEMORY, emit's. */
+tfm_status tfm__spm_encode_pieces(const tfm_tokenizer *t, const char *text,
+                                  size_t len, int64_t base,
+                                  tfm__spm_emit emit, void *ctx);
+
+/* Appends to out what sentencepiece's DecodePieces makes of pieces[0 ..
+ * n-1] (lens[i] bytes each) with the model of t, which tfm__spm_load read:
+ * each piece's id is PieceToId's (the unknown id when the model lacks
+ * it); a piece the model lacks is written as it is (U+2581 kept), <unk>
+ * as the unknown surface, control pieces as nothing, the rest as
+ * tfm_tokenizer_decode would.  Errors: TFM_ERR_INVALID_ARGUMENT (t is
+ * another kind), TFM_ERR_OUT_OF_MEMORY. */
+tfm_status tfm__spm_decode_pieces(const tfm_tokenizer *t,
+                                  const char *const *pieces,
+                                  const uint32_t *lens, int64_t n,
+                                  tfm__bytes *out);
+
 #endif

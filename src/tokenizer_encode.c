@@ -281,10 +281,13 @@ tfm_status tfm_tokenizer_encode_v2(const tfm_tokenizer *tokenizer,
     int split = (flags & TFM_ENCODE_SPLIT_SPECIAL) != 0;
     tfm__framing frame = (flags & TFM_ENCODE_ADD_SPECIAL) ? t->framing
                                                          : TFM__FRAME_NONE;
-    /* The role framing adds before each text, and after it. */
+    /* The role framing adds before each text, and after it (after the
+     * last text only, for Marian's). */
     int before = frame == TFM__FRAME_BOS ? TFM__ROLE_BOS : -1;
     int after = frame == TFM__FRAME_BERT  ? TFM__ROLE_SEP
-                : frame == TFM__FRAME_EOS ? TFM__ROLE_EOS : -1;
+                : frame == TFM__FRAME_EOS ||
+                  frame == TFM__FRAME_EOS_END ? TFM__ROLE_EOS : -1;
+    int after_first = frame == TFM__FRAME_EOS_END && pair ? -1 : after;
     tfm__token_list list = { 0 };
     int64_t first_len = 0;
     if (frame == TFM__FRAME_BERT)
@@ -293,8 +296,8 @@ tfm_status tfm_tokenizer_encode_v2(const tfm_tokenizer *tokenizer,
         st = add_framing(t, before, &list);
     if (st == TFM_OK)
         st = encode_text(t, text, text_len, split, &list);
-    if (st == TFM_OK && after >= 0)
-        st = add_framing(t, after, &list);
+    if (st == TFM_OK && after_first >= 0)
+        st = add_framing(t, after_first, &list);
     first_len = list.n;
     if (st == TFM_OK && pair) {
         if (before >= 0)
@@ -329,6 +332,28 @@ tfm_status tfm_tokenizer_encode_v2(const tfm_tokenizer *tokenizer,
 }
 
 /* ---- Decode, token strings, roles -------------------------------------- */
+
+void tfm__clean_up_tokenization(tfm__bytes *b, size_t from)
+{
+    static const char *const FROM[] = { " .", " ?", " !", " ,", " ' ",
+                                        " n't", " 'm", " 's", " 've",
+                                        " 're" };
+    static const char *const TO[] = { ".", "?", "!", ",", "'", "n't", "'m",
+                                      "'s", "'ve", "'re" };
+    for (size_t r = 0; r < sizeof FROM / sizeof FROM[0]; r++) {
+        size_t fl = strlen(FROM[r]), tl = strlen(TO[r]), w = from;
+        for (size_t p = from; p < b->n;) {
+            if (p + fl <= b->n && memcmp(b->data + p, FROM[r], fl) == 0) {
+                memmove(b->data + w, TO[r], tl);
+                w += tl;
+                p += fl;
+            } else {
+                b->data[w++] = b->data[p++];
+            }
+        }
+        b->n = w;
+    }
+}
 
 tfm_status tfm__decode_check(const tfm_tokenizer *t, const int32_t *ids,
                              int64_t n_ids, const char *text,

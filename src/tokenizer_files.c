@@ -1,8 +1,9 @@
 /* Which files make a tokenizer (tfm_tokenizer_load, tokenizer.h): a
  * directory, a tokenizer.json, GPT-2's encoder.json / vocab.json with their
- * merges beside them, BERT's vocab.txt (with tokenizer_config.json beside it
- * when there is one), a SentencePiece *.model / *.spm.  Anything else is
- * left to the model-file reader. */
+ * merges beside them, Marian's vocab.json with source.spm and target.spm
+ * beside it, BERT's vocab.txt (with tokenizer_config.json beside it when
+ * there is one), a SentencePiece *.model / *.spm.  Anything else is left to
+ * the model-file reader. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,6 +75,27 @@ static int ends_with(const char *s, const char *tail)
     return a >= b && strcmp(s + a - b, tail) == 0;
 }
 
+/* Marian's files in directory dir (dir_len bytes): vocab.json, source.spm
+ * and target.spm, and tokenizer_config.json when there is one.  0 when they
+ * are not all there. */
+static int marian_files(const char *dir, size_t dir_len, char paths[4][4096])
+{
+    static const char *const NAMES[] = { "vocab.json", "source.spm",
+                                         "target.spm",
+                                         "tokenizer_config.json" };
+    for (int i = 0; i < 4; i++)
+        if (!join(paths[i], sizeof paths[i], dir, dir_len, NAMES[i]) ||
+            (i < 3 && !is_file(paths[i])))
+            return 0;
+    return 1;
+}
+
+static tfm_status load_marian(char paths[4][4096], tfm_tokenizer **out)
+{
+    return tfm__marian_load(paths[0], paths[1], paths[2],
+                            is_file(paths[3]) ? paths[3] : NULL, out);
+}
+
 /* GPT-2's vocabulary file and its merges file in directory dir. */
 static tfm_status load_pair(const char *dir, size_t dir_len,
                             const char *vocab, const char *merges,
@@ -108,13 +130,18 @@ tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out)
         for (size_t i = 0; spm < 0 && i < sizeof SPM / sizeof SPM[0]; i++)
             if (join(q, sizeof q, path, n, SPM[i]) && is_file(q))
                 spm = (int)i;
+        /* Marian's: vocab.json with both SentencePiece models. */
+        char marian[4][4096];
+        int is_marian = marian_files(path, n, marian);
         if (is_file(p)) {
             tfm_status st = tfm__tokenizer_json_load(p, out);
             /* A tokenizer.json this library cannot run, beside the
              * SentencePiece model it was made from: the model. */
-            if (st != TFM_ERR_UNSUPPORTED || spm < 0)
+            if (st != TFM_ERR_UNSUPPORTED || (spm < 0 && !is_marian))
                 return st;
         }
+        if (is_marian)
+            return load_marian(marian, out);
         if (spm >= 0)
             return tfm__spm_load(q, out);
         static const char *const PAIRS[][2] = {
@@ -143,8 +170,12 @@ tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out)
     size_t dir_len = (size_t)(base - path);
     if (strcmp(base, "encoder.json") == 0)
         return load_pair(path, dir_len, "encoder.json", "vocab.bpe", out);
-    if (strcmp(base, "vocab.json") == 0)
+    if (strcmp(base, "vocab.json") == 0) {
+        char marian[4][4096];
+        if (marian_files(path, dir_len, marian))
+            return load_marian(marian, out);
         return load_pair(path, dir_len, "vocab.json", "merges.txt", out);
+    }
     if (ends_with(base, ".json"))
         return tfm__tokenizer_json_load(path, out);
     if (ends_with(base, ".model") || ends_with(base, ".spm"))

@@ -3,7 +3,7 @@
  *
  * A handle holds one model (character-level in tokenizer.c, byte-level BPE
  * in tokenizer_bpe.c, WordPiece in tokenizer_wordpiece.c, SentencePiece in
- * tokenizer_sentencepiece.c) behind a table of
+ * tokenizer_sentencepiece.c, Marian's in tokenizer_marian.c) behind a table of
  * functions, plus what is common to every kind: the special tokens (matched
  * in the text when asked, never split by the model), their roles (bos,
  * eos, unk, ...), and how the post-processor frames one text or a pair
@@ -56,7 +56,8 @@ typedef enum tfm__framing {
     TFM__FRAME_NONE = 0,   /* nothing added (GPT-2) */
     TFM__FRAME_BERT,       /* [CLS] A [SEP] B [SEP], types 0 .. 0 1 .. 1 */
     TFM__FRAME_BOS,        /* <s> A <s> B (Llama's LlamaTokenizer) */
-    TFM__FRAME_EOS,        /* A </s> B </s> (T5's and Marian's) */
+    TFM__FRAME_EOS,        /* A </s> B </s> (T5's) */
+    TFM__FRAME_EOS_END,    /* A </s>, A B </s> (Marian's) */
 } tfm__framing;
 
 /* A special token: matched whole in the text, never split. */
@@ -119,6 +120,11 @@ tfm_status tfm__wordpiece_from_json(const struct cJSON *root,
                                     const struct cJSON *model,
                                     const char *path, tfm_tokenizer **out);
 tfm_status tfm__tokenizer_json_load(const char *path, tfm_tokenizer **out);
+/* Marian's vocab.json, source.spm, target.spm and tokenizer_config.json
+ * (config NULL when there is none): tokenizer_marian.c. */
+tfm_status tfm__marian_load(const char *vocab_json, const char *source_spm,
+                            const char *target_spm, const char *config,
+                            tfm_tokenizer **out);
 tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out);
 
 /* The argument checks of tfm_tokenizer_encode and _encode_v2 (NULL
@@ -131,6 +137,11 @@ tfm_status tfm__encode_check(const tfm_tokenizer *t, const char *text,
 tfm_status tfm__decode_check(const tfm_tokenizer *t, const int32_t *ids,
                              int64_t n_ids, const char *text,
                              size_t capacity, const size_t *text_len);
+
+/* Hugging Face's clean_up_tokenization on b->data[from ..]: the spaces
+ * before . ? ! , and in " ' ", n't 'm 's 've 're taken out, one rule after
+ * another over the whole text, as its chain of str.replace. */
+void tfm__clean_up_tokenization(tfm__bytes *b, size_t from);
 
 /* Whole file into a NUL-terminated buffer (freed with tfm__free). */
 tfm_status tfm__read_file(const char *path, char **data, size_t *len);

@@ -692,13 +692,14 @@ static tfm_status encode_unigram(const spm *m, const char *norm, size_t n,
 
 /* ---- Encode, decode: the tokenizer_impl.h interface ------------------- */
 
-/* SentencePieceProcessor::PopulateSentencePieceText: unknown pieces become
- * their bytes with byte fallback (the last byte covers the character, the
- * others nothing), or a run of them one unknown token without it. */
-static tfm_status spm_encode(const void *model, const char *text, size_t len,
-                             int64_t base, tfm__token_list *out)
+/* SentencePieceProcessor::PopulateSentencePieceText: each token with its
+ * piece as encode(out_type=str) gives it.  Unknown pieces become their
+ * bytes with byte fallback (pieces <0xNN>; the last byte covers the
+ * character, the others nothing), or a run of them one unknown token
+ * without it, whose piece is the run's normalized text. */
+static tfm_status spm_segment(const spm *m, const char *text, size_t len,
+                              int64_t base, tfm__spm_emit emit, void *ctx)
 {
-    const spm *m = model;
     if (len > (size_t)INT32_MAX / 4)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "text of %zu bytes is too long for SentencePiece "
@@ -729,36 +730,50 @@ static tfm_status spm_encode(const void *model, const char *text, size_t len,
             }
         }
     }
-    int prev_unk = 0;
-    int64_t last_unk = -1;
+    const tfm__vocab *v = &m->f.vocab;
     for (size_t i = 0; st == TFM_OK && i < segs.n; i++) {
         const spm_seg *g = &segs.v[i];
         int32_t id = g->id;
         int type = m->f.types[id];
-        int is_unk = type == TFM__SPM_UNKNOWN;
         int64_t b = base + (int64_t)o.v[g->begin];
         int64_t e = base + (int64_t)o.v[g->begin + g->len];
         if (type == TFM__SPM_CONTROL) {
-            st = tfm__token_list_push(out, id, b, b);
-        } else if (is_unk && m->f.byte_fallback) {
+            st = emit(ctx, id, v->tokens[id], v->lengths[id], b, b);
+        } else if (type == TFM__SPM_UNKNOWN && m->f.byte_fallback) {
             for (uint32_t k = 0; st == TFM_OK && k < g->len; k++) {
-                unsigned char c = (unsigned char)norm.data[g->begin + k];
-                st = tfm__token_list_push(out, m->byte_id[c], b,
-                                          k + 1 == g->len ? e : b);
+                int32_t byte = m->byte_id[(unsigned char)norm.data[g->begin + k]];
+                st = emit(ctx, byte, v->tokens[byte], v->lengths[byte], b,
+                          k + 1 == g->len ? e : b);
             }
-        } else if (is_unk && prev_unk && m->fuse_unk) {
-            out->offsets[2 * last_unk + 1] = e;
         } else {
-            st = tfm__token_list_push(out, id, b, e);
-            if (is_unk)
-                last_unk = out->n - 1;
+            size_t end = g->begin + g->len;
+            while (type == TFM__SPM_UNKNOWN && m->fuse_unk && i + 1 < segs.n &&
+                   m->f.types[segs.v[i + 1].id] == TFM__SPM_UNKNOWN) {
+                i++;
+                end = segs.v[i].begin + segs.v[i].len;
+            }
+            e = base + (int64_t)o.v[end];
+            st = emit(ctx, id, norm.data + g->begin, end - g->begin, b, e);
         }
-        prev_unk = is_unk;
     }
     tfm__free(norm.data);
     tfm__free(o.v);
     tfm__free(segs.v);
     return st;
+}
+
+static tfm_status push_token(void *list, int32_t id, const char *piece,
+                             size_t len, int64_t begin, int64_t end)
+{
+    (void)piece;
+    (void)len;
+    return tfm__token_list_push(list, id, begin, end);
+}
+
+static tfm_status spm_encode(const void *model, const char *text, size_t len,
+                             int64_t base, tfm__token_list *out)
+{
+    return spm_segment(model, text, len, base, push_token, out);
 }
 
 /* Bytes of byte pieces: each UTF-8 character as is, each malformed byte
@@ -891,16 +906,17 @@ static tfm_status hf_decode(const spm *m, const int32_t *ids, int64_t n,
     return st;
 }
 
-/* SentencePieceProcessor::Decode: control pieces are empty, <unk> is the
- * unknown surface, byte pieces are gathered into UTF-8, U+2581 is a space,
- * and at the start one leading U+2581 is dropped (with add_dummy_prefix;
- * every leading one with remove_extra_whitespaces). */
-static tfm_status spm_decode(const void *model, const int32_t *ids,
-                             int64_t n, tfm__bytes *out)
+/* SentencePieceProcessor::Decode of pieces: control pieces are empty,
+ * <unk> is the unknown surface, another piece the model lacks is itself,
+ * byte pieces are gathered into UTF-8, U+2581 is a space, and at the start
+ * one leading U+2581 is dropped (with add_dummy_prefix; every leading one
+ * with remove_extra_whitespaces).  pieces[i] (lens[i] bytes) and ids[i]
+ * (PieceToId) describe token i; pieces NULL: the ids' own pieces. */
+static tfm_status decode_pieces(const spm *m, const int32_t *ids,
+                                const char *const *pieces,
+                                const uint32_t *lens, int64_t n,
+                                tfm__bytes *out)
 {
-    const spm *m = model;
-    if (m->decoder != TFM__SPM_DECODE_SENTENCEPIECE)
-        return hf_decode(m, ids, n, out);
     size_t start = out->n;
     unsigned char *bytes = tfm__malloc((size_t)(n ? n : 1));
     if (!bytes)
@@ -927,8 +943,13 @@ static tfm_status spm_decode(const void *model, const int32_t *ids,
         bos_ws_seen = 0;
         if (st != TFM_OK || type == TFM__SPM_CONTROL)
             continue;
+        const char *p = pieces ? pieces[i] : m->f.vocab.tokens[id];
+        size_t len = pieces ? lens[i] : m->f.vocab.lengths[id];
         if (type == TFM__SPM_UNKNOWN) {
-            if (m->f.unk_surface)
+            if (pieces && (len != m->f.vocab.lengths[id] ||
+                           memcmp(p, m->f.vocab.tokens[id], len) != 0))
+                st = tfm__bytes_append(out, p, len);  /* not <unk>: as is */
+            else if (m->f.unk_surface)
                 st = tfm__bytes_append(out, m->f.unk_surface,
                                        m->f.unk_surface_len);
             else
@@ -936,8 +957,6 @@ static tfm_status spm_decode(const void *model, const int32_t *ids,
                                        sizeof UNK_SURFACE - 1);
             continue;
         }
-        const char *p = m->f.vocab.tokens[id];
-        size_t len = m->f.vocab.lengths[id];
         if (is_bos_ws &&
             (m->f.add_dummy_prefix || m->f.remove_extra_whitespaces) &&
             len >= 3 && memcmp(p, SPACE_SYMBOL, 3) == 0) {
@@ -962,6 +981,15 @@ static tfm_status spm_decode(const void *model, const int32_t *ids,
     return st;
 }
 
+static tfm_status spm_decode(const void *model, const int32_t *ids,
+                             int64_t n, tfm__bytes *out)
+{
+    const spm *m = model;
+    if (m->decoder != TFM__SPM_DECODE_SENTENCEPIECE)
+        return hf_decode(m, ids, n, out);
+    return decode_pieces(m, ids, NULL, NULL, n, out);
+}
+
 static const tfm__vocab *spm_vocab(const void *model)
 {
     return &((const spm *)model)->f.vocab;
@@ -983,6 +1011,47 @@ static void spm_free(void *model)
 static const tfm__tokenizer_ops SPM_OPS = {
     TFM_TOKENIZER_SENTENCEPIECE, spm_free, spm_encode, spm_decode, spm_vocab,
 };
+
+/* The model of a SentencePiece tokenizer read from a .model file, or
+ * NULL (with the error set) for another. */
+static const spm *spm_of(const tfm_tokenizer *t)
+{
+    if (!t || t->ops != &SPM_OPS ||
+        ((const spm *)t->model)->decoder != TFM__SPM_DECODE_SENTENCEPIECE) {
+        tfm__fail(TFM_ERR_INVALID_ARGUMENT, "not a SentencePiece model "
+                  "read from a .model file");
+        return NULL;
+    }
+    return t->model;
+}
+
+tfm_status tfm__spm_encode_pieces(const tfm_tokenizer *t, const char *text,
+                                  size_t len, int64_t base,
+                                  tfm__spm_emit emit, void *ctx)
+{
+    const spm *m = spm_of(t);
+    if (!m)
+        return TFM_ERR_INVALID_ARGUMENT;
+    return spm_segment(m, text, len, base, emit, ctx);
+}
+
+tfm_status tfm__spm_decode_pieces(const tfm_tokenizer *t,
+                                  const char *const *pieces,
+                                  const uint32_t *lens, int64_t n,
+                                  tfm__bytes *out)
+{
+    const spm *m = spm_of(t);
+    if (!m)
+        return TFM_ERR_INVALID_ARGUMENT;
+    int32_t *ids = tfm__malloc((size_t)(n ? n : 1) * sizeof *ids);
+    if (!ids)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = piece_id(m, pieces[i], lens[i]);
+    tfm_status st = decode_pieces(m, ids, pieces, lens, n, out);
+    tfm__free(ids);
+    return st;
+}
 
 /* "<0xNN>" (upper-case hex, as ByteToPiece) -> NN, else -1. */
 static int piece_byte(const char *p, size_t len)

@@ -332,25 +332,8 @@ static tfm_status wp_decode(const void *model, const int32_t *ids, int64_t n,
         if (st == TFM_OK)
             st = tfm__bytes_append(&raw, t, len);
     }
-    static const char *const FROM[] = { " .", " ?", " !", " ,", " ' ",
-                                        " n't", " 'm", " 's", " 've",
-                                        " 're" };
-    static const char *const TO[] = { ".", "?", "!", ",", "'", "n't", "'m",
-                                      "'s", "'ve", "'re" };
-    /* One rule after another over the whole text, as str.replace chains. */
-    for (size_t r = 0; st == TFM_OK && r < sizeof FROM / sizeof FROM[0]; r++) {
-        size_t fl = strlen(FROM[r]), tl = strlen(TO[r]), w = 0;
-        for (size_t p = 0; p < raw.n;) {
-            if (p + fl <= raw.n && memcmp(raw.data + p, FROM[r], fl) == 0) {
-                memmove(raw.data + w, TO[r], tl);
-                w += tl;
-                p += fl;
-            } else {
-                raw.data[w++] = raw.data[p++];
-            }
-        }
-        raw.n = w;
-    }
+    if (st == TFM_OK)
+        tfm__clean_up_tokenization(&raw, 0);
     if (st == TFM_OK && raw.n)
         st = tfm__bytes_append(out, raw.data, raw.n);
     tfm__free(raw.data);

@@ -8,9 +8,13 @@
  * SwiGLU, grouped-query attention, rotary positions, untied head) -- or by
  * hub_bert_reference.py -- a BERT in BertForMaskedLM's layout (post-norm
  * encoder, token types, embedding LayerNorm, the masked-LM head
- * transform) -- with reference.json, the logits and (decoders) 12 greedy
- * ids of the forward pass in torch float64 (written from transformers'
- * modeling_gpt2 / modeling_llama / modeling_bert).  Checked: the logits
+ * transform) -- or by hub_marian_reference.py -- an opus-mt Marian in
+ * MarianMTModel's layout (post-norm encoder-decoder, sinusoidal position
+ * tables, final_logits_bias, the pad id banned in generation) -- with
+ * reference.json, the logits and (decoders) 12 greedy ids of the forward
+ * pass in torch float64 (written from transformers' modeling_gpt2 /
+ * modeling_llama / modeling_bert / modeling_marian; Marian's logits are
+ * those of a decoder input given the prompt as the source).  Checked: the logits
  * within 1e-5 of the largest, the greedy ids equal, every allocation
  * failing in turn gives TFM_ERR_OUT_OF_MEMORY with *out unchanged (the
  * load; and a training step's forward and backward, which then leave the
@@ -41,12 +45,16 @@ void tfm_testing_fail_allocation(long k);
 static const char *dir;
 static int llama; /* config.json's model_type is "llama" */
 static int bert;  /* ... or "bert" */
-#define FAMILY (llama ? "Llama" : bert ? "BERT" : "GPT-2")
+static int marian; /* ... or "marian" */
+#define FAMILY (llama ? "Llama" : bert ? "BERT" : marian ? "Marian" : "GPT-2")
 
 typedef struct reference {
     int32_t prompt[64];
     int n_prompt;
-    double *logits;      /* [n_prompt, vocab] */
+    int32_t decoder_input[64]; /* Marian: the target the logits are of */
+    int n_decoder_input;
+    double *logits;      /* [T, vocab]: T = n_prompt, Marian's
+                          * n_decoder_input */
     int n_logits;
     int32_t greedy[64];
     int n_greedy;
@@ -96,6 +104,8 @@ static void load_reference(reference *r)
     assert_non_null(root);
     r->n_prompt = ints(cJSON_GetObjectItem(root, "prompt"), r->prompt, 64);
     r->n_greedy = ints(cJSON_GetObjectItem(root, "greedy"), r->greedy, 64);
+    r->n_decoder_input = ints(cJSON_GetObjectItem(root, "decoder_input"),
+                              r->decoder_input, 64);
     const cJSON *l = cJSON_GetObjectItem(root, "logits");
     r->n_logits = cJSON_GetArraySize(l);
     r->logits = malloc((size_t)r->n_logits * sizeof *r->logits);
@@ -107,20 +117,48 @@ static void load_reference(reference *r)
     free(text);
 }
 
-/* max |ours - ref| / max |ref| of the prompt's logits. */
+/* The positions the reference's logits are of: the prompt's, or
+ * Marian's decoder input's. */
+static int64_t logit_rows(const reference *r)
+{
+    return marian ? r->n_decoder_input : r->n_prompt;
+}
+
+/* The model's logits of the reference's input into logits [1, T, V]:
+ * tfm_model_logits of the prompt, or Marian's tfm_model_seq2seq_logits
+ * of the decoder input given the prompt. */
+static tfm_status model_logits(const tfm_module *model, const reference *r,
+                               tfm_tensor *logits)
+{
+    if (marian)
+        return tfm_model_seq2seq_logits(model, r->prompt, r->n_prompt,
+                                        r->decoder_input, r->n_decoder_input,
+                                        1, logits);
+    return tfm_model_logits(model, r->prompt, 1, r->n_prompt, logits);
+}
+
+static tfm_status model_backward(tfm_module *model, const reference *r,
+                                 const tfm_tensor *dlogits)
+{
+    if (marian)
+        return tfm_model_seq2seq_backward(model, r->prompt, r->n_prompt,
+                                          r->decoder_input,
+                                          r->n_decoder_input, 1, dlogits);
+    return tfm_model_backward(model, r->prompt, 1, r->n_prompt, dlogits);
+}
+
+/* max |ours - ref| / max |ref| of the reference's logits. */
 static double logits_error(const tfm_module *model, const reference *r)
 {
     tfm_model_config c;
     assert_int_equal(tfm_model_get_config(model, &c), TFM_OK);
-    assert_int_equal(r->n_logits, r->n_prompt * c.vocab_size);
+    assert_int_equal(r->n_logits, logit_rows(r) * c.vocab_size);
     tfm_tensor *logits = NULL;
-    assert_int_equal(tfm_tensor_create(3, (const int64_t[]){ 1, r->n_prompt,
+    assert_int_equal(tfm_tensor_create(3, (const int64_t[]){ 1, logit_rows(r),
                                                              c.vocab_size },
                                        &logits),
                      TFM_OK);
-    assert_int_equal(tfm_model_logits(model, r->prompt, 1, r->n_prompt,
-                                      logits),
-                     TFM_OK);
+    assert_int_equal(model_logits(model, r, logits), TFM_OK);
     const float *x = tfm_tensor_data_const(logits);
     double diff = 0, scale = 0;
     for (int i = 0; i < r->n_logits; i++) {
@@ -142,8 +180,9 @@ static void test_logits_and_greedy(void **state)
     assert_int_equal(tfm_model_load(dir, &model), TFM_OK);
     tfm_model_config c;
     assert_int_equal(tfm_model_get_config(model, &c), TFM_OK);
-    assert_int_equal(c.architecture, bert ? TFM_ARCH_ENCODER_ONLY
-                                          : TFM_ARCH_DECODER_ONLY);
+    assert_int_equal(c.architecture, bert     ? TFM_ARCH_ENCODER_ONLY
+                                     : marian ? TFM_ARCH_ENCODER_DECODER
+                                              : TFM_ARCH_DECODER_ONLY);
     tfm_layer_options lo;
     tfm_layer_options_init(&lo);
     assert_int_equal(tfm_model_get_layer_options(model, &lo), TFM_OK);
@@ -165,6 +204,13 @@ static void test_logits_and_greedy(void **state)
         assert_int_equal(lo.type_vocab_size, 2);
         assert_true(lo.embedding_norm && lo.head_transform && lo.bias);
         assert_false(lo.final_norm);
+    } else if (marian) {
+        assert_int_equal(c.layer.activation, TFM_ACTIVATION_SILU);
+        assert_true(c.tied_embeddings && c.embedding_scale);
+        assert_false(c.layer.norm_first);
+        assert_int_equal(c.positional, TFM_POSITIONAL_LEARNED);
+        assert_true(lo.head_bias && lo.bias && !lo.head_transform);
+        assert_false(lo.final_norm);
     } else {
         assert_int_equal(c.layer.activation, TFM_ACTIVATION_GELU_TANH);
         assert_true(c.tied_embeddings);
@@ -179,9 +225,48 @@ static void test_logits_and_greedy(void **state)
         return;
     }
     int32_t ids[64];
-    assert_int_equal(tfm_model_generate(model, r.prompt, r.n_prompt,
-                                        r.n_greedy, NULL, 0, ids),
-                     TFM_OK);
+    if (marian) {
+        /* transformers' generate for Marian: greedy (num_beams 1) from
+         * the decoder start (the pad id), the pad banned (bad_words_ids),
+         * stopping at eos 0. */
+        tfm_model_config mc;
+        assert_int_equal(tfm_model_get_config(model, &mc), TFM_OK);
+        const int32_t pad = (int32_t)(mc.vocab_size - 1);
+        tfm_beam_search_options bo;
+        tfm_beam_search_options_init(&bo);
+        bo.num_beams = 1;
+        bo.max_new_tokens = r.n_greedy;
+        bo.eos_token_id = 0;
+        bo.decoder_start_token_id = pad;
+        bo.suppress_tokens = &pad;
+        bo.n_suppress_tokens = 1;
+        int64_t length = 0;
+        assert_int_equal(tfm_model_beam_search(model, r.prompt, r.n_prompt,
+                                               &bo, ids, &length, NULL),
+                         TFM_OK);
+        assert_int_equal(length, r.n_greedy);
+        /* Without the ban the pad (its logits' bias raised by the
+         * reference) is what greedy picks. */
+        int32_t plain[64];
+        bo.n_suppress_tokens = 0;
+        assert_int_equal(tfm_model_beam_search(model, r.prompt, r.n_prompt,
+                                               &bo, plain, &length, NULL),
+                         TFM_OK);
+        assert_int_equal(plain[0], pad);
+        bo.n_suppress_tokens = 1;
+        const int32_t outside = (int32_t)mc.vocab_size;
+        bo.suppress_tokens = &outside;
+        plain[0] = -7;
+        assert_int_equal(tfm_model_beam_search(model, r.prompt, r.n_prompt,
+                                               &bo, plain, &length, NULL),
+                         TFM_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(tfm_last_error(), "suppress_tokens[0]"));
+        assert_int_equal(plain[0], -7);
+    } else {
+        assert_int_equal(tfm_model_generate(model, r.prompt, r.n_prompt,
+                                            r.n_greedy, NULL, 0, ids),
+                         TFM_OK);
+    }
     assert_memory_equal(ids, r.greedy, (size_t)r.n_greedy * sizeof *ids);
     tfm_module_free(model);
     free(r.logits);
@@ -232,7 +317,7 @@ static void test_out_of_memory_training(void **state)
     assert_int_equal(tfm_module_train(model, 1), TFM_OK);
     tfm_model_config c;
     assert_int_equal(tfm_model_get_config(model, &c), TFM_OK);
-    const int64_t T = r.n_prompt, V = c.vocab_size;
+    const int64_t T = logit_rows(&r), V = c.vocab_size;
     tfm_tensor *logits = NULL, *dlogits = NULL;
     assert_int_equal(tfm_tensor_create(3, (const int64_t[]){ 1, T, V },
                                        &logits), TFM_OK);
@@ -243,15 +328,16 @@ static void test_out_of_memory_training(void **state)
         x[i] = 7.0f;
         g[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
     }
-    const char *watched = bert ? "head_transform.weight"
-                               : "layers.0.linear1.weight";
+    const char *watched = bert     ? "head_transform.weight"
+                          : marian ? "transformer.encoder.layers.0.linear1.weight"
+                                   : "layers.0.linear1.weight";
     float *grad = NULL;
     assert_int_equal(tfm_module_grad(model, watched, &grad), TFM_OK);
     long fwd = 0, bwd = 0;
     for (long k = 1;; k++) {
         tfm_workspace_release(); /* so that scratch allocations fail too */
         tfm_testing_fail_allocation(k);
-        tfm_status st = tfm_model_logits(model, r.prompt, 1, T, logits);
+        tfm_status st = model_logits(model, &r, logits);
         tfm_testing_fail_allocation(0);
         if (st == TFM_OK)
             break;
@@ -272,7 +358,7 @@ static void test_out_of_memory_training(void **state)
     for (long k = 1;; k++) {
         tfm_workspace_release();
         tfm_testing_fail_allocation(k);
-        tfm_status st = tfm_model_backward(model, r.prompt, 1, T, dlogits);
+        tfm_status st = model_backward(model, &r, dlogits);
         tfm_testing_fail_allocation(0);
         if (st == TFM_OK)
             break;
@@ -387,9 +473,54 @@ static void test_bad_bert_directories(void)
             "roberta");
 }
 
+/* The Marian reference's weights: 2 + 2 layers, width 32, 4 heads, 40
+ * positions, vocabulary 263 (each config names its decoder heads: a JSON
+ * key given twice is read once). */
+static void test_bad_marian_directories(void)
+{
+    static const char base[] =
+        "\"model_type\": \"marian\", \"d_model\": 32, "
+        "\"encoder_ffn_dim\": 56, \"decoder_ffn_dim\": 56, "
+        "\"encoder_attention_heads\": 4, "
+        "\"max_position_embeddings\": 40, \"vocab_size\": 263, "
+        "\"scale_embedding\": true, \"activation_function\": \"swish\"";
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "{%s, \"encoder_layers\": 2, "
+             "\"decoder_layers\": 3, \"decoder_attention_heads\": 4}", base);
+    refused(cfg, TFM_ERR_FORMAT, "model.decoder.layers.2.self_attn.q_proj");
+    snprintf(cfg, sizeof cfg, "{%s, \"encoder_layers\": 1, "
+             "\"decoder_layers\": 2, \"decoder_attention_heads\": 4}", base);
+    refused(cfg, TFM_ERR_FORMAT, "model.encoder.layers.1.");
+    snprintf(cfg, sizeof cfg, "{%s, \"encoder_layers\": 2, "
+             "\"decoder_layers\": 2, \"decoder_attention_heads\": 4, "
+             "\"decoder_vocab_size\": 300}", base);
+    refused(cfg, TFM_ERR_UNSUPPORTED, "decoder_vocab_size");
+    snprintf(cfg, sizeof cfg, "{%s, \"encoder_layers\": 2, "
+             "\"decoder_layers\": 2, \"decoder_attention_heads\": 8}", base);
+    refused(cfg, TFM_ERR_UNSUPPORTED, "decoder_attention_heads");
+    snprintf(cfg, sizeof cfg, "{%s, \"encoder_layers\": 2, "
+             "\"decoder_layers\": 20000000, \"decoder_attention_heads\": 4}",
+             base);
+    refused(cfg, TFM_ERR_FORMAT, "\"decoder_layers\" 20000000 needs");
+    snprintf(cfg, sizeof cfg, "{%s, \"encoder_layers\": 2, "
+             "\"decoder_layers\": 200000000, \"decoder_attention_heads\": 4}",
+             base);
+    refused(cfg, TFM_ERR_FORMAT, "\"decoder_layers\" 200000000 is too large");
+    refused("{\"model_type\": \"marian\", \"d_model\": 32, "
+            "\"encoder_ffn_dim\": 56, \"decoder_ffn_dim\": 56, "
+            "\"encoder_attention_heads\": 4, \"decoder_attention_heads\": 4, "
+            "\"encoder_layers\": 2, \"decoder_layers\": 2, "
+            "\"max_position_embeddings\": 41, \"vocab_size\": 263}",
+            TFM_ERR_FORMAT, "model.encoder.embed_positions.weight");
+}
+
 static void test_bad_directories(void **state)
 {
     (void)state;
+    if (marian) {
+        test_bad_marian_directories();
+        return;
+    }
     if (llama) {
         test_bad_llama_directories();
         return;
@@ -446,6 +577,7 @@ int main(int argc, char **argv)
         fclose(f);
         llama = strstr(text, "\"model_type\": \"llama\"") != NULL;
         bert = strstr(text, "\"model_type\": \"bert\"") != NULL;
+        marian = strstr(text, "\"model_type\": \"marian\"") != NULL;
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_and_greedy),

@@ -712,9 +712,11 @@ static void bias_free_errors(void **s)
     tfm_module_free(m);
 }
 
-/* BERT's model parts in tfm_layer_options: every layer, stack and
- * nn.Transformer constructor and the encoder-decoder model refuse them
- * (TFM_ERR_INVALID_ARGUMENT, *out untouched), type_vocab_size out of
+/* The model parts in tfm_layer_options: every layer, stack and
+ * nn.Transformer constructor refuses them and the encoder-decoder model
+ * BERT's (TFM_ERR_INVALID_ARGUMENT, *out untouched), while it takes
+ * final_norm 0 (neither stack has its norm) and head_bias ("lm_head.bias"
+ * [vocab], Marian's), type_vocab_size out of
  * range is refused, tfm_model_get_layer_options reports them, and a file
  * whose "tfm.type_vocab_size" disagrees with its tensors is refused before
  * anything is allocated for it (the values themselves are checked against
@@ -724,7 +726,7 @@ static void model_parts(void **s)
     (void)s;
     tfm_layer_config layer = tfm_layer_config_default(8, 2);
     layer.d_ff = 16;
-    for (int part = 0; part < 4; part++) {
+    for (int part = 0; part < 5; part++) {
         tfm_layer_options lo;
         tfm_layer_options_init(&lo);
         if (part == 0)
@@ -733,8 +735,10 @@ static void model_parts(void **s)
             lo.embedding_norm = 1;
         else if (part == 2)
             lo.final_norm = 0;
-        else
+        else if (part == 3)
             lo.head_transform = 1;
+        else
+            lo.head_bias = 1;
         tfm_module *m = SENTINEL_MODULE;
         assert_int_equal(tfm_encoder_layer_create_v2(&layer, &lo, &m),
                          TFM_ERR_INVALID_ARGUMENT);
@@ -751,6 +755,27 @@ static void model_parts(void **s)
                                                layer, 11, 0, 6);
         c.n_encoder_layers = 1;
         c.n_decoder_layers = 1;
+        if (part == 2 || part == 4) { /* Marian's: taken */
+            assert_int_equal(tfm_model_create_v2(&c, NULL, &lo, &m), TFM_OK);
+            int64_t shape[TFM_MAX_RANK];
+            int rank = 0;
+            const tfm_status norm = tfm_module_parameter_shape(
+                m, "transformer.decoder.norm.weight", &rank, shape);
+            const tfm_status bias = tfm_module_parameter_shape(
+                m, "lm_head.bias", &rank, shape);
+            assert_int_equal(norm == TFM_OK, part == 4);
+            assert_int_equal(bias == TFM_OK, part == 4);
+            if (part == 4)
+                assert_true(rank == 1 && shape[0] == 11);
+            tfm_layer_options got;
+            tfm_layer_options_init(&got);
+            assert_int_equal(tfm_model_get_layer_options(m, &got), TFM_OK);
+            assert_int_equal(got.final_norm, part == 4);
+            assert_int_equal(got.head_bias, part == 4);
+            tfm_module_free(m);
+            m = SENTINEL_MODULE;
+            continue;
+        }
         assert_int_equal(tfm_model_create_v2(&c, NULL, &lo, &m),
                          TFM_ERR_INVALID_ARGUMENT);
         assert_non_null(strstr(tfm_last_error(), "encoder-decoder"));

@@ -1,8 +1,9 @@
 /* Shared by the tokenizer suites (test_tokenizer_bpe.c,
- * test_tokenizer_wordpiece.c, test_tokenizer_sentencepiece.c): a temporary
- * directory for the vocabulary files each test writes, loading it, expected
- * load failures, and checking an encoding's ids and offsets.  Include
- * after <cmocka.h>. */
+ * test_tokenizer_wordpiece.c, test_tokenizer_sentencepiece.c,
+ * test_tokenizer_marian.c): a temporary directory for the vocabulary files
+ * each test writes, loading it, expected load failures, and checking an
+ * encoding's ids and offsets and a decoding's text.  Include after
+ * <cmocka.h>. */
 #ifndef TFM_TESTS_TOKENIZER_TEST_UTIL_H
 #define TFM_TESTS_TOKENIZER_TEST_UTIL_H
 
@@ -98,6 +99,27 @@ static inline void expect(const tfm_tokenizer *t, const char *text,
         const int32_t want_[] = { __VA_ARGS__ };                           \
         expect(t, text, sizeof text - 1, flags, want_,                     \
                (int64_t)(sizeof want_ / sizeof want_[0]), offs);           \
+    } while (0)
+
+/* Decodes ids[0 .. n-1] with flags and checks the text against want. */
+static inline void expect_decode(const tfm_tokenizer *t, const int32_t *ids,
+                                 int64_t n, unsigned flags,
+                                 const char *want)
+{
+    char text[256];
+    size_t len = 0;
+    if (tfm_tokenizer_decode_v2(t, ids, n, flags, text, sizeof text, &len) !=
+        TFM_OK)
+        fail_msg("decode: %s", tfm_last_error());
+    if (len != strlen(want) || memcmp(text, want, len) != 0)
+        fail_msg("decoded \"%s\", expected \"%s\"", text, want);
+}
+
+#define DECODE(t, flags, want, ...)                                        \
+    do {                                                                   \
+        const int32_t ids_[] = { __VA_ARGS__ };                            \
+        expect_decode(t, ids_, (int64_t)(sizeof ids_ / sizeof ids_[0]),    \
+                      flags, want);                                        \
     } while (0)
 
 #endif

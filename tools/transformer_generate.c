@@ -33,7 +33,19 @@
  * fill-mask pipeline gives them: one line each, the probability (softmax
  * over the vocabulary), a tab, the token (decoded alone), a tab, and the
  * text with the mask replaced (special tokens left out when it has one
- * mask; with several, the others stay, as the pipeline shows them). */
+ * mask; with several, the others stay, as the pipeline shows them).
+ *
+ * With --translate TEXT the model is an encoder-decoder (a Marian /
+ * opus-mt checkpoint directory): TEXT is the source, encoded with the
+ * directory's tokenizer (</s> appended), and the translation is printed,
+ * one line, special tokens left out, as transformers'
+ * MarianMTModel.generate decodes it: beam search (tfm_model_beam_search)
+ * with config.json's generation defaults -- generation_config.json's when
+ * there is one -- num_beams (1 when absent; --num-beams N overrides),
+ * max_length (less the decoder start; --max-new-tokens overrides, and the
+ * context bounds it), decoder_start_token_id, eos_token_id, and
+ * bad_words_ids of single ids never generated (Marian's pad). */
+#include <cJSON.h>
 #include <errno.h>
 #include <float.h>
 #include <getopt.h>
@@ -88,11 +100,15 @@ typedef struct options {
     const char *batch_file;          /* --batch-file, or NULL */
     const char *fill_mask;           /* --fill-mask, or NULL */
     int top_k_option;                /* --top-k given */
+    const char *translate;           /* --translate, or NULL */
+    int64_t num_beams;               /* --num-beams; 0: the checkpoint's */
+    int max_tokens_option;           /* --max-tokens given */
 } options;
 
 /* getopt_long's values for the long-only options. */
 enum { OPT_SAMPLE = 256, OPT_STOP, OPT_EOS, OPT_MIN_NEW, OPT_REPETITION,
-       OPT_NO_REPEAT, OPT_PAST_CONTEXT, OPT_BATCH_FILE, OPT_FILL_MASK };
+       OPT_NO_REPEAT, OPT_PAST_CONTEXT, OPT_BATCH_FILE, OPT_FILL_MASK,
+       OPT_TRANSLATE, OPT_NUM_BEAMS };
 
 static void usage(FILE *out)
 {
@@ -149,6 +165,12 @@ static void usage(FILE *out)
         "                         the 5 (or --top-k K) most likely tokens, "
         "one line\n"
         "                         each: probability, token, filled text\n"
+        "      --translate TEXT   an encoder-decoder checkpoint (Marian) "
+        "translates\n"
+        "                         TEXT with beam search; one line out\n"
+        "      --num-beams N      beams of --translate (default: the "
+        "checkpoint's\n"
+        "                         num_beams, else 1 = greedy)\n"
         "  -h, --help             show this help and exit\n"
         "  -V, --version          show the version and exit\n"
         "\n"
@@ -200,6 +222,8 @@ static int parse_options(int argc, char **argv, options *o)
         { "past-context", required_argument, NULL, OPT_PAST_CONTEXT },
         { "batch-file", required_argument, NULL, OPT_BATCH_FILE },
         { "fill-mask", required_argument, NULL, OPT_FILL_MASK },
+        { "translate", required_argument, NULL, OPT_TRANSLATE },
+        { "num-beams", required_argument, NULL, OPT_NUM_BEAMS },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -223,6 +247,9 @@ static int parse_options(int argc, char **argv, options *o)
     o->batch_file = NULL;
     o->fill_mask = NULL;
     o->top_k_option = 0;
+    o->translate = NULL;
+    o->num_beams = 0;
+    o->max_tokens_option = 0;
 
     int c;
     int64_t v;
@@ -238,6 +265,7 @@ static int parse_options(int argc, char **argv, options *o)
         case 'n':
             if (parse_int64("--max-tokens", optarg, 0, &o->max_tokens))
                 return 1;
+            o->max_tokens_option = 1;
             break;
         case 't':
             if (parse_float("--temperature", optarg, &o->sampling.temperature))
@@ -320,6 +348,13 @@ static int parse_options(int argc, char **argv, options *o)
             break;
         case OPT_FILL_MASK:
             o->fill_mask = optarg;
+            break;
+        case OPT_TRANSLATE:
+            o->translate = optarg;
+            break;
+        case OPT_NUM_BEAMS:
+            if (parse_int64("--num-beams", optarg, 1, &o->num_beams))
+                return 1;
             break;
         case OPT_NO_REPEAT:
             if (parse_int64("--no-repeat-ngram-size", optarg, 0,
@@ -905,6 +940,168 @@ done:
     return rc;
 }
 
+/* ---- Translation ------------------------------------------------------- */
+
+/* The generation defaults of checkpoint directory dir (--translate). */
+typedef struct generation_defaults {
+    int64_t num_beams, max_length;   /* 0: absent */
+    int32_t decoder_start, eos;      /* -1: absent */
+    int32_t suppress[MAX_LIST];      /* bad_words_ids' single ids */
+    int64_t n_suppress;
+} generation_defaults;
+
+/* A whole number in 0 .. INT32_MAX, or -1. */
+static int64_t json_id(const cJSON *v)
+{
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) ||
+        v->valuedouble > INT32_MAX || v->valuedouble != floor(v->valuedouble))
+        return -1;
+    return (int64_t)v->valuedouble;
+}
+
+/* Reads dir's generation_config.json, else its config.json (as
+ * transformers' GenerationConfig: the first when there is one); 1 with a
+ * message when neither is JSON. */
+static int read_generation_defaults(const char *dir, generation_defaults *g)
+{
+    memset(g, 0, sizeof *g);
+    g->decoder_start = g->eos = -1;
+    char path[4096];
+    FILE *f = NULL;
+    for (int k = 0; k < 2 && !f; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir,
+                 k == 0 ? "generation_config.json" : "config.json");
+        f = fopen(path, "rb");
+    }
+    if (!f)
+        return fail("'%s' has no config.json: --translate needs a checkpoint "
+                    "directory", dir);
+    char *text = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 > cap) {
+            char *t = realloc(text, cap = 2 * cap + 4096);
+            if (!t) {
+                free(text);
+                fclose(f);
+                return fail("out of memory");
+            }
+            text = t;
+        }
+        size_t got = fread(text + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    fclose(f);
+    cJSON *root = cJSON_ParseWithLength(text, n);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return fail("%s is not a JSON object", path);
+    }
+    const int64_t beams = json_id(cJSON_GetObjectItem(root, "num_beams"));
+    const int64_t max_length = json_id(cJSON_GetObjectItem(root,
+                                                           "max_length"));
+    g->num_beams = beams > 0 ? beams : 0;
+    g->max_length = max_length > 0 ? max_length : 0;
+    g->decoder_start = (int32_t)json_id(
+        cJSON_GetObjectItem(root, "decoder_start_token_id"));
+    g->eos = (int32_t)json_id(cJSON_GetObjectItem(root, "eos_token_id"));
+    const cJSON *bad = cJSON_GetObjectItem(root, "bad_words_ids");
+    for (const cJSON *b = cJSON_IsArray(bad) ? bad->child : NULL; b;
+         b = b->next) {
+        const int64_t id = cJSON_GetArraySize(b) == 1
+                               ? json_id(cJSON_GetArrayItem(b, 0))
+                               : -1;
+        if (id >= 0 && g->n_suppress < MAX_LIST)
+            g->suppress[g->n_suppress++] = (int32_t)id;
+    }
+    cJSON_Delete(root);
+    return 0;
+}
+
+/* --translate: the beam search's best translation of o->translate. */
+static int translate(const tfm_module *model, const tfm_tokenizer *tok,
+                     const options *o, const tfm_model_config *cfg)
+{
+    generation_defaults g;
+    if (read_generation_defaults(o->model, &g))
+        return 1;
+    if (g.decoder_start < 0)
+        return fail("'%s': config.json has no decoder_start_token_id, which "
+                    "--translate needs", o->model);
+    const char *text = o->translate;
+    int64_t n = 0;
+    const unsigned flags = TFM_ENCODE_ADD_SPECIAL;
+    tfm_status st = tfm_tokenizer_encode_v2(tok, text, strlen(text), NULL, 0,
+                                            flags, NULL, NULL, NULL, 0, &n);
+    if (st != TFM_ERR_CAPACITY && st != TFM_OK)
+        return fail("the text cannot be encoded: %s", tfm_last_error());
+    tfm_beam_search_options bo;
+    tfm_beam_search_options_init(&bo);
+    bo.num_beams = o->num_beams ? o->num_beams
+                   : g.num_beams ? g.num_beams : 1;
+    /* max_length counts the decoder start token; the context bounds both */
+    int64_t max_new = o->max_tokens_option ? o->max_tokens
+                      : g.max_length > 1 ? g.max_length - 1
+                                         : cfg->context_length;
+    if (!o->max_tokens_option && max_new > cfg->context_length)
+        max_new = cfg->context_length;
+    bo.max_new_tokens = max_new;
+    bo.eos_token_id = g.eos;
+    bo.decoder_start_token_id = g.decoder_start;
+    bo.suppress_tokens = g.suppress;
+    bo.n_suppress_tokens = g.n_suppress;
+    int rc = 1;
+    int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
+    int32_t *out = malloc((size_t)(max_new > 0 ? max_new : 1) * sizeof *out);
+    int64_t length = 0;
+    if (!ids || !out) {
+        fail("out of memory");
+        goto done;
+    }
+    if (tfm_tokenizer_encode_v2(tok, text, strlen(text), NULL, 0, flags, ids,
+                                NULL, NULL, n, &n) != TFM_OK) {
+        fail("the text cannot be encoded: %s", tfm_last_error());
+        goto done;
+    }
+    const double t0 = now_seconds();
+    if (tfm_model_beam_search(model, ids, n, &bo, out, &length, NULL) !=
+        TFM_OK) {
+        fail("%s", tfm_last_error());
+        goto done;
+    }
+    const double dt = now_seconds() - t0;
+    if (put_decoded(tok, out, length, TFM_DECODE_SKIP_SPECIAL))
+        goto done;
+    putchar('\n');
+    fflush(stdout);
+    fprintf(stderr, "translation: %lld source tokens, %lld target tokens, "
+            "%lld beams, %.3f s\n", (long long)n, (long long)length,
+            (long long)bo.num_beams, dt);
+    rc = 0;
+done:
+    free(out);
+    free(ids);
+    return rc;
+}
+
+/* The model is of architecture `arch` (else "'MODEL' is not <what>") and
+ * its vocabulary the tokenizer's; 1 with the message otherwise. */
+static int check_model(const tfm_model_config *cfg, const tfm_tokenizer *tok,
+                       const options *o, tfm_architecture arch,
+                       const char *what)
+{
+    if (cfg->architecture != arch)
+        return fail("'%s' is not %s", o->model, what);
+    if (cfg->vocab_size != tfm_tokenizer_vocab_size(tok))
+        return fail("'%s': the model has %lld tokens but the tokenizer %lld",
+                    o->model, (long long)cfg->vocab_size,
+                    (long long)tfm_tokenizer_vocab_size(tok));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -936,18 +1133,17 @@ int main(int argc, char **argv)
         goto done;
     }
     if (o.fill_mask) {
-        if (cfg.architecture != TFM_ARCH_ENCODER_ONLY) {
-            fail("'%s' is not an encoder-only model (a masked LM such as "
-                 "BERT): --fill-mask needs one", o.model);
-            goto done;
-        }
-        if (cfg.vocab_size != tfm_tokenizer_vocab_size(tok)) {
-            fail("'%s': the model has %lld tokens but the tokenizer %lld",
-                 o.model, (long long)cfg.vocab_size,
-                 (long long)tfm_tokenizer_vocab_size(tok));
-            goto done;
-        }
-        rc = fill_mask(model, tok, &o, cfg.vocab_size);
+        if (!check_model(&cfg, tok, &o, TFM_ARCH_ENCODER_ONLY,
+                         "an encoder-only model (a masked LM such as BERT): "
+                         "--fill-mask needs one"))
+            rc = fill_mask(model, tok, &o, cfg.vocab_size);
+        goto done;
+    }
+    if (o.translate) {
+        if (!check_model(&cfg, tok, &o, TFM_ARCH_ENCODER_DECODER,
+                         "an encoder-decoder model (a translation model such "
+                         "as Marian): --translate needs one"))
+            rc = translate(model, tok, &o, &cfg);
         goto done;
     }
     if (cfg.architecture != TFM_ARCH_DECODER_ONLY) {

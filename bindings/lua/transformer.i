@@ -1340,14 +1340,14 @@ static int tfml_generator_next(lua_State *L)
  * tables of new ids, best first, scores a table of their scores.  options:
  * num_beams, max_new_tokens, min_new_tokens, length_penalty,
  * early_stopping (0 False, 1 True, 2 "never"), num_return_sequences,
- * eos_token_id, decoder_start_token_id; absent keys take
- * tfm_beam_search_options_init's defaults. */
+ * eos_token_id, decoder_start_token_id, suppress_tokens (a table of
+ * ids); absent keys take tfm_beam_search_options_init's defaults. */
 static int tfml_model_beam_search(lua_State *L)
 {
     static const char *const keys[] = {
         "num_beams", "max_new_tokens", "min_new_tokens", "length_penalty",
         "early_stopping", "num_return_sequences", "eos_token_id",
-        "decoder_start_token_id", NULL };
+        "decoder_start_token_id", "suppress_tokens", NULL };
     lua_settop(L, 3);
     const tfm_module *model = (const tfm_module *)tfml_check_handle(
         L, 1, SWIGTYPE_p_tfm_module, "model");
@@ -1398,6 +1398,25 @@ static int tfml_model_beam_search(lua_State *L)
         v = tfml_tointeger(L, -1, "decoder_start_token_id");
         lua_pop(L, 1);
         o.decoder_start_token_id = v >= 0 && v <= INT32_MAX ? (int32_t)v : -1;
+    }
+    if (tfml_field(L, 3, "suppress_tokens")) {
+        int t = lua_gettop(L);
+        int32_t *ban;
+        if (!lua_istable(L, t))
+            return luaL_error(L, "suppress_tokens must be a table of ids");
+        o.n_suppress_tokens = (int64_t)lua_rawlen(L, t);
+        ban = (int32_t *)tfml_scratch(
+            L, (size_t)(o.n_suppress_tokens ? o.n_suppress_tokens : 1) *
+                   sizeof *ban);
+        for (i = 0; i < o.n_suppress_tokens; i++) {
+            lua_rawgeti(L, t, i + 1);
+            v = tfml_tointeger(L, -1, "suppress_tokens");
+            lua_pop(L, 1);
+            /* out of int32: -1, which the library refuses by index */
+            ban[i] = v >= 0 && v <= INT32_MAX ? (int32_t)v : -1;
+        }
+        o.suppress_tokens = ban;
+        lua_pop(L, 1);
     }
     tfm_clear_error();
     /* The outputs' sizes only once the options are known to be valid: a

@@ -2097,9 +2097,10 @@ Tokenizer.from_pretrained = Tokenizer.load
 M.load_tokenizer = Tokenizer.load
 
 local KINDS = { [0] = "char", [1] = "byte_bpe", [2] = "wordpiece",
-                [3] = "sentencepiece" }
+                [3] = "sentencepiece", [4] = "marian" }
 
---- tok:kind() -> "char", "byte_bpe", "wordpiece" or "sentencepiece".
+--- tok:kind() -> "char", "byte_bpe", "wordpiece", "sentencepiece" or
+-- "marian".
 function Tokenizer:kind()
   local k = core.tfm_tokenizer_get_kind(handle(self))
   return KINDS[k] or fmt("kind %d", k)
@@ -2650,7 +2651,7 @@ local function end_generation(cache)
 end
 local PAST_CONTEXT = { auto = 0, reencode = 1 }   -- tfm_past_context
 local BEAM_OPTIONS = { "num_beams", "length_penalty", "early_stopping", "num_return_sequences",
-                       "return_scores", "decoder_start_token_id" }
+                       "return_scores", "decoder_start_token_id", "suppress_tokens" }
 local EARLY_STOPPING = { [false] = 0, [true] = 1, never = 2 }
 
 -- The core options table (and the tokenizer handle, for stop strings) of
@@ -2785,7 +2786,8 @@ end
 --  num_return_sequences, return_scores, decoder_start_token_id given, and
 --  always for encoder-decoder models (prompt: the source;
 --  decoder_start_token_id required): the names and meanings of Python's
---  Model.generate; one eos_token_id, min_new_tokens, and no sampling or
+--  Model.generate; one eos_token_id, min_new_tokens, suppress_tokens (a
+--  table of ids never generated, Hugging Face's), and no sampling or
 --  other processors.
 --  Returns, for a string prompt, the generated text (the prompt not
 --  repeated) and the new ids; for an ids prompt, the new ids.  Beam search:
@@ -2873,6 +2875,15 @@ function Model:_beam_search(prompt, opts)
     eos = eos[1]
   end
   if eos ~= nil then o.eos_token_id = check_int("eos_token_id", eos) end
+  if opts.suppress_tokens ~= nil then
+    if type(opts.suppress_tokens) ~= "table" then
+      fail("suppress_tokens must be a table of ids, got %s", type(opts.suppress_tokens))
+    end
+    o.suppress_tokens = {}
+    for i, id in ipairs(opts.suppress_tokens) do
+      o.suppress_tokens[i] = check_int("suppress_tokens", id)
+    end
+  end
   local seqs, scores = core.model_beam_search(h, ids, o)
   local one = #seqs == 1
   local ret_ids = one and seqs[1] or seqs

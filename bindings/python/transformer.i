@@ -348,6 +348,7 @@ TFMPY_HANDLE_OUT(tfm_optimizer)
 %ignore tfm_model_generate_batch;
 %ignore tfm_generator_create;
 %ignore tfm_generate_options::eos_token_ids;
+%ignore tfm_beam_search_options::suppress_tokens;
 %ignore tfm_generate_options::stop_strings;
 %ignore tfm_generate_options::tokenizer;
 %ignore tfm_generate_options::callback;
@@ -634,14 +635,24 @@ done:
 
 /* tfm_model_beam_search into new arrays: returns (ids int32 [R, M],
  * lengths int64 [R], scores float32 [R]) for R = num_return_sequences and
- * M = max_new_tokens of the (checked) options. */
+ * M = max_new_tokens of the (checked) options; the suppressed ids (an
+ * int32 array, may be empty) replace options' suppress_tokens. */
 PyObject *tfmpy_model_beam_search(const tfm_module *model,
                                   const int32_t *prompt, int64_t n_prompt,
-                                  const tfm_beam_search_options *options)
+                                  const tfm_beam_search_options *options,
+                                  const int32_t *ids, int64_t n_ids)
 {
     npy_intp dims[2];
-    PyObject *ids, *lengths, *scores;
+    PyObject *lengths, *scores;
     tfm_status st;
+    tfm_beam_search_options with;
+    if (options) {
+        with = *options;
+        with.suppress_tokens = ids;
+        with.n_suppress_tokens = n_ids;
+        options = &with;
+    }
+    PyObject *ids_out;
     if (!options || options->num_return_sequences < 1 ||
         options->max_new_tokens < 1 ||
         options->max_new_tokens > TFM_MAX_NEW_TOKENS ||
@@ -654,28 +665,28 @@ PyObject *tfmpy_model_beam_search(const tfm_module *model,
     }
     dims[0] = (npy_intp)options->num_return_sequences;
     dims[1] = (npy_intp)options->max_new_tokens;
-    ids = PyArray_SimpleNew(2, dims, NPY_INT32);
+    ids_out = PyArray_SimpleNew(2, dims, NPY_INT32);
     lengths = PyArray_SimpleNew(1, dims, NPY_INT64);
     scores = PyArray_SimpleNew(1, dims, NPY_FLOAT32);
-    if (!ids || !lengths || !scores) {
-        Py_XDECREF(ids);
+    if (!ids_out || !lengths || !scores) {
+        Py_XDECREF(ids_out);
         Py_XDECREF(lengths);
         Py_XDECREF(scores);
         return NULL;
     }
     st = tfm_model_beam_search(
         model, prompt, n_prompt, options,
-        (int32_t *)PyArray_DATA((PyArrayObject *)ids),
+        (int32_t *)PyArray_DATA((PyArrayObject *)ids_out),
         (int64_t *)PyArray_DATA((PyArrayObject *)lengths),
         (float *)PyArray_DATA((PyArrayObject *)scores));
     if (st != TFM_OK) {
-        Py_DECREF(ids);
+        Py_DECREF(ids_out);
         Py_DECREF(lengths);
         Py_DECREF(scores);
         tfmpy_raise_last(st);
         return NULL;
     }
-    return Py_BuildValue("(NNN)", ids, lengths, scores);
+    return Py_BuildValue("(NNN)", ids_out, lengths, scores);
 }
 
 /* tfm_model_seq2seq_logits with src [B, S] and tgt [B, L] as arrays. */

@@ -89,7 +89,8 @@ typedef struct tfm_layer_options {
      * BERT's (Devlin et al. 2019; transformers' modeling_bert.py
      * BertEmbeddings and BertLMPredictionHead).  Layer, stack and
      * nn.Transformer constructors refuse any value but the default
-     * (TFM_ERR_INVALID_ARGUMENT), as do encoder-decoder models.  These
+     * (TFM_ERR_INVALID_ARGUMENT), as do encoder-decoder models (but for
+     * final_norm and head_bias, which they take).  These
      * parts are LayerNorms with a bias and Linears with a bias (BERT's)
      * whatever `bias` and `rms_norm` say. */
     /* > 0: a token-type (segment) table "token_type_embedding.weight"
@@ -112,6 +113,14 @@ typedef struct tfm_layer_options {
      * "head_norm.weight" / ".bias" [d_model] (eps layer_norm_eps) and
      * "lm_head.bias" [vocab_size].  Default 0. */
     int head_transform;
+    /* Since 1.2 (after head_transform): nonzero adds a bias to the
+     * logits without a head transform, logits = h lm_head^T +
+     * lm_head_bias ("lm_head.bias" [vocab_size], starts at 0): Marian's
+     * final_logits_bias (transformers' modeling_marian.py).  Implied by
+     * head_transform.  Unlike the parts above, encoder-decoder models
+     * take it, and final_norm 0 (both stacks then end without their
+     * "norm.*", as Marian's).  Default 0. */
+    int head_bias;
 } tfm_layer_options;
 
 /* Writes the defaults (bias 1, no variant, LayerNorm, plain feed-forward,

@@ -35,7 +35,8 @@
  *   tfm_layer_options' rms_norm / gated; absent: false), the model parts
  *   of tfm_layer_options (each absent at its default):
  *   "tfm.type_vocab_size" (a whole number), "tfm.embedding_norm" and
- *   "tfm.head_transform" ("true"), "tfm.final_norm" ("false"); and for the
+ *   "tfm.head_transform" ("true"), "tfm.final_norm" ("false"),
+ *   "tfm.head_bias" ("true": a logits bias without a head transform); and for the
  *   tokenizer (tokenizer.h) "tfm.tokenizer": "char", "tfm.vocab".
  */
 #ifndef TRANSFORMER_MODEL_H
@@ -165,11 +166,15 @@ TFM_API tfm_status tfm_model_create_ex(const tfm_model_config *config,
  *   logits = LayerNorm(act(h W^T + b)) lm_head^T + lm_head_bias
  * ("head_transform.weight" [d_model, d_model], "head_transform.bias",
  * "head_norm.*" [d_model], "lm_head.bias" [vocab_size], initialised as
- * nn.Linear, LayerNorm and zeros).  Every step (logits, KV-cache
+ * nn.Linear, LayerNorm and zeros).  head_bias alone adds "lm_head.bias"
+ * [vocab_size] to the logits (Marian's final_logits_bias).  An
+ * encoder-decoder model takes final_norm 0 (neither stack has its
+ * "transformer.encoder.norm.*" / "transformer.decoder.norm.*") and
+ * head_bias, and refuses the other parts.  Every step (logits, KV-cache
  * decoding, generation, beam search, backward) computes them.
  * Errors: those of tfm_model_create_ex, TFM_ERR_INVALID_ARGUMENT
  * (layer_options->struct_size too small, an attention variant in
- * layer_options, model parts on an encoder-decoder model, a
+ * layer_options, BERT's model parts on an encoder-decoder model, a
  * type_vocab_size outside 0 .. 2^31-1); on error *out is unchanged.  config, options and
  * layer_options are only read.  On success *out is freed with
  * tfm_module_free.  Since 1.2. */
@@ -244,6 +249,23 @@ TFM_API tfm_status tfm_model_get_config(const tfm_module *model,
  * position_ids buffer are ignored.  position_embedding_type other than
  * "absolute", is_decoder and add_cross_attention are refused
  * (TFM_ERR_UNSUPPORTED).
+ * "model_type" "marian" (Junczys-Dowmunt et al. 2018; MarianMTModel, the
+ * Helsinki-NLP opus-mt checkpoints, its tensors under "model.") becomes an
+ * encoder-decoder, post-norm model without final norms (layer_options'
+ * final_norm 0), SiLU ("swish"), embeddings scaled by sqrt(d_model)
+ * (scale_embedding), the shared table as source and target embedding and
+ * head, final_logits_bias as the logits' bias (head_bias) and Marian's
+ * sinusoidal positions (sin in the first half of the columns, cos in the
+ * second) as a learned table: "model.encoder.embed_positions.weight" when
+ * the checkpoint has it, else computed; q_proj, k_proj and v_proj fill
+ * the rows of in_proj_weight / in_proj_bias (encoder_attn's those of the
+ * decoder's multihead_attn).  Separate source and target vocabularies
+ * (share_encoder_decoder_embeddings false, another decoder_vocab_size) and
+ * encoder and decoder layers of different widths or head counts are
+ * refused (TFM_ERR_UNSUPPORTED).  Generation settings (decoder_start_token_id,
+ * eos_token_id, bad_words_ids) are not part of the model: give them to
+ * tfm_model_beam_search (decoder_start_token_id, eos_token_id,
+ * suppress_tokens).
  * The directory's tokenizer files are not read here (tfm_tokenizer_load
  * reads them).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO (a missing file, e.g. no
@@ -251,7 +273,8 @@ TFM_API tfm_status tfm_model_get_config(const tfm_module *model,
  * file or JSON, missing or invalid configuration key, missing or extra
  * tensor, wrong shape, a learned attention temperature that is not > 0 so
  * that no forward pass could run), TFM_ERR_UNSUPPORTED (also: a
- * "model_type" other than "gpt2", "llama" and "bert", an unsupported
+ * "model_type" other than "gpt2", "llama", "bert" and "marian", an
+ * unsupported
  * activation, a
  * directory with only pytorch_model.bin), TFM_ERR_NON_FINITE,
  * TFM_ERR_OUT_OF_MEMORY; and those of tfm_model_create; the message names
@@ -758,6 +781,14 @@ typedef struct tfm_beam_search_options {
                                     * target token, in [0, vocab)
                                     * (required); decoder-only: ignored;
                                     * default -1 */
+    /* Since 1.2 (after decoder_start_token_id): ids never generated,
+     * Hugging Face's suppress_tokens (SuppressTokensLogitsProcessor; and
+     * bad_words_ids of single tokens, as Marian's [[pad_token_id]]): their
+     * log-probabilities are set to -inf after the log-softmax, every step.
+     * n_suppress_tokens ids in [0, vocab), read during the call only.
+     * Default NULL, 0. */
+    const int32_t *suppress_tokens;
+    int64_t n_suppress_tokens;
 } tfm_beam_search_options;
 
 /* Fills *options with the defaults above and sets struct_size.  NULL is a
@@ -788,14 +819,16 @@ TFM_API void tfm_beam_search_options_init(tfm_beam_search_options *options);
  * copy it); encoder-decoder, the source memory per beam and the targets.
  * Nothing is allocated per step.  Every matrix product is the library's
  * one GEMM (src/gemm.c).
- * Errors: TFM_ERR_NULL_ARGUMENT (model, prompt, out_ids, out_lengths),
+ * Errors: TFM_ERR_NULL_ARGUMENT (model, prompt, out_ids, out_lengths;
+ * suppress_tokens when n_suppress_tokens > 0),
  * TFM_ERR_WRONG_KIND (an encoder-only model), TFM_ERR_INVALID_ARGUMENT
  * (n_prompt < 1, a prompt id out of range, num_beams < 1 or > vocab_size,
  * num_return_sequences < 1 or > num_beams, max_new_tokens < 1 or >
  * TFM_MAX_NEW_TOKENS, min_new_tokens < 0, length_penalty not finite,
  * early_stopping unknown, eos_token_id not -1 nor in the vocabulary, no
- * valid decoder_start_token_id for an encoder-decoder model, struct_size
- * too small), TFM_ERR_CAPACITY (a prompt or source longer than the
+ * valid decoder_start_token_id for an encoder-decoder model, a suppressed
+ * id outside the vocabulary, n_suppress_tokens < 0, struct_size too
+ * small), TFM_ERR_CAPACITY (a prompt or source longer than the
  * context, or an encoder-decoder target 1 + max_new_tokens longer),
  * TFM_ERR_NON_FINITE (a NaN logit), TFM_ERR_OVERFLOW,
  * TFM_ERR_OUT_OF_MEMORY.  On error nothing is written to out_ids,

@@ -55,6 +55,18 @@
  *    template "<s> $A" or "$A </s>" the framing, WhitespaceSplit runs
  *    the model per word, and decoding follows the file's decoder (special
  *    tokens skipped, <unk> as "<unk>").
+ *  - Marian's (Hugging Face's MarianTokenizer, Helsinki-NLP's opus-mt
+ *    checkpoints; since 1.2): a directory with source.spm, target.spm and
+ *    vocab.json (+ tokenizer_config.json).  A leading ">>xx<<" language
+ *    code is a token of its own; the rest is cut into pieces by
+ *    source.spm (SentencePiece, as above) and each piece's id is
+ *    vocab.json's (the unk token's when it has none).
+ *    TFM_ENCODE_ADD_SPECIAL appends </s> (A </s>, a pair A B </s>).
+ *    Decoding turns ids into vocab.json's pieces and those into text as
+ *    target.spm's decode_pieces, a special token not skipped written as
+ *    itself and a space, the ends stripped.  The special tokens are the
+ *    eos, unk and pad tokens (tokenizer_config.json's eos_token,
+ *    unk_token, pad_token; "</s>", "<unk>", "<pad>" by default).
  * docs/TOKENIZERS.md has the details of each.
  *
  * Since 1.2 every kind also gives offsets (the bytes [begin, end) of the
@@ -88,10 +100,13 @@ TFM_API tfm_status tfm_tokenizer_create(const char *vocab,
  *    with tokenizer_config.json beside it when there is one;
  *  - (since 1.2) *.model or *.spm: a SentencePiece model;
  *  - (since 1.2) a checkpoint directory: the first of tokenizer.json,
- *    encoder.json + vocab.bpe, vocab.json + merges.txt, vocab.txt,
- *    tokenizer.model, spiece.model, sentencepiece.bpe.model, source.spm
- *    found there (a tokenizer.json this library does not support, beside
- *    a SentencePiece model, gives way to the model).
+ *    Marian's vocab.json + source.spm + target.spm (with
+ *    tokenizer_config.json when there is one), tokenizer.model,
+ *    spiece.model, sentencepiece.bpe.model, source.spm, encoder.json +
+ *    vocab.bpe, vocab.json + merges.txt, vocab.txt found there (a
+ *    tokenizer.json this library does not support, beside a SentencePiece
+ *    model or Marian's files, gives way to them); a vocab.json path with
+ *    source.spm and target.spm beside it is Marian's too.
  * With GPT-2's files, <|endoftext|> (when in the vocabulary) is special and
  * is the bos, eos and unk token, as in Hugging Face's GPT2Tokenizer.  In a
  * tokenizer.json, the "added_tokens" are special (a SentencePiece model's
@@ -99,10 +114,12 @@ TFM_API tfm_status tfm_tokenizer_create(const char *vocab,
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_FORMAT (malformed file
  * or missing/unsupported tokenizer metadata; truncated JSON, a merge naming
  * a token the vocabulary lacks, an id given twice, a token given twice, ids
- * with gaps, a byte without its token: the message says which),
+ * with gaps, a byte without its token, a Marian vocab.json without its
+ * eos or unk token: the message says which),
  * TFM_ERR_UNSUPPORTED (a tokenizer.json using a normalizer, pre-tokenizer
  * or model this library does not implement; a SentencePiece WORD or CHAR
- * model), TFM_ERR_OUT_OF_MEMORY, and
+ * model; Marian's separate_vocabs with target_vocab.json),
+ * TFM_ERR_OUT_OF_MEMORY, and
  * those of tfm_tokenizer_create. */
 TFM_API tfm_status tfm_tokenizer_load(const char *path, tfm_tokenizer **out);
 
@@ -141,6 +158,8 @@ typedef enum tfm_tokenizer_kind {
     TFM_TOKENIZER_BYTE_BPE = 1,   /* GPT-2's byte-level BPE */
     TFM_TOKENIZER_WORDPIECE = 2,  /* BERT's WordPiece */
     TFM_TOKENIZER_SENTENCEPIECE = 3, /* SentencePiece BPE or unigram */
+    TFM_TOKENIZER_MARIAN = 4,     /* Marian's: SentencePiece pieces, ids
+                                     from vocab.json (since 1.2) */
     TFM_TOKENIZER_KIND_COUNT      /* grows; never store it */
 } tfm_tokenizer_kind;
 

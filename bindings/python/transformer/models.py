@@ -8,6 +8,7 @@ and text generation.
 """
 
 import contextlib
+import json
 import operator
 import os
 import threading
@@ -62,7 +63,7 @@ def load_model(path=None):
 
 def from_pretrained(path):
     """Model.from_pretrained(path): a Hugging Face checkpoint directory
-    (config.json and safetensors weights; GPT-2, Llama and BERT) or a model
+    (config.json and safetensors weights; GPT-2, Llama, BERT and Marian) or a model
     file,
     with its tokenizer."""
     return Model.load(fspath(path))
@@ -124,6 +125,42 @@ def _directory_tokenizer(path):
     has = has or any(all(os.path.isfile(os.path.join(path, n)) for n in pair)
                      for pair in _TOKENIZER_PAIRS)
     return Tokenizer.load(path) if has else None
+
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _generation_config(path):
+    """The generation defaults of checkpoint directory path:
+    decoder_start_token_id and eos_token_id, and suppress_tokens (with the
+    single-id entries of bad_words_ids), from generation_config.json when
+    it has them, else config.json (as transformers' GenerationConfig
+    from_model_config: the former alone when there is one); absent keys
+    are left out."""
+    out = {}
+    name = "generation_config.json"
+    if not os.path.isfile(os.path.join(path, name)):
+        name = "config.json"
+    try:
+        with open(os.path.join(path, name), encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        cfg = None
+    if isinstance(cfg, dict):
+        for key in ("decoder_start_token_id", "eos_token_id"):
+            if _is_int(cfg.get(key)):
+                out[key] = cfg[key]
+        listed = cfg.get("suppress_tokens")
+        suppress = [i for i in listed if _is_int(i)] \
+            if isinstance(listed, list) else []
+        bad = cfg.get("bad_words_ids")
+        suppress += [b[0] for b in (bad if isinstance(bad, list) else [])
+                     if isinstance(b, list) and len(b) == 1
+                     and _is_int(b[0])]
+        if suppress:
+            out["suppress_tokens"] = sorted(set(suppress))
+    return out
 
 
 # ---- Sampling --------------------------------------------------------------
@@ -255,7 +292,10 @@ class Model(Module):
     final ``norm`` (BERT's post-norm stack ends with its last layer's),
     ``head_transform=True`` makes the head BertLMPredictionHead's:
     ``LayerNorm(act(h W^T + b)) lm_head^T + lm_head.bias``; present in
-    ``config`` only when not the defaults.
+    ``config`` only when not the defaults.  ``head_bias=True`` adds
+    ``lm_head.bias`` to the logits without a transform (Marian's
+    final_logits_bias); encoder-decoder models take it and
+    ``final_norm=False`` (no final norm in either stack, as Marian's).
 
     Options (tfm_model_create_ex): ``positional`` may be "learned",
     "sinusoidal" (interleaved, as the paper), "sinusoidal_concat" (sin |
@@ -289,6 +329,10 @@ class Model(Module):
 
     tokenizer = None
     path = None
+    # An encoder-decoder checkpoint's generation defaults (from_pretrained
+    # of a directory): decoder_start_token_id, eos_token_id and
+    # suppress_tokens, which generate uses when not given.
+    generation_config = {}
     _transient = ("_handle", "_caches")
 
     def __init__(self, config=None, dropout=0.0, **kwargs):
@@ -307,7 +351,7 @@ class Model(Module):
         if (not cfg.get("bias", True) or not cfg.get("final_norm", True)
                 or any(cfg.get(k) for k in (
                     "rms_norm", "gated", "type_vocab_size",
-                    "embedding_norm", "head_transform"))):
+                    "embedding_norm", "head_transform", "head_bias"))):
             layer_options = _ll.tfm_layer_options()
             layer_options.bias = int(bool(cfg.get("bias", True)))
             layer_options.rms_norm = int(bool(cfg.get("rms_norm", False)))
@@ -319,6 +363,7 @@ class Model(Module):
             layer_options.final_norm = int(bool(cfg.get("final_norm", True)))
             layer_options.head_transform = int(bool(
                 cfg.get("head_transform", False)))
+            layer_options.head_bias = int(bool(cfg.get("head_bias", False)))
             return _ll.tfm_model_create_v2(config, options, layer_options)
         if options is None:
             return _ll.tfm_model_create(config)
@@ -336,7 +381,7 @@ class Model(Module):
         """Loads a model file (default: default_model_path()) and, when its
         metadata has one, its tokenizer; or a Hugging Face checkpoint
         directory (config.json, model.safetensors or sharded weights with
-        model.safetensors.index.json; GPT-2, Llama and BERT) with the tokenizer its
+        model.safetensors.index.json; GPT-2, Llama, BERT and Marian) with the tokenizer its
         files give (tokenizer.json, vocab.json + merges.txt, ...), None
         when it has none."""
         path = default_model_path() if path is None else fspath(path)
@@ -347,6 +392,7 @@ class Model(Module):
         if os.path.isdir(path):
             try:
                 self.tokenizer = _directory_tokenizer(path)
+                self.generation_config = _generation_config(path)
             except BaseException:
                 self.close()
                 raise
@@ -413,6 +459,8 @@ class Model(Module):
             out["final_norm"] = False
         if lo.head_transform:
             out["head_transform"] = True
+        elif lo.head_bias:
+            out["head_bias"] = True
         base, attention = self._options()
         if base not in (0.0, _DEFAULT_BASE):
             out["positional_base"] = base
@@ -691,7 +739,8 @@ class Model(Module):
                  no_repeat_ngram_size=0, num_beams=1, length_penalty=1.0,
                  early_stopping=False, num_return_sequences=1,
                  return_scores=False, decoder_start_token_id=None,
-                 past_context="auto", past_key_values=None):
+                 past_context="auto", past_key_values=None,
+                 suppress_tokens=None):
         """Generates up to max_new_tokens tokens after prompt (decoder-only
         models), with a KV cache; past the context length as past_context
         says.  The arguments are Hugging Face generate()'s.
@@ -753,7 +802,14 @@ class Model(Module):
                 (1 .. num_beams), best first.
             return_scores: also return each sequence's score (above).
             decoder_start_token_id: encoder-decoder models: the target's
-                first token (required; the prompt is the source).
+                first token (required; the prompt is the source).  For a
+                checkpoint directory's model, None takes its
+                generation_config.json's (else config.json's), as
+                eos_token_id and suppress_tokens do.
+            suppress_tokens: beam search (and encoder-decoder models):
+                ids never generated (Hugging Face's suppress_tokens; a
+                checkpoint's bad_words_ids of single ids, as Marian's
+                [[pad_token_id]], become these).
             past_context: past the context length W, "auto" (default): a
                 rolling cache for models without absolute positions (RoPE,
                 ALiBi, ...: each query sees the last W keys, Mistral's
@@ -797,10 +853,12 @@ class Model(Module):
                     "a list of prompts is generated without beam search "
                     "(num_beams, num_return_sequences and return_scores "
                     "take one prompt) and by decoder-only models")
-            if past_key_values is not None:
+            if past_key_values is not None or suppress_tokens is not None:
                 raise InvalidArgumentError(
-                    "a list of prompts does not take past_key_values (one "
-                    "cache serves one sequence)")
+                    "a list of prompts does not take "
+                    + ("past_key_values (one cache serves one sequence)"
+                       if past_key_values is not None else
+                       "suppress_tokens (the beam search's)"))
             return self._generate_batch(
                 prompt, max_new_tokens, temperature, top_k, top_p, seed,
                 greedy, do_sample, min_new_tokens, eos_token_id,
@@ -815,10 +873,16 @@ class Model(Module):
                 prompt, max_new_tokens, num_beams, length_penalty,
                 early_stopping, num_return_sequences, return_scores,
                 decoder_start_token_id, min_new_tokens, eos_token_id,
+                suppress_tokens,
                 dict(temperature=temperature, top_k=top_k, top_p=top_p,
                      seed=seed, do_sample=do_sample, stop_strings=stop_strings,
                      repetition_penalty=repetition_penalty,
                      no_repeat_ngram_size=no_repeat_ngram_size), greedy)
+        if suppress_tokens is not None:
+            raise InvalidArgumentError(
+                "suppress_tokens is taken by the beam search (num_beams, "
+                "encoder-decoder models), not by sampling or the KV-cache "
+                "generator")
         ids, as_text = self._prompt_ids(prompt)
         g = self._generator(ids, max_new_tokens, temperature, top_k, top_p,
                             seed, greedy, do_sample, min_new_tokens,
@@ -834,8 +898,18 @@ class Model(Module):
     def _beam_search(self, prompt, max_new_tokens, num_beams, length_penalty,
                      early_stopping, num_return_sequences, return_scores,
                      decoder_start_token_id, min_new_tokens, eos_token_id,
-                     others, greedy):
+                     suppress_tokens, others, greedy):
         """generate's beam search (tfm_model_beam_search)."""
+        defaults = (self.generation_config
+                    if self.config["architecture"] == "encoder_decoder"
+                    else {})
+        if decoder_start_token_id is None:
+            decoder_start_token_id = defaults.get("decoder_start_token_id")
+        if eos_token_id is None:
+            eos_token_id = defaults.get("eos_token_id")
+        if suppress_tokens is None:
+            suppress_tokens = defaults.get("suppress_tokens", ())
+        suppress = as_ids(list(suppress_tokens), "suppress_tokens", 1)
         unsupported = [k for k, v in others.items()
                        if v is not None and v != _GENERATE_DEFAULTS.get(k)
                        and not (k == "do_sample" and v is False)]
@@ -881,7 +955,8 @@ class Model(Module):
             setattr(o, name, value)
         ids, as_text = self._prompt_ids(prompt)
         with self._use() as ptr:
-            out, lengths, scores = _ll.tfmpy_model_beam_search(ptr, ids, o)
+            out, lengths, scores = _ll.tfmpy_model_beam_search(ptr, ids, o,
+                                                               suppress)
         seqs = [out[r, :lengths[r]].tolist() for r in range(len(lengths))]
         if as_text:
             seqs = [self.tokenizer.decode(s) for s in seqs]
@@ -1008,7 +1083,7 @@ def _model_config(cfg):
              "positional", "tied_embeddings", "embedding_scale",
              "positional_base", "attention", "bias", "rms_norm", "gated",
              "type_vocab_size", "embedding_norm", "final_norm",
-             "head_transform"}
+             "head_transform", "head_bias"}
     unknown = set(cfg) - known
     if unknown:
         raise InvalidArgumentError(f"unknown model config keys: "

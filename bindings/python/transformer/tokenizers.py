@@ -1,5 +1,6 @@
-"""Tokenizers: character-level, and (since 1.2) GPT-2's byte-level BPE and
-BERT's WordPiece, with Hugging Face's method names.
+"""Tokenizers: character-level, and (since 1.2) GPT-2's byte-level BPE,
+BERT's WordPiece, SentencePiece and Marian's, with Hugging Face's method
+names.
 
     tok = transformer.load_tokenizer("path/to/gpt2")   # a directory or file
     tok.encode("Hello world")                           # [15496, 995]
@@ -22,6 +23,7 @@ _KINDS = {
     _ll.TFM_TOKENIZER_BYTE_BPE: "byte_bpe",
     _ll.TFM_TOKENIZER_WORDPIECE: "wordpiece",
     _ll.TFM_TOKENIZER_SENTENCEPIECE: "sentencepiece",
+    _ll.TFM_TOKENIZER_MARIAN: "marian",
 }
 _ROLES = ("bos", "eos", "unk", "pad", "cls", "sep", "mask")
 
@@ -29,7 +31,8 @@ _ROLES = ("bos", "eos", "unk", "pad", "cls", "sep", "mask")
 def load_tokenizer(path):
     """Tokenizer.load(path): a model file, a tokenizer.json, GPT-2's
     encoder.json / vocab.json (merges beside it), BERT's vocab.txt, a
-    SentencePiece .model / .spm, or a checkpoint directory."""
+    SentencePiece .model / .spm, or a checkpoint directory (Marian's:
+    vocab.json, source.spm, target.spm)."""
     return Tokenizer.load(path)
 
 
@@ -73,7 +76,8 @@ class Tokenizer(HandleOwner):
         """The tokenizer of path: a model file's metadata ("tfm.tokenizer":
         "char"), a tokenizer.json, encoder.json + vocab.bpe, vocab.json +
         merges.txt, BERT's vocab.txt, a SentencePiece .model, or a directory
-        holding one of those.  FormatError,
+        holding one of those or Marian's vocab.json, source.spm and
+        target.spm.  FormatError,
         UnsupportedError or IOError when it cannot be read."""
         self = cls.__new__(cls)
         path = fspath(path)
@@ -96,7 +100,8 @@ class Tokenizer(HandleOwner):
 
     @property
     def kind(self):
-        """"char", "byte_bpe", "wordpiece" or "sentencepiece"."""
+        """"char", "byte_bpe", "wordpiece", "sentencepiece" or "marian"
+        (Marian's source.spm + target.spm + vocab.json)."""
         k = self._call(_ll.tfm_tokenizer_get_kind)
         return _KINDS.get(k, f"kind {k}")
 

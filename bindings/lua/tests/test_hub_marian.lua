@@ -1,0 +1,68 @@
+-- A Marian (opus-mt) checkpoint directory from Lua (load_model(dir)): the
+-- directory and its reference.json (the source ids, a decoder input, its
+-- logits and 12 greedy ids with the pad banned, of MarianMTModel's forward
+-- pass in torch float64, written from transformers' modeling_marian) are
+-- made in the run by bindings/python/tests/hub_marian_reference.py;
+-- TFM_HUB_DIR names it.  ctest runs it as lua_hub_marian.
+
+local T = require("transformer")
+local harness = require("harness")
+local test = harness.test
+
+local DIR = assert(os.getenv("TFM_HUB_DIR"), "TFM_HUB_DIR not set")
+
+-- reference.json's number arrays (json.dump of flat lists).
+local function reference()
+  local f = assert(io.open(DIR .. "/reference.json", "rb"))
+  local text = f:read("a")
+  f:close()
+  local r = {}
+  for _, key in ipairs({ "prompt", "decoder_input", "logits", "greedy" }) do
+    local body = assert(text:match('"' .. key .. '": %[(.-)%]'), key)
+    local t = {}
+    for n in body:gmatch("[^,%s]+") do t[#t + 1] = assert(tonumber(n), n) end
+    r[key] = t
+  end
+  return r
+end
+
+local R = reference()
+local PAD = 262  -- the reference's vocab_size - 1: pad and decoder start
+
+test("load_model(dir): seq2seq logits equal the torch float64 reference within 1e-5", function()
+  local m = T.load_model(DIR)
+  assert(m.architecture == "encoder_decoder", m.architecture)
+  local logits = m:logits({ R.prompt }, { R.decoder_input })[1]
+  local V = m.vocab_size
+  assert(#logits == #R.decoder_input and #logits[1] == V)
+  local diff, scale = 0, 0
+  for i = 1, #R.decoder_input do
+    for j = 1, V do
+      local ref = R.logits[(i - 1) * V + j]
+      diff = math.max(diff, math.abs(logits[i][j] - ref))
+      scale = math.max(scale, math.abs(ref))
+    end
+  end
+  assert(diff / scale <= 1e-5, ("relative error %g"):format(diff / scale))
+  m:close()
+end)
+
+test("greedy translation with the pad suppressed equals the reference's", function()
+  local m = T.load_model(DIR)
+  local opts = { max_new_tokens = #R.greedy, num_beams = 1, eos_token_id = 0,
+                 decoder_start_token_id = PAD, suppress_tokens = { PAD } }
+  local ids = m:generate(R.prompt, opts)
+  assert(#ids == #R.greedy, #ids)
+  for i = 1, #ids do
+    assert(ids[i] == R.greedy[i], ("token %d: %d, reference %d"):format(i, ids[i], R.greedy[i]))
+  end
+  -- without the ban the raised pad wins
+  opts.suppress_tokens = nil
+  assert(m:generate(R.prompt, opts)[1] == PAD)
+  opts.suppress_tokens = { m.vocab_size }
+  local ok, err = pcall(m.generate, m, R.prompt, opts)
+  assert(not ok and tostring(err):find("suppress_tokens[0]", 1, true), tostring(err))
+  m:close()
+end)
+
+harness.finish()
