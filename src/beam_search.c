@@ -51,6 +51,7 @@ void tfm_beam_search_options_init(tfm_beam_search_options *options)
     options->eos_token_id = -1;
     options->pad_token_id = -1;
     options->decoder_start_token_id = -1;
+    options->forced_eos_token_id = -1;
 }
 
 static tfm_status read_options(const tfm_beam_search_options *pub,
@@ -112,6 +113,11 @@ static tfm_status check_options(const tfm__model *m, int64_t n_prompt,
                          "n_suppress_tokens (%lld) must be >= 0, with "
                          "suppress_tokens non-NULL when > 0",
                          (long long)o->n_suppress_tokens);
+    if (o->forced_eos_token_id < -1 || o->forced_eos_token_id >= V)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "forced_eos_token_id %d is outside the vocabulary "
+                         "(0 .. %lld; -1: none)", (int)o->forced_eos_token_id,
+                         (long long)(V - 1));
     for (int64_t i = 0; i < o->n_suppress_tokens; i++)
         if (o->suppress_tokens[i] < 0 || o->suppress_tokens[i] >= V)
             return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
@@ -480,6 +486,10 @@ static tfm_status select_candidates(search *s, int64_t t)
             row[eos] = -INFINITY;
         for (int64_t i = 0; i < s->o.n_suppress_tokens; i++)
             row[s->o.suppress_tokens[i]] = -INFINITY;
+        const int32_t forced = s->o.forced_eos_token_id;
+        if (forced >= 0 && t == s->o.max_new_tokens - 1)
+            for (int64_t v = 0; v < V; v++)
+                row[v] = v == forced ? 0.0f : -INFINITY;
         const float base = s->score[b];
         for (int64_t v = 0; v < V; v++) {
             const float x = row[v] + base;

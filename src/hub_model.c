@@ -1332,7 +1332,8 @@ static tfm_status marian_plan(const tfm_model_config *c,
 /* What a Marian checkpoint may hold that the model does not use: the
  * tied copies of the shared table (the encoder's and decoder's
  * embed_tokens, the tied lm_head) and the decoder's copy of the position
- * table (transformers fills both tables from one formula). */
+ * table (transformers fills both tables from one formula).  Their shapes
+ * are checked (marian_check_copies), their values not compared. */
 static int marian_ignored(const plan *p, const char *name)
 {
     if (strcmp(name, "lm_head.weight") == 0)
@@ -1346,6 +1347,46 @@ static int marian_ignored(const plan *p, const char *name)
            strcmp(name, "decoder.embed_positions.weight") == 0 ||
            (!p->has_positions &&
             strcmp(name, "encoder.embed_positions.weight") == 0);
+}
+
+/* The copies marian_ignored drops must still be what they copy: the tied
+ * tables [V, d] and the decoder's position table [positions, d], of a
+ * float dtype (transformers refuses a size mismatch of any of them). */
+static tfm_status marian_check_copies(const plan *p, const shards *s,
+                                      const tfm_model_config *c)
+{
+    const int64_t d = c->layer.d_model;
+    const struct { const char *name; int prefixed; int64_t rows; } copies[] = {
+        { "encoder.embed_tokens.weight", 1, c->vocab_size },
+        { "decoder.embed_tokens.weight", 1, c->vocab_size },
+        { "decoder.embed_positions.weight", 1, c->context_length },
+        { "lm_head.weight", 0, c->vocab_size },
+    };
+    for (size_t k = 0; k < sizeof copies / sizeof copies[0]; k++) {
+        char name[NAME_SIZE];
+        snprintf(name, sizeof name, "%s%s",
+                 copies[k].prefixed ? p->prefix : "", copies[k].name);
+        const int f = shards_find(s, name);
+        if (f < 0 || (!c->tied_embeddings && !copies[k].prefixed))
+            continue; /* absent, or the untied head (planned) */
+        tfm_dtype dtype;
+        int rank;
+        int64_t shape[TFM_SAFETENSORS_MAX_RANK];
+        tfm_safetensors_info(s->files[f], name, &dtype, &rank, shape);
+        if ((dtype != TFM_DTYPE_F32 && dtype != TFM_DTYPE_F16 &&
+             dtype != TFM_DTYPE_BF16 && dtype != TFM_DTYPE_F64) ||
+            rank != 2 || shape[0] != copies[k].rows || shape[1] != d) {
+            char has[96], want[96];
+            const int64_t w[2] = { copies[k].rows, d };
+            tfm__format_shape(has, sizeof has, rank, shape);
+            tfm__format_shape(want, sizeof want, 2, w);
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "tensor " QUOTED " has shape %s (or an integer "
+                             "dtype), but config.json gives %s float", name,
+                             has, want);
+        }
+    }
+    return TFM_OK;
 }
 
 /* Marian's sinusoidal table (MarianSinusoidalPositionalEmbedding) into
@@ -1490,6 +1531,8 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
         if ((st = fam->plan(&c, &o, &lo, &p)) == TFM_OK &&
             (st = plan_find(&p, &s)) == TFM_OK)
             st = plan_no_extra(&p, &s, fam->ignored);
+        if (st == TFM_OK && strcmp(fam->model_type, "marian") == 0)
+            st = marian_check_copies(&p, &s, &c);
     }
     if (st == TFM_OK &&
         (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK &&

@@ -450,9 +450,11 @@ tfm_status tfm__model_check_ids(const tfm__model *m, const int32_t *ids,
     return TFM_OK;
 }
 
-/* tfm__model_embed before the embedding norm: the summed embeddings. */
-static void embed_sum(const tfm__model *m, const int32_t *ids, int64_t B,
-                      int64_t L, int64_t offset, float *x)
+/* tfm__model_embed before the embedding norm: the summed embeddings,
+ * with token types `types` [B, L] (checked), NULL: type 0 everywhere. */
+static void embed_sum_typed(const tfm__model *m, const int32_t *ids,
+                            const int32_t *types, int64_t B, int64_t L,
+                            int64_t offset, float *x)
 {
     const int64_t d = m->config.layer.d_model;
     const double base = m->options.positional_base;
@@ -464,16 +466,36 @@ static void embed_sum(const tfm__model *m, const int32_t *ids, int64_t B,
                             TFM_SINUSOIDAL_INTERLEAVED);
     else if (m->config.positional == TFM_POSITIONAL_SINUSOIDAL_CONCAT)
         tfm__add_sinusoidal(x, B, L, d, offset, base, TFM_SINUSOIDAL_CONCAT);
-    if (m->token_type_embedding) /* token type 0 at every position */
+    if (m->token_type_embedding && !types) /* type 0 at every position */
         tfm__embedding_add_rows(m->token_type_embedding, x, B * L, 1, 0);
+    for (int64_t r = 0; types && r < B * L; r++) {
+        const float *row = m->token_type_embedding->weight + types[r] * d;
+        float *xr = x + r * d;
+        for (int64_t j = 0; j < d; j++)
+            xr[j] += row[j];
+    }
+}
+
+static void embed_sum(const tfm__model *m, const int32_t *ids, int64_t B,
+                      int64_t L, int64_t offset, float *x)
+{
+    embed_sum_typed(m, ids, NULL, B, L, offset, x);
+}
+
+/* tfm__model_embed with token types (NULL: type 0). */
+static void embed_typed(const tfm__model *m, const int32_t *ids,
+                        const int32_t *types, int64_t B, int64_t L,
+                        int64_t offset, float *x)
+{
+    embed_sum_typed(m, ids, types, B, L, offset, x);
+    if (m->embedding_norm)
+        tfm__layer_norm_run(m->embedding_norm, x, B * L, x);
 }
 
 void tfm__model_embed(const tfm__model *m, const int32_t *ids, int64_t B,
                       int64_t L, int64_t offset, float *x)
 {
-    embed_sum(m, ids, B, L, offset, x);
-    if (m->embedding_norm)
-        tfm__layer_norm_run(m->embedding_norm, x, B * L, x);
+    embed_typed(m, ids, NULL, B, L, offset, x);
 }
 
 /* The head transform's pre-activation t = h W^T + b [rows, d]. */
@@ -552,8 +574,62 @@ static tfm_status check_one_stack(const tfm_module *model)
                             "model");
 }
 
+void tfm_model_inputs_init(tfm_model_inputs *inputs)
+{
+    if (!inputs)
+        return;
+    memset(inputs, 0, sizeof *inputs);
+    inputs->struct_size = sizeof *inputs;
+}
+
+/* pub (NULL: none) read as far as its struct_size goes, and its arrays
+ * checked against m and n = batch * seq positions (message set). */
+static tfm_status inputs_read(const tfm__model *m,
+                              const tfm_model_inputs *pub, int64_t n,
+                              tfm_model_inputs *out)
+{
+    tfm_model_inputs_init(out);
+    if (!pub)
+        return TFM_OK;
+    if (pub->struct_size < sizeof(size_t))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "inputs->struct_size (%zu) is too small: set it "
+                         "with tfm_model_inputs_init", pub->struct_size);
+    memcpy(out, pub, pub->struct_size < sizeof *out ? pub->struct_size
+                                                    : sizeof *out);
+    out->struct_size = sizeof *out;
+    const int64_t types = m->token_type_embedding
+                              ? m->token_type_embedding->n_rows
+                              : 0;
+    if (out->token_type_ids && !types)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "token_type_ids given, but the model has no "
+                         "token-type table (type_vocab_size 0)");
+    for (int64_t i = 0; out->token_type_ids && i < n; i++)
+        if (out->token_type_ids[i] < 0 || out->token_type_ids[i] >= types)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "token_type_ids[%lld] = %d is outside 0..%lld",
+                             (long long)i, (int)out->token_type_ids[i],
+                             (long long)(types - 1));
+    for (int64_t i = 0; out->attention_mask && i < n; i++)
+        if (out->attention_mask[i] != 0 && out->attention_mask[i] != 1)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "attention_mask[%lld] = %d: it holds 1 (a "
+                             "token) or 0 (padding)", (long long)i,
+                             (int)out->attention_mask[i]);
+    return TFM_OK;
+}
+
 tfm_status tfm_model_logits(const tfm_module *model, const int32_t *ids,
                             int64_t batch, int64_t seq, tfm_tensor *logits)
+{
+    return tfm_model_logits_v2(model, ids, batch, seq, NULL, logits);
+}
+
+tfm_status tfm_model_logits_v2(const tfm_module *model, const int32_t *ids,
+                               int64_t batch, int64_t seq,
+                               const tfm_model_inputs *inputs,
+                               tfm_tensor *logits)
 {
     TFM__PLAN_PIN();
     tfm_status st = check_one_stack(model);
@@ -562,23 +638,35 @@ tfm_status tfm_model_logits(const tfm_module *model, const int32_t *ids,
     const tfm__model *m = (const tfm__model *)model;
     const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
     const int64_t shape[3] = { batch, seq, V };
+    tfm_model_inputs in;
     if ((st = check_sizes(m, batch, seq, "seq")) ||
         (st = tfm__model_check_ids(m, ids, batch * seq, "ids")) ||
+        (st = inputs_read(m, inputs, batch * seq, &in)) ||
         (st = tfm__check_shape(logits, "logits", 3, shape)))
         return st;
 
     /* x [batch, seq, d]: the hidden states; out [batch, seq, V]: the
-     * logits, copied to the caller only on success. */
+     * logits, copied to the caller only on success; keep [batch, seq]:
+     * the attention mask as a key padding mask (1: may attend). */
     tfm__ws_mark mark = tfm__ws_save();
     float *x = tfm__ws_floats((size_t)(batch * seq * d));
     float *out = x ? tfm__ws_floats((size_t)(batch * seq * V)) : NULL;
+    float *keep = out && in.attention_mask
+                      ? tfm__ws_floats((size_t)(batch * seq))
+                      : NULL;
     st = TFM_ERR_OUT_OF_MEMORY;
-    if (out) {
+    if (out && (keep || !in.attention_mask)) {
         tfm__masks masks = { 0 };
         if (m->config.architecture == TFM_ARCH_DECODER_ONLY)
             masks.causal = TFM_CAUSAL_TOP_LEFT;
+        if (keep) {
+            for (int64_t i = 0; i < batch * seq; i++)
+                keep[i] = (float)in.attention_mask[i];
+            masks.key_padding = keep;
+            masks.key_padding_kind = TFM_MASK_ALLOW;
+        }
         const uint64_t key = tfm__dropout_forward_key((tfm_module *)model);
-        tfm__model_embed(m, ids, batch, seq, 0, x);
+        embed_typed(m, ids, in.token_type_ids, batch, seq, 0, x);
         embed_dropout(m, key, TFM__DROP_EMBEDDING, x, batch * seq * d);
         st = tfm__stack_run(m->stack, x, batch, seq, NULL, 0, &masks, NULL,
                             tfm__dropout_site(key, TFM__DROP_STACK));

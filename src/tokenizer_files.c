@@ -142,6 +142,17 @@ tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out)
         }
         if (is_marian)
             return load_marian(marian, out);
+        if (spm == 3) { /* source.spm: Marian's, ids from vocab.json */
+            char v[4096];
+            const int has_vocab = join(v, sizeof v, path, n, "vocab.json") &&
+                                  is_file(v);
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "%.200s has source.spm but no %s: a Marian "
+                             "tokenizer needs source.spm, target.spm and "
+                             "vocab.json (its ids are vocab.json's, not the "
+                             "SentencePiece model's)", path,
+                             has_vocab ? "target.spm" : "vocab.json");
+        }
         if (spm >= 0)
             return tfm__spm_load(q, out);
         static const char *const PAIRS[][2] = {

@@ -712,6 +712,91 @@ static void bias_free_errors(void **s)
     tfm_module_free(m);
 }
 
+/* tfm_model_logits_v2 (the values against float64 torch BERT and GPT-2 in
+ * bindings/python/tests/test_hub_bert.py): NULL inputs, or none set, or a
+ * mask of ones and types of zeros, give tfm_model_logits' logits exactly;
+ * type 1 and padding change them; bad inputs are refused with logits
+ * untouched. */
+static void model_inputs(void **s)
+{
+    (void)s;
+    tfm_layer_config layer = tfm_layer_config_default(8, 2);
+    layer.d_ff = 16;
+    tfm_model_config c = tiny_model_config(TFM_ARCH_ENCODER_ONLY, layer, 11,
+                                           1, 6);
+    tfm_layer_options lo;
+    tfm_layer_options_init(&lo);
+    lo.type_vocab_size = 2;
+    tfm_module *m = NULL;
+    assert_int_equal(tfm_model_create_v2(&c, NULL, &lo, &m), TFM_OK);
+    tfm_rng rng;
+    tfm_rng_seed(&rng, 7);
+    assert_int_equal(tfm_module_reset_parameters(m, &rng), TFM_OK);
+    enum { B = 2, L = 5, V = 11 };
+    const int32_t ids[B * L] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 };
+    int32_t types[B * L] = { 0 }, mask[B * L];
+    for (int i = 0; i < B * L; i++)
+        mask[i] = 1;
+    tfm_tensor *want = NULL, *got = NULL;
+    const int64_t shape[3] = { B, L, V };
+    assert_int_equal(tfm_tensor_create(3, shape, &want), TFM_OK);
+    assert_int_equal(tfm_tensor_create(3, shape, &got), TFM_OK);
+    assert_int_equal(tfm_model_logits(m, ids, B, L, want), TFM_OK);
+    const float *w = tfm_tensor_data_const(want);
+    float *g = tfm_tensor_data(got);
+    tfm_model_inputs in;
+    tfm_model_inputs_init(&in);
+    const tfm_model_inputs *cases[2] = { NULL, &in };
+    for (int k = 0; k < 3; k++) {
+        if (k == 2) {
+            in.token_type_ids = types;
+            in.attention_mask = mask;
+        }
+        assert_int_equal(tfm_model_logits_v2(m, ids, B, L, k < 2 ? cases[k]
+                                                                 : &in, got),
+                         TFM_OK);
+        assert_memory_equal(g, w, sizeof(float) * B * L * V);
+    }
+    types[3] = 1;
+    mask[B * L - 1] = 0;
+    assert_int_equal(tfm_model_logits_v2(m, ids, B, L, &in, got), TFM_OK);
+    assert_true(g[3 * V] != w[3 * V]);               /* its own type */
+    assert_true(g[(L + 1) * V] != w[(L + 1) * V]);   /* a padding key */
+    for (int i = 0; i < B * L * V; i++)
+        g[i] = 7.0f;
+    const int32_t bad_types[B * L] = { 0, 0, 2 };
+    const int32_t bad_mask[B * L] = { 1, 1, 1, 5, 1, 1, 1, 1, 1, 1 };
+    in.token_type_ids = bad_types;
+    assert_int_equal(tfm_model_logits_v2(m, ids, B, L, &in, got),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tfm_last_error(), "token_type_ids[2]"));
+    in.token_type_ids = types;
+    in.attention_mask = bad_mask;
+    assert_int_equal(tfm_model_logits_v2(m, ids, B, L, &in, got),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tfm_last_error(), "attention_mask[3]"));
+    in.struct_size = 1;
+    assert_int_equal(tfm_model_logits_v2(m, ids, B, L, &in, got),
+                     TFM_ERR_INVALID_ARGUMENT);
+    for (int i = 0; i < B * L * V; i++)
+        assert_true(g[i] == 7.0f);
+    tfm_module_free(m);
+    /* no token-type table: token_type_ids refused, a mask taken */
+    c = tiny_model_config(TFM_ARCH_DECODER_ONLY, layer, 11, 1, 6);
+    assert_int_equal(tfm_model_create(&c, &m), TFM_OK);
+    tfm_model_inputs_init(&in);
+    in.token_type_ids = types;
+    assert_int_equal(tfm_model_logits_v2(m, ids, B, L, &in, got),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tfm_last_error(), "token-type table"));
+    in.token_type_ids = NULL;
+    in.attention_mask = mask;
+    assert_int_equal(tfm_model_logits_v2(m, ids, B, L, &in, got), TFM_OK);
+    tfm_module_free(m);
+    tfm_tensor_free(want);
+    tfm_tensor_free(got);
+}
+
 /* The model parts in tfm_layer_options: every layer, stack and
  * nn.Transformer constructor refuses them and the encoder-decoder model
  * BERT's (TFM_ERR_INVALID_ARGUMENT, *out untouched), while it takes
@@ -868,6 +953,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(bias_free_models),
         cmocka_unit_test(bias_free_errors),
         cmocka_unit_test(model_parts),
+        cmocka_unit_test(model_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1395,6 +1395,17 @@ static tfm_status call_logits(fwd_ctx *c)
                             c->out[0]);
 }
 
+/* tfm_model_logits_v2 with a padding mask (its own scratch) and, when
+ * the model has a token-type table, token types. */
+static tfm_status call_logits_v2(fwd_ctx *c)
+{
+    static const int32_t mask[10] = { 1, 1, 1, 1, 0, 1, 1, 1, 0, 0 };
+    tfm_model_inputs in;
+    tfm_model_inputs_init(&in);
+    in.attention_mask = mask;
+    return tfm_model_logits_v2(c->module, c->ids, 2, 5, &in, c->out[0]);
+}
+
 static tfm_status call_seq2seq(fwd_ctx *c)
 {
     return tfm_model_seq2seq_logits(c->module, c->ids2, 6, c->ids, 5, 2,
@@ -1602,7 +1613,10 @@ static void test_forward_models(void **state)
     (void)state;
     fwd_ctx c;
     memset(&c, 0, sizeof c);
-    for (int a = 0; a < 3; a++) {
+    /* the three architectures' logits, then tfm_model_logits_v2 with a
+     * padding mask on the decoder-only and the encoder-only model */
+    for (int k = 0; k < 5; k++) {
+        const int a = k < 3 ? k : k - 3;
         tfm_architecture arch = a == 0   ? TFM_ARCH_DECODER_ONLY
                                 : a == 1 ? TFM_ARCH_ENCODER_ONLY
                                          : TFM_ARCH_ENCODER_DECODER;
@@ -1615,11 +1629,14 @@ static void test_forward_models(void **state)
         }
         c.out[0] = make3(2, 5, 11, NULL);
         c.n_out = 1;
-        c.call = a == 2 ? call_seq2seq : call_logits;
-        fwd_check(a == 0   ? "tfm_model_logits (decoder-only)"
-                  : a == 1 ? "tfm_model_logits (encoder-only)"
-                           : "tfm_model_seq2seq_logits",
-                  &c);
+        c.call = k >= 3 ? call_logits_v2 : a == 2 ? call_seq2seq
+                                                  : call_logits;
+        static const char *const names[5] = {
+            "tfm_model_logits (decoder-only)",
+            "tfm_model_logits (encoder-only)", "tfm_model_seq2seq_logits",
+            "tfm_model_logits_v2 (decoder-only, mask)",
+            "tfm_model_logits_v2 (encoder-only, mask)" };
+        fwd_check(names[k], &c);
     }
 }
 

@@ -196,15 +196,16 @@ static void test_unigram_viterbi(void **state)
 
 /* A directory with a SentencePiece model under any of the names
  * checkpoints give it (Llama's tokenizer.model, T5's spiece.model,
- * XLM-R's sentencepiece.bpe.model, Marian's source.spm) loads it, and a
- * .spm file loads by itself; each gives the model's ids ("ab" -> ▁ab as
- * test_unigram_viterbi works out: 6 4). */
+ * XLM-R's sentencepiece.bpe.model) loads it, and a .spm file loads by
+ * itself; each gives the model's ids ("ab" -> ▁ab as test_unigram_viterbi
+ * works out: 6 4).  Marian's source.spm alone is refused, naming what is
+ * missing: a Marian tokenizer's ids are its vocab.json's
+ * (test_tokenizer_marian.c). */
 static void test_directory(void **state)
 {
     (void)state;
     static const char *const names[] = { "tokenizer.model", "spiece.model",
-                                         "sentencepiece.bpe.model",
-                                         "source.spm" };
+                                         "sentencepiece.bpe.model" };
     buf m;
     unigram_model(&m);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -216,6 +217,9 @@ static void test_directory(void **state)
         tfm_tokenizer_free(t);
         remove_file(names[i]);
     }
+    write_model("source.spm", &m);
+    expect_load_fails(dir, TFM_ERR_FORMAT, "no vocab.json");
+    remove_file("source.spm");
     write_model("m.spm", &m);
     tfm_tokenizer *t = load_model("m.spm");
     EXPECT(t, "ab", 0, NULL, 6, 4);

@@ -42,9 +42,11 @@
  * MarianMTModel.generate decodes it: beam search (tfm_model_beam_search)
  * with config.json's generation defaults -- generation_config.json's when
  * there is one -- num_beams (1 when absent; --num-beams N overrides),
- * max_length (less the decoder start; --max-new-tokens overrides, and the
- * context bounds it), decoder_start_token_id, eos_token_id, and
- * bad_words_ids of single ids never generated (Marian's pad). */
+ * max_new_tokens, else max_length (20 when absent) less the decoder start
+ * (--max-tokens overrides; the context bounds it), decoder_start_token_id,
+ * eos_token_id (or one --eos-token-id), forced_eos_token_id, and
+ * suppress_tokens and bad_words_ids of single ids never generated
+ * (Marian's pad); --min-new-tokens as in generation. */
 #include <cJSON.h>
 #include <errno.h>
 #include <float.h>
@@ -944,9 +946,14 @@ done:
 
 /* The generation defaults of checkpoint directory dir (--translate). */
 typedef struct generation_defaults {
-    int64_t num_beams, max_length;   /* 0: absent */
-    int32_t decoder_start, eos;      /* -1: absent */
-    int32_t suppress[MAX_LIST];      /* bad_words_ids' single ids */
+    const char *file;                /* the file read */
+    int64_t num_beams;               /* 0: absent */
+    int64_t max_length;              /* absent: 20, transformers' */
+    int64_t max_new_tokens;          /* -1: absent */
+    int32_t decoder_start, eos, forced_eos; /* -1: absent */
+    int n_eos;                       /* eos_token_id's ids (a list: >1) */
+    int32_t suppress[MAX_LIST];      /* suppress_tokens and bad_words_ids'
+                                      * single ids */
     int64_t n_suppress;
 } generation_defaults;
 
@@ -965,12 +972,14 @@ static int64_t json_id(const cJSON *v)
 static int read_generation_defaults(const char *dir, generation_defaults *g)
 {
     memset(g, 0, sizeof *g);
-    g->decoder_start = g->eos = -1;
+    g->decoder_start = g->eos = g->forced_eos = -1;
+    g->max_length = 20;
+    g->max_new_tokens = -1;
     char path[4096];
     FILE *f = NULL;
     for (int k = 0; k < 2 && !f; k++) {
-        snprintf(path, sizeof path, "%s/%s", dir,
-                 k == 0 ? "generation_config.json" : "config.json");
+        g->file = k == 0 ? "generation_config.json" : "config.json";
+        snprintf(path, sizeof path, "%s/%s", dir, g->file);
         f = fopen(path, "rb");
     }
     if (!f)
@@ -1004,10 +1013,29 @@ static int read_generation_defaults(const char *dir, generation_defaults *g)
     const int64_t max_length = json_id(cJSON_GetObjectItem(root,
                                                            "max_length"));
     g->num_beams = beams > 0 ? beams : 0;
-    g->max_length = max_length > 0 ? max_length : 0;
+    if (max_length >= 0)
+        g->max_length = max_length;
+    g->max_new_tokens = json_id(cJSON_GetObjectItem(root, "max_new_tokens"));
     g->decoder_start = (int32_t)json_id(
         cJSON_GetObjectItem(root, "decoder_start_token_id"));
-    g->eos = (int32_t)json_id(cJSON_GetObjectItem(root, "eos_token_id"));
+    g->forced_eos = (int32_t)json_id(
+        cJSON_GetObjectItem(root, "forced_eos_token_id"));
+    const cJSON *eos = cJSON_GetObjectItem(root, "eos_token_id");
+    if (cJSON_IsArray(eos)) { /* a list: one id is that id */
+        g->n_eos = cJSON_GetArraySize(eos);
+        g->eos = g->n_eos == 1 ? (int32_t)json_id(eos->child) : -1;
+    } else {
+        g->eos = (int32_t)json_id(eos);
+        g->n_eos = g->eos >= 0;
+    }
+    /* suppress_tokens, then bad_words_ids' single ids */
+    const cJSON *sup = cJSON_GetObjectItem(root, "suppress_tokens");
+    for (const cJSON *e = cJSON_IsArray(sup) ? sup->child : NULL; e;
+         e = e->next) {
+        const int64_t id = json_id(e);
+        if (id >= 0 && g->n_suppress < MAX_LIST)
+            g->suppress[g->n_suppress++] = (int32_t)id;
+    }
     const cJSON *bad = cJSON_GetObjectItem(root, "bad_words_ids");
     for (const cJSON *b = cJSON_IsArray(bad) ? bad->child : NULL; b;
          b = b->next) {
@@ -1029,8 +1057,17 @@ static int translate(const tfm_module *model, const tfm_tokenizer *tok,
     if (read_generation_defaults(o->model, &g))
         return 1;
     if (g.decoder_start < 0)
-        return fail("'%s': config.json has no decoder_start_token_id, which "
-                    "--translate needs", o->model);
+        return fail("'%s': %s has no decoder_start_token_id (a whole number "
+                    ">= 0), which --translate needs", o->model, g.file);
+    if (g.n_eos > 1 && o->n_eos == 0)
+        return fail("'%s': %s gives %d eos_token_id values; the beam search "
+                    "takes one: give it with --eos-token-id", o->model,
+                    g.file, g.n_eos);
+    if (o->n_eos > 1)
+        return fail("--translate takes one --eos-token-id");
+    if (o->max_tokens_option && o->max_tokens > TFM_MAX_NEW_TOKENS)
+        return fail("--max-tokens %lld is over %lld", (long long)o->max_tokens,
+                    (long long)TFM_MAX_NEW_TOKENS);
     const char *text = o->translate;
     int64_t n = 0;
     const unsigned flags = TFM_ENCODE_ADD_SPECIAL;
@@ -1042,14 +1079,21 @@ static int translate(const tfm_module *model, const tfm_tokenizer *tok,
     tfm_beam_search_options_init(&bo);
     bo.num_beams = o->num_beams ? o->num_beams
                    : g.num_beams ? g.num_beams : 1;
-    /* max_length counts the decoder start token; the context bounds both */
-    int64_t max_new = o->max_tokens_option ? o->max_tokens
-                      : g.max_length > 1 ? g.max_length - 1
-                                         : cfg->context_length;
+    /* max_new_tokens, else max_length, which counts the decoder start
+     * token (transformers' rule); the context bounds both */
+    int64_t max_new = o->max_tokens_option   ? o->max_tokens
+                      : g.max_new_tokens >= 0 ? g.max_new_tokens
+                                              : g.max_length - 1;
     if (!o->max_tokens_option && max_new > cfg->context_length)
         max_new = cfg->context_length;
+    if (max_new < 1) { /* nothing to generate: an empty translation */
+        putchar('\n');
+        return 0;
+    }
     bo.max_new_tokens = max_new;
-    bo.eos_token_id = g.eos;
+    bo.min_new_tokens = o->min_new_tokens;
+    bo.eos_token_id = o->n_eos ? o->eos[0] : g.eos;
+    bo.forced_eos_token_id = g.forced_eos;
     bo.decoder_start_token_id = g.decoder_start;
     bo.suppress_tokens = g.suppress;
     bo.n_suppress_tokens = g.n_suppress;
@@ -1140,6 +1184,14 @@ int main(int argc, char **argv)
         goto done;
     }
     if (o.translate) {
+        if (o.sampling_option || o.n_stops || o.repetition_penalty != 1.0f ||
+            o.no_repeat_ngram_size || o.batch_file || o.fill_mask) {
+            fail("--translate is a beam search: it takes --num-beams, "
+                 "--max-tokens, --min-new-tokens and one --eos-token-id, "
+                 "not sampling, --stop, --repetition-penalty, "
+                 "--no-repeat-ngram-size, --batch-file or --fill-mask");
+            goto done;
+        }
         if (!check_model(&cfg, tok, &o, TFM_ARCH_ENCODER_DECODER,
                          "an encoder-decoder model (a translation model such "
                          "as Marian): --translate needs one"))

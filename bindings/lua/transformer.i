@@ -1412,8 +1412,10 @@ static int tfml_model_beam_search(lua_State *L)
             lua_rawgeti(L, t, i + 1);
             v = tfml_tointeger(L, -1, "suppress_tokens");
             lua_pop(L, 1);
-            /* out of int32: -1, which the library refuses by index */
-            ban[i] = v >= 0 && v <= INT32_MAX ? (int32_t)v : -1;
+            if (v < 0 || v > INT32_MAX)
+                return luaL_error(L, "suppress_tokens[%d] = %I is outside "
+                                  "the vocabulary", (int)(i + 1), v);
+            ban[i] = (int32_t)v;
         }
         o.suppress_tokens = ban;
         lua_pop(L, 1);
@@ -2155,6 +2157,9 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %ignore tfm_generate_options;
 %ignore tfm_generate_options_init;
 %ignore tfm_model_seq2seq_logits;
+%ignore tfm_model_logits_v2;
+%ignore tfm_model_inputs;
+%ignore tfm_model_inputs_init;
 %ignore tfm_model_seq2seq_backward;
 %ignore tfm_optimizer_free;
 %ignore tfm_cross_entropy;

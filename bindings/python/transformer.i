@@ -317,7 +317,9 @@ TFMPY_HANDLE_OUT(tfm_optimizer)
 };
 %apply (int32_t *IN_ARRAY2, int64_t DIM1, int64_t DIM2) {
     (const int32_t *src_ids, int64_t src_batch, int64_t src_len),
-    (const int32_t *tgt_ids, int64_t tgt_batch, int64_t tgt_len)
+    (const int32_t *tgt_ids, int64_t tgt_batch, int64_t tgt_len),
+    (const int32_t *types, int64_t types_batch, int64_t types_len),
+    (const int32_t *mask, int64_t mask_batch, int64_t mask_len)
 };
 
 /* ---- What Python does not need from the headers -------------------------- */
@@ -354,6 +356,9 @@ TFMPY_HANDLE_OUT(tfm_optimizer)
 %ignore tfm_generate_options::callback;
 %ignore tfm_generate_options::callback_data;
 %ignore tfm_model_seq2seq_logits;
+%ignore tfm_model_logits_v2;
+%ignore tfm_model_inputs;
+%ignore tfm_model_inputs_init;
 %ignore tfm_model_seq2seq_backward;
 /* Replaced by tfmpy_model_beam_search, which makes the output arrays. */
 %ignore tfm_model_beam_search;
@@ -687,6 +692,35 @@ PyObject *tfmpy_model_beam_search(const tfm_module *model,
         return NULL;
     }
     return Py_BuildValue("(NNN)", ids_out, lengths, scores);
+}
+
+/* tfm_model_logits_v2 with ids, token_type_ids and attention_mask as
+ * [B, L] arrays (an empty [0, 0] array: not given). */
+PyObject *tfmpy_model_logits_v2(const tfm_module *model, const int32_t *ids,
+                                int64_t batch, int64_t seq,
+                                const int32_t *types, int64_t types_batch,
+                                int64_t types_len, const int32_t *mask,
+                                int64_t mask_batch, int64_t mask_len,
+                                tfm_tensor *logits)
+{
+    tfm_model_inputs in;
+    tfm_status st;
+    tfm_model_inputs_init(&in);
+    if ((types_batch * types_len &&
+         (types_batch != batch || types_len != seq)) ||
+        (mask_batch * mask_len && (mask_batch != batch || mask_len != seq))) {
+        tfmpy_raise(TFM_ERR_SHAPE, "token_type_ids and attention_mask must "
+                                   "have the shape of the ids [N, L]");
+        return NULL;
+    }
+    in.token_type_ids = types_batch * types_len ? types : NULL;
+    in.attention_mask = mask_batch * mask_len ? mask : NULL;
+    st = tfm_model_logits_v2(model, ids, batch, seq, &in, logits);
+    if (st != TFM_OK) {
+        tfmpy_raise_last(st);
+        return NULL;
+    }
+    return SWIG_Py_Void();
 }
 
 /* tfm_model_seq2seq_logits with src [B, S] and tgt [B, L] as arrays. */

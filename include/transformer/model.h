@@ -304,6 +304,49 @@ TFM_API tfm_status tfm_model_logits(const tfm_module *model,
                                     const int32_t *ids, int64_t batch,
                                     int64_t seq, tfm_tensor *logits);
 
+/* Since 1.2: what Hugging Face's forward takes beside input_ids, for
+ * tfm_model_logits_v2.  ABI: begins with its size; set it with
+ * tfm_model_inputs_init; the library reads only struct_size bytes
+ * (defaults for the rest), and only during the call. */
+typedef struct tfm_model_inputs {
+    size_t struct_size;            /* sizeof(tfm_model_inputs) */
+    /* [B, L] segment ids in 0 .. type_vocab_size - 1, the rows of
+     * "token_type_embedding.weight" added to each position (BERT's
+     * token_type_ids: 0 for sentence A, 1 for B).  NULL (the default):
+     * type 0 everywhere.  Only for a model with a token-type table. */
+    const int32_t *token_type_ids;
+    /* [B, L] of 1 (a token) and 0 (padding), Hugging Face's
+     * attention_mask: no position attends to a padding key (a key padding
+     * mask, with the causal mask of a decoder-only model).  The logits of
+     * padding positions are computed too (from the tokens they see), as
+     * transformers computes them; a position whose visible keys are all
+     * padding (a sequence of padding only, the first positions of a
+     * left-padded one under the causal mask) gets attention outputs of
+     * zeros, where transformers' finite mask spreads it evenly over them.
+     * NULL (the default): every position a token. */
+    const int32_t *attention_mask;
+} tfm_model_inputs;
+
+/* Fills *inputs with the defaults (no token types, no mask) and sets
+ * struct_size.  NULL is a no-op.  Since 1.2. */
+TFM_API void tfm_model_inputs_init(tfm_model_inputs *inputs);
+
+/* tfm_model_logits with token_type_ids and an attention_mask (inputs NULL
+ * or both NULL: tfm_model_logits itself), as BertModel / GPT2Model's
+ * forward(input_ids, attention_mask, token_type_ids) (Devlin et al. 2019,
+ * sec. 3.2: segment embeddings; padding masked out of the softmax).
+ * Decoder-only and encoder-only models.  Errors: those of
+ * tfm_model_logits, TFM_ERR_INVALID_ARGUMENT (struct_size too small,
+ * token_type_ids for a model without a token-type table or out of its
+ * range, an attention_mask value other than 0 and 1); on error logits is
+ * unchanged.  Training (tfm_model_backward) takes neither yet.  Since
+ * 1.2. */
+TFM_API tfm_status tfm_model_logits_v2(const tfm_module *model,
+                                       const int32_t *ids, int64_t batch,
+                                       int64_t seq,
+                                       const tfm_model_inputs *inputs,
+                                       tfm_tensor *logits);
+
 /* Encoder-decoder models: logits [B, L, vocab_size] of the target ids
  * [B, L] (causal) given the source ids [B, S].  Errors: as
  * tfm_model_logits. */
@@ -789,6 +832,12 @@ typedef struct tfm_beam_search_options {
      * Default NULL, 0. */
     const int32_t *suppress_tokens;
     int64_t n_suppress_tokens;
+    /* Since 1.2 (after n_suppress_tokens): Hugging Face's
+     * forced_eos_token_id (ForcedEOSTokenLogitsProcessor; 0 in Marian's
+     * configs): the last step a sequence may take (its max_new_tokens-th
+     * token) is this id, every other log-probability -inf and its 0.  -1
+     * (the default): none. */
+    int32_t forced_eos_token_id;
 } tfm_beam_search_options;
 
 /* Fills *options with the defaults above and sets struct_size.  NULL is a
@@ -802,8 +851,9 @@ TFM_API void tfm_beam_search_options_init(tfm_beam_search_options *options);
  * positions, else the half-window shift; since 1.2, before which the
  * prompt and max_new_tokens - 1 had to fit in the context); for an
  * encoder-decoder model it is the source (n_prompt <= context_length), and
- * the target starts with decoder_start_token_id (1 + max_new_tokens <=
- * context_length).  options NULL: the defaults.
+ * the target starts with decoder_start_token_id (max_new_tokens <=
+ * context_length: the decoder reads the start token and all new tokens
+ * but the last).  options NULL: the defaults.
  * Outputs (caller-owned, R = options->num_return_sequences, M =
  * options->max_new_tokens), best first:
  *   out_ids [R, M] row-major: sequence r's new tokens (not the prompt nor
@@ -827,9 +877,9 @@ TFM_API void tfm_beam_search_options_init(tfm_beam_search_options *options);
  * TFM_MAX_NEW_TOKENS, min_new_tokens < 0, length_penalty not finite,
  * early_stopping unknown, eos_token_id not -1 nor in the vocabulary, no
  * valid decoder_start_token_id for an encoder-decoder model, a suppressed
- * id outside the vocabulary, n_suppress_tokens < 0, struct_size too
- * small), TFM_ERR_CAPACITY (a prompt or source longer than the
- * context, or an encoder-decoder target 1 + max_new_tokens longer),
+ * id outside the vocabulary, n_suppress_tokens < 0, forced_eos_token_id
+ * not -1 nor in the vocabulary, struct_size too small), TFM_ERR_CAPACITY (a prompt or source longer than the
+ * context, or an encoder-decoder max_new_tokens longer),
  * TFM_ERR_NON_FINITE (a NaN logit), TFM_ERR_OVERFLOW,
  * TFM_ERR_OUT_OF_MEMORY.  On error nothing is written to out_ids,
  * out_lengths or out_scores.  The model is only read.  Since 1.2. */

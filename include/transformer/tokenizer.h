@@ -102,11 +102,14 @@ TFM_API tfm_status tfm_tokenizer_create(const char *vocab,
  *  - (since 1.2) a checkpoint directory: the first of tokenizer.json,
  *    Marian's vocab.json + source.spm + target.spm (with
  *    tokenizer_config.json when there is one), tokenizer.model,
- *    spiece.model, sentencepiece.bpe.model, source.spm, encoder.json +
- *    vocab.bpe, vocab.json + merges.txt, vocab.txt found there (a
- *    tokenizer.json this library does not support, beside a SentencePiece
- *    model or Marian's files, gives way to them); a vocab.json path with
- *    source.spm and target.spm beside it is Marian's too.
+ *    spiece.model, sentencepiece.bpe.model, encoder.json + vocab.bpe,
+ *    vocab.json + merges.txt, vocab.txt found there (a tokenizer.json
+ *    this library does not support, beside a SentencePiece model or
+ *    Marian's files, gives way to them); a vocab.json path with
+ *    source.spm and target.spm beside it is Marian's too.  A directory
+ *    with source.spm but not Marian's other files is refused
+ *    (TFM_ERR_FORMAT, naming the missing file), as MarianTokenizer
+ *    refuses it: the model's ids are not source.spm's.
  * With GPT-2's files, <|endoftext|> (when in the vocabulary) is special and
  * is the bos, eos and unk token, as in Hugging Face's GPT2Tokenizer.  In a
  * tokenizer.json, the "added_tokens" are special (a SentencePiece model's

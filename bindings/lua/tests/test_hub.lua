@@ -1,10 +1,11 @@
 -- Hugging Face checkpoint directories from Lua (load_model(dir),
 -- Model.from_pretrained(dir)): the directory and its reference.json (the
 -- logits and 12 greedy ids of the architecture's forward pass in torch
--- float64, written from transformers' modeling_gpt2 / modeling_llama) are
--- made in the run by bindings/python/tests/hub_gpt2_reference.py or
--- hub_llama_reference.py; TFM_HUB_DIR names it.  ctest runs it as
--- lua_hub_gpt2 and lua_hub_llama.
+-- float64, written from transformers' modeling_gpt2 / modeling_llama /
+-- modeling_bert; a BERT has no greedy ids) are made in the run by
+-- bindings/python/tests/hub_gpt2_reference.py, hub_llama_reference.py or
+-- hub_bert_reference.py; TFM_HUB_DIR names it.  ctest runs it as
+-- lua_hub_gpt2, lua_hub_llama and lua_hub_bert.
 
 local T = require("transformer")
 local harness = require("harness")
@@ -12,54 +13,35 @@ local test = harness.test
 
 local DIR = assert(os.getenv("TFM_HUB_DIR"), "TFM_HUB_DIR not set")
 
--- reference.json's three number arrays (read with patterns: the file is
--- json.dump of {"prompt": [...], "logits": [...], "greedy": [...]}).
-local function reference()
-  local f = assert(io.open(DIR .. "/reference.json", "rb"))
-  local text = f:read("a")
-  f:close()
-  local r = {}
-  for _, key in ipairs({ "prompt", "logits", "greedy" }) do
-    local body = assert(text:match('"' .. key .. '": %[(.-)%]'), key)
-    local t = {}
-    for n in body:gmatch("[^,%s]+") do t[#t + 1] = assert(tonumber(n), n) end
-    r[key] = t
-  end
-  return r
-end
-
-local R = reference()
+local R = harness.hub_reference(DIR, { "prompt", "logits", "greedy" })
+local f = assert(io.open(DIR .. "/config.json", "rb"))
+local CONFIG = f:read("a")
+f:close()
+local BERT = CONFIG:find('"model_type": "bert"', 1, true) ~= nil
 
 test("load_model(dir): logits equal the torch float64 reference within 1e-5", function()
   local m = T.load_model(DIR)
-  assert(m.architecture == "decoder_only", m.architecture)
-  assert(m.tokenizer ~= nil and m.tokenizer:kind() == "byte_bpe")
+  assert(m.architecture == (BERT and "encoder_only" or "decoder_only"), m.architecture)
+  local kind = BERT and "wordpiece" or "byte_bpe"
+  assert(m.tokenizer ~= nil and m.tokenizer:kind() == kind)
   local logits = m:logits(R.prompt)
   local V = m.vocab_size
   assert(#logits == #R.prompt and #logits[1] == V)
-  local diff, scale = 0, 0
-  for i = 1, #R.prompt do
-    for j = 1, V do
-      local ref = R.logits[(i - 1) * V + j]
-      diff = math.max(diff, math.abs(logits[i][j] - ref))
-      scale = math.max(scale, math.abs(ref))
-    end
-  end
-  assert(diff / scale <= 1e-5, ("relative error %g"):format(diff / scale))
+  local err = harness.logits_error(logits, R.logits, V)
+  assert(err <= 1e-5, ("relative error %g"):format(err))
   m:close()
 end)
 
 test("the norms are the checkpoint's kind (RMSNorm for Llama)", function()
   local m = T.load_model(DIR)
-  local f = assert(io.open(DIR .. "/config.json", "rb"))
-  local llama = f:read("a"):find('"model_type": "llama"', 1, true) ~= nil
-  f:close()
+  local llama = CONFIG:find('"model_type": "llama"', 1, true) ~= nil
   local norm = m:child("layers.0.norm1")
   assert(getmetatable(norm) == (llama and T.RMSNorm or T.LayerNorm), tostring(norm))
   m:close()
 end)
 
 test("Model.from_pretrained(dir): greedy ids equal the reference's", function()
+  if BERT then return end -- an encoder: no generation, no greedy ids
   local m = T.Model.from_pretrained(DIR)
   local ids = m:generate(R.prompt, { max_new_tokens = #R.greedy })
   assert(#ids == #R.greedy)

@@ -11,22 +11,7 @@ local test = harness.test
 
 local DIR = assert(os.getenv("TFM_HUB_DIR"), "TFM_HUB_DIR not set")
 
--- reference.json's number arrays (json.dump of flat lists).
-local function reference()
-  local f = assert(io.open(DIR .. "/reference.json", "rb"))
-  local text = f:read("a")
-  f:close()
-  local r = {}
-  for _, key in ipairs({ "prompt", "decoder_input", "logits", "greedy" }) do
-    local body = assert(text:match('"' .. key .. '": %[(.-)%]'), key)
-    local t = {}
-    for n in body:gmatch("[^,%s]+") do t[#t + 1] = assert(tonumber(n), n) end
-    r[key] = t
-  end
-  return r
-end
-
-local R = reference()
+local R = harness.hub_reference(DIR, { "prompt", "decoder_input", "logits", "greedy" })
 local PAD = 262  -- the reference's vocab_size - 1: pad and decoder start
 
 test("load_model(dir): seq2seq logits equal the torch float64 reference within 1e-5", function()
@@ -35,15 +20,8 @@ test("load_model(dir): seq2seq logits equal the torch float64 reference within 1
   local logits = m:logits({ R.prompt }, { R.decoder_input })[1]
   local V = m.vocab_size
   assert(#logits == #R.decoder_input and #logits[1] == V)
-  local diff, scale = 0, 0
-  for i = 1, #R.decoder_input do
-    for j = 1, V do
-      local ref = R.logits[(i - 1) * V + j]
-      diff = math.max(diff, math.abs(logits[i][j] - ref))
-      scale = math.max(scale, math.abs(ref))
-    end
-  end
-  assert(diff / scale <= 1e-5, ("relative error %g"):format(diff / scale))
+  local err = harness.logits_error(logits, R.logits, V)
+  assert(err <= 1e-5, ("relative error %g"):format(err))
   m:close()
 end)
 
@@ -62,6 +40,10 @@ test("greedy translation with the pad suppressed equals the reference's", functi
   opts.suppress_tokens = { m.vocab_size }
   local ok, err = pcall(m.generate, m, R.prompt, opts)
   assert(not ok and tostring(err):find("suppress_tokens[0]", 1, true), tostring(err))
+  opts.suppress_tokens = { 5, 2 ^ 40 // 1 }
+  ok, err = pcall(m.generate, m, R.prompt, opts)
+  assert(not ok and tostring(err):find("suppress_tokens[2] = 1099511627776", 1, true),
+         tostring(err))
   m:close()
 end)
 

@@ -132,17 +132,26 @@ def _act(config):
     raise ValueError(name)
 
 
-def bert_logits(w, config, ids):
+def bert_logits(w, config, ids, token_type_ids=None, attention_mask=None):
     """Masked-LM logits [B, T, V] in float64 of ids [B, T]
-    (BertForMaskedLM.forward, eval mode, token_type_ids 0, no padding)
-    from the float64 weights w (random_weights' names)."""
+    (BertForMaskedLM.forward, eval mode) from the float64 weights w
+    (random_weights' names); token_type_ids [B, T] (None: zeros) pick the
+    token-type rows, attention_mask [B, T] (None: ones) adds
+    (1 - mask) * finfo(float64).min to every query's scores of the
+    padding keys (BertModel's get_extended_attention_mask)."""
     ids = torch.as_tensor(ids, dtype=torch.long)
     B, T = ids.shape
     d, H = config["hidden_size"], config["num_attention_heads"]
     hd, eps, act = d // H, config["layer_norm_eps"], _act(config)
+    types = (torch.zeros_like(ids) if token_type_ids is None
+             else torch.as_tensor(token_type_ids, dtype=torch.long))
+    bias = 0.0
+    if attention_mask is not None:
+        m = torch.as_tensor(attention_mask, dtype=torch.float64)
+        bias = ((1.0 - m) * torch.finfo(torch.float64).min)[:, None, None, :]
     h = (w["embeddings.word_embeddings.weight"][ids]
          + w["embeddings.position_embeddings.weight"][:T]
-         + w["embeddings.token_type_embeddings.weight"][0])
+         + w["embeddings.token_type_embeddings.weight"][types])
     h = _ln(h, w, "embeddings.LayerNorm", eps)
     for i in range(config["num_hidden_layers"]):
         p = f"encoder.layer.{i}."
@@ -151,7 +160,7 @@ def bert_logits(w, config, ids):
             return _linear(h, w, p + "attention.self." + n).view(
                 B, T, H, hd).transpose(1, 2)
         q, k, v = heads("query"), heads("key"), heads("value")
-        s = q @ k.transpose(-1, -2) / math.sqrt(hd)
+        s = q @ k.transpose(-1, -2) / math.sqrt(hd) + bias
         a = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, d)
         h = _ln(h + _linear(a, w, p + "attention.output.dense"), w,
                 p + "attention.output.LayerNorm", eps)

@@ -205,9 +205,12 @@ def gelu_new(x):
                                        * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
-def gpt2_logits(w, config, ids):
+def gpt2_logits(w, config, ids, attention_mask=None):
     """Logits [B, T, V] in float64 of ids [B, T] (GPT2LMHeadModel.forward,
-    eval mode) from the float64 weights w (GPT2Model names)."""
+    eval mode, position_ids 0 .. T-1) from the float64 weights w (GPT2Model
+    names); attention_mask [B, T] (None: ones) adds (1 - mask) *
+    finfo(float64).min to the scores of the padding keys, as GPT2Model
+    does."""
     ids = torch.as_tensor(ids, dtype=torch.long)
     B, T = ids.shape
     d, H = config["n_embd"], config["n_head"]
@@ -225,6 +228,10 @@ def gpt2_logits(w, config, ids):
         scores = torch.where(causal, scores,
                              torch.tensor(torch.finfo(scores.dtype).min,
                                           dtype=scores.dtype))
+        if attention_mask is not None:
+            pad = 1.0 - torch.as_tensor(attention_mask, dtype=scores.dtype)
+            scores = scores + (pad * torch.finfo(scores.dtype).min)[
+                :, None, None, :]
         a = torch.softmax(scores, dim=-1) @ v
         a = a.permute(0, 2, 1, 3).reshape(B, T, d)
         h = h + a @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]

@@ -294,3 +294,55 @@ def test_command_line_fill_mask(tmp_path):
     r = subprocess.run([cli, "--model", str(tmp_path / "gpt2"),
                         "--fill-mask", text], capture_output=True, text=True)
     assert r.returncode == 1 and "encoder-only" in r.stderr
+
+
+def test_token_type_ids_and_attention_mask(tmp_path):
+    """logits(ids, attention_mask=, token_type_ids=) (tfm_model_logits_v2)
+    against BertModel's forward in float64: sentence-pair segment ids pick
+    their token-type rows, and padding keys are masked out of every
+    softmax, so a padded sequence's real positions give the logits of the
+    unpadded one; bad values are refused, the output untouched."""
+    w = R.random_weights(R.CONFIG, seed=6)
+    R.write_checkpoint(str(tmp_path), w)
+    ref_w = G.rounded(w, "F32")
+    model = transformer.from_pretrained(tmp_path)
+    ids = np.array([R.PROMPT, R.PROMPT[::-1]])
+    T = ids.shape[1]
+    types = np.array([[0] * 4 + [1] * (T - 4), [1] * T])
+    mask = np.ones_like(ids)
+    mask[1, T - 3:] = 0                          # three padding positions
+    ref = R.bert_logits(ref_w, R.CONFIG, ids, types, mask)
+    got = model.logits(ids, attention_mask=mask, token_type_ids=types)
+    assert rel_err(got, ref) <= 1e-5
+    # the real positions of the padded row are the short sequence's
+    short = R.bert_logits(ref_w, R.CONFIG, ids[1:, :T - 3], types[1:, :T - 3])
+    assert rel_err(got[1, :T - 3], short[0]) <= 1e-5
+    # one sequence, [L]
+    one = model.logits(ids[0], token_type_ids=types[0])
+    assert rel_err(one, R.bert_logits(ref_w, R.CONFIG, ids[:1],
+                                      types[:1])[0]) <= 1e-5
+    for kwargs, words in [
+            (dict(token_type_ids=np.full_like(ids, 2)), "token_type_ids"),
+            (dict(attention_mask=np.full_like(ids, 2)), "attention_mask"),
+            (dict(attention_mask=mask[:, :-1]), "shape")]:
+        with pytest.raises((transformer.InvalidArgumentError,
+                            transformer.ShapeError), match=words):
+            model.logits(ids, **kwargs)
+    gpt2 = tmp_path / "gpt2"
+    G.write_checkpoint(str(gpt2), G.random_weights(G.CONFIG))
+    gmodel = transformer.from_pretrained(gpt2)
+    with pytest.raises(transformer.InvalidArgumentError,
+                       match="token-type table"):
+        gmodel.logits(ids, token_type_ids=types)
+    # a decoder-only model: the causal mask and the padding mask together
+    # (left padding: a real position's logits see no padding key; the
+    # padding positions' first row sees only padding, where transformers'
+    # finite mask and ours differ, so it is left out)
+    gw = G.rounded(G.random_weights(G.CONFIG), "F32")
+    gmask = np.ones_like(ids)
+    gmask[0, :2] = 0
+    got = gmodel.logits(ids, attention_mask=gmask)
+    want = G.gpt2_logits(gw, G.CONFIG, ids, gmask)
+    assert rel_err(got[:, 2:], want[:, 2:]) <= 1e-5
+    assert rel_err(got[0, 2:], G.gpt2_logits(gw, G.CONFIG, ids[:1])[0, 2:]) \
+        > 1e-3                                    # the mask mattered

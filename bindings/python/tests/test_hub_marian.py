@@ -70,14 +70,15 @@ def test_logits(tmp_path, dtype, shards, positions, tied_copies, tied):
 
 def test_greedy_translation_equals_the_reference(tmp_path):
     """generate(num_beams=1) of an encoder-decoder model starts the target
-    with decoder_start_token_id (the pad id) and stops at eos: token for
+    with decoder_start_token_id (the pad id) and stops at eos, the 12th
+    token forced to eos (config.json's forced_eos_token_id): token for
     token the reference's greedy decoding."""
     w = R.random_weights(R.CONFIG, seed=2)
     R.write_checkpoint(str(tmp_path), w)
     w64 = G.rounded(w, "F32")
     model = transformer.from_pretrained(tmp_path)
     for src in (R.SOURCE, R.SOURCE[:3] + [0]):
-        want = R.marian_greedy(w64, R.CONFIG, src, 12)
+        want = R.marian_greedy(w64, R.CONFIG, src, 12, forced_eos=0)
         got = model.generate(src, max_new_tokens=12, num_beams=1,
                              decoder_start_token_id=R.V - 1,
                              eos_token_id=0, suppress_tokens=[])
@@ -97,19 +98,45 @@ def test_generation_defaults_suppress_the_pad(tmp_path):
     w64 = G.rounded(w, "F32")
     model = transformer.from_pretrained(tmp_path)
     assert model.generation_config == {"decoder_start_token_id": R.V - 1,
+                                       "forced_eos_token_id": 0,
                                        "eos_token_id": 0,
-                                       "suppress_tokens": [R.V - 1]}
+                                       "bad_words_ids": [R.V - 1]}
+    # forced_eos_token_id 0 (opus-mt's): the last allowed token is </s>
+    forced = R.marian_greedy(w64, R.CONFIG, R.SOURCE, 12, [R.V - 1],
+                             forced_eos=0)
+    assert forced[-1] == 0 and len(forced) == 12
+    assert model.generate(R.SOURCE, max_new_tokens=12) == forced
+    assert model.generate(R.SOURCE, max_new_tokens=12, num_beams=3)[-1] == 0
     banned = R.marian_greedy(w64, R.CONFIG, R.SOURCE, 12, [R.V - 1])
+    with open(tmp_path / "config.json") as f:
+        cfg = json.load(f)
+    del cfg["forced_eos_token_id"]
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(cfg, f)
+    model = transformer.from_pretrained(tmp_path)
     plain = R.marian_greedy(w64, R.CONFIG, R.SOURCE, 12)
     assert R.V - 1 in plain and R.V - 1 not in banned
     assert model.generate(R.SOURCE, max_new_tokens=12) == banned
+    # suppress_tokens adds to bad_words_ids, as in transformers
     assert model.generate(R.SOURCE, max_new_tokens=12,
-                          suppress_tokens=[]) == plain
+                          suppress_tokens=[]) == banned
+    also = R.marian_greedy(w64, R.CONFIG, R.SOURCE, 12, [R.V - 1, banned[0]])
+    assert model.generate(R.SOURCE, max_new_tokens=12,
+                          suppress_tokens=[banned[0]]) == also
+    # an eos list of one is that id; the class's dict is not shared
+    with pytest.raises(TypeError):
+        transformer.Model.generation_config["eos_token_id"] = 7
     # generation_config.json alone, when present (here: no ban)
     with open(tmp_path / "generation_config.json", "w") as f:
         json.dump({"decoder_start_token_id": R.V - 1, "eos_token_id": 0}, f)
     model = transformer.from_pretrained(tmp_path)
     assert model.generate(R.SOURCE, max_new_tokens=12) == plain
+    with open(tmp_path / "generation_config.json", "w") as f:
+        json.dump({"decoder_start_token_id": R.V - 1, "eos_token_id": [0],
+                   "bad_words_ids": [[R.V - 1]]}, f)
+    model = transformer.from_pretrained(tmp_path)
+    assert model.generation_config["eos_token_id"] == 0
+    assert model.generate(R.SOURCE, max_new_tokens=12) == banned
     with pytest.raises(transformer.InvalidArgumentError, match="suppress"):
         model.generate(R.SOURCE, max_new_tokens=3, suppress_tokens=[R.V])
 
@@ -168,8 +195,9 @@ def test_training_gradients_match_autograd(tmp_path):
     close("position_embedding.weight", pos)
 
 
-def _edit(tmp_path, config=None, drop=None, extra=None, reshape=None):
-    w = R.random_weights(R.CONFIG)
+def _edit(tmp_path, config=None, drop=None, extra=None, reshape=None,
+          copies=False):
+    w = R.random_weights(R.CONFIG, tied_copies=copies)
     if drop:
         del w[drop]
     if extra:
@@ -199,6 +227,13 @@ def _edit(tmp_path, config=None, drop=None, extra=None, reshape=None):
      transformer.FormatError, "layernorm_embedding"),
     (dict(reshape="model.encoder.embed_positions.weight"),
      transformer.FormatError, "embed_positions"),
+    # the copies transformers ties or recomputes are checked too
+    (dict(reshape="model.decoder.embed_positions.weight"),
+     transformer.FormatError, "model.decoder.embed_positions.weight"),
+    (dict(copies=True, reshape="model.decoder.embed_tokens.weight"),
+     transformer.FormatError, "model.decoder.embed_tokens.weight"),
+    (dict(copies=True, reshape="lm_head.weight"),
+     transformer.FormatError, "lm_head.weight"),
 ])
 def test_refused_with_the_name(tmp_path, kwargs, error, words):
     with pytest.raises(error, match=words.replace(".", r"\.")):
@@ -233,7 +268,8 @@ def test_command_line_translate(tmp_path):
     text = "And God said, Let there be light."
     src = [vocab.get(p, 1) for p in sp_src.encode(text, out_type=str)] + [0]
     pad = len(vocab) - 1
-    want = R.marian_greedy(G.rounded(w, "F32"), config, src, 10, [pad])
+    want = R.marian_greedy(G.rounded(w, "F32"), config, src, 10, [pad],
+                           forced_eos=0)
     pieces = [inv[i] for i in want if i not in (0, 1, pad)]
     want_text = sp_tgt.decode_pieces(pieces).replace("\u2581", " ").strip()
     r = subprocess.run([cli, "--model", str(tmp_path), "--translate", text,
@@ -256,6 +292,14 @@ def test_command_line_translate(tmp_path):
                         "--max-tokens", "10"], capture_output=True,
                        check=True, text=True)
     assert "3 beams" in r.stderr
+    # max_length 1 leaves nothing to generate; sampling options refused
+    R.write_checkpoint(str(tmp_path), w, dict(config, max_length=1))
+    r = subprocess.run([cli, "--model", str(tmp_path), "--translate", text],
+                       capture_output=True, check=True, text=True)
+    assert r.stdout == "\n"
+    r = subprocess.run([cli, "--model", str(tmp_path), "--translate", text,
+                        "--sample"], capture_output=True, text=True)
+    assert r.returncode == 1 and "beam search" in r.stderr
     import hub_bert_reference as BR
     BR.write_checkpoint(str(tmp_path / "bert"), BR.random_weights(BR.CONFIG))
     BR.write_vocab(str(tmp_path / "bert"))

@@ -260,3 +260,17 @@ def test_refused_configs(marian, tmp_path):
     with pytest.raises(transformer.FormatError,
                        match="tokenizer_config.json.*eos_token"):
         transformer.load_tokenizer(d)
+
+
+@pytest.mark.parametrize("missing", ["target.spm", "vocab.json"])
+def test_source_spm_alone_is_refused(marian, tmp_path, missing):
+    """source.spm without target.spm or vocab.json is not loaded as a plain
+    SentencePiece model (whose ids are not the model's): refused, naming
+    the missing file, as MarianTokenizer refuses it."""
+    import shutil
+    d = marian[0]
+    for name in ("source.spm", "target.spm", "vocab.json"):
+        if name != missing:
+            shutil.copy(d / name, tmp_path / name)
+    with pytest.raises(transformer.FormatError, match="no " + missing):
+        transformer.Tokenizer.from_pretrained(tmp_path)

@@ -12,6 +12,7 @@ import json
 import operator
 import os
 import threading
+import types
 import weakref
 
 import numpy as np
@@ -133,8 +134,10 @@ def _is_int(x):
 
 def _generation_config(path):
     """The generation defaults of checkpoint directory path:
-    decoder_start_token_id and eos_token_id, and suppress_tokens (with the
-    single-id entries of bad_words_ids), from generation_config.json when
+    decoder_start_token_id, forced_eos_token_id, eos_token_id (an int, or
+    a list of several),
+    suppress_tokens and the single-id entries of bad_words_ids (as a list
+    of ids), from generation_config.json when
     it has them, else config.json (as transformers' GenerationConfig
     from_model_config: the former alone when there is one); absent keys
     are left out."""
@@ -148,18 +151,24 @@ def _generation_config(path):
     except (OSError, ValueError):
         cfg = None
     if isinstance(cfg, dict):
-        for key in ("decoder_start_token_id", "eos_token_id"):
+        for key in ("decoder_start_token_id", "forced_eos_token_id"):
             if _is_int(cfg.get(key)):
                 out[key] = cfg[key]
+        eos = cfg.get("eos_token_id")
+        if _is_int(eos) or (isinstance(eos, list) and eos
+                            and all(_is_int(i) for i in eos)):
+            # a list: generate's beam search takes one (else it says so)
+            out["eos_token_id"] = eos[0] if isinstance(eos, list) and \
+                len(eos) == 1 else eos
         listed = cfg.get("suppress_tokens")
-        suppress = [i for i in listed if _is_int(i)] \
-            if isinstance(listed, list) else []
+        if isinstance(listed, list) and listed:
+            out["suppress_tokens"] = sorted({i for i in listed
+                                             if _is_int(i)})
         bad = cfg.get("bad_words_ids")
-        suppress += [b[0] for b in (bad if isinstance(bad, list) else [])
-                     if isinstance(b, list) and len(b) == 1
-                     and _is_int(b[0])]
-        if suppress:
-            out["suppress_tokens"] = sorted(set(suppress))
+        bad = [b[0] for b in (bad if isinstance(bad, list) else [])
+               if isinstance(b, list) and len(b) == 1 and _is_int(b[0])]
+        if bad:
+            out["bad_words_ids"] = sorted(set(bad))
     return out
 
 
@@ -330,9 +339,11 @@ class Model(Module):
     tokenizer = None
     path = None
     # An encoder-decoder checkpoint's generation defaults (from_pretrained
-    # of a directory): decoder_start_token_id, eos_token_id and
-    # suppress_tokens, which generate uses when not given.
-    generation_config = {}
+    # of a directory): decoder_start_token_id, eos_token_id,
+    # suppress_tokens, which generate uses when not given, and
+    # bad_words_ids' single ids, always banned.  Read-only here; a loaded
+    # model has its own dict.
+    generation_config = types.MappingProxyType({})
     _transient = ("_handle", "_caches")
 
     def __init__(self, config=None, dropout=0.0, **kwargs):
@@ -484,14 +495,21 @@ class Model(Module):
         return self._options()[1]
 
     @torch_results
-    def logits(self, ids, tgt_ids=None):
+    def logits(self, ids, tgt_ids=None, attention_mask=None,
+               token_type_ids=None):
         """Logits of every position, all at once.
 
         Decoder-only (causal) and encoder-only (bidirectional): ids ``[N,
         L]`` -> ``[N, L, vocab_size]``; ids ``[L]`` -> ``[L, vocab_size]``.
         Encoder-decoder: ids are the source ``[N, S]``, tgt_ids the target
         ``[N, L]`` (causal) -> ``[N, L, vocab_size]``.
-        L must not exceed context_length (CapacityError)."""
+        L must not exceed context_length (CapacityError).
+        attention_mask and token_type_ids (decoder-only and encoder-only
+        models; the shape of ids) are Hugging Face's: 1 for a token, 0 for
+        padding, which no position attends to; BERT's segment ids, for a
+        model with a token-type table (tfm_model_logits_v2).  Training
+        (backward) takes neither: with either given, the forward is not
+        kept for backward."""
         with self._use() as ptr:
             c = self.config
             vocab = c["vocab_size"]
@@ -503,6 +521,10 @@ class Model(Module):
             if single:
                 src = src[None]
             if c["architecture"] == "encoder_decoder":
+                if attention_mask is not None or token_type_ids is not None:
+                    raise TypeError("attention_mask and token_type_ids are "
+                                    "for decoder-only and encoder-only "
+                                    "models")
                 if tgt_ids is None:
                     raise TypeError("an encoder-decoder model needs tgt_ids: "
                                     "logits(src_ids, tgt_ids)")
@@ -511,6 +533,21 @@ class Model(Module):
                     tgt = tgt[None]
                 out = np.empty((tgt.shape[0], tgt.shape[1], vocab), np.float32)
                 _ll.tfmpy_model_seq2seq_logits(ptr, src, tgt, out)
+            elif attention_mask is not None or token_type_ids is not None:
+                if tgt_ids is not None:
+                    raise TypeError("tgt_ids is only for encoder-decoder models")
+                none = np.zeros((0, 0), np.int32)
+                extra = [none if a is None else
+                         as_ids(a, name, src.ndim if not single else 1)
+                         for a, name in ((token_type_ids, "token_type_ids"),
+                                         (attention_mask, "attention_mask"))]
+                extra = [a[None] if single and a.size else a for a in extra]
+                out = np.empty((src.shape[0], src.shape[1], vocab), np.float32)
+                _ll.tfmpy_model_logits_v2(ptr, src, extra[0], extra[1], out)
+                # not a forward backward() can follow
+                self.__dict__.pop("_saved_ids", None)
+                self.__dict__.pop("_saved_dlogits", None)
+                return out[0] if single else out
             else:
                 if tgt_ids is not None:
                     raise TypeError("tgt_ids is only for encoder-decoder models")
@@ -740,7 +777,7 @@ class Model(Module):
                  early_stopping=False, num_return_sequences=1,
                  return_scores=False, decoder_start_token_id=None,
                  past_context="auto", past_key_values=None,
-                 suppress_tokens=None):
+                 suppress_tokens=None, forced_eos_token_id=None):
         """Generates up to max_new_tokens tokens after prompt (decoder-only
         models), with a KV cache; past the context length as past_context
         says.  The arguments are Hugging Face generate()'s.
@@ -809,7 +846,10 @@ class Model(Module):
             suppress_tokens: beam search (and encoder-decoder models):
                 ids never generated (Hugging Face's suppress_tokens; a
                 checkpoint's bad_words_ids of single ids, as Marian's
-                [[pad_token_id]], become these).
+                [[pad_token_id]], are banned besides).
+            forced_eos_token_id: beam search: the id the max_new_tokens-th
+                token is forced to be (Hugging Face's; Marian's configs
+                say 0).
             past_context: past the context length W, "auto" (default): a
                 rolling cache for models without absolute positions (RoPE,
                 ALiBi, ...: each query sees the last W keys, Mistral's
@@ -873,16 +913,16 @@ class Model(Module):
                 prompt, max_new_tokens, num_beams, length_penalty,
                 early_stopping, num_return_sequences, return_scores,
                 decoder_start_token_id, min_new_tokens, eos_token_id,
-                suppress_tokens,
+                suppress_tokens, forced_eos_token_id,
                 dict(temperature=temperature, top_k=top_k, top_p=top_p,
                      seed=seed, do_sample=do_sample, stop_strings=stop_strings,
                      repetition_penalty=repetition_penalty,
                      no_repeat_ngram_size=no_repeat_ngram_size), greedy)
-        if suppress_tokens is not None:
+        if suppress_tokens is not None or forced_eos_token_id is not None:
             raise InvalidArgumentError(
-                "suppress_tokens is taken by the beam search (num_beams, "
-                "encoder-decoder models), not by sampling or the KV-cache "
-                "generator")
+                "suppress_tokens and forced_eos_token_id are taken by the "
+                "beam search (num_beams, encoder-decoder models), not by "
+                "sampling or the KV-cache generator")
         ids, as_text = self._prompt_ids(prompt)
         g = self._generator(ids, max_new_tokens, temperature, top_k, top_p,
                             seed, greedy, do_sample, min_new_tokens,
@@ -898,7 +938,7 @@ class Model(Module):
     def _beam_search(self, prompt, max_new_tokens, num_beams, length_penalty,
                      early_stopping, num_return_sequences, return_scores,
                      decoder_start_token_id, min_new_tokens, eos_token_id,
-                     suppress_tokens, others, greedy):
+                     suppress_tokens, forced_eos_token_id, others, greedy):
         """generate's beam search (tfm_model_beam_search)."""
         defaults = (self.generation_config
                     if self.config["architecture"] == "encoder_decoder"
@@ -907,9 +947,15 @@ class Model(Module):
             decoder_start_token_id = defaults.get("decoder_start_token_id")
         if eos_token_id is None:
             eos_token_id = defaults.get("eos_token_id")
+        if forced_eos_token_id is None:
+            forced_eos_token_id = defaults.get("forced_eos_token_id")
         if suppress_tokens is None:
             suppress_tokens = defaults.get("suppress_tokens", ())
-        suppress = as_ids(list(suppress_tokens), "suppress_tokens", 1)
+        # bad_words_ids stay banned whatever suppress_tokens says (two
+        # settings in transformers too)
+        suppress = as_ids(sorted(set(list(suppress_tokens))
+                                 | set(defaults.get("bad_words_ids", ()))),
+                          "suppress_tokens", 1)
         unsupported = [k for k, v in others.items()
                        if v is not None and v != _GENERATE_DEFAULTS.get(k)
                        and not (k == "do_sample" and v is False)]
@@ -944,7 +990,8 @@ class Model(Module):
         vocab = self.config["vocab_size"]
         for name, value in (("eos_token_id", eos_token_id),
                             ("decoder_start_token_id",
-                             decoder_start_token_id)):
+                             decoder_start_token_id),
+                            ("forced_eos_token_id", forced_eos_token_id)):
             if value is None:
                 continue
             value = as_int(value, name)
