@@ -9,14 +9,17 @@
  * insertion order (deleting the worst shifts the rest), which decides the
  * order of equal scores at the end.
  *
- * Decoder-only models: beam j's positions are in its own KV cache
- * (num_beams caches, made once).  On reorder the first child of each parent
- * takes its parent's cache as it is; each further child (a fork) gets a
- * copy of it, written into the cache of a beam that has no child (there
- * are exactly as many of those as forks), so only forks cost a copy.  Encoder-decoder models:
- * the source is encoded once, its memory replicated for the beams, and each
- * step runs the decoder over every beam's whole target (no cached path
- * exists for encoder-decoder models). */
+ * Beam j's positions are in its own cache slot, slot[j] (num_beams slots,
+ * made once): decoder-only models, a KV cache; encoder-decoder models,
+ * the decoder's self-attention keys and values.  On reorder the first
+ * child of each parent takes its parent's slot as it is; each further
+ * child (a fork) gets a copy of it, written into the slot of a beam that
+ * has no child (there are exactly as many of those as forks), so only
+ * forks cost a copy.  Encoder-decoder models encode the source once and
+ * project every decoder layer's cross-attention keys and values of it
+ * once, shared by the beams (as transformers' generate keeps them in
+ * past_key_values); each step then runs the decoder on the beams' new
+ * tokens only, all beams in one pass (one product per projection). */
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -230,21 +233,29 @@ typedef struct search {
     float *cand_score;                /* [K] */
     int64_t *cand_index;              /* [K]: beam * V + token */
     hypotheses hyp;
+    int64_t *slot, *next_slot;        /* [nb]: beam j's cache slot */
+    unsigned char *taken;             /* [nb]: reorder scratch, by slot */
     /* decoder-only */
-    tfm_kv_cache **cache, **next_cache; /* [nb] each; next_cache only
-                                       * holds pointers while reordering */
-    unsigned char *taken;             /* [nb]: reorder scratch */
+    tfm_kv_cache **cache;             /* [nb]: by slot */
     tfm_tensor *row;                  /* [1, V] */
     const int32_t *prompt;            /* [n_prompt], the caller's */
     int64_t n_prompt;
     int rolling;                      /* the caches roll (tfm__model_rolls) */
     int32_t *window;                  /* [context_length]: a re-encode's */
     /* encoder-decoder */
-    float *memory;                    /* [nb, S, d] */
+    float *memory;                    /* [S, d]: the encoder's output */
     int64_t S;
-    float *x;                         /* [nb, M, d] */
-    float *last;                      /* [nb, d] */
-    int32_t *tgt;                     /* [nb, M] */
+    float *memory_kv;                 /* [n_layers, S, 2 kv]: the decoder
+                                       * layers' cross-attention keys and
+                                       * values of it */
+    float *dec_keys, *dec_values;     /* [nb, n_layers, M, kv] each, by
+                                       * slot: the decoder's self-attention
+                                       * cache (M positions: the start token
+                                       * and M - 1 new ones) */
+    int64_t dec_layers, dec_kv;       /* n_layers, kv (= d_model: decoder
+                                       * layers have the default variant) */
+    tfm__cached_seq *seqs;            /* [nb]: a step's views of the slots */
+    float *x;                         /* [nb, d]: a step's hidden states */
 } search;
 
 static void search_free(search *s)
@@ -253,7 +264,8 @@ static void search_free(search *s)
         for (int64_t j = 0; j < s->nb; j++)
             tfm_kv_cache_free(s->cache[j]);
     tfm__free(s->cache);
-    tfm__free(s->next_cache);
+    tfm__free(s->slot);
+    tfm__free(s->next_slot);
     tfm__free(s->taken);
     tfm_tensor_free(s->row);
     tfm__free(s->logp);
@@ -271,9 +283,11 @@ static void search_free(search *s)
     tfm__free(s->hyp.used);
     tfm__free(s->hyp.order);
     tfm__free(s->memory);
+    tfm__free(s->memory_kv);
+    tfm__free(s->dec_keys);
+    tfm__free(s->dec_values);
+    tfm__free(s->seqs);
     tfm__free(s->x);
-    tfm__free(s->last);
-    tfm__free(s->tgt);
     tfm__free(s->window);
 }
 
@@ -302,23 +316,27 @@ static tfm_status search_alloc(search *s, int64_t n_prompt)
     s->hyp.score = tfm__malloc((size_t)(nb + 1) * sizeof(double));
     s->hyp.used = tfm__calloc((size_t)(nb + 1), 1);
     s->hyp.order = tfm__malloc((size_t)(nb + 1) * sizeof(int64_t));
+    s->slot = tfm__malloc((size_t)nb * sizeof(int64_t));
+    s->next_slot = tfm__malloc((size_t)nb * sizeof(int64_t));
+    s->taken = tfm__calloc((size_t)nb, 1);
     if (!s->logp || !s->score || !s->next_score || !s->seq ||
         !s->next_seq || !s->token || !s->parent || !s->cand_score ||
         !s->cand_index || !s->hyp.tokens || !s->hyp.length ||
-        !s->hyp.score || !s->hyp.used || !s->hyp.order)
+        !s->hyp.score || !s->hyp.used || !s->hyp.order || !s->slot ||
+        !s->next_slot || !s->taken)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "cannot allocate a beam search of %lld beams",
                          (long long)nb);
+    for (int64_t j = 0; j < nb; j++)
+        s->slot[j] = j;
     if (s->m->config.architecture == TFM_ARCH_DECODER_ONLY) {
         const int64_t ctx = s->m->config.context_length;
         const int64_t cap = n_prompt + M - 1 < ctx ? n_prompt + M - 1 : ctx;
         const int64_t shape[2] = { 1, V };
         s->rolling = cap == ctx && tfm__model_rolls(s->m);
         s->cache = tfm__calloc((size_t)nb, sizeof *s->cache);
-        s->next_cache = tfm__calloc((size_t)nb, sizeof *s->next_cache);
-        s->taken = tfm__calloc((size_t)nb, 1);
         s->window = tfm__malloc((size_t)ctx * sizeof(int32_t));
-        if (!s->cache || !s->next_cache || !s->taken || !s->window)
+        if (!s->cache || !s->window)
             return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                              "cannot allocate %lld KV caches",
                              (long long)nb);
@@ -330,53 +348,55 @@ static tfm_status search_alloc(search *s, int64_t n_prompt)
                                                   &s->cache[j]);
         return st;
     }
-    const int64_t dims_mem[3] = { nb, n_prompt, d }, dims_x[3] = { nb, M, d };
-    int64_t n_mem, n_x;
-    if (!tfm__checked_numel(dims_mem, 3, sizeof(float), &n_mem) ||
-        !tfm__checked_numel(dims_x, 3, sizeof(float), &n_x))
-        return tfm__fail(TFM_ERR_OVERFLOW, "beam search buffers overflow");
+    const tfm__stack *dec = s->m->decoder;
     s->S = n_prompt;
-    s->memory = tfm__malloc((size_t)n_mem * sizeof(float));
-    s->x = tfm__malloc((size_t)n_x * sizeof(float));
-    s->last = tfm__malloc((size_t)(nb * d) * sizeof(float));
-    s->tgt = tfm__malloc((size_t)n_seq * sizeof(int32_t));
-    if (!s->memory || !s->x || !s->last || !s->tgt)
+    s->dec_layers = dec->n_layers;
+    s->dec_kv = d;
+    const int64_t dims_mem[3] = { dec->n_layers, n_prompt, 2 * d };
+    const int64_t dims_dec[4] = { nb, dec->n_layers, M, d };
+    int64_t n_mem, n_dec;
+    if (!tfm__checked_numel(dims_mem, 3, sizeof(float), &n_mem) ||
+        !tfm__checked_numel(dims_dec, 4, sizeof(float), &n_dec))
+        return tfm__fail(TFM_ERR_OVERFLOW, "beam search buffers overflow");
+    s->memory = tfm__malloc((size_t)(n_prompt * d) * sizeof(float));
+    s->memory_kv = tfm__malloc((size_t)n_mem * sizeof(float));
+    s->dec_keys = tfm__malloc((size_t)n_dec * sizeof(float));
+    s->dec_values = tfm__malloc((size_t)n_dec * sizeof(float));
+    s->seqs = tfm__malloc((size_t)nb * sizeof *s->seqs);
+    s->x = tfm__malloc((size_t)(nb * d) * sizeof(float));
+    if (!s->memory || !s->memory_kv || !s->dec_keys || !s->dec_values ||
+        !s->seqs || !s->x)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "cannot allocate a beam search of %lld beams",
                          (long long)nb);
     return TFM_OK;
 }
 
-/* Encoder-decoder: logits rows logp[0 .. B-1] of the last position of the
- * targets [B, L] = the decoder start token then each beam's first L - 1
- * new tokens (seq). */
-static tfm_status seq2seq_step(search *s, int64_t B, int64_t L)
+/* Encoder-decoder: logits rows logp[0 .. B-1] of beams 0 .. B-1 after
+ * their token at target position t (tokens [B]; position 0 holds the
+ * decoder start token), their slots holding positions 0 .. t-1. */
+static tfm_status seq2seq_step(search *s, const int32_t *tokens, int64_t B,
+                               int64_t t)
 {
     const tfm__model *m = s->m;
-    const int64_t d = m->config.layer.d_model, M = s->M;
-    const tfm__masks none = { 0 };
-    const tfm__masks causal = { .causal = TFM_CAUSAL_TOP_LEFT };
-    for (int64_t b = 0; b < B; b++) {
-        s->tgt[b * L] = s->o.decoder_start_token_id;
-        memcpy(s->tgt + b * L + 1, s->seq + b * M,
-               (size_t)(L - 1) * sizeof(int32_t));
-    }
-    tfm__model_embed(m, s->tgt, B, L, 0, s->x);
-    tfm_status st = tfm__stack_run(m->decoder, s->x, B, L, s->memory, s->S,
-                                   &causal, &none, 0);
-    if (st != TFM_OK)
-        return st;
+    const int64_t per_slot = s->dec_layers * s->M * s->dec_kv;
     for (int64_t b = 0; b < B; b++)
-        memcpy(s->last + b * d, s->x + (b * L + L - 1) * d,
-               (size_t)d * sizeof(float));
-    return tfm__model_head(m, s->last, B, s->logp);
+        s->seqs[b] = (tfm__cached_seq){ 1, t, 0,
+                                        s->dec_keys + s->slot[b] * per_slot,
+                                        s->dec_values + s->slot[b] * per_slot,
+                                        s->M * s->dec_kv };
+    tfm__model_embed(m, tokens, B, 1, t, s->x);
+    tfm_status st = tfm__stack_run_decoder_cached(m->decoder, s->x, B,
+                                                  s->seqs, s->memory_kv,
+                                                  s->S);
+    return st != TFM_OK ? st : tfm__model_head(m, s->x, B, s->logp);
 }
 
 /* The first step's logits, beam 0's, in every row. */
 static tfm_status prefill(search *s, const int32_t *prompt, int64_t n_prompt)
 {
     const tfm__model *m = s->m;
-    const int64_t V = s->V, d = m->config.layer.d_model;
+    const int64_t V = s->V;
     tfm_status st;
     if (m->config.architecture == TFM_ARCH_DECODER_ONLY) {
         if ((st = tfm_kv_cache_decode(s->cache[0], prompt, n_prompt, s->row)))
@@ -388,10 +408,8 @@ static tfm_status prefill(search *s, const int32_t *prompt, int64_t n_prompt)
         if ((st = tfm__stack_run(m->encoder, s->memory, 1, n_prompt, NULL, 0,
                                  &none, NULL, 0)))
             return st;
-        for (int64_t b = 1; b < s->nb; b++)
-            memcpy(s->memory + b * n_prompt * d, s->memory,
-                   (size_t)(n_prompt * d) * sizeof(float));
-        if ((st = seq2seq_step(s, 1, 1)))
+        tfm__stack_memory_kv(m->decoder, s->memory, n_prompt, s->memory_kv);
+        if ((st = seq2seq_step(s, &s->o.decoder_start_token_id, 1, 0)))
             return st;
     }
     for (int64_t b = 1; b < s->nb; b++)
@@ -399,35 +417,55 @@ static tfm_status prefill(search *s, const int32_t *prompt, int64_t n_prompt)
     return TFM_OK;
 }
 
-/* cache[j] <- the parent's positions for every new beam j (see the top of
- * the file): first children take their parent's cache, then forks copy
- * theirs into the caches nobody took.  The sources are all taken caches,
- * the destinations untaken ones, so no copy reads a cache already
- * overwritten. */
-static void reorder_caches(search *s)
+/* Slot `dst` <- slot `src`'s positions: a decoder-only KV cache, or the
+ * decoder's t cached positions of every layer (t tokens generated). */
+static void copy_slot(search *s, int64_t dst, int64_t src, int64_t t)
+{
+    if (s->cache) {
+        tfm__kv_cache_copy(s->cache[dst], s->cache[src]);
+        return;
+    }
+    const int64_t kv = s->dec_kv, per_layer = s->M * kv;
+    const int64_t per_slot = s->dec_layers * per_layer;
+    for (int64_t i = 0; i < s->dec_layers; i++) {
+        const int64_t a = dst * per_slot + i * per_layer;
+        const int64_t b = src * per_slot + i * per_layer;
+        memcpy(s->dec_keys + a, s->dec_keys + b,
+               (size_t)(t * kv) * sizeof(float));
+        memcpy(s->dec_values + a, s->dec_values + b,
+               (size_t)(t * kv) * sizeof(float));
+    }
+}
+
+/* slot[j] <- the parent's positions for every new beam j (see the top of
+ * the file): first children take their parent's slot, then forks copy
+ * theirs into the slots nobody took.  The sources are all taken slots,
+ * the destinations untaken ones, so no copy reads a slot already
+ * overwritten.  t tokens generated. */
+static void reorder_slots(search *s, int64_t t)
 {
     const int64_t nb = s->nb;
     memset(s->taken, 0, (size_t)nb);
     for (int64_t j = 0; j < nb; j++) {
-        const int64_t p = s->parent[j];
-        s->next_cache[j] = NULL;
+        const int64_t p = s->slot[s->parent[j]];
+        s->next_slot[j] = -1;
         if (!s->taken[p]) {
             s->taken[p] = 1;
-            s->next_cache[j] = s->cache[p];
+            s->next_slot[j] = p;
         }
     }
     int64_t free_slot = 0;
     for (int64_t j = 0; j < nb; j++) {
-        if (s->next_cache[j])
+        if (s->next_slot[j] >= 0)
             continue;
         while (s->taken[free_slot])
             free_slot++;
-        s->next_cache[j] = s->cache[free_slot++];
-        tfm__kv_cache_copy(s->next_cache[j], s->cache[s->parent[j]]);
+        s->next_slot[j] = free_slot++;
+        copy_slot(s, s->next_slot[j], s->slot[s->parent[j]], t);
     }
-    tfm_kv_cache **swap = s->cache;
-    s->cache = s->next_cache;
-    s->next_cache = swap;
+    int64_t *swap = s->slot;
+    s->slot = s->next_slot;
+    s->next_slot = swap;
 }
 
 /* Beam j's logits after its last token (t tokens generated; the cache
@@ -437,7 +475,7 @@ static void reorder_caches(search *s)
  * absolute positions, the last ceil(W/2) tokens afresh. */
 static tfm_status feed_beam(search *s, int64_t j, int64_t t)
 {
-    tfm_kv_cache *c = s->cache[j];
+    tfm_kv_cache *c = s->cache[s->slot[j]];
     const int64_t ctx = s->m->config.context_length;
     if (s->rolling || tfm_kv_cache_length(c) < ctx)
         return tfm_kv_cache_decode(c, &s->token[j], 1, s->row);
@@ -456,9 +494,9 @@ static tfm_status feed_beam(search *s, int64_t j, int64_t t)
 static tfm_status advance(search *s, int64_t t)
 {
     const int64_t V = s->V;
+    reorder_slots(s, t);
     if (s->m->config.architecture != TFM_ARCH_DECODER_ONLY)
-        return seq2seq_step(s, s->nb, t + 1);
-    reorder_caches(s);
+        return seq2seq_step(s, s->token, s->nb, t);
     for (int64_t j = 0; j < s->nb; j++) {
         tfm_status st = feed_beam(s, j, t);
         if (st != TFM_OK)

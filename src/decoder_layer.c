@@ -65,13 +65,13 @@ tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, unsigned parts,
     return TFM_OK;
 }
 
-tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
-                                  int64_t B, int64_t L, const float *memory,
-                                  int64_t S, const tfm__masks *tgt_masks,
-                                  const tfm__masks *memory_masks,
-                                  uint64_t drop_key)
+/* x [rows, d] through the three residual blocks around self_attention,
+ * cross_attention and the feed-forward network. */
+static tfm_status run_with(const tfm__decoder_layer *l, float *x,
+                           int64_t rows, const tfm__sublayer *self_attention,
+                           const tfm__sublayer *cross_attention,
+                           uint64_t drop_key)
 {
-    const int64_t rows = B * L;
     const float p = l->base.dropout;
     const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
     const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
@@ -80,23 +80,49 @@ tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
     float *tmp = tfm__ws_floats((size_t)(rows * l->config.d_model));
     tfm_status st = TFM_ERR_OUT_OF_MEMORY;
     if (tmp) {
-        tfm__self_attention_sublayer sa = tfm__sublayer_self_attention(
-            l->self_attn, B, L, tgt_masks,
-            tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
-        tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
-            l->cross_attn, B, L, memory, S, memory_masks,
-            tfm__dropout_site(drop_key, TFM__DROP_CROSS_ATTN));
         tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(
             l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
         int pre = l->config.norm_first;
-        st = tfm__residual(&sa.base, l->norm1, pre, &b1, x, tmp, rows);
+        st = tfm__residual(self_attention, l->norm1, pre, &b1, x, tmp, rows);
         if (st == TFM_OK)
-            st = tfm__residual(&ca.base, l->norm2, pre, &b2, x, tmp, rows);
+            st = tfm__residual(cross_attention, l->norm2, pre, &b2, x, tmp,
+                               rows);
         if (st == TFM_OK)
             st = tfm__residual(&ff.base, l->norm3, pre, &b3, x, tmp, rows);
     }
     tfm__ws_restore(mark);
     return st;
+}
+
+tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
+                                  int64_t B, int64_t L, const float *memory,
+                                  int64_t S, const tfm__masks *tgt_masks,
+                                  const tfm__masks *memory_masks,
+                                  uint64_t drop_key)
+{
+    tfm__self_attention_sublayer sa = tfm__sublayer_self_attention(
+        l->self_attn, B, L, tgt_masks,
+        tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
+    tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
+        l->cross_attn, B, L, memory, S, memory_masks,
+        tfm__dropout_site(drop_key, TFM__DROP_CROSS_ATTN));
+    return run_with(l, x, B * L, &sa.base, &ca.base, drop_key);
+}
+
+tfm_status tfm__decoder_layer_run_cached(const tfm__decoder_layer *l,
+                                         float *x, int64_t n_seqs,
+                                         const tfm__cached_seq *seqs,
+                                         int64_t layer,
+                                         const float *memory_kv, int64_t S)
+{
+    int64_t rows = 0;
+    for (int64_t i = 0; i < n_seqs; i++)
+        rows += seqs[i].n;
+    tfm__cached_attention_sublayer sa =
+        tfm__sublayer_cached_attention(l->self_attn, n_seqs, seqs, layer);
+    tfm__memory_kv_sublayer ca =
+        tfm__sublayer_memory_kv(l->cross_attn, rows, memory_kv, S);
+    return run_with(l, x, rows, &sa.base, &ca.base, 0);
 }
 
 tfm_status tfm_decoder_layer_create(const tfm_layer_config *config,

@@ -133,6 +133,17 @@ tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
                                   int64_t S, const tfm__masks *tgt_masks,
                                   const tfm__masks *memory_masks,
                                   uint64_t drop_key);
+/* A decoder layer on the new positions x [rows, d] of n_seqs target
+ * sequences (one after another) that share one source: self-attention over
+ * each one's KV cache (as tfm__encoder_layer_run_cached), cross-attention
+ * over memory_kv [S, 2 kv_dim], the source's keys and values projected
+ * once (tfm__mha_memory_kv with this layer's multihead_attn).  Evaluation
+ * mode (no dropout).  Fails only with out-of-memory. */
+tfm_status tfm__decoder_layer_run_cached(const tfm__decoder_layer *l,
+                                         float *x, int64_t n_seqs,
+                                         const tfm__cached_seq *seqs,
+                                         int64_t layer,
+                                         const float *memory_kv, int64_t S);
 
 tfm_status tfm__encoder_layer_macs(const tfm__encoder_layer *l, int64_t B,
                                    int64_t L, int64_t *acc);

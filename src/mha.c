@@ -439,6 +439,40 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
     return tfm__mha_run_cached_seqs(m, x, 1, &one, 0, out);
 }
 
+void tfm__mha_memory_kv(const tfm__mha *m, const float *memory, int64_t S,
+                        float *kv)
+{
+    /* packed: W_v follows W_k (and b_v b_k) in in_proj_weight */
+    tfm__linear_parallel(memory, m->d_model, S, m->d_model, m->w_k, m->b_k,
+                         2 * m->kv_dim, kv, 2 * m->kv_dim);
+}
+
+tfm_status tfm__mha_run_memory_kv(const tfm__mha *m, const float *x,
+                                  int64_t rows, const float *kv, int64_t S,
+                                  float *out)
+{
+    const int64_t d = m->d_model, w = 2 * m->kv_dim;
+    tfm__ws_mark mark = tfm__ws_save();
+    float *q = tfm__ws_floats((size_t)(rows * d));   /* [rows, d] */
+    float *ctx = q ? tfm__ws_floats((size_t)(rows * d)) : NULL;
+    if (!ctx) {
+        tfm__ws_restore(mark);
+        return TFM_ERR_OUT_OF_MEMORY;
+    }
+    tfm__linear_parallel(x, d, rows, d, m->w_q, m->b_q, d, q, d);
+    /* The rows as one batch element's queries: one product per head for
+     * all of them (no positions, so their order is free). */
+    const tfm__masks none = { 0 };
+    float *k = (float *)kv;
+    tfm_status st = mha_attend(m, q, d, rows_heads(m, k, S, w),
+                               rows_heads(m, k + m->kv_dim, S, w), S, 0, 1,
+                               rows, S, &none, ctx, NULL, 0, 0);
+    if (st == TFM_OK)
+        tfm__linear_parallel(ctx, d, rows, d, m->w_o, m->b_o, d, out, d);
+    tfm__ws_restore(mark);
+    return st;
+}
+
 tfm_status tfm__mha_check_inputs(const char *what, const tfm_module *mha,
                                  const tfm_tensor *query,
                                  const tfm_tensor *key,

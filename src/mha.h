@@ -112,6 +112,27 @@ tfm_status tfm__mha_run_cached_seqs(const tfm__mha *m, const float *x,
                                     const tfm__cached_seq *seqs,
                                     int64_t layer, float *out);
 
+/* Cross-attention keys and values of one memory [S, kdim] for
+ * tfm__mha_run_memory_kv: kv [S, 2 kv_dim], row s = [k_s | v_s], one
+ * product memory [W_k; W_v]^T.  Packed weights only (kdim = vdim = d, a
+ * decoder layer's multihead_attn).  Source:
+ * transformers' generate for encoder-decoder models, which projects the
+ * encoder's output once per layer (past_key_values' cross-attention
+ * part). */
+void tfm__mha_memory_kv(const tfm__mha *m, const float *memory, int64_t S,
+                        float *kv);
+
+/* Cross-attention of rows independent queries x [rows, d] (several beams'
+ * new positions) over one memory's keys and values kv [S, 2 kv_dim]
+ * (tfm__mha_memory_kv), no mask: tfm__mha_run's value for each row with
+ * that memory.  Only for the default variant without extra rows (a
+ * decoder layer's multihead_attn): the rows carry no positions.  out
+ * [rows, d] may alias x.  Fails only with TFM_ERR_OUT_OF_MEMORY, before
+ * writing out. */
+tfm_status tfm__mha_run_memory_kv(const tfm__mha *m, const float *x,
+                                  int64_t rows, const float *kv, int64_t S,
+                                  float *out);
+
 /* MACs of one forward pass (module.h formula). */
 tfm_status tfm__mha_macs(const tfm__mha *m, int64_t batch, int64_t L,
                          int64_t S, int64_t *acc);

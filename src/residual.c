@@ -36,6 +36,13 @@ static tfm_status run_cached(const tfm__sublayer *base, const float *in,
                                     out);
 }
 
+static tfm_status run_memory_kv(const tfm__sublayer *base, const float *in,
+                                float *out)
+{
+    const tfm__memory_kv_sublayer *s = (const tfm__memory_kv_sublayer *)base;
+    return tfm__mha_run_memory_kv(s->mha, in, s->rows, s->kv, s->S, out);
+}
+
 static tfm_status run_ff(const tfm__sublayer *base, const float *in,
                          float *out)
 {
@@ -159,6 +166,14 @@ tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
 {
     return (tfm__cached_attention_sublayer){ { run_cached, NULL, NULL }, m,
                                              n_seqs, layer, seqs };
+}
+
+tfm__memory_kv_sublayer tfm__sublayer_memory_kv(const tfm__mha *m,
+                                                int64_t rows,
+                                                const float *kv, int64_t S)
+{
+    return (tfm__memory_kv_sublayer){ { run_memory_kv, NULL, NULL }, m, rows,
+                                      S, kv };
 }
 
 tfm__feed_forward_sublayer tfm__sublayer_feed_forward(

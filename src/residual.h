@@ -70,6 +70,16 @@ typedef struct tfm__cached_attention_sublayer {
     const tfm__cached_seq *seqs;
 } tfm__cached_attention_sublayer;
 
+/* Cross-attention of rows independent queries in [rows, d] over one
+ * memory's keys and values kv [S, 2 kv_dim] projected once
+ * (tfm__mha_run_memory_kv: a cached decoder's multihead_attn). */
+typedef struct tfm__memory_kv_sublayer {
+    tfm__sublayer base;
+    const tfm__mha *mha;
+    int64_t rows, S;
+    const float *kv;
+} tfm__memory_kv_sublayer;
+
 /* The position-wise feed-forward network on rows [rows, d], with dropout
  * `drop` on its hidden activations (zeroed: none). */
 typedef struct tfm__feed_forward_sublayer {
@@ -88,6 +98,9 @@ tfm__cross_attention_sublayer tfm__sublayer_cross_attention(
 tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
     const tfm__mha *m, int64_t n_seqs, const tfm__cached_seq *seqs,
     int64_t layer);
+tfm__memory_kv_sublayer tfm__sublayer_memory_kv(const tfm__mha *m,
+                                                int64_t rows,
+                                                const float *kv, int64_t S);
 tfm__feed_forward_sublayer tfm__sublayer_feed_forward(
     const tfm__feed_forward *f, int64_t rows, tfm__dropout drop);
 

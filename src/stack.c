@@ -274,6 +274,37 @@ tfm_status tfm__stack_run_cached_seqs(const tfm__stack *s, float *h,
     return TFM_OK;
 }
 
+tfm_status tfm__stack_run_decoder_cached(const tfm__stack *s, float *h,
+                                         int64_t n_seqs,
+                                         const tfm__cached_seq *seqs,
+                                         const float *memory_kv, int64_t S)
+{
+    int64_t rows = 0;
+    for (int64_t i = 0; i < n_seqs; i++)
+        rows += seqs[i].n;
+    for (int64_t i = 0; i < s->n_layers; i++) {
+        const tfm__decoder_layer *l = (const tfm__decoder_layer *)s->layers[i];
+        const float *kv = memory_kv + i * S * 2 * l->cross_attn->kv_dim;
+        tfm_status st =
+            tfm__decoder_layer_run_cached(l, h, n_seqs, seqs, i, kv, S);
+        if (st != TFM_OK)
+            return st;
+    }
+    if (s->norm)
+        tfm__layer_norm_run(s->norm, h, rows, h);
+    return TFM_OK;
+}
+
+void tfm__stack_memory_kv(const tfm__stack *s, const float *memory,
+                          int64_t S, float *memory_kv)
+{
+    for (int64_t i = 0; i < s->n_layers; i++) {
+        const tfm__decoder_layer *l = (const tfm__decoder_layer *)s->layers[i];
+        const int64_t w = 2 * l->cross_attn->kv_dim;
+        tfm__mha_memory_kv(l->cross_attn, memory, S, memory_kv + i * S * w);
+    }
+}
+
 tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
                                  float *keys, float *values, int64_t stride,
                                  int64_t past, int64_t origin)

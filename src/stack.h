@@ -101,6 +101,23 @@ tfm_status tfm__stack_run_cached_seqs(const tfm__stack *s, float *h,
                                       int64_t n_seqs,
                                       const tfm__cached_seq *seqs);
 
+/* An encoder-decoder model's decoder stack on the new positions h [rows,
+ * d] of n_seqs target sequences over one source (beam search's beams):
+ * layer i runs tfm__decoder_layer_run_cached with its self-attention cache
+ * rows of seqs (layer_stride apart) and the source's keys and values
+ * memory_kv + i * S * 2 kv_dim (tfm__stack_memory_kv); then the final
+ * norm.  Fails only with out-of-memory. */
+tfm_status tfm__stack_run_decoder_cached(const tfm__stack *s, float *h,
+                                         int64_t n_seqs,
+                                         const tfm__cached_seq *seqs,
+                                         const float *memory_kv, int64_t S);
+
+/* Every decoder layer's cross-attention keys and values of memory [S, d]
+ * (the encoder's output): memory_kv [n_layers, S, 2 kv_dim], layer i's
+ * rows from tfm__mha_memory_kv. */
+void tfm__stack_memory_kv(const tfm__stack *s, const float *memory,
+                          int64_t S, float *memory_kv);
+
 tfm_status tfm__stack_macs(const tfm__stack *s, int64_t B, int64_t L,
                            int64_t S, int64_t *acc);
 
