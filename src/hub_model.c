@@ -72,7 +72,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "hub_model.h"
-#include "json_nul.h"
+#include "json_check.h"
 #include "model_impl.h"
 #include "module_impl.h"
 #include "safetensors_impl.h"
@@ -115,24 +115,9 @@ static tfm_status read_json(const char *dir, const char *name, cJSON **root)
     tfm_status st = join(path, dir, name);
     if (st != TFM_OK || (st = tfm__read_file(path, &text, &len)) != TFM_OK)
         return st;
-    const char *end = NULL;
-    cJSON *r = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!r) {
-        st = tfm__fail(TFM_ERR_FORMAT, "%.200s: not JSON (error near byte "
-                       "%lld)", path,
-                       (long long)(end ? end - text : 0));
-    } else if (!cJSON_IsObject(r)) {
-        st = tfm__fail(TFM_ERR_FORMAT, "%.200s: not a JSON object", path);
-    } else {
-        st = tfm__json_check_nul(text, len, r, name);
-    }
+    st = tfm__json_parse_object(text, len, path, root);
     tfm__free(text);
-    if (st != TFM_OK) {
-        cJSON_Delete(r);
-        return st;
-    }
-    *root = r;
-    return TFM_OK;
+    return st;
 }
 
 /* config.json's key (absent or null: def) as a whole number >= min. */

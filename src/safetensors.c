@@ -28,7 +28,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "float16.h"
-#include "json_nul.h"
+#include "json_check.h"
 #include "names.h"
 #include "safetensors_impl.h"
 #include "utf8.h"

@@ -29,7 +29,7 @@
 #include "alloc.h"
 #include "bpe_merges.h"
 #include "error.h"
-#include "json_nul.h"
+#include "json_check.h"
 #include "tokenizer_impl.h"
 #include "utf8.h"
 
@@ -456,12 +456,7 @@ tfm_status tfm__bpe_load_gpt2(const char *encoder_json, const char *vocab_bpe,
         st = tfm__read_file(vocab_bpe, &merges, &merges_len);
     cJSON *root = NULL;
     if (st == TFM_OK) {
-        root = cJSON_ParseWithLength(json, json_len);
-        if (!root)
-            st = tfm__fail(TFM_ERR_FORMAT, "%.200s: not valid JSON (truncated "
-                           "or malformed)", encoder_json);
-        else
-            st = tfm__json_check_nul(json, json_len, root, encoder_json);
+        st = tfm__json_parse_object(json, json_len, encoder_json, &root);
     }
     tfm__bpe *m = NULL;
     if (st == TFM_OK) {

@@ -13,7 +13,7 @@
 
 #include "alloc.h"
 #include "error.h"
-#include "json_nul.h"
+#include "json_check.h"
 #include "sentencepiece.h"
 #include "tokenizer_impl.h"
 
@@ -132,18 +132,11 @@ tfm_status tfm__tokenizer_json_load(const char *path, tfm_tokenizer **out)
     tfm_status st = tfm__read_file(path, &text, &len);
     if (st != TFM_OK)
         return st;
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    if (!root) {
-        tfm__free(text);
-        return tfm__fail(TFM_ERR_FORMAT, "%.200s: not valid JSON (truncated "
-                         "or malformed)", path);
-    }
-    st = tfm__json_check_nul(text, len, root, path);
+    cJSON *root = NULL;
+    st = tfm__json_parse_object(text, len, path, &root);
     tfm__free(text);
-    if (st != TFM_OK) {
-        cJSON_Delete(root);
+    if (st != TFM_OK)
         return st;
-    }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
     tfm_tokenizer *t = NULL;

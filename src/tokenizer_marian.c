@@ -13,7 +13,7 @@
 #include "alloc.h"
 #include "bpe_merges.h"
 #include "error.h"
-#include "json_nul.h"
+#include "json_check.h"
 #include "sentencepiece.h"
 #include "tokenizer_impl.h"
 #include "utf8.h"
@@ -198,19 +198,9 @@ static tfm_status read_json(const char *path, cJSON **root)
     tfm_status st = tfm__read_file(path, &text, &len);
     if (st != TFM_OK)
         return st;
-    *root = cJSON_ParseWithLength(text, len);
-    if (!*root)
-        st = tfm__fail(TFM_ERR_FORMAT, "%.200s: not valid JSON (truncated "
-                       "or malformed)", path);
-    else if (!cJSON_IsObject(*root))
-        st = tfm__fail(TFM_ERR_FORMAT, "%.200s: not a JSON object", path);
-    else
-        st = tfm__json_check_nul(text, len, *root, path);
+    *root = NULL;
+    st = tfm__json_parse_object(text, len, path, root);
     tfm__free(text);
-    if (st != TFM_OK) {
-        cJSON_Delete(*root);
-        *root = NULL;
-    }
     return st;
 }
 

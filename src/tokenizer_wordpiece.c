@@ -32,6 +32,7 @@
 
 #include "alloc.h"
 #include "error.h"
+#include "json_check.h"
 #include "tokenizer_impl.h"
 #include "utf8.h"
 
@@ -467,12 +468,10 @@ tfm_status tfm__wordpiece_load_vocab_txt(const char *path,
         size_t cfg_len;
         st = tfm__read_file(config_path, &cfg, &cfg_len);
         if (st == TFM_OK) {
-            cJSON *root = cJSON_ParseWithLength(cfg, cfg_len);
+            cJSON *root = NULL;
+            st = tfm__json_parse_object(cfg, cfg_len, config_path, &root);
             tfm__free(cfg);
-            if (!cJSON_IsObject(root)) {
-                st = tfm__fail(TFM_ERR_FORMAT, "%.200s: not a JSON object",
-                               config_path);
-            } else {
+            if (st == TFM_OK) {
                 read_flag(root, "do_lower_case", &m->lowercase);
                 m->strip_accents = m->lowercase;
                 read_flag(root, "strip_accents", &m->strip_accents);

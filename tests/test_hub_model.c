@@ -384,7 +384,9 @@ static void test_out_of_memory_training(void **state)
 /* A copy of the checkpoint's weights beside config text in a fresh
  * directory: tfm_model_load refuses it with status want and a message
  * holding `words`, *out unchanged. */
-static void refused(const char *config, tfm_status want, const char *words)
+/* tfm_model_load of a copy of the reference's weights with config.json
+ * holding `config` (NULL: no config.json). */
+static tfm_status load_with_config(const char *config, tfm_module **model)
 {
     char tmp[] = "/tmp/tfm_hub_XXXXXX", path[4096], weights[4096];
     assert_non_null(mkdtemp(tmp));
@@ -398,17 +400,23 @@ static void refused(const char *config, tfm_status want, const char *words)
     snprintf(cfg, sizeof cfg, "%s/config.json", tmp);
     if (config)
         spit(cfg, config, strlen(config));
+    tfm_status st = tfm_model_load(tmp, model);
+    unlink(path);
+    if (config)
+        unlink(cfg);
+    rmdir(tmp);
+    return st;
+}
+
+static void refused(const char *config, tfm_status want, const char *words)
+{
     tfm_module *model = SENTINEL;
-    tfm_status st = tfm_model_load(tmp, &model);
+    tfm_status st = load_with_config(config, &model);
     if (st != want || !strstr(tfm_last_error(), words))
         fail_msg("%s: status %s, message \"%s\"; wanted %s and \"%s\"",
                  config ? config : "(no config.json)", tfm_status_string(st),
                  tfm_last_error(), tfm_status_string(want), words);
     assert_ptr_equal(model, SENTINEL);
-    unlink(path);
-    if (config)
-        unlink(cfg);
-    rmdir(tmp);
 }
 
 /* The Llama reference's weights: 3 layers, width 48, 6 heads, 2 key/value
@@ -441,6 +449,27 @@ static void test_bad_llama_directories(void)
             TFM_ERR_FORMAT, "rms_norm_eps");
     refused("{\"model_type\": \"mistral\"}", TFM_ERR_UNSUPPORTED,
             "mistral");
+    /* JSON that cJSON reads one way and Python's json (transformers)
+     * another: a key twice (cJSON finds the first 3, transformers the last
+     * 4), at any depth, and bytes after the object. */
+    static const char llama3[] =
+        "\"model_type\": \"llama\", \"hidden_size\": 48, "
+        "\"intermediate_size\": 80, \"num_attention_heads\": 6, "
+        "\"num_key_value_heads\": 2, \"vocab_size\": 263";
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "{%s, \"num_hidden_layers\": 3, "
+             "\"num_hidden_layers\": 4}", llama3);
+    refused(cfg, TFM_ERR_FORMAT, "\"num_hidden_layers\" appears twice");
+    snprintf(cfg, sizeof cfg, "{%s, \"num_hidden_layers\": 3, "
+             "\"id2label\": {\"0\": \"a\", \"0\": \"b\"}}", llama3);
+    refused(cfg, TFM_ERR_FORMAT, "\"0\" appears twice");
+    snprintf(cfg, sizeof cfg, "{%s, \"num_hidden_layers\": 3} {}", llama3);
+    refused(cfg, TFM_ERR_FORMAT, "bytes after the JSON value");
+    snprintf(cfg, sizeof cfg, "{%s, \"num_hidden_layers\": 3}\n \t\r\n",
+             llama3);   /* whitespace after the object is JSON: loads */
+    tfm_module *model = NULL;
+    assert_int_equal(load_with_config(cfg, &model), TFM_OK);
+    tfm_module_free(model);
 }
 
 /* The BERT reference's weights: 2 layers, width 32, 4 heads, 40

@@ -401,8 +401,13 @@ static void test_bad_files(void **state)
     write_gpt2(unknown, "#version: 0.2\nh e f\n");
     expect_load_fails(dir, TFM_ERR_FORMAT, "line 2");
     const char *const dup[] = { "he", "he", NULL };
-    write_gpt2(dup, "");
-    expect_load_fails(dir, TFM_ERR_FORMAT, "given twice");
+    write_gpt2(dup, ""); /* a JSON key twice: readers disagree */
+    expect_load_fails(dir, TFM_ERR_FORMAT, "\"he\" appears twice");
+    write_gpt2(unknown, "");
+    write_file("encoder.json", "{\"a\": 0, \"b\": 1} x");
+    expect_load_fails(dir, TFM_ERR_FORMAT, "bytes after the JSON value");
+    write_file("encoder.json", "[0, 1]");
+    expect_load_fails(dir, TFM_ERR_FORMAT, "not a JSON object");
     write_gpt2_ids(unknown, 300, ""); /* ids 256 .. 299 missing */
     expect_load_fails(dir, TFM_ERR_FORMAT, "id 300");
     write_gpt2(unknown, "");

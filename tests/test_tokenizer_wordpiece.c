@@ -195,7 +195,24 @@ static void test_bad_files(void **state)
     write_file("vocab.txt", VOCAB);
     write_file("tokenizer_config.json", "{\"do_lower_case\": ");
     expect_load_fails(dir, TFM_ERR_FORMAT, "tokenizer_config.json");
+    /* Read otherwise by Python's json (transformers): a key twice (the
+     * last counts there, the first in cJSON), bytes after the object, a
+     * NUL in a string. */
+    write_file("tokenizer_config.json",
+               "{\"do_lower_case\": true, \"do_lower_case\": false}");
+    expect_load_fails(dir, TFM_ERR_FORMAT, "\"do_lower_case\" appears twice");
+    write_file("tokenizer_config.json", "{\"do_lower_case\": false}}");
+    expect_load_fails(dir, TFM_ERR_FORMAT, "bytes after the JSON value");
+    write_file("tokenizer_config.json",
+               "{\"do_lower_case\": false, \"unk_token\": \"[U\\u0000\"}");
+    expect_load_fails(dir, TFM_ERR_FORMAT, "escaped NUL");
     remove_file("tokenizer_config.json");
+    write_file("tokenizer.json",
+               "{\"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}, "
+               "\"model\": {\"type\": \"WordPiece\", \"vocab\": "
+               "{\"[UNK]\": 0, \"a\": 1, \"a\": 2}}}");
+    expect_load_fails(dir, TFM_ERR_FORMAT, "\"a\" appears twice");
+    remove_file("tokenizer.json");
     write_file("tokenizer.json",
                "{\"normalizer\": {\"type\": \"BertNormalizer\"}, "
                "\"pre_tokenizer\": {\"type\": \"Whitespace\"}, \"model\": "
