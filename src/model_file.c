@@ -650,6 +650,29 @@ static tfm_status write_config(tfm_safetensors_writer *w,
     return write_options(w, o);
 }
 
+/* Whether key is one of the file's own: "format" or a configuration key
+ * this library writes or reads (model.h's list, "tfm.attention.*"). */
+static int reserved_key(const char *key)
+{
+    static const char *const OWN[] = {
+        "format", "tfm.architecture", "tfm.vocab_size", "tfm.d_model",
+        "tfm.n_heads", "tfm.d_ff", "tfm.context_length", "tfm.norm_first",
+        "tfm.activation", "tfm.layer_norm_eps", "tfm.positional",
+        "tfm.tied_embeddings", "tfm.embedding_scale", "tfm.n_layers",
+        "tfm.n_encoder_layers", "tfm.n_decoder_layers",
+        "tfm.positional_base", "tfm.bias", "tfm.rms_norm", "tfm.gated",
+        "tfm.type_vocab_size", "tfm.embedding_norm", "tfm.final_norm",
+        "tfm.head_transform", "tfm.head_bias"
+    };
+    static const char attention[] = "tfm.attention.";
+    if (strncmp(key, attention, sizeof attention - 1) == 0)
+        return 1;
+    for (size_t i = 0; i < sizeof OWN / sizeof OWN[0]; i++)
+        if (strcmp(key, OWN[i]) == 0)
+            return 1;
+    return 0;
+}
+
 tfm_status tfm_model_save(const tfm_module *model, const char *path,
                           int n_extra, const char *const *keys,
                           const char *const *values)
@@ -662,6 +685,17 @@ tfm_status tfm_model_save(const tfm_module *model, const char *path,
     if (n_extra < 0 || (n_extra > 0 && (!keys || !values)))
         return tfm__fail(TFM_ERR_NULL_ARGUMENT,
                          "n_extra is %d but keys or values is NULL", n_extra);
+    for (int i = 0; i < n_extra; i++) {
+        if (!keys[i] || !values[i])
+            return tfm__fail(TFM_ERR_NULL_ARGUMENT,
+                             "extra metadata %d has a NULL %s", i,
+                             !keys[i] ? "key" : "value");
+        if (reserved_key(keys[i]))
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "extra metadata key \"%.60s\" is the model "
+                             "file's own (its configuration, model.h): the "
+                             "model's value is written", keys[i]);
+    }
     const tfm__model *m = (const tfm__model *)model;
     tfm_safetensors_writer *w = NULL;
     if ((st = tfm_safetensors_writer_create(&w)))

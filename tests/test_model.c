@@ -487,8 +487,37 @@ static tfm_module *small_decoder(void)
     return model;
 }
 
-/* Saves small_decoder() with metadata key = value (replacing the
- * configuration's own) and loads it: the status, *m on success. */
+/* Rewrites the safetensors file at path with metadata key = value (added,
+ * or replacing the file's own), through the public reader and writer. */
+static void resave_with(const char *path, const char *key, const char *value)
+{
+    tfm_safetensors *f = NULL;
+    tfm_safetensors_writer *w = NULL;
+    assert_int_equal(tfm_safetensors_open(path, &f), TFM_OK);
+    assert_int_equal(tfm_safetensors_writer_create(&w), TFM_OK);
+    for (int64_t i = 0; i < tfm_safetensors_count(f); i++) {
+        tfm_tensor *t = NULL;
+        const char *name = tfm_safetensors_name(f, i);
+        assert_int_equal(tfm_safetensors_read(f, name, &t), TFM_OK);
+        assert_int_equal(tfm_safetensors_writer_add(w, name, t), TFM_OK);
+        tfm_tensor_free(t);
+    }
+    for (int64_t i = 0; i < tfm_safetensors_metadata_count(f); i++) {
+        const char *k = tfm_safetensors_metadata_key(f, i);
+        assert_int_equal(tfm_safetensors_writer_set_metadata(
+                             w, k, tfm_safetensors_metadata(f, k)),
+                         TFM_OK);
+    }
+    assert_int_equal(tfm_safetensors_writer_set_metadata(w, key, value),
+                     TFM_OK);
+    tfm_safetensors_close(f);
+    assert_int_equal(tfm_safetensors_writer_save(w, path), TFM_OK);
+    tfm_safetensors_writer_free(w);
+}
+
+/* Saves small_decoder(), rewrites its file with metadata key = value
+ * (replacing the configuration's own) and loads it: the status, *m on
+ * success. */
 static tfm_status load_with(const char *key, const char *value,
                             tfm_module **m)
 {
@@ -497,8 +526,9 @@ static tfm_status load_with(const char *key, const char *value,
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    assert_int_equal(tfm_model_save(model, path, 1, &key, &value), TFM_OK);
+    assert_int_equal(tfm_model_save(model, path, 0, NULL, NULL), TFM_OK);
     tfm_module_free(model);
+    resave_with(path, key, value);
     tfm_status st = tfm_model_load(path, m);
     unlink(path);
     return st;
@@ -522,6 +552,53 @@ static void expect_metadata_loads(const char *key, const char *value)
     if (load_with(key, value, &m) != TFM_OK)
         fail_msg("\"%s\": \"%s\" refused: %s", key, value, tfm_last_error());
     tfm_module_free(m);
+}
+
+/* tfm_model_save's extra metadata adds to the model file's own and never
+ * replaces it: "format" and every configuration key (a "tfm.attention.*"
+ * key too) are refused before anything is written, and the tokenizer's
+ * and other keys are written. */
+static void save_extra_metadata_cannot_override(void **s)
+{
+    (void)s;
+    tfm_module *model = small_decoder();
+    char path[] = "/tmp/tfm_extra_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "old", 3), 3);
+    close(fd);
+    static const char *const reserved[] = {
+        "format", "tfm.d_model", "tfm.n_layers", "tfm.vocab_size",
+        "tfm.bias", "tfm.head_bias", "tfm.attention.score",
+        "tfm.attention.anything"
+    };
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++) {
+        const char *keys[] = { "tfm.tokenizer", reserved[i] };
+        const char *values[] = { "char", "1" };
+        assert_int_equal(tfm_model_save(model, path, 2, keys, values),
+                         TFM_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(tfm_last_error(), reserved[i]));
+    }
+    const char *null_value[] = { NULL };
+    const char *one_key[] = { "note" };
+    assert_int_equal(tfm_model_save(model, path, 1, one_key, null_value),
+                     TFM_ERR_NULL_ARGUMENT);
+    char buf[8] = { 0 };   /* nothing written over the old file */
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(buf, 1, sizeof buf, f), 3);
+    fclose(f);
+    assert_string_equal(buf, "old");
+    const char *keys[] = { "tfm.tokenizer", "tfm.vocab", "note" };
+    const char *values[] = { "char", "abcdefghijk", "kept" };
+    assert_int_equal(tfm_model_save(model, path, 3, keys, values), TFM_OK);
+    tfm_safetensors *file = NULL;
+    assert_int_equal(tfm_safetensors_open(path, &file), TFM_OK);
+    assert_string_equal(tfm_safetensors_metadata(file, "note"), "kept");
+    assert_string_equal(tfm_safetensors_metadata(file, "tfm.d_model"), "8");
+    tfm_safetensors_close(file);
+    unlink(path);
+    tfm_module_free(model);
 }
 
 /* Issue 13: numbers in metadata are the whole string in one spelling
@@ -702,8 +779,8 @@ static void bias_free_errors(void **s)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    const char *keys[] = { "tfm.bias" }, *values[] = { "maybe" };
-    assert_int_equal(tfm_model_save(m, path, 1, keys, values), TFM_OK);
+    assert_int_equal(tfm_model_save(m, path, 0, NULL, NULL), TFM_OK);
+    resave_with(path, "tfm.bias", "maybe");
     tfm_module *loaded = SENTINEL_MODULE;
     assert_int_equal(tfm_model_load(path, &loaded), TFM_ERR_FORMAT);
     assert_non_null(strstr(tfm_last_error(), "tfm.bias"));
@@ -910,15 +987,13 @@ static void model_parts(void **s)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    const char *keys[] = { "tfm.type_vocab_size" },
-               *values[] = { "1000000000" };
-    assert_int_equal(tfm_model_save(m, path, 1, keys, values), TFM_OK);
+    assert_int_equal(tfm_model_save(m, path, 0, NULL, NULL), TFM_OK);
+    resave_with(path, "tfm.type_vocab_size", "1000000000");
     tfm_module *loaded = SENTINEL_MODULE;
     assert_int_equal(tfm_model_load(path, &loaded), TFM_ERR_FORMAT);
     assert_non_null(strstr(tfm_last_error(), "token_type_embedding.weight"));
     assert_ptr_equal(loaded, SENTINEL_MODULE);
-    values[0] = "3";
-    assert_int_equal(tfm_model_save(m, path, 1, keys, values), TFM_OK);
+    resave_with(path, "tfm.type_vocab_size", "3");
     assert_int_equal(tfm_model_load(path, &loaded), TFM_OK);
     tfm_layer_options_init(&got);
     assert_int_equal(tfm_model_get_layer_options(loaded, &got), TFM_OK);
@@ -949,6 +1024,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(load_pytorch_checkpoint),
         cmocka_unit_test(hostile_metadata_refused_early),
         cmocka_unit_test(metadata_strict_syntax),
+        cmocka_unit_test(save_extra_metadata_cannot_override),
         cmocka_unit_test(generate_refuses_huge_max_new),
         cmocka_unit_test(bias_free_models),
         cmocka_unit_test(bias_free_errors),

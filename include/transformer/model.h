@@ -285,9 +285,14 @@ TFM_API tfm_status tfm_model_load(const char *path, tfm_module **out);
 
 /* Writes the model's parameters and configuration to a model file (the
  * configuration keys above; extra metadata such as the tokenizer's may be
- * given as n_extra key/value pairs, keys[i] -> values[i]).
- * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_IO,
- * TFM_ERR_OUT_OF_MEMORY. */
+ * given as n_extra key/value pairs, keys[i] -> values[i], none of them
+ * "format" nor a configuration key: since 1.2 those are refused rather
+ * than written over the model's own).  The file is written atomically
+ * (tfm_safetensors_writer_save).
+ * Errors: TFM_ERR_NULL_ARGUMENT (also a NULL key or value),
+ * TFM_ERR_WRONG_KIND, TFM_ERR_INVALID_ARGUMENT (a reserved key; a key or
+ * value not valid UTF-8), TFM_ERR_IO, TFM_ERR_OUT_OF_MEMORY; on error
+ * nothing is written. */
 TFM_API tfm_status tfm_model_save(const tfm_module *model, const char *path,
                                   int n_extra, const char *const *keys,
                                   const char *const *values);

@@ -92,6 +92,24 @@ def test_model_load_raises_the_tokenizers_error(tmp_path):
     assert transformer.Model.load(good).tokenizer.vocab == "abcdefghijk"
 
 
+def test_save_metadata_cannot_replace_the_configuration(tmp_path):
+    """save(metadata=) could replace the file's own keys ("tfm.d_model",
+    "format", ...), writing a file that no longer describes the model.
+    Now such a key raises InvalidArgumentError (a ValueError) and the path
+    is left as it was; other keys are written beside the configuration."""
+    m = tiny_model()
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(b"old")
+    for key in ("format", "tfm.d_model", "tfm.n_layers",
+                "tfm.attention.score"):
+        with pytest.raises(transformer.InvalidArgumentError, match=key):
+            m.save(path, metadata={key: "4"})
+        assert path.read_bytes() == b"old"
+    m.save(path, metadata={"note": "kept"})
+    loaded = transformer.Model.load(path)
+    assert loaded.config == m.config
+
+
 # ---- fork after forward passes ------------------------------------------------
 
 _SHARED = {}

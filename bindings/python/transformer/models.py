@@ -1046,8 +1046,12 @@ class Model(Module):
                 yield text[emitted:]
 
     def save(self, path, metadata=None):
-        """Writes a model file: parameters, configuration and the
-        tokenizer (if any), plus optional {str: str} metadata."""
+        """Writes a model file (atomically): parameters, configuration and
+        the tokenizer (if any), plus optional {str: str} metadata, which
+        adds to the file's own: "format" and the configuration keys
+        ("tfm.d_model", "tfm.attention.*", ...) raise ValueError
+        (tfm_model_save's TFM_ERR_INVALID_ARGUMENT) and nothing is
+        written."""
         with self._use() as ptr:
             extra = {}
             if self.tokenizer is not None:
