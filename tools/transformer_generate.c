@@ -601,10 +601,33 @@ static void report_model(const tfm_module *model)
     if (tfm_model_get_config(model, &c) != TFM_OK ||
         tfm_model_get_options(model, &o) != TFM_OK)
         return;
+    tfm_layer_options lo;
+    tfm_layer_options_init(&lo);
+    if (tfm_model_get_layer_options(model, &lo) != TFM_OK)
+        return;
     text t = { { 0 }, 0 };
-    add(&t, "model: %lld layers, d_model %lld, %lld heads, context %lld; ",
-        (long long)c.n_layers, (long long)c.layer.d_model,
-        (long long)c.layer.n_heads, (long long)c.context_length);
+    if (c.architecture == TFM_ARCH_ENCODER_DECODER)
+        add(&t, "model: %lld + %lld layers", (long long)c.n_encoder_layers,
+            (long long)c.n_decoder_layers);
+    else
+        add(&t, "model: %lld layers", (long long)c.n_layers);
+    add(&t, ", d_model %lld, %lld heads, context %lld; ",
+        (long long)c.layer.d_model, (long long)c.layer.n_heads,
+        (long long)c.context_length);
+    /* the blocks: norm placement and kind, feed-forward, biases */
+    static const char *const acts[TFM_ACTIVATION_COUNT] = {
+        [TFM_ACTIVATION_RELU] = "ReLU", [TFM_ACTIVATION_GELU] = "GELU",
+        [TFM_ACTIVATION_GELU_TANH] = "tanh GELU",
+        [TFM_ACTIVATION_SILU] = "SiLU",
+    };
+    const int a = (int)c.layer.activation;
+    add(&t, "blocks: %s %s (eps %g), %sfeed-forward %lld %s%s; ",
+        c.layer.norm_first ? "pre-norm" : "post-norm",
+        lo.rms_norm ? "RMSNorm" : "LayerNorm",
+        (double)c.layer.layer_norm_eps, lo.gated ? "gated " : "",
+        (long long)c.layer.d_ff,
+        a >= 0 && a < TFM_ACTIVATION_COUNT && acts[a] ? acts[a] : "?",
+        lo.bias ? "" : ", no biases");
     describe(&c, &o, &t);
     fprintf(stderr, "%s\n", t.buf);
 }

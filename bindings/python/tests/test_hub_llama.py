@@ -237,6 +237,14 @@ def test_command_line(tmp_path):
                         "--max-tokens", "12", "--greedy"],
                        capture_output=True, check=True)
     assert r.stdout == want
+    # the model line on stderr names the blocks as the checkpoint has them
+    c = R.CONFIG
+    assert (f"model: {c['num_hidden_layers']} layers, d_model "
+            f"{c['hidden_size']}, {c['num_attention_heads']} heads, context "
+            f"{c['max_position_embeddings']}; blocks: pre-norm RMSNorm (eps "
+            f"{c['rms_norm_eps']:g}), gated feed-forward "
+            f"{c['intermediate_size']} SiLU, no biases; positions: none; "
+            ).encode() in r.stderr
 
 
 def test_rope_parameters_of_newer_transformers(tmp_path):
