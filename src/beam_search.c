@@ -26,6 +26,7 @@
 
 #include "alloc.h"
 #include "error.h"
+#include "self_sized.h"
 #include "model_impl.h"
 #include "parallel.h"
 #include "softmax.h"
@@ -68,8 +69,7 @@ static tfm_status read_options(const tfm_beam_search_options *pub,
                          "options->struct_size (%zu) is too small: set it "
                          "with tfm_beam_search_options_init",
                          pub->struct_size);
-    size_t n = pub->struct_size < sizeof *o ? pub->struct_size : sizeof *o;
-    memcpy(o, pub, n);
+    tfm__self_sized_copy(o, sizeof *o, pub, pub->struct_size);
     o->struct_size = sizeof *o;
     return TFM_OK;
 }
@@ -528,6 +528,13 @@ static tfm_status select_candidates(search *s, int64_t t)
         if (forced >= 0 && t == s->o.max_new_tokens - 1)
             for (int64_t v = 0; v < V; v++)
                 row[v] = v == forced ? 0.0f : -INFINITY;
+        if (s->o.renormalize_logits) { /* unless every token is banned */
+            int64_t v = 0;
+            while (v < V && row[v] == -INFINITY)
+                v++;
+            if (v < V)
+                tfm__log_softmax_row(row, V, row);
+        }
         const float base = s->score[b];
         for (int64_t v = 0; v < V; v++) {
             const float x = row[v] + base;

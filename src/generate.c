@@ -24,6 +24,7 @@
 #include "transformer/tokenizer.h"
 #include "alloc.h"
 #include "error.h"
+#include "self_sized.h"
 #include "logits_processors.h"
 #include "model_impl.h"
 #include "parallel.h"
@@ -83,8 +84,7 @@ tfm_status tfm__generate_options_read(const tfm_generate_options *pub,
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "options->struct_size (%zu) is too small: set it "
                          "with tfm_generate_options_init", pub->struct_size);
-    size_t n = pub->struct_size < sizeof *o ? pub->struct_size : sizeof *o;
-    memcpy(o, pub, n);
+    tfm__self_sized_copy(o, sizeof *o, pub, pub->struct_size);
     o->struct_size = sizeof *o;
     return TFM_OK;
 }

@@ -5,6 +5,7 @@
 
 #include "activation.h"
 #include "error.h"
+#include "self_sized.h"
 #include "layer_config.h"
 
 tfm_status tfm__layer_config_check(const tfm_layer_config *c)
@@ -85,9 +86,7 @@ tfm_status tfm__layer_options_read(const tfm_layer_options *pub,
                          "with tfm_layer_options_init", pub->struct_size);
     /* The members the caller has; a newer library's appended members keep
      * their defaults. */
-    size_t n = pub->struct_size < sizeof *out ? pub->struct_size
-                                              : sizeof *out;
-    memcpy(out, pub, n);
+    tfm__self_sized_copy(out, sizeof *out, pub, pub->struct_size);
     out->struct_size = sizeof *out;
     return TFM_OK;
 }

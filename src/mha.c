@@ -6,6 +6,7 @@
 
 #include "attention_job.h"
 #include "error.h"
+#include "self_sized.h"
 #include "gemm.h"
 #include "mha.h"
 #include "mha_extra_kv.h"
@@ -194,9 +195,7 @@ tfm_status tfm__mha_new_v2(int64_t d_model, int64_t n_heads,
                              options->struct_size);
         /* The members the caller has (whole members only: a newer library
          * takes its defaults for the rest). */
-        size_t n = options->struct_size < sizeof o ? options->struct_size
-                                                   : sizeof o;
-        memcpy(&o, options, n);
+        tfm__self_sized_copy(&o, sizeof o, options, options->struct_size);
         o.struct_size = sizeof o;
     }
     return mha_new(d_model, n_heads, o.kdim, o.vdim, o.bias, o.attention,

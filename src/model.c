@@ -19,6 +19,7 @@
 #include "attention_config.h"
 #include "dropout.h"
 #include "error.h"
+#include "self_sized.h"
 #include "gemm.h"
 #include "layer_config.h"
 #include "loss.h"
@@ -595,8 +596,7 @@ static tfm_status inputs_read(const tfm__model *m,
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "inputs->struct_size (%zu) is too small: set it "
                          "with tfm_model_inputs_init", pub->struct_size);
-    memcpy(out, pub, pub->struct_size < sizeof *out ? pub->struct_size
-                                                    : sizeof *out);
+    tfm__self_sized_copy(out, sizeof *out, pub, pub->struct_size);
     out->struct_size = sizeof *out;
     const int64_t types = m->token_type_embedding
                               ? m->token_type_embedding->n_rows

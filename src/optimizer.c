@@ -18,6 +18,7 @@
 
 #include "alloc.h"
 #include "error.h"
+#include "self_sized.h"
 #include "module_impl.h"
 #include "tensor_impl.h"
 #include "transformer/names.h"
@@ -95,8 +96,7 @@ static tfm_status read_options(const tfm_optimizer_options *in,
                          "tfm_optimizer_create: unknown optimizer kind %d",
                          (int)in->kind);
     tfm_optimizer_options_init(o, in->kind);
-    size_t n = in->struct_size < sizeof *o ? in->struct_size : sizeof *o;
-    memcpy(o, in, n);
+    tfm__self_sized_copy(o, sizeof *o, in, in->struct_size);
     o->struct_size = sizeof *o;
     if (!nonneg(o->lr))
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,

@@ -326,6 +326,28 @@ static void test_bad_input(void **state)
     o = base;
     o.struct_size = 4;
     expect_refused(model, prompt, n, &o, TFM_ERR_INVALID_ARGUMENT);
+    {
+        /* A struct_size ending inside suppress_tokens (a pointer) takes
+         * none of its bytes: the search runs as a caller without it,
+         * where it read half a pointer before. */
+        int32_t ids_a[4 * 8], ids_b[4 * 8];
+        int64_t len_a[4], len_b[4];
+        float sc_a[4], sc_b[4];
+        o = base;
+        o.suppress_tokens = (const int32_t *)(uintptr_t)0x5a5a5a5a5a5a5a5aULL;
+        o.n_suppress_tokens = 3;
+        o.struct_size = offsetof(tfm_beam_search_options, suppress_tokens);
+        assert_int_equal(tfm_model_beam_search(model, prompt, n, &o, ids_a,
+                                               len_a, sc_a),
+                         TFM_OK);
+        o.struct_size += 4;
+        assert_int_equal(tfm_model_beam_search(model, prompt, n, &o, ids_b,
+                                               len_b, sc_b),
+                         TFM_OK);
+        assert_memory_equal(ids_a, ids_b, sizeof ids_a);
+        assert_memory_equal(len_a, len_b, sizeof len_a);
+        assert_memory_equal(sc_a, sc_b, sizeof sc_a);
+    }
     /* NULL outputs (out_scores may be NULL). */
     o = base;
     int64_t len[4];

@@ -857,6 +857,25 @@ static void model_inputs(void **s)
                      TFM_ERR_INVALID_ARGUMENT);
     for (int i = 0; i < B * L * V; i++)
         assert_true(g[i] == 7.0f);
+    /* A struct_size ending inside a pointer member takes none of its
+     * bytes (the member keeps its default, NULL): half a pointer was
+     * dereferenced before.  Sizes 12 and 20 end inside token_type_ids and
+     * attention_mask; pointers that must not be read stand there. */
+    tfm_model_inputs_init(&in);
+    in.token_type_ids = (const int32_t *)(uintptr_t)0x5a5a5a5a5a5a5a5aULL;
+    in.attention_mask = (const int32_t *)(uintptr_t)0x5a5a5a5a5a5a5a5aULL;
+    for (size_t size = 8; size < offsetof(tfm_model_inputs, attention_mask);
+         size++) {
+        in.struct_size = size;   /* neither member whole: plain logits */
+        assert_int_equal(tfm_model_logits_v2(m, ids, B, L, &in, got),
+                         TFM_OK);
+        assert_memory_equal(g, w, sizeof(float) * B * L * V);
+    }
+    in.token_type_ids = types;   /* whole; the mask cut: types only */
+    in.struct_size = offsetof(tfm_model_inputs, attention_mask) + 4;
+    assert_int_equal(tfm_model_logits_v2(m, ids, B, L, &in, got), TFM_OK);
+    assert_true(g[3 * V] != w[3 * V]);
+    assert_true(g[(L + 1) * V] == w[(L + 1) * V]);   /* no padding */
     tfm_module_free(m);
     /* no token-type table: token_type_ids refused, a mask taken */
     c = tiny_model_config(TFM_ARCH_DECODER_ONLY, layer, 11, 1, 6);

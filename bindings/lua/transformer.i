@@ -1341,13 +1341,15 @@ static int tfml_generator_next(lua_State *L)
  * num_beams, max_new_tokens, min_new_tokens, length_penalty,
  * early_stopping (0 False, 1 True, 2 "never"), num_return_sequences,
  * eos_token_id, decoder_start_token_id, suppress_tokens (a table of
- * ids); absent keys take tfm_beam_search_options_init's defaults. */
+ * ids), forced_eos_token_id, renormalize_logits (a boolean); absent keys
+ * take tfm_beam_search_options_init's defaults. */
 static int tfml_model_beam_search(lua_State *L)
 {
     static const char *const keys[] = {
         "num_beams", "max_new_tokens", "min_new_tokens", "length_penalty",
         "early_stopping", "num_return_sequences", "eos_token_id",
-        "decoder_start_token_id", "suppress_tokens", NULL };
+        "decoder_start_token_id", "suppress_tokens", "forced_eos_token_id",
+        "renormalize_logits", NULL };
     lua_settop(L, 3);
     const tfm_module *model = (const tfm_module *)tfml_check_handle(
         L, 1, SWIGTYPE_p_tfm_module, "model");
@@ -1398,6 +1400,15 @@ static int tfml_model_beam_search(lua_State *L)
         v = tfml_tointeger(L, -1, "decoder_start_token_id");
         lua_pop(L, 1);
         o.decoder_start_token_id = v >= 0 && v <= INT32_MAX ? (int32_t)v : -1;
+    }
+    if (tfml_field(L, 3, "forced_eos_token_id")) {
+        v = tfml_tointeger(L, -1, "forced_eos_token_id");
+        lua_pop(L, 1);
+        o.forced_eos_token_id = v >= -1 && v <= INT32_MAX ? (int32_t)v : -2;
+    }
+    if (tfml_field(L, 3, "renormalize_logits")) {
+        o.renormalize_logits = lua_toboolean(L, -1);
+        lua_pop(L, 1);
     }
     if (tfml_field(L, 3, "suppress_tokens")) {
         int t = lua_gettop(L);

@@ -2651,7 +2651,8 @@ local function end_generation(cache)
 end
 local PAST_CONTEXT = { auto = 0, reencode = 1 }   -- tfm_past_context
 local BEAM_OPTIONS = { "num_beams", "length_penalty", "early_stopping", "num_return_sequences",
-                       "return_scores", "decoder_start_token_id", "suppress_tokens" }
+                       "return_scores", "decoder_start_token_id", "suppress_tokens",
+                       "forced_eos_token_id", "renormalize_logits" }
 local EARLY_STOPPING = { [false] = 0, [true] = 1, never = 2 }
 
 -- The core options table (and the tokenizer handle, for stop strings) of
@@ -2787,8 +2788,10 @@ end
 --  always for encoder-decoder models (prompt: the source;
 --  decoder_start_token_id required): the names and meanings of Python's
 --  Model.generate; one eos_token_id, min_new_tokens, suppress_tokens (a
---  table of ids never generated, Hugging Face's), and no sampling or
---  other processors.
+--  table of ids never generated, Hugging Face's), forced_eos_token_id (the
+--  id the max_new_tokens-th token is forced to be), renormalize_logits
+--  (true: log-softmax again after those bans, Hugging Face's
+--  LogitNormalization), and no sampling or other processors.
 --  Returns, for a string prompt, the generated text (the prompt not
 --  repeated) and the new ids; for an ids prompt, the new ids.  Beam search:
 --  the same for the best sequence, tables of them (best first) when
@@ -2875,6 +2878,15 @@ function Model:_beam_search(prompt, opts)
     eos = eos[1]
   end
   if eos ~= nil then o.eos_token_id = check_int("eos_token_id", eos) end
+  if opts.forced_eos_token_id ~= nil then
+    o.forced_eos_token_id = check_int("forced_eos_token_id", opts.forced_eos_token_id)
+  end
+  if opts.renormalize_logits ~= nil then
+    if type(opts.renormalize_logits) ~= "boolean" then
+      fail("renormalize_logits must be a boolean, got %s", type(opts.renormalize_logits))
+    end
+    o.renormalize_logits = opts.renormalize_logits
+  end
   if opts.suppress_tokens ~= nil then
     if type(opts.suppress_tokens) ~= "table" then
       fail("suppress_tokens must be a table of ids, got %s", type(opts.suppress_tokens))

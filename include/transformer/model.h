@@ -843,6 +843,13 @@ typedef struct tfm_beam_search_options {
      * token) is this id, every other log-probability -inf and its 0.  -1
      * (the default): none. */
     int32_t forced_eos_token_id;
+    /* Since 1.2 (after forced_eos_token_id): Hugging Face's
+     * renormalize_logits (LogitNormalization, the last processor): after
+     * min_new_tokens, suppress_tokens and forced_eos_token_id each step's
+     * log-probabilities are log-softmaxed again, so that the banned
+     * tokens' probability is spread over the rest before the beam scores
+     * are added.  Default 0 (off). */
+    int renormalize_logits;
 } tfm_beam_search_options;
 
 /* Fills *options with the defaults above and sets struct_size.  NULL is a
@@ -871,7 +878,11 @@ TFM_API void tfm_beam_search_options_init(tfm_beam_search_options *options);
  *     sequences_scores).
  * Memory: decoder-only, one KV cache per beam, made once per call (on
  * reorder a beam's first child keeps its parent's cache, further children
- * copy it); encoder-decoder, the source memory per beam and the targets.
+ * copy it); encoder-decoder, the encoder's output and every decoder
+ * layer's cross-attention keys and values of it once ([n_layers, S,
+ * 2 d_model], shared by the beams), and per beam the decoder's
+ * self-attention keys and values of max_new_tokens positions, reordered
+ * the same way (since 1.2; each step runs only the beams' new tokens).
  * Nothing is allocated per step.  Every matrix product is the library's
  * one GEMM (src/gemm.c).
  * Errors: TFM_ERR_NULL_ARGUMENT (model, prompt, out_ids, out_lengths;

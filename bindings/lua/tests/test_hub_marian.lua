@@ -11,7 +11,8 @@ local test = harness.test
 
 local DIR = assert(os.getenv("TFM_HUB_DIR"), "TFM_HUB_DIR not set")
 
-local R = harness.hub_reference(DIR, { "prompt", "decoder_input", "logits", "greedy" })
+local R = harness.hub_reference(DIR, { "prompt", "decoder_input", "logits", "greedy",
+                                        "greedy_forced" })
 local PAD = 262  -- the reference's vocab_size - 1: pad and decoder start
 
 test("load_model(dir): seq2seq logits equal the torch float64 reference within 1e-5", function()
@@ -43,6 +44,31 @@ test("greedy translation with the pad suppressed equals the reference's", functi
   opts.suppress_tokens = { 5, 2 ^ 40 // 1 }
   ok, err = pcall(m.generate, m, R.prompt, opts)
   assert(not ok and tostring(err):find("suppress_tokens[2] = 1099511627776", 1, true),
+         tostring(err))
+  m:close()
+end)
+
+test("forced_eos_token_id and renormalize_logits reach the beam search", function()
+  local m = T.load_model(DIR)
+  local opts = { max_new_tokens = #R.greedy_forced, num_beams = 1, eos_token_id = 0,
+                 decoder_start_token_id = PAD, suppress_tokens = { PAD },
+                 forced_eos_token_id = 0 }
+  local ids = m:generate(R.prompt, opts)
+  assert(#ids == #R.greedy_forced and ids[#ids] == 0, #ids)
+  for i = 1, #ids do
+    assert(ids[i] == R.greedy_forced[i],
+           ("token %d: %d, reference %d"):format(i, ids[i], R.greedy_forced[i]))
+  end
+  -- greedy picks the argmax whether or not the row is renormalized; its
+  -- score is the sum of the renormalized log-probabilities, so it rises
+  opts.return_scores = true
+  local _, plain = m:generate(R.prompt, opts)
+  opts.renormalize_logits = true
+  local same, renormalized = m:generate(R.prompt, opts)
+  assert(#same == #ids and renormalized > plain, ("%g vs %g"):format(renormalized, plain))
+  opts.renormalize_logits = 1
+  local ok, err = pcall(m.generate, m, R.prompt, opts)
+  assert(not ok and tostring(err):find("renormalize_logits must be a boolean", 1, true),
          tostring(err))
   m:close()
 end)

@@ -329,8 +329,9 @@ def tokenizer_config(vocab, **changes):
 
 def main(directory, with_tokenizer=False):
     """Writes a tiny MarianMTModel checkpoint and reference.json: the
-    source ("prompt"), the decoder input, its float64 logits, and 12 greedy
-    ids with the pad id banned (bad_words_ids), no forced eos.  The pad's
+    source ("prompt"), the decoder input, its float64 logits, 12 greedy
+    ids with the pad id banned (bad_words_ids), no forced eos ("greedy"),
+    and the same with forced_eos_token_id 0 ("greedy_forced").  The pad's
     final_logits_bias is raised by 4, enough that without the ban greedy
     would emit the pad.  with_tokenizer: a whole opus-mt-like directory
     instead, write_tokenizer's files and random weights of its vocabulary
@@ -349,7 +350,9 @@ def main(directory, with_tokenizer=False):
         json.dump({"prompt": SOURCE, "decoder_input": TARGET,
                    "logits": logits.numpy().ravel().tolist(),
                    "greedy": marian_greedy(w64, CONFIG, SOURCE, 12,
-                                           banned)}, f)
+                                           banned),
+                   "greedy_forced": marian_greedy(w64, CONFIG, SOURCE, 12,
+                                                  banned, forced_eos=0)}, f)
 
 
 if __name__ == "__main__":

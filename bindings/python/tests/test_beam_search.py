@@ -54,10 +54,14 @@ class Hypotheses:
 def reference_beam_search(next_logits, num_beams, max_new_tokens,
                           length_penalty=1.0, early_stopping=False,
                           num_return_sequences=1, eos_token_id=None,
-                          min_new_tokens=0):
+                          min_new_tokens=0, suppress_tokens=(),
+                          forced_eos_token_id=None, renormalize_logits=False):
     """next_logits(new [B, t] long) -> float32 logits [B, V] of the next
-    token after each row's new tokens.  Returns [(ids, score)], best
-    first."""
+    token after each row's new tokens.  The processors after the
+    log_softmax, in transformers' order: min_new_tokens' EOS ban,
+    suppress_tokens, forced_eos_token_id at the last step, and
+    renormalize_logits' log_softmax last (LogitNormalization).  Returns
+    [(ids, score)], best first."""
     nb = num_beams
     new = torch.zeros((nb, 0), dtype=torch.long)
     beam_scores = torch.zeros(nb, dtype=torch.float32)
@@ -69,6 +73,13 @@ def reference_beam_search(next_logits, num_beams, max_new_tokens,
         vocab = logp.shape[-1]
         if eos_token_id is not None and step < min_new_tokens:
             logp[:, eos_token_id] = -float("inf")
+        for banned in suppress_tokens:
+            logp[:, banned] = -float("inf")
+        if forced_eos_token_id is not None and step == max_new_tokens - 1:
+            logp[:] = -float("inf")
+            logp[:, forced_eos_token_id] = 0.0
+        if renormalize_logits:
+            logp = torch.log_softmax(logp, dim=-1)
         scores = (logp + beam_scores[:, None]).reshape(-1)
         top, index = torch.topk(scores, min(2 * nb, scores.numel()))
         generated = step + 1
@@ -229,6 +240,32 @@ def test_encoder_decoder_equals_reference(eos, lp, es, nb, r):
                           eos_token_id=eos, decoder_start_token_id=1,
                           return_scores=True)
     assert_same(ours, ref)
+
+
+@pytest.mark.parametrize("renormalize", [False, True])
+def test_encoder_decoder_processors_equal_reference(renormalize):
+    """suppress_tokens, forced_eos_token_id and renormalize_logits (HF's
+    LogitNormalization after the bans: the banned tokens' probability
+    spread over the rest, which changes how beams of different banned
+    mass compare) against the reference: same beams and scores."""
+    model = transformer.load_model(
+        TEST_MODELS / "encoder_decoder_sinusoidal.safetensors")
+    src = [3, 7, 1, 12, 5, 9]
+    logits = seq2seq_logits(model, src, 1)
+    first = int(torch.argmax(logits(torch.zeros((1, 0), dtype=torch.long))))
+    banned = [first, (first + 1) % model.config["vocab_size"]]
+    kw = dict(suppress_tokens=banned, forced_eos_token_id=2,
+              renormalize_logits=renormalize)
+    ref = reference_beam_search(logits, 4, 8, 1.0, False, 4, 2, **kw)
+    ours = model.generate(src, 8, num_beams=4, num_return_sequences=4,
+                          eos_token_id=2, decoder_start_token_id=1,
+                          return_scores=True, **kw)
+    assert_same(ours, ref)
+    if renormalize:   # the renormalized scores are not the plain ones
+        plain = reference_beam_search(logits, 4, 8, 1.0, False, 4, 2,
+                                      suppress_tokens=banned,
+                                      forced_eos_token_id=2)
+        assert [x for _, x in plain] != [x for _, x in ref]
 
 
 def test_bad_input(kjv):

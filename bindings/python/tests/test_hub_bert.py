@@ -321,13 +321,25 @@ def test_token_type_ids_and_attention_mask(tmp_path):
     one = model.logits(ids[0], token_type_ids=types[0])
     assert rel_err(one, R.bert_logits(ref_w, R.CONFIG, ids[:1],
                                       types[:1])[0]) <= 1e-5
+    # masks as transformers takes them too: bool, float, torch tensors
+    for m in (mask.astype(bool), mask.astype(np.float32),
+              torch.tensor(mask, dtype=torch.bool)):
+        assert np.array_equal(model.logits(ids, attention_mask=m,
+                                           token_type_ids=types), got)
     for kwargs, words in [
             (dict(token_type_ids=np.full_like(ids, 2)), "token_type_ids"),
             (dict(attention_mask=np.full_like(ids, 2)), "attention_mask"),
-            (dict(attention_mask=mask[:, :-1]), "shape")]:
+            (dict(attention_mask=mask * 0.5), "attention_mask"),
+            (dict(attention_mask=mask[:, :-1]), "shape"),
+            # empty arrays were taken as "not given" (unmasked logits)
+            (dict(attention_mask=np.zeros((2, 0))), "shape"),
+            (dict(token_type_ids=np.zeros((2, 0), np.int64)), "shape"),
+            (dict(attention_mask=[]), "dimension")]:
         with pytest.raises((transformer.InvalidArgumentError,
                             transformer.ShapeError), match=words):
             model.logits(ids, **kwargs)
+    with pytest.raises(transformer.ShapeError, match="shape"):
+        model.logits(ids[0], attention_mask=[])
     gpt2 = tmp_path / "gpt2"
     G.write_checkpoint(str(gpt2), G.random_weights(G.CONFIG))
     gmodel = transformer.from_pretrained(gpt2)

@@ -99,13 +99,21 @@ def test_generation_defaults_suppress_the_pad(tmp_path):
     model = transformer.from_pretrained(tmp_path)
     assert model.generation_config == {"decoder_start_token_id": R.V - 1,
                                        "forced_eos_token_id": 0,
-                                       "eos_token_id": 0,
+                                       "bos_token_id": 0, "num_beams": 4,
+                                       "max_length": 40, "eos_token_id": 0,
                                        "bad_words_ids": [R.V - 1]}
+    # what generate leaves unset comes from the config, as in
+    # transformers: 4 beams, max_length 40 = the start token + 39 new
+    # (the comparisons with the greedy reference below ask for 1 beam)
+    assert model.generate(R.SOURCE) == model.generate(
+        R.SOURCE, max_new_tokens=39, num_beams=4)
+    assert model.generate(R.SOURCE, max_new_tokens=12) == model.generate(
+        R.SOURCE, max_new_tokens=12, num_beams=4)
     # forced_eos_token_id 0 (opus-mt's): the last allowed token is </s>
     forced = R.marian_greedy(w64, R.CONFIG, R.SOURCE, 12, [R.V - 1],
                              forced_eos=0)
     assert forced[-1] == 0 and len(forced) == 12
-    assert model.generate(R.SOURCE, max_new_tokens=12) == forced
+    assert model.generate(R.SOURCE, max_new_tokens=12, num_beams=1) == forced
     assert model.generate(R.SOURCE, max_new_tokens=12, num_beams=3)[-1] == 0
     banned = R.marian_greedy(w64, R.CONFIG, R.SOURCE, 12, [R.V - 1])
     with open(tmp_path / "config.json") as f:
@@ -116,12 +124,12 @@ def test_generation_defaults_suppress_the_pad(tmp_path):
     model = transformer.from_pretrained(tmp_path)
     plain = R.marian_greedy(w64, R.CONFIG, R.SOURCE, 12)
     assert R.V - 1 in plain and R.V - 1 not in banned
-    assert model.generate(R.SOURCE, max_new_tokens=12) == banned
+    assert model.generate(R.SOURCE, max_new_tokens=12, num_beams=1) == banned
     # suppress_tokens adds to bad_words_ids, as in transformers
-    assert model.generate(R.SOURCE, max_new_tokens=12,
+    assert model.generate(R.SOURCE, max_new_tokens=12, num_beams=1,
                           suppress_tokens=[]) == banned
     also = R.marian_greedy(w64, R.CONFIG, R.SOURCE, 12, [R.V - 1, banned[0]])
-    assert model.generate(R.SOURCE, max_new_tokens=12,
+    assert model.generate(R.SOURCE, max_new_tokens=12, num_beams=1,
                           suppress_tokens=[banned[0]]) == also
     # an eos list of one is that id; the class's dict is not shared
     with pytest.raises(TypeError):
@@ -130,13 +138,13 @@ def test_generation_defaults_suppress_the_pad(tmp_path):
     with open(tmp_path / "generation_config.json", "w") as f:
         json.dump({"decoder_start_token_id": R.V - 1, "eos_token_id": 0}, f)
     model = transformer.from_pretrained(tmp_path)
-    assert model.generate(R.SOURCE, max_new_tokens=12) == plain
+    assert model.generate(R.SOURCE, max_new_tokens=12) == plain   # 1 beam
     with open(tmp_path / "generation_config.json", "w") as f:
         json.dump({"decoder_start_token_id": R.V - 1, "eos_token_id": [0],
                    "bad_words_ids": [[R.V - 1]]}, f)
     model = transformer.from_pretrained(tmp_path)
     assert model.generation_config["eos_token_id"] == 0
-    assert model.generate(R.SOURCE, max_new_tokens=12) == banned
+    assert model.generate(R.SOURCE, max_new_tokens=12) == banned  # 1 beam
     with pytest.raises(transformer.InvalidArgumentError, match="suppress"):
         model.generate(R.SOURCE, max_new_tokens=3, suppress_tokens=[R.V])
 
@@ -306,3 +314,62 @@ def test_command_line_translate(tmp_path):
     r = subprocess.run([cli, "--model", str(tmp_path / "bert"),
                         "--translate", text], capture_output=True, text=True)
     assert r.returncode == 1 and "encoder-decoder" in r.stderr
+
+
+def test_generation_config_in_python_and_on_the_command_line(tmp_path):
+    """A generation_config.json with what transformers' generate applies --
+    num_beams, max_length, min_length (counting the decoder start),
+    length_penalty, early_stopping, renormalize_logits, bos_token_id in
+    place of an absent decoder_start_token_id, forced_eos_token_id and
+    bad_words_ids -- gives the same translation from generate() with no
+    arguments and from transformer-generate --translate, equal to
+    generate with those arguments spelled out; what the beam search cannot
+    apply (no_repeat_ngram_size) is said on stderr, not dropped
+    silently."""
+    import subprocess
+    cli = os.environ.get("TRANSFORMER_GENERATE")
+    if not cli:
+        pytest.skip("TRANSFORMER_GENERATE (transformer-generate) not set")
+    pytest.importorskip("sentencepiece")
+    try:
+        vocab = R.write_tokenizer(tmp_path)
+    except (OSError, ValueError) as e:  # no bible-kjv
+        pytest.skip(f"KJV text not available: {e}")
+    config = R.tokenizer_config(vocab, num_beams=1)
+    w = R.random_weights(config, seed=9)
+    pad = len(vocab) - 1
+    w["final_logits_bias"][0, pad] += 3.0       # the ban matters
+    w["final_logits_bias"][0, 0] += 1.0         # eos comes up early
+    R.write_checkpoint(str(tmp_path), w, config)
+    gen = {"bos_token_id": pad, "eos_token_id": 0, "forced_eos_token_id": 0,
+           "bad_words_ids": [[pad]], "num_beams": 3, "max_length": 9,
+           "min_length": 4, "length_penalty": 0.5, "early_stopping": True,
+           "renormalize_logits": True, "no_repeat_ngram_size": 3}
+    with open(tmp_path / "generation_config.json", "w") as f:
+        json.dump(gen, f)
+    model = transformer.from_pretrained(tmp_path)
+    text = "And God said, Let there be light."
+    src = model.tokenizer.encode(text)
+    spelled = model.generate(src, max_new_tokens=8, num_beams=3,
+                             min_new_tokens=3, length_penalty=0.5,
+                             early_stopping=True, renormalize_logits=True,
+                             decoder_start_token_id=pad, eos_token_id=0,
+                             forced_eos_token_id=0, suppress_tokens=[pad])
+    assert model.generate(src) == spelled
+    assert len(spelled) >= 3
+    r = subprocess.run([cli, "--model", str(tmp_path), "--translate", text],
+                       capture_output=True, check=True, text=True)
+    assert r.stdout == model.tokenizer.decode(
+        spelled, skip_special_tokens=True) + "\n"
+    assert "3 beams" in r.stderr
+    assert "no_repeat_ngram_size is not applied" in r.stderr
+    # each setting matters here (else the comparison above proves little)
+    args = dict(max_new_tokens=8, num_beams=3, min_new_tokens=3,
+                length_penalty=0.5, early_stopping=True,
+                renormalize_logits=True, decoder_start_token_id=pad,
+                eos_token_id=0, forced_eos_token_id=0, suppress_tokens=[pad],
+                return_scores=True)
+    full = model.generate(src, **args)
+    for change in (dict(renormalize_logits=False), dict(length_penalty=2.0),
+                   dict(min_new_tokens=0), dict(num_beams=1)):
+        assert model.generate(src, **dict(args, **change)) != full, change

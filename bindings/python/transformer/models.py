@@ -19,8 +19,8 @@ import numpy as np
 
 from . import _lowlevel as _ll
 from . import _paths
-from ._core import (HandleOwner, Module, _Handle, as_float, as_float32,
-                    as_ids, as_int, enum_values, fspath)
+from ._core import (HandleOwner, Module, _Handle, _to_numpy, as_float,
+                    as_float32, as_ids, as_int, enum_values, fspath)
 from ._errors import (BusyError, InvalidArgumentError,
                       ShapeError, UnsupportedError)
 from ._torch import torch_results
@@ -134,8 +134,10 @@ def _is_int(x):
 
 def _generation_config(path):
     """The generation defaults of checkpoint directory path:
-    decoder_start_token_id, forced_eos_token_id, eos_token_id (an int, or
-    a list of several),
+    decoder_start_token_id (else bos_token_id, as transformers falls back),
+    forced_eos_token_id, num_beams, max_length, max_new_tokens,
+    min_length, min_new_tokens, length_penalty, early_stopping,
+    renormalize_logits, eos_token_id (an int, or a list of several),
     suppress_tokens and the single-id entries of bad_words_ids (as a list
     of ids), from generation_config.json when
     it has them, else config.json (as transformers' GenerationConfig
@@ -151,9 +153,18 @@ def _generation_config(path):
     except (OSError, ValueError):
         cfg = None
     if isinstance(cfg, dict):
-        for key in ("decoder_start_token_id", "forced_eos_token_id"):
+        for key in ("decoder_start_token_id", "forced_eos_token_id",
+                    "bos_token_id", "num_beams", "max_length",
+                    "max_new_tokens", "min_length", "min_new_tokens"):
             if _is_int(cfg.get(key)):
                 out[key] = cfg[key]
+        lp = cfg.get("length_penalty")
+        if isinstance(lp, (int, float)) and not isinstance(lp, bool):
+            out["length_penalty"] = float(lp)
+        if cfg.get("early_stopping") in (True, False, "never"):
+            out["early_stopping"] = cfg["early_stopping"]
+        if isinstance(cfg.get("renormalize_logits"), bool):
+            out["renormalize_logits"] = cfg["renormalize_logits"]
         eos = cfg.get("eos_token_id")
         if _is_int(eos) or (isinstance(eos, list) and eos
                             and all(_is_int(i) for i in eos)):
@@ -262,6 +273,35 @@ class Sampler:
 
 
 # ---- Models ----------------------------------------------------------------
+
+
+class _Unset:
+    """generate's default for the arguments an encoder-decoder checkpoint's
+    generation_config may set (see generate)."""
+
+    def __repr__(self):
+        return "<from generation_config, else the library's default>"
+
+
+_UNSET = _Unset()
+
+
+def _as_mask(x, name, ndim):
+    """Hugging Face's attention_mask as int32: integers, bools or floats
+    (as transformers takes them) holding only 1 (a token) and 0
+    (padding); anything else raises InvalidArgumentError."""
+    a = np.asarray(_to_numpy(x))
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold 1 (a token) and 0 (padding), not "
+                        f"dtype {a.dtype}")
+    if a.ndim != ndim:
+        raise ShapeError(f"{name} must have {ndim} dimension(s), got shape "
+                         f"{a.shape}")
+    if a.size and not np.all((a == 0) | (a == 1)):
+        raise InvalidArgumentError(f"{name} must hold 1 (a token) and 0 "
+                                   f"(padding) only")
+    return np.require(a.astype(np.int32), np.int32, "CA")
+
 
 class Model(Module):
     """A whole model: decoder-only (GPT style), encoder-only (BERT style) or
@@ -538,10 +578,21 @@ class Model(Module):
                     raise TypeError("tgt_ids is only for encoder-decoder models")
                 none = np.zeros((0, 0), np.int32)
                 extra = [none if a is None else
-                         as_ids(a, name, src.ndim if not single else 1)
-                         for a, name in ((token_type_ids, "token_type_ids"),
-                                         (attention_mask, "attention_mask"))]
-                extra = [a[None] if single and a.size else a for a in extra]
+                         conv(a, name, 1 if single else 2)
+                         for a, name, conv in (
+                             (token_type_ids, "token_type_ids", as_ids),
+                             (attention_mask, "attention_mask", _as_mask))]
+                extra = [a[None] if single and a is not none else a
+                         for a in extra]
+                for a, name, given in ((extra[0], "token_type_ids",
+                                        token_type_ids),
+                                       (extra[1], "attention_mask",
+                                        attention_mask)):
+                    if given is not None and a.shape != src.shape:
+                        raise ShapeError(
+                            f"{name} must have the shape of ids "
+                            f"{tuple(src.shape[single:])}, got "
+                            f"{tuple(a.shape[single:])}")
                 out = np.empty((src.shape[0], src.shape[1], vocab), np.float32)
                 _ll.tfmpy_model_logits_v2(ptr, src, extra[0], extra[1], out)
                 # not a forward backward() can follow
@@ -769,15 +820,16 @@ class Model(Module):
             results.append(self.tokenizer.decode(new) if as_text else new)
         return results
 
-    def generate(self, prompt, max_new_tokens=100, temperature=None,
+    def generate(self, prompt, max_new_tokens=_UNSET, temperature=None,
                  top_k=None, top_p=None, seed=None, greedy=None,
-                 do_sample=None, min_new_tokens=0, eos_token_id=None,
+                 do_sample=None, min_new_tokens=_UNSET, eos_token_id=None,
                  stop_strings=None, repetition_penalty=1.0,
-                 no_repeat_ngram_size=0, num_beams=1, length_penalty=1.0,
-                 early_stopping=False, num_return_sequences=1,
-                 return_scores=False, decoder_start_token_id=None,
-                 past_context="auto", past_key_values=None,
-                 suppress_tokens=None, forced_eos_token_id=None):
+                 no_repeat_ngram_size=0, num_beams=_UNSET,
+                 length_penalty=_UNSET, early_stopping=_UNSET,
+                 num_return_sequences=1, return_scores=False,
+                 decoder_start_token_id=None, past_context="auto",
+                 past_key_values=None, suppress_tokens=None,
+                 forced_eos_token_id=None, renormalize_logits=_UNSET):
         """Generates up to max_new_tokens tokens after prompt (decoder-only
         models), with a KV cache; past the context length as past_context
         says.  The arguments are Hugging Face generate()'s.
@@ -850,6 +902,21 @@ class Model(Module):
             forced_eos_token_id: beam search: the id the max_new_tokens-th
                 token is forced to be (Hugging Face's; Marian's configs
                 say 0).
+            renormalize_logits: beam search: log-softmax each step's
+                log-probabilities again after the bans above (Hugging
+                Face's LogitNormalization).
+
+        Encoder-decoder checkpoint directories (from_pretrained) take what
+        is not given from their generation_config.json (else config.json),
+        as transformers' generate does: num_beams, max_new_tokens (else
+        max_length - 1, the decoder start counted, at most the context
+        length), min_new_tokens (else min_length - 1), length_penalty,
+        early_stopping, renormalize_logits, decoder_start_token_id (else
+        bos_token_id), eos_token_id, forced_eos_token_id, suppress_tokens
+        and bad_words_ids of single ids.  Otherwise the defaults are
+        max_new_tokens 100, num_beams 1, min_new_tokens 0,
+        length_penalty 1.0, early_stopping False, renormalize_logits
+        False.
             past_context: past the context length W, "auto" (default): a
                 rolling cache for models without absolute positions (RoPE,
                 ALiBi, ...: each query sees the last W keys, Mistral's
@@ -886,6 +953,10 @@ class Model(Module):
             the best sequence, a list of them (best first) when
             num_return_sequences > 1, and with return_scores a pair
             (that, score or list of scores)."""
+        (max_new_tokens, num_beams, min_new_tokens, length_penalty,
+         early_stopping, renormalize_logits) = self._generation_defaults(
+            max_new_tokens, num_beams, min_new_tokens, length_penalty,
+            early_stopping, renormalize_logits)
         if _is_prompt_list(prompt):
             if (num_beams != 1 or num_return_sequences != 1 or return_scores
                     or self.config["architecture"] == "encoder_decoder"):
@@ -913,16 +984,17 @@ class Model(Module):
                 prompt, max_new_tokens, num_beams, length_penalty,
                 early_stopping, num_return_sequences, return_scores,
                 decoder_start_token_id, min_new_tokens, eos_token_id,
-                suppress_tokens, forced_eos_token_id,
+                suppress_tokens, forced_eos_token_id, renormalize_logits,
                 dict(temperature=temperature, top_k=top_k, top_p=top_p,
                      seed=seed, do_sample=do_sample, stop_strings=stop_strings,
                      repetition_penalty=repetition_penalty,
                      no_repeat_ngram_size=no_repeat_ngram_size), greedy)
-        if suppress_tokens is not None or forced_eos_token_id is not None:
+        if (suppress_tokens is not None or forced_eos_token_id is not None
+                or renormalize_logits):
             raise InvalidArgumentError(
-                "suppress_tokens and forced_eos_token_id are taken by the "
-                "beam search (num_beams, encoder-decoder models), not by "
-                "sampling or the KV-cache generator")
+                "suppress_tokens, forced_eos_token_id and renormalize_logits "
+                "are taken by the beam search (num_beams, encoder-decoder "
+                "models), not by sampling or the KV-cache generator")
         ids, as_text = self._prompt_ids(prompt)
         g = self._generator(ids, max_new_tokens, temperature, top_k, top_p,
                             seed, greedy, do_sample, min_new_tokens,
@@ -935,16 +1007,47 @@ class Model(Module):
 
     _EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 
+    def _generation_defaults(self, max_new_tokens, num_beams, min_new_tokens,
+                             length_penalty, early_stopping,
+                             renormalize_logits):
+        """generate's arguments left unset, from an encoder-decoder
+        checkpoint's generation defaults (transformers' GenerationConfig
+        rules, see generate) or the library's."""
+        cfg = (self.generation_config
+               if self.config["architecture"] == "encoder_decoder" else {})
+        if max_new_tokens is _UNSET:
+            if "max_new_tokens" in cfg:
+                max_new_tokens = cfg["max_new_tokens"]
+            elif "max_length" in cfg:   # counts the decoder start token
+                max_new_tokens = min(cfg["max_length"] - 1,
+                                     self.config["context_length"])
+            else:
+                max_new_tokens = 100
+        if min_new_tokens is _UNSET:
+            min_new_tokens = cfg.get("min_new_tokens",
+                                     max(cfg.get("min_length", 0) - 1, 0))
+        pick = [(num_beams, "num_beams", 1),
+                (length_penalty, "length_penalty", 1.0),
+                (early_stopping, "early_stopping", False),
+                (renormalize_logits, "renormalize_logits", False)]
+        num_beams, length_penalty, early_stopping, renormalize_logits = [
+            cfg.get(key, fallback) if value is _UNSET else value
+            for value, key, fallback in pick]
+        return (max_new_tokens, num_beams, min_new_tokens, length_penalty,
+                early_stopping, renormalize_logits)
+
     def _beam_search(self, prompt, max_new_tokens, num_beams, length_penalty,
                      early_stopping, num_return_sequences, return_scores,
                      decoder_start_token_id, min_new_tokens, eos_token_id,
-                     suppress_tokens, forced_eos_token_id, others, greedy):
+                     suppress_tokens, forced_eos_token_id, renormalize_logits,
+                     others, greedy):
         """generate's beam search (tfm_model_beam_search)."""
         defaults = (self.generation_config
                     if self.config["architecture"] == "encoder_decoder"
                     else {})
         if decoder_start_token_id is None:
-            decoder_start_token_id = defaults.get("decoder_start_token_id")
+            decoder_start_token_id = defaults.get(
+                "decoder_start_token_id", defaults.get("bos_token_id"))
         if eos_token_id is None:
             eos_token_id = defaults.get("eos_token_id")
         if forced_eos_token_id is None:
@@ -979,6 +1082,7 @@ class Model(Module):
                 f"early_stopping must be True, False or \"never\", not "
                 f"{early_stopping!r}")
         o.early_stopping = self._EARLY_STOPPING[key]
+        o.renormalize_logits = 1 if renormalize_logits else 0
         if eos_token_id is not None and not isinstance(
                 eos_token_id, (int, np.integer)):
             eos = list(eos_token_id)

@@ -1,0 +1,26 @@
+/* Internal: reading a caller's self-sized struct (docs/ABI.md, "Self-sized
+ * structs"): the caller's struct_size says how many bytes it has, those of
+ * the release it was compiled against; members a newer library appended
+ * keep their defaults. */
+#ifndef TFM_SRC_SELF_SIZED_H
+#define TFM_SRC_SELF_SIZED_H
+
+#include <stddef.h>
+#include <string.h>
+
+/* ours (our_size bytes, holding the defaults) <- the bytes of theirs that
+ * their_size covers, at most our_size, rounded down to whole 8-byte units:
+ * every member of these structs is at most 8 bytes and aligned to its
+ * size, so each is taken whole or not at all.  A struct_size that ends
+ * inside a member (a pointer, an int64_t) leaves that member at its
+ * default instead of mixing some of the caller's bytes into it.  The
+ * caller checks their_size against its minimum first and sets
+ * ours->struct_size afterwards. */
+static inline void tfm__self_sized_copy(void *ours, size_t our_size,
+                                        const void *theirs, size_t their_size)
+{
+    size_t n = their_size < our_size ? their_size : our_size;
+    memcpy(ours, theirs, n & ~(size_t)7);
+}
+
+#endif
