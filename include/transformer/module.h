@@ -58,6 +58,7 @@ typedef enum tfm_module_kind {
     TFM_MODULE_ENCODER_DECODER = 13, /* sequence-to-sequence model */
     TFM_MODULE_ATTENTION = 14,      /* attention variant (attention.h) */
     TFM_MODULE_LINEAR = 15,         /* nn.Linear (layers.h), since 1.2 */
+    TFM_MODULE_PATCH_EMBEDDING = 16, /* ViT's patches (layers.h), since 1.2 */
     TFM_MODULE_KIND_COUNT
 } tfm_module_kind;
 
