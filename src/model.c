@@ -24,6 +24,7 @@
 #include "loss.h"
 #include "model_impl.h"
 #include "parallel.h"
+#include "patch_embedding.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -47,6 +48,7 @@ static void model_destroy(tfm_module *mod)
                                             : NULL);
     tfm_module_free(m->embedding_norm ? &m->embedding_norm->base : NULL);
     tfm_module_free(m->head_norm ? &m->head_norm->base : NULL);
+    tfm_module_free(m->patch_embedding ? &m->patch_embedding->base : NULL);
 }
 
 /* Multiply-accumulates of one forward pass: the blocks' for batch B, L
@@ -188,6 +190,46 @@ tfm_status tfm__model_config_check(const tfm_model_config *c,
                                        d_k);
 }
 
+/* ViT's parts of tfm_layer_options (patch_size, image_size,
+ * num_channels): all 0, or an encoder-only model with learned positions
+ * for the class token and the patches, its own head and none of BERT's
+ * token parts (message set). */
+static tfm_status image_parts_check(const tfm_model_config *c,
+                                    const tfm_layer_options *lo)
+{
+    if (lo->patch_size == 0 && lo->image_size == 0 && lo->num_channels == 0)
+        return TFM_OK;
+    if (c->architecture != TFM_ARCH_ENCODER_ONLY)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "patch_size, image_size and num_channels (an image "
+                         "model) need an encoder-only architecture");
+    if (lo->patch_size < 1 || lo->num_channels < 1 || lo->image_size < 1 ||
+        lo->image_size % lo->patch_size != 0 || lo->image_size > INT32_MAX)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "an image model needs patch_size (%lld) >= 1, "
+                         "num_channels (%lld) >= 1 and image_size (%lld) a "
+                         "positive multiple of patch_size",
+                         (long long)lo->patch_size,
+                         (long long)lo->num_channels,
+                         (long long)lo->image_size);
+    const int64_t side = lo->image_size / lo->patch_size;
+    if (c->positional != TFM_POSITIONAL_LEARNED ||
+        c->context_length != side * side + 1)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "an image model has learned positions for its class "
+                         "token and %lld patches: positional must be "
+                         "learned and context_length %lld (it is %lld)",
+                         (long long)(side * side), (long long)(side * side + 1),
+                         (long long)c->context_length);
+    if (c->tied_embeddings || c->embedding_scale || lo->type_vocab_size ||
+        lo->embedding_norm || lo->head_transform)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "an image model has no token table: "
+                         "tied_embeddings, embedding_scale, type_vocab_size, "
+                         "embedding_norm and head_transform must be 0");
+    return TFM_OK;
+}
+
 /* The model parts of tfm_layer_options: BERT's for one-stack models only
  * (an encoder-decoder model takes final_norm and head_bias, Marian's), a
  * type_vocab_size of 0 .. 2^31-1 (message set). */
@@ -209,7 +251,7 @@ static tfm_status model_parts_check(const tfm_model_config *c,
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "type_vocab_size %lld must be between 0 and 2^31-1",
                          (long long)lo->type_vocab_size);
-    return TFM_OK;
+    return image_parts_check(c, lo);
 }
 
 tfm_status tfm_model_create(const tfm_model_config *config, tfm_module **out)
@@ -264,6 +306,11 @@ tfm_status tfm_model_get_layer_options(const tfm_module *model,
     o.final_norm = m->final_norm;
     o.head_transform = m->head_transform != NULL;
     o.head_bias = m->lm_head_bias != NULL;
+    if (m->patch_embedding) {
+        o.patch_size = m->patch_embedding->patch_size;
+        o.image_size = m->patch_embedding->image_size;
+        o.num_channels = m->patch_embedding->in_channels;
+    }
     memcpy(options, &o, size < sizeof o ? size : sizeof o);
     options->struct_size = size;
     return TFM_OK;
@@ -306,11 +353,19 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
     m->rms_norm = lo.rms_norm != 0;
     m->gated = lo.gated != 0;
     m->final_norm = lo.final_norm != 0;
-    st = tfm__embedding_new(c->vocab_size, d, c->embedding_scale,
-                            &m->token_embedding);
-    if (!st)
-        st = tfm__module_adopt(&m->base, "token_embedding.",
-                               &m->token_embedding->base);
+    if (lo.patch_size > 0) { /* an image model: patches, no token table */
+        st = tfm__patch_embedding_new(d, lo.num_channels, lo.patch_size,
+                                      lo.image_size, 1, &m->patch_embedding);
+        if (!st)
+            st = tfm__module_adopt(&m->base, "patch_embedding.",
+                                   &m->patch_embedding->base);
+    } else {
+        st = tfm__embedding_new(c->vocab_size, d, c->embedding_scale,
+                                &m->token_embedding);
+        if (!st)
+            st = tfm__module_adopt(&m->base, "token_embedding.",
+                                   &m->token_embedding->base);
+    }
     if (!st && c->positional == TFM_POSITIONAL_LEARNED &&
         !(st = tfm__embedding_new(c->context_length, d, 0,
                                   &m->position_embedding)))
@@ -351,8 +406,12 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
         /* The model's own parameters: the untied head, the head
          * transform's Linear and the logits' bias (nn.Linear's
          * initialisation for the Linears, zeros for the bias). */
-        tfm__param_spec specs[4];
+        tfm__param_spec specs[5];
         int n = 0;
+        if (m->patch_embedding) /* nn.Parameter(torch.randn(1, 1, d)) */
+            specs[n++] = (tfm__param_spec){ "cls_token", 3, { 1, 1, d },
+                                            &m->cls_token,
+                                            .init = TFM__INIT_NORMAL };
         if (c->tied_embeddings)
             m->lm_head = m->token_embedding->weight;
         else
@@ -569,9 +628,15 @@ static void embed_dropout(const tfm__model *m, uint64_t key, uint64_t site,
  * tfm_model_backward, tfm_model_loss_backward. */
 static tfm_status check_one_stack(const tfm_module *model)
 {
-    return tfm__model_check(model, (1u << TFM_ARCH_DECODER_ONLY) |
-                                       (1u << TFM_ARCH_ENCODER_ONLY),
-                            "model");
+    tfm_status st = tfm__model_check(model, (1u << TFM_ARCH_DECODER_ONLY) |
+                                                (1u << TFM_ARCH_ENCODER_ONLY),
+                                     "model");
+    if (st == TFM_OK && ((const tfm__model *)model)->patch_embedding)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "this is an image model (ViT): it takes pixel "
+                         "values through tfm_model_image_logits, not token "
+                         "ids, and cannot be trained yet");
+    return st;
 }
 
 void tfm_model_inputs_init(tfm_model_inputs *inputs)
@@ -675,6 +740,69 @@ tfm_status tfm_model_logits_v2(const tfm_module *model, const int32_t *ids,
         if (st == TFM_OK)
             memcpy(logits->data, out, (size_t)(batch * seq * V) * sizeof(float));
     }
+    tfm__ws_restore(mark);
+    return st;
+}
+
+tfm_status tfm_model_image_logits(const tfm_module *model,
+                                  const tfm_tensor *pixel_values,
+                                  tfm_tensor *logits)
+{
+    TFM__PLAN_PIN();
+    tfm_status st =
+        tfm__model_check(model, 1u << TFM_ARCH_ENCODER_ONLY, "model");
+    if (st != TFM_OK)
+        return st;
+    const tfm__model *m = (const tfm__model *)model;
+    if (!m->patch_embedding)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "this model takes token ids (tfm_model_logits), "
+                         "not images: it has no patch embedding");
+    int64_t n = 0;
+    if ((st = tfm__patch_embedding_check(m->patch_embedding, pixel_values,
+                                         &n)))
+        return st;
+    const int64_t B = pixel_values->shape[0], L = n + 1;
+    const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
+    const int64_t shape[2] = { B, V };
+    if ((st = tfm__check_shape(logits, "logits", 2, shape)))
+        return st;
+    if (!tfm__all_finite(pixel_values->data, pixel_values->numel))
+        return tfm__fail(TFM_ERR_NON_FINITE,
+                         "pixel_values hold NaN or infinity");
+
+    /* patches [B*N, d]; x [B, N+1, d]: the class token and the patches,
+     * then the blocks' states; cls [B, d]: the class tokens' final states;
+     * out [B, V]: the logits, copied to the caller only on success. */
+    tfm__ws_mark mark = tfm__ws_save();
+    float *patches = tfm__ws_floats((size_t)(B * n * d));
+    float *x = patches ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
+    float *cls = x ? tfm__ws_floats((size_t)(B * d)) : NULL;
+    float *out = cls ? tfm__ws_floats((size_t)(B * V)) : NULL;
+    st = out ? tfm__patch_embedding_run(m->patch_embedding, pixel_values,
+                                        patches)
+             : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "cannot allocate an image "
+                         "model's scratch for %lld images", (long long)B);
+    if (st == TFM_OK) {
+        const size_t row = (size_t)d * sizeof(float);
+        for (int64_t b = 0; b < B; b++) {
+            memcpy(x + b * L * d, m->cls_token, row);
+            memcpy(x + (b * L + 1) * d, patches + b * n * d, (size_t)n * row);
+        }
+        tfm__embedding_add_rows(m->position_embedding, x, B, L, 0);
+        const tfm__masks none = { 0 };
+        const uint64_t key = tfm__dropout_forward_key((tfm_module *)model);
+        embed_dropout(m, key, TFM__DROP_EMBEDDING, x, B * L * d);
+        st = tfm__stack_run(m->stack, x, B, L, NULL, 0, &none, NULL,
+                            tfm__dropout_site(key, TFM__DROP_STACK));
+    }
+    if (st == TFM_OK) {
+        for (int64_t b = 0; b < B; b++)
+            memcpy(cls + b * d, x + b * L * d, (size_t)d * sizeof(float));
+        st = tfm__model_head(m, cls, B, out);
+    }
+    if (st == TFM_OK)
+        memcpy(logits->data, out, (size_t)(B * V) * sizeof(float));
     tfm__ws_restore(mark);
     return st;
 }

@@ -121,6 +121,24 @@ typedef struct tfm_layer_options {
      * take it, and final_norm 0 (both stacks then end without their
      * "norm.*", as Marian's).  Default 0. */
     int head_bias;
+    /* Since 1.2 (after head_bias): ViT's image input (Dosovitskiy et al.
+     * 2021, eq. 1-4; transformers' modeling_vit.py ViTEmbeddings and
+     * ViTForImageClassification), for encoder-only models only.
+     * patch_size > 0 makes a model of images [B, num_channels,
+     * image_size, image_size] (tfm_model_image_logits) instead of token
+     * ids: no token table; a patch embedding "patch_embedding.weight"
+     * [d_model, num_channels, P, P] and "patch_embedding.bias" [d_model]
+     * (tfm_patch_embedding_create); a class token "cls_token" [1, 1,
+     * d_model] put before the N = (image_size / P)^2 patches; learned
+     * positions [N + 1, d_model] (context_length N + 1); the stack; and a
+     * classifier on the class token's final state, "lm_head.weight"
+     * [vocab_size = num_labels, d_model] with head_bias's "lm_head.bias".
+     * image_size must be a positive multiple of patch_size and
+     * num_channels >= 1 (both 0 when patch_size is 0).  Default 0: a model
+     * of token ids. */
+    int64_t patch_size;
+    int64_t image_size;
+    int64_t num_channels;
 } tfm_layer_options;
 
 /* Writes the defaults (bias 1, no variant, LayerNorm, plain feed-forward,

@@ -36,7 +36,9 @@
  *   of tfm_layer_options (each absent at its default):
  *   "tfm.type_vocab_size" (a whole number), "tfm.embedding_norm" and
  *   "tfm.head_transform" ("true"), "tfm.final_norm" ("false"),
- *   "tfm.head_bias" ("true": a logits bias without a head transform); and for the
+ *   "tfm.head_bias" ("true": a logits bias without a head transform),
+ *   "tfm.patch_size", "tfm.image_size", "tfm.num_channels" (whole numbers,
+ *   an image model's; absent: 0); and for the
  *   tokenizer (tokenizer.h) "tfm.tokenizer": "char", "tfm.vocab".
  */
 #ifndef TRANSFORMER_MODEL_H
@@ -266,6 +268,20 @@ TFM_API tfm_status tfm_model_get_config(const tfm_module *model,
  * eos_token_id, bad_words_ids) are not part of the model: give them to
  * tfm_model_beam_search (decoder_start_token_id, eos_token_id,
  * suppress_tokens).
+ * "model_type" "vit" (Dosovitskiy et al. 2021; ViTForImageClassification,
+ * e.g. google/vit-base-patch16-224, its tensors under "vit." and
+ * "classifier.") becomes an encoder-only, pre-norm image model
+ * (tfm_layer_options' patch_size, image_size, num_channels; run it with
+ * tfm_model_image_logits): the patch embedding's Conv2d weight [d, C, P,
+ * P] as it is stored, the class token, the position table [N + 1, d]
+ * (stored [1, N + 1, d]), query, key and value in the rows of
+ * in_proj_weight / in_proj_bias, layernorm_before / layernorm_after as
+ * norm1 / norm2, the final "vit.layernorm" and the classifier as the head
+ * with its bias (vocab_size = the number of labels of "id2label").  The
+ * pooler of ViTModel is ignored.  qkv_bias false is refused
+ * (TFM_ERR_UNSUPPORTED), an image_size that is not a multiple of
+ * patch_size is malformed (TFM_ERR_FORMAT).  The labels' names and the
+ * image preprocessing (preprocessor_config.json) are the caller's.
  * The directory's tokenizer files are not read here (tfm_tokenizer_load
  * reads them).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO (a missing file, e.g. no
@@ -273,7 +289,7 @@ TFM_API tfm_status tfm_model_get_config(const tfm_module *model,
  * file or JSON, missing or invalid configuration key, missing or extra
  * tensor, wrong shape, a learned attention temperature that is not > 0 so
  * that no forward pass could run), TFM_ERR_UNSUPPORTED (also: a
- * "model_type" other than "gpt2", "llama", "bert" and "marian", an
+ * "model_type" other than "gpt2", "llama", "bert", "marian" and "vit", an
  * unsupported
  * activation, a
  * directory with only pytorch_model.bin), TFM_ERR_NON_FINITE,
@@ -346,6 +362,27 @@ TFM_API tfm_status tfm_model_logits_v2(const tfm_module *model,
                                        int64_t seq,
                                        const tfm_model_inputs *inputs,
                                        tfm_tensor *logits);
+
+/* Image models (an encoder-only model made with tfm_layer_options'
+ * patch_size > 0, e.g. a ViT checkpoint read by tfm_model_load): the
+ * class logits [B, vocab_size] (vocab_size = num_labels) of the images
+ * pixel_values [B, num_channels, image_size, image_size] (float32,
+ * channels first, already normalised as the checkpoint's image processor
+ * does).  As transformers' ViTForImageClassification (Dosovitskiy et al.
+ * 2021, eq. 1-4): z0 = [cls_token; patches E] + positions, the
+ * bidirectional blocks, the final norm, then logits = z_L[CLS]
+ * lm_head^T + lm_head_bias.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND (not an encoder-only
+ * model), TFM_ERR_UNSUPPORTED (a model of token ids), TFM_ERR_SHAPE
+ * (pixel_values not [B, num_channels, image_size, image_size], logits not
+ * [B, vocab_size]), TFM_ERR_NON_FINITE (a NaN or infinite pixel),
+ * TFM_ERR_OUT_OF_MEMORY.  On error logits is unchanged; model and
+ * pixel_values are only read.  Training an image model
+ * (tfm_model_backward) is not supported (TFM_ERR_UNSUPPORTED), nor are
+ * tfm_model_logits and the generation calls on one.  Since 1.2. */
+TFM_API tfm_status tfm_model_image_logits(const tfm_module *model,
+                                          const tfm_tensor *pixel_values,
+                                          tfm_tensor *logits);
 
 /* Encoder-decoder models: logits [B, L, vocab_size] of the target ids
  * [B, L] (causal) given the source ids [B, S].  Errors: as

@@ -64,9 +64,8 @@ def load_model(path=None):
 
 def from_pretrained(path):
     """Model.from_pretrained(path): a Hugging Face checkpoint directory
-    (config.json and safetensors weights; GPT-2, Llama, BERT and Marian) or a model
-    file,
-    with its tokenizer."""
+    (config.json and safetensors weights; GPT-2, Llama, BERT, Marian and
+    ViT) or a model file, with its tokenizer."""
     return Model.load(fspath(path))
 
 
@@ -110,6 +109,19 @@ class AutoModelForMaskedLM(AutoModelForCausalLM):
     refuses a model that is not encoder-only.  Not instantiated."""
 
     _architecture = "encoder_only"
+
+
+def _directory_labels(path):
+    """config.json's id2label as {int: str} (an image classifier's labels),
+    or None when it has none."""
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            labels = json.load(f).get("id2label")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(labels, dict):
+        return None
+    return {int(k): str(v) for k, v in labels.items()}
 
 
 # The tokenizer files a checkpoint directory may hold (tokenizer_files.c).
@@ -351,6 +363,9 @@ class Model(Module):
         cfg.update(kwargs)
         _model_config(cfg)                      # check it before keeping it
         self._config_dict = cfg
+        if cfg.get("id2label"):
+            self._id2label = {int(k): str(v)
+                              for k, v in cfg["id2label"].items()}
         self.dropout = as_float(dropout, "dropout")
         self._adopt(self._create())
         self._reset_new()
@@ -362,7 +377,8 @@ class Model(Module):
         if (not cfg.get("bias", True) or not cfg.get("final_norm", True)
                 or any(cfg.get(k) for k in (
                     "rms_norm", "gated", "type_vocab_size",
-                    "embedding_norm", "head_transform", "head_bias"))):
+                    "embedding_norm", "head_transform", "head_bias",
+                    "patch_size"))):
             layer_options = _ll.tfm_layer_options()
             layer_options.bias = int(bool(cfg.get("bias", True)))
             layer_options.rms_norm = int(bool(cfg.get("rms_norm", False)))
@@ -375,6 +391,8 @@ class Model(Module):
             layer_options.head_transform = int(bool(
                 cfg.get("head_transform", False)))
             layer_options.head_bias = int(bool(cfg.get("head_bias", False)))
+            for key in ("patch_size", "image_size", "num_channels"):
+                setattr(layer_options, key, as_int(cfg.get(key, 0), key, 0))
             return _ll.tfm_model_create_v2(config, options, layer_options)
         if options is None:
             return _ll.tfm_model_create(config)
@@ -402,6 +420,8 @@ class Model(Module):
         self.path = path
         if os.path.isdir(path):
             try:
+                self._id2label = _directory_labels(path)
+                self._config_dict = self.config
                 self.tokenizer = _directory_tokenizer(path)
                 self.generation_config = _generation_config(path)
             except BaseException:
@@ -472,6 +492,12 @@ class Model(Module):
             out["head_transform"] = True
         elif lo.head_bias:
             out["head_bias"] = True
+        if lo.patch_size:
+            out.update(patch_size=lo.patch_size, image_size=lo.image_size,
+                       num_channels=lo.num_channels)
+        id2label = self.__dict__.get("_id2label")
+        if id2label:
+            out["id2label"] = dict(id2label)
         base, attention = self._options()
         if base not in (0.0, _DEFAULT_BASE):
             out["positional_base"] = base
@@ -513,6 +539,11 @@ class Model(Module):
         with self._use() as ptr:
             c = self.config
             vocab = c["vocab_size"]
+            if "patch_size" in c:
+                if (tgt_ids is not None or attention_mask is not None
+                        or token_type_ids is not None):
+                    raise TypeError("an image model takes only pixel values")
+                return self._image_logits(ptr, ids, c)
             src = as_ids(ids, "ids")
             if src.ndim not in (1, 2):
                 raise ShapeError(f"ids must be [N, L] or [L], got shape "
@@ -561,6 +592,38 @@ class Model(Module):
             return out[0] if single else out
 
     forward = logits
+
+    def image_logits(self, pixel_values):
+        """An image model's (ViT's) class logits: pixel_values ``[B, C, H,
+        W]`` (float32, normalised as the checkpoint's image processor
+        does) -> ``[B, num_labels]``; ``[C, H, W]`` -> ``[num_labels]``
+        (tfm_model_image_logits).  ``logits(pixel_values)`` and
+        ``model(pixel_values)`` are the same for an image model."""
+        with self._use() as ptr:
+            c = self.config
+            if "patch_size" not in c:
+                raise UnsupportedError("this model takes token ids, not "
+                                       "images (it has no patch embedding)")
+            return self._image_logits(ptr, pixel_values, c)
+
+    def _image_logits(self, ptr, pixel_values, c):
+        x = np.ascontiguousarray(as_float32(pixel_values, "pixel_values"))
+        single = x.ndim == 3
+        if single:
+            x = x[None]
+        if x.ndim != 4:
+            raise ShapeError(f"pixel_values must be [B, C, H, W] or [C, H, "
+                             f"W], got shape {list(x.shape)}")
+        out = np.empty((x.shape[0], c["vocab_size"]), np.float32)
+        _ll.tfm_model_image_logits(ptr, x, out)
+        return out[0] if single else out
+
+    @property
+    def id2label(self):
+        """An image classifier's label names {index: name} (config.json's
+        id2label), or None."""
+        labels = self.__dict__.get("_id2label")
+        return dict(labels) if labels else None
 
     def loss(self, ids, targets, tgt_ids=None, ignore_index=-100,
              label_smoothing=0.0):
@@ -1072,9 +1135,15 @@ class Model(Module):
         with using(self) as ptr:
             names = [_ll.tfm_module_child_name(ptr, i)
                      for i in range(_ll.tfm_module_child_count(ptr))]
-        specs = [("token_embedding", lambda: make_view(
-            _m.Embedding, self, "token_embedding", c["vocab_size"],
-            c["d_model"], scale=c["embedding_scale"]))]
+        specs = []
+        if "token_embedding" in names:
+            specs.append(("token_embedding", lambda: make_view(
+                _m.Embedding, self, "token_embedding", c["vocab_size"],
+                c["d_model"], scale=c["embedding_scale"])))
+        if "patch_embedding" in names:  # an image model (ViT)
+            specs.append(("patch_embedding", lambda: make_view(
+                _m.PatchEmbedding, self, "patch_embedding", c["d_model"],
+                c["num_channels"], c["patch_size"], c["image_size"])))
         if "position_embedding" in names:
             specs.append(("position_embedding", lambda: make_view(
                 _m.Embedding, self, "position_embedding",
@@ -1130,7 +1199,8 @@ def _model_config(cfg):
              "positional", "tied_embeddings", "embedding_scale",
              "positional_base", "attention", "bias", "rms_norm", "gated",
              "type_vocab_size", "embedding_norm", "final_norm",
-             "head_transform", "head_bias"}
+             "head_transform", "head_bias", "patch_size", "image_size",
+             "num_channels", "id2label"}
     unknown = set(cfg) - known
     if unknown:
         raise InvalidArgumentError(f"unknown model config keys: "

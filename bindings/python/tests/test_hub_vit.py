@@ -1,0 +1,197 @@
+"""ViT checkpoints (issue 18): a ViTForImageClassification directory in the
+exact hub layout (google/vit-base-patch16-224's names, scaled down) loads
+with transformer.from_pretrained and classifies images as an independent
+torch float64 ViT does (hub_vit_reference.py), from F32, F16, BF16 and
+sharded weights; what it cannot hold is refused, named."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import transformer
+import hub_gpt2_reference as G
+import hub_vit_reference as R
+from conftest import rel_err
+
+
+@pytest.mark.parametrize("dtype,prefix,shards,pooler", [
+    ("F32", "vit.", 1, False),   # ViTForImageClassification.save_pretrained
+    ("BF16", "vit.", 3, True),   # sharded, with ViTModel's pooler (ignored)
+    ("F16", "", 1, False),       # unprefixed
+])
+def test_logits(tmp_path, dtype, prefix, shards, pooler):
+    w = R.random_weights(R.CONFIG, seed=3, pooler=pooler)
+    R.write_checkpoint(str(tmp_path), w, dtype=dtype, prefix=prefix,
+                       shards=shards)
+    ref_w = G.rounded(w, dtype)
+    model = transformer.from_pretrained(tmp_path)
+    c = model.config
+    assert c["architecture"] == "encoder_only" and c["norm_first"]
+    assert c["activation"] == "gelu" and c["vocab_size"] == 5
+    assert (c["patch_size"], c["image_size"], c["num_channels"]) == (8, 32, 3)
+    assert c["context_length"] == 17 and c["head_bias"]
+    assert model.id2label == {0: "tabby cat", 1: "goldfish", 2: "airliner",
+                              3: "teapot", 4: "volcano"}
+    assert c["id2label"] == model.id2label
+    x = R.pixels(R.CONFIG, batch=3)
+    ref = R.vit_logits(ref_w, R.CONFIG, x)
+    out = model.logits(x.numpy())
+    assert out.shape == (3, 5)
+    assert rel_err(out, ref) <= 1e-5
+    assert rel_err(model(x.numpy()), ref) <= 1e-5
+    assert rel_err(model.image_logits(x[1].numpy()), ref[1]) <= 1e-5
+    sd = model.state_dict()
+    np.testing.assert_array_equal(
+        sd["layers.1.self_attn.in_proj_weight"][48:96],
+        ref_w["encoder.layer.1.attention.attention.key.weight"].float())
+    np.testing.assert_array_equal(
+        sd["layers.2.self_attn.in_proj_bias"][96:],
+        ref_w["encoder.layer.2.attention.attention.value.bias"].float())
+    np.testing.assert_array_equal(
+        sd["patch_embedding.weight"],
+        ref_w["embeddings.patch_embeddings.projection.weight"].float())
+    assert sd["cls_token"].shape == (1, 1, 48)
+    assert sd["position_embedding.weight"].shape == (17, 48)
+    assert "token_embedding.weight" not in sd
+    assert isinstance(model.patch_embedding, transformer.PatchEmbedding)
+
+
+def test_bf16_equals_the_same_weights_in_f32(tmp_path):
+    w = G.rounded(R.random_weights(R.CONFIG, seed=4), "BF16")
+    w = {k: v.float() for k, v in w.items()}
+    R.write_checkpoint(str(tmp_path / "f32"), w)
+    R.write_checkpoint(str(tmp_path / "bf16"), w, dtype="BF16", shards=2)
+    x = R.pixels(R.CONFIG).numpy()
+    a = transformer.from_pretrained(tmp_path / "f32").logits(x)
+    b = transformer.from_pretrained(tmp_path / "bf16").logits(x)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_save_load_round_trip_and_errors(tmp_path):
+    R.write_checkpoint(str(tmp_path / "hub"), R.random_weights(R.CONFIG))
+    model = transformer.from_pretrained(tmp_path / "hub")
+    x = R.pixels(R.CONFIG).numpy()
+    path = str(tmp_path / "vit.safetensors")
+    model.save(path)
+    again = transformer.load_model(path)
+    for k in ("patch_size", "image_size", "num_channels", "context_length",
+              "vocab_size", "head_bias", "norm_first"):
+        assert again.config[k] == model.config[k]
+    np.testing.assert_array_equal(again.logits(x), model.logits(x))
+    # a model of images takes no ids, and is not trained yet
+    with pytest.raises(transformer.UnsupportedError, match="image model"):
+        with model._use() as ptr:
+            transformer._lowlevel.tfm_model_logits(
+                ptr, np.zeros((1, 2), np.int32),
+                np.zeros((1, 2, 5), np.float32))
+    model.train()
+    with pytest.raises(transformer.UnsupportedError, match="trained"):
+        model.loss_backward(np.zeros((1, 2), np.int32),
+                            np.zeros((1, 2), np.int32))
+    with pytest.raises(transformer.ShapeError):
+        model.logits(np.zeros((1, 3, 16, 16), np.float32))   # not 32 x 32
+    with pytest.raises(transformer.ShapeError):
+        model.logits(np.zeros((1, 1, 32, 32), np.float32))   # 1 channel
+    bad = x.copy()
+    bad[0, 1, 2, 3] = np.nan
+    with pytest.raises(transformer.NonFiniteError):
+        model.logits(bad)
+    # a model of token ids takes no images
+    bert_like = transformer.Model(vocab_size=7, d_model=8, n_heads=2,
+                                  context_length=4,
+                                  architecture="encoder_only")
+    with pytest.raises(transformer.UnsupportedError, match="token ids"):
+        bert_like.image_logits(x)
+
+
+def test_a_created_image_model_matches_the_reference():
+    """Model(config) with the image parts: its own parameters, set from a
+    hub-named dict, run as the reference does."""
+    w = R.random_weights(R.CONFIG, seed=9)
+    model = transformer.Model(
+        architecture="encoder_only", vocab_size=5, d_model=48, n_heads=4,
+        d_ff=80, n_layers=3, context_length=17, activation="gelu",
+        layer_norm_eps=1e-12, norm_first=True, tied_embeddings=False,
+        head_bias=True, patch_size=8, image_size=32, num_channels=3)
+    sd = {"cls_token": w["embeddings.cls_token"],
+          "position_embedding.weight":
+              w["embeddings.position_embeddings"][0],
+          "patch_embedding.weight":
+              w["embeddings.patch_embeddings.projection.weight"],
+          "patch_embedding.bias":
+              w["embeddings.patch_embeddings.projection.bias"],
+          "norm.weight": w["layernorm.weight"],
+          "norm.bias": w["layernorm.bias"],
+          "lm_head.weight": w["classifier.weight"],
+          "lm_head.bias": w["classifier.bias"]}
+    for i in range(3):
+        p = f"encoder.layer.{i}."
+        a = p + "attention.attention."
+        sd.update({
+            f"layers.{i}.norm1.weight": w[p + "layernorm_before.weight"],
+            f"layers.{i}.norm1.bias": w[p + "layernorm_before.bias"],
+            f"layers.{i}.self_attn.in_proj_weight": torch.cat(
+                [w[a + n + ".weight"] for n in ("query", "key", "value")]),
+            f"layers.{i}.self_attn.in_proj_bias": torch.cat(
+                [w[a + n + ".bias"] for n in ("query", "key", "value")]),
+            f"layers.{i}.self_attn.out_proj.weight":
+                w[p + "attention.output.dense.weight"],
+            f"layers.{i}.self_attn.out_proj.bias":
+                w[p + "attention.output.dense.bias"],
+            f"layers.{i}.norm2.weight": w[p + "layernorm_after.weight"],
+            f"layers.{i}.norm2.bias": w[p + "layernorm_after.bias"],
+            f"layers.{i}.linear1.weight": w[p + "intermediate.dense.weight"],
+            f"layers.{i}.linear1.bias": w[p + "intermediate.dense.bias"],
+            f"layers.{i}.linear2.weight": w[p + "output.dense.weight"],
+            f"layers.{i}.linear2.bias": w[p + "output.dense.bias"]})
+    model.load_state_dict({k: v.numpy() for k, v in sd.items()})
+    x = R.pixels(R.CONFIG)
+    assert rel_err(model.logits(x.numpy()),
+                   R.vit_logits(w, R.CONFIG, x)) <= 1e-5
+
+
+def _edit(tmp_path, config=None, drop=None, extra=None, reshape=None):
+    w = R.random_weights(R.CONFIG)
+    if drop:
+        del w[drop]
+    if reshape:
+        w[reshape] = w[reshape][:-1]
+    R.write_checkpoint(str(tmp_path), w, config, extra=extra)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("kwargs,error,words", [
+    (dict(config=dict(R.CONFIG, image_size=36)),
+     transformer.FormatError, "image_size"),
+    (dict(config=dict(R.CONFIG, num_attention_heads=5)),
+     transformer.FormatError, "num_attention_heads"),
+    (dict(config=dict(R.CONFIG, hidden_act="gelu_quick")),
+     transformer.UnsupportedError, "hidden_act"),
+    (dict(config=dict(R.CONFIG, qkv_bias=False)),
+     transformer.UnsupportedError, "qkv_bias"),
+    (dict(config=dict(R.CONFIG, id2label={})),
+     transformer.UnsupportedError, "id2label"),
+    (dict(config=dict(R.CONFIG, num_channels=1)),
+     transformer.FormatError,
+     "vit.embeddings.patch_embeddings.projection.weight"),
+    (dict(config=dict(R.CONFIG, image_size=40)),
+     transformer.FormatError, "vit.embeddings.position_embeddings"),
+    (dict(drop="embeddings.cls_token"),
+     transformer.FormatError, "vit.embeddings.cls_token"),
+    (dict(drop="classifier.bias"),
+     transformer.FormatError, "classifier.bias"),
+    (dict(reshape="encoder.layer.0.attention.attention.key.bias"),
+     transformer.FormatError,
+     "vit.encoder.layer.0.attention.attention.key.bias"),
+    (dict(extra={"vit.encoder.layer.3.output.dense.bias": torch.ones(48)}),
+     transformer.FormatError, "vit.encoder.layer.3.output.dense.bias"),
+    (dict(config={k: v for k, v in R.CONFIG.items()
+                  if k not in ("id2label", "label2id")}),
+     transformer.FormatError, "classifier.weight"),  # 2 labels by default
+])
+def test_refused_with_the_name(tmp_path, kwargs, error, words):
+    path = _edit(tmp_path, **kwargs)
+    with pytest.raises(error, match=words.replace(".", r"\.")):
+        transformer.from_pretrained(path)
