@@ -195,3 +195,117 @@ def test_refused_with_the_name(tmp_path, kwargs, error, words):
     path = _edit(tmp_path, **kwargs)
     with pytest.raises(error, match=words.replace(".", r"\.")):
         transformer.from_pretrained(path)
+
+
+# ---- images: the command line's libpng / libjpeg, Python's Pillow ----------
+
+PREP = {"do_normalize": True, "do_rescale": True, "do_resize": True,
+        "image_mean": [0.485, 0.456, 0.406],
+        "image_processor_type": "ViTImageProcessor",
+        "image_std": [0.229, 0.224, 0.225], "resample": 2,
+        "rescale_factor": 0.00392156862745098,
+        "size": {"height": 32, "width": 32}}
+
+
+def _image(path, size, fmt, seed=0):
+    """A smooth random RGB image written by Pillow; its pixels as Pillow
+    decodes them back ([H, W, 3] uint8)."""
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    w, h = size
+    base = rng.integers(0, 256, (h // 4 + 2, w // 4 + 2, 3), np.uint8)
+    img = Image.fromarray(base).resize((w, h), Image.BICUBIC)
+    img.save(path, fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+    with Image.open(path) as im:
+        return im.convert("RGB")
+
+
+def _reference_top(w, pil_image, prep=PREP):
+    """The float64 reference's softmax over the labels for pil_image,
+    preprocessed as ViTImageProcessor does (Pillow's bilinear resize)."""
+    from PIL import Image
+    size = (prep["size"]["width"], prep["size"]["height"])
+    if pil_image.size != size:
+        pil_image = pil_image.resize(size, Image.BILINEAR)
+    x = np.asarray(pil_image, np.float64) * prep["rescale_factor"]
+    x = (x - np.asarray(prep["image_mean"])) / np.asarray(prep["image_std"])
+    x = torch.tensor(x.transpose(2, 0, 1)[None].astype(np.float32))
+    return torch.softmax(R.vit_logits(w, R.CONFIG, x)[0], -1)
+
+
+def _labels(i):
+    return R.CONFIG["id2label"][str(i)]
+
+
+def test_classify_in_python_with_pillow(tmp_path):
+    pytest.importorskip("PIL")
+    w = R.random_weights(R.CONFIG, seed=21)
+    R.write_checkpoint(str(tmp_path), w)
+    with open(tmp_path / "preprocessor_config.json", "w") as f:
+        json.dump(PREP, f)
+    model = transformer.from_pretrained(tmp_path)
+    for size, fmt in (((32, 32), "PNG"), ((57, 41), "PNG"),
+                      ((40, 48), "JPEG")):
+        path = str(tmp_path / f"img.{fmt.lower()}")
+        img = _image(path, size, fmt, seed=size[0])
+        p = _reference_top(w, img)
+        got = model.classify(path)
+        order = torch.argsort(p, descending=True).tolist()
+        assert [g["label"] for g in got] == [_labels(i) for i in order]
+        np.testing.assert_allclose([g["score"] for g in got],
+                                   p[order].numpy(), rtol=1e-5, atol=1e-6)
+    proc = transformer.ViTImageProcessor.from_pretrained(tmp_path)
+    assert proc.size == {"height": 32, "width": 32}
+    assert proc.image_mean == PREP["image_mean"]
+    assert len(model.classify(path, top_k=2)) == 2
+
+
+def test_command_line_classify(tmp_path):
+    """transformer-generate --model DIR --classify IMAGE: the top 5 labels
+    with their probabilities (4 decimals), a PNG and a JPEG at the model's
+    size read by libpng / libjpeg as Pillow reads them, normalised with the
+    directory's preprocessor_config.json; a resized PNG (bilinear) agrees
+    with Pillow's resize closely; --top-k 2 gives two; a text model and a
+    file that is no image are refused."""
+    import os
+    import subprocess
+    pytest.importorskip("PIL")
+    cli = os.environ.get("TRANSFORMER_GENERATE")
+    if not cli:
+        pytest.skip("TRANSFORMER_GENERATE (transformer-generate) not set")
+    w = R.random_weights(R.CONFIG, seed=22)
+    R.write_checkpoint(str(tmp_path), w)
+    with open(tmp_path / "preprocessor_config.json", "w") as f:
+        json.dump(PREP, f)
+
+    def run(image, *more):
+        r = subprocess.run([cli, "--model", str(tmp_path), "--classify",
+                            image, *more], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return [line.split("\t") for line in r.stdout.splitlines()]
+
+    for size, fmt, tol in (((32, 32), "PNG", 1e-4), ((32, 32), "JPEG", 1e-4),
+                           ((45, 60), "PNG", 0.02)):
+        path = str(tmp_path / f"x{size[0]}.{fmt.lower()}")
+        p = _reference_top(w, _image(path, size, fmt, seed=size[1]))
+        order = torch.argsort(p, descending=True).tolist()
+        lines = run(path)
+        assert len(lines) == 5
+        assert lines[0][1] == _labels(order[0])
+        for score, label in lines:
+            i = [_labels(k) for k in range(5)].index(label)
+            assert abs(float(score) - float(p[i])) <= tol
+        if tol < 1e-3:
+            assert [label for _, label in lines] == [_labels(i)
+                                                     for i in order]
+    assert len(run(path, "--top-k", "2")) == 2
+    (tmp_path / "not.png").write_text("hello")
+    r = subprocess.run([cli, "--model", str(tmp_path), "--classify",
+                        str(tmp_path / "not.png")], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "not a PNG or JPEG" in r.stderr
+    G.write_checkpoint(str(tmp_path / "gpt2"), G.random_weights(G.CONFIG),
+                       tokenizer=True)
+    r = subprocess.run([cli, "--model", str(tmp_path / "gpt2"),
+                        "--classify", path], capture_output=True, text=True)
+    assert r.returncode == 1 and "image model" in r.stderr

@@ -107,6 +107,7 @@ from .modules import (Attention, Embedding, GatedFeedForward, LayerNorm,
                       Transformer, TransformerDecoder,
                       TransformerDecoderLayer, TransformerEncoder,
                       TransformerEncoderLayer)
+from .images import ViTImageProcessor
 from .functional import (attention, cross_entropy, cross_entropy_backward,
                          scaled_dot_product_attention,
                          scaled_dot_product_attention_backward,
@@ -163,6 +164,7 @@ __all__ = [
     # models
     "Model", "KVCache", "Tokenizer", "Sampler", "load_model",
     "from_pretrained", "AutoModelForCausalLM", "AutoModelForMaskedLM",
+    "ViTImageProcessor",
     "default_model_path",
     "DEFAULT_SEED", "load_tokenizer",
     # files

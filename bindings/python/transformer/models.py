@@ -618,6 +618,28 @@ class Model(Module):
         _ll.tfm_model_image_logits(ptr, x, out)
         return out[0] if single else out
 
+    def classify(self, image, top_k=5, processor=None):
+        """An image model's top_k classes of image (a path, a PIL image or
+        an ``[H, W, 3]`` uint8 array), as Hugging Face's
+        image-classification pipeline: a list of ``{"label", "score"}``
+        dicts, most likely first, scores the softmax over the labels.  The
+        image is decoded by Pillow and preprocessed by ``processor`` (a
+        ViTImageProcessor; default: the checkpoint directory's,
+        ``ViTImageProcessor.from_pretrained(model.path)``)."""
+        from .images import ViTImageProcessor
+        if processor is None:
+            processor = (ViTImageProcessor.from_pretrained(self.path)
+                         if self.path and os.path.isdir(self.path) else
+                         ViTImageProcessor(size=self.config.get(
+                             "image_size", 224)))
+        logits = self.image_logits(processor(image))[0].astype(np.float64)
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        labels = self.id2label or {}
+        order = np.argsort(-p, kind="stable")[:int(top_k)]
+        return [{"label": labels.get(int(i), f"LABEL_{int(i)}"),
+                 "score": float(p[i])} for i in order]
+
     @property
     def id2label(self):
         """An image classifier's label names {index: name} (config.json's
