@@ -410,7 +410,7 @@ class Model(Module):
         """Loads a model file (default: default_model_path()) and, when its
         metadata has one, its tokenizer; or a Hugging Face checkpoint
         directory (config.json, model.safetensors or sharded weights with
-        model.safetensors.index.json; GPT-2, Llama, BERT and Marian) with the tokenizer its
+        model.safetensors.index.json; GPT-2, Llama, BERT, Marian, ViT) with the tokenizer its
         files give (tokenizer.json, vocab.json + merges.txt, ...), None
         when it has none."""
         path = default_model_path() if path is None else fspath(path)
