@@ -1640,6 +1640,60 @@ static void test_forward_models(void **state)
     }
 }
 
+static tfm_status call_patch_embedding(fwd_ctx *c)
+{
+    return tfm_patch_embedding_forward(c->module, c->in[0], c->out[0]);
+}
+
+static tfm_status call_image_logits(fwd_ctx *c)
+{
+    return tfm_model_image_logits(c->module, c->in[0], c->out[0]);
+}
+
+/* Pixels [B, C, H, W] with distinct values. */
+static tfm_tensor *pixels(int64_t B, int64_t C, int64_t H, int64_t W)
+{
+    tfm_tensor *t = make4(B, C, H, W, NULL);
+    float *x = tfm_tensor_data(t);
+    for (int64_t i = 0; i < B * C * H * W; i++)
+        x[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+    return t;
+}
+
+/* ViT's patch embedding (its unfolded patches in scratch) and an image
+ * model's class logits. */
+static void test_forward_images(void **state)
+{
+    (void)state;
+    fwd_ctx c;
+    memset(&c, 0, sizeof c);
+    assert_int_equal(tfm_patch_embedding_create(4, 2, 2, 0, 1, &c.module),
+                     TFM_OK);
+    lcg_randomize(c.module, 41);
+    c.in[0] = pixels(2, 2, 4, 6);
+    c.out[0] = make3(2, 6, 4, NULL);
+    c.n_out = 1;
+    c.call = call_patch_embedding;
+    fwd_check("tfm_patch_embedding_forward", &c);
+
+    tfm_model_config mc = model_config(TFM_ARCH_ENCODER_ONLY, 3);
+    mc.context_length = 5; /* the class token and 2 x 2 patches */
+    mc.tied_embeddings = 0;
+    tfm_layer_options lo;
+    tfm_layer_options_init(&lo);
+    lo.head_bias = 1;
+    lo.patch_size = 2;
+    lo.image_size = 4;
+    lo.num_channels = 2;
+    assert_int_equal(tfm_model_create_v2(&mc, NULL, &lo, &c.module), TFM_OK);
+    lcg_randomize(c.module, 42);
+    c.in[0] = pixels(2, 2, 4, 4);
+    c.out[0] = make2(2, 3, NULL);
+    c.n_out = 1;
+    c.call = call_image_logits;
+    fwd_check("tfm_model_image_logits", &c);
+}
+
 /* Scratch larger than the workspace's first chunk (1 MiB): the arena grows
  * chunk by chunk, and merges them into one block when the call returns;
  * each of those allocations fails in turn.  A failed merge is absorbed (the
@@ -2388,6 +2442,7 @@ int main(void)
         cmocka_unit_test(test_forward_attention),
         cmocka_unit_test(test_forward_layers),
         cmocka_unit_test(test_forward_models),
+        cmocka_unit_test(test_forward_images),
         cmocka_unit_test(test_forward_large_scratch),
         cmocka_unit_test(test_kv_cache),
         cmocka_unit_test(test_generate),
