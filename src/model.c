@@ -66,6 +66,15 @@ static tfm_status model_macs(const tfm_module *mod, int64_t B, int64_t L,
     } else if ((st = tfm__stack_macs(m->stack, B, L, L, acc))) {
         return st;
     }
+    if (m->patch_embedding) { /* an image model: the patches (L - 1 of
+                               * them) in, the class token's row out */
+        const tfm__patch_embedding *pe = m->patch_embedding;
+        const int64_t k = pe->in_channels * pe->patch_size * pe->patch_size;
+        if (!tfm__macs_add(acc, B, L - 1, k, c->layer.d_model) ||
+            !tfm__macs_add(acc, B, 1, c->layer.d_model, c->vocab_size))
+            return tfm__fail(TFM_ERR_OVERFLOW, "MAC count overflows int64");
+        return TFM_OK;
+    }
     if ((m->head_transform &&
          !tfm__macs_add(acc, B, L, c->layer.d_model, c->layer.d_model)) ||
         !tfm__macs_add(acc, B, L, c->layer.d_model, c->vocab_size))
