@@ -56,6 +56,11 @@ def test_logits(tmp_path, dtype, prefix, shards, pooler):
     assert sd["position_embedding.weight"].shape == (17, 48)
     assert "token_embedding.weight" not in sd
     assert isinstance(model.patch_embedding, transformer.PatchEmbedding)
+    # MACs: the patches (16 of 3 x 8 x 8 pixels), the 3 blocks over 17
+    # positions, the classifier on the class token alone
+    d, ff, L = 48, 80, 17
+    block = 4 * d * d * L + 2 * L * L * d + 2 * L * d * ff
+    assert model.forward_macs(2, L) == 2 * (16 * 192 * d + 3 * block + d * 5)
 
 
 def test_bf16_equals_the_same_weights_in_f32(tmp_path):
