@@ -373,10 +373,17 @@ static int classify_image(const tfm_module *model, const char *dir,
         fail("%s", tfm_last_error());
         goto done;
     }
-    if (!(text = read_file(path, &len)) ||
-        !cJSON_IsObject(config = cJSON_ParseWithLength(text, len))) {
-        fail("%s is not a JSON object", path);
-        goto done;
+    /* The labels' names: config.json's id2label (a model file has none:
+     * LABEL_<i>). */
+    FILE *probe = fopen(path, "rb");
+    if (probe) {
+        fclose(probe);
+        if (!(text = read_file(path, &len)))
+            goto done;
+        if (!cJSON_IsObject(config = cJSON_ParseWithLength(text, len))) {
+            fail("%s is not a JSON object", path);
+            goto done;
+        }
     }
     /* softmax in double, then the k largest by selection (k small) */
     double hi = -INFINITY, sum = 0.0;

@@ -304,6 +304,21 @@ def test_command_line_classify(tmp_path):
             assert [label for _, label in lines] == [_labels(i)
                                                      for i in order]
     assert len(run(path, "--top-k", "2")) == 2
+    # a model file: no config.json, no preprocessor_config.json: the labels
+    # LABEL_<i>, ViTImageProcessor's default mean and std 0.5
+    model_file = str(tmp_path / "vit.safetensors")
+    transformer.from_pretrained(tmp_path).save(model_file)
+    r = subprocess.run([cli, "--model", model_file, "--classify", path,
+                        "--top-k", "5"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    prep = dict(PREP, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    from PIL import Image
+    with Image.open(path) as im:
+        p = _reference_top(w, im.convert("RGB"), prep)
+    got = [line.split("\t") for line in r.stdout.splitlines()]
+    assert got[0][1] == f"LABEL_{int(torch.argmax(p))}"
+    for score, label in got:
+        assert abs(float(score) - float(p[int(label[6:])])) <= 0.02
     (tmp_path / "not.png").write_text("hello")
     r = subprocess.run([cli, "--model", str(tmp_path), "--classify",
                         str(tmp_path / "not.png")], capture_output=True,

@@ -420,8 +420,9 @@ class Model(Module):
         self.path = path
         if os.path.isdir(path):
             try:
-                self._id2label = _directory_labels(path)
-                self._config_dict = self.config
+                if "patch_size" in self._config_dict:  # an image model
+                    self._id2label = _directory_labels(path)
+                    self._config_dict = self.config
                 self.tokenizer = _directory_tokenizer(path)
                 self.generation_config = _generation_config(path)
             except BaseException:
