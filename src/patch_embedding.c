@@ -228,9 +228,8 @@ tfm_status tfm_patch_embedding_backward(tfm_module *pe, const tfm_tensor *x,
     if (grad_input && overlaps(grad_input, grad_output))
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "%s: grad_input overlaps "
                          "grad_output", what);
-    const int64_t B = x->shape[0], H = x->shape[2], W = x->shape[3];
     const int64_t P = p->patch_size, k = p->in_channels * P * P;
-    const int64_t rows = B * n, d = p->d_model;
+    const int64_t rows = x->shape[0] * n, d = p->d_model;
     /* cols [rows, k]: the patches, then their gradient; acc [d] doubles:
      * the bias sums. */
     float *cols, *acc;
@@ -239,14 +238,26 @@ tfm_status tfm_patch_embedding_backward(tfm_module *pe, const tfm_tensor *x,
     tfm__ws_mark mark;
     if ((st = tfm__backward_begin(pe, what, bufs, sizes, 2, &mark)))
         return st;
-    unfold(p, B, H, W, x->data, cols, 0);
-    float *gw = tfm__param_grad(&pe->params[0]);
-    float *gb = p->bias ? tfm__param_grad(&pe->params[1]) : NULL;
-    tfm__linear_backward(cols, k, rows, k, p->weight, d, grad_output->data, d,
-                         grad_input ? cols : NULL, gw, gb,
-                         (double *)(void *)acc);
-    if (grad_input)
-        unfold(p, B, H, W, grad_input->data, cols, 1);
+    tfm__patch_embedding_backward_run(p, x, grad_output->data,
+                                      grad_input ? grad_input->data : NULL,
+                                      cols, (double *)(void *)acc);
     tfm__backward_end(pe, mark);
     return TFM_OK;
+}
+
+void tfm__patch_embedding_backward_run(const tfm__patch_embedding *pe,
+                                       const tfm_tensor *x, const float *g,
+                                       float *grad_input, float *cols,
+                                       double *acc)
+{
+    const int64_t B = x->shape[0], H = x->shape[2], W = x->shape[3];
+    const int64_t P = pe->patch_size, k = pe->in_channels * P * P;
+    const int64_t rows = B * (H / P) * (W / P), d = pe->d_model;
+    unfold(pe, B, H, W, x->data, cols, 0);
+    float *gw = tfm__grad_of(&pe->base, pe->weight);
+    float *gb = pe->bias ? tfm__grad_of(&pe->base, pe->bias) : NULL;
+    tfm__linear_backward(cols, k, rows, k, pe->weight, d, g, d,
+                         grad_input ? cols : NULL, gw, gb, acc);
+    if (grad_input)
+        unfold(pe, B, H, W, grad_input, cols, 1);
 }

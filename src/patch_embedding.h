@@ -30,4 +30,14 @@ tfm_status tfm__patch_embedding_check(const tfm__patch_embedding *pe,
 tfm_status tfm__patch_embedding_run(const tfm__patch_embedding *pe,
                                     const tfm_tensor *x, float *out);
 
+/* The backward of tfm__patch_embedding_run for g [B*N, d], the output's
+ * gradient (x checked): weight.grad += g^T cols, bias.grad += the column
+ * sums of g (through acc [d] doubles), and grad_input (x's size, or NULL)
+ * = g weight folded back onto the pixels; cols [B*N, C*P*P] is scratch.
+ * The caller has entered the gradients (tfm__backward_begin). */
+void tfm__patch_embedding_backward_run(const tfm__patch_embedding *pe,
+                                       const tfm_tensor *x, const float *g,
+                                       float *grad_input, float *cols,
+                                       double *acc);
+
 #endif

@@ -377,12 +377,31 @@ TFM_API tfm_status tfm_model_logits_v2(const tfm_module *model,
  * (pixel_values not [B, num_channels, image_size, image_size], logits not
  * [B, vocab_size]), TFM_ERR_NON_FINITE (a NaN or infinite pixel),
  * TFM_ERR_OUT_OF_MEMORY.  On error logits is unchanged; model and
- * pixel_values are only read.  Training an image model
- * (tfm_model_backward) is not supported (TFM_ERR_UNSUPPORTED), nor are
- * tfm_model_logits and the generation calls on one.  Since 1.2. */
+ * pixel_values are only read.  An image model refuses tfm_model_logits,
+ * tfm_model_backward, tfm_model_loss_backward and the generation calls
+ * (TFM_ERR_UNSUPPORTED or TFM_ERR_WRONG_KIND); it trains through
+ * tfm_model_image_backward.  Since 1.2. */
 TFM_API tfm_status tfm_model_image_logits(const tfm_module *model,
                                           const tfm_tensor *pixel_values,
                                           tfm_tensor *logits);
+
+/* The backward of tfm_model_image_logits (torch.autograd's, the dropout
+ * masks of the latest forward): given grad_logits [B, vocab_size], the
+ * gradient of a loss with respect to the class logits of pixel_values
+ * [B, C, H, W] (e.g. tfm_cross_entropy's dlogits), accumulates (+=) the
+ * gradient of every parameter: the classifier (lm_head.weight,
+ * lm_head.bias), the blocks and their final norm (the class token's row
+ * alone carries a gradient into them), the learned positions, cls_token
+ * (summed over the batch) and the patch embedding (as
+ * tfm_patch_embedding_backward).  The forward is recomputed once, keeping
+ * the blocks' activations; tfm_module_train must have been called.  The
+ * pixels get no gradient.  Errors: those of tfm_model_image_logits
+ * (grad_logits for logits), TFM_ERR_NON_FINITE (grad_logits),
+ * TFM_ERR_INVALID_ARGUMENT (no gradient memory), TFM_ERR_BUSY; the checks,
+ * the busy guard and the scratch come before any write.  Since 1.2. */
+TFM_API tfm_status tfm_model_image_backward(tfm_module *model,
+                                            const tfm_tensor *pixel_values,
+                                            const tfm_tensor *grad_logits);
 
 /* Encoder-decoder models: logits [B, L, vocab_size] of the target ids
  * [B, L] (causal) given the source ids [B, S].  Errors: as

@@ -63,6 +63,67 @@ def test_logits(tmp_path, dtype, prefix, shards, pooler):
     assert model.forward_macs(2, L) == 2 * (16 * 192 * d + 3 * block + d * 5)
 
 
+def test_training_gradients_match_autograd(tmp_path):
+    """Model.backward of a loaded ViT (tfm_model_image_backward) against
+    torch.autograd through the float64 reference: every parameter's
+    gradient (patch embedding, class token, positions, blocks, final norm,
+    classifier) within 1e-4 of the largest magnitude, accumulated (+=) by
+    a second backward."""
+    w = R.random_weights(R.CONFIG, seed=6)
+    R.write_checkpoint(str(tmp_path), w)
+    ours = transformer.from_pretrained(tmp_path)
+    ref_w = {k: v.double().requires_grad_(True) for k, v in w.items()}
+    x = R.pixels(R.CONFIG, batch=3, seed=8)
+    targets = torch.tensor([4, 0, 2])
+    logits = R.vit_logits(ref_w, R.CONFIG, x)
+    loss = torch.nn.functional.cross_entropy(logits, targets)
+    (dlogits,) = torch.autograd.grad(loss, logits, retain_graph=True)
+    loss.backward()
+    ours.train()
+    assert rel_err(ours.logits(x.numpy()), logits.detach()) <= 1e-5
+    ours.backward(dlogits.float().numpy())
+
+    def close(name, want, scale=1):
+        got = ours.grad(name)
+        want = want.reshape(got.shape).numpy() * scale
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err <= 1e-4, (name, err)
+
+    emb = "embeddings."
+    close("cls_token", ref_w[emb + "cls_token"].grad)
+    close("position_embedding.weight",
+          ref_w[emb + "position_embeddings"].grad)
+    proj = emb + "patch_embeddings.projection."
+    close("patch_embedding.weight", ref_w[proj + "weight"].grad)
+    close("patch_embedding.bias", ref_w[proj + "bias"].grad)
+    close("norm.weight", ref_w["layernorm.weight"].grad)
+    close("norm.bias", ref_w["layernorm.bias"].grad)
+    close("lm_head.weight", ref_w["classifier.weight"].grad)
+    close("lm_head.bias", ref_w["classifier.bias"].grad)
+    for i in range(R.CONFIG["num_hidden_layers"]):
+        p, q = f"layers.{i}.", f"encoder.layer.{i}."
+        for part in ("weight", "bias"):
+            close(p + "self_attn.in_proj_" + part, torch.cat(
+                [ref_w[q + f"attention.attention.{n}.{part}"].grad
+                 for n in ("query", "key", "value")]))
+            for ours_name, hf in [("self_attn.out_proj",
+                                   "attention.output.dense"),
+                                  ("norm1", "layernorm_before"),
+                                  ("linear1", "intermediate.dense"),
+                                  ("linear2", "output.dense"),
+                                  ("norm2", "layernorm_after")]:
+                close(f"{p}{ours_name}.{part}",
+                      ref_w[q + hf + "." + part].grad)
+    ours.logits(x.numpy())
+    ours.backward(dlogits.float().numpy())       # += : twice the gradient
+    close("patch_embedding.weight", ref_w[proj + "weight"].grad, 2)
+    close("cls_token", ref_w[emb + "cls_token"].grad, 2)
+    with pytest.raises(transformer.InvalidArgumentError):
+        ours.backward()                           # no loss() to go back from
+    with pytest.raises(transformer.ShapeError):
+        ours.backward(np.zeros((2, 5), np.float32))
+
+
 def test_bf16_equals_the_same_weights_in_f32(tmp_path):
     w = G.rounded(R.random_weights(R.CONFIG, seed=4), "BF16")
     w = {k: v.float() for k, v in w.items()}
@@ -85,14 +146,15 @@ def test_save_load_round_trip_and_errors(tmp_path):
               "vocab_size", "head_bias", "norm_first"):
         assert again.config[k] == model.config[k]
     np.testing.assert_array_equal(again.logits(x), model.logits(x))
-    # a model of images takes no ids, and is not trained yet
+    # a model of images takes no ids, and trains from images only
     with pytest.raises(transformer.UnsupportedError, match="image model"):
         with model._use() as ptr:
             transformer._lowlevel.tfm_model_logits(
                 ptr, np.zeros((1, 2), np.int32),
                 np.zeros((1, 2, 5), np.float32))
     model.train()
-    with pytest.raises(transformer.UnsupportedError, match="trained"):
+    with pytest.raises(transformer.UnsupportedError,
+                       match="tfm_model_image_backward"):
         model.loss_backward(np.zeros((1, 2), np.int32),
                             np.zeros((1, 2), np.int32))
     with pytest.raises(transformer.ShapeError):

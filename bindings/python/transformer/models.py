@@ -617,6 +617,10 @@ class Model(Module):
                              f"W], got shape {list(x.shape)}")
         out = np.empty((x.shape[0], c["vocab_size"]), np.float32)
         _ll.tfm_model_image_logits(ptr, x, out)
+        if self.training:  # what backward() differentiates
+            self.__dict__.pop("_saved_ids", None)
+            self.__dict__.pop("_saved_dlogits", None)
+            self.__dict__["_saved_pixels"] = (x.copy(), single)
         return out[0] if single else out
 
     def classify(self, image, top_k=5, processor=None):
@@ -715,7 +719,25 @@ class Model(Module):
         :meth:`loss`'s; with it (the logits' shape), any loss of the last
         :meth:`logits` call (e.g. the ``dlogits`` of
         :func:`cross_entropy_backward`).  Returns None: ids have no
-        gradient."""
+        gradient.  An image model (ViT) differentiates its last
+        training-mode ``logits(pixels)`` given grad_logits
+        (tfm_model_image_backward)."""
+        pixels = self.__dict__.get("_saved_pixels")
+        if pixels is not None and "patch_size" in self.config:
+            if grad_logits is None:
+                raise InvalidArgumentError(
+                    "Model.backward of an image model needs grad_logits "
+                    "(the gradient of a loss with respect to the logits)")
+            x, single = pixels
+            g = as_float32(grad_logits, "grad_logits")
+            want = (self.config["vocab_size"],) if single else \
+                (x.shape[0], self.config["vocab_size"])
+            if g.shape != want:
+                raise ShapeError(f"grad_logits must have the logits' shape "
+                                 f"{list(want)}, got {list(g.shape)}")
+            self._call(_ll.tfm_model_image_backward, x,
+                       np.ascontiguousarray(g.reshape(x.shape[0], -1)))
+            return None
         saved = self.__dict__.get("_saved_ids")
         if grad_logits is None:
             grad_logits = self.__dict__.get("_saved_dlogits")
