@@ -2606,6 +2606,24 @@ function Model:image_logits(pixels)
   return single and t[1] or t
 end
 
+--- model:image_backward(pixels, grad_logits): the backward of
+-- model:image_logits(pixels) (tfm_model_image_backward), given the
+-- gradient of a loss with respect to its logits (the logits' shape):
+-- accumulates every parameter's gradient (model:grad(name)); the model
+-- must be in training mode (model:train()).
+function Model:image_backward(pixels, grad_logits)
+  local h = handle(self)
+  if self.config.patch_size == nil then
+    fail("this model takes token ids, not images (it has no patch embedding)")
+  end
+  local shape = shape_of(pixels)
+  if #shape == 3 then
+    pixels, grad_logits = { pixels }, { grad_logits }
+  end
+  core.tfm_model_image_backward(h, (to_tensor(pixels, "pixels")),
+                                (to_tensor(grad_logits, "grad_logits")))
+end
+
 --- model:loss(ids, targets, {tgt_ids, ignore_index = -100,
 -- label_smoothing = 0}): the mean cross-entropy of the logits of ids
 -- (encoder-decoder: of tgt_ids given the source ids) against targets

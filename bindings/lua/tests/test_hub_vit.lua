@@ -67,4 +67,21 @@ test("image models refuse token ids and wrong image sizes, naming why", function
   m:close()
 end)
 
+test("image_backward: the classifier bias's gradient is the batch's sum of grad_logits, accumulated", function()
+  local m = T.load_model(DIR)
+  m:train()
+  local x = nested(R.pixels, R.shape)
+  local g = { { 0.5, -1, 0.25, 2, -0.75 }, { 1, 0.5, -2, 0, 0.125 } }
+  m:image_backward(x, g)
+  m:image_backward(x[1], g[1])
+  local gb = m:grad("lm_head.bias")
+  local want = { 2, -1.5, -1.5, 4, -1.375 }
+  for j = 1, 5 do
+    assert(math.abs(gb[j] - want[j]) < 1e-6, ("bias %d: %g, want %g"):format(j, gb[j], want[j]))
+  end
+  local gw = m:grad("patch_embedding.weight")
+  assert(#gw == 48 and #gw[1] == 3 and #gw[1][1] == 8)
+  m:close()
+end)
+
 harness.finish()
