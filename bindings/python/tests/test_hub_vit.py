@@ -124,6 +124,25 @@ def test_training_gradients_match_autograd(tmp_path):
         ours.backward(np.zeros((2, 5), np.float32))
 
 
+def test_auto_model_for_image_classification(tmp_path):
+    R.write_checkpoint(str(tmp_path / "vit"), R.random_weights(R.CONFIG))
+    model = transformer.AutoModelForImageClassification.from_pretrained(
+        tmp_path / "vit")
+    assert model.config["patch_size"] == 8
+    G.write_checkpoint(str(tmp_path / "gpt2"), G.random_weights(G.CONFIG),
+                       tokenizer=True)
+    with pytest.raises(transformer.UnsupportedError, match="encoder-only"):
+        transformer.AutoModelForImageClassification.from_pretrained(
+            tmp_path / "gpt2")
+    import hub_bert_reference as B
+    B.write_checkpoint(str(tmp_path / "bert"), B.random_weights(B.CONFIG))
+    with pytest.raises(transformer.UnsupportedError, match="token ids"):
+        transformer.AutoModelForImageClassification.from_pretrained(
+            tmp_path / "bert")
+    with pytest.raises(TypeError):
+        transformer.AutoModelForImageClassification()
+
+
 def test_bf16_equals_the_same_weights_in_f32(tmp_path):
     w = G.rounded(R.random_weights(R.CONFIG, seed=4), "BF16")
     w = {k: v.float() for k, v in w.items()}

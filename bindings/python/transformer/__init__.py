@@ -113,6 +113,7 @@ from .functional import (attention, cross_entropy, cross_entropy_backward,
                          scaled_dot_product_attention_backward,
                          sinusoidal_positional_encoding)
 from .models import (DEFAULT_SEED, AutoModelForCausalLM,
+                     AutoModelForImageClassification,
                      AutoModelForMaskedLM, KVCache, Model,
                      Sampler, Tokenizer, default_model_path, from_pretrained,
                      load_model)
@@ -164,7 +165,7 @@ __all__ = [
     # models
     "Model", "KVCache", "Tokenizer", "Sampler", "load_model",
     "from_pretrained", "AutoModelForCausalLM", "AutoModelForMaskedLM",
-    "ViTImageProcessor",
+    "ViTImageProcessor", "AutoModelForImageClassification",
     "default_model_path",
     "DEFAULT_SEED", "load_tokenizer",
     # files

@@ -124,6 +124,29 @@ def _directory_labels(path):
     return {int(k): str(v) for k, v in labels.items()}
 
 
+class AutoModelForImageClassification(AutoModelForCausalLM):
+    """Hugging Face's entry point for image classifiers:
+    ``AutoModelForImageClassification.from_pretrained(path)`` loads a
+    checkpoint directory ("model_type" "vit": ViTForImageClassification's
+    tensors) or a model file as a Model of images (``logits(pixels)``,
+    ``classify(image)``, ``id2label``), and refuses a model of token ids.
+    Not instantiated."""
+
+    _architecture = "encoder_only"
+
+    @classmethod
+    def from_pretrained(cls, path):
+        """The image Model of checkpoint directory or model file path;
+        UnsupportedError when it takes token ids."""
+        model = super().from_pretrained(path)
+        if "patch_size" not in model.config:
+            model.close()
+            raise UnsupportedError(
+                f"{path}: {cls.__name__} needs an image model (a ViT), this "
+                f"one takes token ids")
+        return model
+
+
 # The tokenizer files a checkpoint directory may hold (tokenizer_files.c).
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model",
                     "sentencepiece.bpe.model", "source.spm", "vocab.txt")
