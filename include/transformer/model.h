@@ -174,6 +174,17 @@ TFM_API tfm_status tfm_model_create_ex(const tfm_model_config *config,
  * "transformer.encoder.norm.*" / "transformer.decoder.norm.*") and
  * head_bias, and refuses the other parts.  Every step (logits, KV-cache
  * decoding, generation, beam search, backward) computes them.
+ * layer_options' patch_size, image_size and num_channels (ViT's;
+ * Dosovitskiy et al. 2021) make an encoder-only model of images: no token
+ * table, "patch_embedding.*" (tfm_patch_embedding_create's parameters,
+ * Conv2d's initialisation), "cls_token" [1, 1, d_model] (N(0, 1), as
+ * torch.randn), learned positions with context_length = (image_size /
+ * patch_size)^2 + 1, untied "lm_head.weight" [vocab_size, d_model] (the
+ * labels; "lm_head.bias" with head_bias); it runs through
+ * tfm_model_image_logits and tfm_model_image_backward.  Refused
+ * (TFM_ERR_INVALID_ARGUMENT): another architecture, positions that are
+ * not learned or another context_length, tied embeddings, an embedding
+ * scale, BERT's token-type table, embedding norm or head transform.
  * Errors: those of tfm_model_create_ex, TFM_ERR_INVALID_ARGUMENT
  * (layer_options->struct_size too small, an attention variant in
  * layer_options, BERT's model parts on an encoder-decoder model, a
