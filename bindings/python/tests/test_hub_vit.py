@@ -413,3 +413,23 @@ def test_command_line_classify(tmp_path):
     r = subprocess.run([cli, "--model", str(tmp_path / "gpt2"),
                         "--classify", path], capture_output=True, text=True)
     assert r.returncode == 1 and "image model" in r.stderr
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(architecture="decoder_only"), "encoder-only"),
+    (dict(image_size=30), "multiple of patch_size"),
+    (dict(num_channels=0), "num_channels"),
+    (dict(context_length=16), "context_length 17"),
+    (dict(positional="sinusoidal"), "learned"),
+    (dict(tied_embeddings=True), "no token table"),
+    (dict(type_vocab_size=2), "no token table"),
+])
+def test_image_parts_refused_with_the_reason(change, words):
+    """tfm_model_create_v2's checks of the image parts (model.h)."""
+    cfg = dict(architecture="encoder_only", vocab_size=5, d_model=16,
+               n_heads=2, n_layers=1, context_length=17, norm_first=True,
+               tied_embeddings=False, head_bias=True, patch_size=8,
+               image_size=32, num_channels=3)
+    cfg.update(change)
+    with pytest.raises(transformer.InvalidArgumentError, match=words):
+        transformer.Model(cfg)
