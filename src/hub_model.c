@@ -61,7 +61,14 @@
  * MarianMTModel, the opus-mt checkpoints) becomes an encoder-decoder,
  * post-norm model without final norms, with Marian's sinusoidal table as
  * learned positions and final_logits_bias as the logits' bias:
- * marian_plan below gives the names. */
+ * marian_plan below gives the names.
+ *
+ * ViT (model_type "vit"; Dosovitskiy et al. 2021, transformers'
+ * modeling_vit.py ViTForImageClassification) becomes an encoder-only,
+ * pre-norm model of images (tfm_layer_options' patch_size): the patch
+ * embedding (the Conv2d's weight as it is), the class token, learned
+ * positions, a final norm and the classifier as the head with its bias:
+ * vit_plan below gives the names. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -352,8 +359,8 @@ typedef struct hub_tensor {
     int transpose;             /* stored [a, b] -> ours [b, a] */
     int64_t offset;            /* first float of ours it fills (rows of a
                                 * packed matrix: Llama's q, k, v) */
-    int rank;                  /* stored shape */
-    int64_t shape[2];
+    int rank;                  /* stored shape (rank 1 to 4) */
+    int64_t shape[4];
     int shard;                 /* found in shards.files[shard] */
 } hub_tensor;
 
@@ -388,6 +395,29 @@ static tfm_status plan_add(plan *p, const char *stored, const char *ours,
     t->shape[1] = b;
     t->shard = -1;
     return TFM_OK;
+}
+
+/* plan_add of a tensor of any rank up to 4 (ViT's convolution weight
+ * [d, C, P, P], class token [1, 1, d], positions [1, N + 1, d]), never
+ * transposed. */
+static tfm_status plan_add_shape(plan *p, const char *stored,
+                                 const char *ours, int rank,
+                                 const int64_t *shape)
+{
+    tfm_status st = plan_add(p, stored, ours, 0, rank, shape[0],
+                             rank > 1 ? shape[1] : 0);
+    for (int k = 2; st == TFM_OK && k < rank; k++)
+        p->t[p->n - 1].shape[k] = shape[k];
+    return st;
+}
+
+/* The number of floats of a planned tensor. */
+static int64_t planned_numel(const hub_tensor *t)
+{
+    int64_t n = 1;
+    for (int k = 0; k < t->rank; k++)
+        n *= t->shape[k];
+    return n;
 }
 
 /* plan_add of layer i's tensor: stored "<stack><i>.<stored>" (after the
@@ -489,8 +519,10 @@ static tfm_status plan_find(plan *p, const shards *s)
                              "tensor " QUOTED " is stored as an integer or "
                              "bool dtype; weights must be F32, F16, BF16 or "
                              "F64", t->stored);
-        if (rank != t->rank || shape[0] != t->shape[0] ||
-            (rank == 2 && shape[1] != t->shape[1])) {
+        int same = rank == t->rank;
+        for (int k = 0; same && k < rank; k++)
+            same = shape[k] == t->shape[k];
+        if (!same) {
             char has[96], want[96];
             tfm__format_shape(has, sizeof has, rank, shape);
             tfm__format_shape(want, sizeof want, t->rank, t->shape);
@@ -536,8 +568,7 @@ static tfm_status plan_covers(const plan *p, const tfm_module *m)
         int64_t filled = 0;
         for (int i = 0; i < p->n; i++)
             if (strcmp(p->t[i].ours, param->name) == 0)
-                filled += p->t[i].shape[0] *
-                          (p->t[i].rank == 2 ? p->t[i].shape[1] : 1);
+                filled += planned_numel(&p->t[i]);
         if (filled != param->numel)
             return tfm__fail(TFM_ERR_FORMAT,
                              "the checkpoint's tensors fill %lld of the "
@@ -558,8 +589,7 @@ static tfm_status plan_load(const plan *p, shards *s, tfm_module *m)
             if (t->shard != f)
                 continue;
             const tfm__param *param = NULL;
-            const int64_t numel = t->shape[0] * (t->rank == 2 ? t->shape[1]
-                                                              : 1);
+            const int64_t numel = planned_numel(t);
             if (tfm__module_find_param(m, t->ours, &param) != TFM_OK ||
                 t->offset > param->numel - numel)
                 return tfm__fail(TFM_ERR_FORMAT,
@@ -1109,6 +1139,197 @@ static int bert_ignored(const plan *p, const char *name)
            strcmp(name + n, "embeddings.position_ids") == 0;
 }
 
+/* ---- ViT ---------------------------------------------------------------- */
+
+/* The model of a ViT config.json (transformers' ViTConfig defaults for
+ * absent keys: hidden_size 768, num_hidden_layers 12, num_attention_heads
+ * 12, intermediate_size 3072, hidden_act "gelu", layer_norm_eps 1e-12,
+ * image_size 224, patch_size 16, num_channels 3, qkv_bias true; the label
+ * count is that of "id2label", else "num_labels", else 2 as
+ * PretrainedConfig's): an encoder-only, pre-norm model of images
+ * (tfm_layer_options' patch_size, image_size, num_channels; Dosovitskiy
+ * et al. 2021 and modeling_vit.py ViTForImageClassification) with learned
+ * positions for the class token and the patches, a final norm and the
+ * classifier as the head with its bias (vocab_size = the label count).
+ * qkv_bias false, a hidden_act we lack and an image_size that is not a
+ * multiple of patch_size are refused, named. */
+static tfm_status vit_config(const cJSON *root, tfm_model_config *c,
+                             tfm_model_options *o, tfm_layer_options *lo)
+{
+    int64_t d = 0, layers = 0, heads = 0, ff = 0, image = 0, patch = 0;
+    int64_t channels = 0, labels = 0;
+    double eps = 0.0;
+    int qkv_bias = 1;
+    const char *act_name;
+    tfm_status st;
+    const cJSON *id2label = cJSON_GetObjectItemCaseSensitive(root,
+                                                             "id2label");
+    if (id2label && !cJSON_IsNull(id2label) && !cJSON_IsObject(id2label))
+        return tfm__fail(TFM_ERR_FORMAT, "config.json \"id2label\" must be "
+                         "an object of label names");
+    if ((st = cfg_int(root, "hidden_size", 768, 1, &d)) ||
+        (st = cfg_int(root, "num_hidden_layers", 12, 1, &layers)) ||
+        (st = cfg_int(root, "num_attention_heads", 12, 1, &heads)) ||
+        (st = cfg_int(root, "intermediate_size", 3072, 1, &ff)) ||
+        (st = cfg_positive(root, "layer_norm_eps", 1e-12, &eps)) ||
+        (st = cfg_string(root, "hidden_act", &act_name)) ||
+        (st = cfg_int(root, "image_size", 224, 1, &image)) ||
+        (st = cfg_int(root, "patch_size", 16, 1, &patch)) ||
+        (st = cfg_int(root, "num_channels", 3, 1, &channels)) ||
+        (st = cfg_bool(root, "qkv_bias", 1, &qkv_bias)) ||
+        (st = cfg_int(root, "num_labels", 2, 1, &labels)))
+        return st;
+    if (id2label && cJSON_IsObject(id2label))
+        labels = cJSON_GetArraySize(id2label);
+    if (labels < 1)
+        return tfm__fail(TFM_ERR_UNSUPPORTED, "config.json \"id2label\" is "
+                         "empty: a ViT without a classifier (ViTModel) is "
+                         "not supported, ViTForImageClassification is");
+    if (d > INT32_MAX || ff > INT32_MAX || image > INT32_MAX ||
+        channels > INT32_MAX || labels > INT32_MAX)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"%s\" is over 2^31-1",
+                         d > INT32_MAX        ? "hidden_size"
+                         : ff > INT32_MAX     ? "intermediate_size"
+                         : image > INT32_MAX  ? "image_size"
+                         : channels > INT32_MAX ? "num_channels"
+                                                : "id2label");
+    if (d % heads != 0)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"num_attention_heads\" %lld does not "
+                         "divide \"hidden_size\" %lld", (long long)heads,
+                         (long long)d);
+    if (image % patch != 0)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"image_size\" %lld is not a multiple "
+                         "of \"patch_size\" %lld", (long long)image,
+                         (long long)patch);
+    if (patch > 46340 || channels * patch * patch > INT32_MAX)
+        return tfm__fail(TFM_ERR_FORMAT, "config.json \"patch_size\" %lld "
+                         "is too large", (long long)patch);
+    if (!qkv_bias)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"qkv_bias\": false is not supported "
+                         "(query, key and value with biases are)");
+    if (!isfinite((float)eps))
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"layer_norm_eps\" %g is beyond "
+                         "float32", eps);
+    const int act = gpt2_activation(act_name ? act_name : "gelu");
+    if (act < 0)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"hidden_act\" \"%.60s\" is not "
+                         "supported (gelu, gelu_new, gelu_pytorch_tanh, "
+                         "relu, silu are)", act_name);
+    const int64_t side = image / patch;
+    decoder_config(c, d, heads, ff, act, eps, labels, layers,
+                   side * side + 1, TFM_POSITIONAL_LEARNED, 0);
+    c->architecture = TFM_ARCH_ENCODER_ONLY;
+    tfm_model_options_init(o);
+    tfm_layer_options_init(lo);
+    lo->head_bias = 1;
+    lo->patch_size = patch;
+    lo->image_size = image;
+    lo->num_channels = channels;
+    return TFM_OK;
+}
+
+/* The stored tensors of ViT c (ViTForImageClassification's names: ViTModel
+ * under "vit.", the classifier never prefixed):
+ *   embeddings.cls_token [1, 1, d]            -> cls_token
+ *   embeddings.position_embeddings [1, N+1, d] -> position_embedding.weight
+ *   embeddings.patch_embeddings.projection.weight [d, C, P, P]
+ *                                             -> patch_embedding.weight
+ *   embeddings.patch_embeddings.projection.bias -> patch_embedding.bias
+ *   encoder.layer.<i>.layernorm_before.*      -> norm1.*
+ *   encoder.layer.<i>.attention.attention.query.* [d, d] \
+ *   encoder.layer.<i>.attention.attention.key.*           > rows of
+ *   encoder.layer.<i>.attention.attention.value.*        /  in_proj_*
+ *   encoder.layer.<i>.attention.output.dense.* -> self_attn.out_proj.*
+ *   encoder.layer.<i>.layernorm_after.*       -> norm2.*
+ *   encoder.layer.<i>.intermediate.dense.* [ff, d] -> linear1.*
+ *   encoder.layer.<i>.output.dense.* [d, ff]  -> linear2.*
+ *   layernorm.*                               -> norm.*
+ *   classifier.weight [labels, d], .bias      -> lm_head.weight, .bias
+ * No transposes: nn.Linear's and nn.Conv2d's layouts are ours. */
+static tfm_status vit_plan(const tfm_model_config *c,
+                           const tfm_model_options *o,
+                           const tfm_layer_options *lo, plan *p)
+{
+    (void)o;
+    const int64_t d = c->layer.d_model, ff = c->layer.d_ff;
+    const int64_t P = lo->patch_size;
+    const int64_t cls[3] = { 1, 1, d };
+    const int64_t pos[3] = { 1, c->context_length, d };
+    const int64_t conv[4] = { d, lo->num_channels, P, P };
+    tfm_status st;
+    if ((st = plan_add_shape(p, "embeddings.cls_token", "cls_token", 3,
+                             cls)) ||
+        (st = plan_add_shape(p, "embeddings.position_embeddings",
+                             "position_embedding.weight", 3, pos)) ||
+        (st = plan_add_shape(p, "embeddings.patch_embeddings.projection."
+                             "weight", "patch_embedding.weight", 4, conv)))
+        return st;
+    const plan_row E[] = {
+        { "embeddings.patch_embeddings.projection.bias",
+          "patch_embedding.bias", 0, 1, d, 0, 0 },
+        { "layernorm.weight", "norm.weight", 0, 1, d, 0, 0 },
+        { "layernorm.bias", "norm.bias", 0, 1, d, 0, 0 },
+    };
+    st = plan_add_rows(p, NULL, 0, E, N_ROWS(E));
+    for (int64_t i = 0; st == TFM_OK && i < c->n_layers; i++) {
+        const plan_row L[] = {
+            { "layernorm_before.weight", "norm1.weight", 0, 1, d, 0, 0 },
+            { "layernorm_before.bias", "norm1.bias", 0, 1, d, 0, 0 },
+            { "attention.attention.query.weight", "self_attn.in_proj_weight",
+              0, 2, d, d, 0 },
+            { "attention.attention.query.bias", "self_attn.in_proj_bias", 0,
+              1, d, 0, 0 },
+            { "attention.attention.key.weight", "self_attn.in_proj_weight",
+              0, 2, d, d, d * d },
+            { "attention.attention.key.bias", "self_attn.in_proj_bias", 0, 1,
+              d, 0, d },
+            { "attention.attention.value.weight", "self_attn.in_proj_weight",
+              0, 2, d, d, 2 * d * d },
+            { "attention.attention.value.bias", "self_attn.in_proj_bias", 0,
+              1, d, 0, 2 * d },
+            { "attention.output.dense.weight", "self_attn.out_proj.weight", 0,
+              2, d, d, 0 },
+            { "attention.output.dense.bias", "self_attn.out_proj.bias", 0, 1,
+              d, 0, 0 },
+            { "layernorm_after.weight", "norm2.weight", 0, 1, d, 0, 0 },
+            { "layernorm_after.bias", "norm2.bias", 0, 1, d, 0, 0 },
+            { "intermediate.dense.weight", "linear1.weight", 0, 2, ff, d, 0 },
+            { "intermediate.dense.bias", "linear1.bias", 0, 1, ff, 0, 0 },
+            { "output.dense.weight", "linear2.weight", 0, 2, d, ff, 0 },
+            { "output.dense.bias", "linear2.bias", 0, 1, d, 0, 0 },
+        };
+        st = plan_add_rows(p, "encoder.layer.", i, L, N_ROWS(L));
+    }
+    const plan_row H[] = {
+        { "classifier.weight", "lm_head.weight", 0, 2, c->vocab_size, d, 0 },
+        { "classifier.bias", "lm_head.bias", 0, 1, c->vocab_size, 0, 0 },
+    };
+    const char *prefix = p->prefix;
+    p->prefix = "";
+    if (st == TFM_OK)
+        st = plan_add_rows(p, NULL, 0, H, N_ROWS(H));
+    p->prefix = prefix;
+    return st;
+}
+
+/* What a ViT checkpoint may hold that the classifier does not use:
+ * ViTModel's pooler (add_pooling_layer) and the mask token of
+ * ViTForMaskedImageModeling's embeddings (use_mask_token). */
+static int vit_ignored(const plan *p, const char *name)
+{
+    const size_t n = strlen(p->prefix);
+    if (strncmp(name, p->prefix, n) != 0)
+        return 0;
+    return strncmp(name + n, "pooler.", 7) == 0 ||
+           strcmp(name + n, "embeddings.mask_token") == 0;
+}
+
 /* ---- Marian ------------------------------------------------------------- */
 
 /* The model of a Marian config.json (transformers' MarianConfig defaults
@@ -1426,6 +1647,9 @@ static const family FAMILIES[] = {
      * both (n_layers is the larger stack). */
     { "marian", "model.", "encoder_layers", 42, 4, marian_config,
       marian_plan, marian_ignored },
+    /* ViTForImageClassification saves ViTModel's under "vit.". */
+    { "vit", "vit.", "num_hidden_layers", 16, 8, vit_config, vit_plan,
+      vit_ignored },
 };
 
 tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
@@ -1455,8 +1679,8 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
         else
             st = tfm__fail(TFM_ERR_UNSUPPORTED,
                            "config.json \"model_type\" is \"%.60s\": this "
-                           "library reads \"gpt2\", \"llama\", \"bert\" and "
-                           "\"marian\" checkpoints", type);
+                           "library reads \"gpt2\", \"llama\", \"bert\", "
+                           "\"marian\" and \"vit\" checkpoints", type);
     }
     if (st == TFM_OK) /* the configuration's own contradictions, named */
         st = tfm__model_config_check(&c, &o);

@@ -52,7 +52,8 @@ void tfm_layer_options_init(tfm_layer_options *options)
 int tfm__layer_options_has_model_parts(const tfm_layer_options *o)
 {
     return o->type_vocab_size != 0 || o->embedding_norm ||
-           !o->final_norm || o->head_transform || o->head_bias;
+           !o->final_norm || o->head_transform || o->head_bias ||
+           o->patch_size != 0 || o->image_size != 0 || o->num_channels != 0;
 }
 
 tfm_status tfm__layer_options_no_model_parts(const tfm_layer_options *o,
@@ -63,7 +64,8 @@ tfm_status tfm__layer_options_no_model_parts(const tfm_layer_options *o,
     return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                      "%s takes no model parts: type_vocab_size, "
                      "embedding_norm, final_norm, head_transform and "
-                     "head_bias must keep their defaults (0, 0, 1, 0, 0) "
+                     "head_bias (and patch_size, image_size, "
+                     "num_channels) must keep their defaults (0, 0, 1, 0, 0) "
                      "in its tfm_layer_options", what);
 }
 

@@ -25,6 +25,7 @@
 #include "loss.h"
 #include "model_impl.h"
 #include "parallel.h"
+#include "patch_embedding.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -48,6 +49,7 @@ static void model_destroy(tfm_module *mod)
                                             : NULL);
     tfm_module_free(m->embedding_norm ? &m->embedding_norm->base : NULL);
     tfm_module_free(m->head_norm ? &m->head_norm->base : NULL);
+    tfm_module_free(m->patch_embedding ? &m->patch_embedding->base : NULL);
 }
 
 /* Multiply-accumulates of one forward pass: the blocks' for batch B, L
@@ -64,6 +66,15 @@ static tfm_status model_macs(const tfm_module *mod, int64_t B, int64_t L,
             return st;
     } else if ((st = tfm__stack_macs(m->stack, B, L, L, acc))) {
         return st;
+    }
+    if (m->patch_embedding) { /* an image model: the patches (L - 1 of
+                               * them) in, the class token's row out */
+        const tfm__patch_embedding *pe = m->patch_embedding;
+        const int64_t k = pe->in_channels * pe->patch_size * pe->patch_size;
+        if (!tfm__macs_add(acc, B, L - 1, k, c->layer.d_model) ||
+            !tfm__macs_add(acc, B, 1, c->layer.d_model, c->vocab_size))
+            return tfm__fail(TFM_ERR_OVERFLOW, "MAC count overflows int64");
+        return TFM_OK;
     }
     if ((m->head_transform &&
          !tfm__macs_add(acc, B, L, c->layer.d_model, c->layer.d_model)) ||
@@ -189,6 +200,46 @@ tfm_status tfm__model_config_check(const tfm_model_config *c,
                                        d_k);
 }
 
+/* ViT's parts of tfm_layer_options (patch_size, image_size,
+ * num_channels): all 0, or an encoder-only model with learned positions
+ * for the class token and the patches, its own head and none of BERT's
+ * token parts (message set). */
+static tfm_status image_parts_check(const tfm_model_config *c,
+                                    const tfm_layer_options *lo)
+{
+    if (lo->patch_size == 0 && lo->image_size == 0 && lo->num_channels == 0)
+        return TFM_OK;
+    if (c->architecture != TFM_ARCH_ENCODER_ONLY)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "patch_size, image_size and num_channels (an image "
+                         "model) need an encoder-only architecture");
+    if (lo->patch_size < 1 || lo->num_channels < 1 || lo->image_size < 1 ||
+        lo->image_size % lo->patch_size != 0 || lo->image_size > INT32_MAX)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "an image model needs patch_size (%lld) >= 1, "
+                         "num_channels (%lld) >= 1 and image_size (%lld) a "
+                         "positive multiple of patch_size",
+                         (long long)lo->patch_size,
+                         (long long)lo->num_channels,
+                         (long long)lo->image_size);
+    const int64_t side = lo->image_size / lo->patch_size;
+    if (c->positional != TFM_POSITIONAL_LEARNED ||
+        c->context_length != side * side + 1)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "an image model has learned positions for its class "
+                         "token and %lld patches: positional must be "
+                         "learned and context_length %lld (it is %lld)",
+                         (long long)(side * side), (long long)(side * side + 1),
+                         (long long)c->context_length);
+    if (c->tied_embeddings || c->embedding_scale || lo->type_vocab_size ||
+        lo->embedding_norm || lo->head_transform)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "an image model has no token table: "
+                         "tied_embeddings, embedding_scale, type_vocab_size, "
+                         "embedding_norm and head_transform must be 0");
+    return TFM_OK;
+}
+
 /* The model parts of tfm_layer_options: BERT's for one-stack models only
  * (an encoder-decoder model takes final_norm and head_bias, Marian's), a
  * type_vocab_size of 0 .. 2^31-1 (message set). */
@@ -210,7 +261,7 @@ static tfm_status model_parts_check(const tfm_model_config *c,
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "type_vocab_size %lld must be between 0 and 2^31-1",
                          (long long)lo->type_vocab_size);
-    return TFM_OK;
+    return image_parts_check(c, lo);
 }
 
 tfm_status tfm_model_create(const tfm_model_config *config, tfm_module **out)
@@ -265,6 +316,11 @@ tfm_status tfm_model_get_layer_options(const tfm_module *model,
     o.final_norm = m->final_norm;
     o.head_transform = m->head_transform != NULL;
     o.head_bias = m->lm_head_bias != NULL;
+    if (m->patch_embedding) {
+        o.patch_size = m->patch_embedding->patch_size;
+        o.image_size = m->patch_embedding->image_size;
+        o.num_channels = m->patch_embedding->in_channels;
+    }
     memcpy(options, &o, size < sizeof o ? size : sizeof o);
     options->struct_size = size;
     return TFM_OK;
@@ -307,11 +363,19 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
     m->rms_norm = lo.rms_norm != 0;
     m->gated = lo.gated != 0;
     m->final_norm = lo.final_norm != 0;
-    st = tfm__embedding_new(c->vocab_size, d, c->embedding_scale,
-                            &m->token_embedding);
-    if (!st)
-        st = tfm__module_adopt(&m->base, "token_embedding.",
-                               &m->token_embedding->base);
+    if (lo.patch_size > 0) { /* an image model: patches, no token table */
+        st = tfm__patch_embedding_new(d, lo.num_channels, lo.patch_size,
+                                      lo.image_size, 1, &m->patch_embedding);
+        if (!st)
+            st = tfm__module_adopt(&m->base, "patch_embedding.",
+                                   &m->patch_embedding->base);
+    } else {
+        st = tfm__embedding_new(c->vocab_size, d, c->embedding_scale,
+                                &m->token_embedding);
+        if (!st)
+            st = tfm__module_adopt(&m->base, "token_embedding.",
+                                   &m->token_embedding->base);
+    }
     if (!st && c->positional == TFM_POSITIONAL_LEARNED &&
         !(st = tfm__embedding_new(c->context_length, d, 0,
                                   &m->position_embedding)))
@@ -352,8 +416,12 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
         /* The model's own parameters: the untied head, the head
          * transform's Linear and the logits' bias (nn.Linear's
          * initialisation for the Linears, zeros for the bias). */
-        tfm__param_spec specs[4];
+        tfm__param_spec specs[5];
         int n = 0;
+        if (m->patch_embedding) /* nn.Parameter(torch.randn(1, 1, d)) */
+            specs[n++] = (tfm__param_spec){ "cls_token", 3, { 1, 1, d },
+                                            &m->cls_token,
+                                            .init = TFM__INIT_NORMAL };
         if (c->tied_embeddings)
             m->lm_head = m->token_embedding->weight;
         else
@@ -570,9 +638,16 @@ static void embed_dropout(const tfm__model *m, uint64_t key, uint64_t site,
  * tfm_model_backward, tfm_model_loss_backward. */
 static tfm_status check_one_stack(const tfm_module *model)
 {
-    return tfm__model_check(model, (1u << TFM_ARCH_DECODER_ONLY) |
-                                       (1u << TFM_ARCH_ENCODER_ONLY),
-                            "model");
+    tfm_status st = tfm__model_check(model, (1u << TFM_ARCH_DECODER_ONLY) |
+                                                (1u << TFM_ARCH_ENCODER_ONLY),
+                                     "model");
+    if (st == TFM_OK && ((const tfm__model *)model)->patch_embedding)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "this is an image model (ViT): it takes pixel "
+                         "values through tfm_model_image_logits (and "
+                         "trains through tfm_model_image_backward), not "
+                         "token ids");
+    return st;
 }
 
 void tfm_model_inputs_init(tfm_model_inputs *inputs)
@@ -679,6 +754,62 @@ tfm_status tfm_model_logits_v2(const tfm_module *model, const int32_t *ids,
     return st;
 }
 
+static tfm_status check_image_call(const tfm_module *model,
+                                   const tfm_tensor *pixel_values,
+                                   int64_t *n_patches);
+
+tfm_status tfm_model_image_logits(const tfm_module *model,
+                                  const tfm_tensor *pixel_values,
+                                  tfm_tensor *logits)
+{
+    TFM__PLAN_PIN();
+    int64_t n = 0;
+    tfm_status st = check_image_call(model, pixel_values, &n);
+    if (st != TFM_OK)
+        return st;
+    const tfm__model *m = (const tfm__model *)model;
+    const int64_t B = pixel_values->shape[0], L = n + 1;
+    const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
+    const int64_t shape[2] = { B, V };
+    if ((st = tfm__check_shape(logits, "logits", 2, shape)))
+        return st;
+
+    /* patches [B*N, d]; x [B, N+1, d]: the class token and the patches,
+     * then the blocks' states; cls [B, d]: the class tokens' final states;
+     * out [B, V]: the logits, copied to the caller only on success. */
+    tfm__ws_mark mark = tfm__ws_save();
+    float *patches = tfm__ws_floats((size_t)(B * n * d));
+    float *x = patches ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
+    float *cls = x ? tfm__ws_floats((size_t)(B * d)) : NULL;
+    float *out = cls ? tfm__ws_floats((size_t)(B * V)) : NULL;
+    st = out ? tfm__patch_embedding_run(m->patch_embedding, pixel_values,
+                                        patches)
+             : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "cannot allocate an image "
+                         "model's scratch for %lld images", (long long)B);
+    if (st == TFM_OK) {
+        const size_t row = (size_t)d * sizeof(float);
+        for (int64_t b = 0; b < B; b++) {
+            memcpy(x + b * L * d, m->cls_token, row);
+            memcpy(x + (b * L + 1) * d, patches + b * n * d, (size_t)n * row);
+        }
+        tfm__embedding_add_rows(m->position_embedding, x, B, L, 0);
+        const tfm__masks none = { 0 };
+        const uint64_t key = tfm__dropout_forward_key((tfm_module *)model);
+        embed_dropout(m, key, TFM__DROP_EMBEDDING, x, B * L * d);
+        st = tfm__stack_run(m->stack, x, B, L, NULL, 0, &none, NULL,
+                            tfm__dropout_site(key, TFM__DROP_STACK));
+    }
+    if (st == TFM_OK) {
+        for (int64_t b = 0; b < B; b++)
+            memcpy(cls + b * d, x + b * L * d, (size_t)d * sizeof(float));
+        st = tfm__model_head(m, cls, B, out);
+    }
+    if (st == TFM_OK)
+        memcpy(logits->data, out, (size_t)(B * V) * sizeof(float));
+    tfm__ws_restore(mark);
+    return st;
+}
+
 /* An encoder-decoder call's model, sizes and ids (message set). */
 static tfm_status check_seq2seq(const tfm_module *model,
                                 const int32_t *src_ids, int64_t src_len,
@@ -750,7 +881,8 @@ tfm_status tfm_model_seq2seq_logits(const tfm_module *model,
  * when tied. */
 static float *head_grad(const tfm__model *m)
 {
-    const tfm_module *home = m->lm_head == m->token_embedding->weight
+    const tfm_module *home = m->token_embedding &&
+                                     m->lm_head == m->token_embedding->weight
                                  ? &m->token_embedding->base
                                  : &m->base;
     return tfm__grad_of(home, m->lm_head);
@@ -1011,6 +1143,118 @@ tfm_status tfm_model_loss_backward(tfm_module *model, const int32_t *ids,
     st = model_backward(model, ids, batch, seq, NULL, &ls, what);
     if (st == TFM_OK)
         *loss = l;
+    return st;
+}
+
+/* The checks of tfm_model_image_logits (the model, an image model, its
+ * pixels) shared with its backward; *n_patches gets N (message set). */
+static tfm_status check_image_call(const tfm_module *model,
+                                   const tfm_tensor *pixel_values,
+                                   int64_t *n_patches)
+{
+    tfm_status st =
+        tfm__model_check(model, 1u << TFM_ARCH_ENCODER_ONLY, "model");
+    if (st != TFM_OK)
+        return st;
+    const tfm__model *m = (const tfm__model *)model;
+    if (!m->patch_embedding)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "this model takes token ids (tfm_model_logits), "
+                         "not images: it has no patch embedding");
+    if ((st = tfm__patch_embedding_check(m->patch_embedding, pixel_values,
+                                         n_patches)))
+        return st;
+    if (!tfm__all_finite(pixel_values->data, pixel_values->numel))
+        return tfm__fail(TFM_ERR_NON_FINITE,
+                         "pixel_values hold NaN or infinity");
+    return TFM_OK;
+}
+
+tfm_status tfm_model_image_backward(tfm_module *model,
+                                    const tfm_tensor *pixel_values,
+                                    const tfm_tensor *grad_logits)
+{
+    TFM__PLAN_PIN();
+    const char *what = "tfm_model_image_backward";
+    int64_t n = 0;
+    tfm_status st = check_image_call(model, pixel_values, &n);
+    if (st != TFM_OK)
+        return st;
+    const tfm__model *m = (const tfm__model *)model;
+    const tfm__patch_embedding *pe = m->patch_embedding;
+    const int64_t B = pixel_values->shape[0], L = n + 1;
+    const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
+    const int64_t k_cols = pe->in_channels * pe->patch_size * pe->patch_size;
+    const int64_t shape[2] = { B, V };
+    if (!grad_logits)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s: grad_logits is NULL",
+                         what);
+    if ((st = tfm__check_shape(grad_logits, "grad_logits", 2, shape)))
+        return st;
+    if (!tfm__all_finite(grad_logits->data, grad_logits->numel))
+        return tfm__fail(TFM_ERR_NON_FINITE, "%s: grad_logits holds NaN or "
+                         "infinity", what);
+    /* patches [B*N, d]: the patch embedding's output, later its gradient;
+     * x0, h, g [B, L, d]: the blocks' input, output and running gradient;
+     * cls, gcls [B, d]: the class tokens' final states and their gradient;
+     * cols [B*N, C P P]: the unfolded patches; acc: 2 max(d, V) doubles. */
+    float *patches, *x0, *h, *g, *cls, *gcls, *cols, *acc;
+    float **const bufs[] = { &patches, &x0, &h, &g, &cls, &gcls, &cols,
+                             &acc };
+    const size_t sizes[] = { (size_t)(B * n * d), (size_t)(B * L * d),
+                             (size_t)(B * L * d), (size_t)(B * L * d),
+                             (size_t)(B * d), (size_t)(B * d),
+                             (size_t)(B * n * k_cols),
+                             (size_t)(4 * (d > V ? d : V)) };
+    tfm__ws_mark mark;
+    if ((st = tfm__backward_begin(model, what, bufs, sizes, 8, &mark)))
+        return st;
+    /* The forward of tfm_model_image_logits again, keeping the blocks'
+     * activations (the dropout masks of the latest forward). */
+    const size_t row = (size_t)d * sizeof(float);
+    st = tfm__patch_embedding_run(pe, pixel_values, patches);
+    const uint64_t key = tfm__dropout_backward_key(model);
+    const tfm__masks none = { 0 };
+    tfm__stack_kept kept;
+    if (st == TFM_OK) {
+        for (int64_t b = 0; b < B; b++) {
+            memcpy(x0 + b * L * d, m->cls_token, row);
+            memcpy(x0 + (b * L + 1) * d, patches + b * n * d, (size_t)n * row);
+        }
+        tfm__embedding_add_rows(m->position_embedding, x0, B, L, 0);
+        embed_dropout(m, key, TFM__DROP_EMBEDDING, x0, B * L * d);
+        st = tfm__stack_forward_keep(m->stack, x0, B, L, NULL, 0, &none,
+                                     NULL,
+                                     tfm__dropout_site(key, TFM__DROP_STACK),
+                                     NULL, h, &kept);
+    }
+    if (st == TFM_OK) {
+        /* The head on the class tokens: its gradient into gcls, then into
+         * row 0 of each image's states (the other rows get none). */
+        parts_kept pk = { 0 };
+        pk.acc = (double *)(void *)acc;
+        for (int64_t b = 0; b < B; b++)
+            memcpy(cls + b * d, h + b * L * d, row);
+        head_backward(m, cls, B, &pk, grad_logits->data, gcls);
+        memset(g, 0, (size_t)(B * L) * row);
+        for (int64_t b = 0; b < B; b++)
+            memcpy(g + b * L * d, gcls + b * d, row);
+        st = tfm__stack_backward_kept(&kept, g);
+    }
+    if (st == TFM_OK) {
+        embed_dropout(m, key, TFM__DROP_EMBEDDING, g, B * L * d);
+        tfm__embedding_add_rows_backward(m->position_embedding, g, B, L, 0);
+        float *gc = tfm__grad_of(&m->base, m->cls_token);
+        for (int64_t b = 0; b < B; b++) {
+            const float *gr = g + b * L * d;
+            for (int64_t j = 0; j < d; j++)
+                gc[j] += gr[j];
+            memcpy(patches + b * n * d, gr + d, (size_t)n * row);
+        }
+        tfm__patch_embedding_backward_run(pe, pixel_values, patches, NULL,
+                                          cols, (double *)(void *)acc);
+    }
+    tfm__backward_end(model, mark);
     return st;
 }
 

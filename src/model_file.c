@@ -16,6 +16,7 @@
 #include "model_impl.h"
 #include "names.h"
 #include "number_parse.h"
+#include "patch_embedding.h"
 #include "tensor_impl.h"
 #include "transformer/safetensors.h"
 
@@ -439,7 +440,13 @@ static tfm_status check_config_against_tensors(const tfm_safetensors *f,
 {
     const int64_t d = c->layer.d_model;
     const int gated = lo->gated;
-    tfm_status st = expect_tensor(f, "token_embedding.weight", c->vocab_size, d);
+    /* An image model (ViT) has patches instead of a token table; the
+     * patch embedding's and class token's shapes are checked when they
+     * are read (they are small next to the blocks checked here). */
+    tfm_status st = lo->patch_size > 0
+                        ? TFM_OK
+                        : expect_tensor(f, "token_embedding.weight",
+                                        c->vocab_size, d);
     if (st == TFM_OK && c->positional == TFM_POSITIONAL_LEARNED)
         st = expect_tensor(f, "position_embedding.weight", c->context_length,
                            d);
@@ -515,6 +522,10 @@ tfm_status tfm_model_load(const char *path, tfm_module **out)
         (st = meta_bool(f, "tfm.head_transform", &lo.head_transform)) ==
             TFM_OK &&
         (st = meta_bool(f, "tfm.head_bias", &lo.head_bias)) == TFM_OK &&
+        (st = meta_int(f, "tfm.patch_size", 0, &lo.patch_size)) == TFM_OK &&
+        (st = meta_int(f, "tfm.image_size", 0, &lo.image_size)) == TFM_OK &&
+        (st = meta_int(f, "tfm.num_channels", 0, &lo.num_channels)) ==
+            TFM_OK &&
         (st = tfm__model_config_check(&c, &o)) == TFM_OK &&
         (st = check_config_against_tensors(f, &c, &o, &lo)) == TFM_OK &&
         (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK &&
@@ -731,6 +742,12 @@ tfm_status tfm_model_save(const tfm_module *model, const char *path,
                                                  "true");
     else if (!st && m->lm_head_bias) /* Marian's logits bias alone */
         st = tfm_safetensors_writer_set_metadata(w, "tfm.head_bias", "true");
+    if (!st && m->patch_embedding) /* ViT's image input */
+        st = set_int(w, "tfm.patch_size", m->patch_embedding->patch_size);
+    if (!st && m->patch_embedding)
+        st = set_int(w, "tfm.image_size", m->patch_embedding->image_size);
+    if (!st && m->patch_embedding)
+        st = set_int(w, "tfm.num_channels", m->patch_embedding->in_channels);
     for (int i = 0; !st && i < n_extra; i++)
         st = tfm_safetensors_writer_set_metadata(w, keys[i], values[i]);
     if (!st)

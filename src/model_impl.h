@@ -30,6 +30,10 @@ typedef struct tfm__model {
     tfm__layer_norm *head_norm;         /* after head_transform's act */
     float *lm_head_bias;                /* [vocab_size] */
     int final_norm;                     /* 0: the stack has no "norm." */
+    /* ViT's parts (tfm_layer_options' patch_size > 0), NULL when absent;
+     * an image model has no token_embedding: */
+    struct tfm__patch_embedding *patch_embedding; /* [d, C, P, P] */
+    float *cls_token;                   /* [1, 1, d_model] */
 } tfm__model;
 
 /* Checks that m is a model; `kinds` is a bit set of 1 << architecture. */

@@ -116,7 +116,7 @@ tfm_module *tfm__module_alloc(size_t size, tfm_module_kind kind,
 typedef struct tfm__param_spec {
     const char *name;
     int rank;
-    int64_t shape[3];           /* rank <= 3 */
+    int64_t shape[TFM_MAX_RANK]; /* rank <= 4 */
     float **ptr;
     tfm__init init;             /* default initialisation (0: zeros) */
     int64_t init_fan_in;        /* for TFM__INIT_LINEAR_BIAS */

@@ -1,6 +1,7 @@
 /*
  * Sub-modules (module.h: tfm_module_child) and the Linear module
- * (layers.h: tfm_linear_create).
+ * (layers.h: tfm_linear_create), and ViT's patch embedding
+ * (tfm_patch_embedding_create).
  *
  * Expected values: Linear's are worked out by hand in the comments.  The
  * sub-module cases check that a child is a view of its parent: a parameter
@@ -344,10 +345,92 @@ static void test_children_compose_the_layer(void **state)
     tfm_module_free(enc);
 }
 
+/* ---- Patch embedding (ViT) ---------------------------------------------- */
+
+/* d 2, one channel, P 2, an image of 4 x 2 pixels
+ *   x = [[1, 2], [3, 4], [5, 6], [7, 8]]
+ * holds N = 2 patches (rows 0-1 and rows 2-3), unfolded as (u, v) =
+ * (0,0), (0,1), (1,0), (1,1): [1, 2, 3, 4] and [5, 6, 7, 8].
+ * weight[0] = [[1, 0], [0, 1]], weight[1] = [[0, 1], [-1, 0]], bias [1, -2]:
+ *   patch 0: [1 + 4 + 1, 2 - 3 - 2] = [6, -3]
+ *   patch 1: [5 + 8 + 1, 6 - 7 - 2] = [14, -3].
+ * Backward with grad_output of ones: weight.grad[o] = [1+5, 2+6, 3+7, 4+8]
+ * = [6, 8, 10, 12] for both o, bias.grad = [2, 2], and every patch's pixels
+ * get weight[0] + weight[1] = [[1, 1], [-1, 1]]. */
+static void test_patch_embedding_hand_worked(void **state)
+{
+    (void)state;
+    tfm_module *pe = NULL;
+    assert_int_equal(tfm_patch_embedding_create(2, 1, 2, 0, 1, &pe), TFM_OK);
+    assert_int_equal(tfm_module_kind_of(pe), TFM_MODULE_PATCH_EMBEDDING);
+    assert_string_equal(tfm_module_parameter_name(pe, 0), "weight");
+    assert_string_equal(tfm_module_parameter_name(pe, 1), "bias");
+    assert_int_equal(tfm_module_num_parameters(pe), 10);
+    tfm_tensor *w = make4(2, 1, 2, 2, (const float[]){ 1, 0, 0, 1,
+                                                        0, 1, -1, 0 });
+    tfm_tensor *b = make(1, (const int64_t[]){ 2 }, (const float[]){ 1, -2 });
+    assert_int_equal(tfm_module_set_parameter(pe, "weight", w), TFM_OK);
+    assert_int_equal(tfm_module_set_parameter(pe, "bias", b), TFM_OK);
+    tfm_tensor *x = make4(1, 1, 4, 2, (const float[]){ 1, 2, 3, 4,
+                                                        5, 6, 7, 8 });
+    tfm_tensor *y = make3(1, 2, 2, NULL);
+    assert_int_equal(tfm_patch_embedding_forward(pe, x, y), TFM_OK);
+    EXPECT_VALUES(y, 1e-7, 6, -3, 14, -3);
+
+    assert_int_equal(tfm_module_train(pe, 1), TFM_OK);
+    tfm_tensor *g = make3(1, 2, 2, (const float[]){ 1, 1, 1, 1 });
+    tfm_tensor *gx = make4(1, 1, 4, 2, NULL);
+    assert_int_equal(tfm_patch_embedding_backward(pe, x, g, gx), TFM_OK);
+    EXPECT_VALUES(gx, 1e-7, 1, 1, -1, 1, 1, 1, -1, 1);
+    tfm_tensor *gw = make4(2, 1, 2, 2, NULL);
+    tfm_tensor *gb = make(1, (const int64_t[]){ 2 }, NULL);
+    assert_int_equal(tfm_module_get_grad(pe, "weight", gw), TFM_OK);
+    assert_int_equal(tfm_module_get_grad(pe, "bias", gb), TFM_OK);
+    EXPECT_VALUES(gw, 1e-7, 6, 8, 10, 12, 6, 8, 10, 12);
+    EXPECT_VALUES(gb, 1e-7, 2, 2);
+    /* A second backward accumulates (+=). */
+    assert_int_equal(tfm_patch_embedding_backward(pe, x, g, NULL), TFM_OK);
+    assert_int_equal(tfm_module_get_grad(pe, "bias", gb), TFM_OK);
+    EXPECT_VALUES(gb, 1e-7, 4, 4);
+
+    /* Errors leave out untouched. */
+    tfm_tensor *odd = make4(1, 1, 3, 2, NULL);
+    tfm_tensor *y2 = make3(1, 1, 2, (const float[]){ 7, 7 });
+    assert_int_equal(tfm_patch_embedding_forward(pe, odd, y2), TFM_ERR_SHAPE);
+    EXPECT_VALUES(y2, 0, 7, 7);
+    tfm_tensor *two = make4(1, 2, 4, 2, NULL);
+    assert_int_equal(tfm_patch_embedding_forward(pe, two, y), TFM_ERR_SHAPE);
+    assert_int_equal(tfm_patch_embedding_forward(pe, x, y2), TFM_ERR_SHAPE);
+    assert_int_equal(tfm_patch_embedding_forward(NULL, x, y),
+                     TFM_ERR_NULL_ARGUMENT);
+    tfm_module *fixed = NULL;
+    assert_int_equal(tfm_patch_embedding_create(2, 1, 2, 4, 1, &fixed),
+                     TFM_OK);
+    assert_int_equal(tfm_patch_embedding_forward(fixed, x, y),
+                     TFM_ERR_SHAPE); /* 4 x 2, not 4 x 4 */
+    tfm_module *bad = NULL;
+    assert_int_equal(tfm_patch_embedding_create(2, 1, 2, 5, 1, &bad),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(tfm_patch_embedding_create(0, 1, 2, 0, 1, &bad),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_null(bad);
+    tfm_module *nb = NULL;
+    assert_int_equal(tfm_patch_embedding_create(2, 3, 4, 0, 0, &nb), TFM_OK);
+    assert_int_equal(tfm_module_parameter_count(nb), 1);
+    assert_int_equal(tfm_module_num_parameters(nb), 2 * 3 * 4 * 4);
+    tfm_module_free(nb);
+    tfm_module_free(fixed);
+    tfm_module_free(pe);
+    tfm_tensor *all[] = { w, b, x, y, g, gx, gw, gb, odd, y2, two };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tfm_tensor_free(all[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear_hand_worked),
+        cmocka_unit_test(test_patch_embedding_hand_worked),
         cmocka_unit_test(test_linear_errors),
         cmocka_unit_test(test_child_names_and_kinds),
         cmocka_unit_test(test_child_shares_parameters),

@@ -1640,6 +1640,60 @@ static void test_forward_models(void **state)
     }
 }
 
+static tfm_status call_patch_embedding(fwd_ctx *c)
+{
+    return tfm_patch_embedding_forward(c->module, c->in[0], c->out[0]);
+}
+
+static tfm_status call_image_logits(fwd_ctx *c)
+{
+    return tfm_model_image_logits(c->module, c->in[0], c->out[0]);
+}
+
+/* Pixels [B, C, H, W] with distinct values. */
+static tfm_tensor *pixels(int64_t B, int64_t C, int64_t H, int64_t W)
+{
+    tfm_tensor *t = make4(B, C, H, W, NULL);
+    float *x = tfm_tensor_data(t);
+    for (int64_t i = 0; i < B * C * H * W; i++)
+        x[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+    return t;
+}
+
+/* ViT's patch embedding (its unfolded patches in scratch) and an image
+ * model's class logits. */
+static void test_forward_images(void **state)
+{
+    (void)state;
+    fwd_ctx c;
+    memset(&c, 0, sizeof c);
+    assert_int_equal(tfm_patch_embedding_create(4, 2, 2, 0, 1, &c.module),
+                     TFM_OK);
+    lcg_randomize(c.module, 41);
+    c.in[0] = pixels(2, 2, 4, 6);
+    c.out[0] = make3(2, 6, 4, NULL);
+    c.n_out = 1;
+    c.call = call_patch_embedding;
+    fwd_check("tfm_patch_embedding_forward", &c);
+
+    tfm_model_config mc = model_config(TFM_ARCH_ENCODER_ONLY, 3);
+    mc.context_length = 5; /* the class token and 2 x 2 patches */
+    mc.tied_embeddings = 0;
+    tfm_layer_options lo;
+    tfm_layer_options_init(&lo);
+    lo.head_bias = 1;
+    lo.patch_size = 2;
+    lo.image_size = 4;
+    lo.num_channels = 2;
+    assert_int_equal(tfm_model_create_v2(&mc, NULL, &lo, &c.module), TFM_OK);
+    lcg_randomize(c.module, 42);
+    c.in[0] = pixels(2, 2, 4, 4);
+    c.out[0] = make2(2, 3, NULL);
+    c.n_out = 1;
+    c.call = call_image_logits;
+    fwd_check("tfm_model_image_logits", &c);
+}
+
 /* Scratch larger than the workspace's first chunk (1 MiB): the arena grows
  * chunk by chunk, and merges them into one block when the call returns;
  * each of those allocations fails in turn.  A failed merge is absorbed (the
@@ -2231,13 +2285,17 @@ typedef struct model_bwd_ctx {
     int32_t ids[12];
     int64_t B, L;
     tfm_tensor *g;
-    float *reference;     /* the token table's gradient without injection */
+    tfm_tensor *pixels;   /* an image model's input, or NULL */
+    const char *probe;    /* the parameter whose gradient is compared */
+    float *reference;     /* its gradient without injection */
     int64_t n_ref;
 } model_bwd_ctx;
 
 static tfm_status model_bwd_run(void *p)
 {
     model_bwd_ctx *c = p;
+    if (c->pixels)
+        return tfm_model_image_backward(c->model, c->pixels, c->g);
     if (tfm_module_kind_of(c->model) == TFM_MODULE_ENCODER_DECODER)
         return tfm_model_seq2seq_backward(c->model, c->ids, c->L, c->ids,
                                           c->L, c->B, c->g);
@@ -2254,44 +2312,63 @@ static void model_bwd_on_ok(void *p)
 {
     model_bwd_ctx *c = p;
     float *g = NULL;
-    assert_int_equal(tfm_module_grad(c->model, "token_embedding.weight", &g),
-                     TFM_OK);
+    assert_int_equal(tfm_module_grad(c->model, c->probe, &g), TFM_OK);
     assert_memory_equal(g, c->reference, (size_t)c->n_ref * sizeof *g);
 }
 
 static void test_model_backward(void **state)
 {
     (void)state;
-    const tfm_architecture archs[2] = { TFM_ARCH_DECODER_ONLY,
-                                        TFM_ARCH_ENCODER_DECODER };
-    for (int a = 0; a < 2; a++) {
+    const tfm_architecture archs[3] = { TFM_ARCH_DECODER_ONLY,
+                                        TFM_ARCH_ENCODER_DECODER,
+                                        TFM_ARCH_ENCODER_ONLY };
+    for (int a = 0; a < 3; a++) {
         model_bwd_ctx c;
         memset(&c, 0, sizeof c);
         tfm_model_config mc = model_config(archs[a], 11);
-        assert_int_equal(tfm_model_create(&mc, &c.model), TFM_OK);
+        c.probe = "token_embedding.weight";
+        c.n_ref = 11 * mc.layer.d_model;
+        if (a == 2) { /* an image model (ViT): 2 x 2 patches of 2 x 2 */
+            tfm_layer_options lo;
+            tfm_layer_options_init(&lo);
+            lo.head_bias = 1;
+            lo.patch_size = 2;
+            lo.image_size = 4;
+            lo.num_channels = 2;
+            mc.context_length = 5;
+            mc.tied_embeddings = 0;
+            assert_int_equal(tfm_model_create_v2(&mc, NULL, &lo, &c.model),
+                             TFM_OK);
+            c.pixels = pixels(2, 2, 4, 4);
+            c.probe = "patch_embedding.weight";
+            c.n_ref = mc.layer.d_model * 2 * 2 * 2;
+        } else {
+            assert_int_equal(tfm_model_create(&mc, &c.model), TFM_OK);
+        }
         lcg_randomize(c.model, 95 + a);
         assert_int_equal(tfm_module_train(c.model, 1), TFM_OK);
         c.B = 2;
         c.L = 5;
         for (int i = 0; i < 10; i++)
             c.ids[i] = (int32_t)((3 * i + 1) % 11);
-        c.g = lcg_fill(make3(2, 5, 11, NULL));
-        c.n_ref = 11 * mc.layer.d_model;
+        c.g = a == 2 ? lcg_fill(make2(2, 11, NULL))
+                     : lcg_fill(make3(2, 5, 11, NULL));
         c.reference = malloc((size_t)c.n_ref * sizeof *c.reference);
         assert_non_null(c.reference);
         model_bwd_setup(&c);
         assert_int_equal(model_bwd_run(&c), TFM_OK);
         float *g = NULL;
-        assert_int_equal(tfm_module_grad(c.model, "token_embedding.weight",
-                                         &g), TFM_OK);
+        assert_int_equal(tfm_module_grad(c.model, c.probe, &g), TFM_OK);
         memcpy(c.reference, g, (size_t)c.n_ref * sizeof *g);
-        oom_case oc = { .name = a == 0 ? "tfm_model_backward (decoder-only)"
-                                       : "tfm_model_seq2seq_backward",
+        oom_case oc = { .name = a == 0   ? "tfm_model_backward (decoder-only)"
+                                : a == 1 ? "tfm_model_seq2seq_backward"
+                                         : "tfm_model_image_backward",
                         .setup = model_bwd_setup, .run = model_bwd_run,
                         .on_ok = model_bwd_on_ok, .ctx = &c };
         run_case(&oc);
         free(c.reference);
         tfm_tensor_free(c.g);
+        tfm_tensor_free(c.pixels);
         tfm_module_free(c.model);
     }
 }
@@ -2388,6 +2465,7 @@ int main(void)
         cmocka_unit_test(test_forward_attention),
         cmocka_unit_test(test_forward_layers),
         cmocka_unit_test(test_forward_models),
+        cmocka_unit_test(test_forward_images),
         cmocka_unit_test(test_forward_large_scratch),
         cmocka_unit_test(test_kv_cache),
         cmocka_unit_test(test_generate),

@@ -46,7 +46,15 @@
  * (--max-tokens overrides; the context bounds it), decoder_start_token_id,
  * eos_token_id (or one --eos-token-id), forced_eos_token_id, and
  * suppress_tokens and bad_words_ids of single ids never generated
- * (Marian's pad); --min-new-tokens as in generation. */
+ * (Marian's pad); --min-new-tokens as in generation.
+ *
+ * With --classify IMAGE the model is an image classifier (a ViT
+ * checkpoint directory): the PNG or JPEG file IMAGE is decoded by libpng
+ * or libjpeg, resized (bilinear) and normalised as the directory's
+ * preprocessor_config.json says (ViTImageProcessor's defaults when
+ * absent), and the top 5 (or --top-k K) classes are printed, one line
+ * each: the probability (softmax over the labels), a tab, the label from
+ * config.json's id2label. */
 #include <cJSON.h>
 #include <errno.h>
 #include <float.h>
@@ -74,6 +82,7 @@ char *openblas_get_corename(void);
 #define MODEL_ENV "TRANSFORMER_MODEL"
 
 #include "cli_args.h"
+#include "image_input.h"
 
 /* The most --stop and --eos-token-id options. */
 #define MAX_LIST 64
@@ -103,6 +112,7 @@ typedef struct options {
     const char *fill_mask;           /* --fill-mask, or NULL */
     int top_k_option;                /* --top-k given */
     const char *translate;           /* --translate, or NULL */
+    const char *classify;            /* --classify, or NULL */
     int64_t num_beams;               /* --num-beams; 0: the checkpoint's */
     int max_tokens_option;           /* --max-tokens given */
 } options;
@@ -110,7 +120,7 @@ typedef struct options {
 /* getopt_long's values for the long-only options. */
 enum { OPT_SAMPLE = 256, OPT_STOP, OPT_EOS, OPT_MIN_NEW, OPT_REPETITION,
        OPT_NO_REPEAT, OPT_PAST_CONTEXT, OPT_BATCH_FILE, OPT_FILL_MASK,
-       OPT_TRANSLATE, OPT_NUM_BEAMS };
+       OPT_TRANSLATE, OPT_NUM_BEAMS, OPT_CLASSIFY };
 
 static void usage(FILE *out)
 {
@@ -173,6 +183,12 @@ static void usage(FILE *out)
         "      --num-beams N      beams of --translate (default: the "
         "checkpoint's\n"
         "                         num_beams, else 1 = greedy)\n"
+        "      --classify IMAGE   an image classifier checkpoint (ViT) "
+        "labels the\n"
+        "                         PNG or JPEG file IMAGE: the 5 (or --top-k "
+        "K) most\n"
+        "                         likely labels, one line each: "
+        "probability, label\n"
         "  -h, --help             show this help and exit\n"
         "  -V, --version          show the version and exit\n"
         "\n"
@@ -226,6 +242,7 @@ static int parse_options(int argc, char **argv, options *o)
         { "fill-mask", required_argument, NULL, OPT_FILL_MASK },
         { "translate", required_argument, NULL, OPT_TRANSLATE },
         { "num-beams", required_argument, NULL, OPT_NUM_BEAMS },
+        { "classify", required_argument, NULL, OPT_CLASSIFY },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -250,6 +267,7 @@ static int parse_options(int argc, char **argv, options *o)
     o->fill_mask = NULL;
     o->top_k_option = 0;
     o->translate = NULL;
+    o->classify = NULL;
     o->num_beams = 0;
     o->max_tokens_option = 0;
 
@@ -353,6 +371,9 @@ static int parse_options(int argc, char **argv, options *o)
             break;
         case OPT_TRANSLATE:
             o->translate = optarg;
+            break;
+        case OPT_CLASSIFY:
+            o->classify = optarg;
             break;
         case OPT_NUM_BEAMS:
             if (parse_int64("--num-beams", optarg, 1, &o->num_beams))
@@ -1269,6 +1290,18 @@ int main(int argc, char **argv)
         if (st == TFM_ERR_IO)
             fprintf(stderr, "Give the model file with --model FILE or the "
                             MODEL_ENV " environment variable.\n");
+        goto done;
+    }
+    if (o.classify) { /* an image model: no tokenizer */
+        if (o.fill_mask || o.translate || o.batch_file) {
+            fail("--classify takes an image, not --fill-mask, --translate "
+                 "or --batch-file");
+            goto done;
+        }
+        rc = classify_image(model, o.model, o.classify,
+                            o.top_k_option && o.sampling.top_k > 0
+                                ? o.sampling.top_k
+                                : 5);
         goto done;
     }
     if (tfm_tokenizer_load(o.model, &tok) != TFM_OK) {

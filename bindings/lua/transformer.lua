@@ -2400,9 +2400,21 @@ end
 local Model = class("Model")
 M.Model = Model
 
+-- An image model's (ViT's) patch_size, image_size and num_channels into
+-- cfg, read off its "patch_embedding.weight" [d, C, P, P] and its
+-- position table (the class token and (image_size / P)^2 patches).
+local function image_config(h, cfg)
+  local ok, shape = pcall(core.tfm_module_parameter_shape, h, "patch_embedding.weight")
+  if not ok then return end
+  cfg.num_channels, cfg.patch_size = shape[2], shape[3]
+  local side = math.floor(math.sqrt(cfg.context_length - 1) + 0.5)
+  cfg.image_size = side * cfg.patch_size
+end
+
 local function wrap_model(h, tok, path)
   local cfg = flat_config(core.tfm_model_get_config(h), core.tfm_model_get_options(h))
   if core.tfm_model_has_bias(h) == 0 then cfg.bias = false end
+  image_config(h, cfg)
   return new_object(Model, h, {
     config = cfg, architecture = cfg.architecture, vocab_size = cfg.vocab_size,
     context_length = cfg.context_length, path = path, tokenizer = tok, _caches = setmetatable({}, { __mode = "k" }),
@@ -2476,7 +2488,8 @@ end
 -- -> Model: a model file (safetensors with the libtransformer metadata)
 -- and, when its metadata has one, its tokenizer; or a Hugging Face
 -- checkpoint directory (config.json and model.safetensors or its shards;
--- GPT-2, Llama and BERT, model.h: tfm_model_load) with the tokenizer its
+-- GPT-2, Llama, BERT, Marian and ViT, model.h: tfm_model_load; a ViT runs
+-- with model:image_logits) with the tokenizer its
 -- files give (tokenizer.json, vocab.json + merges.txt, vocab.txt, ...), nil
 -- when it has none;
 -- path defaults to default_model_path().
@@ -2568,6 +2581,47 @@ end
 
 function Model:forward(ids, tgt_ids)
   return self:logits(ids, tgt_ids)
+end
+
+--- model:image_logits(pixels) -> an image model's (a ViT checkpoint's)
+-- class logits (tfm_model_image_logits): pixels [B][C][H][W] (numbers,
+-- normalised as the checkpoint's image processor does; H = W = image_size)
+-- -> [B][num_labels]; pixels [C][H][W] -> [num_labels].  model.config has
+-- patch_size, image_size and num_channels for such a model.
+function Model:image_logits(pixels)
+  local h = handle(self)
+  if self.config.patch_size == nil then
+    fail("this model takes token ids, not images (it has no patch embedding)")
+  end
+  local shape = shape_of(pixels)
+  local single = #shape == 3
+  if single then pixels, shape = { pixels }, { 1, shape[1], shape[2], shape[3] } end
+  if #shape ~= 4 then
+    fail("pixels must be [B][C][H][W] or [C][H][W], got %s", shape_string(shape))
+  end
+  local x = to_tensor(pixels, "pixels")
+  local out = core.tfm_tensor_create({ shape[1], self.vocab_size })
+  core.tfm_model_image_logits(h, x, out)
+  local t = tensor_table(out)
+  return single and t[1] or t
+end
+
+--- model:image_backward(pixels, grad_logits): the backward of
+-- model:image_logits(pixels) (tfm_model_image_backward), given the
+-- gradient of a loss with respect to its logits (the logits' shape):
+-- accumulates every parameter's gradient (model:grad(name)); the model
+-- must be in training mode (model:train()).
+function Model:image_backward(pixels, grad_logits)
+  local h = handle(self)
+  if self.config.patch_size == nil then
+    fail("this model takes token ids, not images (it has no patch embedding)")
+  end
+  local shape = shape_of(pixels)
+  if #shape == 3 then
+    pixels, grad_logits = { pixels }, { grad_logits }
+  end
+  core.tfm_model_image_backward(h, (to_tensor(pixels, "pixels")),
+                                (to_tensor(grad_logits, "grad_logits")))
 end
 
 --- model:loss(ids, targets, {tgt_ids, ignore_index = -100,

@@ -121,6 +121,24 @@ typedef struct tfm_layer_options {
      * take it, and final_norm 0 (both stacks then end without their
      * "norm.*", as Marian's).  Default 0. */
     int head_bias;
+    /* Since 1.2 (after head_bias): ViT's image input (Dosovitskiy et al.
+     * 2021, eq. 1-4; transformers' modeling_vit.py ViTEmbeddings and
+     * ViTForImageClassification), for encoder-only models only.
+     * patch_size > 0 makes a model of images [B, num_channels,
+     * image_size, image_size] (tfm_model_image_logits) instead of token
+     * ids: no token table; a patch embedding "patch_embedding.weight"
+     * [d_model, num_channels, P, P] and "patch_embedding.bias" [d_model]
+     * (tfm_patch_embedding_create); a class token "cls_token" [1, 1,
+     * d_model] put before the N = (image_size / P)^2 patches; learned
+     * positions [N + 1, d_model] (context_length N + 1); the stack; and a
+     * classifier on the class token's final state, "lm_head.weight"
+     * [vocab_size = num_labels, d_model] with head_bias's "lm_head.bias".
+     * image_size must be a positive multiple of patch_size and
+     * num_channels >= 1 (both 0 when patch_size is 0).  Default 0: a model
+     * of token ids. */
+    int64_t patch_size;
+    int64_t image_size;
+    int64_t num_channels;
 } tfm_layer_options;
 
 /* Writes the defaults (bias 1, no variant, LayerNorm, plain feed-forward,
@@ -243,6 +261,67 @@ TFM_API tfm_status tfm_linear_backward(tfm_module *linear,
                                        const tfm_tensor *x,
                                        const tfm_tensor *grad_output,
                                        tfm_tensor *grad_input);
+
+/* ---- Patch embedding (ViT) ----------------------------------------------
+ * Cuts images into P x P patches and projects each to d_model
+ * (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words", eq. 1: the
+ * patches x_p^i E; computed as PyTorch's torch.nn.Conv2d(in_channels,
+ * d_model, kernel_size=P, stride=P) and transformers' ViTPatchEmbeddings):
+ *   out[b, i*(W/P) + j, o] = bias[o] + sum over c, u, v of
+ *       weight[o, c, u, v] * x[b, c, i*P + u, j*P + v],
+ * the patches in row-major order (flatten(2).transpose(1, 2)).  The
+ * strided convolution is one cblas_sgemm over the unfolded patches
+ * ([B*N, C*P*P] in workspace memory) times weight^T.
+ * Parameters, named as Conv2d's: "weight" [d_model, in_channels, P, P]
+ * and "bias" [d_model] (only when bias is nonzero), both drawn as Conv2d
+ * draws them by tfm_module_reset_parameters (U(+-1/sqrt(C P P))); they
+ * start at 0.  image_size > 0 fixes the input to image_size x image_size
+ * pixels (a multiple of P); 0 takes any height and width that are
+ * multiples of P.
+ * Errors: TFM_ERR_NULL_ARGUMENT (out), TFM_ERR_INVALID_ARGUMENT (d_model,
+ * in_channels or patch_size < 1, image_size < 0 or not a multiple of
+ * patch_size), TFM_ERR_OVERFLOW (sizes beyond 2^31 - 1),
+ * TFM_ERR_OUT_OF_MEMORY.  On error *out is unchanged; on success it is
+ * owned by the caller and freed with tfm_module_free.  Since 1.2. */
+TFM_API tfm_status tfm_patch_embedding_create(int64_t d_model,
+                                              int64_t in_channels,
+                                              int64_t patch_size,
+                                              int64_t image_size, int bias,
+                                              tfm_module **out);
+
+/* x [B, C, H, W] (float pixels, channels first) -> out [B, N, d_model],
+ * N = (H / P) (W / P); H and W multiples of P (equal to image_size when
+ * the module has one).  out must not overlap x.  x and the module are only
+ * read.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE (x not
+ * rank 4 with C channels, H or W not a multiple of P or not image_size,
+ * out not [B, N, d_model]), TFM_ERR_INVALID_ARGUMENT (out overlaps x),
+ * TFM_ERR_OUT_OF_MEMORY (the unfolded patches).  On error out is
+ * unchanged.  Since 1.2. */
+TFM_API tfm_status tfm_patch_embedding_forward(const tfm_module *pe,
+                                               const tfm_tensor *x,
+                                               tfm_tensor *out);
+
+/* The backward of tfm_patch_embedding_forward (torch.autograd's gradients
+ * of Conv2d with kernel = stride = P), with cols [B*N, C*P*P] the unfolded
+ * patches of x recomputed and g = grad_output as [B*N, d_model]:
+ *   weight.grad += g^T cols (as [d, C, P, P]),
+ *   bias.grad   += sum over rows of g,
+ *   grad_input   = g weight folded back onto the pixels (patches do not
+ *                  overlap, so each pixel gets one value).
+ * Parameter gradients are accumulated (+=) into the module's gradient
+ * memory, so tfm_module_train must have been called (module.h);
+ * grad_input [B, C, H, W] (x's shape, not overlapping grad_output) is
+ * written, or NULL when not wanted.
+ * Errors: TFM_ERR_NULL_ARGUMENT (pe, x or grad_output),
+ * TFM_ERR_WRONG_KIND, TFM_ERR_SHAPE, TFM_ERR_NON_FINITE (grad_output),
+ * TFM_ERR_INVALID_ARGUMENT (no gradient memory, grad_input overlaps
+ * grad_output), TFM_ERR_BUSY, TFM_ERR_OUT_OF_MEMORY.  On error nothing is
+ * written.  Since 1.2. */
+TFM_API tfm_status tfm_patch_embedding_backward(tfm_module *pe,
+                                                const tfm_tensor *x,
+                                                const tfm_tensor *grad_output,
+                                                tfm_tensor *grad_input);
 
 /* ---- Position-wise feed-forward, eq. (2) -------------------------------
  * out = activation(x W1^T + b1) W2^T + b2.

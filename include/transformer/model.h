@@ -36,7 +36,9 @@
  *   of tfm_layer_options (each absent at its default):
  *   "tfm.type_vocab_size" (a whole number), "tfm.embedding_norm" and
  *   "tfm.head_transform" ("true"), "tfm.final_norm" ("false"),
- *   "tfm.head_bias" ("true": a logits bias without a head transform); and for the
+ *   "tfm.head_bias" ("true": a logits bias without a head transform),
+ *   "tfm.patch_size", "tfm.image_size", "tfm.num_channels" (whole numbers,
+ *   an image model's; absent: 0); and for the
  *   tokenizer (tokenizer.h) "tfm.tokenizer": "char", "tfm.vocab".
  */
 #ifndef TRANSFORMER_MODEL_H
@@ -172,6 +174,17 @@ TFM_API tfm_status tfm_model_create_ex(const tfm_model_config *config,
  * "transformer.encoder.norm.*" / "transformer.decoder.norm.*") and
  * head_bias, and refuses the other parts.  Every step (logits, KV-cache
  * decoding, generation, beam search, backward) computes them.
+ * layer_options' patch_size, image_size and num_channels (ViT's;
+ * Dosovitskiy et al. 2021) make an encoder-only model of images: no token
+ * table, "patch_embedding.*" (tfm_patch_embedding_create's parameters,
+ * Conv2d's initialisation), "cls_token" [1, 1, d_model] (N(0, 1), as
+ * torch.randn), learned positions with context_length = (image_size /
+ * patch_size)^2 + 1, untied "lm_head.weight" [vocab_size, d_model] (the
+ * labels; "lm_head.bias" with head_bias); it runs through
+ * tfm_model_image_logits and tfm_model_image_backward.  Refused
+ * (TFM_ERR_INVALID_ARGUMENT): another architecture, positions that are
+ * not learned or another context_length, tied embeddings, an embedding
+ * scale, BERT's token-type table, embedding norm or head transform.
  * Errors: those of tfm_model_create_ex, TFM_ERR_INVALID_ARGUMENT
  * (layer_options->struct_size too small, an attention variant in
  * layer_options, BERT's model parts on an encoder-decoder model, a
@@ -266,6 +279,20 @@ TFM_API tfm_status tfm_model_get_config(const tfm_module *model,
  * eos_token_id, bad_words_ids) are not part of the model: give them to
  * tfm_model_beam_search (decoder_start_token_id, eos_token_id,
  * suppress_tokens).
+ * "model_type" "vit" (Dosovitskiy et al. 2021; ViTForImageClassification,
+ * e.g. google/vit-base-patch16-224, its tensors under "vit." and
+ * "classifier.") becomes an encoder-only, pre-norm image model
+ * (tfm_layer_options' patch_size, image_size, num_channels; run it with
+ * tfm_model_image_logits): the patch embedding's Conv2d weight [d, C, P,
+ * P] as it is stored, the class token, the position table [N + 1, d]
+ * (stored [1, N + 1, d]), query, key and value in the rows of
+ * in_proj_weight / in_proj_bias, layernorm_before / layernorm_after as
+ * norm1 / norm2, the final "vit.layernorm" and the classifier as the head
+ * with its bias (vocab_size = the number of labels of "id2label").  The
+ * pooler of ViTModel is ignored.  qkv_bias false is refused
+ * (TFM_ERR_UNSUPPORTED), an image_size that is not a multiple of
+ * patch_size is malformed (TFM_ERR_FORMAT).  The labels' names and the
+ * image preprocessing (preprocessor_config.json) are the caller's.
  * The directory's tokenizer files are not read here (tfm_tokenizer_load
  * reads them).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO (a missing file, e.g. no
@@ -273,7 +300,7 @@ TFM_API tfm_status tfm_model_get_config(const tfm_module *model,
  * file or JSON, missing or invalid configuration key, missing or extra
  * tensor, wrong shape, a learned attention temperature that is not > 0 so
  * that no forward pass could run), TFM_ERR_UNSUPPORTED (also: a
- * "model_type" other than "gpt2", "llama", "bert" and "marian", an
+ * "model_type" other than "gpt2", "llama", "bert", "marian" and "vit", an
  * unsupported
  * activation, a
  * directory with only pytorch_model.bin), TFM_ERR_NON_FINITE,
@@ -351,6 +378,46 @@ TFM_API tfm_status tfm_model_logits_v2(const tfm_module *model,
                                        int64_t seq,
                                        const tfm_model_inputs *inputs,
                                        tfm_tensor *logits);
+
+/* Image models (an encoder-only model made with tfm_layer_options'
+ * patch_size > 0, e.g. a ViT checkpoint read by tfm_model_load): the
+ * class logits [B, vocab_size] (vocab_size = num_labels) of the images
+ * pixel_values [B, num_channels, image_size, image_size] (float32,
+ * channels first, already normalised as the checkpoint's image processor
+ * does).  As transformers' ViTForImageClassification (Dosovitskiy et al.
+ * 2021, eq. 1-4): z0 = [cls_token; patches E] + positions, the
+ * bidirectional blocks, the final norm, then logits = z_L[CLS]
+ * lm_head^T + lm_head_bias.
+ * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND (not an encoder-only
+ * model), TFM_ERR_UNSUPPORTED (a model of token ids), TFM_ERR_SHAPE
+ * (pixel_values not [B, num_channels, image_size, image_size], logits not
+ * [B, vocab_size]), TFM_ERR_NON_FINITE (a NaN or infinite pixel),
+ * TFM_ERR_OUT_OF_MEMORY.  On error logits is unchanged; model and
+ * pixel_values are only read.  An image model refuses tfm_model_logits,
+ * tfm_model_backward, tfm_model_loss_backward and the generation calls
+ * (TFM_ERR_UNSUPPORTED or TFM_ERR_WRONG_KIND); it trains through
+ * tfm_model_image_backward.  Since 1.2. */
+TFM_API tfm_status tfm_model_image_logits(const tfm_module *model,
+                                          const tfm_tensor *pixel_values,
+                                          tfm_tensor *logits);
+
+/* The backward of tfm_model_image_logits (torch.autograd's, the dropout
+ * masks of the latest forward): given grad_logits [B, vocab_size], the
+ * gradient of a loss with respect to the class logits of pixel_values
+ * [B, C, H, W] (e.g. tfm_cross_entropy's dlogits), accumulates (+=) the
+ * gradient of every parameter: the classifier (lm_head.weight,
+ * lm_head.bias), the blocks and their final norm (the class token's row
+ * alone carries a gradient into them), the learned positions, cls_token
+ * (summed over the batch) and the patch embedding (as
+ * tfm_patch_embedding_backward).  The forward is recomputed once, keeping
+ * the blocks' activations; tfm_module_train must have been called.  The
+ * pixels get no gradient.  Errors: those of tfm_model_image_logits
+ * (grad_logits for logits), TFM_ERR_NON_FINITE (grad_logits),
+ * TFM_ERR_INVALID_ARGUMENT (no gradient memory), TFM_ERR_BUSY; the checks,
+ * the busy guard and the scratch come before any write.  Since 1.2. */
+TFM_API tfm_status tfm_model_image_backward(tfm_module *model,
+                                            const tfm_tensor *pixel_values,
+                                            const tfm_tensor *grad_logits);
 
 /* Encoder-decoder models: logits [B, L, vocab_size] of the target ids
  * [B, L] (causal) given the source ids [B, S].  Errors: as

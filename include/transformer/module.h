@@ -58,6 +58,7 @@ typedef enum tfm_module_kind {
     TFM_MODULE_ENCODER_DECODER = 13, /* sequence-to-sequence model */
     TFM_MODULE_ATTENTION = 14,      /* attention variant (attention.h) */
     TFM_MODULE_LINEAR = 15,         /* nn.Linear (layers.h), since 1.2 */
+    TFM_MODULE_PATCH_EMBEDDING = 16, /* ViT's patches (layers.h), since 1.2 */
     TFM_MODULE_KIND_COUNT
 } tfm_module_kind;
 
@@ -367,6 +368,10 @@ TFM_API tfm_status tfm_module_parameter_data(tfm_module *module,
  *                         + feed-forward(L)
  *   cross-attention:      multi-head attention(L, S)
  *   stacks and models:    sum over their layers
+ *   patch embedding:      L*C*P*P*d (L: the patches of one image)
+ *   image model (ViT):    its patch embedding (L - 1 patches), its blocks
+ *                         (L = context_length positions) and its head on
+ *                         the class token's row alone
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (a size < 1),
  * TFM_ERR_OVERFLOW (*macs unchanged). */
 TFM_API tfm_status tfm_module_forward_macs(const tfm_module *module,

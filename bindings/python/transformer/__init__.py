@@ -20,7 +20,8 @@ Generation is greedy unless sampling is asked for (``do_sample=True``, or
 temperature / top_k / top_p / seed given), as in transformer-generate;
 sampling defaults to temperature 1, all tokens, seed DEFAULT_SEED (42).
 
-Layers: MultiheadAttention, LayerNorm, RMSNorm, Linear, GatedFeedForward,
+Layers: MultiheadAttention, LayerNorm, RMSNorm, Linear, PatchEmbedding,
+GatedFeedForward,
 TransformerEncoderLayer, TransformerDecoderLayer, TransformerEncoder, TransformerDecoder,
 Transformer, Embedding, and Attention (attention variants on per-head
 arrays).  Functions: scaled_dot_product_attention (and its gradients,
@@ -102,15 +103,17 @@ from ._core import Module, live_handles
 from ._tree import ModuleList
 from ._init import manual_seed
 from .modules import (Attention, Embedding, GatedFeedForward, LayerNorm,
-                      Linear, MultiheadAttention, RMSNorm,
+                      Linear, MultiheadAttention, PatchEmbedding, RMSNorm,
                       Transformer, TransformerDecoder,
                       TransformerDecoderLayer, TransformerEncoder,
                       TransformerEncoderLayer)
+from .images import ViTImageProcessor
 from .functional import (attention, cross_entropy, cross_entropy_backward,
                          scaled_dot_product_attention,
                          scaled_dot_product_attention_backward,
                          sinusoidal_positional_encoding)
 from .models import (DEFAULT_SEED, AutoModelForCausalLM,
+                     AutoModelForImageClassification,
                      AutoModelForMaskedLM, KVCache, Model,
                      Sampler, Tokenizer, default_model_path, from_pretrained,
                      load_model)
@@ -154,7 +157,7 @@ __all__ = [
     "Module", "ModuleList", "MultiheadAttention", "LayerNorm", "RMSNorm",
     "GatedFeedForward",
     "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
-    "Transformer", "Embedding", "Attention", "Linear",
+    "Transformer", "Embedding", "Attention", "Linear", "PatchEmbedding",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
     "attention", "sinusoidal_positional_encoding",
@@ -162,6 +165,7 @@ __all__ = [
     # models
     "Model", "KVCache", "Tokenizer", "Sampler", "load_model",
     "from_pretrained", "AutoModelForCausalLM", "AutoModelForMaskedLM",
+    "ViTImageProcessor", "AutoModelForImageClassification",
     "default_model_path",
     "DEFAULT_SEED", "load_tokenizer",
     # files

@@ -64,9 +64,8 @@ def load_model(path=None):
 
 def from_pretrained(path):
     """Model.from_pretrained(path): a Hugging Face checkpoint directory
-    (config.json and safetensors weights; GPT-2, Llama, BERT and Marian) or a model
-    file,
-    with its tokenizer."""
+    (config.json and safetensors weights; GPT-2, Llama, BERT, Marian and
+    ViT) or a model file, with its tokenizer."""
     return Model.load(fspath(path))
 
 
@@ -110,6 +109,42 @@ class AutoModelForMaskedLM(AutoModelForCausalLM):
     refuses a model that is not encoder-only.  Not instantiated."""
 
     _architecture = "encoder_only"
+
+
+def _directory_labels(path):
+    """config.json's id2label as {int: str} (an image classifier's labels),
+    or None when it has none."""
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            labels = json.load(f).get("id2label")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(labels, dict):
+        return None
+    return {int(k): str(v) for k, v in labels.items()}
+
+
+class AutoModelForImageClassification(AutoModelForCausalLM):
+    """Hugging Face's entry point for image classifiers:
+    ``AutoModelForImageClassification.from_pretrained(path)`` loads a
+    checkpoint directory ("model_type" "vit": ViTForImageClassification's
+    tensors) or a model file as a Model of images (``logits(pixels)``,
+    ``classify(image)``, ``id2label``), and refuses a model of token ids.
+    Not instantiated."""
+
+    _architecture = "encoder_only"
+
+    @classmethod
+    def from_pretrained(cls, path):
+        """The image Model of checkpoint directory or model file path;
+        UnsupportedError when it takes token ids."""
+        model = super().from_pretrained(path)
+        if "patch_size" not in model.config:
+            model.close()
+            raise UnsupportedError(
+                f"{path}: {cls.__name__} needs an image model (a ViT), this "
+                f"one takes token ids")
+        return model
 
 
 # The tokenizer files a checkpoint directory may hold (tokenizer_files.c).
@@ -391,6 +426,9 @@ class Model(Module):
         cfg.update(kwargs)
         _model_config(cfg)                      # check it before keeping it
         self._config_dict = cfg
+        if cfg.get("id2label"):
+            self._id2label = {int(k): str(v)
+                              for k, v in cfg["id2label"].items()}
         self.dropout = as_float(dropout, "dropout")
         self._adopt(self._create())
         self._reset_new()
@@ -402,7 +440,8 @@ class Model(Module):
         if (not cfg.get("bias", True) or not cfg.get("final_norm", True)
                 or any(cfg.get(k) for k in (
                     "rms_norm", "gated", "type_vocab_size",
-                    "embedding_norm", "head_transform", "head_bias"))):
+                    "embedding_norm", "head_transform", "head_bias",
+                    "patch_size"))):
             layer_options = _ll.tfm_layer_options()
             layer_options.bias = int(bool(cfg.get("bias", True)))
             layer_options.rms_norm = int(bool(cfg.get("rms_norm", False)))
@@ -415,6 +454,8 @@ class Model(Module):
             layer_options.head_transform = int(bool(
                 cfg.get("head_transform", False)))
             layer_options.head_bias = int(bool(cfg.get("head_bias", False)))
+            for key in ("patch_size", "image_size", "num_channels"):
+                setattr(layer_options, key, as_int(cfg.get(key, 0), key, 0))
             return _ll.tfm_model_create_v2(config, options, layer_options)
         if options is None:
             return _ll.tfm_model_create(config)
@@ -432,7 +473,7 @@ class Model(Module):
         """Loads a model file (default: default_model_path()) and, when its
         metadata has one, its tokenizer; or a Hugging Face checkpoint
         directory (config.json, model.safetensors or sharded weights with
-        model.safetensors.index.json; GPT-2, Llama, BERT and Marian) with the tokenizer its
+        model.safetensors.index.json; GPT-2, Llama, BERT, Marian, ViT) with the tokenizer its
         files give (tokenizer.json, vocab.json + merges.txt, ...), None
         when it has none."""
         path = default_model_path() if path is None else fspath(path)
@@ -442,6 +483,9 @@ class Model(Module):
         self.path = path
         if os.path.isdir(path):
             try:
+                if "patch_size" in self._config_dict:  # an image model
+                    self._id2label = _directory_labels(path)
+                    self._config_dict = self.config
                 self.tokenizer = _directory_tokenizer(path)
                 self.generation_config = _generation_config(path)
             except BaseException:
@@ -512,6 +556,12 @@ class Model(Module):
             out["head_transform"] = True
         elif lo.head_bias:
             out["head_bias"] = True
+        if lo.patch_size:
+            out.update(patch_size=lo.patch_size, image_size=lo.image_size,
+                       num_channels=lo.num_channels)
+        id2label = self.__dict__.get("_id2label")
+        if id2label:
+            out["id2label"] = dict(id2label)
         base, attention = self._options()
         if base not in (0.0, _DEFAULT_BASE):
             out["positional_base"] = base
@@ -553,6 +603,11 @@ class Model(Module):
         with self._use() as ptr:
             c = self.config
             vocab = c["vocab_size"]
+            if "patch_size" in c:
+                if (tgt_ids is not None or attention_mask is not None
+                        or token_type_ids is not None):
+                    raise TypeError("an image model takes only pixel values")
+                return self._image_logits(ptr, ids, c)
             src = as_ids(ids, "ids")
             if src.ndim not in (1, 2):
                 raise ShapeError(f"ids must be [N, L] or [L], got shape "
@@ -612,6 +667,64 @@ class Model(Module):
             return out[0] if single else out
 
     forward = logits
+
+    def image_logits(self, pixel_values):
+        """An image model's (ViT's) class logits: pixel_values ``[B, C, H,
+        W]`` (float32, normalised as the checkpoint's image processor
+        does) -> ``[B, num_labels]``; ``[C, H, W]`` -> ``[num_labels]``
+        (tfm_model_image_logits).  ``logits(pixel_values)`` and
+        ``model(pixel_values)`` are the same for an image model."""
+        with self._use() as ptr:
+            c = self.config
+            if "patch_size" not in c:
+                raise UnsupportedError("this model takes token ids, not "
+                                       "images (it has no patch embedding)")
+            return self._image_logits(ptr, pixel_values, c)
+
+    def _image_logits(self, ptr, pixel_values, c):
+        x = np.ascontiguousarray(as_float32(pixel_values, "pixel_values"))
+        single = x.ndim == 3
+        if single:
+            x = x[None]
+        if x.ndim != 4:
+            raise ShapeError(f"pixel_values must be [B, C, H, W] or [C, H, "
+                             f"W], got shape {list(x.shape)}")
+        out = np.empty((x.shape[0], c["vocab_size"]), np.float32)
+        _ll.tfm_model_image_logits(ptr, x, out)
+        if self.training:  # what backward() differentiates
+            self.__dict__.pop("_saved_ids", None)
+            self.__dict__.pop("_saved_dlogits", None)
+            self.__dict__["_saved_pixels"] = (x.copy(), single)
+        return out[0] if single else out
+
+    def classify(self, image, top_k=5, processor=None):
+        """An image model's top_k classes of image (a path, a PIL image or
+        an ``[H, W, 3]`` uint8 array), as Hugging Face's
+        image-classification pipeline: a list of ``{"label", "score"}``
+        dicts, most likely first, scores the softmax over the labels.  The
+        image is decoded by Pillow and preprocessed by ``processor`` (a
+        ViTImageProcessor; default: the checkpoint directory's,
+        ``ViTImageProcessor.from_pretrained(model.path)``)."""
+        from .images import ViTImageProcessor
+        if processor is None:
+            processor = (ViTImageProcessor.from_pretrained(self.path)
+                         if self.path and os.path.isdir(self.path) else
+                         ViTImageProcessor(size=self.config.get(
+                             "image_size", 224)))
+        logits = self.image_logits(processor(image))[0].astype(np.float64)
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        labels = self.id2label or {}
+        order = np.argsort(-p, kind="stable")[:int(top_k)]
+        return [{"label": labels.get(int(i), f"LABEL_{int(i)}"),
+                 "score": float(p[i])} for i in order]
+
+    @property
+    def id2label(self):
+        """An image classifier's label names {index: name} (config.json's
+        id2label), or None."""
+        labels = self.__dict__.get("_id2label")
+        return dict(labels) if labels else None
 
     def loss(self, ids, targets, tgt_ids=None, ignore_index=-100,
              label_smoothing=0.0):
@@ -680,7 +793,25 @@ class Model(Module):
         :meth:`loss`'s; with it (the logits' shape), any loss of the last
         :meth:`logits` call (e.g. the ``dlogits`` of
         :func:`cross_entropy_backward`).  Returns None: ids have no
-        gradient."""
+        gradient.  An image model (ViT) differentiates its last
+        training-mode ``logits(pixels)`` given grad_logits
+        (tfm_model_image_backward)."""
+        pixels = self.__dict__.get("_saved_pixels")
+        if pixels is not None and "patch_size" in self.config:
+            if grad_logits is None:
+                raise InvalidArgumentError(
+                    "Model.backward of an image model needs grad_logits "
+                    "(the gradient of a loss with respect to the logits)")
+            x, single = pixels
+            g = as_float32(grad_logits, "grad_logits")
+            want = (self.config["vocab_size"],) if single else \
+                (x.shape[0], self.config["vocab_size"])
+            if g.shape != want:
+                raise ShapeError(f"grad_logits must have the logits' shape "
+                                 f"{list(want)}, got {list(g.shape)}")
+            self._call(_ll.tfm_model_image_backward, x,
+                       np.ascontiguousarray(g.reshape(x.shape[0], -1)))
+            return None
         saved = self.__dict__.get("_saved_ids")
         if grad_logits is None:
             grad_logits = self.__dict__.get("_saved_dlogits")
@@ -1180,9 +1311,15 @@ class Model(Module):
         with using(self) as ptr:
             names = [_ll.tfm_module_child_name(ptr, i)
                      for i in range(_ll.tfm_module_child_count(ptr))]
-        specs = [("token_embedding", lambda: make_view(
-            _m.Embedding, self, "token_embedding", c["vocab_size"],
-            c["d_model"], scale=c["embedding_scale"]))]
+        specs = []
+        if "token_embedding" in names:
+            specs.append(("token_embedding", lambda: make_view(
+                _m.Embedding, self, "token_embedding", c["vocab_size"],
+                c["d_model"], scale=c["embedding_scale"])))
+        if "patch_embedding" in names:  # an image model (ViT)
+            specs.append(("patch_embedding", lambda: make_view(
+                _m.PatchEmbedding, self, "patch_embedding", c["d_model"],
+                c["num_channels"], c["patch_size"], c["image_size"])))
         if "position_embedding" in names:
             specs.append(("position_embedding", lambda: make_view(
                 _m.Embedding, self, "position_embedding",
@@ -1238,7 +1375,8 @@ def _model_config(cfg):
              "positional", "tied_embeddings", "embedding_scale",
              "positional_base", "attention", "bias", "rms_norm", "gated",
              "type_vocab_size", "embedding_norm", "final_norm",
-             "head_transform", "head_bias"}
+             "head_transform", "head_bias", "patch_size", "image_size",
+             "num_channels", "id2label"}
     unknown = set(cfg) - known
     if unknown:
         raise InvalidArgumentError(f"unknown model config keys: "

@@ -23,7 +23,7 @@ from ._variants import HasAttentionVariant, normalize, to_config, variant_repr
 from .functional import _mask_for
 
 __all__ = ["MultiheadAttention", "Attention", "LayerNorm", "RMSNorm",
-           "Linear", "GatedFeedForward",
+           "Linear", "PatchEmbedding", "GatedFeedForward",
            "TransformerEncoderLayer", "TransformerDecoderLayer",
            "TransformerEncoder", "TransformerDecoder", "Transformer",
            "Embedding"]
@@ -552,6 +552,79 @@ def _layer_children(layer, attention_names, norms):
                                                   layer.layer_norm_eps))
               for name in norms]
     return specs
+
+
+# ---- PatchEmbedding ----------------------------------------------------------
+
+class PatchEmbedding(Module):
+    """ViT's patch embedding (Dosovitskiy et al. 2021, eq. 1), as
+    ``torch.nn.Conv2d(in_channels, d_model, kernel_size=patch_size,
+    stride=patch_size)`` followed by ``flatten(2).transpose(1, 2)``: one
+    cblas_sgemm over the unfolded patches (include/transformer/layers.h:
+    tfm_patch_embedding_create).
+
+    ``PatchEmbedding(d_model, in_channels, patch_size, image_size=0,
+    bias=True)``; image_size 0 takes any height and width that are
+    multiples of patch_size.
+
+    Parameters, named as Conv2d's: ``weight [d_model, in_channels, P, P]``,
+    ``bias [d_model]`` (with bias).
+
+    Call: ``pe(pixels)``: ``[B, C, H, W]`` -> ``[B, (H/P)(W/P), d_model]``.
+    """
+
+    def __init__(self, d_model, in_channels, patch_size, image_size=0,
+                 bias=True, device=None, dtype=None):
+        check_float32_dtype(dtype, device, "PatchEmbedding")
+        self.d_model = as_int(d_model, "d_model", 1)
+        self.in_channels = as_int(in_channels, "in_channels", 1)
+        self.patch_size = as_int(patch_size, "patch_size", 1)
+        self.image_size = as_int(image_size, "image_size", 0)
+        self._has_bias = bool(bias)
+        self._adopt(self._create())
+        self._reset_new()
+
+    def _create(self):
+        return _ll.tfm_patch_embedding_create(
+            self.d_model, self.in_channels, self.patch_size, self.image_size,
+            int(self._has_bias))
+
+    def _out_shape(self, x):
+        p = self.patch_size
+        if x.ndim != 4 or x.shape[1] != self.in_channels:
+            raise ShapeError(f"PatchEmbedding expects pixels of shape [B, "
+                             f"{self.in_channels}, H, W], got "
+                             f"{list(x.shape)}")
+        if x.shape[2] % p or x.shape[3] % p:
+            raise ShapeError(f"image height and width must be multiples of "
+                             f"the patch size {p}, got {list(x.shape)}")
+        return (x.shape[0], (x.shape[2] // p) * (x.shape[3] // p),
+                self.d_model)
+
+    def forward(self, input):
+        """pixels ``[B, C, H, W]`` -> ``[B, N, d_model]``."""
+        x = np.ascontiguousarray(as_float32(input, "input"))
+        out = np.empty(self._out_shape(x), np.float32)
+        with using(self) as ptr:
+            _ll.tfm_patch_embedding_forward(ptr, x, out)
+        self._keep_for_backward(x)
+        return out
+
+    def backward(self, grad_output):
+        """The gradient with respect to the pixels of the last
+        training-mode call, given ``grad_output`` ``[B, N, d_model]``;
+        accumulates ``weight`` and ``bias`` gradients (:meth:`grad`), as
+        ``torch.autograd`` does for ``nn.Conv2d``."""
+        (x,) = self._saved_for_backward()
+        g = np.ascontiguousarray(as_float32(grad_output, "grad_output"))
+        if g.shape != self._out_shape(x):
+            raise ShapeError(f"grad_output must have the output's shape "
+                             f"{list(self._out_shape(x))}, got "
+                             f"{list(g.shape)}")
+        grad_input = np.empty_like(x)
+        with using(self) as ptr:
+            _ll.tfm_patch_embedding_backward(ptr, x, g, grad_input)
+        return grad_input
 
 
 # ---- LayerNorm ---------------------------------------------------------------

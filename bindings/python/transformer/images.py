@@ -1,0 +1,97 @@
+"""Images for image models (ViT): decoding with Pillow (never a decoder of
+our own) and the preprocessing of transformers' ViTImageProcessor, so that
+``model.classify(path)`` gives what Hugging Face's image-classification
+pipeline gives for a ViT checkpoint directory."""
+
+import json
+import os
+from os import fspath
+
+import numpy as np
+
+__all__ = ["ViTImageProcessor"]
+
+_BILINEAR = 2   # PIL.Image.BILINEAR, ViTImageProcessor's resample
+
+
+class ViTImageProcessor:
+    """transformers' ViTImageProcessor: ``processor(images)`` -> pixel
+    values ``[B, C, H, W]`` float32: each image (a path, a PIL image or an
+    ``[H, W, 3]`` uint8 array) converted to RGB, resized to ``size``
+    (``{"height", "width"}``) with Pillow's resample (bilinear), scaled by
+    ``rescale_factor`` (1/255) and normalized by ``image_mean`` /
+    ``image_std`` (0.5 each), each step when its ``do_*`` flag says.
+
+    ``ViTImageProcessor.from_pretrained(dir)`` reads the directory's
+    preprocessor_config.json (the defaults above when absent; the size
+    then from config.json's image_size, else 224)."""
+
+    def __init__(self, do_resize=True, size=None, resample=_BILINEAR,
+                 do_rescale=True, rescale_factor=1 / 255,
+                 do_normalize=True, image_mean=None, image_std=None):
+        if size is None:
+            size = {"height": 224, "width": 224}
+        elif isinstance(size, int):
+            size = {"height": size, "width": size}
+        self.do_resize = bool(do_resize)
+        self.size = {"height": int(size["height"]),
+                     "width": int(size["width"])}
+        self.resample = int(resample)
+        self.do_rescale = bool(do_rescale)
+        self.rescale_factor = float(rescale_factor)
+        self.do_normalize = bool(do_normalize)
+        self.image_mean = list(image_mean if image_mean is not None
+                               else [0.5, 0.5, 0.5])
+        self.image_std = list(image_std if image_std is not None
+                              else [0.5, 0.5, 0.5])
+
+    @classmethod
+    def from_pretrained(cls, path):
+        """The processor of checkpoint directory path."""
+        path = fspath(path)
+        kwargs = {}
+        prep = os.path.join(path, "preprocessor_config.json")
+        if os.path.exists(prep):
+            with open(prep, encoding="utf-8") as f:
+                cfg = json.load(f)
+            kwargs = {k: cfg[k] for k in (
+                "do_resize", "size", "resample", "do_rescale",
+                "rescale_factor", "do_normalize", "image_mean", "image_std")
+                if cfg.get(k) is not None}
+        if "size" not in kwargs:
+            try:
+                with open(os.path.join(path, "config.json"),
+                          encoding="utf-8") as f:
+                    kwargs["size"] = int(json.load(f).get("image_size", 224))
+            except (OSError, ValueError):
+                pass
+        return cls(**kwargs)
+
+    def _one(self, image):
+        from PIL import Image
+        if isinstance(image, (str, os.PathLike)):
+            with Image.open(fspath(image)) as im:
+                image = im.convert("RGB")
+        elif isinstance(image, np.ndarray):
+            image = Image.fromarray(np.asarray(image, np.uint8))
+        image = image.convert("RGB")
+        if self.do_resize:
+            want = (self.size["width"], self.size["height"])
+            if image.size != want:
+                image = image.resize(want, resample=self.resample)
+        x = np.asarray(image, np.float64)
+        if self.do_rescale:
+            x = x * self.rescale_factor
+        if self.do_normalize:
+            x = (x - np.asarray(self.image_mean)) / np.asarray(self.image_std)
+        return x.astype(np.float32).transpose(2, 0, 1)
+
+    def __call__(self, images):
+        """images (one, or a list) -> pixel values ``[B, 3, H, W]``."""
+        if not isinstance(images, (list, tuple)):
+            images = [images]
+        return np.stack([self._one(im) for im in images])
+
+    def __repr__(self):
+        return (f"ViTImageProcessor(size={self.size}, "
+                f"image_mean={self.image_mean}, image_std={self.image_std})")

@@ -1,0 +1,433 @@
+/* transformer-generate --classify: image files decoded by libpng and
+ * libjpeg (never by a decoder of our own), preprocessed as the
+ * checkpoint's preprocessor_config.json says (transformers'
+ * ViTImageProcessor: resize to the model's size with bilinear resampling,
+ * rescale by rescale_factor, normalize by image_mean / image_std), then
+ * classified by tfm_model_image_logits.  Static helpers for the one
+ * program that includes it, after cli_args.h. */
+#ifndef TFM_TOOLS_IMAGE_INPUT_H
+#define TFM_TOOLS_IMAGE_INPUT_H
+
+#include <cJSON.h>
+#include <jpeglib.h>
+#include <png.h>
+#include <setjmp.h>
+
+#include <transformer/transformer.h>
+
+/* An 8-bit RGB image, rows top to bottom, pixels interleaved. */
+typedef struct rgb_image {
+    int64_t width, height;
+    unsigned char *px;       /* [height, width, 3], malloc'd */
+} rgb_image;
+
+/* PNG through libpng's simplified API, converted to 8-bit RGB (alpha
+ * dropped onto black as png_image does without a background: composited
+ * away by PNG_FORMAT_RGB). */
+static int decode_png(const char *path, rgb_image *img)
+{
+    png_image pi;
+    memset(&pi, 0, sizeof pi);
+    pi.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_file(&pi, path))
+        return fail("%s: not a readable PNG (%s)", path, pi.message);
+    pi.format = PNG_FORMAT_RGB;
+    size_t size = PNG_IMAGE_SIZE(pi);
+    unsigned char *px = malloc(size);
+    if (!px) {
+        png_image_free(&pi);
+        return fail("%s: out of memory for %u x %u pixels", path, pi.width,
+                    pi.height);
+    }
+    if (!png_image_finish_read(&pi, NULL, px, 0, NULL)) {
+        free(px);
+        return fail("%s: cannot decode the PNG (%s)", path, pi.message);
+    }
+    img->width = pi.width;
+    img->height = pi.height;
+    img->px = px;
+    return 0;
+}
+
+/* libjpeg's error manager that returns to the caller (libjpeg's own
+ * exits the process). */
+typedef struct jpeg_failure {
+    struct jpeg_error_mgr mgr;
+    jmp_buf back;
+    char message[JMSG_LENGTH_MAX];
+} jpeg_failure;
+
+static void jpeg_failed(j_common_ptr cinfo)
+{
+    jpeg_failure *f = (jpeg_failure *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, f->message);
+    longjmp(f->back, 1);
+}
+
+/* JPEG through libjpeg, decoded to 8-bit RGB (grayscale and CMYK files
+ * are converted by libjpeg where it can). */
+static int decode_jpeg(const char *path, rgb_image *img)
+{
+    FILE *file = fopen(path, "rb");
+    if (!file)
+        return fail("%s: %s", path, strerror(errno));
+    struct jpeg_decompress_struct cinfo;
+    jpeg_failure err;
+    unsigned char *volatile px = NULL;
+    cinfo.err = jpeg_std_error(&err.mgr);
+    err.mgr.error_exit = jpeg_failed;
+    if (setjmp(err.back)) {
+        jpeg_destroy_decompress(&cinfo);
+        fclose(file);
+        free(px);
+        return fail("%s: cannot decode the JPEG (%s)", path, err.message);
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_stdio_src(&cinfo, file);
+    jpeg_read_header(&cinfo, TRUE);
+    cinfo.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&cinfo);
+    const size_t row = (size_t)cinfo.output_width * 3;
+    px = malloc(row * cinfo.output_height);
+    if (!px) {
+        jpeg_destroy_decompress(&cinfo);
+        fclose(file);
+        return fail("%s: out of memory", path);
+    }
+    while (cinfo.output_scanline < cinfo.output_height) {
+        JSAMPROW r = px + row * cinfo.output_scanline;
+        jpeg_read_scanlines(&cinfo, &r, 1);
+    }
+    img->width = cinfo.output_width;
+    img->height = cinfo.output_height;
+    jpeg_finish_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    fclose(file);
+    img->px = px;
+    return 0;
+}
+
+/* By the file's signature: PNG (\x89PNG) or JPEG (FF D8 FF). */
+static int decode_image(const char *path, rgb_image *img)
+{
+    unsigned char sig[8] = { 0 };
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fail("cannot open the image '%s': %s", path, strerror(errno));
+    size_t got = fread(sig, 1, sizeof sig, f);
+    fclose(f);
+    if (got >= 8 && png_sig_cmp(sig, 0, 8) == 0)
+        return decode_png(path, img);
+    if (got >= 3 && sig[0] == 0xFF && sig[1] == 0xD8 && sig[2] == 0xFF)
+        return decode_jpeg(path, img);
+    return fail("%s: not a PNG or JPEG file", path);
+}
+
+/* One axis of a separable bilinear (triangle-filter) resize from n to m
+ * samples, as Pillow's resample=BILINEAR (which transformers'
+ * ViTImageProcessor uses) computes it on 8-bit images: output i covers
+ * input [(i + 0.5) s - f, (i + 0.5) s + f] with s = n / m and support
+ * f = max(s, 1) (antialiased when shrinking), weights 1 - |t| of the
+ * distance t in units of max(s, 1), normalised to sum 1, then held as
+ * fixed-point numbers of 22 fraction bits (rounded half away from zero)
+ * and the sum rounded half up and clipped to 0..255, so that the results
+ * are Pillow's bit for bit.  src has `count` lines of n samples `step`
+ * apart (3 channels each), dst the same lines of m samples. */
+#define RESIZE_BITS 22
+static int resize_axis(const unsigned char *src, int64_t n,
+                       int64_t src_step, int64_t src_line, unsigned char *dst,
+                       int64_t m, int64_t dst_step, int64_t dst_line,
+                       int64_t count)
+{
+    const double scale = (double)n / (double)m;
+    const double fs = scale > 1.0 ? scale : 1.0;
+    const size_t cap = (size_t)(2 * (int64_t)ceil(fs) + 3);
+    double *w = malloc(sizeof *w * cap);
+    int64_t *k = malloc(sizeof *k * cap);
+    if (!w || !k) {
+        free(w);
+        free(k);
+        return fail("out of memory");
+    }
+    for (int64_t i = 0; i < m; i++) {
+        const double center = (i + 0.5) * scale;
+        int64_t lo = (int64_t)(center - fs + 0.5);
+        int64_t hi = (int64_t)(center + fs + 0.5);
+        if (lo < 0)
+            lo = 0;
+        if (hi > n)
+            hi = n;
+        double total = 0.0;
+        for (int64_t j = lo; j < hi; j++) {
+            double t = fabs((j - center + 0.5) / fs);
+            w[j - lo] = t < 1.0 ? 1.0 - t : 0.0;
+            total += w[j - lo];
+        }
+        for (int64_t j = lo; j < hi; j++) {
+            const double v = total != 0.0 ? w[j - lo] / total : 0.0;
+            k[j - lo] = (int64_t)(v * (double)(1 << RESIZE_BITS) +
+                                  (v < 0.0 ? -0.5 : 0.5));
+        }
+        for (int64_t c = 0; c < count; c++)
+            for (int ch = 0; ch < 3; ch++) {
+                int64_t acc = (int64_t)1 << (RESIZE_BITS - 1);
+                for (int64_t j = lo; j < hi; j++)
+                    acc += k[j - lo] * src[c * src_line + j * src_step + ch];
+                acc >>= RESIZE_BITS;
+                dst[c * dst_line + i * dst_step + ch] =
+                    (unsigned char)(acc < 0 ? 0 : acc > 255 ? 255 : acc);
+            }
+    }
+    free(w);
+    free(k);
+    return 0;
+}
+
+/* img resized to width x height (horizontal pass, then vertical). */
+static int resize_bilinear(rgb_image *img, int64_t width, int64_t height)
+{
+    if (img->width == width && img->height == height)
+        return 0;
+    unsigned char *mid = malloc((size_t)(img->height * width * 3));
+    unsigned char *out = malloc((size_t)(height * width * 3));
+    int rc = 1;
+    if (!mid || !out)
+        fail("out of memory");
+    else if (!resize_axis(img->px, img->width, 3, img->width * 3, mid, width,
+                          3, width * 3, img->height) &&
+             !resize_axis(mid, img->height, width * 3, 3, out, height,
+                          width * 3, 3, width))
+        rc = 0;
+    free(mid);
+    if (rc) {
+        free(out);
+        return rc;
+    }
+    free(img->px);
+    img->px = out;
+    img->width = width;
+    img->height = height;
+    return 0;
+}
+
+/* preprocessor_config.json's settings, ViTImageProcessor's defaults. */
+typedef struct image_prep {
+    int do_resize, do_rescale, do_normalize;
+    int64_t height, width;
+    double rescale_factor;
+    double mean[3], std[3];
+} image_prep;
+
+/* A JSON number array of 3 (or 1, repeated) into v. */
+static int prep_triple(const cJSON *root, const char *key, double v[3])
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!a || cJSON_IsNull(a))
+        return 0;
+    if (cJSON_IsNumber(a)) {
+        v[0] = v[1] = v[2] = a->valuedouble;
+        return 0;
+    }
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (n != 3 && n != 1)
+        return fail("preprocessor_config.json \"%s\" must be 3 numbers",
+                    key);
+    for (int i = 0; i < 3; i++) {
+        const cJSON *x = cJSON_GetArrayItem(a, n == 1 ? 0 : i);
+        if (!cJSON_IsNumber(x))
+            return fail("preprocessor_config.json \"%s\" must be numbers",
+                        key);
+        v[i] = x->valuedouble;
+    }
+    return 0;
+}
+
+static int prep_bool(const cJSON *root, const char *key, int *v)
+{
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!b || cJSON_IsNull(b))
+        return 0;
+    if (!cJSON_IsBool(b))
+        return fail("preprocessor_config.json \"%s\" must be true or false",
+                    key);
+    *v = cJSON_IsTrue(b);
+    return 0;
+}
+
+/* Reads dir/preprocessor_config.json when there is one (absent: the
+ * defaults: resize to the model's image_size, rescale 1/255, mean and std
+ * 0.5). */
+static int read_prep(const char *dir, int64_t image_size, image_prep *p)
+{
+    *p = (image_prep){ 1, 1, 1, image_size, image_size, 1.0 / 255.0,
+                       { 0.5, 0.5, 0.5 }, { 0.5, 0.5, 0.5 } };
+    char path[4096];
+    snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
+    FILE *probe = fopen(path, "rb");
+    if (!probe)
+        return 0; /* no preprocessor_config.json: the defaults */
+    fclose(probe);
+    size_t n = 0;
+    char *text = read_file(path, &n);
+    if (!text)
+        return 1;
+    cJSON *root = cJSON_ParseWithLength(text, n);
+    free(text);
+    int rc = 0;
+    if (!cJSON_IsObject(root)) {
+        rc = fail("%s is not a JSON object", path);
+    } else {
+        const cJSON *size = cJSON_GetObjectItemCaseSensitive(root, "size");
+        const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root,
+                                                           "rescale_factor");
+        if (cJSON_IsNumber(size)) {
+            p->height = p->width = (int64_t)size->valuedouble;
+        } else if (cJSON_IsObject(size)) {
+            const cJSON *h = cJSON_GetObjectItemCaseSensitive(size, "height");
+            const cJSON *w = cJSON_GetObjectItemCaseSensitive(size, "width");
+            if (cJSON_IsNumber(h))
+                p->height = (int64_t)h->valuedouble;
+            if (cJSON_IsNumber(w))
+                p->width = (int64_t)w->valuedouble;
+        }
+        if (cJSON_IsNumber(rf))
+            p->rescale_factor = rf->valuedouble;
+        rc = prep_bool(root, "do_resize", &p->do_resize) ||
+             prep_bool(root, "do_rescale", &p->do_rescale) ||
+             prep_bool(root, "do_normalize", &p->do_normalize) ||
+             prep_triple(root, "image_mean", p->mean) ||
+             prep_triple(root, "image_std", p->std);
+        for (int c = 0; !rc && c < 3; c++)
+            if (!(p->std[c] != 0.0) || !isfinite(p->std[c]))
+                rc = fail("%s: \"image_std\" must be nonzero", path);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* The label of class i: config.json's id2label["i"] into buf, else
+ * "LABEL_i" (PretrainedConfig's default names). */
+static const char *label_of(const cJSON *config, int64_t i, char *buf,
+                            size_t size)
+{
+    char key[32];
+    snprintf(key, sizeof key, "%lld", (long long)i);
+    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(config,
+                                                           "id2label");
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(labels, key);
+    if (cJSON_IsString(l))
+        return l->valuestring;
+    snprintf(buf, size, "LABEL_%lld", (long long)i);
+    return buf;
+}
+
+/* --classify: the top_k classes of image file `image` for the image model
+ * of checkpoint directory dir, one line each: the probability (softmax of
+ * the logits, 4 decimals), a tab, the label. */
+__attribute__((unused)) /* image_resize_probe.c does not classify */
+static int classify_image(const tfm_module *model, const char *dir,
+                          const char *image, int64_t top_k)
+{
+    tfm_layer_options lo;
+    tfm_layer_options_init(&lo);
+    tfm_model_config cfg;
+    if (tfm_model_get_layer_options(model, &lo) != TFM_OK ||
+        tfm_model_get_config(model, &cfg) != TFM_OK)
+        return fail("%s", tfm_last_error());
+    if (lo.patch_size == 0)
+        return fail("'%s' is not an image model (a ViT checkpoint): "
+                    "--classify needs one", dir);
+    if (lo.num_channels != 3)
+        return fail("'%s' takes %lld channels; --classify reads RGB images",
+                    dir, (long long)lo.num_channels);
+    image_prep prep;
+    rgb_image img = { 0, 0, NULL };
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *config = NULL;
+    float *x = NULL, *logits = NULL;
+    tfm_tensor *tx = NULL, *tl = NULL;
+    int rc = 1;
+    if (read_prep(dir, lo.image_size, &prep) || decode_image(image, &img))
+        goto done;
+    if (prep.do_resize &&
+        resize_bilinear(&img, prep.width, prep.height))
+        goto done;
+    if (img.width != lo.image_size || img.height != lo.image_size) {
+        fail("%s: %lld x %lld pixels after preprocessing; the model takes "
+             "%lld x %lld", image, (long long)img.width,
+             (long long)img.height, (long long)lo.image_size,
+             (long long)lo.image_size);
+        goto done;
+    }
+    const int64_t S = lo.image_size, V = cfg.vocab_size;
+    x = malloc(sizeof *x * (size_t)(3 * S * S));
+    logits = malloc(sizeof *logits * (size_t)V);
+    if (!x || !logits) {
+        fail("out of memory");
+        goto done;
+    }
+    /* [1, 3, S, S] channels first: rescale, then normalize. */
+    for (int c = 0; c < 3; c++)
+        for (int64_t i = 0; i < S * S; i++) {
+            double v = img.px[i * 3 + c];
+            if (prep.do_rescale)
+                v *= prep.rescale_factor;
+            if (prep.do_normalize)
+                v = (v - prep.mean[c]) / prep.std[c];
+            x[c * S * S + i] = (float)v;
+        }
+    const int64_t xs[4] = { 1, 3, S, S }, ls[2] = { 1, V };
+    if (tfm_tensor_wrap(4, xs, x, &tx) != TFM_OK ||
+        tfm_tensor_wrap(2, ls, logits, &tl) != TFM_OK ||
+        tfm_model_image_logits(model, tx, tl) != TFM_OK) {
+        fail("%s", tfm_last_error());
+        goto done;
+    }
+    /* The labels' names: config.json's id2label (a model file has none:
+     * LABEL_<i>). */
+    FILE *probe = fopen(path, "rb");
+    if (probe) {
+        fclose(probe);
+        if (!(text = read_file(path, &len)))
+            goto done;
+        if (!cJSON_IsObject(config = cJSON_ParseWithLength(text, len))) {
+            fail("%s is not a JSON object", path);
+            goto done;
+        }
+    }
+    /* softmax in double, then the k largest by selection (k small) */
+    double hi = -INFINITY, sum = 0.0;
+    for (int64_t i = 0; i < V; i++)
+        hi = logits[i] > hi ? logits[i] : hi;
+    for (int64_t i = 0; i < V; i++)
+        sum += exp((double)logits[i] - hi);
+    const int64_t k = top_k < V ? top_k : V;
+    for (int64_t r = 0; r < k; r++) {
+        int64_t best = -1;
+        for (int64_t i = 0; i < V; i++)
+            if (!isnan(logits[i]) && (best < 0 || logits[i] > logits[best]))
+                best = i;
+        if (best < 0)
+            break;
+        char buf[48];
+        printf("%.4f\t%s\n", exp((double)logits[best] - hi) / sum,
+               label_of(config, best, buf, sizeof buf));
+        logits[best] = NAN; /* taken */
+    }
+    fflush(stdout);
+    rc = 0;
+done:
+    tfm_tensor_free(tx);
+    tfm_tensor_free(tl);
+    cJSON_Delete(config);
+    free(text);
+    free(x);
+    free(logits);
+    free(img.px);
+    return rc;
+}
+
+#endif
