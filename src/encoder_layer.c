@@ -69,9 +69,14 @@ tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
 /* The layer on x [rows, d] with a given self-attention sub-layer: x <-
  * residual(self_attention), then x <- residual(feed-forward).  tmp [rows, d]
  * of workspace is the residuals' scratch.  Fails only with out-of-memory. */
+/* x [rows, d] through the self-attention block, then the feed-forward
+ * block on its last `tail` rows only (rows: all; fewer where only those
+ * rows' outputs are read, as a prompt's last position in a decoder-only
+ * model's last layer: the other rows keep the attention block's output).
+ * tail < rows only without dropout (cached runs). */
 static tfm_status run_with(const tfm__encoder_layer *l, float *x, int64_t rows,
                            const tfm__sublayer *self_attention,
-                           uint64_t drop_key)
+                           uint64_t drop_key, int64_t tail)
 {
     const float p = l->base.dropout;
     const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
@@ -81,11 +86,13 @@ static tfm_status run_with(const tfm__encoder_layer *l, float *x, int64_t rows,
     tfm_status st = TFM_ERR_OUT_OF_MEMORY;
     if (tmp) {
         tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(
-            l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
+            l->ff, tail, tfm__layer_hidden_dropout(&l->base, drop_key));
         int pre = l->config.norm_first;
         st = tfm__residual(self_attention, l->norm1, pre, &b1, x, tmp, rows);
         if (st == TFM_OK)
-            st = tfm__residual(&ff.base, l->norm2, pre, &b2, x, tmp, rows);
+            st = tfm__residual(&ff.base, l->norm2, pre, &b2,
+                               x + (rows - tail) * l->config.d_model, tmp,
+                               tail);
     }
     tfm__ws_restore(mark);
     return st;
@@ -98,20 +105,20 @@ tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
     tfm__self_attention_sublayer sa = tfm__sublayer_self_attention(
         l->self_attn, B, L, m,
         tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
-    return run_with(l, x, B * L, &sa.base, drop_key);
+    return run_with(l, x, B * L, &sa.base, drop_key, B * L);
 }
 
 tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
                                          int64_t n_seqs,
                                          const tfm__cached_seq *seqs,
-                                         int64_t layer)
+                                         int64_t layer, int64_t tail)
 {
     int64_t rows = 0;
     for (int64_t i = 0; i < n_seqs; i++)
         rows += seqs[i].n;
     tfm__cached_attention_sublayer sa =
         tfm__sublayer_cached_attention(l->self_attn, n_seqs, seqs, layer);
-    return run_with(l, x, rows, &sa.base, 0);
+    return run_with(l, x, rows, &sa.base, 0, tail < rows ? tail : rows);
 }
 
 tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,

@@ -211,7 +211,7 @@ tfm_status tfm_kv_cache_decode(tfm_kv_cache *cache, const int32_t *ids,
         st = tfm__stack_run_cached(m->stack, h, n, cache->keys + first * kv,
                                    cache->values + first * kv,
                                    cache->storage * kv, past,
-                                   cache->origin + drop);
+                                   cache->origin + drop, only_last ? 1 : n);
         if (st == TFM_OK) {
             const int64_t rows = only_last ? 1 : n;
             st = tfm__model_head(m, h + (n - rows) * d, rows, out);

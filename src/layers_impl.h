@@ -59,7 +59,12 @@ tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
  * cache (layer `layer`'s rows of seqs[i]: tfm__mha_run_cached_seqs, which
  * writes the new keys and values at rows past .. past+n-1).  The block of
  * a decoder-only model when it decodes; the norms, projections and
- * feed-forward run on all rows at once.  Fails only with out-of-memory. */
+ * feed-forward run on all rows at once.  tail: the feed-forward block runs
+ * on the last `tail` rows only (>= rows: all), whose outputs alone are
+ * then right -- a prompt's last layer, where only the last position's
+ * output is read (llama.cpp's skipping of unused rows); the keys and
+ * values of every row are cached as ever.  Fails only with
+ * out-of-memory. */
 /* A layer's forward kept for its backward: its blocks and what each
  * block's backward needs (workspace memory of the calling thread, above
  * the caller's mark; the blocks point into the struct, which must not
@@ -127,7 +132,7 @@ tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
 tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
                                          int64_t n_seqs,
                                          const tfm__cached_seq *seqs,
-                                         int64_t layer);
+                                         int64_t layer, int64_t tail);
 tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
                                   int64_t B, int64_t L, const float *memory,
                                   int64_t S, const tfm__masks *tgt_masks,

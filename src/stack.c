@@ -256,6 +256,27 @@ tfm_status tfm__stack_backward(const tfm__stack *s, const float *x, int64_t B,
     return st;
 }
 
+/* The blocks over the caches, the last layer's feed-forward and the final
+ * norm on the last n_out rows only (rows: all). */
+static tfm_status run_cached(const tfm__stack *s, float *h, int64_t n_seqs,
+                             const tfm__cached_seq *seqs, int64_t n_out)
+{
+    int64_t rows = 0;
+    for (int64_t i = 0; i < n_seqs; i++)
+        rows += seqs[i].n;
+    for (int64_t i = 0; i < s->n_layers; i++) {
+        const tfm__encoder_layer *l = (const tfm__encoder_layer *)s->layers[i];
+        tfm_status st = tfm__encoder_layer_run_cached(
+            l, h, n_seqs, seqs, i, i == s->n_layers - 1 ? n_out : rows);
+        if (st != TFM_OK)
+            return st;
+    }
+    if (s->norm)
+        tfm__layer_norm_run(s->norm, h + (rows - n_out) * s->config.d_model,
+                            n_out, h + (rows - n_out) * s->config.d_model);
+    return TFM_OK;
+}
+
 tfm_status tfm__stack_run_cached_seqs(const tfm__stack *s, float *h,
                                       int64_t n_seqs,
                                       const tfm__cached_seq *seqs)
@@ -263,15 +284,7 @@ tfm_status tfm__stack_run_cached_seqs(const tfm__stack *s, float *h,
     int64_t rows = 0;
     for (int64_t i = 0; i < n_seqs; i++)
         rows += seqs[i].n;
-    for (int64_t i = 0; i < s->n_layers; i++) {
-        const tfm__encoder_layer *l = (const tfm__encoder_layer *)s->layers[i];
-        tfm_status st = tfm__encoder_layer_run_cached(l, h, n_seqs, seqs, i);
-        if (st != TFM_OK)
-            return st;
-    }
-    if (s->norm)
-        tfm__layer_norm_run(s->norm, h, rows, h);
-    return TFM_OK;
+    return run_cached(s, h, n_seqs, seqs, rows);
 }
 
 tfm_status tfm__stack_run_decoder_cached(const tfm__stack *s, float *h,
@@ -307,11 +320,11 @@ void tfm__stack_memory_kv(const tfm__stack *s, const float *memory,
 
 tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
                                  float *keys, float *values, int64_t stride,
-                                 int64_t past, int64_t origin)
+                                 int64_t past, int64_t origin, int64_t n_out)
 {
     /* Layer i's cache: rows [capacity, kv_dim] at i * stride. */
     const tfm__cached_seq one = { n, past, origin, keys, values, stride };
-    return tfm__stack_run_cached_seqs(s, h, 1, &one);
+    return run_cached(s, h, 1, &one, n_out < n ? n_out : n);
 }
 
 /* The public constructors: a stack with the caller's options (NULL: the

@@ -86,10 +86,14 @@ tfm_status tfm__stack_backward(const tfm__stack *s, const float *x, int64_t B,
  * values are keys / values + i * stride, [capacity, kv_dim] each, holding
  * `past` positions; the new ones are written at rows past .. past+n-1;
  * origin: the RoPE position of row 0 (tfm__mha_run_cached).
- * Then the final norm.  Fails only with out-of-memory. */
+ * Then the final norm.  n_out: only the last n_out rows of h are read
+ * afterwards (1: a prompt whose last logits alone are wanted; >= n: all):
+ * the last layer's feed-forward block and the final norm skip the others
+ * (tfm__encoder_layer_run_cached's tail), whose h is then not the
+ * blocks' output.  Fails only with out-of-memory. */
 tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
                                  float *keys, float *values, int64_t stride,
-                                 int64_t past, int64_t origin);
+                                 int64_t past, int64_t origin, int64_t n_out);
 
 /* The same for n_seqs sequences at once (a batch decoding step): h
  * [rows, d] their new positions one sequence after another (rows = the

@@ -198,23 +198,43 @@ static void decoder_sinusoidal_cache(void **s)
     check_kv_cache("decoder_sinusoidal_postnorm_relu_untied", 3);
 }
 
-/* Only-last logits of a prefill equal the last row of the full logits. */
+/* Only-last logits of a prefill equal the last row of PyTorch's full
+ * logits, pre-norm and post-norm: the last layer's feed-forward runs on
+ * the last row only (its other rows are never read), while every layer's
+ * keys and values are cached for all rows, so the next position's logits
+ * (decoded on that cache) equal PyTorch's too. */
 static void prefill_last_row_only(void **s)
 {
     (void)s;
-    ref_case c;
-    load_case(&c, "decoder_learned_prenorm_gelu");
-    const int64_t V = c.config.vocab_size;
-    tfm_kv_cache *cache = NULL;
-    assert_int_equal(tfm_kv_cache_create(c.model, c.L, &cache), TFM_OK);
-    tfm_tensor *one = make2(1, V, NULL);
-    assert_int_equal(tfm_kv_cache_decode(cache, c.ids, 7, one), TFM_OK);
-    double e = rel_err(tfm_tensor_data(one),
-                       tfm_tensor_data(c.logits) + 6 * V, V);
-    assert_true(e <= TOL);
-    tfm_tensor_free(one);
-    tfm_kv_cache_free(cache);
-    free_case(&c);
+    static const char *const cases[] = {
+        "decoder_learned_prenorm_gelu",
+        "decoder_sinusoidal_postnorm_relu_untied"
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ref_case c;
+        load_case(&c, cases[k]);
+        const int64_t V = c.config.vocab_size;
+        assert_true(c.L >= 8);
+        tfm_kv_cache *cache = NULL;
+        assert_int_equal(tfm_kv_cache_create(c.model, c.L, &cache), TFM_OK);
+        tfm_tensor *one = make2(1, V, NULL);
+        assert_int_equal(tfm_kv_cache_decode(cache, c.ids, 7, one), TFM_OK);
+        double e = rel_err(tfm_tensor_data(one),
+                           tfm_tensor_data(c.logits) + 6 * V, V);
+        if (!(e <= TOL))
+            fail_msg("%s: prefill's last row: relative error %g", cases[k],
+                     e);
+        assert_int_equal(tfm_kv_cache_decode(cache, c.ids + 7, 1, one),
+                         TFM_OK);
+        e = rel_err(tfm_tensor_data(one), tfm_tensor_data(c.logits) + 7 * V,
+                    V);
+        if (!(e <= TOL))
+            fail_msg("%s: the next position: relative error %g", cases[k],
+                     e);
+        tfm_tensor_free(one);
+        tfm_kv_cache_free(cache);
+        free_case(&c);
+    }
 }
 
 /* Greedy generation equals the argmax of full recomputes, step by step. */
