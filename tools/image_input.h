@@ -10,6 +10,8 @@
 
 #include <cJSON.h>
 #include <jpeglib.h>
+#include <jerror.h>
+#include <libexif/exif-data.h>
 #include <png.h>
 #include <setjmp.h>
 
@@ -21,31 +23,167 @@ typedef struct rgb_image {
     unsigned char *px;       /* [height, width, 3], malloc'd */
 } rgb_image;
 
-/* PNG through libpng's simplified API, converted to 8-bit RGB (alpha
- * dropped onto black as png_image does without a background: composited
- * away by PNG_FORMAT_RGB). */
+/* libpng's error and warning handlers: errors return to png_jmpbuf with
+ * the message kept, warnings are dropped (a library user's stderr is not
+ * ours to write on). */
+static void png_failed(png_structp png, png_const_charp message)
+{
+    char *keep = png_get_error_ptr(png);
+    snprintf(keep, 200, "%s", message);
+    png_longjmp(png, 1);
+}
+
+static void png_warned(png_structp png, png_const_charp message)
+{
+    (void)png;
+    (void)message;
+}
+
+/* PNG through libpng, converted to 8-bit RGB as Pillow's
+ * Image.open(path).convert("RGB") gives it (what transformers'
+ * load_image hands the image processor): alpha and tRNS transparency
+ * dropped, not composited; no gamma (gAMA) conversion; 16-bit colour and
+ * grey-with-alpha samples keep their high byte, 16-bit grey is clipped to
+ * 255 (Pillow's "I" to "RGB"); grey of 1, 2 and 4 bits scaled to 8;
+ * palettes looked up; interlaced images deinterlaced. */
 static int decode_png(const char *path, rgb_image *img)
 {
-    png_image pi;
-    memset(&pi, 0, sizeof pi);
-    pi.version = PNG_IMAGE_VERSION;
-    if (!png_image_begin_read_from_file(&pi, path))
-        return fail("%s: not a readable PNG (%s)", path, pi.message);
-    pi.format = PNG_FORMAT_RGB;
-    size_t size = PNG_IMAGE_SIZE(pi);
-    unsigned char *px = malloc(size);
-    if (!px) {
-        png_image_free(&pi);
-        return fail("%s: out of memory for %u x %u pixels", path, pi.width,
-                    pi.height);
+    FILE *file = fopen(path, "rb");
+    if (!file)
+        return fail("%s: %s", path, strerror(errno));
+    char message[200] = "";
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, message,
+                                             png_failed, png_warned);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    unsigned char *volatile px = NULL;
+    unsigned char *volatile row16 = NULL;
+    png_bytep *volatile rows = NULL;
+    if (!info) {
+        png_destroy_read_struct(&png, NULL, NULL);
+        fclose(file);
+        return fail("%s: out of memory", path);
     }
-    if (!png_image_finish_read(&pi, NULL, px, 0, NULL)) {
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_read_struct(&png, &info, NULL);
+        fclose(file);
+        free(rows);
         free(px);
-        return fail("%s: cannot decode the PNG (%s)", path, pi.message);
+        free(row16);
+        return fail("%s: cannot decode the PNG (%s)", path, message);
     }
-    img->width = pi.width;
-    img->height = pi.height;
+    png_init_io(png, file);
+    png_read_info(png, info);
+    const png_uint_32 w = png_get_image_width(png, info);
+    const png_uint_32 h = png_get_image_height(png, info);
+    const int type = png_get_color_type(png, info);
+    const int depth = png_get_bit_depth(png, info);
+    const int grey16 = type == PNG_COLOR_TYPE_GRAY && depth == 16;
+    if (type == PNG_COLOR_TYPE_PALETTE)
+        png_set_palette_to_rgb(png);
+    if (type == PNG_COLOR_TYPE_GRAY && depth < 8)
+        png_set_expand_gray_1_2_4_to_8(png);
+    if (depth == 16 && !grey16)
+        png_set_strip_16(png);
+    if (type & PNG_COLOR_MASK_ALPHA)
+        png_set_strip_alpha(png);
+    if ((type == PNG_COLOR_TYPE_GRAY || type == PNG_COLOR_TYPE_GRAY_ALPHA) &&
+        !grey16)
+        png_set_gray_to_rgb(png);
+    png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    /* channels after the conversions: 3, 4 where a palette's tRNS became
+     * alpha (png_set_palette_to_rgb expands it), or grey16's 1 */
+    const int channels = png_get_channels(png, info);
+    const size_t rowbytes = png_get_rowbytes(png, info);
+    if ((uint64_t)w * h > (uint64_t)1 << 31 ||
+        rowbytes != (size_t)w * channels * (grey16 ? 2 : 1) ||
+        (grey16 ? channels != 1 : channels != 3 && channels != 4))
+        png_error(png, "unexpected layout after conversion");
+    px = malloc((size_t)w * h * 3);
+    row16 = malloc(rowbytes * h);      /* the decoded samples */
+    rows = malloc((size_t)h * sizeof *rows);
+    if (!px || !row16 || !rows)
+        png_error(png, "out of memory");
+    for (png_uint_32 y = 0; y < h; y++)
+        rows[y] = row16 + y * rowbytes;
+    png_read_image(png, rows);
+    png_read_end(png, NULL);
+    free(rows);
+    rows = NULL;
+    for (size_t k = 0; k < (size_t)w * h; k++) {
+        if (grey16) {
+            const unsigned v = (unsigned)row16[2 * k] << 8 | row16[2 * k + 1];
+            px[3 * k] = px[3 * k + 1] = px[3 * k + 2] =
+                (unsigned char)(v > 255 ? 255 : v);
+        } else {   /* RGB, or RGBA whose alpha Pillow's convert drops */
+            memcpy(px + 3 * k, row16 + (size_t)channels * k, 3);
+        }
+    }
+    png_destroy_read_struct(&png, &info, NULL);
+    fclose(file);
+    free(row16);
+    img->width = w;
+    img->height = h;
     img->px = px;
+    return 0;
+}
+
+/* The EXIF orientation (1..8; 1: as stored) of a JPEG's APP1 "Exif"
+ * marker saved by libjpeg, read by libexif; 1 when there is none. */
+static int exif_orientation(j_decompress_ptr cinfo)
+{
+    int orientation = 1;
+    for (jpeg_saved_marker_ptr m = cinfo->marker_list; m; m = m->next) {
+        if (m->marker != JPEG_APP0 + 1 || m->data_length < 6 ||
+            memcmp(m->data, "Exif\0\0", 6) != 0)
+            continue;
+        ExifData *ed = exif_data_new_from_data(m->data, m->data_length);
+        ExifEntry *e = ed ? exif_data_get_entry(ed, EXIF_TAG_ORIENTATION)
+                          : NULL;
+        if (e && e->format == EXIF_FORMAT_SHORT && e->components == 1) {
+            const int v = exif_get_short(e->data, exif_data_get_byte_order(ed));
+            if (v >= 1 && v <= 8)
+                orientation = v;
+        }
+        if (ed)
+            exif_data_unref(ed);
+        break;
+    }
+    return orientation;
+}
+
+/* img turned upright by its EXIF orientation o, as Pillow's
+ * ImageOps.exif_transpose (transformers' load_image) does: 2 mirror, 3
+ * rotate 180, 4 flip, 5 transpose, 6 rotate 90 clockwise, 7 transverse, 8
+ * rotate 90 counter-clockwise.  1 on allocation failure (message said). */
+static int apply_orientation(rgb_image *img, int o)
+{
+    if (o <= 1)
+        return 0;
+    const int64_t W = img->width, H = img->height;
+    const int swap = o >= 5;
+    const int64_t w2 = swap ? H : W, h2 = swap ? W : H;
+    unsigned char *out = malloc((size_t)(W * H * 3));
+    if (!out)
+        return fail("out of memory");
+    for (int64_t y2 = 0; y2 < h2; y2++)
+        for (int64_t x2 = 0; x2 < w2; x2++) {
+            int64_t x = x2, y = y2;   /* the source pixel */
+            switch (o) {
+            case 2: x = W - 1 - x2; break;
+            case 3: x = W - 1 - x2; y = H - 1 - y2; break;
+            case 4: y = H - 1 - y2; break;
+            case 5: x = y2; y = x2; break;
+            case 6: x = y2; y = H - 1 - x2; break;
+            case 7: x = W - 1 - y2; y = H - 1 - x2; break;
+            case 8: x = W - 1 - y2; y = x2; break;
+            }
+            memcpy(out + (y2 * w2 + x2) * 3, img->px + (y * W + x) * 3, 3);
+        }
+    free(img->px);
+    img->px = out;
+    img->width = w2;
+    img->height = h2;
     return 0;
 }
 
@@ -64,6 +202,16 @@ static void jpeg_failed(j_common_ptr cinfo)
     longjmp(f->back, 1);
 }
 
+/* libjpeg's warnings: a file that ends before its image does is refused
+ * as Pillow refuses it ("image file is truncated"; libjpeg would fill the
+ * rest with grey); the others are dropped, as Pillow drops them (and a
+ * library user's stderr is not ours to write on). */
+static void jpeg_warned(j_common_ptr cinfo, int level)
+{
+    if (level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF)
+        jpeg_failed(cinfo);
+}
+
 /* JPEG through libjpeg, decoded to 8-bit RGB (grayscale and CMYK files
  * are converted by libjpeg where it can). */
 static int decode_jpeg(const char *path, rgb_image *img)
@@ -76,6 +224,7 @@ static int decode_jpeg(const char *path, rgb_image *img)
     unsigned char *volatile px = NULL;
     cinfo.err = jpeg_std_error(&err.mgr);
     err.mgr.error_exit = jpeg_failed;
+    err.mgr.emit_message = jpeg_warned;
     if (setjmp(err.back)) {
         jpeg_destroy_decompress(&cinfo);
         fclose(file);
@@ -84,7 +233,9 @@ static int decode_jpeg(const char *path, rgb_image *img)
     }
     jpeg_create_decompress(&cinfo);
     jpeg_stdio_src(&cinfo, file);
+    jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&cinfo, TRUE);
+    const int orientation = exif_orientation(&cinfo);
     cinfo.out_color_space = JCS_RGB;
     jpeg_start_decompress(&cinfo);
     const size_t row = (size_t)cinfo.output_width * 3;
@@ -104,7 +255,7 @@ static int decode_jpeg(const char *path, rgb_image *img)
     jpeg_destroy_decompress(&cinfo);
     fclose(file);
     img->px = px;
-    return 0;
+    return apply_orientation(img, orientation);
 }
 
 /* By the file's signature: PNG (\x89PNG) or JPEG (FF D8 FF). */
@@ -280,19 +431,32 @@ static int read_prep(const char *dir, int64_t image_size, image_prep *p)
         const cJSON *size = cJSON_GetObjectItemCaseSensitive(root, "size");
         const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root,
                                                            "rescale_factor");
-        if (cJSON_IsNumber(size)) {
-            p->height = p->width = (int64_t)size->valuedouble;
-        } else if (cJSON_IsObject(size)) {
-            const cJSON *h = cJSON_GetObjectItemCaseSensitive(size, "height");
-            const cJSON *w = cJSON_GetObjectItemCaseSensitive(size, "width");
-            if (cJSON_IsNumber(h))
-                p->height = (int64_t)h->valuedouble;
-            if (cJSON_IsNumber(w))
-                p->width = (int64_t)w->valuedouble;
+        /* size (an int, or {"height", "width"}; "shortest_edge" is not
+         * ViT's) must be the model's: transformers' ViT refuses other
+         * sizes (without interpolate_pos_encoding), and checked here it
+         * never sizes a buffer */
+        const cJSON *hw[2] = { size, size };
+        if (cJSON_IsObject(size)) {
+            hw[0] = cJSON_GetObjectItemCaseSensitive(size, "height");
+            hw[1] = cJSON_GetObjectItemCaseSensitive(size, "width");
         }
+        for (int k = 0; k < 2 && size && !cJSON_IsNull(size); k++)
+            if (!cJSON_IsNumber(hw[k]) || hw[k]->valuedouble != image_size)
+                rc = fail("%s: \"size\" must be the model's image_size %lld "
+                          "(as {\"height\": %lld, \"width\": %lld} or a "
+                          "number): the model takes images of that size",
+                          path, (long long)image_size, (long long)image_size,
+                          (long long)image_size);
+        /* resample: PIL's BILINEAR (2), ViTImageProcessor's default, is
+         * the filter implemented here */
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "resample");
+        if (!rc && rs && !cJSON_IsNull(rs) &&
+            !(cJSON_IsNumber(rs) && rs->valuedouble == 2))
+            rc = fail("%s: \"resample\" is not 2 (PIL's BILINEAR), the only "
+                      "filter --classify resizes with", path);
         if (cJSON_IsNumber(rf))
             p->rescale_factor = rf->valuedouble;
-        rc = prep_bool(root, "do_resize", &p->do_resize) ||
+        rc = rc || prep_bool(root, "do_resize", &p->do_resize) ||
              prep_bool(root, "do_rescale", &p->do_rescale) ||
              prep_bool(root, "do_normalize", &p->do_normalize) ||
              prep_triple(root, "image_mean", p->mean) ||

@@ -16,7 +16,7 @@ packages=(
   libpcre2-dev libutf8proc-dev bible-kjv
   sentencepiece python3-sentencepiece python3-protobuf
   openmpi-bin python3-mpi4py python3-distributed
-  libpng-dev libjpeg62-turbo-dev python3-pil
+  libpng-dev libjpeg62-turbo-dev libexif-dev python3-pil
 )
 # node and npm fetch and run the tokenizers' reference implementations at
 # test time (tools/fetch-tokenizer-refs.sh); Debian's own unless some other

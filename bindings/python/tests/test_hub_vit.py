@@ -415,6 +415,124 @@ def test_command_line_classify(tmp_path):
     assert r.returncode == 1 and "image model" in r.stderr
 
 
+def test_command_line_classify_reads_images_as_pillow(tmp_path):
+    """What transformers' load_image hands the processor,
+    Image.open(path).convert("RGB"): a PNG with alpha (RGBA, or a palette
+    with tRNS) drops it -- it was composited onto uninitialised memory, so
+    the probabilities changed from run to run -- and the reference's
+    probabilities on Pillow's pixels are printed.  A truncated JPEG is
+    refused as Pillow refuses it (libjpeg would grey the rest), and a
+    preprocessor_config.json whose size is not the model's (2**61 crashed
+    the resize) or whose resample is not bilinear is refused by name."""
+    import os
+    import subprocess
+    pytest.importorskip("PIL")
+    from PIL import Image
+    cli = os.environ.get("TRANSFORMER_GENERATE")
+    if not cli:
+        pytest.skip("TRANSFORMER_GENERATE (transformer-generate) not set")
+    w = R.random_weights(R.CONFIG, seed=23)
+    R.write_checkpoint(str(tmp_path), w)
+    with open(tmp_path / "preprocessor_config.json", "w") as f:
+        json.dump(PREP, f)
+    rng = np.random.default_rng(5)
+    rgba = Image.fromarray(rng.integers(0, 256, (32, 32, 4), np.uint8))
+    pal = Image.fromarray(rng.integers(0, 256, (32, 32, 3), np.uint8)).quantize(8)
+    pal.info["transparency"] = 3
+    cases = {"rgba.png": (rgba, {}), "pal.png": (pal, {"transparency": 3})}
+    for name, (img, kw) in cases.items():
+        path = str(tmp_path / name)
+        img.save(path, **kw)
+        with Image.open(path) as im:
+            p = _reference_top(w, im.convert("RGB"))
+        outs = set()
+        for perturb in ("0", "85", "170"):
+            r = subprocess.run([cli, "--model", str(tmp_path), "--classify",
+                                path], capture_output=True, text=True,
+                               env=dict(os.environ, MALLOC_PERTURB_=perturb))
+            assert r.returncode == 0, r.stderr
+            outs.add(r.stdout)
+        assert len(outs) == 1, name
+        for score, label in (line.split("\t")
+                             for line in outs.pop().splitlines()):
+            i = [_labels(k) for k in range(5)].index(label)
+            assert abs(float(score) - float(p[i])) <= 1e-4, name
+
+    def refused(path, words):
+        r = subprocess.run([cli, "--model", str(tmp_path), "--classify",
+                            path], capture_output=True, text=True)
+        assert r.returncode == 1 and words in r.stderr, r.stderr
+
+    jpeg = str(tmp_path / "whole.jpg")
+    Image.fromarray(rng.integers(0, 256, (32, 32, 3), np.uint8)).save(jpeg)
+    data = open(jpeg, "rb").read()
+    cut = str(tmp_path / "cut.jpg")
+    with open(cut, "wb") as f:
+        f.write(data[:len(data) // 2])
+    with pytest.raises(OSError):
+        with Image.open(cut) as im:
+            im.convert("RGB")
+    refused(cut, "Premature end of JPEG file")
+    for prep, words in ((dict(PREP, size={"height": 32,
+                                          "width": 2 ** 61}), "\"size\""),
+                        (dict(PREP, size=1e30), "\"size\""),
+                        (dict(PREP, size=-5), "\"size\""),
+                        (dict(PREP, resample=3), "\"resample\"")):
+        with open(tmp_path / "preprocessor_config.json", "w") as f:
+            json.dump(prep, f)
+        refused(jpeg, words)
+
+
+def test_python_images_as_transformers_loads_them(tmp_path):
+    """classify / ViTImageProcessor take images as transformers'
+    load_image and processor do: a JPEG's EXIF orientation applied
+    (ImageOps.exif_transpose; it was ignored), channel-first [C, H, W],
+    [H, W] grey and torch tensors as [H, W, 3] pixels, a float image_mean;
+    float arrays scaled to [0, 1] refused (they were truncated to 0 and 1),
+    top_k < 1 refused (0 gave nothing, -1 all but one)."""
+    pytest.importorskip("PIL")
+    from PIL import Image
+    w = R.random_weights(R.CONFIG, seed=24)
+    R.write_checkpoint(str(tmp_path), w)
+    with open(tmp_path / "preprocessor_config.json", "w") as f:
+        json.dump(PREP, f)
+    model = transformer.from_pretrained(tmp_path)
+    rng = np.random.default_rng(8)
+    base = Image.fromarray(rng.integers(0, 256, (12, 10, 3), np.uint8))
+    img = base.resize((50, 40), Image.BICUBIC)
+    exif = Image.Exif()
+    exif[0x0112] = 6                     # rotated 90 degrees clockwise
+    path = str(tmp_path / "turned.jpg")
+    img.save(path, exif=exif.tobytes(), quality=95)
+    with Image.open(path) as im:
+        upright = im.transpose(Image.Transpose.ROTATE_270).convert("RGB")
+        assert upright.size == (40, 50)
+    p = _reference_top(w, upright)
+    got = model.classify(path)
+    assert got[0]["label"] == _labels(int(torch.argmax(p)))
+    for g in got:
+        i = [_labels(k) for k in range(5)].index(g["label"])
+        assert abs(g["score"] - float(p[i])) <= 1e-5
+    proc = transformer.ViTImageProcessor.from_pretrained(tmp_path)
+    hwc = np.asarray(upright)
+    want = proc(hwc)
+    for same in (hwc.transpose(2, 0, 1), torch.tensor(hwc),
+                 hwc.astype(np.float32)):
+        np.testing.assert_array_equal(proc(same), want)
+    grey = hwc[..., 0]
+    np.testing.assert_array_equal(proc(grey), proc(np.stack([grey] * 3, -1)))
+    with pytest.raises(ValueError, match="0..255"):
+        proc(hwc / 255.0)
+    with pytest.raises(ValueError, match="shape"):
+        proc(hwc[..., :2])
+    one = transformer.ViTImageProcessor(size=32, image_mean=0.5,
+                                        image_std=0.5)
+    assert one.image_mean == [0.5] * 3 and one.image_std == [0.5] * 3
+    for k in (0, -1):
+        with pytest.raises(transformer.InvalidArgumentError, match="top_k"):
+            model.classify(path, top_k=k)
+
+
 @pytest.mark.parametrize("change,words", [
     (dict(architecture="decoder_only"), "encoder-only"),
     (dict(image_size=30), "multiple of patch_size"),

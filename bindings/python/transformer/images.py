@@ -14,6 +14,31 @@ __all__ = ["ViTImageProcessor"]
 _BILINEAR = 2   # PIL.Image.BILINEAR, ViTImageProcessor's resample
 
 
+def _uint8_hwc(a):
+    """An image array (numpy or torch) as uint8 [H, W, C] (C 1 or 3; [H,
+    W] grey; channel-first [C, H, W] transposed, as transformers infers
+    the channel dimension).  Values must be whole numbers 0..255: float
+    arrays already scaled to [0, 1] are refused rather than truncated."""
+    if hasattr(a, "detach"):
+        a = a.detach().cpu().numpy()
+    a = np.asarray(a)
+    if a.ndim == 3 and a.shape[0] in (1, 3) and a.shape[-1] not in (1, 3):
+        a = a.transpose(1, 2, 0)
+    if a.ndim == 3 and a.shape[-1] == 1:
+        a = a[..., 0]
+    if not (a.ndim == 2 or (a.ndim == 3 and a.shape[-1] == 3)):
+        raise ValueError(f"an image array must be [H, W], [H, W, 1 or 3] or "
+                         f"[1 or 3, H, W], got shape {a.shape}")
+    if a.dtype != np.uint8:
+        if a.size and not (np.all(a == np.floor(a)) and a.min() >= 0
+                           and a.max() <= 255):
+            raise ValueError("an image array must hold whole numbers "
+                             "0..255 (uint8 pixels), not values scaled to "
+                             "[0, 1]")
+        a = a.astype(np.uint8)
+    return np.ascontiguousarray(a)
+
+
 class ViTImageProcessor:
     """transformers' ViTImageProcessor: ``processor(images)`` -> pixel
     values ``[B, C, H, W]`` float32: each image (a path, a PIL image or an
@@ -40,10 +65,15 @@ class ViTImageProcessor:
         self.do_rescale = bool(do_rescale)
         self.rescale_factor = float(rescale_factor)
         self.do_normalize = bool(do_normalize)
-        self.image_mean = list(image_mean if image_mean is not None
-                               else [0.5, 0.5, 0.5])
-        self.image_std = list(image_std if image_std is not None
-                              else [0.5, 0.5, 0.5])
+        def triple(v, name):   # a float, as transformers allows, or 3
+            v = [0.5] * 3 if v is None else v
+            v = [float(v)] * 3 if np.ndim(v) == 0 else [float(x) for x in v]
+            if len(v) not in (1, 3):
+                raise ValueError(f"{name} must hold 1 or 3 values, got "
+                                 f"{len(v)}")
+            return v * 3 if len(v) == 1 else v
+        self.image_mean = triple(image_mean, "image_mean")
+        self.image_std = triple(image_std, "image_std")
 
     @classmethod
     def from_pretrained(cls, path):
@@ -68,12 +98,16 @@ class ViTImageProcessor:
         return cls(**kwargs)
 
     def _one(self, image):
-        from PIL import Image
+        from PIL import Image, ImageOps
         if isinstance(image, (str, os.PathLike)):
             with Image.open(fspath(image)) as im:
-                image = im.convert("RGB")
-        elif isinstance(image, np.ndarray):
-            image = Image.fromarray(np.asarray(image, np.uint8))
+                # transformers' load_image: EXIF orientation applied, then
+                # RGB (alpha dropped)
+                image = ImageOps.exif_transpose(im).convert("RGB")
+        elif not isinstance(image, Image.Image):
+            image = Image.fromarray(_uint8_hwc(image))
+        else:
+            image = ImageOps.exif_transpose(image)
         image = image.convert("RGB")
         if self.do_resize:
             want = (self.size["width"], self.size["height"])

@@ -706,6 +706,9 @@ class Model(Module):
         ViTImageProcessor; default: the checkpoint directory's,
         ``ViTImageProcessor.from_pretrained(model.path)``)."""
         from .images import ViTImageProcessor
+        if int(top_k) < 1:
+            raise InvalidArgumentError(f"top_k must be at least 1, got "
+                                       f"{top_k}")
         if processor is None:
             processor = (ViTImageProcessor.from_pretrained(self.path)
                          if self.path and os.path.isdir(self.path) else
