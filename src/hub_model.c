@@ -69,8 +69,10 @@
  * embedding (the Conv2d's weight as it is), the class token, learned
  * positions, a final norm and the classifier as the head with its bias:
  * vit_plan below gives the names. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -141,6 +143,33 @@ static tfm_status cfg_int(const cJSON *root, const char *key, int64_t def,
         return tfm__fail(TFM_ERR_FORMAT,
                          "config.json \"%s\" must be a whole number >= %lld",
                          key, (long long)min);
+    *out = (int64_t)x;
+    return TFM_OK;
+}
+
+/* config.json's key that ViT's config takes as an int or a pair
+ * (height, width), as a whole number >= 1 (absent or null: def): a pair
+ * of two equal numbers is that number; a non-square pair is refused
+ * (TFM_ERR_UNSUPPORTED). */
+static tfm_status cfg_square(const cJSON *root, const char *key, int64_t def,
+                             int64_t *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsArray(v))
+        return cfg_int(root, key, def, 1, out);
+    const cJSON *h = cJSON_GetArrayItem(v, 0), *w = cJSON_GetArrayItem(v, 1);
+    const double y = cJSON_IsNumber(h) ? h->valuedouble : NAN;
+    const double x = cJSON_IsNumber(w) ? w->valuedouble : NAN;
+    if (cJSON_GetArraySize(v) != 2 || !(y >= 1 && y <= 9007199254740991.0 &&
+                                        y == floor(y)) ||
+        !(x >= 1 && x <= 9007199254740991.0 && x == floor(x)))
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"%s\" must be a whole number >= 1 or "
+                         "a pair of them (height, width)", key);
+    if (x != y)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"%s\" is [%.0f, %.0f]: only square "
+                         "images and patches are supported", key, y, x);
     *out = (int64_t)x;
     return TFM_OK;
 }
@@ -1173,14 +1202,28 @@ static tfm_status vit_config(const cJSON *root, tfm_model_config *c,
         (st = cfg_int(root, "intermediate_size", 3072, 1, &ff)) ||
         (st = cfg_positive(root, "layer_norm_eps", 1e-12, &eps)) ||
         (st = cfg_string(root, "hidden_act", &act_name)) ||
-        (st = cfg_int(root, "image_size", 224, 1, &image)) ||
-        (st = cfg_int(root, "patch_size", 16, 1, &patch)) ||
+        (st = cfg_square(root, "image_size", 224, &image)) ||
+        (st = cfg_square(root, "patch_size", 16, &patch)) ||
         (st = cfg_int(root, "num_channels", 3, 1, &channels)) ||
         (st = cfg_bool(root, "qkv_bias", 1, &qkv_bias)) ||
         (st = cfg_int(root, "num_labels", 2, 1, &labels)))
         return st;
-    if (id2label && cJSON_IsObject(id2label))
+    if (id2label && cJSON_IsObject(id2label)) {
+        /* the keys are the class ids 0 .. n-1, each once (transformers
+         * turns them into ints; the classifier's rows are those ids) */
         labels = cJSON_GetArraySize(id2label);
+        for (const cJSON *e = id2label->child; e; e = e->next) {
+            char *end = NULL;
+            errno = 0;
+            const long long k = strtoll(e->string, &end, 10);
+            if (!e->string[0] || *end || errno || k < 0 || k >= labels ||
+                !(e->string[0] >= '0' && e->string[0] <= '9'))
+                return tfm__fail(TFM_ERR_FORMAT,
+                                 "config.json \"id2label\" key \"%.40s\" is "
+                                 "not a class id 0 .. %lld", e->string,
+                                 (long long)(labels - 1));
+        }
+    }
     if (labels < 1)
         return tfm__fail(TFM_ERR_UNSUPPORTED, "config.json \"id2label\" is "
                          "empty: a ViT without a classifier (ViTModel) is "

@@ -276,11 +276,35 @@ def _edit(tmp_path, config=None, drop=None, extra=None, reshape=None):
     (dict(config={k: v for k, v in R.CONFIG.items()
                   if k not in ("id2label", "label2id")}),
      transformer.FormatError, "classifier.weight"),  # 2 labels by default
+    # id2label's keys are the class ids 0 .. n-1 (Python's raw ValueError
+    # before); image and patch sizes may be square pairs, not others
+    (dict(config=dict(R.CONFIG, id2label={"0": "a", "x": "b", "2": "c",
+                                          "3": "d", "4": "e"})),
+     transformer.FormatError, "id2label\" key \"x\""),
+    (dict(config=dict(R.CONFIG, id2label={"0": "a", "1": "b", "2": "c",
+                                          "3": "d", "5": "e"})),
+     transformer.FormatError, "id2label\" key \"5\""),
+    (dict(config=dict(R.CONFIG, image_size=[32, 40])),
+     transformer.UnsupportedError, "only square images"),
+    (dict(config=dict(R.CONFIG, patch_size=[8, 8, 8])),
+     transformer.FormatError, "patch_size\" must be"),
 ])
 def test_refused_with_the_name(tmp_path, kwargs, error, words):
     path = _edit(tmp_path, **kwargs)
     with pytest.raises(error, match=words.replace(".", r"\.")):
         transformer.from_pretrained(path)
+
+
+def test_square_pairs_are_the_number(tmp_path):
+    """image_size and patch_size as [n, n] (transformers' ViT takes pairs)
+    give the model of n."""
+    w = R.random_weights(R.CONFIG, seed=3)
+    R.write_checkpoint(str(tmp_path), w, dict(R.CONFIG, image_size=[32, 32],
+                                               patch_size=[8, 8]))
+    model = transformer.from_pretrained(tmp_path)
+    x = R.pixels(R.CONFIG)
+    ref = R.vit_logits(G.rounded(w, "F32"), R.CONFIG, x)
+    assert rel_err(model.logits(x.numpy()), ref) <= 1e-5
 
 
 # ---- images: the command line's libpng / libjpeg, Python's Pillow ----------
