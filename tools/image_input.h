@@ -550,9 +550,10 @@ static int classify_image(const tfm_module *model, const char *dir,
         fail("%s", tfm_last_error());
         goto done;
     }
-    /* The labels' names: config.json's id2label (a model file has none:
-     * LABEL_<i>). */
+    /* The labels' names: config.json's id2label, or a model file's
+     * "id2label" metadata (Python's save writes it); else LABEL_<i>. */
     FILE *probe = fopen(path, "rb");
+    tfm_safetensors *file = NULL;
     if (probe) {
         fclose(probe);
         if (!(text = read_file(path, &len)))
@@ -561,6 +562,14 @@ static int classify_image(const tfm_module *model, const char *dir,
             fail("%s is not a JSON object", path);
             goto done;
         }
+    } else if (tfm_safetensors_open(dir, &file) == TFM_OK) {
+        const char *meta = tfm_safetensors_metadata(file, "id2label");
+        cJSON *labels = meta ? cJSON_Parse(meta) : NULL;
+        if (cJSON_IsObject(labels) && (config = cJSON_CreateObject()))
+            cJSON_AddItemToObject(config, "id2label", labels);
+        else
+            cJSON_Delete(labels);
+        tfm_safetensors_close(file);
     }
     /* softmax in double, then the k largest by selection (k small) */
     double hi = -INFINITY, sum = 0.0;

@@ -165,6 +165,10 @@ def test_save_load_round_trip_and_errors(tmp_path):
               "vocab_size", "head_bias", "norm_first"):
         assert again.config[k] == model.config[k]
     np.testing.assert_array_equal(again.logits(x), model.logits(x))
+    # the label names travel in the file's "id2label" metadata (they were
+    # lost: a saved ViT classified as LABEL_<i>)
+    assert again.id2label == model.id2label == {
+        int(k): v for k, v in R.CONFIG["id2label"].items()}
     # a model of images takes no ids, and trains from images only
     with pytest.raises(transformer.UnsupportedError, match="image model"):
         with model._use() as ptr:
@@ -413,7 +417,8 @@ def test_command_line_classify(tmp_path):
                                                      for i in order]
     assert len(run(path, "--top-k", "2")) == 2
     # a model file: no config.json, no preprocessor_config.json: the labels
-    # LABEL_<i>, ViTImageProcessor's default mean and std 0.5
+    # from its "id2label" metadata (LABEL_<i> without it),
+    # ViTImageProcessor's default mean and std 0.5
     model_file = str(tmp_path / "vit.safetensors")
     transformer.from_pretrained(tmp_path).save(model_file)
     r = subprocess.run([cli, "--model", model_file, "--classify", path,
@@ -423,6 +428,19 @@ def test_command_line_classify(tmp_path):
     from PIL import Image
     with Image.open(path) as im:
         p = _reference_top(w, im.convert("RGB"), prep)
+    got = [line.split("\t") for line in r.stdout.splitlines()]
+    assert got[0][1] == _labels(int(torch.argmax(p)))
+    for score, label in got:
+        i = [_labels(k) for k in range(5)].index(label)
+        assert abs(float(score) - float(p[i])) <= 1e-4
+    bare = str(tmp_path / "bare.safetensors")
+    tensors = transformer.load_safetensors(model_file)
+    meta = {k: v for k, v in transformer.load_safetensors_metadata(
+        model_file).items() if k != "id2label"}
+    transformer.save_safetensors(tensors, bare, metadata=meta)
+    r = subprocess.run([cli, "--model", bare, "--classify", path,
+                        "--top-k", "5"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
     got = [line.split("\t") for line in r.stdout.splitlines()]
     assert got[0][1] == f"LABEL_{int(torch.argmax(p))}"
     for score, label in got:

@@ -498,8 +498,18 @@ class Model(Module):
         try:
             has_tokenizer = _ll.tfm_safetensors_metadata(
                 f, "tfm.tokenizer") is not None
+            labels = _ll.tfm_safetensors_metadata(f, "id2label")
         finally:
             _ll.tfm_safetensors_close(f)
+        if labels is not None and "patch_size" in self._config_dict:
+            try:   # what save wrote: {"0": name, ...}
+                labels = {int(k): str(v)
+                          for k, v in json.loads(labels).items()}
+            except (ValueError, AttributeError):
+                labels = None
+            if labels:
+                self._id2label = labels
+                self._config_dict = self.config
         if has_tokenizer:
             try:
                 self.tokenizer = Tokenizer.load(path)
@@ -1295,6 +1305,10 @@ class Model(Module):
             if self.tokenizer is not None:
                 extra["tfm.tokenizer"] = "char"
                 extra["tfm.vocab"] = self.tokenizer.vocab
+            labels = self.__dict__.get("_id2label")
+            if labels:   # an image model's label names (config.json's)
+                extra["id2label"] = json.dumps(
+                    {str(k): v for k, v in sorted(labels.items())})
             extra.update(metadata or {})
             _ll.tfmpy_model_save(ptr, fspath(path), extra)
 
