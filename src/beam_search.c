@@ -392,7 +392,13 @@ static tfm_status seq2seq_step(search *s, const int32_t *tokens, int64_t B,
     return st != TFM_OK ? st : tfm__model_head(m, s->x, B, s->logp);
 }
 
-/* The first step's logits, beam 0's, in every row. */
+static void copy_slot(search *s, int64_t dst, int64_t src, int64_t t);
+
+/* The first step's logits, beam 0's, in every row, and beam 0's positions
+ * in every slot: beams 1.. start as copies of beam 0 (HF's input_ids
+ * repeated num_beams times), so one of them taken as a parent (its score
+ * -1e9, with fewer than 2 num_beams candidates from beam 0: a tiny
+ * vocabulary) continues the same prefix. */
 static tfm_status prefill(search *s, const int32_t *prompt, int64_t n_prompt)
 {
     const tfm__model *m = s->m;
@@ -412,8 +418,10 @@ static tfm_status prefill(search *s, const int32_t *prompt, int64_t n_prompt)
         if ((st = seq2seq_step(s, &s->o.decoder_start_token_id, 1, 0)))
             return st;
     }
-    for (int64_t b = 1; b < s->nb; b++)
+    for (int64_t b = 1; b < s->nb; b++) {
         memcpy(s->logp + b * V, s->logp, (size_t)V * sizeof(float));
+        copy_slot(s, b, 0, 1);
+    }
     return TFM_OK;
 }
 

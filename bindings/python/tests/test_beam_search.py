@@ -268,6 +268,39 @@ def test_encoder_decoder_processors_equal_reference(renormalize):
         assert [x for _, x in plain] != [x for _, x in ref]
 
 
+@pytest.mark.parametrize("architecture", ["decoder_only", "encoder_decoder"])
+def test_tiny_vocabulary_takes_parents_from_every_beam(architecture):
+    """With 2 num_beams candidates over a vocabulary of 2, one of them the
+    EOS, the first step takes a candidate from beam 1 (score -1e9): it
+    continues beam 0's prefix, as HF's input_ids repeated num_beams times,
+    and the beams equal the reference's.  (Its cache slot was never
+    written for encoder-decoder models: uninitialised reads that
+    test_beam_search's valgrind run reports; in float32 a -1e9 beam's
+    choices are ties broken by index, so its logits do not show here.)"""
+    torch.manual_seed(0)
+    transformer.manual_seed(3)
+    model = transformer.Model(vocab_size=2, d_model=8, n_heads=2, d_ff=16,
+                              context_length=12, architecture=architecture,
+                              **({"n_layers": 2} if architecture ==
+                                 "decoder_only" else
+                                 {"n_encoder_layers": 1,
+                                  "n_decoder_layers": 2}))
+    if architecture == "decoder_only":
+        prompt = [1, 0, 0, 1]
+        logits = decoder_only_logits(model, prompt)
+        extra = {}
+    else:
+        prompt = [0, 1, 1]
+        logits = seq2seq_logits(model, prompt, 0)
+        extra = {"decoder_start_token_id": 0}
+    for eos in (0, 1):
+        ref = reference_beam_search(logits, 2, 5, 1.0, "never", 2, eos)
+        ours = model.generate(prompt, 5, num_beams=2, early_stopping="never",
+                              num_return_sequences=2, return_scores=True,
+                              eos_token_id=eos, **extra)
+        assert ours[0] == [t for t, _ in ref], eos
+
+
 def test_bad_input(kjv):
     prompt = kjv.tokenizer.encode("And God said")
     errors = transformer
