@@ -158,6 +158,18 @@ void tfm__embedding_lookup(const tfm__embedding *e, const int32_t *ids,
     }
 }
 
+void tfm__embedding_lookup_add(const tfm__embedding *e, const int32_t *ids,
+                               int64_t n, float *x)
+{
+    const int64_t d = e->d_model;
+    for (int64_t i = 0; i < n; i++) {
+        const float *row = e->weight + (int64_t)ids[i] * d;
+        float *dst = x + i * d;
+        for (int64_t c = 0; c < d; c++)
+            dst[c] += row[c];
+    }
+}
+
 tfm_status tfm_embedding_add_positions(const tfm_module *positions,
                                        tfm_tensor *x, int64_t offset)
 {

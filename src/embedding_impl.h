@@ -21,6 +21,11 @@ tfm_status tfm__embedding_new(int64_t n_rows, int64_t d_model, int scale,
 void tfm__embedding_lookup(const tfm__embedding *e, const int32_t *ids,
                            int64_t n, float *out);
 
+/* x [n, d] += rows ids[0..n-1] of the table (unscaled; ids already
+ * checked): BERT's token types, one per position. */
+void tfm__embedding_lookup_add(const tfm__embedding *e, const int32_t *ids,
+                               int64_t n, float *x);
+
 /* x [B, L, d] += rows offset .. offset+L-1 (range already checked). */
 void tfm__embedding_add_rows(const tfm__embedding *e, float *x, int64_t B,
                              int64_t L, int64_t offset);

@@ -521,9 +521,9 @@ tfm_status tfm__model_check_ids(const tfm__model *m, const int32_t *ids,
 
 /* tfm__model_embed before the embedding norm: the summed embeddings,
  * with token types `types` [B, L] (checked), NULL: type 0 everywhere. */
-static void embed_sum_typed(const tfm__model *m, const int32_t *ids,
-                            const int32_t *types, int64_t B, int64_t L,
-                            int64_t offset, float *x)
+static void embed_sum(const tfm__model *m, const int32_t *ids,
+                      const int32_t *types, int64_t B, int64_t L,
+                      int64_t offset, float *x)
 {
     const int64_t d = m->config.layer.d_model;
     const double base = m->options.positional_base;
@@ -535,20 +535,10 @@ static void embed_sum_typed(const tfm__model *m, const int32_t *ids,
                             TFM_SINUSOIDAL_INTERLEAVED);
     else if (m->config.positional == TFM_POSITIONAL_SINUSOIDAL_CONCAT)
         tfm__add_sinusoidal(x, B, L, d, offset, base, TFM_SINUSOIDAL_CONCAT);
-    if (m->token_type_embedding && !types) /* type 0 at every position */
+    if (m->token_type_embedding && types)
+        tfm__embedding_lookup_add(m->token_type_embedding, types, B * L, x);
+    else if (m->token_type_embedding) /* type 0 at every position */
         tfm__embedding_add_rows(m->token_type_embedding, x, B * L, 1, 0);
-    for (int64_t r = 0; types && r < B * L; r++) {
-        const float *row = m->token_type_embedding->weight + types[r] * d;
-        float *xr = x + r * d;
-        for (int64_t j = 0; j < d; j++)
-            xr[j] += row[j];
-    }
-}
-
-static void embed_sum(const tfm__model *m, const int32_t *ids, int64_t B,
-                      int64_t L, int64_t offset, float *x)
-{
-    embed_sum_typed(m, ids, NULL, B, L, offset, x);
 }
 
 /* tfm__model_embed with token types (NULL: type 0). */
@@ -556,7 +546,7 @@ static void embed_typed(const tfm__model *m, const int32_t *ids,
                         const int32_t *types, int64_t B, int64_t L,
                         int64_t offset, float *x)
 {
-    embed_sum_typed(m, ids, types, B, L, offset, x);
+    embed_sum(m, ids, types, B, L, offset, x);
     if (m->embedding_norm)
         tfm__layer_norm_run(m->embedding_norm, x, B * L, x);
 }
@@ -913,10 +903,10 @@ static void embed_keep(const tfm__model *m, const int32_t *ids, int64_t B,
                        int64_t L, const parts_kept *k, float *x)
 {
     if (!m->embedding_norm) {
-        embed_sum(m, ids, B, L, 0, x);
+        embed_sum(m, ids, NULL, B, L, 0, x);
         return;
     }
-    embed_sum(m, ids, B, L, 0, k->e);
+    embed_sum(m, ids, NULL, B, L, 0, k->e);
     tfm__layer_norm_run(m->embedding_norm, k->e, B * L, x);
 }
 

@@ -3,8 +3,8 @@
  * checkpoint's preprocessor_config.json says (transformers'
  * ViTImageProcessor: resize to the model's size with bilinear resampling,
  * rescale by rescale_factor, normalize by image_mean / image_std), then
- * classified by tfm_model_image_logits.  Static helpers for the one
- * program that includes it, after cli_args.h. */
+ * classified by tfm_model_image_logits.  Static helpers for the programs
+ * that include it, after cli_args.h and json_file.h. */
 #ifndef TFM_TOOLS_IMAGE_INPUT_H
 #define TFM_TOOLS_IMAGE_INPUT_H
 
@@ -418,16 +418,9 @@ static int read_prep(const char *dir, int64_t image_size, image_prep *p)
     if (!probe)
         return 0; /* no preprocessor_config.json: the defaults */
     fclose(probe);
-    size_t n = 0;
-    char *text = read_file(path, &n);
-    if (!text)
-        return 1;
-    cJSON *root = cJSON_ParseWithLength(text, n);
-    free(text);
-    int rc = 0;
-    if (!cJSON_IsObject(root)) {
-        rc = fail("%s is not a JSON object", path);
-    } else {
+    cJSON *root = NULL;
+    int rc = read_json_object(path, &root);
+    if (!rc) {
         const cJSON *size = cJSON_GetObjectItemCaseSensitive(root, "size");
         const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root,
                                                            "rescale_factor");
@@ -508,8 +501,6 @@ static int classify_image(const tfm_module *model, const char *dir,
     rgb_image img = { 0, 0, NULL };
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = NULL;
-    size_t len = 0;
     cJSON *config = NULL;
     float *x = NULL, *logits = NULL;
     tfm_tensor *tx = NULL, *tl = NULL;
@@ -556,12 +547,8 @@ static int classify_image(const tfm_module *model, const char *dir,
     tfm_safetensors *file = NULL;
     if (probe) {
         fclose(probe);
-        if (!(text = read_file(path, &len)))
+        if (read_json_object(path, &config))
             goto done;
-        if (!cJSON_IsObject(config = cJSON_ParseWithLength(text, len))) {
-            fail("%s is not a JSON object", path);
-            goto done;
-        }
     } else if (tfm_safetensors_open(dir, &file) == TFM_OK) {
         const char *meta = tfm_safetensors_metadata(file, "id2label");
         cJSON *labels = meta ? cJSON_Parse(meta) : NULL;
@@ -596,7 +583,6 @@ done:
     tfm_tensor_free(tx);
     tfm_tensor_free(tl);
     cJSON_Delete(config);
-    free(text);
     free(x);
     free(logits);
     free(img.px);

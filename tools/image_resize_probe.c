@@ -7,6 +7,7 @@
  *   image_resize_probe IMAGE WIDTH HEIGHT > pixels */
 #define PROGRAM "image_resize_probe"
 #include "cli_args.h"
+#include "json_file.h"
 #include "image_input.h"
 
 int main(int argc, char **argv)

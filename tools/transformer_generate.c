@@ -82,6 +82,7 @@ char *openblas_get_corename(void);
 #define MODEL_ENV "TRANSFORMER_MODEL"
 
 #include "cli_args.h"
+#include "json_file.h"
 #include "image_input.h"
 
 /* The most --stop and --eos-token-id options. */
@@ -1037,35 +1038,10 @@ static int read_generation_defaults(const char *dir, generation_defaults *g)
     if (!f)
         return fail("'%s' has no config.json: --translate needs a checkpoint "
                     "directory", dir);
-    char *text = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 4096 > cap) {
-            char *t = realloc(text, cap = 2 * cap + 4096);
-            if (!t) {
-                free(text);
-                fclose(f);
-                return fail("out of memory");
-            }
-            text = t;
-        }
-        size_t got = fread(text + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
     fclose(f);
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, 0);
-    while (root && end < text + n && strchr(" \t\r\n", *end) && *end)
-        end++;
-    const int trailing = root && end < text + n;
-    free(text);
-    if (!cJSON_IsObject(root) || trailing) {
-        cJSON_Delete(root);
-        return fail("%s is not a JSON object%s", path,
-                    trailing ? " (bytes after it)" : "");
-    }
+    cJSON *root = NULL;
+    if (read_json_object(path, &root))
+        return 1;
     const int64_t beams = json_id(cJSON_GetObjectItem(root, "num_beams"));
     const int64_t max_length = json_id(cJSON_GetObjectItem(root,
                                                            "max_length"));
