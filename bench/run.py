@@ -18,6 +18,11 @@ single measurement to --raw-csv (default BUILD/bench-raw.csv), and a Markdown
 version of the table with the run's particulars to --markdown (default
 BUILD/bench-results.md), ready for docs/PERFORMANCE.md.
 
+With --ggml BIN (bench/build_ggml.sh builds it against a ggml source tree),
+the attention-core rows (sdpa) alternate a third side, ggml's flash
+attention, and a second table gives our speed against it (issue 20's
+target: at least 1.5 times ggml's at every shape and thread count).
+
 Needs Debian's python3-torch (torch 1.13, on the same OpenBLAS) and numpy:
 run it with /usr/bin/python3.  OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are
 left as the environment has them.
@@ -371,6 +376,12 @@ def check_target(target, row):
         return "?"
     if all(ok for _, ok in parts):
         return "yes"
+    # A time ratio below PyTorch's own fraction of the sgemm rate would need
+    # us above that rate: such a target is bound by the sgemm rate.
+    floor = row.get("torch_frac_sgemm")
+    if (len(parts) == 1 and parts[0][0] == "ratio" and floor is not None
+            and floor > float(target.split("=")[1])):
+        return f"NO (bound: PyTorch at {floor:.2f} of sgemm)"
     if len(parts) == 1:
         return "NO"
     return "NO (" + ", ".join(f"{w} {'yes' if ok else 'NO'}"
@@ -396,6 +407,9 @@ def main():
                     help="do not run cmake --build first")
     ap.add_argument("--no-torch", action="store_true",
                     help="our side only (no ratios)")
+    ap.add_argument("--ggml", default=None, metavar="BIN",
+                    help="ggml's flash attention harness "
+                    "(bench/build_ggml.sh) as a third side of the sdpa rows")
     args = ap.parse_args()
 
     build = os.path.abspath(args.build_dir)
@@ -414,6 +428,9 @@ def main():
                         "transformer-bench", "-j", str(os.cpu_count() or 1)],
                        check=True, stdout=subprocess.DEVNULL)
     binary = os.path.join(build, "bench", "transformer-bench")
+    ggml = os.path.abspath(args.ggml) if args.ggml else None
+    if ggml and not os.access(ggml, os.X_OK):
+        sys.exit(f"no ggml harness at {ggml}: run bench/build_ggml.sh")
     if not os.access(binary, os.X_OK):
         sys.exit(f"no bench program at {binary}: build the target "
                  "transformer-bench (TRANSFORMER_BUILD_BENCH=ON)")
@@ -460,6 +477,7 @@ def main():
         "threads": ",".join(map(str, threads_list)),
         "rounds": rounds,
         "mode": "quick" if args.quick else "full",
+        "ggml": ggml_info(ggml) if ggml else "-",
     }
     print("libtransformer benchmark:", ", ".join(f"{k}={v}" for k, v in
                                                  meta.items()), flush=True)
@@ -475,10 +493,20 @@ def main():
             reps, warmup = mode["reps"], mode["warmup"]
             for t in threads_list:
                 rec = dict(round=rnd)
-                ours_first = (rnd + ci + t) % 2 == 0
-                sides = ["ours", "torch"] if ours_first else ["torch", "ours"]
+                sides = ["ours", "torch"]
+                if ggml and cfg["kind"] == "sdpa":
+                    sides.append("ggml")
+                k = (rnd + ci + t) % len(sides)
+                sides = sides[k:] + sides[:k]  # each side first in turn
                 for side in sides:
-                    if side == "ours":
+                    if side == "ggml":
+                        rows = run_ours(ggml, cfg, t, mode)
+                        for r in rows:
+                            r["side"] = "ggml"
+                            r["round"] = rnd
+                            raw.append(r)
+                        rec["ggml"] = rows[-1]
+                    elif side == "ours":
                         rows = run_ours(binary, cfg, t, mode)
                         for r in rows:
                             r["side"] = "ours"
@@ -508,6 +536,8 @@ def main():
                          (f"  {rec['ours'][0]['name']} "
                           f"{rec['ours'][0]['median_s'] * 1e3:.2f} ms"
                           if len(rec["ours"]) > 1 else ""))
+                      + (f"  ggml {rec['ggml']['median_s'] * 1e3:9.2f} ms"
+                         if rec.get("ggml") else "")
                       + f"   [{time.time() - t_start:.0f} s]", flush=True)
 
     # ---- aggregate ----------------------------------------------------------
@@ -570,6 +600,18 @@ def main():
                             if x["round"] == r["round"] and x.get("torch")]
                     best.append(r["ours"][-1]["median_s"] / min(alts))
                 row["ratio_best"] = median(best)
+            gms = [r for r in recs if r.get("ggml")]
+            if gms:
+                # Our speed against ggml's: its time over ours, per round.
+                sp = [r["ggml"]["median_s"] / r["ours"][-1]["median_s"]
+                      for r in gms]
+                row.update(
+                    ggml_s=median([r["ggml"]["median_s"] for r in gms]),
+                    ggml_speedup=median(sp), ggml_speedup_min=min(sp),
+                    ggml_speedup_max=max(sp),
+                    ggml_gflops=median([r["ggml"]["gflops"] for r in gms]),
+                    ggml_peak_mb=max(r["ggml"]["peak_delta_mb"] for r in gms),
+                    ggml_met="yes" if median(sp) >= 1.5 else "NO")
             skips = [r["torch_skip"] for r in recs if r.get("torch_skip")]
             if skips:
                 row["note"] = "PyTorch skipped: " + skips[0]
@@ -617,7 +659,9 @@ def main():
               "ours_gflops",
               "torch_gflops", "sgemm_gflops", "frac_sgemm",
               "torch_frac_sgemm", "step_s", "speedup", "ours_peak_mb",
-              "torch_peak_mb", "io_mb", "target", "met", "corename",
+              "torch_peak_mb", "io_mb", "target", "met", "ggml_s",
+              "ggml_speedup", "ggml_gflops", "ggml_peak_mb", "ggml_met",
+              "corename",
               "torch_corename", "blas_threads", "tfm_threads",
               "torch_threads", "note", "date", "commit"]
     for path in (csv_path, raw_path, md_path):
@@ -642,6 +686,16 @@ def main():
           f"({elapsed:.0f} s)")
 
 
+def ggml_info(binary):
+    """The ggml tree the harness was built from (build_ggml.sh writes it
+    beside the binary), or its path."""
+    try:
+        with open(binary + ".source") as f:
+            return f.read().strip()
+    except OSError:
+        return binary
+
+
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
@@ -661,6 +715,22 @@ MAIN_HEAD = ["row", "thr", "ours ms", "PyTorch ms", "ours/PyTorch",
 DECODE_HEAD = ["row", "thr", "decode step ms", "full recompute ms",
                "speed-up", "recompute GFLOP/s", "step peak MB",
                "recompute peak MB", "target", "met"]
+
+
+GGML_HEAD = ["row", "thr", "ours ms", "ggml ms", "ours speed / ggml's",
+             "ours GFLOP/s", "ggml GFLOP/s", "ours peak MB", "ggml peak MB",
+             "target", "met"]
+
+
+def ggml_cells(r):
+    sp = fmt(r.get("ggml_speedup"), ".2f")
+    if r["rounds"] > 1:
+        sp += f" ({r['ggml_speedup_min']:.2f}-{r['ggml_speedup_max']:.2f})"
+    return [r["name"], str(r["threads"]), fmt(r["ours_s"] * 1e3, ".2f"),
+            fmt(r["ggml_s"] * 1e3, ".2f"), sp,
+            fmt(r.get("ours_gflops"), ".1f"), fmt(r.get("ggml_gflops"), ".1f"),
+            fmt(r.get("ours_peak_mb"), ".1f"), fmt(r.get("ggml_peak_mb"), ".1f"),
+            "ggml x1.5", r["ggml_met"]]
 
 
 def main_cells(r):
@@ -719,6 +789,9 @@ def render_text(table, meta):
     lines = text_table(MAIN_HEAD, main_c)
     if dec_c:
         lines += [""] + text_table(DECODE_HEAD, dec_c)
+    gg = [ggml_cells(r) for r in table if r.get("ggml_s")]
+    if gg:
+        lines += [""] + text_table(GGML_HEAD, gg)
     lines += ["", f"threads: {meta['threads']}; OpenBLAS core: ours "
               f"{meta['ours_corename']}, PyTorch {meta['torch_corename']}; "
               f"OPENBLAS_CORETYPE={meta['OPENBLAS_CORETYPE']}; "
@@ -746,6 +819,10 @@ def render_markdown(table, meta):
     out += md_table(MAIN_HEAD, main_c)
     if dec_c:
         out += [""] + md_table(DECODE_HEAD, dec_c)
+    gg = [ggml_cells(r) for r in table if r.get("ggml_s")]
+    if gg:
+        out += ["", f"ggml's flash attention ({meta['ggml']}), alternated "
+                "with ours in the same rounds:", ""] + md_table(GGML_HEAD, gg)
     return "\n".join(out) + "\n"
 
 

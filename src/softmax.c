@@ -14,49 +14,58 @@
 #include "softmax.h"
 #include "vmath.h"
 
-/* Lanes of the partial maxima and sums: the loops below are written over
- * TFM_LANES independent accumulators so that the compiler can vectorise
- * them without reassociating a single running sum. */
+/* Lanes of the partial maxima and sums: the loops below run over
+ * TFM_LANES independent accumulators, two eight-float vectors (vmath.h),
+ * lane l taking the entries j with j mod 16 = l. */
 #define TFM_LANES 16
 
 /* Largest entry of x[0..n-1] (-inf for none); NaN entries are skipped. */
-static inline float row_max(const float *x, int64_t n)
+static inline TFM_ALWAYS_INLINE float row_max(const float *x, int64_t n)
 {
-    float lane[TFM_LANES];
-    for (int l = 0; l < TFM_LANES; l++)
-        lane[l] = -INFINITY;
+    tfm__v8 a = tfm__v8_splat(-INFINITY), b = a;
     int64_t j = 0;
-    for (; j + TFM_LANES <= n; j += TFM_LANES)
-        for (int l = 0; l < TFM_LANES; l++)
-            lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+    for (; j + TFM_LANES <= n; j += TFM_LANES) {
+        const tfm__v8 u = tfm__v8_load(x + j), w = tfm__v8_load(x + j + 8);
+        a = tfm__v8_select(u > a, u, a);
+        b = tfm__v8_select(w > b, w, b);
+    }
     float max = -INFINITY;
     for (; j < n; j++)
         max = x[j] > max ? x[j] : max;
-    for (int l = 0; l < TFM_LANES; l++)
-        max = lane[l] > max ? lane[l] : max;
+    for (int l = 0; l < 8; l++)
+        max = a[l] > max ? a[l] : max;
+    for (int l = 0; l < 8; l++)
+        max = b[l] > max ? b[l] : max;
     return max;
 }
 
 /* x[j] <- exp(x[j] - max) for all j; returns their sum (NaN when some x[j]
- * is NaN). */
-static inline double exp_and_sum(float *x, int64_t n, float max)
+ * is NaN): the lanes' float sums, then the tail and the lanes in order in
+ * double. */
+static inline TFM_ALWAYS_INLINE double exp_and_sum(float *x, int64_t n, float max)
 {
-    float lane[TFM_LANES] = { 0 };
+    const tfm__v8 m = tfm__v8_splat(max);
+    tfm__v8 a = tfm__v8_splat(0.0f), b = a;
     int64_t j = 0;
-    for (; j + TFM_LANES <= n; j += TFM_LANES)
-        for (int l = 0; l < TFM_LANES; l++) {
-            float e = tfm__exp_nonpositive(x[j + l] - max);
-            x[j + l] = e;
-            lane[l] += e;
-        }
+    for (; j + TFM_LANES <= n; j += TFM_LANES) {
+        const tfm__v8 u = tfm__v8_exp_nonpositive(tfm__v8_load(x + j) - m);
+        const tfm__v8 w =
+            tfm__v8_exp_nonpositive(tfm__v8_load(x + j + 8) - m);
+        tfm__v8_store(x + j, u);
+        tfm__v8_store(x + j + 8, w);
+        a += u;
+        b += w;
+    }
     double sum = 0.0;
     for (; j < n; j++) {
         float e = tfm__exp_nonpositive(x[j] - max);
         x[j] = e;
         sum += e;
     }
-    for (int l = 0; l < TFM_LANES; l++)
-        sum += lane[l];
+    for (int l = 0; l < 8; l++)
+        sum += a[l];
+    for (int l = 0; l < 8; l++)
+        sum += b[l];
     return sum;
 }
 

@@ -35,6 +35,67 @@ static inline float tfm__exp_nonpositive(float x)
     return x != x ? x : e;
 }
 
+/* Eight floats as one value (GCC's vector extension: an AVX register in
+ * TFM_CLONES' AVX2 clone, two SSE registers in the baseline one), for row
+ * loops that the compiler does not vectorise by itself: a NaN-skipping
+ * maximum, and the exponential below, whose lanes must not spill.  The
+ * functions are always inlined (into a TFM_CLONES function they take its
+ * target; src/CMakeLists.txt silences GCC's note that a 32-byte vector is
+ * passed differently without AVX: no such call is made). */
+typedef float tfm__v8 __attribute__((vector_size(32)));
+#define TFM_ALWAYS_INLINE __attribute__((always_inline))
+typedef int32_t tfm__v8i __attribute__((vector_size(32)));
+
+static inline TFM_ALWAYS_INLINE tfm__v8 tfm__v8_splat(float x)
+{
+    return (tfm__v8){ x, x, x, x, x, x, x, x };
+}
+
+static inline TFM_ALWAYS_INLINE tfm__v8 tfm__v8_load(const float *p)
+{
+    tfm__v8 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline TFM_ALWAYS_INLINE void tfm__v8_store(float *p, tfm__v8 v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+/* mask ? a : b lane by lane (mask lanes all ones or all zeros). */
+static inline TFM_ALWAYS_INLINE tfm__v8 tfm__v8_select(tfm__v8i mask, tfm__v8 a, tfm__v8 b)
+{
+    return (tfm__v8)(((tfm__v8i)a & mask) | ((tfm__v8i)b & ~mask));
+}
+
+/* tfm__exp_nonpositive on eight lanes, bit for bit: the same operations in
+ * the same order (floor through truncation and a correction, exact for
+ * the clamped range), so a row's values do not depend on which lanes
+ * computed them. */
+static inline TFM_ALWAYS_INLINE tfm__v8 tfm__v8_exp_nonpositive(tfm__v8 x)
+{
+    const tfm__v8 lo = tfm__v8_splat(-87.3365447f);
+    const tfm__v8i in = x >= lo; /* false for NaN */
+    const tfm__v8 xc = tfm__v8_select(in, x, lo);
+    const tfm__v8 t = xc * 1.44269504088896341f + 0.5f;
+    tfm__v8i ni = __builtin_convertvector(t, tfm__v8i);
+    ni += (tfm__v8i)(__builtin_convertvector(ni, tfm__v8) > t); /* -1 */
+    const tfm__v8 n = __builtin_convertvector(ni, tfm__v8);
+    const tfm__v8 r = xc - n * 0.693359375f - n * -2.12194440e-4f;
+    const tfm__v8 r2 = r * r;
+    tfm__v8 p = tfm__v8_splat(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const tfm__v8 y = p * r2 + r + 1.0f;
+    const tfm__v8 scale = (tfm__v8)((ni + 127) << 23);
+    const tfm__v8 e = tfm__v8_select(in, y * scale, tfm__v8_splat(0.0f));
+    return tfm__v8_select(x != x, x, e);
+}
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TFM_CLONES __attribute__((target_clones("avx2", "default")))
 #else
