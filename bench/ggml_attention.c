@@ -6,13 +6,17 @@
  *   ggml-attention [--threads T] [--reps R] [--warmup W] sdpa B H L D [causal]
  *
  * Built by bench/build_ggml.sh against a ggml source tree (GGML_SRC); not a
- * build dependency of the library.  Inputs: every element 1.0, as bench.c's.
+ * build dependency of the library.  Inputs: uniform in [-1, 1) from a fixed
+ * generator; after the timed calls the first and last query rows of the
+ * first head are checked against float64 attention (the run fails above
+ * 1e-3: ggml did not compute what is timed).
  * The causal mask is ggml's additive float16 mask [L, L] (0 on and below the
  * diagonal, -inf above), the form llama.cpp passes; ggml skips the tiles it
  * masks entirely.  FLOPs: 4 B H L^2 D, half for causal, as bench.c counts
  * them.  Peak memory: VmHWM over the timed calls minus the resident set
  * before them (the inputs, output and mask are made before). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +61,44 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* Uniform in [-1, 1): a 64-bit LCG's top 24 bits. */
+static float next_uniform(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)(*s >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+/* Largest |ggml - float64| over row i of head 0, batch 0 (q, k, v
+ * [B, H, L, D] row-major; out [B, L, H, D]). */
+static double row_error(const float *q, const float *k, const float *v,
+                        const float *out, long H, long L, long D, long i,
+                        int causal)
+{
+    const long S = causal ? i + 1 : L;
+    double *p = malloc(sizeof(double) * (size_t)S), m = -INFINITY, sum = 0;
+    if (!p)
+        die("out of memory");
+    for (long j = 0; j < S; j++) {
+        double dot = 0;
+        for (long c = 0; c < D; c++)
+            dot += (double)q[i * D + c] * k[j * D + c];
+        p[j] = dot / sqrt((double)D);
+        m = p[j] > m ? p[j] : m;
+    }
+    for (long j = 0; j < S; j++)
+        sum += p[j] = exp(p[j] - m);
+    double worst = 0;
+    for (long c = 0; c < D; c++) {
+        double o = 0;
+        for (long j = 0; j < S; j++)
+            o += p[j] / sum * v[j * D + c];
+        double e = fabs(o - out[(i * H) * D + c]);
+        worst = e > worst ? e : worst;
+    }
+    free(p);
+    return worst;
 }
 
 static long parse_long(const char *s, const char *what, long min)
@@ -111,8 +153,12 @@ int main(int argc, char **argv)
     struct ggml_tensor *k = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, D, L, H, B);
     struct ggml_tensor *v = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, D, L, H, B);
     float *fq = q->data, *fk = k->data, *fv = v->data;
-    for (size_t j = 0; j < n; j++)
-        fq[j] = fk[j] = fv[j] = 1.0f;
+    uint64_t seed = 20261207;
+    for (size_t j = 0; j < n; j++) {
+        fq[j] = next_uniform(&seed);
+        fk[j] = next_uniform(&seed);
+        fv[j] = next_uniform(&seed);
+    }
     struct ggml_tensor *mask = NULL;
     if (causal) {
         mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, L, L);
@@ -151,11 +197,10 @@ int main(int argc, char **argv)
         t[r] = now() - t0;
     }
     const long peak = hwm ? status_kb("VmHWM") : -1;
-    /* One output element, to check the run did the work: with every input
-     * 1.0 each output is 1.0. */
-    const float o0 = ((const float *)out->data)[0];
-    if (fabsf(o0 - 1.0f) > 1e-5f)
-        die("wrong output");
+    const float *fo = out->data;
+    if (row_error(fq, fk, fv, fo, H, L, D, 0, causal) > 1e-3 ||
+        row_error(fq, fk, fv, fo, H, L, D, L - 1, causal) > 1e-3)
+        die("ggml's output differs from float64 attention");
     qsort(t, (size_t)opt_reps, sizeof *t, cmp_double);
     const double med = opt_reps % 2 ? t[opt_reps / 2]
                                     : 0.5 * (t[opt_reps / 2 - 1] +

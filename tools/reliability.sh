@@ -34,8 +34,9 @@ STEPS=("$@")
 # Tests that regenerate references with PyTorch (slow, Python, covered by
 # the main CI run) or check the build itself rather than the code (ABI
 # dump, install tree) are left out of the sanitizer and valgrind runs, and
-# so is test_oom_valgrind (step 2 runs test_oom under valgrind anyway).
-EXCLUDE='^(fixtures_generate|fixtures_fresh|models_generate|models_generate_greedy|models_fresh|abi_check|install_consumers|test_oom_valgrind)$'
+# so is test_oom_valgrind (step 2 runs test_oom under valgrind anyway),
+# and so is ggml_rival_smoke (the benchmark's rival, not our code).
+EXCLUDE='^(fixtures_generate|fixtures_fresh|models_generate|models_generate_greedy|models_fresh|abi_check|install_consumers|test_oom_valgrind|ggml_rival_smoke)$'
 
 SAN_COMMON="-fno-omit-frame-pointer -g -O1"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:allocator_may_return_null=0"
