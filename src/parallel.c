@@ -21,6 +21,15 @@
  * chunks serially in its caller, so results never depend on whether the
  * pool was free.
  *
+ * Hand-offs: a worker that finishes its chunks watches the generation for
+ * a while (TFM_SPIN_NS) before it sleeps on the condition variable, and
+ * a call waits for its last chunks the same way before it sleeps: a
+ * decoding step or a layer's products hand the pool a job every few
+ * microseconds, and sleeping and waking through the kernel (two system
+ * calls a hand-off, dearer still in a virtual machine) cost more than the
+ * short products themselves.  The call wakes the condition variable only
+ * when a worker sleeps on it (`sleepers`).
+ *
  * fork: a child process has only the thread that forked, so the workers
  * the pool counts do not exist there, and a child that waited for them
  * hung in its first forward pass.  pthread_atfork handlers (registered
@@ -34,7 +43,14 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TFM_CPU_RELAX() _mm_pause()
+#else
+#define TFM_CPU_RELAX() ((void)0)
+#endif
 
 #include "gemm.h"
 #include "parallel.h"
@@ -44,6 +60,9 @@
 #define TFM_MAX_THREADS 64
 /* Chunks per thread (at most; fewer when grain says so). */
 #define TFM_OVERSPLIT 4
+/* How long a worker watches for the next job, and a call for its last
+ * chunks, before sleeping: a few short products. */
+#define TFM_SPIN_NS 20000
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
 static int n_threads;                   /* 0 until first use */
@@ -53,7 +72,10 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t pool_done = PTHREAD_COND_INITIALIZER;
 static int n_workers;                   /* started so far */
-static uint64_t generation;             /* under pool_lock */
+/* Written under pool_lock; read there, or atomically by a spinning worker
+ * (which then takes pool_lock to read the job). */
+static _Atomic uint64_t generation;
+static int sleepers;                    /* workers in pool_wake's wait */
 
 static struct {
     tfm__range_fn fn;
@@ -65,6 +87,41 @@ static struct {
 /* (generation << 32) | the next chunk to take, of the current job */
 static _Atomic uint64_t ticket;
 static atomic_int done;                 /* chunks of the job finished */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Spins until *x differs from `from` (returns 1) or TFM_SPIN_NS have
+ * passed (returns 0). */
+static int spin_while_equal(_Atomic uint64_t *x, uint64_t from)
+{
+    const uint64_t t0 = now_ns();
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(x, memory_order_acquire) != from)
+            return 1;
+        TFM_CPU_RELAX();
+        if (i % 64 == 0 && now_ns() - t0 > TFM_SPIN_NS)
+            return 0;
+    }
+}
+
+/* Spins until *x reaches `target` (returns 1) or TFM_SPIN_NS have passed
+ * (returns 0). */
+static int spin_until_reached(atomic_int *x, int target)
+{
+    const uint64_t t0 = now_ns();
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(x, memory_order_acquire) >= target)
+            return 1;
+        TFM_CPU_RELAX();
+        if (i % 64 == 0 && now_ns() - t0 > TFM_SPIN_NS)
+            return 0;
+    }
+}
 
 static int default_threads(void)
 {
@@ -152,9 +209,19 @@ static void *worker(void *arg)
     uint64_t seen = 0;
     pthread_mutex_lock(&pool_lock);
     for (;;) {
-        while (generation == seen)
-            pthread_cond_wait(&pool_wake, &pool_lock);
-        seen = generation;
+        if (atomic_load_explicit(&generation, memory_order_relaxed) == seen) {
+            /* Watch for the next job a while, then sleep. */
+            pthread_mutex_unlock(&pool_lock);
+            spin_while_equal(&generation, seen);
+            pthread_mutex_lock(&pool_lock);
+            while (atomic_load_explicit(&generation, memory_order_relaxed) ==
+                   seen) {
+                sleepers++;
+                pthread_cond_wait(&pool_wake, &pool_lock);
+                sleepers--;
+            }
+        }
+        seen = atomic_load_explicit(&generation, memory_order_relaxed);
         /* (workers beyond the call's thread count go back to sleep) */
         const int mine = index + 1 < job.threads;
         const tfm__range_fn fn = job.fn;
@@ -189,6 +256,7 @@ static void fork_child(void)
 {
     /* The only thread here is the one that forked and holds the locks. */
     n_workers = 0;
+    sleepers = 0;
     pthread_cond_init(&pool_wake, NULL);  /* no waiters exist any more */
     pthread_cond_init(&pool_done, NULL);
     tfm__ws_fork_child();   /* frees the workers' workspaces, unlocks */
@@ -272,17 +340,19 @@ static void parallel_run(tfm__plan plan, int64_t n, int64_t grain,
     /* Whatever the workers do not take (or could not be started for),
      * the caller runs. */
     job.threads = 1 + (workers < want ? workers : want);
-    generation++;
-    const uint64_t gen = generation;
+    const uint64_t gen =
+        atomic_load_explicit(&generation, memory_order_relaxed) + 1;
     atomic_store_explicit(&done, 0, memory_order_relaxed);
     atomic_store_explicit(&ticket, (gen & 0xffffffffu) << 32,
                           memory_order_release);
-    if (job.threads > 1)
+    atomic_store_explicit(&generation, gen, memory_order_release);
+    if (job.threads > 1 && sleepers > 0)
         pthread_cond_broadcast(&pool_wake);
     pthread_mutex_unlock(&pool_lock);
 
     take_chunks(gen, fn, ctx, n, (int)chunks, 0);
 
+    spin_until_reached(&done, (int)chunks);
     pthread_mutex_lock(&pool_lock);
     while (atomic_load_explicit(&done, memory_order_acquire) < (int)chunks)
         pthread_cond_wait(&pool_done, &pool_lock);
