@@ -335,6 +335,7 @@ tfm_status tfm__attend(const tfm__variant *v, const tfm__attention_args *a)
     tfm__attention_job job;
     base_job(v, a, &q, &k, &val, q_pos0, &job);
     job.lse = a->lse;
+    job.values_finite = a->values_finite;
 
     /* 5. score: the pre-transforms */
     if (head_scale) {

@@ -61,6 +61,9 @@ typedef struct tfm__attention_args {
      * tfm__attention_job.dropout); the backward must get the same.
      * Zeroed: none. */
     tfm__dropout dropout;
+    /* Non-zero: every value row is known finite (attention_kernel.h:
+     * tfm__attention_job.values_finite). */
+    int values_finite;
 } tfm__attention_args;
 
 /* The gradients of one call (tfm__attend_backward):

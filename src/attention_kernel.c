@@ -636,7 +636,10 @@ static tfm_status run_job(const tfm__attention_job *job, int64_t offset)
         tfm__t5_buckets(rel, sh.d_min, n_dist, bucket);
         sh.t5_bucket = bucket;
     }
-    tfm__parallel_for(plan, kv_heads, 4, flag_items, &c);
+    if (job->values_finite)
+        memset(sh.bad_count, 0, (size_t)kv_heads * sizeof *sh.bad_count);
+    else
+        tfm__parallel_for(plan, kv_heads, 4, flag_items, &c);
     int64_t items = job->B * (job->average ? 1 : job->H) * c.n_blocks;
     tfm__parallel_for(plan, items, 1, run_items, &c);
     tfm__ws_restore(mark);

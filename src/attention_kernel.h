@@ -59,6 +59,10 @@ typedef struct tfm__attention_job {
      * weights (torch.nn.functional.multi_head_attention_forward's order).
      * The log-sum-exp is the undropped softmax's.  Zeroed: none. */
     tfm__dropout dropout;
+    /* Non-zero: the caller knows every value row is finite (a KV cache
+     * that checked its rows as they were written), so the kernel skips
+     * its scan of the values for NaN and infinities. */
+    int values_finite;
 } tfm__attention_job;
 
 /* Runs the job on the library's threads (parallel.h), over batch elements,

@@ -384,7 +384,7 @@ static tfm_status seq2seq_step(search *s, const int32_t *tokens, int64_t B,
         s->seqs[b] = (tfm__cached_seq){ 1, t, 0,
                                         s->dec_keys + s->slot[b] * per_slot,
                                         s->dec_values + s->slot[b] * per_slot,
-                                        s->M * s->dec_kv };
+                                        s->M * s->dec_kv, NULL };
     tfm__model_embed(m, tokens, B, 1, t, s->x);
     tfm_status st = tfm__stack_run_decoder_cached(m->decoder, s->x, B,
                                                   s->seqs, s->memory_kv,

@@ -32,6 +32,11 @@ struct tfm_kv_cache {
     int64_t kv_dim;         /* key/value columns per position: n_kv_heads
                              * * d_k (variants.h; d_model without GQA) */
     float *keys, *values;   /* [n_layers, storage, kv_dim] each */
+    /* [n_layers]: value rows with a NaN or an infinity written since the
+     * cache was last empty (mha.h: tfm__cached_seq.v_nonfinite).  Rows
+     * dropped or truncated away still count until the cache empties: the
+     * count only ever says "maybe", and 0 lets attention skip its scan. */
+    int64_t *v_nonfinite;
     int32_t *ids;           /* [storage]: the token id of each row (a
                              * generator's prefix reuse, model.h) */
 };
@@ -63,8 +68,12 @@ static tfm_status create(const tfm_module *model, int64_t capacity,
         c->values = c->keys ? tfm__malloc((size_t)n * sizeof(float)) : NULL;
         c->ids = c->values ? tfm__malloc((size_t)storage * sizeof(int32_t))
                            : NULL;
+        c->v_nonfinite =
+            c->ids ? tfm__calloc((size_t)m->config.n_layers,
+                                 sizeof *c->v_nonfinite)
+                   : NULL;
     }
-    if (!c || !c->ids) {
+    if (!c || !c->v_nonfinite) {
         tfm_kv_cache_free(c);
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "cannot allocate a KV cache of %lld floats",
@@ -137,10 +146,19 @@ static void compact(tfm_kv_cache *c)
     c->start = 0;
 }
 
+/* The cache holds nothing: no row can be non-finite. */
+static void emptied(tfm_kv_cache *c)
+{
+    c->length = c->start = c->origin = 0;
+    memset(c->v_nonfinite, 0,
+           (size_t)c->model->config.n_layers * sizeof *c->v_nonfinite);
+}
+
 void tfm_kv_cache_free(tfm_kv_cache *cache)
 {
     if (!cache)
         return;
+    tfm__free(cache->v_nonfinite);
     tfm__free(cache->keys);
     tfm__free(cache->values);
     tfm__free(cache->ids);
@@ -150,7 +168,7 @@ void tfm_kv_cache_free(tfm_kv_cache *cache)
 void tfm_kv_cache_reset(tfm_kv_cache *cache)
 {
     if (cache)
-        cache->length = cache->start = cache->origin = 0;
+        emptied(cache);
 }
 
 int64_t tfm_kv_cache_length(const tfm_kv_cache *cache)
@@ -211,7 +229,8 @@ tfm_status tfm_kv_cache_decode(tfm_kv_cache *cache, const int32_t *ids,
         st = tfm__stack_run_cached(m->stack, h, n, cache->keys + first * kv,
                                    cache->values + first * kv,
                                    cache->storage * kv, past,
-                                   cache->origin + drop, only_last ? 1 : n);
+                                   cache->origin + drop, only_last ? 1 : n,
+                                   cache->v_nonfinite);
         if (st == TFM_OK) {
             const int64_t rows = only_last ? 1 : n;
             st = tfm__model_head(m, h + (n - rows) * d, rows, out);
@@ -242,6 +261,8 @@ void tfm__kv_cache_copy(tfm_kv_cache *dst, const tfm_kv_cache *src)
     }
     memcpy(dst->ids, src->ids + src->start,
            (size_t)src->length * sizeof *dst->ids);
+    memcpy(dst->v_nonfinite, src->v_nonfinite,
+           (size_t)layers * sizeof *dst->v_nonfinite);
     dst->length = src->length;
     dst->start = 0;
     dst->origin = src->origin;
@@ -264,7 +285,7 @@ void tfm__kv_cache_truncate(tfm_kv_cache *c, int64_t length)
     if (length < c->length)
         c->length = length;
     if (c->length == 0)
-        c->start = c->origin = 0;
+        emptied(c);
 }
 
 const tfm__model *tfm__kv_cache_model(const tfm_kv_cache *c)
@@ -291,7 +312,7 @@ static void batch_view(tfm_kv_cache *c, tfm__cached_seq *seq, int64_t *first)
     *first = c->start + drop;
     *seq = (tfm__cached_seq){ 1, c->length - drop, c->origin + drop,
                               c->keys + *first * kv, c->values + *first * kv,
-                              c->storage * kv };
+                              c->storage * kv, c->v_nonfinite };
 }
 
 tfm_status tfm__kv_cache_decode_rows(tfm_kv_cache *const *caches,

@@ -252,10 +252,12 @@ static tfm_status mha_attend(const tfm__mha *m, float *q, int64_t ldq,
                              tfm__heads k, tfm__heads v, int64_t k_rotated,
                              int64_t rope_origin, int64_t B, int64_t L, int64_t S,
                              const tfm__masks *masks, float *ctx,
-                             float *weights, int average, uint64_t key)
+                             float *weights, int average, uint64_t key,
+                             int values_finite)
 {
     tfm__masks padded;
     if (tfm__mha_extra_rows(m) > 0) {
+        values_finite = 0; /* the extra rows are not the caller's */
         /* (scratch of the caller's workspace mark) */
         tfm_status st = tfm__mha_extra_kv(m, &k, &v, B, L, S, masks, &k, &v,
                                           &padded);
@@ -276,6 +278,7 @@ static tfm_status mha_attend(const tfm__mha *m, float *q, int64_t ldq,
         .rope_in_place = 1, .k_rotated = k_rotated,
         .rope_origin = rope_origin,
         .dropout = tfm__mha_dropout(m, key),
+        .values_finite = values_finite,
     };
     return tfm__attend(&m->var, &args);
 }
@@ -374,11 +377,28 @@ tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
     const tfm__heads vh = proj_v ? rows_heads(m, v, S, ldkv)
                                  : static_heads(m, static_v, S);
     tfm_status st = mha_attend(m, q, ld, kh, vh, 0, 0, B, L, S, masks, ctx,
-                               weights, average, drop_key);
+                               weights, average, drop_key, 0);
     if (st == TFM_OK)
         tfm__linear_parallel(ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);
     return st;
+}
+
+/* How many of the rows x [n, cols] hold a NaN or an infinity (all exponent
+ * bits set; integer tests, as the attention kernel's scan). */
+static int64_t nonfinite_rows(const float *x, int64_t n, int64_t cols)
+{
+    int64_t bad = 0;
+    for (int64_t r = 0; r < n; r++) {
+        uint32_t any = 0;
+        for (int64_t c = 0; c < cols; c++) {
+            uint32_t u;
+            memcpy(&u, x + r * cols + c, sizeof u);
+            any |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        bad += any;
+    }
+    return bad;
 }
 
 tfm_status tfm__mha_run_cached_seqs(const tfm__mha *m, const float *x,
@@ -418,10 +438,16 @@ tfm_status tfm__mha_run_cached_seqs(const tfm__mha *m, const float *x,
             memcpy(v_cache + (q->past + i) * kv, mine + i * w + d + kv,
                    (size_t)kv * sizeof(float));
         }
+        int finite = 0;
+        if (q->v_nonfinite) {
+            q->v_nonfinite[layer] +=
+                nonfinite_rows(v_cache + q->past * kv, q->n, kv);
+            finite = q->v_nonfinite[layer] == 0;
+        }
         const int64_t S = q->past + q->n;
         st = mha_attend(m, mine, w, rows_heads(m, k_cache, S, kv),
                         rows_heads(m, v_cache, S, kv), q->past, q->origin, 1,
-                        q->n, S, &causal, ctx + row * d, NULL, 0, 0);
+                        q->n, S, &causal, ctx + row * d, NULL, 0, 0, finite);
         row += q->n;
     }
     if (st == TFM_OK)
@@ -434,7 +460,8 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
                                float *k_cache, float *v_cache, int64_t past,
                                int64_t origin, float *out)
 {
-    const tfm__cached_seq one = { n, past, origin, k_cache, v_cache, 0 };
+    const tfm__cached_seq one = { n, past, origin, k_cache, v_cache, 0,
+                                  NULL };
     return tfm__mha_run_cached_seqs(m, x, 1, &one, 0, out);
 }
 
@@ -465,7 +492,7 @@ tfm_status tfm__mha_run_memory_kv(const tfm__mha *m, const float *x,
     float *k = (float *)kv;
     tfm_status st = mha_attend(m, q, d, rows_heads(m, k, S, w),
                                rows_heads(m, k + m->kv_dim, S, w), S, 0, 1,
-                               rows, S, &none, ctx, NULL, 0, 0);
+                               rows, S, &none, ctx, NULL, 0, 0, 0);
     if (st == TFM_OK)
         tfm__linear_parallel(ctx, d, rows, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);

@@ -94,11 +94,17 @@ tfm_status tfm__mha_run_cached(const tfm__mha *m, const float *x, int64_t n,
  * (tfm__mha_run_cached_seqs): its n new rows (consecutive in x), its
  * cache holding `past` positions and its RoPE origin.  Layer `layer`'s
  * keys and values are keys / values + layer * layer_stride, [capacity,
- * kv_dim] each (tfm__stack_run_cached_seqs walks the layers). */
+ * kv_dim] each (tfm__stack_run_cached_seqs walks the layers).
+ * v_nonfinite: NULL, or per layer the number of value rows holding a NaN
+ * or an infinity written since the cache was empty (kv_cache.c keeps it):
+ * the call adds its new rows' and, while a layer's count is 0, tells the
+ * attention kernel that every value row is finite, which spares it a scan
+ * of the whole cache per step. */
 typedef struct tfm__cached_seq {
     int64_t n, past, origin;
     float *keys, *values;
     int64_t layer_stride;
+    int64_t *v_nonfinite;
 } tfm__cached_seq;
 
 /* tfm__mha_run_cached for n_seqs sequences at once, x [rows, d] their new

@@ -320,10 +320,12 @@ void tfm__stack_memory_kv(const tfm__stack *s, const float *memory,
 
 tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
                                  float *keys, float *values, int64_t stride,
-                                 int64_t past, int64_t origin, int64_t n_out)
+                                 int64_t past, int64_t origin, int64_t n_out,
+                                 int64_t *v_nonfinite)
 {
     /* Layer i's cache: rows [capacity, kv_dim] at i * stride. */
-    const tfm__cached_seq one = { n, past, origin, keys, values, stride };
+    const tfm__cached_seq one = { n, past, origin, keys, values, stride,
+                                  v_nonfinite };
     return run_cached(s, h, 1, &one, n_out < n ? n_out : n);
 }
 

@@ -90,10 +90,13 @@ tfm_status tfm__stack_backward(const tfm__stack *s, const float *x, int64_t B,
  * afterwards (1: a prompt whose last logits alone are wanted; >= n: all):
  * the last layer's feed-forward block and the final norm skip the others
  * (tfm__encoder_layer_run_cached's tail), whose h is then not the
- * blocks' output.  Fails only with out-of-memory. */
+ * blocks' output.  v_nonfinite: NULL or the cache's per-layer counts of
+ * non-finite value rows (mha.h: tfm__cached_seq).  Fails only with
+ * out-of-memory. */
 tfm_status tfm__stack_run_cached(const tfm__stack *s, float *h, int64_t n,
                                  float *keys, float *values, int64_t stride,
-                                 int64_t past, int64_t origin, int64_t n_out);
+                                 int64_t past, int64_t origin, int64_t n_out,
+                                 int64_t *v_nonfinite);
 
 /* The same for n_seqs sequences at once (a batch decoding step): h
  * [rows, d] their new positions one sequence after another (rows = the

@@ -515,6 +515,105 @@ static void test_decoder_model_causal(void **state)
     tfm_module_free(m);
 }
 
+/* A NaN value row that a sliding window hides: the KV cache keeps the
+ * bad token's rows (layer 1's value row is NaN: its layer-0 output is), and
+ * once the window has moved past them every later position is finite
+ * again, in the cached steps as in the full pass.  The cache counts the
+ * non-finite value rows it is given (kv_cache.c) so that attention scans
+ * for them only while some are held: a count that missed this row would
+ * let a masked NaN into the product of weights and values (0 x NaN), as
+ * the one-call prefill below shows (row 0 turned NaN when the count was
+ * ignored).  Then the cache, reset, decodes an ordinary sequence with no
+ * scan needed. */
+static void test_cached_window_hides_non_finite_value(void **state)
+{
+    (void)state;
+    enum { T = 8 };
+    tfm_layer_config layer = tfm_layer_config_default(D, H);
+    layer.d_ff = 16;
+    tfm_model_config c = tiny_model_config(TFM_ARCH_DECODER_ONLY, layer, V,
+                                           2, T);
+    c.tied_embeddings = 0;
+    tfm_model_options opt;
+    tfm_model_options_init(&opt);
+    opt.attention.sparsity = TFM_SPARSE_SLIDING_WINDOW;
+    opt.attention.window = 1;
+    tfm_module *m = NULL;
+    assert_int_equal(tfm_model_create_ex(&c, &opt, &m), TFM_OK);
+    lcg_randomize(m, 30);
+    tfm_tensor *emb = make2(V, D, NULL);
+    assert_int_equal(tfm_module_get_parameter(m, "token_embedding.weight",
+                                              emb), TFM_OK);
+    for (int c2 = 0; c2 < D; c2++)
+        tfm_tensor_data(emb)[BAD_TOKEN * D + c2] = c2 % 2 ? 1e30f : -1e30f;
+    assert_int_equal(tfm_module_set_parameter(m, "token_embedding.weight",
+                                              emb), TFM_OK);
+    tfm_tensor_free(emb);
+
+    const int32_t ids[T] = { 1, BAD_TOKEN, 4, 9, 2, 3, 5, 6 };
+    const int32_t good[T] = { 1, 8, 4, 9, 2, 3, 5, 6 };
+    tfm_tensor *full = make3(1, T, V, NULL), *ref = make3(1, T, V, NULL);
+    assert_int_equal(tfm_model_logits(m, ids, 1, T, full), TFM_OK);
+    assert_int_equal(tfm_model_logits(m, good, 1, T, ref), TFM_OK);
+    /* Window 1 (position p sees p-1 and p), two layers: the bad token's
+     * own layer-0 output is NaN (its logits overflow), which layer 1's
+     * value row 1 then holds; position 2 sees it in layer 1, positions 3
+     * on see only rows 2 and up, whose layer-0 outputs are finite. */
+    assert_true(row_is_finite(full, 0, 0));
+    for (int i = 1; i <= 2; i++)
+        assert_true(row_is_all_nan(full, 0, i));
+    for (int i = 3; i < T; i++)
+        assert_true(row_is_finite(full, 0, i));
+
+    tfm_kv_cache *cache = NULL;
+    tfm_tensor *one = make2(1, V, NULL);
+    assert_int_equal(tfm_kv_cache_create(m, T, &cache), TFM_OK);
+    const float *fd = tfm_tensor_data_const(full);
+    const float *rd = tfm_tensor_data_const(ref);
+    for (int i = 0; i < T; i++) {
+        assert_int_equal(tfm_kv_cache_decode(cache, ids + i, 1, one), TFM_OK);
+        const float *o = tfm_tensor_data_const(one);
+        for (int j = 0; j < V; j++) {
+            const float want = fd[i * V + j];
+            if (isnan(want))
+                assert_true(isnan(o[j]));
+            else if (!(fabsf(o[j] - want) <= 1e-4f * (1.0f + fabsf(want))))
+                fail_msg("position %d logit %d: %g, full pass %g", i, j,
+                         (double)o[j], (double)want);
+        }
+    }
+    /* The same positions as one prefill call: its rows are attended in
+     * tiles that also hold the keys a causal mask hides (row 0 must not
+     * pick up row 1's NaN value through a zero weight). */
+    tfm_kv_cache_reset(cache);
+    tfm_tensor *all = make2(T, V, NULL);
+    assert_int_equal(tfm_kv_cache_decode(cache, ids, T, all), TFM_OK);
+    const float *ad = tfm_tensor_data_const(all);
+    for (int i = 0; i < T * V; i++)
+        if (isnan(fd[i]) ? !isnan(ad[i])
+                         : !(fabsf(ad[i] - fd[i]) <= 1e-4f * (1.0f + fabsf(fd[i]))))
+            fail_msg("prefill, position %d logit %d: %g, full pass %g",
+                     i / V, i % V, (double)ad[i], (double)fd[i]);
+    tfm_tensor_free(all);
+
+    tfm_kv_cache_reset(cache);
+    for (int i = 0; i < T; i++) {
+        assert_int_equal(tfm_kv_cache_decode(cache, good + i, 1, one),
+                         TFM_OK);
+        const float *o = tfm_tensor_data_const(one);
+        for (int j = 0; j < V; j++)
+            if (!(fabsf(o[j] - rd[i * V + j]) <=
+                  1e-4f * (1.0f + fabsf(rd[i * V + j]))))
+                fail_msg("after reset, position %d logit %d: %g, full pass "
+                         "%g", i, j, (double)o[j], (double)rd[i * V + j]);
+    }
+    tfm_kv_cache_free(cache);
+    tfm_tensor_free(full);
+    tfm_tensor_free(ref);
+    tfm_tensor_free(one);
+    tfm_module_free(m);
+}
+
 /* Encoder-only models attend both ways: the bad token's NaN reaches every
  * position of its sequence, and the other sequence of the batch is
  * untouched. */
@@ -548,6 +647,7 @@ int main(void)
         cmocka_unit_test(test_encoder_layer),
         cmocka_unit_test(test_decoder_layer_and_cross_attention),
         cmocka_unit_test(test_decoder_model_causal),
+        cmocka_unit_test(test_cached_window_hides_non_finite_value),
         cmocka_unit_test(test_encoder_model_bidirectional),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
