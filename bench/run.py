@@ -499,20 +499,17 @@ def main():
                 k = (rnd + ci + t) % len(sides)
                 sides = sides[k:] + sides[:k]  # each side first in turn
                 for side in sides:
-                    if side == "ggml":
-                        rows = run_ours(ggml, cfg, t, mode)
+                    if side in ("ours", "ggml"):
+                        # Both programs take the same arguments and print
+                        # the same CSV; ours may print several rows
+                        # (decode), ggml's one.
+                        rows = run_ours(binary if side == "ours" else ggml,
+                                        cfg, t, mode)
                         for r in rows:
-                            r["side"] = "ggml"
+                            r["side"] = side
                             r["round"] = rnd
                             raw.append(r)
-                        rec["ggml"] = rows[-1]
-                    elif side == "ours":
-                        rows = run_ours(binary, cfg, t, mode)
-                        for r in rows:
-                            r["side"] = "ours"
-                            r["round"] = rnd
-                            raw.append(r)
-                        rec["ours"] = rows
+                        rec[side] = rows if side == "ours" else rows[-1]
                     elif torch and cfg["kind"] != "decode":
                         need = torch.need_mb(cfg)
                         avail = mem_available_mb()

@@ -205,21 +205,14 @@ static int shaw_values(const tfm__attention_job *j)
 /* ==== Non-finite values ================================================= */
 
 /* Flags the value rows of (b, key/value head kvh) holding a NaN or an
- * infinity (all exponent bits set), with integer tests the compiler
- * vectorises; returns how many. */
+ * infinity (vmath.h); returns how many. */
 static int64_t flag_head(const tfm__attention_job *j, int64_t b, int64_t kvh,
                          unsigned char *flags)
 {
     const float *v = j->v + b * j->v_bstride + kvh * j->v_hstride;
     int64_t n_bad = 0;
     for (int64_t r = 0; r < j->S; r++) {
-        const float *row = v + r * j->ldv;
-        uint32_t bad = 0;
-        for (int64_t c = 0; c < j->d_v; c++) {
-            uint32_t u;
-            memcpy(&u, row + c, sizeof u);
-            bad |= (u & 0x7f800000u) == 0x7f800000u;
-        }
+        const int bad = tfm__has_nonfinite(v + r * j->ldv, j->d_v);
         flags[r] = (unsigned char)bad;
         n_bad += bad;
     }

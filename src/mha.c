@@ -12,6 +12,7 @@
 #include "mha_extra_kv.h"
 #include "parallel.h"
 #include "tensor_impl.h"
+#include "vmath.h"
 #include "workspace.h"
 
 static tfm_status mha_macs(const tfm_module *m, int64_t batch, int64_t L,
@@ -384,23 +385,6 @@ tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
     return st;
 }
 
-/* How many of the rows x [n, cols] hold a NaN or an infinity (all exponent
- * bits set; integer tests, as the attention kernel's scan). */
-static int64_t nonfinite_rows(const float *x, int64_t n, int64_t cols)
-{
-    int64_t bad = 0;
-    for (int64_t r = 0; r < n; r++) {
-        uint32_t any = 0;
-        for (int64_t c = 0; c < cols; c++) {
-            uint32_t u;
-            memcpy(&u, x + r * cols + c, sizeof u);
-            any |= (u & 0x7f800000u) == 0x7f800000u;
-        }
-        bad += any;
-    }
-    return bad;
-}
-
 tfm_status tfm__mha_run_cached_seqs(const tfm__mha *m, const float *x,
                                     int64_t n_seqs,
                                     const tfm__cached_seq *seqs,
@@ -440,8 +424,9 @@ tfm_status tfm__mha_run_cached_seqs(const tfm__mha *m, const float *x,
         }
         int finite = 0;
         if (q->v_nonfinite) {
-            q->v_nonfinite[layer] +=
-                nonfinite_rows(v_cache + q->past * kv, q->n, kv);
+            for (int64_t i = 0; i < q->n; i++)
+                q->v_nonfinite[layer] +=
+                    tfm__has_nonfinite(v_cache + (q->past + i) * kv, kv);
             finite = q->v_nonfinite[layer] == 0;
         }
         const int64_t S = q->past + q->n;

@@ -1,5 +1,7 @@
 /* Internal: branch-free elementary functions that the compiler vectorises
- * inside loops, shared by the softmax and the additive attention score, and
+ * inside loops, shared by the softmax, the activations and the additive
+ * attention score (with an eight-lane form, tfm__v8, where the compiler
+ * does not vectorise by itself), the test for non-finite values, and
  * TFM_CLONES, which compiles a function for AVX2 and for the baseline (the
  * loader picks the one the processor runs). */
 #ifndef TFM_SRC_VMATH_H
@@ -94,6 +96,20 @@ static inline TFM_ALWAYS_INLINE tfm__v8 tfm__v8_exp_nonpositive(tfm__v8 x)
     const tfm__v8 scale = (tfm__v8)((ni + 127) << 23);
     const tfm__v8 e = tfm__v8_select(in, y * scale, tfm__v8_splat(0.0f));
     return tfm__v8_select(x != x, x, e);
+}
+
+/* 1 when x[0..n-1] holds a NaN or an infinity (all exponent bits set),
+ * else 0: integer tests the compiler vectorises.  The attention kernel's
+ * scan of value rows and the KV cache's check of the rows it is given. */
+static inline int tfm__has_nonfinite(const float *x, int64_t n)
+{
+    uint32_t bad = 0;
+    for (int64_t c = 0; c < n; c++) {
+        uint32_t u;
+        memcpy(&u, x + c, sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return (int)bad;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)

@@ -454,14 +454,15 @@ static void test_decoder_layer_and_cross_attention(void **state)
  * its attention logits overflow to infinity, so its own position's output
  * is NaN.  Parameters must be finite (tfm_module_set_parameter refuses
  * others), so this is the only way a non-finite value enters a model. */
-static tfm_module *model_with_bad_token(tfm_architecture arch)
+static tfm_module *model_with_bad_token_ex(tfm_architecture arch,
+                                           const tfm_model_options *opt)
 {
     tfm_layer_config layer = tfm_layer_config_default(D, H);
     layer.d_ff = 16;
     tfm_model_config c = tiny_model_config(arch, layer, V, 2, 8);
     c.tied_embeddings = 0;
     tfm_module *m = NULL;
-    assert_int_equal(tfm_model_create(&c, &m), TFM_OK);
+    assert_int_equal(tfm_model_create_ex(&c, opt, &m), TFM_OK);
     lcg_randomize(m, 30);
     tfm_tensor *emb = make2(V, D, NULL);
     assert_int_equal(tfm_module_get_parameter(m, "token_embedding.weight",
@@ -472,6 +473,11 @@ static tfm_module *model_with_bad_token(tfm_architecture arch)
                                               emb), TFM_OK);
     tfm_tensor_free(emb);
     return m;
+}
+
+static tfm_module *model_with_bad_token(tfm_architecture arch)
+{
+    return model_with_bad_token_ex(arch, NULL);
 }
 
 /* Causal masking: the positions before the bad token get exactly the
@@ -528,27 +534,12 @@ static void test_decoder_model_causal(void **state)
 static void test_cached_window_hides_non_finite_value(void **state)
 {
     (void)state;
-    enum { T = 8 };
-    tfm_layer_config layer = tfm_layer_config_default(D, H);
-    layer.d_ff = 16;
-    tfm_model_config c = tiny_model_config(TFM_ARCH_DECODER_ONLY, layer, V,
-                                           2, T);
-    c.tied_embeddings = 0;
+    enum { T = 8 }; /* the context of model_with_bad_token_ex */
     tfm_model_options opt;
     tfm_model_options_init(&opt);
     opt.attention.sparsity = TFM_SPARSE_SLIDING_WINDOW;
     opt.attention.window = 1;
-    tfm_module *m = NULL;
-    assert_int_equal(tfm_model_create_ex(&c, &opt, &m), TFM_OK);
-    lcg_randomize(m, 30);
-    tfm_tensor *emb = make2(V, D, NULL);
-    assert_int_equal(tfm_module_get_parameter(m, "token_embedding.weight",
-                                              emb), TFM_OK);
-    for (int c2 = 0; c2 < D; c2++)
-        tfm_tensor_data(emb)[BAD_TOKEN * D + c2] = c2 % 2 ? 1e30f : -1e30f;
-    assert_int_equal(tfm_module_set_parameter(m, "token_embedding.weight",
-                                              emb), TFM_OK);
-    tfm_tensor_free(emb);
+    tfm_module *m = model_with_bad_token_ex(TFM_ARCH_DECODER_ONLY, &opt);
 
     const int32_t ids[T] = { 1, BAD_TOKEN, 4, 9, 2, 3, 5, 6 };
     const int32_t good[T] = { 1, 8, 4, 9, 2, 3, 5, 6 };
