@@ -95,13 +95,13 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Spins until *x differs from `from` (returns 1) or TFM_SPIN_NS have
- * passed (returns 0). */
-static int spin_while_equal(_Atomic uint64_t *x, uint64_t from)
+/* Spins until ready(arg) (returns 1) or TFM_SPIN_NS have passed (returns
+ * 0). */
+static int spin_until(int (*ready)(const void *), const void *arg)
 {
     const uint64_t t0 = now_ns();
     for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(x, memory_order_acquire) != from)
+        if (ready(arg))
             return 1;
         TFM_CPU_RELAX();
         if (i % 64 == 0 && now_ns() - t0 > TFM_SPIN_NS)
@@ -109,18 +109,18 @@ static int spin_while_equal(_Atomic uint64_t *x, uint64_t from)
     }
 }
 
-/* Spins until *x reaches `target` (returns 1) or TFM_SPIN_NS have passed
- * (returns 0). */
-static int spin_until_reached(atomic_int *x, int target)
+/* A new job: the generation differs from *arg (the worker's last). */
+static int new_generation(const void *arg)
 {
-    const uint64_t t0 = now_ns();
-    for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(x, memory_order_acquire) >= target)
-            return 1;
-        TFM_CPU_RELAX();
-        if (i % 64 == 0 && now_ns() - t0 > TFM_SPIN_NS)
-            return 0;
-    }
+    return atomic_load_explicit(&generation, memory_order_acquire) !=
+           *(const uint64_t *)arg;
+}
+
+/* The call's chunks are done: `done` has reached *arg. */
+static int chunks_done(const void *arg)
+{
+    return atomic_load_explicit(&done, memory_order_acquire) >=
+           *(const int *)arg;
 }
 
 static int default_threads(void)
@@ -212,7 +212,7 @@ static void *worker(void *arg)
         if (atomic_load_explicit(&generation, memory_order_relaxed) == seen) {
             /* Watch for the next job a while, then sleep. */
             pthread_mutex_unlock(&pool_lock);
-            spin_while_equal(&generation, seen);
+            spin_until(new_generation, &seen);
             pthread_mutex_lock(&pool_lock);
             while (atomic_load_explicit(&generation, memory_order_relaxed) ==
                    seen) {
@@ -352,7 +352,8 @@ static void parallel_run(tfm__plan plan, int64_t n, int64_t grain,
 
     take_chunks(gen, fn, ctx, n, (int)chunks, 0);
 
-    spin_until_reached(&done, (int)chunks);
+    const int all = (int)chunks;
+    spin_until(chunks_done, &all);
     pthread_mutex_lock(&pool_lock);
     while (atomic_load_explicit(&done, memory_order_acquire) < (int)chunks)
         pthread_cond_wait(&pool_done, &pool_lock);
