@@ -5,6 +5,8 @@
 
 #include "error.h"
 #include "layers_impl.h"
+#include "module_impl.h"
+#include "tape.h"
 #include "parallel.h"
 #include "tensor_impl.h"
 #include "workspace.h"
@@ -168,9 +170,26 @@ static tfm_status decoder_layer_step(const void *layer, float *x, int64_t B,
                                   memory_masks, drop_key);
 }
 
+/* The layer's forward kept for its backward (tape.h), in the layer's
+ * tape.  grad_memory: y stands for the buffer the backward will set (the
+ * kept cross-attention makes room for memory's gradient only when one is
+ * wanted; the public backward always computes it). */
+static tfm_status decoder_layer_keep(const void *layer, const float *x,
+                                     int64_t B, int64_t L, const float *memory,
+                                     int64_t S, const tfm__masks *tgt_masks,
+                                     const tfm__masks *memory_masks,
+                                     uint64_t drop_key, float *y,
+                                     float *scratch, void *kept)
+{
+    return tfm__decoder_layer_forward_keep(layer, x, B, L, memory, S,
+                                           tgt_masks, memory_masks, drop_key,
+                                           y, y, scratch, kept);
+}
+
 static const tfm__block_kind decoder_layer_kind = {
     TFM_MODULE_DECODER_LAYER, "layer", "tfm_decoder_layer_forward",
-    offsetof(tfm__decoder_layer, config), decoder_layer_step
+    offsetof(tfm__decoder_layer, config), decoder_layer_step,
+    decoder_layer_keep, sizeof(tfm__decoder_layer_kept)
 };
 
 tfm_status tfm_decoder_layer_forward(const tfm_module *layer,
@@ -291,10 +310,25 @@ tfm_status tfm_decoder_layer_backward(tfm_module *layer, const tfm_tensor *tgt,
         return st;
     memcpy(g, grad_output->data, (size_t)n * sizeof *g);
     memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
-    st = tfm__decoder_layer_backward(l, tgt->data, in.B, in.L, memory->data,
-                                     in.S, &in.tgt_masks, &in.memory_masks,
-                                     tfm__dropout_backward_key(layer), g,
-                                     gmem);
+    /* The training forward of these inputs when the layer kept it (tape.h),
+     * else the forward again. */
+    const uint64_t key = tfm__dropout_backward_key(layer);
+    const tfm__tape_inputs kin = {
+        in.B, in.L, in.S, l->config.n_heads, tgt->data, (size_t)n,
+        memory->data, (size_t)n_mem, &in.tgt_masks, &in.memory_masks, key
+    };
+    tfm__tape *t = tfm__tape_find(layer, &kin);
+    if (t) {
+        tfm__decoder_layer_kept *k = t->kept;
+        k->ca.grad_memory = gmem;
+        st = tfm__decoder_layer_backward_kept(k, g);
+        k->ca.grad_memory = NULL;
+        tfm__tape_release(t);
+    } else {
+        st = tfm__decoder_layer_backward(l, tgt->data, in.B, in.L,
+                                         memory->data, in.S, &in.tgt_masks,
+                                         &in.memory_masks, key, g, gmem);
+    }
     if (st == TFM_OK && grad_tgt)
         memcpy(grad_tgt->data, g, (size_t)n * sizeof *g);
     if (st == TFM_OK && grad_memory)

@@ -4,7 +4,9 @@
 
 #include "error.h"
 #include "layers_impl.h"
+#include "module_impl.h"
 #include "parallel.h"
+#include "tape.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -176,9 +178,24 @@ static tfm_status encoder_layer_step(const void *layer, float *x, int64_t B,
     return tfm__encoder_layer_run(layer, x, B, L, masks, drop_key);
 }
 
+/* The layer's forward kept for its backward (tape.h), in the layer's
+ * tape. */
+static tfm_status encoder_layer_keep(const void *layer, const float *x,
+                                     int64_t B, int64_t L, const float *memory,
+                                     int64_t S, const tfm__masks *masks,
+                                     const tfm__masks *memory_masks,
+                                     uint64_t drop_key, float *y,
+                                     float *scratch, void *kept)
+{
+    (void)memory, (void)S, (void)memory_masks;
+    return tfm__encoder_layer_forward_keep(layer, x, B, L, masks, drop_key, y,
+                                           scratch, kept);
+}
+
 static const tfm__block_kind encoder_layer_kind = {
     TFM_MODULE_ENCODER_LAYER, "layer", "tfm_encoder_layer_forward",
-    offsetof(tfm__encoder_layer, config), encoder_layer_step
+    offsetof(tfm__encoder_layer, config), encoder_layer_step,
+    encoder_layer_keep, sizeof(tfm__encoder_layer_kept)
 };
 
 tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
@@ -281,8 +298,18 @@ tfm_status tfm_encoder_layer_backward(tfm_module *layer, const tfm_tensor *src,
     if ((st = tfm__backward_begin(layer, what, bufs, sizes, 1, &mark)))
         return st;
     memcpy(g, grad_output->data, (size_t)n * sizeof *g);
-    st = tfm__encoder_layer_backward(l, src->data, B, L, &m,
-                                     tfm__dropout_backward_key(layer), g);
+    /* The training forward of these inputs when the layer kept it (tape.h),
+     * else the forward again. */
+    const uint64_t key = tfm__dropout_backward_key(layer);
+    const tfm__tape_inputs in = { B, L, 0, c->n_heads, src->data, (size_t)n,
+                                  NULL, 0, &m, NULL, key };
+    tfm__tape *t = tfm__tape_find(layer, &in);
+    if (t) {
+        st = tfm__encoder_layer_backward_kept(t->kept, g);
+        tfm__tape_release(t);
+    } else {
+        st = tfm__encoder_layer_backward(l, src->data, B, L, &m, key, g);
+    }
     if (st == TFM_OK && grad_src)
         memcpy(grad_src->data, g, (size_t)n * sizeof *g);
     tfm__backward_end(layer, mark);

@@ -273,19 +273,30 @@ tfm_status tfm__feed_forward_forward_keep(const tfm__feed_forward *f,
     tfm__ff_kept c = { .x = x, .rows = rows };
     if (tfm__dropout_on(drop))
         c.drop = *drop;
-    c.pre = tfm__ws_floats((size_t)(rows * h1));
-    c.act = c.pre ? tfm__ws_floats((size_t)(rows * h)) : NULL;
-    c.scratch = c.act ? tfm__ws_floats((size_t)h) : NULL;
+    /* ReLU keeps where the hidden layer is positive instead of h. */
+    const int relu = !f->gated && f->activation == TFM_ACTIVATION_RELU;
+    const size_t n = (size_t)(rows * h);
+    c.act = tfm__ws_floats(n);
+    int ok = c.act != NULL;
+    if (ok && relu)
+        ok = (c.on = tfm__ws_alloc(n)) != NULL;
+    else if (ok)
+        ok = (c.pre = tfm__ws_floats((size_t)(rows * h1))) != NULL;
+    c.scratch = ok ? tfm__ws_floats((size_t)h) : NULL;
     c.acc = c.scratch
                 ? tfm__ws_alloc((size_t)(d > h1 ? d : h1) * sizeof *c.acc)
                 : NULL;
     if (!c.acc)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "feed-forward backward: out of memory");
-    tfm__linear_parallel(x, d, rows, d, f->w1, f->b1, h1, c.pre, h1);
-    ff_hidden(f, c.pre, rows, c.act, h);
+    float *first = relu ? c.act : c.pre;
+    tfm__linear_parallel(x, d, rows, d, f->w1, f->b1, h1, first, h1);
+    ff_hidden(f, first, rows, c.act, h);
     if (tfm__dropout_on(&c.drop))
         tfm__dropout_apply(&c.drop, 0, c.act, rows * h);
+    if (relu)
+        for (size_t i = 0; i < n; i++)
+            c.on[i] = c.act[i] > 0.0f;
     if (out)
         tfm__linear_parallel(c.act, h, rows, h, f->w2, f->b2, d, out, d);
     *kept = c;
@@ -333,6 +344,10 @@ void tfm__feed_forward_backward_kept(const tfm__feed_forward *f,
     if (f->gated) {
         gated_backward(f, c);
         grad_first = c->pre;
+    } else if (c->on) {
+        const size_t n = (size_t)(rows * h);
+        for (size_t i = 0; i < n; i++)
+            c->act[i] = c->on[i] ? c->act[i] : 0.0f;
     } else {
         tfm__activation_backward(c->pre, c->act, rows * h, f->activation);
     }

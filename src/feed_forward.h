@@ -44,8 +44,13 @@ tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
 typedef struct tfm__ff_kept {
     const float *x;
     int64_t rows;
-    float *pre;         /* [rows, d_first]: x W1^T + b1 (| x W3^T + b3) */
+    float *pre;         /* [rows, d_first]: x W1^T + b1 (| x W3^T + b3);
+                         * NULL for ReLU (not gated), which keeps on */
     float *act;         /* [rows, d_ff]: the hidden layer after dropout */
+    unsigned char *on;  /* ReLU: act > 0 ([rows, d_ff]), the derivative
+                         * (torch's threshold_backward: result > 0; 0
+                         * where dropout dropped, whose gradient is 0
+                         * anyway), a quarter of pre's memory */
     float *scratch;     /* [d_ff] */
     double *acc;
     tfm__dropout drop;  /* the hidden activations' (zeroed: none) */

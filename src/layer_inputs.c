@@ -5,6 +5,8 @@
 
 #include "error.h"
 #include "layers_impl.h"
+#include "module_impl.h"
+#include "tape.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -131,6 +133,47 @@ static const tfm_layer_config *config_of(const tfm__block_kind *k,
     return (const tfm_layer_config *)((const char *)block + k->config_offset);
 }
 
+/* The call c on x into out: in training mode, when the kind can keep its
+ * forward, the kept forward the backward takes up (tape.h), else as in
+ * evaluation mode; out is written only on success either way. */
+static tfm_status run_block(const tfm__block_kind *k, const block_call *c,
+                            int64_t heads, const tfm_tensor *x,
+                            const tfm_tensor *memory, tfm_tensor *out)
+{
+    tfm_module *block = (tfm_module *)c->block;
+    tfm__tape *t = NULL;
+    /* y: the output until it is complete (the thread's workspace: the tape
+     * keeps only what the backward reads). */
+    tfm__ws_mark mark = tfm__ws_save();
+    float *y = block->training && k->keep ? tfm__ws_alloc(
+                                                (size_t)x->numel * sizeof *y)
+                                          : NULL;
+    if (y) {
+        const tfm__tape_inputs in = {
+            c->B, c->L, c->S, heads, x->data, (size_t)x->numel,
+            memory ? memory->data : NULL, memory ? (size_t)memory->numel : 0,
+            c->masks, c->memory_masks, c->drop_key
+        };
+        t = tfm__tape_record(block, &in);
+    }
+    if (!t) {
+        tfm__ws_restore(mark);
+        return tfm__run_copy(x->data, out->data, x->numel, block_step, c);
+    }
+    void *kept = tfm__ws_alloc(k->kept_size);
+    float *scratch = kept ? tfm__ws_floats((size_t)(2 * x->numel)) : NULL;
+    tfm_status st = scratch ? k->keep(block, t->x, c->B, c->L, t->memory,
+                                      c->S, &t->masks, &t->memory_masks,
+                                      c->drop_key, y, scratch, kept)
+                            : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "%s: out of "
+                                        "memory", k->function);
+    tfm__tape_close(t, st == TFM_OK ? kept : NULL);
+    if (st == TFM_OK)
+        memcpy(out->data, y, (size_t)x->numel * sizeof *y);
+    tfm__ws_restore(mark);
+    return st;
+}
+
 tfm_status tfm__encoder_forward(const tfm__block_kind *k,
                                 const tfm_module *block, const tfm_tensor *src,
                                 const tfm_attention_masks *masks,
@@ -149,7 +192,7 @@ tfm_status tfm__encoder_forward(const tfm__block_kind *k,
         return st;
     block_call call = { block, k->run, B, L, 0, NULL, &m, NULL,
                         tfm__dropout_forward_key((tfm_module *)block) };
-    return tfm__run_copy(src->data, out->data, src->numel, block_step, &call);
+    return run_block(k, &call, c->n_heads, src, NULL, out);
 }
 
 tfm_status tfm__decoder_forward(const tfm__block_kind *k,
@@ -170,5 +213,6 @@ tfm_status tfm__decoder_forward(const tfm__block_kind *k,
     block_call call = { block, k->run, in.B, in.L, in.S, memory->data,
                         &in.tgt_masks, &in.memory_masks,
                         tfm__dropout_forward_key((tfm_module *)block) };
-    return tfm__run_copy(tgt->data, out->data, tgt->numel, block_step, &call);
+    return run_block(k, &call, config_of(k, block)->n_heads, tgt, memory,
+                     out);
 }

@@ -211,12 +211,26 @@ typedef struct tfm__block_kind {
     const char *function;
     size_t config_offset;
     tfm__block_run_fn run;
+    /* The training-mode forward that keeps what the kind's backward needs
+     * (tape.h), or NULL (the kind's forward keeps nothing): y [B, L, d]
+     * (distinct from x) = run of x, with x, memory and the masks left where
+     * they are until the backward, filling *kept (kept_size bytes, the
+     * kind's kept struct); scratch: 2 B L d floats, the backward's; what
+     * the kept struct points to comes from the workspace in use.  Fails
+     * with out-of-memory. */
+    tfm_status (*keep)(const void *block, const float *x, int64_t B,
+                       int64_t L, const float *memory, int64_t S,
+                       const tfm__masks *masks,
+                       const tfm__masks *memory_masks, uint64_t drop_key,
+                       float *y, float *scratch, void *kept);
+    size_t kept_size;
 } tfm__block_kind;
 
 /* The public forward of an encoder-style block: checks block's kind, src
  * [B, L, d], out shaped as src and the masks, then runs it on a copy of src
  * written to out only on success (in training mode with the block's next
- * dropout key, tfm__dropout_forward_key). */
+ * dropout key, tfm__dropout_forward_key, and, when the kind has a keep,
+ * kept in the block's tape for its backward: tape.h). */
 tfm_status tfm__encoder_forward(const tfm__block_kind *k,
                                 const tfm_module *block, const tfm_tensor *src,
                                 const tfm_attention_masks *masks,

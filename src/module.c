@@ -6,6 +6,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "module_impl.h"
+#include "tape.h"
 #include "tensor_impl.h"
 
 tfm_module *tfm__module_alloc(size_t size, tfm_module_kind kind,
@@ -205,6 +206,7 @@ void tfm_module_free(tfm_module *module)
     tfm__free(module->params);
     tfm__free(module->storage);
     tfm__free(module->grad_storage);
+    tfm__tape_free(module);
     tfm__free(module);
 }
 

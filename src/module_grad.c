@@ -14,6 +14,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "module_impl.h"
+#include "tape.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -47,6 +48,8 @@ static void mark(tfm_module *m, int training)
 static void mark_tree(tfm_module *m, int training)
 {
     mark(m, training);
+    if (!training)
+        tfm__tape_drop(m);  /* evaluation mode keeps no forward */
     for (int i = 0; i < m->n_children; i++)
         mark_tree(m->children[i].module, training);
     /* Homes that are not children (a layer's feed-forward network) keep

@@ -92,6 +92,9 @@ struct tfm_module {
     /* Backward passes write the gradients: tfm__module_enter / _leave
      * (tfm__module_enter_grads) keep two threads out. */
     int busy;
+    /* The kept training forward of the layers whose forward keeps one for
+     * its backward (tape.h); NULL until the first. */
+    _Atomic(struct tfm__tape *) tape;
     /* Sub-modules reachable by tfm_module_child, in PyTorch's order. */
     tfm__child *children;
     int n_children;

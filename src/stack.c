@@ -391,7 +391,7 @@ static tfm_status stack_step(const void *stack, float *x, int64_t B,
 
 static const tfm__block_kind encoder_kind = {
     TFM_MODULE_ENCODER, "encoder", "tfm_encoder_forward",
-    offsetof(tfm__stack, config), stack_step
+    offsetof(tfm__stack, config), stack_step, NULL, 0
 };
 
 tfm_status tfm_encoder_forward(const tfm_module *encoder, const tfm_tensor *src,
@@ -404,7 +404,7 @@ tfm_status tfm_encoder_forward(const tfm_module *encoder, const tfm_tensor *src,
 
 static const tfm__block_kind decoder_kind = {
     TFM_MODULE_DECODER, "decoder", "tfm_decoder_forward",
-    offsetof(tfm__stack, config), stack_step
+    offsetof(tfm__stack, config), stack_step, NULL, 0
 };
 
 tfm_status tfm_decoder_forward(const tfm_module *decoder, const tfm_tensor *tgt,

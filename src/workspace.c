@@ -107,8 +107,14 @@ static void arena_key_init(void)
     arena_key_ok = pthread_key_create(&arena_key, arena_destroy) == 0;
 }
 
+/* The arena this thread allocates from instead of its own while set
+ * (tfm__ws_use): a module's kept forward (tape.c). */
+static _Thread_local ws_arena *arena_override;
+
 static ws_arena *arena_get(int create)
 {
+    if (arena_override)
+        return arena_override;
     pthread_once(&arena_once, arena_key_init);
     if (!arena_key_ok)
         return NULL;
@@ -238,9 +244,28 @@ float *tfm__ws_floats(size_t n)
  * scratch memory.  Declared in transformer/module.h. */
 TFM_API void tfm_workspace_release(void)
 {
-    ws_arena *a = arena_get(0);
+    /* The thread's own arena, never one lent by tfm__ws_use. */
+    ws_arena *a = arena_key_ok ? pthread_getspecific(arena_key) : NULL;
     if (!a)
         return;
     arena_destroy(a);
     pthread_setspecific(arena_key, NULL);
+}
+
+tfm__ws_arena *tfm__ws_arena_new(void)
+{
+    return tfm__calloc(1, sizeof(ws_arena));
+}
+
+void tfm__ws_arena_free(tfm__ws_arena *a)
+{
+    if (a)
+        arena_free(a);
+}
+
+tfm__ws_arena *tfm__ws_use(tfm__ws_arena *a)
+{
+    ws_arena *prev = arena_override;
+    arena_override = a;
+    return prev;
 }

@@ -28,6 +28,19 @@ void *tfm__ws_alloc(size_t bytes);
 /* Allocates n floats, or sets the out-of-memory message and returns NULL. */
 float *tfm__ws_floats(size_t n);
 
+/* An arena owned by its caller instead of a thread (a module's kept
+ * forward, tape.h): made empty, freed with tfm__ws_arena_free (NULL: out
+ * of memory). */
+typedef struct ws_arena tfm__ws_arena;
+tfm__ws_arena *tfm__ws_arena_new(void);
+void tfm__ws_arena_free(tfm__ws_arena *a);
+
+/* Until the next call, the calling thread's tfm__ws_save / _restore /
+ * _alloc work on `a` (NULL: the thread's own arena again); returns the
+ * arena in use before, to be given back.  Restoring a's mark {0, 0} makes
+ * it empty (its memory kept for reuse). */
+tfm__ws_arena *tfm__ws_use(tfm__ws_arena *a);
+
 /* fork handlers (parallel.c's pthread_atfork): prepare takes the arena list's
  * lock, parent releases it, child frees the arenas of every thread but the
  * calling one (they do not exist in the child) and releases it. */

@@ -421,9 +421,14 @@ TFM_API tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,
  * f'^T g; pre: grad_in = grad + LN'^T f'^T grad) and, for SA, the sum of
  * the query, key and value gradients of tfm_mha_backward.  Every
  * parameter gradient is accumulated (+=) into the layer's gradient
- * memory, so tfm_module_train must have been called.  Nothing is kept
- * from the forward: src and masks are the forward's, passed again, and x1
- * is recomputed.
+ * memory, so tfm_module_train must have been called.  src and masks are
+ * the forward's, passed again.  The activations are those a training-mode
+ * tfm_encoder_layer_forward of the same src and masks kept in the layer
+ * (module.h, "Training mode and gradients"), when it was the layer's
+ * latest forward and nothing it read has changed since (src's and the
+ * masks' values, the parameters, the dropout stream and probabilities);
+ * otherwise the forward is recomputed here.  The result is the same bits
+ * either way.
  * src [B, L, d_model]; masks as tfm_encoder_layer_forward (NULL: none);
  * grad_output [B, L, d_model]; grad_src [B, L, d_model] (written; may be
  * src, must not overlap grad_output) or NULL when not wanted.
@@ -470,7 +475,10 @@ TFM_API tfm_status tfm_encoder_layer_create_v2(
 
 /* src [B, L, d_model] -> out [B, L, d_model] (may be src).  masks: NULL or
  * the self-attention masks (key_padding_mask [B, L], attn_mask [L, L],
- * [B, L, L] or [B, n_heads, L, L], causal).
+ * [B, L, L] or [B, n_heads, L, L], causal).  In training mode the layer
+ * keeps this forward's activations, and copies of src and the masks, for
+ * tfm_encoder_layer_backward (as torch.autograd keeps its graph; module.h,
+ * "Training mode and gradients").
  * Errors: those of tfm_mha_forward. */
 TFM_API tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
                                              const tfm_tensor *src,
@@ -522,8 +530,11 @@ TFM_API tfm_status tfm_decoder_layer_forward(
  * gradients and memory's the sum of the cross-attention's key and value
  * gradients (tfm_mha_backward).  Every parameter gradient is accumulated
  * (+=) into the layer's gradient memory, so tfm_module_train must have
- * been called.  Nothing is kept from the forward: tgt, memory and the
- * masks are the forward's, passed again, and x1, x2 are recomputed.
+ * been called.  tgt, memory and the masks are the forward's, passed
+ * again; the activations are those the latest training-mode
+ * tfm_decoder_layer_forward kept when it had the same inputs and nothing
+ * it read has changed, else x1, x2 are recomputed (as
+ * tfm_encoder_layer_backward: the same bits either way).
  * tgt [B, L, d_model]; memory [B, S, d_model]; tgt_masks, memory_masks as
  * tfm_decoder_layer_forward (NULL: none); grad_output [B, L, d_model];
  * grad_tgt [B, L, d_model] and grad_memory [B, S, d_model] are written

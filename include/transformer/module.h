@@ -222,8 +222,14 @@ TFM_API tfm_status tfm_module_reset_parameters(tfm_module *module,
  * forward's inputs again with the gradient of its output, returns the
  * gradients with respect to the inputs and accumulates (adds) those of
  * the parameters into the module's gradient memory, as torch.autograd
- * accumulates into .grad; nothing is kept between the forward and the
- * backward call (what the forward computed is recomputed).
+ * accumulates into .grad.  What the forward computed is recomputed by the
+ * backward, except for the encoder and decoder layers: in training mode
+ * their forward keeps its activations in the layer (memory the layer
+ * owns, reused by the next training forward, freed by evaluation mode or
+ * tfm_module_free), and their backward uses them when given the same
+ * inputs with nothing the forward read changed (inputs, masks,
+ * parameters, dropout), once: a second backward recomputes.  Results are
+ * the same bits whether or not a forward came first.
  * Gradients have each parameter's name, shape and row-major layout; a
  * sub-module's gradients are its parent's memory, exactly as its
  * parameters are ("layers.0.linear1.weight" of a stack is "weight" of
@@ -237,7 +243,9 @@ TFM_API tfm_status tfm_module_reset_parameters(tfm_module *module,
  * Threads: backward passes that write the same gradients run one at a
  * time; a second thread's call meanwhile fails with TFM_ERR_BUSY and
  * changes nothing.  Forward passes follow the rule at the top of this
- * header. */
+ * header; a layer keeps one training forward at a time, and a forward or
+ * backward that finds another thread using it neither waits nor keeps (the
+ * backward recomputes). */
 
 /* Sets the training flag of the module and of every sub-module (torch's
  * module.train(mode)): training nonzero puts them in training mode, 0 in
