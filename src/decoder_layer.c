@@ -179,11 +179,11 @@ static tfm_status decoder_layer_keep(const void *layer, const float *x,
                                      int64_t S, const tfm__masks *tgt_masks,
                                      const tfm__masks *memory_masks,
                                      uint64_t drop_key, float *y,
-                                     float *scratch, void *kept)
+                                     void *kept)
 {
     return tfm__decoder_layer_forward_keep(layer, x, B, L, memory, S,
                                            tgt_masks, memory_masks, drop_key,
-                                           y, y, scratch, kept);
+                                           y, y, NULL, kept);
 }
 
 static const tfm__block_kind decoder_layer_kind = {
@@ -218,7 +218,9 @@ tfm_status tfm__decoder_layer_forward_keep(
     /* x1, x2: the inputs of the cross-attention and feed-forward blocks. */
     float *x1 = tfm__ws_floats((size_t)n);
     float *x2 = x1 ? tfm__ws_floats((size_t)n) : NULL;
-    if (!x2)
+    if (x2 && !scratch) /* NULL: the blocks' shared scratch taken here */
+        scratch = tfm__ws_floats((size_t)(2 * n));
+    if (!scratch)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "decoder layer backward: "
                          "out of memory");
     k->sa = tfm__sublayer_self_attention(

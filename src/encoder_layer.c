@@ -185,11 +185,12 @@ static tfm_status encoder_layer_keep(const void *layer, const float *x,
                                      int64_t S, const tfm__masks *masks,
                                      const tfm__masks *memory_masks,
                                      uint64_t drop_key, float *y,
-                                     float *scratch, void *kept)
+                                     void *kept)
 {
     (void)memory, (void)S, (void)memory_masks;
+    /* NULL scratch: the backward's, taken with the rest. */
     return tfm__encoder_layer_forward_keep(layer, x, B, L, masks, drop_key, y,
-                                           scratch, kept);
+                                           NULL, kept);
 }
 
 static const tfm__block_kind encoder_layer_kind = {
@@ -218,9 +219,12 @@ tfm_status tfm__encoder_layer_forward_keep(const tfm__encoder_layer *l,
     const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
     const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
     const int64_t rows = B * L, n = rows * l->config.d_model;
-    /* x1: the feed-forward block's input. */
+    /* x1: the feed-forward block's input; scratch (NULL: taken here) the
+     * blocks' shared backward scratch. */
     float *x1 = tfm__ws_floats((size_t)n);
-    if (!x1)
+    if (x1 && !scratch)
+        scratch = tfm__ws_floats((size_t)(2 * n));
+    if (!scratch)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "encoder layer backward: "
                          "out of memory");
     k->sa = tfm__sublayer_self_attention(

@@ -161,12 +161,11 @@ static tfm_status run_block(const tfm__block_kind *k, const block_call *c,
         return tfm__run_copy(x->data, out->data, x->numel, block_step, c);
     }
     void *kept = tfm__ws_alloc(k->kept_size);
-    float *scratch = kept ? tfm__ws_floats((size_t)(2 * x->numel)) : NULL;
-    tfm_status st = scratch ? k->keep(block, t->x, c->B, c->L, t->memory,
-                                      c->S, &t->masks, &t->memory_masks,
-                                      c->drop_key, y, scratch, kept)
-                            : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "%s: out of "
-                                        "memory", k->function);
+    tfm_status st = kept ? k->keep(block, t->x, c->B, c->L, t->memory, c->S,
+                                   &t->masks, &t->memory_masks, c->drop_key,
+                                   y, kept)
+                         : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "%s: out of "
+                                     "memory", k->function);
     tfm__tape_close(t, st == TFM_OK ? kept : NULL);
     if (st == TFM_OK)
         memcpy(out->data, y, (size_t)x->numel * sizeof *y);

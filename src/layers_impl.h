@@ -215,14 +215,13 @@ typedef struct tfm__block_kind {
      * (tape.h), or NULL (the kind's forward keeps nothing): y [B, L, d]
      * (distinct from x) = run of x, with x, memory and the masks left where
      * they are until the backward, filling *kept (kept_size bytes, the
-     * kind's kept struct); scratch: 2 B L d floats, the backward's; what
-     * the kept struct points to comes from the workspace in use.  Fails
-     * with out-of-memory. */
+     * kind's kept struct); what the kept struct points to comes from the
+     * workspace in use.  Fails with out-of-memory. */
     tfm_status (*keep)(const void *block, const float *x, int64_t B,
                        int64_t L, const float *memory, int64_t S,
                        const tfm__masks *masks,
                        const tfm__masks *memory_masks, uint64_t drop_key,
-                       float *y, float *scratch, void *kept);
+                       float *y, void *kept);
     size_t kept_size;
 } tfm__block_kind;
 
