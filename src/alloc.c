@@ -1,6 +1,9 @@
 /* Heap allocation wrappers with an out-of-memory injection hook for tests. */
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "alloc.h"
 
@@ -55,6 +58,62 @@ void *tfm__grow(void *v, size_t *cap, size_t n, size_t elem, size_t first)
     if (p)
         *cap = new_cap;
     return p;
+}
+
+#define TFM_HUGE_PAGE ((size_t)2 << 20)
+
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+/* The bytes tfm__malloc_large maps for size, or 0 for a plain malloc. */
+static size_t large_bytes(size_t size)
+{
+    if (size < TFM_HUGE_PAGE || size > SIZE_MAX / 2)
+        return 0;
+    const size_t whole = (size + TFM_HUGE_PAGE - 1) & ~(TFM_HUGE_PAGE - 1);
+    return whole - size <= size / 4 ? whole : (size + 4095) & ~(size_t)4095;
+}
+#endif
+
+void *tfm__malloc_large(size_t size)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const size_t bytes = large_bytes(size);
+    if (bytes) {
+        if (injected_failure())
+            return NULL;
+        /* Fresh pages (no reused heap page already mapped small), aligned
+         * to a huge page: map one huge page more and unmap the slack. */
+        char *m = mmap(NULL, bytes + TFM_HUGE_PAGE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            return NULL;
+        const uintptr_t a = ((uintptr_t)m + TFM_HUGE_PAGE - 1) &
+                            ~(uintptr_t)(TFM_HUGE_PAGE - 1);
+        char *p = (char *)a;
+        if (p > m)
+            munmap(m, (size_t)(p - m));
+        if (p + bytes < m + bytes + TFM_HUGE_PAGE)
+            munmap(p + bytes, (size_t)(m + TFM_HUGE_PAGE - p));
+        /* Only advice: without transparent huge pages the buffer is an
+         * ordinary one. */
+        (void)madvise(p, bytes, MADV_HUGEPAGE);
+        return p;
+    }
+#endif
+    return tfm__malloc(size);
+}
+
+void tfm__free_large(void *ptr, size_t size)
+{
+    if (!ptr)
+        return;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const size_t bytes = large_bytes(size);
+    if (bytes) {
+        munmap(ptr, bytes);
+        return;
+    }
+#endif
+    tfm__free(ptr);
 }
 
 void tfm__free(void *ptr)

@@ -10,6 +10,17 @@ void *tfm__malloc(size_t size);
 void *tfm__calloc(size_t count, size_t size);
 void *tfm__realloc(void *ptr, size_t size);
 void tfm__free(void *ptr);
+
+/* A large buffer that is written progressively and read often (a KV
+ * cache): from 2 MiB up, on Linux, fresh pages of its own mapping aligned
+ * to 2 MiB and marked for transparent huge pages (MADV_HUGEPAGE), so that
+ * the kernel maps it 2 MiB at a time on first touch instead of 4 KiB at a
+ * time; the size is rounded up to whole 2 MiB pages when that adds at
+ * most a quarter (else the tail stays in small pages).  Smaller buffers,
+ * and other systems: tfm__malloc.  Freed with tfm__free_large and the
+ * same size. */
+void *tfm__malloc_large(size_t size);
+void tfm__free_large(void *ptr, size_t size);
 char *tfm__strdup(const char *s);
 
 /* a * b into *out; returns 0 on overflow (then *out is unchanged). */
