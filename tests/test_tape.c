@@ -1,7 +1,8 @@
 /* A layer's training forward kept for its backward (src/tape.h).
  *
- * The contract under test (layers.h, tfm_encoder_layer_backward and
- * tfm_decoder_layer_backward): the backward's result does not depend on
+ * The contract under test (layers.h, tfm_encoder_layer_backward,
+ * tfm_decoder_layer_backward and the stacks' tfm_encoder_backward,
+ * tfm_decoder_backward): the backward's result does not depend on
  * whether a training forward ran before it.  Reference: a twin layer with
  * the same parameters and dropout stream whose backward runs with no
  * forward before it (so it recomputes the forward, the path the
@@ -15,7 +16,8 @@
  *     or written through its zero-copy memory (tfm_module_parameter_data),
  *     an optimizer step, a mask's values, the dropout probability, another
  *     forward on other inputs, evaluation mode and back;
- *   - the decoder layer likewise, memory changed in between included.
+ *   - the decoder layer likewise, memory changed in between included;
+ *   - the encoder and decoder stacks (two layers and a final norm).
  * And a training forward's output is the evaluation forward's at p = 0
  * bit for bit, also in place; threads sharing one training layer get the
  * outputs and input gradients of their own inputs. */
@@ -30,6 +32,8 @@ enum { B = 2, L = 5, S = 4, D = 8, H = 2, FF = 16 };
 
 typedef struct twins {
     tfm_module *a, *b;          /* a: forward then backward; b: backward */
+    int stack;                  /* a stack of two layers (and a final
+                                 * norm) instead of one layer */
     tfm_optimizer *opt_a, *opt_b;
 } twins;
 
@@ -57,16 +61,21 @@ static void copy_params(tfm_module *from, tfm_module *to)
     }
 }
 
-static void make_twins(twins *t, int decoder, int norm_first, float p)
+static void make_twins(twins *t, int decoder, int stack, int norm_first,
+                       float p)
 {
     tfm_layer_config c = tfm_layer_config_default(D, H);
     c.d_ff = FF;
     c.norm_first = norm_first;
+    t->stack = stack;
     tfm_module **m[2] = { &t->a, &t->b };
     for (int i = 0; i < 2; i++) {
-        assert_int_equal(decoder ? tfm_decoder_layer_create(&c, m[i])
-                                 : tfm_encoder_layer_create(&c, m[i]),
-                         TFM_OK);
+        tfm_status st =
+            stack ? (decoder ? tfm_decoder_create(&c, 2, 1, m[i])
+                             : tfm_encoder_create(&c, 2, 1, m[i]))
+                  : (decoder ? tfm_decoder_layer_create(&c, m[i])
+                             : tfm_encoder_layer_create(&c, m[i]));
+        assert_int_equal(st, TFM_OK);
         tfm_rng rng;
         tfm_rng_seed(&rng, 7);
         assert_int_equal(tfm_module_reset_parameters(*m[i], &rng), TFM_OK);
@@ -79,6 +88,43 @@ static void make_twins(twins *t, int decoder, int norm_first, float p)
     o.lr = 0.01;
     assert_int_equal(tfm_optimizer_create(t->a, &o, &t->opt_a), TFM_OK);
     assert_int_equal(tfm_optimizer_create(t->b, &o, &t->opt_b), TFM_OK);
+}
+
+/* The encoder layer's or encoder stack's forward and backward. */
+static tfm_status enc_forward(const twins *t, tfm_module *m,
+                              const tfm_tensor *x,
+                              const tfm_attention_masks *masks, tfm_tensor *y)
+{
+    return t->stack ? tfm_encoder_forward(m, x, masks, y)
+                    : tfm_encoder_layer_forward(m, x, masks, y);
+}
+
+static tfm_status enc_backward(const twins *t, tfm_module *m,
+                               const tfm_tensor *x,
+                               const tfm_attention_masks *masks,
+                               const tfm_tensor *g, tfm_tensor *gx)
+{
+    return t->stack ? tfm_encoder_backward(m, x, masks, g, gx)
+                    : tfm_encoder_layer_backward(m, x, masks, g, gx);
+}
+
+static tfm_status dec_forward(const twins *t, tfm_module *m,
+                              const tfm_tensor *x, const tfm_tensor *mem,
+                              const tfm_attention_masks *masks, tfm_tensor *y)
+{
+    return t->stack ? tfm_decoder_forward(m, x, mem, masks, NULL, y)
+                    : tfm_decoder_layer_forward(m, x, mem, masks, NULL, y);
+}
+
+static tfm_status dec_backward(const twins *t, tfm_module *m,
+                               const tfm_tensor *x, const tfm_tensor *mem,
+                               const tfm_attention_masks *masks,
+                               const tfm_tensor *g, tfm_tensor *gx,
+                               tfm_tensor *gm)
+{
+    return t->stack
+               ? tfm_decoder_backward(m, x, mem, masks, NULL, g, gx, gm)
+               : tfm_decoder_layer_backward(m, x, mem, masks, NULL, g, gx, gm);
 }
 
 static void free_twins(twins *t)
@@ -127,8 +173,8 @@ static void expect_same_encoder_backward(twins *t, tfm_tensor *x,
     tfm_tensor *gxa = make3(B, L, D, NULL), *gxb = make3(B, L, D, NULL);
     uint64_t seed, offset;
     prepare_backward(t, &seed, &offset);
-    assert_int_equal(tfm_encoder_layer_backward(t->a, x, m, g, gxa), TFM_OK);
-    assert_int_equal(tfm_encoder_layer_backward(t->b, x, m, g, gxb), TFM_OK);
+    assert_int_equal(enc_backward(t, t->a, x, m, g, gxa), TFM_OK);
+    assert_int_equal(enc_backward(t, t->b, x, m, g, gxb), TFM_OK);
     expect_bit_identical(gxa, gxb, "gxa");
     expect_same_grads(t->a, t->b);
     /* b drew its key in the backward; a's stream is where it was. */
@@ -137,10 +183,10 @@ static void expect_same_encoder_backward(twins *t, tfm_tensor *x,
     FREE_TENSORS(gxa, gxb);
 }
 
-static void encoder_case(int norm_first, float p, int with_masks)
+static void encoder_case(int stack, int norm_first, float p, int with_masks)
 {
     twins t;
-    make_twins(&t, 0, norm_first, p);
+    make_twins(&t, 0, stack, norm_first, p);
     tfm_tensor *x = lcg_fill(make3(B, L, D, NULL));
     tfm_tensor *x2 = lcg_fill(make3(B, L, D, NULL));
     tfm_tensor *g = lcg_fill(make3(B, L, D, NULL));
@@ -158,56 +204,58 @@ static void encoder_case(int norm_first, float p, int with_masks)
     }
 
     /* The kept forward itself. */
-    assert_int_equal(tfm_encoder_layer_forward(t.a, x, m, y), TFM_OK);
+    assert_int_equal(enc_forward(&t, t.a, x, m, y), TFM_OK);
     expect_same_encoder_backward(&t, x, m, g);
     /* Twice from one forward (the first backward used the kept forward
      * up; the second recomputes). */
     expect_same_encoder_backward(&t, x, m, g);
 
     /* The input overwritten in place after the forward. */
-    assert_int_equal(tfm_encoder_layer_forward(t.a, x, m, y), TFM_OK);
+    assert_int_equal(enc_forward(&t, t.a, x, m, y), TFM_OK);
     tfm_tensor *keep_x = clone(x);
     tfm_tensor_data(x)[3] += 0.25f;
     expect_same_encoder_backward(&t, x, m, g);
-    memcpy(tfm_tensor_data(x), tfm_tensor_data(keep_x), sizeof(float) * B * L * D);
+    memcpy(tfm_tensor_data(x), tfm_tensor_data(keep_x),
+           sizeof(float) * B * L * D);
 
     /* A parameter set, and one written through its memory. */
-    assert_int_equal(tfm_encoder_layer_forward(t.a, x, m, y), TFM_OK);
+    assert_int_equal(enc_forward(&t, t.a, x, m, y), TFM_OK);
     float *w = NULL;
-    assert_int_equal(tfm_module_parameter_data(t.a, "linear2.weight", &w),
+    assert_int_equal(tfm_module_parameter_data(
+                         t.a, stack ? "layers.1.linear2.weight"
+                                    : "linear2.weight", &w),
                      TFM_OK);
     w[5] *= 1.5f;
     copy_params(t.a, t.b);
     expect_same_encoder_backward(&t, x, m, g);
-    assert_int_equal(tfm_encoder_layer_forward(t.a, x, m, y), TFM_OK);
+    assert_int_equal(enc_forward(&t, t.a, x, m, y), TFM_OK);
     tfm_tensor *nw = make2(D, D, NULL);
-    assert_int_equal(tfm_module_get_parameter(t.a, "self_attn.out_proj.weight",
-                                              nw), TFM_OK);
+    const char *out_proj = stack ? "layers.0.self_attn.out_proj.weight"
+                                 : "self_attn.out_proj.weight";
+    assert_int_equal(tfm_module_get_parameter(t.a, out_proj, nw), TFM_OK);
     tfm_tensor_data(nw)[0] -= 0.5f;
-    assert_int_equal(tfm_module_set_parameter(t.a, "self_attn.out_proj.weight",
-                                              nw), TFM_OK);
-    assert_int_equal(tfm_module_set_parameter(t.b, "self_attn.out_proj.weight",
-                                              nw), TFM_OK);
+    assert_int_equal(tfm_module_set_parameter(t.a, out_proj, nw), TFM_OK);
+    assert_int_equal(tfm_module_set_parameter(t.b, out_proj, nw), TFM_OK);
     expect_same_encoder_backward(&t, x, m, g);
 
     /* An optimizer step between the forward and the backward. */
-    assert_int_equal(tfm_encoder_layer_forward(t.a, x, m, y), TFM_OK);
+    assert_int_equal(enc_forward(&t, t.a, x, m, y), TFM_OK);
     assert_int_equal(tfm_optimizer_step(t.opt_a), TFM_OK);
     copy_params(t.a, t.b);
     expect_same_encoder_backward(&t, x, m, g);
 
     /* A mask's values changed (tensor reused). */
     if (with_masks) {
-        assert_int_equal(tfm_encoder_layer_forward(t.a, x, m, y), TFM_OK);
+        assert_int_equal(enc_forward(&t, t.a, x, m, y), TFM_OK);
         tfm_tensor_data(pad)[L + 1] = 1.0f;
         expect_same_encoder_backward(&t, x, m, g);
         /* ... and no masks at all for the backward. */
-        assert_int_equal(tfm_encoder_layer_forward(t.a, x, m, y), TFM_OK);
+        assert_int_equal(enc_forward(&t, t.a, x, m, y), TFM_OK);
         expect_same_encoder_backward(&t, x, NULL, g);
     }
 
     /* The dropout probability changed. */
-    assert_int_equal(tfm_encoder_layer_forward(t.a, x, m, y), TFM_OK);
+    assert_int_equal(enc_forward(&t, t.a, x, m, y), TFM_OK);
     assert_int_equal(tfm_module_set_dropout(t.a, p > 0 ? 0.5f : 0.2f),
                      TFM_OK);
     assert_int_equal(tfm_module_set_dropout(t.b, p > 0 ? 0.5f : 0.2f),
@@ -216,16 +264,16 @@ static void encoder_case(int norm_first, float p, int with_masks)
 
     /* Another forward (other inputs) after the one being differentiated:
      * the backward of x must not take x2's forward. */
-    assert_int_equal(tfm_encoder_layer_forward(t.a, x, m, y), TFM_OK);
-    assert_int_equal(tfm_encoder_layer_forward(t.a, x2, m, y), TFM_OK);
+    assert_int_equal(enc_forward(&t, t.a, x, m, y), TFM_OK);
+    assert_int_equal(enc_forward(&t, t.a, x2, m, y), TFM_OK);
     expect_same_encoder_backward(&t, x, m, g);
 
     /* Evaluation mode drops the kept forward; training mode again. */
-    assert_int_equal(tfm_encoder_layer_forward(t.a, x, m, y), TFM_OK);
+    assert_int_equal(enc_forward(&t, t.a, x, m, y), TFM_OK);
     assert_int_equal(tfm_module_train(t.a, 0), TFM_OK);
-    assert_int_equal(tfm_encoder_layer_forward(t.a, x, m, ye), TFM_OK);
+    assert_int_equal(enc_forward(&t, t.a, x, m, ye), TFM_OK);
     assert_int_equal(tfm_module_train(t.a, 1), TFM_OK);
-    assert_int_equal(tfm_encoder_layer_forward(t.a, x, m, y), TFM_OK);
+    assert_int_equal(enc_forward(&t, t.a, x, m, y), TFM_OK);
     expect_same_encoder_backward(&t, x, m, g);
 
     FREE_TENSORS(x, x2, g, y, ye, pad, keep_x, nw);
@@ -236,16 +284,18 @@ static void test_encoder_post_norm(void **state)
 {
     (void)state;
     lcg_seed(1);
-    encoder_case(0, 0.0f, 0);
-    encoder_case(0, 0.0f, 1);
+    encoder_case(0, 0, 0.0f, 0);
+    encoder_case(0, 0, 0.0f, 1);
+    encoder_case(1, 0, 0.0f, 1);
 }
 
 static void test_encoder_pre_norm_dropout(void **state)
 {
     (void)state;
     lcg_seed(2);
-    encoder_case(1, 0.1f, 1);
-    encoder_case(0, 0.3f, 1);
+    encoder_case(0, 1, 0.1f, 1);
+    encoder_case(0, 0, 0.3f, 1);
+    encoder_case(1, 1, 0.1f, 1);
 }
 
 /* A training forward that keeps gives the evaluation forward's output at
@@ -257,7 +307,7 @@ static void test_training_output_unchanged(void **state)
     (void)state;
     lcg_seed(3);
     twins t;
-    make_twins(&t, 0, 0, 0.0f);
+    make_twins(&t, 0, 0, 0, 0.0f);
     tfm_tensor *x = lcg_fill(make3(B, L, D, NULL));
     tfm_tensor *g = lcg_fill(make3(B, L, D, NULL));
     tfm_tensor *ya = make3(B, L, D, NULL), *yb = make3(B, L, D, NULL);
@@ -283,10 +333,8 @@ static void expect_same_decoder_backward(twins *t, tfm_tensor *x,
     tfm_tensor *gma = make3(B, S, D, NULL), *gmb = make3(B, S, D, NULL);
     uint64_t seed, offset;
     prepare_backward(t, &seed, &offset);
-    assert_int_equal(tfm_decoder_layer_backward(t->a, x, mem, m, NULL, g, gxa,
-                                                gma), TFM_OK);
-    assert_int_equal(tfm_decoder_layer_backward(t->b, x, mem, m, NULL, g, gxb,
-                                                gmb), TFM_OK);
+    assert_int_equal(dec_backward(t, t->a, x, mem, m, g, gxa, gma), TFM_OK);
+    assert_int_equal(dec_backward(t, t->b, x, mem, m, g, gxb, gmb), TFM_OK);
     expect_bit_identical(gxa, gxb, "gxa");
     expect_bit_identical(gma, gmb, "gma");
     expect_same_grads(t->a, t->b);
@@ -299,9 +347,10 @@ static void test_decoder(void **state)
 {
     (void)state;
     lcg_seed(4);
-    for (int norm_first = 0; norm_first < 2; norm_first++) {
+    for (int v = 0; v < 4; v++) {
+        const int norm_first = v & 1, stack = v >> 1;
         twins t;
-        make_twins(&t, 1, norm_first, norm_first ? 0.1f : 0.0f);
+        make_twins(&t, 1, stack, norm_first, norm_first ? 0.1f : 0.0f);
         tfm_tensor *x = lcg_fill(make3(B, L, D, NULL));
         tfm_tensor *mem = lcg_fill(make3(B, S, D, NULL));
         tfm_tensor *g = lcg_fill(make3(B, L, D, NULL));
@@ -309,16 +358,16 @@ static void test_decoder(void **state)
         tfm_attention_masks m;
         memset(&m, 0, sizeof m);
         m.causal = TFM_CAUSAL_TOP_LEFT;
-        assert_int_equal(tfm_decoder_layer_forward(t.a, x, mem, &m, NULL, y),
+        assert_int_equal(dec_forward(&t, t.a, x, mem, &m, y),
                          TFM_OK);
         expect_same_decoder_backward(&t, x, mem, &m, g);
         /* memory changed in between */
-        assert_int_equal(tfm_decoder_layer_forward(t.a, x, mem, &m, NULL, y),
+        assert_int_equal(dec_forward(&t, t.a, x, mem, &m, y),
                          TFM_OK);
         tfm_tensor_data(mem)[2] -= 1.0f;
         expect_same_decoder_backward(&t, x, mem, &m, g);
         /* an optimizer step in between */
-        assert_int_equal(tfm_decoder_layer_forward(t.a, x, mem, &m, NULL, y),
+        assert_int_equal(dec_forward(&t, t.a, x, mem, &m, y),
                          TFM_OK);
         assert_int_equal(tfm_optimizer_step(t.opt_a), TFM_OK);
         copy_params(t.a, t.b);
@@ -378,7 +427,7 @@ static void test_threads_share_a_layer(void **state)
     (void)state;
     lcg_seed(5);
     twins t;
-    make_twins(&t, 0, 0, 0.0f);
+    make_twins(&t, 0, 0, 0, 0.0f);
     shared_ctx ctx[N_THREADS];
     for (int i = 0; i < N_THREADS; i++) {
         ctx[i] = (shared_ctx){ .layer = t.a };
