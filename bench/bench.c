@@ -16,6 +16,7 @@
  *   transformer-bench [options] decode D H LAYERS CONTEXT [VOCAB]
  *   transformer-bench [options] generate_batch D H LAYERS CONTEXT VOCAB
  *                               BATCH PROMPT NEW
+ *   transformer-bench [options] decode_products D FF LAYERS BATCH [VOCAB]
  *   transformer-bench [options] sparse H L D dense|window|dilated|bigbird W
  *
  * Options: --threads N (default 1), --reps N (default 10), --warmup N
@@ -806,6 +807,94 @@ static void cmd_decode(int argc, char **argv)
     tfm_module_free(model);
 }
 
+/* ---- The products of one decoding step, alone ------------------------- */
+
+/* The weight products of one decoding step of a decoder-only model (per
+ * layer in_proj [3D, D], out_proj [D, D], linear1 [FF, D], linear2
+ * [D, FF]; then the head [VOCAB, D] when VOCAB > 0), as the library runs
+ * them: BATCH new rows through cblas_sgemm (x W^T), or one row through
+ * cblas_sgemv (W x), on random weights, and nothing else.  They bound
+ * batched decoding from below (docs/PERFORMANCE.md, "Batched
+ * generation"): a batch-BATCH step cannot take less than the first row,
+ * a batch-1 step's products take the second. */
+typedef struct products_ctx {
+    int64_t layers, batch, n_shapes;
+    int64_t out[5], in[5];
+    float **w;          /* [layers * 4 + head] */
+    float *x, *y;
+    int gemv;
+} products_ctx;
+
+static void products_run(void *p)
+{
+    const products_ctx *c = p;
+    for (int64_t l = 0, i = 0; l < c->layers + 1; l++)
+        for (int64_t s = 0; s < (l < c->layers ? 4 : c->n_shapes - 4);
+             s++, i++) {
+            const int64_t k = l < c->layers ? s : 4 + s;
+            const int o = (int)c->out[k], n = (int)c->in[k];
+            if (c->gemv)
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, o, n, 1.0f, c->w[i],
+                            n, c->x, 1, 0.0f, c->y, 1);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+                            (int)c->batch, o, n, 1.0f, c->x, n, c->w[i], n,
+                            0.0f, c->y, o);
+        }
+}
+
+static void cmd_decode_products(int argc, char **argv)
+{
+    if (argc < 4 || argc > 5)
+        die("%s", "usage: decode_products D FF LAYERS BATCH [VOCAB]");
+    products_ctx c;
+    memset(&c, 0, sizeof c);
+    const int64_t D = parse_int(argv[0], "D"), FF = parse_int(argv[1], "FF");
+    c.layers = parse_int(argv[2], "LAYERS");
+    c.batch = parse_int(argv[3], "BATCH");
+    const int64_t V = argc == 5 ? parse_int(argv[4], "VOCAB") : 0;
+    const int64_t out[5] = { 3 * D, D, FF, D, V }, in[5] = { D, D, D, FF, D };
+    memcpy(c.out, out, sizeof out);
+    memcpy(c.in, in, sizeof in);
+    c.n_shapes = V > 0 ? 5 : 4;
+    const int64_t n_w = c.layers * 4 + (V > 0);
+    c.w = malloc(sizeof *c.w * (size_t)n_w);
+    const int64_t widest = FF > 3 * D ? (FF > V ? FF : V)
+                                      : (3 * D > V ? 3 * D : V);
+    c.x = malloc(sizeof(float) * (size_t)(c.batch * (FF > D ? FF : D)));
+    c.y = malloc(sizeof(float) * (size_t)(c.batch * widest));
+    if (!c.w || !c.x || !c.y)
+        die("%s", "out of memory");
+    double macs = 0;
+    for (int64_t i = 0; i < n_w; i++) {
+        const int64_t k = i < c.layers * 4 ? i % 4 : 4;
+        c.w[i] = malloc(sizeof(float) * (size_t)(out[k] * in[k]));
+        if (!c.w[i])
+            die("%s", "out of memory");
+        fill(c.w[i], out[k] * in[k], 0.1f, -0.05f);
+        macs += (double)(out[k] * in[k]);
+    }
+    fill(c.x, c.batch * (FF > D ? FF : D), 1.0f, -0.5f);
+    warm_openblas();
+    char sh[128];
+    snprintf(sh, sizeof sh, "D=%lld FF=%lld layers=%lld batch=%lld vocab=%lld",
+             (long long)D, (long long)FF, (long long)c.layers,
+             (long long)c.batch, (long long)V);
+    print_header();
+    c.gemv = 0;
+    result r = time_it(products_run, &c);
+    print_row("decode_products_sgemm", sh, &r, 2.0 * macs * (double)c.batch,
+              4.0 * macs);
+    c.gemv = 1;
+    r = time_it(products_run, &c);
+    print_row("decode_products_sgemv", sh, &r, 2.0 * macs, 4.0 * macs);
+    for (int64_t i = 0; i < n_w; i++)
+        free(c.w[i]);
+    free(c.w);
+    free(c.x);
+    free(c.y);
+}
+
 /* ---- Batched greedy generation (tfm_model_generate_batch) -------------- */
 
 typedef struct batch_gen_ctx {
@@ -929,6 +1018,9 @@ static void usage(FILE *f)
             "  decode D H LAYERS CTX [VOCAB] KV-cache step vs full recompute\n"
             "  generate_batch D H LAYERS CTX VOCAB BATCH PROMPT NEW  batched "
             "greedy generation\n"
+            "  decode_products D FF LAYERS BATCH [VOCAB]  a decoding step's\n"
+            "                                weight products alone: BATCH rows\n"
+            "                                by sgemm, and one row by sgemv\n"
             "  sparse H L D PATTERN W        causal attention under a sparse\n"
             "                                pattern (dense, window, dilated,\n"
             "                                bigbird) of width / block W\n"
@@ -997,6 +1089,8 @@ int main(int argc, char **argv)
         cmd_decode(n, a);
     else if (strcmp(cmd, "generate_batch") == 0)
         cmd_generate_batch(n, a);
+    else if (strcmp(cmd, "decode_products") == 0)
+        cmd_decode_products(n, a);
     else if (strcmp(cmd, "sparse") == 0)
         cmd_sparse(n, a);
     else {

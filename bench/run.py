@@ -123,8 +123,22 @@ def status_kb(key):
     return -1
 
 
+def trim_heap():
+    """Gives the C heap's free pages back to the system (glibc's
+    malloc_trim): otherwise memory an earlier measurement of this process
+    freed stays resident, and the next measurement reuses it unseen (its
+    peak then looks smaller than what a fresh process needs)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def mem_begin():
-    """Resets the peak-RSS mark; returns the baseline in kB."""
+    """Resets the peak-RSS mark; returns the baseline in kB (the heap
+    trimmed first)."""
+    trim_heap()
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -240,7 +254,9 @@ class Torch:
             return core, 4 * B * H * L * D, setup
         if kind == "train":
             B, L, D, H = (int(v) for v in a[1:5])
-            x = torch.rand(B, L, D) * 2 - 1
+            # x's gradient too, as ours (tfm_encoder_layer_backward's
+            # grad_src): a layer's input is a trained tensor's output.
+            x = (torch.rand(B, L, D) * 2 - 1).requires_grad_()
             g = torch.rand(B, L, D) * 2 - 1
             m = nn.TransformerEncoderLayer(D, H, dim_feedforward=int(a[5]),
                                            dropout=0.0, batch_first=True)
@@ -249,6 +265,7 @@ class Torch:
             def step(st):
                 with torch.enable_grad():
                     opt.zero_grad()
+                    x.grad = None
                     m(x).backward(g)
                     opt.step()
             # One step here makes the gradients and AdamW's state, as ours
