@@ -642,7 +642,9 @@ class Module(ModuleTree, HandleOwner):
     def _keep_for_backward(self, *arrays):
         """In training mode, keeps copies of a call's inputs for
         :meth:`backward` (the C backward passes take the forward's inputs
-        again and recompute the rest)."""
+        again; the layers' and stacks' use the activations their training
+        forward kept when given the same inputs, the others recompute
+        them)."""
         if self.training:
             self.__dict__["_saved_inputs"] = tuple(
                 None if a is None else np.array(a, np.float32, copy=True)
