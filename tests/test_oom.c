@@ -2373,6 +2373,103 @@ static void test_model_backward(void **state)
     }
 }
 
+/* A layer's training forward kept for its backward (src/tape.h): the
+ * training-mode forward then the backward of an encoder layer (x [2, 200,
+ * 16], d_ff 1024: a kept forward of several workspace chunks; a key
+ * padding mask, dropout 0.1), every allocation of the two calls
+ * failing in turn, the layer's kept forward dropped before each attempt
+ * (evaluation mode and back) so that its arena is made anew.  A failed
+ * attempt leaves grad_src as it was; a successful one gives the uninjected
+ * call's grad_src and gradients bit for bit, whether the backward took the
+ * kept forward or (its keeping having failed) recomputed it. */
+typedef struct kept_ctx {
+    tfm_module *layer;
+    tfm_tensor *x, *y, *g, *gx, *pad;
+    tfm_attention_masks masks;
+    float *ref_gx, *ref_grad;
+    size_t n_grad;
+} kept_ctx;
+
+static void kept_setup(void *p)
+{
+    kept_ctx *c = p;
+    assert_int_equal(tfm_module_train(c->layer, 0), TFM_OK);
+    assert_int_equal(tfm_module_train(c->layer, 1), TFM_OK);
+    assert_int_equal(tfm_module_zero_grad(c->layer), TFM_OK);
+    assert_int_equal(tfm_module_set_dropout_state(c->layer, 3, 0), TFM_OK);
+    fill(c->gx, 7.0f);
+}
+
+static tfm_status kept_run(void *p)
+{
+    kept_ctx *c = p;
+    tfm_status st = tfm_encoder_layer_forward(c->layer, c->x, &c->masks,
+                                              c->y);
+    return st != TFM_OK ? st : tfm_encoder_layer_backward(c->layer, c->x,
+                                                          &c->masks, c->g,
+                                                          c->gx);
+}
+
+static void kept_on_oom(void *p)
+{
+    kept_ctx *c = p;
+    const float *gx = tfm_tensor_data(c->gx);
+    for (int64_t k = 0; k < tfm_tensor_numel(c->gx); k++)
+        assert_true(gx[k] == 7.0f);
+}
+
+static void kept_on_ok(void *p)
+{
+    kept_ctx *c = p;
+    float *g = NULL;
+    assert_memory_equal(tfm_tensor_data(c->gx), c->ref_gx,
+                        (size_t)tfm_tensor_numel(c->gx) * sizeof(float));
+    assert_int_equal(tfm_module_grad(c->layer, "linear1.weight", &g), TFM_OK);
+    assert_memory_equal(g, c->ref_grad, c->n_grad * sizeof *g);
+}
+
+static void test_kept_forward(void **state)
+{
+    (void)state;
+    kept_ctx c;
+    memset(&c, 0, sizeof c);
+    tfm_layer_config lc = tfm_layer_config_default(16, 2);
+    lc.d_ff = 1024;
+    assert_int_equal(tfm_encoder_layer_create(&lc, &c.layer), TFM_OK);
+    lcg_randomize(c.layer, 93);
+    assert_int_equal(tfm_module_train(c.layer, 1), TFM_OK);
+    assert_int_equal(tfm_module_set_dropout(c.layer, 0.1f), TFM_OK);
+    c.x = lcg_fill(make3(2, 200, 16, NULL));
+    c.g = lcg_fill(make3(2, 200, 16, NULL));
+    c.y = make3(2, 200, 16, NULL);
+    c.gx = make3(2, 200, 16, NULL);
+    c.pad = make2(2, 200, NULL);
+    tfm_tensor_data(c.pad)[199] = 1.0f;
+    c.masks.key_padding_mask = c.pad;
+    c.masks.key_padding_kind = TFM_MASK_BLOCK;
+    c.n_grad = 1024 * 16;
+    c.ref_gx = malloc((size_t)tfm_tensor_numel(c.gx) * sizeof(float));
+    c.ref_grad = malloc(c.n_grad * sizeof(float));
+    assert_true(c.ref_gx && c.ref_grad);
+    kept_setup(&c);
+    assert_int_equal(kept_run(&c), TFM_OK);
+    float *g = NULL;
+    assert_int_equal(tfm_module_grad(c.layer, "linear1.weight", &g), TFM_OK);
+    memcpy(c.ref_grad, g, c.n_grad * sizeof *g);
+    memcpy(c.ref_gx, tfm_tensor_data(c.gx),
+           (size_t)tfm_tensor_numel(c.gx) * sizeof(float));
+    oom_case oc = { .name = "encoder layer: kept forward, then backward",
+                    .setup = kept_setup, .run = kept_run,
+                    .on_oom = kept_on_oom, .on_ok = kept_on_ok, .ctx = &c };
+    run_case(&oc);
+    free(c.ref_gx);
+    free(c.ref_grad);
+    tfm_tensor *t[] = { c.x, c.y, c.g, c.gx, c.pad };
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+        tfm_tensor_free(t[i]);
+    tfm_module_free(c.layer);
+}
+
 static void test_backward(void **state)
 {
     (void)state;
@@ -2475,6 +2572,7 @@ int main(void)
         cmocka_unit_test(test_module_train),
         cmocka_unit_test(test_backward),
         cmocka_unit_test(test_model_backward),
+        cmocka_unit_test(test_kept_forward),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }
