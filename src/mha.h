@@ -167,7 +167,10 @@ typedef struct tfm__mha_kept {
     int64_t B, L, S;
     const tfm__masks *masks;
     int fused;          /* self-attention: q, k, v side by side in q */
-    int64_t ld, ldkv;   /* row strides of q and of k, v */
+    int64_t ld, ldkv;   /* row strides of q and of k, v (k and v side by
+                         * side, ldkv 2 kv, when both come from one
+                         * memory through packed weights: tfm__mha_run's
+                         * product, so the same bits) */
     float *q, *k, *v;   /* [B, L, d], [B, S, kv] (strides ld, ldkv) */
     float *ctx, *lse;   /* [B, L, d], [B, H, L] */
     float *dctx, *dq, *dk, *dv;  /* the same shapes (fused: dq holds all

@@ -52,23 +52,32 @@ tfm_status tfm__mha_forward_keep(const tfm__mha *m, const float *query,
     const int64_t d = m->d_model, kv = m->kv_dim, H = m->n_heads;
     const int fused = fuse_inputs && m->packed && query == key &&
                       key == value && L == S;
+    /* Keys and values from one memory with packed weights (cross-
+     * attention): one product memory [W_k; W_v]^T, k and v side by side in
+     * rows of 2 kv, as tfm__mha_run computes them (the same bits as the
+     * evaluation forward); dk, dv likewise. */
+    const int kv_joint = !fused && m->packed && key == value;
     tfm__mha_kept c = { .query = query, .key = key, .value = value,
                         .B = B, .L = L, .S = S, .masks = masks,
                         .fused = fused, .ld = fused ? d + 2 * kv : d,
-                        .ldkv = fused ? d + 2 * kv : kv,
+                        .ldkv = fused ? d + 2 * kv : kv_joint ? 2 * kv : kv,
                         .drop = tfm__mha_dropout(m, drop_key) };
     /* Fused: q, k, v side by side in rows of d + 2 kv, and so dq, dk,
      * dv (the in-projection's backward is then one product). */
     const size_t nq = (size_t)(B * L * c.ld), nkv = (size_t)(B * S * kv);
     int ok = (c.q = tfm__ws_floats(nq)) != NULL;
-    if (ok && !fused)
+    if (ok && kv_joint)
+        ok = (c.k = tfm__ws_floats(2 * nkv)) != NULL;
+    else if (ok && !fused)
         ok = (c.k = tfm__ws_floats(nkv)) != NULL &&
              (c.v = tfm__ws_floats(nkv)) != NULL;
     ok = ok && (c.ctx = tfm__ws_floats((size_t)(B * L * d))) != NULL &&
          (c.lse = tfm__ws_floats((size_t)(B * H * L))) != NULL &&
          (c.dctx = tfm__ws_floats((size_t)(B * L * d))) != NULL &&
          (c.dq = tfm__ws_floats(nq)) != NULL;
-    if (ok && !fused)
+    if (ok && kv_joint)
+        ok = (c.dk = tfm__ws_floats(2 * nkv)) != NULL;
+    else if (ok && !fused)
         ok = (c.dk = tfm__ws_floats(nkv)) != NULL &&
              (c.dv = tfm__ws_floats(nkv)) != NULL;
     const int64_t widest = fused ? d + 2 * kv : d > kv ? d : kv;
@@ -84,6 +93,12 @@ tfm_status tfm__mha_forward_keep(const tfm__mha *m, const float *query,
         c.dv = c.dq + d + kv;
         tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d + 2 * kv,
                              c.q, d + 2 * kv);
+    } else if (kv_joint) {
+        c.v = c.k + kv;
+        c.dv = c.dk + kv;
+        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, c.q, d);
+        tfm__linear_parallel(key, d, B * S, d, m->w_k, m->b_k, 2 * kv, c.k,
+                             2 * kv);
     } else {
         tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, c.q, d);
         tfm__linear_parallel(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k,
@@ -152,11 +167,12 @@ tfm_status tfm__mha_backward_kept(const tfm__mha *m,
     } else {
         tfm__linear_backward(c->query, d, B * L, d, m->w_q, d, c->dq, d,
                              grad_query, GRAD(m->w_q), GRAD(m->b_q), c->acc);
+        /* (dk, dv: rows of c->ldkv, 2 kv when side by side) */
         tfm__linear_backward(c->key, m->kdim, B * S, m->kdim, m->w_k, kv,
-                             c->dk, kv, grad_key, GRAD(m->w_k), GRAD(m->b_k),
-                             c->acc);
+                             c->dk, c->ldkv, grad_key, GRAD(m->w_k),
+                             GRAD(m->b_k), c->acc);
         tfm__linear_backward(c->value, m->vdim, B * S, m->vdim, m->w_v, kv,
-                             c->dv, kv, grad_value, GRAD(m->w_v),
+                             c->dv, c->ldkv, grad_value, GRAD(m->w_v),
                              GRAD(m->b_v), c->acc);
     }
 #undef GRAD

@@ -3,6 +3,7 @@
 
 #include "alloc.h"
 #include "module_impl.h"
+#include "parallel.h"
 #include "tape.h"
 
 /* FNV-1a's 64-bit prime and offset basis, on four interleaved lanes (so
@@ -165,6 +166,7 @@ tfm__tape *tfm__tape_record(tfm_module *m, const tfm__tape_inputs *in)
     t->B = in->B, t->L = in->L, t->S = in->S, t->heads = in->heads;
     t->x_n = in->x_n, t->memory_n = in->memory_n;
     t->drop_key = in->drop_key;
+    t->slots = tfm__plan_now().slots;
     t->dropout_hash = dropout_hash(m);
     t->params_hash = params_hash(m);
     return t;
@@ -187,6 +189,7 @@ tfm__tape *tfm__tape_find(tfm_module *m, const tfm__tape_inputs *in)
         t->kept && t->B == in->B && t->L == in->L && t->S == in->S &&
         t->heads == in->heads && t->x_n == in->x_n &&
         t->memory_n == in->memory_n && t->drop_key == in->drop_key &&
+        t->slots == tfm__plan_now().slots &&
         !memcmp(t->x, in->x, in->x_n * sizeof(float)) &&
         (!in->memory_n ||
          !memcmp(t->memory, in->memory, in->memory_n * sizeof(float))) &&

@@ -8,10 +8,12 @@
  * instead of running the forward a second time (torch.autograd keeps its
  * graph the same way).  The backward uses them only when everything the
  * forward depended on is unchanged: the inputs and masks (compared with
- * the copies), the shapes, the dropout key and probabilities, and every
- * parameter (a hash of their bytes taken by both calls); otherwise it
- * recomputes, as it always did, so its result never depends on whether a
- * forward came first.
+ * the copies), the shapes, the thread count, the dropout key and
+ * probabilities, and every parameter (a 64-bit FNV-1a-style hash of their
+ * bytes taken by both calls: a change of one word, or a swap, always
+ * shows; other changes collide with probability about 2^-64, but could be
+ * made to by design); otherwise it recomputes, as it always did, so its
+ * result does not depend on whether a forward came first.
  *
  * Concurrency: a tape is used by one call at a time (a try-lock); a call
  * that finds it in use neither waits nor keeps: a forward runs without
@@ -63,6 +65,8 @@ typedef struct tfm__tape {
     int64_t B, L, S, heads;
     size_t x_n, memory_n;
     uint64_t drop_key, dropout_hash, params_hash;
+    int slots;          /* the thread count the forward ran on (its bits
+                         * are that count's: parallel.h) */
 } tfm__tape;
 
 /* Starts keeping m's training forward for `in`: takes m's tape (made on

@@ -19,8 +19,10 @@
  *   - the decoder layer likewise, memory changed in between included;
  *   - the encoder and decoder stacks (two layers and a final norm).
  * And a training forward's output is the evaluation forward's at p = 0
- * bit for bit, also in place; threads sharing one training layer get the
- * outputs and input gradients of their own inputs. */
+ * bit for bit (encoder layer, also in place; decoder layer and stack);
+ * a forward at one thread count and a backward at another recompute;
+ * threads sharing one training layer get the outputs and input gradients
+ * of their own inputs. */
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -377,6 +379,73 @@ static void test_decoder(void **state)
     }
 }
 
+/* The decoder layer and stack: a training forward at p = 0 is their
+ * evaluation forward bit for bit (their cross-attention's keys and values
+ * come from one product memory [W_k; W_v]^T in both), for memory lengths
+ * around the query length. */
+static void test_decoder_training_output(void **state)
+{
+    (void)state;
+    lcg_seed(6);
+    for (int stack = 0; stack < 2; stack++)
+        for (int64_t s = 3; s <= 9; s += 2) {
+            twins t;
+            make_twins(&t, 1, stack, 0, 0.0f);
+            tfm_tensor *x = lcg_fill(make3(3, 7, D, NULL));
+            tfm_tensor *mem = lcg_fill(make3(3, s, D, NULL));
+            tfm_tensor *ya = make3(3, 7, D, NULL), *yb = make3(3, 7, D, NULL);
+            assert_int_equal(dec_forward(&t, t.a, x, mem, NULL, ya), TFM_OK);
+            assert_int_equal(tfm_module_train(t.b, 0), TFM_OK);
+            assert_int_equal(dec_forward(&t, t.b, x, mem, NULL, yb), TFM_OK);
+            expect_bit_identical(ya, yb, "decoder training output");
+            FREE_TENSORS(x, mem, ya, yb);
+            free_twins(&t);
+        }
+}
+
+/* A kept forward is the bits of the thread count it ran on: a backward at
+ * another count recomputes (the twin's backward at that count, alone). */
+static void test_thread_count_changed(void **state)
+{
+    (void)state;
+    lcg_seed(7);
+    enum { BB = 6, LL = 37 };
+    for (int stack = 0; stack < 2; stack++) {
+        twins t;
+        tfm_layer_config c = tfm_layer_config_default(96, 4);
+        c.d_ff = 64;
+        tfm_module **m[2] = { &t.a, &t.b };
+        t.stack = stack;
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(stack ? tfm_encoder_create(&c, 2, 1, m[i])
+                                   : tfm_encoder_layer_create(&c, m[i]),
+                             TFM_OK);
+            tfm_rng rng;
+            tfm_rng_seed(&rng, 9);
+            assert_int_equal(tfm_module_reset_parameters(*m[i], &rng),
+                             TFM_OK);
+            assert_int_equal(tfm_module_train(*m[i], 1), TFM_OK);
+        }
+        tfm_tensor *x = lcg_fill(make3(BB, LL, 96, NULL));
+        tfm_tensor *g = lcg_fill(make3(BB, LL, 96, NULL));
+        tfm_tensor *y = make3(BB, LL, 96, NULL);
+        tfm_tensor *gxa = make3(BB, LL, 96, NULL), *gxb = make3(BB, LL, 96,
+                                                               NULL);
+        const int before = tfm_get_num_threads();
+        tfm_set_num_threads(3);
+        assert_int_equal(enc_forward(&t, t.a, x, NULL, y), TFM_OK);
+        tfm_set_num_threads(1);
+        assert_int_equal(enc_backward(&t, t.a, x, NULL, g, gxa), TFM_OK);
+        assert_int_equal(enc_backward(&t, t.b, x, NULL, g, gxb), TFM_OK);
+        tfm_set_num_threads(before);
+        expect_bit_identical(gxa, gxb, "grad_src");
+        expect_same_grads(t.a, t.b);
+        FREE_TENSORS(x, g, y, gxa, gxb);
+        tfm_module_free(t.a);
+        tfm_module_free(t.b);
+    }
+}
+
 /* Threads sharing one training layer: each runs forward then backward on
  * its own input, the calls interleaving on the one tape (a forward finding
  * it in use keeps nothing, a backward finding another call's forward
@@ -466,6 +535,8 @@ int main(void)
         cmocka_unit_test(test_encoder_pre_norm_dropout),
         cmocka_unit_test(test_training_output_unchanged),
         cmocka_unit_test(test_decoder),
+        cmocka_unit_test(test_decoder_training_output),
+        cmocka_unit_test(test_thread_count_changed),
         cmocka_unit_test(test_threads_share_a_layer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
