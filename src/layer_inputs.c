@@ -134,8 +134,9 @@ static const tfm_layer_config *config_of(const tfm__block_kind *k,
 }
 
 /* The call c on x into out: in training mode, when the kind can keep its
- * forward, the kept forward the backward takes up (tape.h), else as in
- * evaluation mode; out is written only on success either way. */
+ * forward, the kept forward the backward takes up (tape.h), else (or when
+ * keeping fails) as in evaluation mode, the same bits; out is written only
+ * on success. */
 static tfm_status run_block(const tfm__block_kind *k, const block_call *c,
                             int64_t heads, const tfm_tensor *x,
                             const tfm_tensor *memory, tfm_tensor *out)
@@ -170,7 +171,12 @@ static tfm_status run_block(const tfm__block_kind *k, const block_call *c,
     if (st == TFM_OK)
         memcpy(out->data, y, (size_t)x->numel * sizeof *y);
     tfm__ws_restore(mark);
-    return st;
+    /* Keeping is only a saving: a forward that cannot keep (out of memory,
+     * a variant without a backward) runs as in evaluation mode, whose
+     * status is the call's. */
+    return st == TFM_OK ? st
+                        : tfm__run_copy(x->data, out->data, x->numel,
+                                        block_step, c);
 }
 
 tfm_status tfm__encoder_forward(const tfm__block_kind *k,
