@@ -148,3 +148,61 @@ tfm_status tfm__masks_pad(const tfm__masks *in, int64_t B, int64_t H,
     *out = m;
     return TFM_OK;
 }
+
+/* The floats an attention mask's data spans. */
+static size_t attn_extent(const tfm__masks *m, int64_t B, int64_t H,
+                          int64_t L, int64_t S)
+{
+    return (size_t)((m->attn_batch_stride ? (B - 1) * m->attn_batch_stride
+                                          : 0) +
+                    (m->attn_head_stride ? (H - 1) * m->attn_head_stride : 0) +
+                    L * S);
+}
+
+int tfm__masks_copy(const tfm__masks *in, int64_t B, int64_t H, int64_t L,
+                    int64_t S, tfm__masks *out)
+{
+    *out = in ? *in : (tfm__masks){ 0 };
+    if (!in)
+        return 1;
+    if (in->key_padding) {
+        float *c = tfm__ws_floats((size_t)(B * S));
+        if (!c)
+            return 0;
+        memcpy(c, in->key_padding, (size_t)(B * S) * sizeof *c);
+        out->key_padding = c;
+    }
+    if (in->attn) {
+        const size_t n = attn_extent(in, B, H, L, S);
+        float *c = tfm__ws_floats(n);
+        if (!c)
+            return 0;
+        memcpy(c, in->attn, n * sizeof *c);
+        out->attn = c;
+    }
+    return 1;
+}
+
+int tfm__masks_equal(const tfm__masks *a, const tfm__masks *in,
+                     int64_t B, int64_t H, int64_t L, int64_t S)
+{
+    tfm__masks none = { 0 };
+    if (!in)
+        in = &none;
+    if (a->causal != in->causal || !a->key_padding != !in->key_padding ||
+        !a->attn != !in->attn)
+        return 0;
+    if (in->key_padding &&
+        (a->key_padding_kind != in->key_padding_kind ||
+         memcmp(a->key_padding, in->key_padding,
+                (size_t)(B * S) * sizeof(float))))
+        return 0;
+    if (in->attn &&
+        (a->attn_kind != in->attn_kind ||
+         a->attn_batch_stride != in->attn_batch_stride ||
+         a->attn_head_stride != in->attn_head_stride ||
+         memcmp(a->attn, in->attn,
+                attn_extent(in, B, H, L, S) * sizeof(float))))
+        return 0;
+    return 1;
+}

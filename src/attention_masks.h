@@ -39,6 +39,18 @@ tfm_status tfm__masks_pad(const tfm__masks *in, int64_t B, int64_t H,
                           int64_t L, int64_t S, int64_t extra,
                           tfm__masks *out);
 
+/* *out = in (NULL: no masks) with its key padding and attention mask
+ * data copied into the calling thread's workspace ([B, S]; the attention
+ * mask's span under its strides for B, H, L, S).  Returns 0 when out of
+ * memory (message set). */
+int tfm__masks_copy(const tfm__masks *in, int64_t B, int64_t H, int64_t L,
+                    int64_t S, tfm__masks *out);
+
+/* Whether in (NULL: no masks) has the mode, kinds, strides and values of
+ * a (resolved for the same B, H, L, S). */
+int tfm__masks_equal(const tfm__masks *a, const tfm__masks *in, int64_t B,
+                     int64_t H, int64_t L, int64_t S);
+
 /* One mask value m applied to logit x (attention.h: tfm_mask_kind):
  * BLOCK hides the key when m != 0, ALLOW when m == 0, ADDITIVE returns
  * x + m (and -inf, not x - inf, when m is -inf). */

@@ -5,8 +5,6 @@
 
 #include "error.h"
 #include "layers_impl.h"
-#include "module_impl.h"
-#include "tape.h"
 #include "parallel.h"
 #include "tensor_impl.h"
 #include "workspace.h"
@@ -186,10 +184,21 @@ static tfm_status decoder_layer_keep(const void *layer, const float *x,
                                            y, y, NULL, kept);
 }
 
+/* The kept forward's backward, its cross-attention pointed at memory's
+ * gradient (y stood for it in the keep). */
+static tfm_status decoder_layer_backward_kept(void *kept, float *g,
+                                              float *grad_memory)
+{
+    tfm__decoder_layer_kept *k = kept;
+    k->ca.grad_memory = grad_memory;
+    return tfm__decoder_layer_backward_kept(k, g);
+}
+
 static const tfm__block_kind decoder_layer_kind = {
     TFM_MODULE_DECODER_LAYER, "layer", "tfm_decoder_layer_forward",
     offsetof(tfm__decoder_layer, config), decoder_layer_step,
-    decoder_layer_keep, sizeof(tfm__decoder_layer_kept)
+    decoder_layer_keep, sizeof(tfm__decoder_layer_kept),
+    decoder_layer_backward_kept
 };
 
 tfm_status tfm_decoder_layer_forward(const tfm_module *layer,
@@ -254,33 +263,6 @@ tfm_status tfm__decoder_layer_backward_kept(const tfm__decoder_layer_kept *k,
     return st == TFM_OK ? tfm__residual_backward_kept(&k->k1, g, g) : st;
 }
 
-tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
-                                       const float *x, int64_t B, int64_t L,
-                                       const float *memory, int64_t S,
-                                       const tfm__masks *tgt_masks,
-                                       const tfm__masks *memory_masks,
-                                       uint64_t drop_key, float *g,
-                                       float *grad_memory)
-{
-    const int64_t n = B * L * l->config.d_model;
-    tfm__ws_mark mark = tfm__ws_save();
-    /* One forward through the three blocks keeping what their backward
-     * passes need (y: the output, not needed; then the blocks'
-     * shared backward scratch), then back through the
-     * feed-forward, cross-attention and self-attention blocks. */
-    float *y = tfm__ws_floats((size_t)(3 * n)), *scratch = y ? y + n : NULL;
-    tfm__decoder_layer_kept k;
-    tfm_status st = y ? tfm__decoder_layer_forward_keep(
-                            l, x, B, L, memory, S, tgt_masks, memory_masks,
-                            drop_key, grad_memory, y, scratch, &k)
-                      : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "decoder layer "
-                                  "backward: out of memory");
-    if (st == TFM_OK)
-        st = tfm__decoder_layer_backward_kept(&k, g);
-    tfm__ws_restore(mark);
-    return st;
-}
-
 tfm_status tfm_decoder_layer_backward(tfm_module *layer, const tfm_tensor *tgt,
                                       const tfm_tensor *memory,
                                       const tfm_attention_masks *tgt_masks,
@@ -312,25 +294,9 @@ tfm_status tfm_decoder_layer_backward(tfm_module *layer, const tfm_tensor *tgt,
         return st;
     memcpy(g, grad_output->data, (size_t)n * sizeof *g);
     memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
-    /* The training forward of these inputs when the layer kept it (tape.h),
-     * else the forward again. */
-    const uint64_t key = tfm__dropout_backward_key(layer);
-    const tfm__tape_inputs kin = {
-        in.B, in.L, in.S, l->config.n_heads, tgt->data, (size_t)n,
-        memory->data, (size_t)n_mem, &in.tgt_masks, &in.memory_masks, key
-    };
-    tfm__tape *t = tfm__tape_find(layer, &kin);
-    if (t) {
-        tfm__decoder_layer_kept *k = t->kept;
-        k->ca.grad_memory = gmem;
-        st = tfm__decoder_layer_backward_kept(k, g);
-        k->ca.grad_memory = NULL;
-        tfm__tape_release(t);
-    } else {
-        st = tfm__decoder_layer_backward(l, tgt->data, in.B, in.L,
-                                         memory->data, in.S, &in.tgt_masks,
-                                         &in.memory_masks, key, g, gmem);
-    }
+    st = tfm__block_backward(&decoder_layer_kind, layer, in.B, in.L, in.S,
+                             l->config.n_heads, tgt, memory, &in.tgt_masks,
+                             &in.memory_masks, g, gmem);
     if (st == TFM_OK && grad_tgt)
         memcpy(grad_tgt->data, g, (size_t)n * sizeof *g);
     if (st == TFM_OK && grad_memory)

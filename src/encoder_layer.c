@@ -4,9 +4,7 @@
 
 #include "error.h"
 #include "layers_impl.h"
-#include "module_impl.h"
 #include "parallel.h"
-#include "tape.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -193,10 +191,18 @@ static tfm_status encoder_layer_keep(const void *layer, const float *x,
                                            NULL, kept);
 }
 
+static tfm_status encoder_layer_backward_kept(void *kept, float *g,
+                                              float *grad_memory)
+{
+    (void)grad_memory;
+    return tfm__encoder_layer_backward_kept(kept, g);
+}
+
 static const tfm__block_kind encoder_layer_kind = {
     TFM_MODULE_ENCODER_LAYER, "layer", "tfm_encoder_layer_forward",
     offsetof(tfm__encoder_layer, config), encoder_layer_step,
-    encoder_layer_keep, sizeof(tfm__encoder_layer_kept)
+    encoder_layer_keep, sizeof(tfm__encoder_layer_kept),
+    encoder_layer_backward_kept
 };
 
 tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
@@ -249,30 +255,6 @@ tfm_status tfm__encoder_layer_backward_kept(const tfm__encoder_layer_kept *k,
     return st == TFM_OK ? tfm__residual_backward_kept(&k->k1, g, g) : st;
 }
 
-tfm_status tfm__encoder_layer_backward(const tfm__encoder_layer *l,
-                                       const float *x, int64_t B, int64_t L,
-                                       const tfm__masks *masks,
-                                       uint64_t drop_key, float *g)
-{
-    const int64_t n = B * L * l->config.d_model;
-    tfm__ws_mark mark = tfm__ws_save();
-    /* One forward through both blocks keeping what their backward passes
-     * need (y: the layer's output, not needed; then the blocks'
-     * shared backward scratch), then back through the
-     * feed-forward block and the self-attention block. */
-    float *y = tfm__ws_floats((size_t)(3 * n)), *scratch = y ? y + n : NULL;
-    tfm__encoder_layer_kept k;
-    tfm_status st = y ? tfm__encoder_layer_forward_keep(l, x, B, L, masks,
-                                                        drop_key, y, scratch,
-                                                        &k)
-                      : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "encoder layer "
-                                  "backward: out of memory");
-    if (st == TFM_OK)
-        st = tfm__encoder_layer_backward_kept(&k, g);
-    tfm__ws_restore(mark);
-    return st;
-}
-
 tfm_status tfm_encoder_layer_backward(tfm_module *layer, const tfm_tensor *src,
                                       const tfm_attention_masks *masks,
                                       const tfm_tensor *grad_output,
@@ -302,18 +284,8 @@ tfm_status tfm_encoder_layer_backward(tfm_module *layer, const tfm_tensor *src,
     if ((st = tfm__backward_begin(layer, what, bufs, sizes, 1, &mark)))
         return st;
     memcpy(g, grad_output->data, (size_t)n * sizeof *g);
-    /* The training forward of these inputs when the layer kept it (tape.h),
-     * else the forward again. */
-    const uint64_t key = tfm__dropout_backward_key(layer);
-    const tfm__tape_inputs in = { B, L, 0, c->n_heads, src->data, (size_t)n,
-                                  NULL, 0, &m, NULL, key };
-    tfm__tape *t = tfm__tape_find(layer, &in);
-    if (t) {
-        st = tfm__encoder_layer_backward_kept(t->kept, g);
-        tfm__tape_release(t);
-    } else {
-        st = tfm__encoder_layer_backward(l, src->data, B, L, &m, key, g);
-    }
+    st = tfm__block_backward(&encoder_layer_kind, layer, B, L, 0, c->n_heads,
+                             src, NULL, &m, NULL, g, NULL);
     if (st == TFM_OK && grad_src)
         memcpy(grad_src->data, g, (size_t)n * sizeof *g);
     tfm__backward_end(layer, mark);

@@ -179,6 +179,40 @@ static tfm_status run_block(const tfm__block_kind *k, const block_call *c,
                                         block_step, c);
 }
 
+tfm_status tfm__block_backward(const tfm__block_kind *k, tfm_module *block,
+                               int64_t B, int64_t L, int64_t S, int64_t heads,
+                               const tfm_tensor *x, const tfm_tensor *memory,
+                               const tfm__masks *masks,
+                               const tfm__masks *memory_masks, float *g,
+                               float *grad_memory)
+{
+    const uint64_t key = tfm__dropout_backward_key(block);
+    const tfm__tape_inputs in = {
+        B, L, S, heads, x->data, (size_t)x->numel,
+        memory ? memory->data : NULL, memory ? (size_t)memory->numel : 0,
+        masks, memory_masks, key
+    };
+    tfm__tape *t = tfm__tape_find(block, &in);
+    if (t) {
+        tfm_status st = k->backward_kept(t->kept, g, grad_memory);
+        tfm__tape_release(t);
+        return st;
+    }
+    /* The forward again (y: its output, not needed). */
+    tfm__ws_mark mark = tfm__ws_save();
+    void *kept = tfm__ws_alloc(k->kept_size);
+    float *y = kept ? tfm__ws_floats((size_t)x->numel) : NULL;
+    tfm_status st = y ? k->keep(block, x->data, B, L,
+                                memory ? memory->data : NULL, S, masks,
+                                memory_masks, key, y, kept)
+                      : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "%s: out of memory",
+                                  k->function);
+    if (st == TFM_OK)
+        st = k->backward_kept(kept, g, grad_memory);
+    tfm__ws_restore(mark);
+    return st;
+}
+
 tfm_status tfm__encoder_forward(const tfm__block_kind *k,
                                 const tfm_module *block, const tfm_tensor *src,
                                 const tfm_attention_masks *masks,

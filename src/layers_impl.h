@@ -113,22 +113,6 @@ tfm_status tfm__decoder_layer_forward_keep(
 tfm_status tfm__decoder_layer_backward_kept(const tfm__decoder_layer_kept *k,
                                             float *g);
 
-/* Both in one (the layers' own public backward): x [B, L, d] the input
- * (not changed), g as above.  Fails with out-of-memory (or a variant
- * without a backward), possibly after the feed-forward block accumulated
- * its gradients. */
-tfm_status tfm__encoder_layer_backward(const tfm__encoder_layer *l,
-                                       const float *x, int64_t B, int64_t L,
-                                       const tfm__masks *masks,
-                                       uint64_t drop_key, float *g);
-tfm_status tfm__decoder_layer_backward(const tfm__decoder_layer *l,
-                                       const float *x, int64_t B, int64_t L,
-                                       const float *memory, int64_t S,
-                                       const tfm__masks *tgt_masks,
-                                       const tfm__masks *memory_masks,
-                                       uint64_t drop_key, float *g,
-                                       float *grad_memory);
-
 tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
                                          int64_t n_seqs,
                                          const tfm__cached_seq *seqs,
@@ -223,6 +207,10 @@ typedef struct tfm__block_kind {
                        const tfm__masks *memory_masks, uint64_t drop_key,
                        float *y, void *kept);
     size_t kept_size;
+    /* The backward of a kept forward: g [B, L, d] the output's gradient,
+     * replaced by x's; memory's gradient added into grad_memory [B, S, d]
+     * (decoder-style kinds).  Fails as the kind's backward can. */
+    tfm_status (*backward_kept)(void *kept, float *g, float *grad_memory);
 } tfm__block_kind;
 
 /* The public forward of an encoder-style block: checks block's kind, src
@@ -243,6 +231,20 @@ tfm_status tfm__decoder_forward(const tfm__block_kind *k,
                                 const tfm_attention_masks *tgt_masks,
                                 const tfm_attention_masks *memory_masks,
                                 tfm_tensor *out);
+
+/* The public backward's work for a kind with a keep (after its checks and
+ * tfm__backward_begin): the kept forward of block's latest training
+ * forward when it had exactly these inputs (tape.h), else the forward
+ * again, kept in the workspace; then k->backward_kept.  x [B, L, d],
+ * memory [B, S, d] or NULL (S 0), masks as resolved for the forward; g and
+ * grad_memory as backward_kept's.  Fails with out-of-memory or as the
+ * kind's backward. */
+tfm_status tfm__block_backward(const tfm__block_kind *k, tfm_module *block,
+                               int64_t B, int64_t L, int64_t S, int64_t heads,
+                               const tfm_tensor *x, const tfm_tensor *memory,
+                               const tfm__masks *masks,
+                               const tfm__masks *memory_masks, float *g,
+                               float *grad_memory);
 
 /* Runs fn(x) on a scratch copy of src [n floats] and copies the result into
  * dst, so that dst is untouched when fn fails. */

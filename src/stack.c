@@ -12,7 +12,6 @@
 #include "error.h"
 #include "parallel.h"
 #include "stack.h"
-#include "tape.h"
 #include "tensor_impl.h"
 #include "workspace.h"
 
@@ -392,7 +391,7 @@ static tfm_status stack_step(const void *stack, float *x, int64_t B,
 
 /* The stack's forward kept for its backward (tape.h), in the stack's
  * tape; a decoder's grad_memory: y stands for the buffer the backward
- * sets (stack_kept_grad_memory). */
+ * sets (stack_backward_kept). */
 static tfm_status stack_keep(const void *stack, const float *x, int64_t B,
                              int64_t L, const float *memory, int64_t S,
                              const tfm__masks *masks,
@@ -404,18 +403,22 @@ static tfm_status stack_keep(const void *stack, const float *x, int64_t B,
                                    drop_key, s->decoder ? y : NULL, y, kept);
 }
 
-/* Points a kept decoder stack's cross-attention at memory's gradient. */
-static void stack_kept_grad_memory(tfm__stack_kept *k, float *grad_memory)
+/* The kept forward's backward; a decoder's cross-attention pointed at
+ * memory's gradient first (y stood for it in the keep). */
+static tfm_status stack_backward_kept(void *kept, float *g,
+                                      float *grad_memory)
 {
+    tfm__stack_kept *k = kept;
     tfm__decoder_layer_kept *layers = k->layers;
-    for (int64_t i = 0; i < k->s->n_layers; i++)
+    for (int64_t i = 0; k->s->decoder && i < k->s->n_layers; i++)
         layers[i].ca.grad_memory = grad_memory;
+    return tfm__stack_backward_kept(k, g);
 }
 
 static const tfm__block_kind encoder_kind = {
     TFM_MODULE_ENCODER, "encoder", "tfm_encoder_forward",
     offsetof(tfm__stack, config), stack_step, stack_keep,
-    sizeof(tfm__stack_kept)
+    sizeof(tfm__stack_kept), stack_backward_kept
 };
 
 tfm_status tfm_encoder_forward(const tfm_module *encoder, const tfm_tensor *src,
@@ -429,7 +432,7 @@ tfm_status tfm_encoder_forward(const tfm_module *encoder, const tfm_tensor *src,
 static const tfm__block_kind decoder_kind = {
     TFM_MODULE_DECODER, "decoder", "tfm_decoder_forward",
     offsetof(tfm__stack, config), stack_step, stack_keep,
-    sizeof(tfm__stack_kept)
+    sizeof(tfm__stack_kept), stack_backward_kept
 };
 
 tfm_status tfm_decoder_forward(const tfm_module *decoder, const tfm_tensor *tgt,
@@ -470,19 +473,8 @@ tfm_status tfm_encoder_backward(tfm_module *encoder, const tfm_tensor *src,
     if ((st = tfm__backward_begin(encoder, what, bufs, sizes, 1, &mark)))
         return st;
     memcpy(g, grad_output->data, (size_t)n * sizeof *g);
-    /* The training forward of these inputs when the stack kept it (tape.h),
-     * else the forward again. */
-    const uint64_t key = tfm__dropout_backward_key(encoder);
-    const tfm__tape_inputs kin = { B, L, 0, c->n_heads, src->data, (size_t)n,
-                                   NULL, 0, &m, NULL, key };
-    tfm__tape *t = tfm__tape_find(encoder, &kin);
-    if (t) {
-        st = tfm__stack_backward_kept(t->kept, g);
-        tfm__tape_release(t);
-    } else {
-        st = tfm__stack_backward(s, src->data, B, L, NULL, 0, &m, NULL, key,
-                                 g, NULL);
-    }
+    st = tfm__block_backward(&encoder_kind, encoder, B, L, 0, c->n_heads, src,
+                             NULL, &m, NULL, g, NULL);
     if (st == TFM_OK && grad_src)
         memcpy(grad_src->data, g, (size_t)n * sizeof *g);
     tfm__backward_end(encoder, mark);
@@ -517,21 +509,9 @@ tfm_status tfm_decoder_backward(tfm_module *decoder, const tfm_tensor *tgt,
         return st;
     memcpy(g, grad_output->data, (size_t)n * sizeof *g);
     memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
-    const uint64_t key = tfm__dropout_backward_key(decoder);
-    const tfm__tape_inputs kin = {
-        in.B, in.L, in.S, s->config.n_heads, tgt->data, (size_t)n,
-        memory->data, (size_t)n_mem, &in.tgt_masks, &in.memory_masks, key
-    };
-    tfm__tape *t = tfm__tape_find(decoder, &kin);
-    if (t) {
-        stack_kept_grad_memory(t->kept, gmem);
-        st = tfm__stack_backward_kept(t->kept, g);
-        tfm__tape_release(t);
-    } else {
-        st = tfm__stack_backward(s, tgt->data, in.B, in.L, memory->data, in.S,
-                                 &in.tgt_masks, &in.memory_masks, key, g,
-                                 gmem);
-    }
+    st = tfm__block_backward(&decoder_kind, decoder, in.B, in.L, in.S,
+                             s->config.n_heads, tgt, memory, &in.tgt_masks,
+                             &in.memory_masks, g, gmem);
     if (st == TFM_OK && grad_tgt)
         memcpy(grad_tgt->data, g, (size_t)n * sizeof *g);
     if (st == TFM_OK && grad_memory)

@@ -62,64 +62,6 @@ static uint64_t dropout_hash(const tfm_module *m)
     return hash_finish(h);
 }
 
-/* The floats an attention mask's data spans (attention_masks.h). */
-static size_t attn_extent(const tfm__masks *m, int64_t B, int64_t H,
-                          int64_t L, int64_t S)
-{
-    return (size_t)((m->attn_batch_stride ? (B - 1) * m->attn_batch_stride
-                                          : 0) +
-                    (m->attn_head_stride ? (H - 1) * m->attn_head_stride : 0) +
-                    L * S);
-}
-
-static int masks_copy(const tfm__masks *in, int64_t B, int64_t H, int64_t L,
-                      int64_t S, tfm__masks *out)
-{
-    *out = in ? *in : (tfm__masks){ 0 };
-    if (!in)
-        return 1;
-    if (in->key_padding) {
-        float *c = tfm__ws_floats((size_t)(B * S));
-        if (!c)
-            return 0;
-        memcpy(c, in->key_padding, (size_t)(B * S) * sizeof *c);
-        out->key_padding = c;
-    }
-    if (in->attn) {
-        const size_t n = attn_extent(in, B, H, L, S);
-        float *c = tfm__ws_floats(n);
-        if (!c)
-            return 0;
-        memcpy(c, in->attn, n * sizeof *c);
-        out->attn = c;
-    }
-    return 1;
-}
-
-static int masks_equal(const tfm__masks *kept, const tfm__masks *in,
-                       int64_t B, int64_t H, int64_t L, int64_t S)
-{
-    tfm__masks none = { 0 };
-    if (!in)
-        in = &none;
-    if (kept->causal != in->causal || !kept->key_padding != !in->key_padding ||
-        !kept->attn != !in->attn)
-        return 0;
-    if (in->key_padding &&
-        (kept->key_padding_kind != in->key_padding_kind ||
-         memcmp(kept->key_padding, in->key_padding,
-                (size_t)(B * S) * sizeof(float))))
-        return 0;
-    if (in->attn &&
-        (kept->attn_kind != in->attn_kind ||
-         kept->attn_batch_stride != in->attn_batch_stride ||
-         kept->attn_head_stride != in->attn_head_stride ||
-         memcmp(kept->attn, in->attn,
-                attn_extent(in, B, H, L, S) * sizeof(float))))
-        return 0;
-    return 1;
-}
-
 static tfm__tape *tape_get(tfm_module *m)
 {
     tfm__tape *t = atomic_load(&m->tape);
@@ -151,8 +93,8 @@ tfm__tape *tfm__tape_record(tfm_module *m, const tfm__tape_inputs *in)
     float *x = tfm__ws_floats(in->x_n);
     float *mem = in->memory_n ? tfm__ws_floats(in->memory_n) : NULL;
     if (!x || (in->memory_n && !mem) ||
-        !masks_copy(in->masks, in->B, in->heads, in->L, in->L, &t->masks) ||
-        !masks_copy(in->memory_masks, in->B, in->heads, in->L, in->S,
+        !tfm__masks_copy(in->masks, in->B, in->heads, in->L, in->L, &t->masks) ||
+        !tfm__masks_copy(in->memory_masks, in->B, in->heads, in->L, in->S,
                     &t->memory_masks)) {
         tfm__ws_use(t->lent);
         atomic_flag_clear(&t->in_use);
@@ -193,8 +135,8 @@ tfm__tape *tfm__tape_find(tfm_module *m, const tfm__tape_inputs *in)
         !memcmp(t->x, in->x, in->x_n * sizeof(float)) &&
         (!in->memory_n ||
          !memcmp(t->memory, in->memory, in->memory_n * sizeof(float))) &&
-        masks_equal(&t->masks, in->masks, in->B, in->heads, in->L, in->L) &&
-        masks_equal(&t->memory_masks, in->memory_masks, in->B, in->heads,
+        tfm__masks_equal(&t->masks, in->masks, in->B, in->heads, in->L, in->L) &&
+        tfm__masks_equal(&t->memory_masks, in->memory_masks, in->B, in->heads,
                     in->L, in->S) &&
         t->dropout_hash == dropout_hash(m) && t->params_hash == params_hash(m);
     if (!same) {
