@@ -17,7 +17,7 @@
 
 #include "test_util.h"
 #include "tiny_model.h"
-#include "module_impl.h"
+#include "nn/module_impl.h"
 #include <transformer/transformer.h>
 
 static float *grad_of(tfm_module *m, const char *name)

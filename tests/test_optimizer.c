@@ -16,7 +16,7 @@
 #include "test_util.h"
 #include <transformer/transformer.h>
 
-#include "module_impl.h"
+#include "nn/module_impl.h"
 
 #define SENTINEL_PTR_OPT ((tfm_optimizer *)(uintptr_t)0x5e47)
 

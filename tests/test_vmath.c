@@ -9,7 +9,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "vmath.h"
+#include "kernels/vmath.h"
 
 /* e^x for x <= 0: relative error below 2e-7 where e^x is a normal float;
  * exactly 0 below -87.3 and at -inf; NaN stays NaN. */

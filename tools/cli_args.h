@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "number_parse.h"
+#include "base/number_parse.h"
 
 #ifndef PROGRAM
 #error "define PROGRAM (the program's name) before including cli_args.h"

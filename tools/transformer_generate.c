@@ -69,7 +69,7 @@
 
 #include <transformer/transformer.h>
 
-#include "number_parse.h"
+#include "base/number_parse.h"
 
 /* OpenBLAS's name for the CPU kernels it picked (cblas.h of OpenBLAS). */
 char *openblas_get_corename(void);

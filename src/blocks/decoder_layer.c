@@ -1,0 +1,306 @@
+/* Decoder layer: self-attention, cross-attention over the encoder memory,
+ * and feed-forward sub-layers (layers.h). */
+#include <stddef.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "blocks/layers_impl.h"
+#include "base/parallel.h"
+#include "base/tensor_impl.h"
+#include "base/workspace.h"
+
+static void decoder_layer_destroy(tfm_module *m)
+{
+    tfm__decoder_layer *l = (tfm__decoder_layer *)m;
+    tfm_module_free(l->self_attn ? &l->self_attn->base : NULL);
+    tfm_module_free(l->cross_attn ? &l->cross_attn->base : NULL);
+    tfm_module_free(l->ff ? &l->ff->base : NULL);
+    tfm_module_free(l->norm1 ? &l->norm1->base : NULL);
+    tfm_module_free(l->norm2 ? &l->norm2->base : NULL);
+    tfm_module_free(l->norm3 ? &l->norm3->base : NULL);
+}
+
+tfm_status tfm__decoder_layer_macs(const tfm__decoder_layer *l, int64_t B,
+                                   int64_t L, int64_t S, int64_t *acc)
+{
+    tfm_status st = tfm__mha_macs(l->self_attn, B, L, L, acc);
+    if (st == TFM_OK)
+        st = tfm__mha_macs(l->cross_attn, B, L, S, acc);
+    return st != TFM_OK ? st : tfm__feed_forward_macs(l->ff, B, L, acc);
+}
+
+static tfm_status decoder_layer_macs(const tfm_module *m, int64_t B,
+                                     int64_t L, int64_t S, int64_t *acc)
+{
+    return tfm__decoder_layer_macs((const tfm__decoder_layer *)m, B, L, S, acc);
+}
+
+static const tfm__module_ops decoder_layer_ops = { decoder_layer_destroy,
+                                                   decoder_layer_macs };
+
+tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, unsigned parts,
+                                  tfm__decoder_layer **out)
+{
+    tfm_status st = tfm__layer_config_check(c);
+    if (st != TFM_OK)
+        return st;
+    tfm__decoder_layer *l = (tfm__decoder_layer *)tfm__module_alloc(
+        sizeof *l, TFM_MODULE_DECODER_LAYER, &decoder_layer_ops);
+    if (!l)
+        return TFM_ERR_OUT_OF_MEMORY;
+    l->config = *c;
+    const int64_t d = c->d_model, H = c->n_heads;
+    tfm__layer_norm **const norms[] = { &l->norm1, &l->norm2, &l->norm3 };
+    const int bias = (parts & TFM__PART_BIAS) != 0;
+    if ((st = tfm__mha_new(d, H, 0, 0, bias, &l->self_attn)) ||
+        (st = tfm__module_adopt(&l->base, "self_attn.", &l->self_attn->base)) ||
+        (st = tfm__mha_new(d, H, 0, 0, bias, &l->cross_attn)) ||
+        (st = tfm__module_adopt(&l->base, "multihead_attn.",
+                                &l->cross_attn->base)) ||
+        (st = tfm__layer_ff_norms_new(&l->base, c, parts, &l->ff, norms, 3))) {
+        tfm_module_free(&l->base);
+        return st;
+    }
+    *out = l;
+    return TFM_OK;
+}
+
+/* x [rows, d] through the three residual blocks around self_attention,
+ * cross_attention and the feed-forward network. */
+static tfm_status run_with(const tfm__decoder_layer *l, float *x,
+                           int64_t rows, const tfm__sublayer *self_attention,
+                           const tfm__sublayer *cross_attention,
+                           uint64_t drop_key)
+{
+    const float p = l->base.dropout;
+    const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
+    const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
+    const tfm__dropout b3 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK3);
+    tfm__ws_mark mark = tfm__ws_save();
+    float *tmp = tfm__ws_floats((size_t)(rows * l->config.d_model));
+    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
+    if (tmp) {
+        tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(
+            l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
+        int pre = l->config.norm_first;
+        st = tfm__residual(self_attention, l->norm1, pre, &b1, x, tmp, rows);
+        if (st == TFM_OK)
+            st = tfm__residual(cross_attention, l->norm2, pre, &b2, x, tmp,
+                               rows);
+        if (st == TFM_OK)
+            st = tfm__residual(&ff.base, l->norm3, pre, &b3, x, tmp, rows);
+    }
+    tfm__ws_restore(mark);
+    return st;
+}
+
+tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
+                                  int64_t B, int64_t L, const float *memory,
+                                  int64_t S, const tfm__masks *tgt_masks,
+                                  const tfm__masks *memory_masks,
+                                  uint64_t drop_key)
+{
+    tfm__self_attention_sublayer sa = tfm__sublayer_self_attention(
+        l->self_attn, B, L, tgt_masks,
+        tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
+    tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
+        l->cross_attn, B, L, memory, S, memory_masks,
+        tfm__dropout_site(drop_key, TFM__DROP_CROSS_ATTN));
+    return run_with(l, x, B * L, &sa.base, &ca.base, drop_key);
+}
+
+tfm_status tfm__decoder_layer_run_cached(const tfm__decoder_layer *l,
+                                         float *x, int64_t n_seqs,
+                                         const tfm__cached_seq *seqs,
+                                         int64_t layer,
+                                         const float *memory_kv, int64_t S)
+{
+    int64_t rows = 0;
+    for (int64_t i = 0; i < n_seqs; i++)
+        rows += seqs[i].n;
+    tfm__cached_attention_sublayer sa =
+        tfm__sublayer_cached_attention(l->self_attn, n_seqs, seqs, layer);
+    tfm__memory_kv_sublayer ca =
+        tfm__sublayer_memory_kv(l->cross_attn, rows, memory_kv, S);
+    return run_with(l, x, rows, &sa.base, &ca.base, 0);
+}
+
+tfm_status tfm_decoder_layer_create(const tfm_layer_config *config,
+                                    tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm__decoder_layer *l = NULL;
+    tfm_status st = tfm__decoder_layer_new(config, 1, &l);
+    if (st == TFM_OK)
+        *out = &l->base;
+    return st;
+}
+
+tfm_status tfm_decoder_layer_create_v2(const tfm_layer_config *config,
+                                       const tfm_layer_options *options,
+                                       tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm_layer_options o;
+    tfm_status st = tfm__layer_options_read(options, &o);
+    if (st == TFM_OK)
+        st = tfm__layer_options_no_model_parts(&o, "a decoder layer");
+    if (st != TFM_OK)
+        return st;
+    if (o.attention)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "decoder layers take only plain attention");
+    tfm__decoder_layer *l = NULL;
+    if ((st = tfm__decoder_layer_new(config, tfm__layer_parts(&o), &l)) == TFM_OK)
+        *out = &l->base;
+    return st;
+}
+
+static tfm_status decoder_layer_step(const void *layer, float *x, int64_t B,
+                                     int64_t L, const float *memory, int64_t S,
+                                     const tfm__masks *tgt_masks,
+                                     const tfm__masks *memory_masks,
+                                     uint64_t drop_key)
+{
+    return tfm__decoder_layer_run(layer, x, B, L, memory, S, tgt_masks,
+                                  memory_masks, drop_key);
+}
+
+/* The layer's forward kept for its backward (tape.h), in the layer's
+ * tape.  grad_memory: y stands for the buffer the backward will set (the
+ * kept cross-attention makes room for memory's gradient only when one is
+ * wanted; the public backward always computes it). */
+static tfm_status decoder_layer_keep(const void *layer, const float *x,
+                                     int64_t B, int64_t L, const float *memory,
+                                     int64_t S, const tfm__masks *tgt_masks,
+                                     const tfm__masks *memory_masks,
+                                     uint64_t drop_key, float *y,
+                                     void *kept)
+{
+    return tfm__decoder_layer_forward_keep(layer, x, B, L, memory, S,
+                                           tgt_masks, memory_masks, drop_key,
+                                           y, y, NULL, kept);
+}
+
+/* The kept forward's backward, its cross-attention pointed at memory's
+ * gradient (y stood for it in the keep). */
+static tfm_status decoder_layer_backward_kept(void *kept, float *g,
+                                              float *grad_memory)
+{
+    tfm__decoder_layer_kept *k = kept;
+    k->ca.grad_memory = grad_memory;
+    return tfm__decoder_layer_backward_kept(k, g);
+}
+
+static const tfm__block_kind decoder_layer_kind = {
+    TFM_MODULE_DECODER_LAYER, "layer", "tfm_decoder_layer_forward",
+    offsetof(tfm__decoder_layer, config), decoder_layer_step,
+    decoder_layer_keep, sizeof(tfm__decoder_layer_kept),
+    decoder_layer_backward_kept
+};
+
+tfm_status tfm_decoder_layer_forward(const tfm_module *layer,
+                                     const tfm_tensor *tgt,
+                                     const tfm_tensor *memory,
+                                     const tfm_attention_masks *tgt_masks,
+                                     const tfm_attention_masks *memory_masks,
+                                     tfm_tensor *out)
+{
+    TFM__PLAN_PIN();
+    return tfm__decoder_forward(&decoder_layer_kind, layer, tgt, memory, tgt_masks,
+                                memory_masks, out);
+}
+
+tfm_status tfm__decoder_layer_forward_keep(
+    const tfm__decoder_layer *l, const float *x, int64_t B, int64_t L,
+    const float *memory, int64_t S, const tfm__masks *tgt_masks,
+    const tfm__masks *memory_masks, uint64_t drop_key, float *grad_memory,
+    float *y, float *scratch, tfm__decoder_layer_kept *k)
+{
+    const int64_t rows = B * L, n = rows * l->config.d_model;
+    const float p = l->base.dropout;
+    const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
+    const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
+    const tfm__dropout b3 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK3);
+    /* x1, x2: the inputs of the cross-attention and feed-forward blocks. */
+    float *x1 = tfm__ws_floats((size_t)n);
+    float *x2 = x1 ? tfm__ws_floats((size_t)n) : NULL;
+    if (x2 && !scratch) /* NULL: the blocks' shared scratch taken here */
+        scratch = tfm__ws_floats((size_t)(2 * n));
+    if (!scratch)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "decoder layer backward: "
+                         "out of memory");
+    k->sa = tfm__sublayer_self_attention(
+        l->self_attn, B, L, tgt_masks,
+        tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
+    k->ca = tfm__sublayer_cross_attention(
+        l->cross_attn, B, L, memory, S, memory_masks,
+        tfm__dropout_site(drop_key, TFM__DROP_CROSS_ATTN));
+    k->ff = tfm__sublayer_feed_forward(
+        l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
+    k->ca.grad_memory = grad_memory;
+    const int pre = l->config.norm_first;
+    tfm_status st = tfm__residual_forward_keep(&k->sa.base, l->norm1, pre,
+                                               &b1, x, x1, rows, scratch,
+                                               &k->k1);
+    if (st == TFM_OK)
+        st = tfm__residual_forward_keep(&k->ca.base, l->norm2, pre, &b2, x1,
+                                        x2, rows, scratch, &k->k2);
+    if (st == TFM_OK)
+        st = tfm__residual_forward_keep(&k->ff.base, l->norm3, pre, &b3, x2,
+                                        y, rows, scratch, &k->k3);
+    return st;
+}
+
+tfm_status tfm__decoder_layer_backward_kept(const tfm__decoder_layer_kept *k,
+                                            float *g)
+{
+    tfm_status st = tfm__residual_backward_kept(&k->k3, g, g);
+    if (st == TFM_OK)
+        st = tfm__residual_backward_kept(&k->k2, g, g);
+    return st == TFM_OK ? tfm__residual_backward_kept(&k->k1, g, g) : st;
+}
+
+tfm_status tfm_decoder_layer_backward(tfm_module *layer, const tfm_tensor *tgt,
+                                      const tfm_tensor *memory,
+                                      const tfm_attention_masks *tgt_masks,
+                                      const tfm_attention_masks *memory_masks,
+                                      const tfm_tensor *grad_output,
+                                      tfm_tensor *grad_tgt,
+                                      tfm_tensor *grad_memory)
+{
+    TFM__PLAN_PIN();
+    const char *what = "tfm_decoder_layer_backward";
+    tfm_status st = tfm__module_check(layer, TFM_MODULE_DECODER_LAYER,
+                                      "layer");
+    if (st != TFM_OK)
+        return st;
+    const tfm__decoder_layer *l = (const tfm__decoder_layer *)layer;
+    tfm__decoder_inputs in;
+    if ((st = tfm__check_decoder_backward(what, &l->config, tgt, "tgt",
+                                          memory, tgt_masks, memory_masks,
+                                          grad_output, grad_tgt, grad_memory,
+                                          &in)))
+        return st;
+    const int64_t n = tgt->numel, n_mem = memory->numel;
+    /* g: the running gradient; gmem: memory's gradient. */
+    float *g, *gmem;
+    float **const bufs[] = { &g, &gmem };
+    const size_t sizes[] = { (size_t)n, (size_t)n_mem };
+    tfm__ws_mark mark;
+    if ((st = tfm__backward_begin(layer, what, bufs, sizes, 2, &mark)))
+        return st;
+    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
+    memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
+    st = tfm__block_backward(&decoder_layer_kind, layer, in.B, in.L, in.S,
+                             l->config.n_heads, tgt, memory, &in.tgt_masks,
+                             &in.memory_masks, g, gmem);
+    if (st == TFM_OK && grad_tgt)
+        memcpy(grad_tgt->data, g, (size_t)n * sizeof *g);
+    if (st == TFM_OK && grad_memory)
+        memcpy(grad_memory->data, gmem, (size_t)n_mem * sizeof *gmem);
+    tfm__backward_end(layer, mark);
+    return st;
+}

@@ -1,0 +1,293 @@
+/* Encoder layer: self-attention and feed-forward sub-layers (layers.h). */
+#include <stddef.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "blocks/layers_impl.h"
+#include "base/parallel.h"
+#include "base/tensor_impl.h"
+#include "base/workspace.h"
+
+static void encoder_layer_destroy(tfm_module *m)
+{
+    tfm__encoder_layer *l = (tfm__encoder_layer *)m;
+    tfm_module_free(l->self_attn ? &l->self_attn->base : NULL);
+    tfm_module_free(l->ff ? &l->ff->base : NULL);
+    tfm_module_free(l->norm1 ? &l->norm1->base : NULL);
+    tfm_module_free(l->norm2 ? &l->norm2->base : NULL);
+}
+
+tfm_status tfm__encoder_layer_macs(const tfm__encoder_layer *l, int64_t B,
+                                   int64_t L, int64_t *acc)
+{
+    tfm_status st = tfm__mha_macs(l->self_attn, B, L, L, acc);
+    return st != TFM_OK ? st : tfm__feed_forward_macs(l->ff, B, L, acc);
+}
+
+static tfm_status encoder_layer_macs(const tfm_module *m, int64_t B,
+                                     int64_t L, int64_t S, int64_t *acc)
+{
+    (void)S;
+    return tfm__encoder_layer_macs((const tfm__encoder_layer *)m, B, L, acc);
+}
+
+static const tfm__module_ops encoder_layer_ops = { encoder_layer_destroy,
+                                                   encoder_layer_macs };
+
+tfm_status tfm__encoder_layer_new(const tfm_layer_config *c,
+                                  tfm__encoder_layer **out)
+{
+    return tfm__encoder_layer_new_ex(c, NULL, 1, out);
+}
+
+tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
+                                     const tfm_attention_config *a,
+                                     unsigned parts, tfm__encoder_layer **out)
+{
+    tfm_status st = tfm__layer_config_check(c);
+    if (st != TFM_OK)
+        return st;
+    tfm__encoder_layer *l = (tfm__encoder_layer *)tfm__module_alloc(
+        sizeof *l, TFM_MODULE_ENCODER_LAYER, &encoder_layer_ops);
+    if (!l)
+        return TFM_ERR_OUT_OF_MEMORY;
+    l->config = *c;
+    tfm__layer_norm **const norms[] = { &l->norm1, &l->norm2 };
+    const int bias = (parts & TFM__PART_BIAS) != 0;
+    if ((st = tfm__mha_new_ex(c->d_model, c->n_heads, 0, 0, bias, a,
+                              &l->self_attn)) ||
+        (st = tfm__module_adopt(&l->base, "self_attn.", &l->self_attn->base)) ||
+        (st = tfm__layer_ff_norms_new(&l->base, c, parts, &l->ff, norms, 2))) {
+        tfm_module_free(&l->base);
+        return st;
+    }
+    l->base.variant = &l->self_attn->var;
+    *out = l;
+    return TFM_OK;
+}
+
+/* The layer on x [rows, d] with a given self-attention sub-layer: x <-
+ * residual(self_attention), then x <- residual(feed-forward).  tmp [rows, d]
+ * of workspace is the residuals' scratch.  Fails only with out-of-memory. */
+/* x [rows, d] through the self-attention block, then the feed-forward
+ * block on its last `tail` rows only (rows: all; fewer where only those
+ * rows' outputs are read, as a prompt's last position in a decoder-only
+ * model's last layer: the other rows keep the attention block's output).
+ * tail < rows only without dropout (cached runs). */
+static tfm_status run_with(const tfm__encoder_layer *l, float *x, int64_t rows,
+                           const tfm__sublayer *self_attention,
+                           uint64_t drop_key, int64_t tail)
+{
+    const float p = l->base.dropout;
+    const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
+    const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
+    tfm__ws_mark mark = tfm__ws_save();
+    float *tmp = tfm__ws_floats((size_t)(rows * l->config.d_model));
+    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
+    if (tmp) {
+        tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(
+            l->ff, tail, tfm__layer_hidden_dropout(&l->base, drop_key));
+        int pre = l->config.norm_first;
+        st = tfm__residual(self_attention, l->norm1, pre, &b1, x, tmp, rows);
+        if (st == TFM_OK)
+            st = tfm__residual(&ff.base, l->norm2, pre, &b2,
+                               x + (rows - tail) * l->config.d_model, tmp,
+                               tail);
+    }
+    tfm__ws_restore(mark);
+    return st;
+}
+
+tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
+                                  int64_t B, int64_t L, const tfm__masks *m,
+                                  uint64_t drop_key)
+{
+    tfm__self_attention_sublayer sa = tfm__sublayer_self_attention(
+        l->self_attn, B, L, m,
+        tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
+    return run_with(l, x, B * L, &sa.base, drop_key, B * L);
+}
+
+tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
+                                         int64_t n_seqs,
+                                         const tfm__cached_seq *seqs,
+                                         int64_t layer, int64_t tail)
+{
+    int64_t rows = 0;
+    for (int64_t i = 0; i < n_seqs; i++)
+        rows += seqs[i].n;
+    tfm__cached_attention_sublayer sa =
+        tfm__sublayer_cached_attention(l->self_attn, n_seqs, seqs, layer);
+    return run_with(l, x, rows, &sa.base, 0, tail < rows ? tail : rows);
+}
+
+tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,
+                                    tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm__encoder_layer *l = NULL;
+    tfm_status st = tfm__encoder_layer_new(config, &l);
+    if (st == TFM_OK)
+        *out = &l->base;
+    return st;
+}
+
+tfm_status tfm_encoder_layer_create_ex(const tfm_layer_config *layer,
+                                       const tfm_attention_config *config,
+                                       tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm__encoder_layer *l = NULL;
+    tfm_status st = tfm__encoder_layer_new_ex(layer, config, 1, &l);
+    if (st == TFM_OK)
+        *out = &l->base;
+    return st;
+}
+
+tfm_status tfm_encoder_layer_create_v2(const tfm_layer_config *config,
+                                       const tfm_layer_options *options,
+                                       tfm_module **out)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm_layer_options o;
+    tfm_status st = tfm__layer_options_read(options, &o);
+    tfm__encoder_layer *l = NULL;
+    if (st == TFM_OK)
+        st = tfm__layer_options_no_model_parts(&o, "an encoder layer");
+    if (st == TFM_OK)
+        st = tfm__encoder_layer_new_ex(config, o.attention,
+                                       tfm__layer_parts(&o), &l);
+    if (st == TFM_OK)
+        *out = &l->base;
+    return st;
+}
+
+/* The layer's run for tfm__encoder_forward (no memory). */
+static tfm_status encoder_layer_step(const void *layer, float *x, int64_t B,
+                                     int64_t L, const float *memory, int64_t S,
+                                     const tfm__masks *masks,
+                                     const tfm__masks *memory_masks,
+                                     uint64_t drop_key)
+{
+    (void)memory, (void)S, (void)memory_masks;
+    return tfm__encoder_layer_run(layer, x, B, L, masks, drop_key);
+}
+
+/* The layer's forward kept for its backward (tape.h), in the layer's
+ * tape. */
+static tfm_status encoder_layer_keep(const void *layer, const float *x,
+                                     int64_t B, int64_t L, const float *memory,
+                                     int64_t S, const tfm__masks *masks,
+                                     const tfm__masks *memory_masks,
+                                     uint64_t drop_key, float *y,
+                                     void *kept)
+{
+    (void)memory, (void)S, (void)memory_masks;
+    /* NULL scratch: the backward's, taken with the rest. */
+    return tfm__encoder_layer_forward_keep(layer, x, B, L, masks, drop_key, y,
+                                           NULL, kept);
+}
+
+static tfm_status encoder_layer_backward_kept(void *kept, float *g,
+                                              float *grad_memory)
+{
+    (void)grad_memory;
+    return tfm__encoder_layer_backward_kept(kept, g);
+}
+
+static const tfm__block_kind encoder_layer_kind = {
+    TFM_MODULE_ENCODER_LAYER, "layer", "tfm_encoder_layer_forward",
+    offsetof(tfm__encoder_layer, config), encoder_layer_step,
+    encoder_layer_keep, sizeof(tfm__encoder_layer_kept),
+    encoder_layer_backward_kept
+};
+
+tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
+                                     const tfm_tensor *src,
+                                     const tfm_attention_masks *masks,
+                                     tfm_tensor *out)
+{
+    TFM__PLAN_PIN();
+    return tfm__encoder_forward(&encoder_layer_kind, layer, src, masks, out);
+}
+
+tfm_status tfm__encoder_layer_forward_keep(const tfm__encoder_layer *l,
+                                           const float *x, int64_t B,
+                                           int64_t L, const tfm__masks *masks,
+                                           uint64_t drop_key, float *y,
+                                           float *scratch,
+                                           tfm__encoder_layer_kept *k)
+{
+    const float p = l->base.dropout;
+    const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
+    const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
+    const int64_t rows = B * L, n = rows * l->config.d_model;
+    /* x1: the feed-forward block's input; scratch (NULL: taken here) the
+     * blocks' shared backward scratch. */
+    float *x1 = tfm__ws_floats((size_t)n);
+    if (x1 && !scratch)
+        scratch = tfm__ws_floats((size_t)(2 * n));
+    if (!scratch)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "encoder layer backward: "
+                         "out of memory");
+    k->sa = tfm__sublayer_self_attention(
+        l->self_attn, B, L, masks,
+        tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
+    k->ff = tfm__sublayer_feed_forward(
+        l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
+    const int pre = l->config.norm_first;
+    tfm_status st = tfm__residual_forward_keep(&k->sa.base, l->norm1, pre,
+                                               &b1, x, x1, rows, scratch,
+                                               &k->k1);
+    if (st == TFM_OK)
+        st = tfm__residual_forward_keep(&k->ff.base, l->norm2, pre, &b2, x1,
+                                        y, rows, scratch, &k->k2);
+    return st;
+}
+
+tfm_status tfm__encoder_layer_backward_kept(const tfm__encoder_layer_kept *k,
+                                            float *g)
+{
+    tfm_status st = tfm__residual_backward_kept(&k->k2, g, g);
+    return st == TFM_OK ? tfm__residual_backward_kept(&k->k1, g, g) : st;
+}
+
+tfm_status tfm_encoder_layer_backward(tfm_module *layer, const tfm_tensor *src,
+                                      const tfm_attention_masks *masks,
+                                      const tfm_tensor *grad_output,
+                                      tfm_tensor *grad_src)
+{
+    TFM__PLAN_PIN();
+    const char *what = "tfm_encoder_layer_backward";
+    tfm_status st = tfm__module_check(layer, TFM_MODULE_ENCODER_LAYER,
+                                      "layer");
+    if (st != TFM_OK)
+        return st;
+    const tfm__encoder_layer *l = (const tfm__encoder_layer *)layer;
+    const tfm_layer_config *c = &l->config;
+    int64_t B = 0, L = 0;
+    tfm__masks m;
+    if ((st = tfm__check_activation(src, "src", c->d_model, &B, &L)) ||
+        (st = tfm__masks_resolve(masks, B, c->n_heads, L, L, what, &m)) ||
+        (st = tfm__check_backward_rows(what, src, c->d_model, grad_output,
+                                       c->d_model, grad_src)))
+        return st;
+    const int64_t n = B * L * c->d_model;
+    /* g: the running gradient, grad_output's copy. */
+    float *g;
+    float **const bufs[] = { &g };
+    const size_t sizes[] = { (size_t)n };
+    tfm__ws_mark mark;
+    if ((st = tfm__backward_begin(layer, what, bufs, sizes, 1, &mark)))
+        return st;
+    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
+    st = tfm__block_backward(&encoder_layer_kind, layer, B, L, 0, c->n_heads,
+                             src, NULL, &m, NULL, g, NULL);
+    if (st == TFM_OK && grad_src)
+        memcpy(grad_src->data, g, (size_t)n * sizeof *g);
+    tfm__backward_end(layer, mark);
+    return st;
+}

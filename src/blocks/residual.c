@@ -1,0 +1,354 @@
+/* Residual connections around sub-layers (residual.h). */
+#include "blocks/residual.h"
+#include <stdio.h>
+
+#include "base/error.h"
+#include "blocks/layer_config.h"
+#include "nn/module_impl.h"
+#include "base/workspace.h"
+
+/* ---- The sub-layer kinds: each run reads its own struct around s ------ */
+
+static tfm_status run_self(const tfm__sublayer *base, const float *in,
+                           float *out)
+{
+    const tfm__self_attention_sublayer *s =
+        (const tfm__self_attention_sublayer *)base;
+    return tfm__mha_run(s->mha, in, in, in, s->batch, s->L, s->L, s->masks,
+                        out, NULL, 0, s->drop_key);
+}
+
+static tfm_status run_cross(const tfm__sublayer *base, const float *in,
+                            float *out)
+{
+    const tfm__cross_attention_sublayer *s =
+        (const tfm__cross_attention_sublayer *)base;
+    return tfm__mha_run(s->mha, in, s->memory, s->memory, s->batch, s->L, s->S,
+                        s->masks, out, NULL, 0, s->drop_key);
+}
+
+static tfm_status run_cached(const tfm__sublayer *base, const float *in,
+                             float *out)
+{
+    const tfm__cached_attention_sublayer *s =
+        (const tfm__cached_attention_sublayer *)base;
+    return tfm__mha_run_cached_seqs(s->mha, in, s->n_seqs, s->seqs, s->layer,
+                                    out);
+}
+
+static tfm_status run_memory_kv(const tfm__sublayer *base, const float *in,
+                                float *out)
+{
+    const tfm__memory_kv_sublayer *s = (const tfm__memory_kv_sublayer *)base;
+    return tfm__mha_run_memory_kv(s->mha, in, s->rows, s->kv, s->S, out);
+}
+
+static tfm_status run_ff(const tfm__sublayer *base, const float *in,
+                         float *out)
+{
+    const tfm__feed_forward_sublayer *s =
+        (const tfm__feed_forward_sublayer *)base;
+    return tfm__feed_forward_run(s->ff, in, s->rows, &s->drop, out);
+}
+
+static tfm_status keep_self(const tfm__sublayer *base, const float *in,
+                            float *out, tfm__sublayer_kept *kept)
+{
+    const tfm__self_attention_sublayer *s =
+        (const tfm__self_attention_sublayer *)base;
+    const int64_t n = s->batch * s->L * s->mha->d_model;
+    tfm_status st = tfm__mha_forward_keep(s->mha, in, in, in, s->batch, s->L,
+                                          s->L, s->masks, 1, s->drop_key, out,
+                                          &kept->mha);
+    kept->gk = kept->gv = NULL;
+    if (st == TFM_OK && !kept->mha.fused &&
+        (!(kept->gk = tfm__ws_floats((size_t)n)) ||
+         !(kept->gv = tfm__ws_floats((size_t)n))))
+        st = tfm__fail(TFM_ERR_OUT_OF_MEMORY, "self-attention backward: "
+                       "out of memory");
+    return st;
+}
+
+static tfm_status backward_self(const tfm__sublayer *base,
+                                const tfm__sublayer_kept *kept,
+                                const float *grad_out, float *grad_in)
+{
+    const tfm__self_attention_sublayer *s =
+        (const tfm__self_attention_sublayer *)base;
+    /* query = key = value = in: its gradient is the sum of the three (one
+     * product when the projections were fused). */
+    tfm_status st = tfm__mha_backward_kept(s->mha, &kept->mha, grad_out,
+                                           grad_in, kept->gk, kept->gv);
+    if (st == TFM_OK && kept->gk) {
+        const int64_t n = s->batch * s->L * s->mha->d_model;
+        for (int64_t i = 0; i < n; i++)
+            grad_in[i] += kept->gk[i] + kept->gv[i];
+    }
+    return st;
+}
+
+static tfm_status keep_cross(const tfm__sublayer *base, const float *in,
+                             float *out, tfm__sublayer_kept *kept)
+{
+    const tfm__cross_attention_sublayer *s =
+        (const tfm__cross_attention_sublayer *)base;
+    const int64_t n = s->batch * s->S * s->mha->kdim;
+    tfm_status st = tfm__mha_forward_keep(s->mha, in, s->memory, s->memory,
+                                          s->batch, s->L, s->S, s->masks, 0,
+                                          s->drop_key, out, &kept->mha);
+    kept->gk = kept->gv = NULL;
+    if (st == TFM_OK && s->grad_memory &&
+        (!(kept->gk = tfm__ws_floats((size_t)n)) ||
+         !(kept->gv = tfm__ws_floats((size_t)n))))
+        st = tfm__fail(TFM_ERR_OUT_OF_MEMORY, "cross-attention backward: "
+                       "out of memory");
+    return st;
+}
+
+static tfm_status backward_cross(const tfm__sublayer *base,
+                                 const tfm__sublayer_kept *kept,
+                                 const float *grad_out, float *grad_in)
+{
+    const tfm__cross_attention_sublayer *s =
+        (const tfm__cross_attention_sublayer *)base;
+    tfm_status st = tfm__mha_backward_kept(s->mha, &kept->mha, grad_out,
+                                           grad_in, kept->gk, kept->gv);
+    if (st == TFM_OK && kept->gk) {
+        /* key = value = memory: its gradient is the sum of the two. */
+        const int64_t n = s->batch * s->S * s->mha->kdim;
+        for (int64_t i = 0; i < n; i++)
+            s->grad_memory[i] += kept->gk[i] + kept->gv[i];
+    }
+    return st;
+}
+
+static tfm_status keep_ff(const tfm__sublayer *base, const float *in,
+                          float *out, tfm__sublayer_kept *kept)
+{
+    const tfm__feed_forward_sublayer *s =
+        (const tfm__feed_forward_sublayer *)base;
+    return tfm__feed_forward_forward_keep(s->ff, in, s->rows, &s->drop, out,
+                                          &kept->ff);
+}
+
+static tfm_status backward_ff(const tfm__sublayer *base,
+                              const tfm__sublayer_kept *kept,
+                              const float *grad_out, float *grad_in)
+{
+    const tfm__feed_forward_sublayer *s =
+        (const tfm__feed_forward_sublayer *)base;
+    tfm__feed_forward_backward_kept(s->ff, &kept->ff, grad_out, grad_in);
+    return TFM_OK;
+}
+
+tfm__self_attention_sublayer tfm__sublayer_self_attention(
+    const tfm__mha *m, int64_t batch, int64_t L, const tfm__masks *masks,
+    uint64_t drop_key)
+{
+    return (tfm__self_attention_sublayer){ { run_self, keep_self,
+                                             backward_self },
+                                           m, batch, L, masks, drop_key };
+}
+
+tfm__cross_attention_sublayer tfm__sublayer_cross_attention(
+    const tfm__mha *m, int64_t batch, int64_t L, const float *memory,
+    int64_t S, const tfm__masks *masks, uint64_t drop_key)
+{
+    return (tfm__cross_attention_sublayer){ { run_cross, keep_cross,
+                                              backward_cross },
+                                            m, batch, L, S, memory, masks,
+                                            NULL, drop_key };
+}
+
+tfm__cached_attention_sublayer tfm__sublayer_cached_attention(
+    const tfm__mha *m, int64_t n_seqs, const tfm__cached_seq *seqs,
+    int64_t layer)
+{
+    return (tfm__cached_attention_sublayer){ { run_cached, NULL, NULL }, m,
+                                             n_seqs, layer, seqs };
+}
+
+tfm__memory_kv_sublayer tfm__sublayer_memory_kv(const tfm__mha *m,
+                                                int64_t rows,
+                                                const float *kv, int64_t S)
+{
+    return (tfm__memory_kv_sublayer){ { run_memory_kv, NULL, NULL }, m, rows,
+                                      S, kv };
+}
+
+tfm__feed_forward_sublayer tfm__sublayer_feed_forward(
+    const tfm__feed_forward *f, int64_t rows, tfm__dropout drop)
+{
+    return (tfm__feed_forward_sublayer){ { run_ff, keep_ff, backward_ff }, f,
+                                         rows, drop };
+}
+
+/* ---- The residual connection ----------------------------------------- */
+
+tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
+                         int norm_first, const tfm__dropout *branch, float *x,
+                         float *tmp, int64_t rows)
+{
+    const int64_t n = rows * norm->d;
+    const int drop = tfm__dropout_on(branch);
+    tfm_status st;
+    if (norm_first) {
+        /* x + f(LN(x)): tmp = LN(x), then f in place on tmp. */
+        tfm__layer_norm_run(norm, x, rows, tmp);
+        if ((st = f->run(f, tmp, tmp)) != TFM_OK)
+            return st;
+        if (drop)
+            tfm__dropout_apply(branch, 0, tmp, n);
+        for (int64_t i = 0; i < n; i++)
+            x[i] += tmp[i];
+    } else {
+        /* LN(x + f(x)): tmp = f(x), then the sum normalised in place. */
+        if ((st = f->run(f, x, tmp)) != TFM_OK)
+            return st;
+        if (drop)
+            tfm__dropout_apply(branch, 0, tmp, n);
+        for (int64_t i = 0; i < n; i++)
+            x[i] += tmp[i];
+        tfm__layer_norm_run(norm, x, rows, x);
+    }
+    return TFM_OK;
+}
+
+tfm_status tfm__residual_forward_keep(const tfm__sublayer *f,
+                                      const tfm__layer_norm *norm,
+                                      int norm_first,
+                                      const tfm__dropout *branch,
+                                      const float *x, float *y, int64_t rows,
+                                      float *scratch,
+                                      tfm__residual_kept *kept)
+{
+    const int64_t d = norm->d, n = rows * d;
+    tfm__residual_kept k = { .f = f, .norm = norm, .norm_first = norm_first,
+                             .x = x, .rows = rows };
+    const int drop = tfm__dropout_on(branch);
+    if (drop) {
+        k.branch = *branch;
+        if (!(k.gd = tfm__ws_floats((size_t)n)))
+            return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "residual backward: out "
+                             "of memory");
+    }
+    k.h = tfm__ws_floats((size_t)n);
+    if (k.h && !scratch)
+        scratch = tfm__ws_floats((size_t)(2 * n));
+    k.g = k.h ? scratch : NULL;
+    k.gf = k.g ? scratch + n : NULL;
+    k.acc = k.gf ? tfm__ws_alloc((size_t)(2 * d) * sizeof *k.acc) : NULL;
+    if (!k.acc)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "residual backward: out of "
+                         "memory");
+    tfm_status st;
+    if (norm_first) {
+        /* y = x + f(z), z = LN(x) kept in h. */
+        tfm__layer_norm_run(norm, x, rows, k.h);
+        if ((st = f->keep(f, k.h, y, &k.fk)) != TFM_OK)
+            return st;
+        if (drop)
+            tfm__dropout_apply(branch, 0, y, n);
+        for (int64_t i = 0; i < n; i++)
+            y[i] += x[i];
+    } else {
+        /* y = LN(h), h = x + f(x) kept. */
+        if ((st = f->keep(f, x, k.h, &k.fk)) != TFM_OK)
+            return st;
+        if (drop)
+            tfm__dropout_apply(branch, 0, k.h, n);
+        for (int64_t i = 0; i < n; i++)
+            k.h[i] += x[i];
+        tfm__layer_norm_run(norm, k.h, rows, y);
+    }
+    *kept = k;
+    return TFM_OK;
+}
+
+tfm_status tfm__residual_backward_kept(const tfm__residual_kept *k,
+                                       const float *grad_y, float *grad_x)
+{
+    const tfm__layer_norm *norm = k->norm;
+    const int64_t n = k->rows * norm->d;
+    const tfm_module *home = &norm->base;
+    float *gw = tfm__grad_of(home, norm->weight);
+    float *gb = norm->bias ? tfm__grad_of(home, norm->bias) : NULL;
+    tfm_status st;
+    /* Under the branch's dropout f's output gradient is masked first
+     * (into gd). */
+    const int drop = tfm__dropout_on(&k->branch);
+    if (k->norm_first) {
+        /* g = f'(z)^T grad_y; grad_x = grad_y + LN'(x)^T g (into gf). */
+        const float *gy = grad_y;
+        if (drop) {
+            tfm__dropout_copy_rows(&k->branch, 0, 0, grad_y, k->gd, 1, n, n);
+            gy = k->gd;
+        }
+        if ((st = k->f->backward(k->f, &k->fk, gy, k->g)) != TFM_OK)
+            return st;
+        tfm__layer_norm_backward(norm, k->x, k->rows, k->g, k->gf, gw, gb,
+                                 k->acc);
+        for (int64_t i = 0; i < n; i++)
+            grad_x[i] = grad_y[i] + k->gf[i];
+    } else {
+        /* g = LN'(h)^T grad_y (the norm's parameter gradients once f's
+         * backward has succeeded); gf = f'(x)^T g; grad_x = g + gf. */
+        tfm__layer_norm_backward(norm, k->h, k->rows, grad_y, k->g, NULL,
+                                 NULL, k->acc);
+        const float *gh = k->g;
+        if (drop) {
+            tfm__dropout_copy_rows(&k->branch, 0, 0, k->g, k->gd, 1, n, n);
+            gh = k->gd;
+        }
+        if ((st = k->f->backward(k->f, &k->fk, gh, k->gf)) != TFM_OK)
+            return st;
+        tfm__layer_norm_backward(norm, k->h, k->rows, grad_y, NULL, gw, gb,
+                                 k->acc);
+        for (int64_t i = 0; i < n; i++)
+            grad_x[i] = k->g[i] + k->gf[i];
+    }
+    return TFM_OK;
+}
+
+tfm_status tfm__residual_backward(const tfm__sublayer *f,
+                                  const tfm__layer_norm *norm, int norm_first,
+                                  const tfm__dropout *branch, const float *x,
+                                  const float *grad_y, float *grad_x,
+                                  int64_t rows)
+{
+    tfm__ws_mark mark = tfm__ws_save();
+    float *y = tfm__ws_floats((size_t)(rows * norm->d));
+    tfm__residual_kept kept;
+    tfm_status st = y ? tfm__residual_forward_keep(f, norm, norm_first,
+                                                   branch, x, y, rows, NULL,
+                                                   &kept)
+                      : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "residual "
+                                  "backward: out of memory");
+    if (st == TFM_OK)
+        st = tfm__residual_backward_kept(&kept, grad_y, grad_x);
+    tfm__ws_restore(mark);
+    return st;
+}
+
+tfm_status tfm__layer_ff_norms_new(tfm_module *parent,
+                                   const tfm_layer_config *c, unsigned parts,
+                                   tfm__feed_forward **ff,
+                                   tfm__layer_norm **const norms[],
+                                   int n_norms)
+{
+    const int bias = (parts & TFM__PART_BIAS) != 0;
+    tfm_status st = tfm__feed_forward_new(c->d_model, c->d_ff, c->activation,
+                                          bias, (parts & TFM__PART_GATED) != 0,
+                                          ff);
+    if (st == TFM_OK)
+        st = tfm__module_adopt(parent, "", &(*ff)->base);
+    for (int i = 0; st == TFM_OK && i < n_norms; i++) {
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "norm%d.", i + 1);
+        st = tfm__layer_norm_new(c->d_model, c->layer_norm_eps, bias,
+                                 (parts & TFM__PART_RMS_NORM) != 0, norms[i]);
+        if (st == TFM_OK)
+            st = tfm__module_adopt(parent, prefix, &(*norms[i])->base);
+    }
+    return st;
+}

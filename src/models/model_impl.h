@@ -1,0 +1,144 @@
+/* Internal: whole models (model.h), shared by the model, its file format
+ * and the KV cache. */
+#ifndef TFM_SRC_MODEL_IMPL_H
+#define TFM_SRC_MODEL_IMPL_H
+
+#include "nn/embedding_impl.h"
+#include "nn/layer_norm.h"
+#include "blocks/stack.h"
+#include "transformer/model.h"
+
+typedef struct tfm__model {
+    tfm_module base;
+    tfm_model_config config;
+    tfm_model_options options;          /* read (tfm__model_options_read):
+                                         * full size, base resolved */
+    tfm__embedding *token_embedding;    /* [vocab_size, d_model] */
+    tfm__embedding *position_embedding; /* learned positions or NULL */
+    tfm__stack *stack;                  /* decoder-/encoder-only blocks,
+                                         * with the final LayerNorm */
+    tfm__stack *encoder, *decoder;      /* encoder-decoder only */
+    float *lm_head;                     /* [vocab_size, d_model] */
+    int bias;                           /* 0: no biases in the blocks
+                                         * (tfm_model_create_v2) */
+    int rms_norm, gated;                /* tfm_layer_options' */
+    /* BERT's parts (tfm_layer_options' model members), NULL when absent: */
+    tfm__embedding *token_type_embedding; /* [type_vocab_size, d_model] */
+    tfm__layer_norm *embedding_norm;    /* over the summed embeddings */
+    float *head_transform;              /* [d_model, d_model] */
+    float *head_transform_bias;         /* [d_model] */
+    tfm__layer_norm *head_norm;         /* after head_transform's act */
+    float *lm_head_bias;                /* [vocab_size] */
+    int final_norm;                     /* 0: the stack has no "norm." */
+    /* ViT's parts (tfm_layer_options' patch_size > 0), NULL when absent;
+     * an image model has no token_embedding: */
+    struct tfm__patch_embedding *patch_embedding; /* [d, C, P, P] */
+    float *cls_token;                   /* [1, 1, d_model] */
+} tfm__model;
+
+/* Checks that m is a model; `kinds` is a bit set of 1 << architecture. */
+tfm_status tfm__model_check(const tfm_module *m, unsigned kinds,
+                            const char *what);
+
+/* Copies pub (NULL = the defaults) into *out, reading only
+ * pub->struct_size bytes (defaults for the rest), with both struct sizes
+ * set to the full ones and a positional_base of 0 resolved to 10000.
+ * Fails with TFM_ERR_INVALID_ARGUMENT when struct_size does not cover
+ * struct_size and positional_base (message set). */
+tfm_status tfm__model_options_read(const tfm_model_options *pub,
+                                   tfm_model_options *out);
+
+/* Validates a model configuration with read options (message set): the
+ * architecture, sizes, positional encoding and base, and the attention
+ * variant for the layers' n_heads and d_k (plain attention only for
+ * encoder-decoder models: TFM_ERR_UNSUPPORTED). */
+tfm_status tfm__model_config_check(const tfm_model_config *c,
+                                   const tfm_model_options *o);
+
+/* Key/value columns per position of a decoder-only or encoder-only
+ * model's self-attention: n_kv_heads * d_k (d_model without GQA/MQA).
+ * c and o already checked. */
+int64_t tfm__model_kv_dim(const tfm_model_config *c,
+                          const tfm_model_options *o);
+
+/* Checks a generation call's token budget (generate.c, shared with
+ * beam_search.c): max_new_tokens in lowest_max .. TFM_MAX_NEW_TOKENS
+ * (generation allows 0, beam search 1) and min_new_tokens >= 0.
+ * TFM_ERR_INVALID_ARGUMENT with the message set, else TFM_OK. */
+tfm_status tfm__check_new_tokens(int64_t max_new_tokens,
+                                 int64_t min_new_tokens, int64_t lowest_max);
+
+/* x [B, L, d] = embeddings of ids [B, L] plus positions offset ..
+ * offset+L-1 (ids already checked), plus token type 0's row and through
+ * the embedding norm when the model has them. */
+void tfm__model_embed(const tfm__model *m, const int32_t *ids, int64_t B,
+                      int64_t L, int64_t offset, float *x);
+
+/* Checks n ids against the vocabulary (message set). */
+tfm_status tfm__model_check_ids(const tfm__model *m, const int32_t *ids,
+                                int64_t n, const char *what);
+
+/* logits [rows, vocab] = h [rows, d] lm_head^T (+ lm_head_bias), after
+ * the head transform when the model has one (its scratch [rows, d] from
+ * the workspace: TFM_ERR_OUT_OF_MEMORY with the message set, logits
+ * untouched). */
+tfm_status tfm__model_head(const tfm__model *m, const float *h, int64_t rows,
+                           float *logits);
+
+/* dst <- src: the positions src holds (keys and values of every layer),
+ * its length and its RoPE origin.  Both caches of the same model and
+ * capacity, both rolling or neither (kv_cache.c; the beams of a beam
+ * search, beam_search.c). */
+void tfm__kv_cache_copy(tfm_kv_cache *dst, const tfm_kv_cache *src);
+
+/* Prefix reuse (tfm_generate_options.cache, generate.c): the number of
+ * leading ids of ids[0 .. n) that the cache holds as its first positions
+ * (0 for a rolling cache that has dropped its first positions);
+ * truncate keeps the first `length` positions (no-op when it holds
+ * fewer).  The model and whether the cache rolls. */
+int64_t tfm__kv_cache_common_prefix(const tfm_kv_cache *c,
+                                    const int32_t *ids, int64_t n);
+void tfm__kv_cache_truncate(tfm_kv_cache *c, int64_t length);
+const tfm__model *tfm__kv_cache_model(const tfm_kv_cache *c);
+int tfm__kv_cache_rolls(const tfm_kv_cache *c);
+
+/* tfm_kv_cache_create_rolling (model.h) without its checks: for models
+ * already checked, for which tfm__model_rolls holds (generate.c). */
+tfm_status tfm__kv_cache_create_rolling(const tfm_module *model,
+                                        int64_t capacity, tfm_kv_cache **out);
+
+/* One new token for each of n distinct caches of one model (a batch
+ * decoding step, generate_batch.c): ids[i] (checked) is appended to
+ * caches[i] (a full rolling cache first drops its oldest position) and its
+ * logits written to logits[i] [vocab].  The blocks' norms, projections,
+ * feed-forward and the head run once on the n rows (one matrix product
+ * each, the weights read once for the batch), attention per cache.  Row
+ * i's logits equal tfm_kv_cache_decode of ids[i] alone on caches[i] up to
+ * the rounding of a product of n rows instead of one.  Errors:
+ * TFM_ERR_CAPACITY (a full cache that does not roll), out-of-memory, a
+ * learned temperature <= 0; on error no cache has advanced. */
+tfm_status tfm__kv_cache_decode_rows(tfm_kv_cache *const *caches,
+                                     const int32_t *ids, int64_t n,
+                                     float *const *logits);
+
+/* The generator's internals that a batch of generators needs
+ * (generate.c, for generate_batch.c). */
+/* Copies pub (NULL: the defaults) as tfm_generator_create reads it. */
+tfm_status tfm__generate_options_read(const tfm_generate_options *pub,
+                                      tfm_generate_options *o);
+/* When g's next step starts with one cache append of its last token (not
+ * a re-encode past the context, and the generation runs): its cache, the
+ * token in *id and where its logits go in *logits; else NULL. */
+tfm_kv_cache *tfm__generator_pending(tfm_generator *g, int32_t *id,
+                                     float **logits);
+/* Marks that append done (*logits written, the cache advanced). */
+void tfm__generator_fed(tfm_generator *g);
+/* The tokens generated so far (tfm_generator_count of them). */
+const int32_t *tfm__generator_ids(const tfm_generator *g);
+
+/* Whether a model's attention depends on distances only (no learned or
+ * sinusoidal positions, no global tokens or BigBird blocks), so that a
+ * rolling cache keeps its meaning past the context. */
+int tfm__model_rolls(const tfm__model *m);
+
+#endif

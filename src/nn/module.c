@@ -1,0 +1,355 @@
+/* Modules: lifecycle, named parameters and cost (module.h). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "nn/module_impl.h"
+#include "nn/tape.h"
+#include "base/tensor_impl.h"
+
+tfm_module *tfm__module_alloc(size_t size, tfm_module_kind kind,
+                              const tfm__module_ops *ops)
+{
+    tfm_module *m = tfm__calloc(1, size);
+    if (!m) {
+        tfm__fail(TFM_ERR_OUT_OF_MEMORY, "cannot allocate a module");
+        return NULL;
+    }
+    m->kind = kind;
+    m->ops = ops;
+    return m;
+}
+
+static tfm_status reserve(tfm_module *m, int extra)
+{
+    if (m->n_params + extra <= m->cap_params)
+        return TFM_OK;
+    int cap = m->cap_params ? m->cap_params : 8;
+    while (cap < m->n_params + extra)
+        cap *= 2;
+    tfm__param *p = tfm__realloc(m->params, (size_t)cap * sizeof *p);
+    if (!p)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                         "cannot allocate the parameter table");
+    m->params = p;
+    m->cap_params = cap;
+    return TFM_OK;
+}
+
+static tfm_status push_param(tfm_module *m, const char *prefix,
+                             const tfm__param *from)
+{
+    const char *name = from->name;
+    tfm_status st = reserve(m, 1);
+    if (st != TFM_OK)
+        return st;
+    size_t len = strlen(prefix) + strlen(name) + 1;
+    char *full = tfm__malloc(len);
+    if (!full)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                         "cannot allocate a parameter name");
+    snprintf(full, len, "%s%s", prefix, name);
+    tfm__param *p = &m->params[m->n_params++];
+    *p = *from;
+    p->name = full;
+    return TFM_OK;
+}
+
+/* The table entry of spec over data (numel given). */
+static tfm__param param_of(const tfm__param_spec *spec, int64_t numel,
+                           float *data)
+{
+    tfm__param p = {
+        .name = (char *)spec->name, .rank = spec->rank, .numel = numel,
+        .data = data, .home = NULL, .init = spec->init, .init_fan_in = spec->init_fan_in,
+        .init_value = spec->init_value,
+    };
+    memcpy(p.shape, spec->shape, (size_t)spec->rank * sizeof *p.shape);
+    return p;
+}
+
+tfm_status tfm__module_own_params(tfm_module *m, const tfm__param_spec *specs,
+                                  int n)
+{
+    int64_t total = 0, numel[32];
+    if (n > 32)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "too many parameters");
+    for (int i = 0; i < n; i++) {
+        if (!tfm__checked_numel(specs[i].shape, specs[i].rank, sizeof(float),
+                                &numel[i]) ||
+            total > INT64_MAX - numel[i])
+            return tfm__fail(TFM_ERR_OVERFLOW,
+                             "parameter %s is too large", specs[i].name);
+        total += numel[i];
+    }
+    size_t bytes;
+    if (!tfm__mul_size((size_t)total, sizeof(float), &bytes) ||
+        (uint64_t)total > SIZE_MAX / sizeof(float))
+        return tfm__fail(TFM_ERR_OVERFLOW, "parameters are too large");
+    m->storage = tfm__calloc((size_t)total, sizeof(float));
+    if (!m->storage)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                         "cannot allocate %lld parameters", (long long)total);
+    m->n_storage = total;
+    float *p = m->storage;
+    for (int i = 0; i < n; i++) {
+        tfm__param param = param_of(&specs[i], numel[i], p);
+        param.home = m;
+        tfm_status st = push_param(m, "", &param);
+        if (st != TFM_OK)
+            return st;
+        *specs[i].ptr = p;
+        p += numel[i];
+    }
+    return TFM_OK;
+}
+
+tfm_status tfm__module_alias_param(tfm_module *m, const tfm__param_spec *spec,
+                                   float *data, tfm_module *home)
+{
+    int64_t numel = 1;
+    for (int i = 0; i < spec->rank; i++)
+        numel *= spec->shape[i];
+    tfm__param p = param_of(spec, numel, data);
+    p.home = home;
+    p.grad = tfm__grad_of(home, data);
+    return push_param(m, "", &p);
+}
+
+tfm_status tfm__module_add_child(tfm_module *m, const char *name,
+                                 tfm_module *child)
+{
+    size_t len = strlen(name) + 1;
+    char *copy = tfm__malloc(len);
+    tfm__child *c = copy ? tfm__realloc(m->children,
+                                        (size_t)(m->n_children + 1) * sizeof *c)
+                         : NULL;
+    if (!c) {
+        tfm__free(copy);
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                         "cannot allocate the sub-module table");
+    }
+    memcpy(copy, name, len);
+    m->children = c;
+    c[m->n_children++] = (tfm__child){ copy, child };
+    if (!child->owner)
+        child->owner = m;
+    return TFM_OK;
+}
+
+tfm_status tfm__module_adopt(tfm_module *m, const char *prefix,
+                             tfm_module *child)
+{
+    tfm_status st = reserve(m, child->n_params);
+    for (int i = 0; st == TFM_OK && i < child->n_params; i++) {
+        st = push_param(m, prefix, &child->params[i]);
+    }
+    size_t len = strlen(prefix);
+    if (st == TFM_OK && len == 0) {
+        for (int i = 0; st == TFM_OK && i < child->n_children; i++)
+            st = tfm__module_add_child(m, child->children[i].name,
+                                       child->children[i].module);
+    } else if (st == TFM_OK) {
+        char name[64];
+        if (len >= sizeof name)
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "prefix too long");
+        memcpy(name, prefix, len);
+        name[len - (prefix[len - 1] == '.')] = '\0';
+        st = tfm__module_add_child(m, name, child);
+    }
+    return st;
+}
+
+tfm_status tfm__module_check(const tfm_module *m, tfm_module_kind kind,
+                             const char *what)
+{
+    if (!m)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL", what);
+    if (m->kind != kind)
+        return tfm__fail(TFM_ERR_WRONG_KIND,
+                         "%s is a module of kind %d, expected kind %d", what,
+                         (int)m->kind, (int)kind);
+    return TFM_OK;
+}
+
+/* ---- public API --------------------------------------------------------- */
+
+void tfm_module_free(tfm_module *module)
+{
+    if (!module || module->owner)
+        return;         /* a part of another module: freed with it */
+    /* The kind's destroy frees the parts with tfm_module_free. */
+    for (int i = 0; i < module->n_children; i++)
+        if (module->children[i].module->owner == module)
+            module->children[i].module->owner = NULL;
+    if (module->ops && module->ops->destroy)
+        module->ops->destroy(module);
+    for (int i = 0; i < module->n_children; i++)
+        tfm__free(module->children[i].name);
+    tfm__free(module->children);
+    for (int i = 0; i < module->n_params; i++)
+        tfm__free(module->params[i].name);
+    tfm__free(module->params);
+    tfm__free(module->storage);
+    tfm__free(module->grad_storage);
+    tfm__tape_free(module);
+    tfm__free(module);
+}
+
+tfm_module_kind tfm_module_kind_of(const tfm_module *module)
+{
+    return module ? module->kind : (tfm_module_kind)0;
+}
+
+int64_t tfm_module_num_parameters(const tfm_module *module)
+{
+    int64_t total = 0;
+    for (int i = 0; module && i < module->n_params; i++)
+        total += module->params[i].numel;
+    return total;
+}
+
+int tfm_module_parameter_count(const tfm_module *module)
+{
+    return module ? module->n_params : 0;
+}
+
+const char *tfm_module_parameter_name(const tfm_module *module, int index)
+{
+    if (!module || index < 0 || index >= module->n_params)
+        return NULL;
+    return module->params[index].name;
+}
+
+tfm_status tfm__module_find_param(const tfm_module *m, const char *name,
+                                  const tfm__param **out)
+{
+    if (!m)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "module is NULL");
+    if (!name)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "parameter name is NULL");
+    for (int i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, name) == 0) {
+            *out = &m->params[i];
+            return TFM_OK;
+        }
+    return tfm__fail(TFM_ERR_NOT_FOUND, "the module has no parameter \"%s\"",
+                     name);
+}
+
+tfm_status tfm_module_parameter_shape(const tfm_module *module,
+                                      const char *name, int *rank,
+                                      int64_t *shape)
+{
+    const tfm__param *p = NULL;
+    if (!rank || !shape)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "rank or shape is NULL");
+    tfm_status st = tfm__module_find_param(module, name, &p);
+    if (st != TFM_OK)
+        return st;
+    *rank = p->rank;
+    memcpy(shape, p->shape, (size_t)p->rank * sizeof *shape);
+    return TFM_OK;
+}
+
+tfm_status tfm_module_set_parameter(tfm_module *module, const char *name,
+                                    const tfm_tensor *value)
+{
+    const tfm__param *p = NULL;
+    tfm_status st = tfm__module_find_param(module, name, &p);
+    if (st != TFM_OK)
+        return st;
+    if (!value)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "value for \"%s\" is NULL",
+                         name);
+    if ((st = tfm__check_shape(value, name, p->rank, p->shape)) != TFM_OK)
+        return st;
+    for (int64_t i = 0; i < p->numel; i++)
+        if (!isfinite(value->data[i]))
+            return tfm__fail(TFM_ERR_NON_FINITE,
+                             "%s has a non-finite value at element %lld",
+                             name, (long long)i);
+    memcpy(p->data, value->data, (size_t)p->numel * sizeof(float));
+    return TFM_OK;
+}
+
+tfm_status tfm_module_get_parameter(const tfm_module *module,
+                                    const char *name, tfm_tensor *out)
+{
+    const tfm__param *p = NULL;
+    tfm_status st = tfm__module_find_param(module, name, &p);
+    if (st != TFM_OK)
+        return st;
+    if ((st = tfm__check_shape(out, "out", p->rank, p->shape)) != TFM_OK)
+        return st;
+    memcpy(out->data, p->data, (size_t)p->numel * sizeof(float));
+    return TFM_OK;
+}
+
+int tfm_module_child_count(const tfm_module *module)
+{
+    return module ? module->n_children : 0;
+}
+
+const char *tfm_module_child_name(const tfm_module *module, int index)
+{
+    if (!module || index < 0 || index >= module->n_children)
+        return NULL;
+    return module->children[index].name;
+}
+
+tfm_status tfm_module_child(tfm_module *module, const char *name,
+                            tfm_module **child)
+{
+    if (!module || !name || !child)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT,
+                         "module, name or child is NULL");
+    const char *rest = name;
+    tfm_module *m = module;
+    while (*rest) {
+        const tfm__child *found = NULL;
+        size_t len = 0;
+        /* The longest child name that is rest or a dotted prefix of it
+         * ("layers.1" before "layers" in "layers.1.norm1"). */
+        for (int i = 0; i < m->n_children; i++) {
+            size_t n = strlen(m->children[i].name);
+            if (n > len && strncmp(rest, m->children[i].name, n) == 0 &&
+                (rest[n] == '\0' || rest[n] == '.')) {
+                found = &m->children[i];
+                len = n;
+            }
+        }
+        if (!found)
+            return tfm__fail(TFM_ERR_NOT_FOUND,
+                             "the module has no sub-module \"%s\"", name);
+        m = found->module;
+        rest += len + (rest[len] == '.');
+        if (rest[-1] == '.' && *rest == '\0')
+            return tfm__fail(TFM_ERR_NOT_FOUND,
+                             "the module has no sub-module \"%s\"", name);
+    }
+    if (m == module)
+        return tfm__fail(TFM_ERR_NOT_FOUND,
+                         "the module has no sub-module \"%s\"", name);
+    *child = m;
+    return TFM_OK;
+}
+
+tfm_status tfm_module_forward_macs(const tfm_module *module, int64_t batch,
+                                   int64_t tgt_len, int64_t src_len,
+                                   int64_t *macs)
+{
+    if (!module || !macs)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "module or macs is NULL");
+    if (batch < 1 || tgt_len < 1 || src_len < 1)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "batch, tgt_len and src_len must be at least 1");
+    int64_t total = 0;
+    tfm_status st = module->ops->macs(module, batch, tgt_len, src_len, &total);
+    if (st != TFM_OK)
+        return st;
+    *macs = total;
+    return TFM_OK;
+}
