@@ -194,10 +194,13 @@ print(len(transformer.__all__), "public names, every class and function document
   || fail "Python docstrings"
 
 step "lua5.4 -e 'require(\"transformer\")'"
-run lua5.4 -e 'local t = require("transformer")
+lua_where=$(run lua5.4 -e 'local t = require("transformer")
                assert(type(t) == "table")
-               print("transformer from " .. package.searchpath("transformer", package.path))' \
+               print(package.searchpath("transformer", package.path))') \
   || fail "require(\"transformer\")"
+echo "transformer from $lua_where"
+[ "$lua_where" = /usr/share/lua/5.4/transformer/init.lua ] \
+  || fail "require(\"transformer\") found $lua_where, not the package's transformer/init.lua"
 
 step "the bindings find the installed default model"
 model=$(dpkg -L transformer-model-kjv | grep '\.safetensors$')

@@ -1,7 +1,7 @@
 /*
  * SWIG interface of the Lua 5.4 module transformer.core (transformer/core.so,
  * luaopen_transformer_core): the low-level API, generated from the public
- * headers, on which the idiomatic module transformer.lua is built.
+ * headers, on which the idiomatic package transformer/ (init.lua ...) is built.
  *
  *   local core = require("transformer.core")
  *   local mha = core.tfm_mha_create(8, 2, 0, 0, true)   -- a module object
@@ -1221,8 +1221,8 @@ static void tfml_read_generate_options(lua_State *L, int idx,
 
 /* generator_create(model, prompt_ids, options [, tokenizer [, cache]]) ->
  * generator (tfm_generator_create; options as tfml_read_generate_options
- * reads them; cache: options.cache, prefix reuse, which transformer.lua
- * keeps alive and closes the generator before).  The generator keeps the
+ * reads them; cache: options.cache, prefix reuse, which
+ * transformer/generation.lua keeps alive and closes the generator before).  The generator keeps the
  * model alive and is closed with it. */
 static int tfml_generator_create(lua_State *L)
 {
@@ -1885,8 +1885,8 @@ TFML_HANDLE_OUT(tfm_safetensors_writer)
 %}
 /* tfm_module_child: a borrowed part of its parent, not owned by the
  * collector (a finalizer running after the parent's, as when the state
- * closes, must not touch it); transformer.lua keeps the parent object
- * alive, and close() on it only marks it closed. */
+ * closes, must not touch it); transformer/submodules.lua keeps the parent
+ * object alive, and close() on it only marks it closed. */
 %typemap(in, numinputs=0) tfm_module **child (tfm_module *tmp = NULL)
 %{ $1 = &tmp; %}
 %typemap(argout) tfm_module **child %{

@@ -1,6 +1,7 @@
 -- Multi-head attention on a small table, with the Lua bindings.
 --
---   LUA_CPATH="build/bindings/lua/?.so;;" LUA_PATH="bindings/lua/?.lua;;" \
+--   LUA_CPATH="build/bindings/lua/?.so;;" \
+--   LUA_PATH="bindings/lua/?.lua;bindings/lua/?/init.lua;;" \
 --       lua5.4 examples/lua/attention.lua
 --
 -- Four positions with four features each go through a 2-head attention

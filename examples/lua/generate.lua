@@ -2,7 +2,8 @@
 -- character-level model trained on the King James Bible), with the Lua
 -- bindings.
 --
---   LUA_CPATH="build/bindings/lua/?.so;;" LUA_PATH="bindings/lua/?.lua;;" \
+--   LUA_CPATH="build/bindings/lua/?.so;;" \
+--   LUA_PATH="bindings/lua/?.lua;bindings/lua/?/init.lua;;" \
 --       lua5.4 examples/lua/generate.lua ["prompt" [max_new_tokens [temperature [seed]]]]
 --
 -- Without a temperature the decoding is greedy (always the most likely

@@ -99,12 +99,15 @@ fi
 
 if [ -n "${LUA:-}" ]; then
   step "Lua module in $LUA_CMOD_DIR and $LUA_LMOD_DIR"
-  LUA_PATH="$prefix/$LUA_LMOD_DIR/?.lua;$prefix/$LUA_LMOD_DIR/?/init.lua" \
-  LUA_CPATH="$prefix/$LUA_CMOD_DIR/?.so" \
+  # The package transformer/ (init.lua and its files) beside transformer/core.so.
+  where=$(LUA_PATH="$prefix/$LUA_LMOD_DIR/?.lua;$prefix/$LUA_LMOD_DIR/?/init.lua" \
+          LUA_CPATH="$prefix/$LUA_CMOD_DIR/?.so" \
     "$LUA" -e 'local t = require("transformer")
-               print("require(\"transformer\"): " .. type(t) .. " from " ..
-                     package.searchpath("transformer", package.path))' \
+               assert(type(t) == "table" and t.Model and t.optim)
+               print(package.searchpath("transformer", package.path))') \
     || fail "require(\"transformer\") from the prefix"
+  echo "require(\"transformer\"): $where"
+  [ "$where" = "$prefix/$LUA_LMOD_DIR/transformer/init.lua" ] || fail "required $where"
 fi
 
 if [ "${CLI:-0}" = 1 ]; then
