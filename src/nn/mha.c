@@ -247,14 +247,15 @@ tfm__dropout tfm__mha_dropout(const tfm__mha *m, uint64_t key)
  * all scratch that RoPE may rotate in place (key rows below k_rotated
  * already are): ctx [B, L, d] receives the heads' outputs side by side.
  * The module's extra rows (add_bias_kv, add_zero_attn) are appended here,
- * so that weights has S + tfm__mha_extra_rows(m) columns.  Fails like
- * tfm__attend. */
+ * so that weights has S + tfm__mha_extra_rows(m) columns.  lse [B, H, L]:
+ * the training forward's log-sum-exp per row (NULL: not wanted).  Fails
+ * like tfm__attend. */
 static tfm_status mha_attend(const tfm__mha *m, float *q, int64_t ldq,
                              tfm__heads k, tfm__heads v, int64_t k_rotated,
                              int64_t rope_origin, int64_t B, int64_t L, int64_t S,
                              const tfm__masks *masks, float *ctx,
                              float *weights, int average, uint64_t key,
-                             int values_finite)
+                             int values_finite, float *lse)
 {
     tfm__masks padded;
     if (tfm__mha_extra_rows(m) > 0) {
@@ -275,8 +276,10 @@ static tfm_status mha_attend(const tfm__mha *m, float *q, int64_t ldq,
         .v = v,
         .out = { ctx, L * d, dk, d },
         .B = B, .L = L, .S = S, .masks = masks,
-        .weights = weights, .average = average,
-        .rope_in_place = 1, .k_rotated = k_rotated,
+        .weights = weights, .average = average, .lse = lse,
+        /* A training forward (lse wanted) keeps q and k unrotated for its
+         * backward: RoPE then rotates copies. */
+        .rope_in_place = lse == NULL, .k_rotated = k_rotated,
         .rope_origin = rope_origin,
         .dropout = tfm__mha_dropout(m, key),
         .values_finite = values_finite,
@@ -309,6 +312,146 @@ tfm_status tfm__mha_run(const tfm__mha *m, const float *query,
                                masks, out, weights, average, drop_key);
 }
 
+/* Where one call's q, k and v lie: self-attention with packed weights
+ * (the same rows for query, key and value, fuse_inputs) is one product
+ * x [W_q; W_k; W_v]^T, q, k and v side by side in rows of d + 2 kv_dim;
+ * keys and values from one memory with packed weights (cross-attention)
+ * one product memory [W_k; W_v]^T, k and v side by side in rows of 2 kv;
+ * otherwise one product each (none for a caller's static keys or
+ * values). */
+typedef struct mha_layout {
+    int fused, kv_joint, proj_k, proj_v;
+    int64_t ld, ldkv;   /* row strides of q and of k, v */
+} mha_layout;
+
+static mha_layout layout_of(const tfm__mha *m, const float *query,
+                            const float *key, const float *value,
+                            const float *static_k, const float *static_v,
+                            int64_t L, int64_t S, int fuse_inputs)
+{
+    const int64_t d = m->d_model, kv = m->kv_dim;
+    mha_layout o = { .proj_k = !static_k, .proj_v = !static_v };
+    const int proj = o.proj_k && o.proj_v && m->packed;
+    o.fused = proj && fuse_inputs && query == key && key == value && L == S;
+    o.kv_joint = proj && !o.fused && key == value;
+    o.ld = o.fused ? d + 2 * kv : d;
+    o.ldkv = o.fused ? d + 2 * kv : o.kv_joint ? 2 * kv : kv;
+    return o;
+}
+
+/* q = query W_q^T + b_q, k and v likewise, into q, k, v as o lays them
+ * out (k, v unused where static). */
+static void project(const tfm__mha *m, const mha_layout *o,
+                    const float *query, const float *key, const float *value,
+                    int64_t B, int64_t L, int64_t S, float *q, float *k,
+                    float *v)
+{
+    const int64_t d = m->d_model, kv = m->kv_dim;
+    if (o->fused) {
+        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, o->ld, q,
+                             o->ld);
+        return;
+    }
+    tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
+    if (o->kv_joint) {
+        tfm__linear_parallel(key, d, B * S, d, m->w_k, m->b_k, 2 * kv, k,
+                             2 * kv);
+        return;
+    }
+    if (o->proj_k)
+        tfm__linear_parallel(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k, kv,
+                             k, kv);
+    if (o->proj_v)
+        tfm__linear_parallel(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v,
+                             kv, v, kv);
+}
+
+/* Workspace for q, k, v, ctx as o lays them out (k, v: NULL where static;
+ * fused, kv_joint: k and v point into q, k), and with backward != 0 the
+ * training forward's lse [B, H, L] and the backward's dctx, dq, dk, dv (laid
+ * out as q, k, v) and acc.  0 on out-of-memory. */
+static int take_buffers(const tfm__mha *m, const mha_layout *o, int64_t B,
+                        int64_t L, int64_t S, int backward, tfm__mha_kept *c)
+{
+    const int64_t d = m->d_model, kv = m->kv_dim, H = m->n_heads;
+    const size_t nq = (size_t)(B * L * o->ld), nkv = (size_t)(B * S * kv);
+    float **const fw[] = { &c->q, &c->dq }, **const kw[] = { &c->k, &c->dk },
+                  **const vw[] = { &c->v, &c->dv };
+    for (int g = 0; g <= (backward != 0); g++) {
+        float *x = tfm__ws_floats(nq), *k = NULL, *v = NULL;
+        if (!x)
+            return 0;
+        if (o->fused) {
+            k = x + d;
+            v = x + d + kv;
+        } else if (o->kv_joint) {
+            if (!(k = tfm__ws_floats(2 * nkv)))
+                return 0;
+            v = k + kv;
+        } else if ((o->proj_k && !(k = tfm__ws_floats(nkv))) ||
+                   (o->proj_v && !(v = tfm__ws_floats(nkv)))) {
+            return 0;
+        }
+        *fw[g] = x, *kw[g] = k, *vw[g] = v;
+        if (g == 0 && !(c->ctx = tfm__ws_floats((size_t)(B * L * d))))
+            return 0;
+        if (g == 0 && backward &&
+            (!(c->lse = tfm__ws_floats((size_t)(B * H * L))) ||
+             !(c->dctx = tfm__ws_floats((size_t)(B * L * d)))))
+            return 0;
+    }
+    const int64_t widest = o->fused ? o->ld : d > kv ? d : kv;
+    return !backward ||
+           (c->acc = tfm__ws_alloc((size_t)widest * sizeof *c->acc)) != NULL;
+}
+
+/* The one forward of multi-head attention: projections, attention through
+ * the door, output projection (out NULL: not wanted).  kept NULL: scratch
+ * released on return; else the training forward, refusing what has no
+ * backward, with the attention's log-sum-exp and the backward's scratch
+ * taken in the caller's workspace and described in *kept. */
+static tfm_status mha_one_forward(const tfm__mha *m, const float *query,
+                              const float *key, const float *value,
+                              const float *static_k, const float *static_v,
+                              int64_t B, int64_t L, int64_t S,
+                              const tfm__masks *masks, int fuse_inputs,
+                              float *out, float *weights, int average,
+                              uint64_t drop_key, tfm__mha_kept *kept)
+{
+    if (kept && tfm__mha_extra_rows(m) > 0)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "tfm_mha_backward: add_bias_kv and add_zero_attn "
+                         "have no backward yet");
+    const int64_t d = m->d_model;
+    const mha_layout o = layout_of(m, query, key, value, static_k, static_v,
+                                   L, S, fuse_inputs);
+    tfm__mha_kept c = { .query = query, .key = key, .value = value,
+                        .B = B, .L = L, .S = S, .masks = masks,
+                        .fused = o.fused, .ld = o.ld, .ldkv = o.ldkv,
+                        .drop = tfm__mha_dropout(m, drop_key) };
+    tfm__ws_mark mark = tfm__ws_save();
+    if (!take_buffers(m, &o, B, L, S, kept != NULL, &c)) {
+        tfm__ws_restore(mark);
+        return kept ? tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                                "tfm_mha_backward: out of memory")
+                    : TFM_ERR_OUT_OF_MEMORY;
+    }
+    project(m, &o, query, key, value, B, L, S, c.q, c.k, c.v);
+    const tfm__heads kh = o.proj_k ? rows_heads(m, c.k, S, o.ldkv)
+                                   : static_heads(m, static_k, S);
+    const tfm__heads vh = o.proj_v ? rows_heads(m, c.v, S, o.ldkv)
+                                   : static_heads(m, static_v, S);
+    tfm_status st = mha_attend(m, c.q, o.ld, kh, vh, 0, 0, B, L, S, masks,
+                               c.ctx, weights, average, drop_key, 0, c.lse);
+    if (st == TFM_OK && out)
+        tfm__linear_parallel(c.ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
+    if (st == TFM_OK && kept)
+        *kept = c;  /* its scratch stays in the caller's workspace */
+    else
+        tfm__ws_restore(mark);
+    return st;
+}
+
 tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
                                const float *key, const float *value,
                                const float *static_k, const float *static_v,
@@ -316,73 +459,19 @@ tfm_status tfm__mha_run_static(const tfm__mha *m, const float *query,
                                const tfm__masks *masks, float *out,
                                float *weights, int average, uint64_t drop_key)
 {
-    const int64_t d = m->d_model, kv = m->kv_dim;
-    const int proj_k = !static_k, proj_v = !static_v;
-    /* Self-attention (the same rows for query, key and value) with packed
-     * weights: one product x [W_q; W_k; W_v]^T gives q, k and v side by
-     * side in rows of d + 2 kv_dim. */
-    const int fused = proj_k && proj_v && query == key && key == value &&
-                      L == S && m->packed;
-    /* q [B, L, d] (row stride ld), k and v [B, S, kv_dim] (row stride
-     * ldkv), ctx [B, L, d]: the heads' outputs side by side. */
-    tfm__ws_mark mark = tfm__ws_save();
-    float *q, *k = NULL, *v = NULL;
-    int64_t ld = d, ldkv = kv;
-    int ok;
-    if (fused) {
-        q = tfm__ws_floats((size_t)(B * L * (d + 2 * kv)));
-        /* (no offset from a NULL q: that is undefined behaviour) */
-        k = q ? q + d : NULL;
-        v = q ? q + d + kv : NULL;
-        ld = ldkv = d + 2 * kv;
-        ok = q != NULL;
-    } else if (proj_k && proj_v && key == value && m->packed) {
-        /* Cross-attention (keys and values from the same memory): one
-         * product memory [W_k; W_v]^T gives k and v side by side. */
-        q = tfm__ws_floats((size_t)(B * L * d));
-        k = q ? tfm__ws_floats((size_t)(B * S * 2 * kv)) : NULL;
-        v = k ? k + kv : NULL;
-        ldkv = 2 * kv;
-        ok = k != NULL;
-    } else {
-        q = tfm__ws_floats((size_t)(B * L * d));
-        ok = q != NULL;
-        if (ok && proj_k)
-            ok = (k = tfm__ws_floats((size_t)(B * S * kv))) != NULL;
-        if (ok && proj_v)
-            ok = (v = tfm__ws_floats((size_t)(B * S * kv))) != NULL;
-    }
-    float *ctx = ok ? tfm__ws_floats((size_t)(B * L * d)) : NULL;
-    if (!ctx) {
-        tfm__ws_restore(mark);
-        return TFM_ERR_OUT_OF_MEMORY;
-    }
-    if (fused) {
-        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d + 2 * kv,
-                             q, d + 2 * kv);
-    } else if (ldkv == 2 * kv) {
-        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
-        tfm__linear_parallel(key, d, B * S, d, m->w_k, m->b_k, 2 * kv, k,
-                             2 * kv);
-    } else {
-        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, q, d);
-        if (proj_k)
-            tfm__linear_parallel(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k,
-                                 kv, k, kv);
-        if (proj_v)
-            tfm__linear_parallel(value, m->vdim, B * S, m->vdim, m->w_v,
-                                 m->b_v, kv, v, kv);
-    }
-    const tfm__heads kh = proj_k ? rows_heads(m, k, S, ldkv)
-                                 : static_heads(m, static_k, S);
-    const tfm__heads vh = proj_v ? rows_heads(m, v, S, ldkv)
-                                 : static_heads(m, static_v, S);
-    tfm_status st = mha_attend(m, q, ld, kh, vh, 0, 0, B, L, S, masks, ctx,
-                               weights, average, drop_key, 0);
-    if (st == TFM_OK)
-        tfm__linear_parallel(ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
-    tfm__ws_restore(mark);
-    return st;
+    return mha_one_forward(m, query, key, value, static_k, static_v, B, L, S,
+                       masks, 1, out, weights, average, drop_key, NULL);
+}
+
+tfm_status tfm__mha_forward_keep(const tfm__mha *m, const float *query,
+                                 const float *key, const float *value,
+                                 int64_t B, int64_t L, int64_t S,
+                                 const tfm__masks *masks, int fuse_inputs,
+                                 uint64_t drop_key, float *out,
+                                 tfm__mha_kept *kept)
+{
+    return mha_one_forward(m, query, key, value, NULL, NULL, B, L, S, masks,
+                       fuse_inputs, out, NULL, 0, drop_key, kept);
 }
 
 tfm_status tfm__mha_run_cached_seqs(const tfm__mha *m, const float *x,
@@ -432,7 +521,7 @@ tfm_status tfm__mha_run_cached_seqs(const tfm__mha *m, const float *x,
         const int64_t S = q->past + q->n;
         st = mha_attend(m, mine, w, rows_heads(m, k_cache, S, kv),
                         rows_heads(m, v_cache, S, kv), q->past, q->origin, 1,
-                        q->n, S, &causal, ctx + row * d, NULL, 0, 0, finite);
+                        q->n, S, &causal, ctx + row * d, NULL, 0, 0, finite, NULL);
         row += q->n;
     }
     if (st == TFM_OK)
@@ -477,7 +566,7 @@ tfm_status tfm__mha_run_memory_kv(const tfm__mha *m, const float *x,
     float *k = (float *)kv;
     tfm_status st = mha_attend(m, q, d, rows_heads(m, k, S, w),
                                rows_heads(m, k + m->kv_dim, S, w), S, 0, 1,
-                               rows, S, &none, ctx, NULL, 0, 0, 0);
+                               rows, S, &none, ctx, NULL, 0, 0, 0, NULL);
     if (st == TFM_OK)
         tfm__linear_parallel(ctx, d, rows, d, m->w_o, m->b_o, d, out, d);
     tfm__ws_restore(mark);

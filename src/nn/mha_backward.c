@@ -2,12 +2,11 @@
  * tfm_mha_backward; torch.autograd's gradients of nn.MultiheadAttention /
  * F.multi_head_attention_forward).
  *
- * Nothing is kept from the forward call: tfm__mha_forward_keep recomputes
- * the projections q = query W_q^T + b_q, k, v (one product for
- * self-attention) and the attention's output and per-row log-sum-exp (the
- * attention through the one door, tfm__attend, with the training
- * forward's lse), and out when the caller (a residual block's backward)
- * needs it; then tfm__mha_backward_kept goes, in reverse order,
+ * The forward is mha.c's one forward told to keep (tfm__mha_forward_keep:
+ * the projections q = query W_q^T + b_q, k, v, laid out as the evaluation
+ * forward lays them, the attention's output and per-row log-sum-exp
+ * through the one door, tfm__attend, and the backward's scratch); from
+ * what it kept tfm__mha_backward_kept goes, in reverse order,
  *   out_proj:  W_o.grad += dout^T ctx,  b_o.grad += sum dout,
  *              dctx = dout W_o;
  *   attention: dq, dk, dv = tfm__attend_backward (FlashAttention-2's tiled
@@ -36,89 +35,6 @@ static tfm__heads heads(const tfm__mha *m, float *x, int64_t rows,
                         int64_t ld)
 {
     return (tfm__heads){ x, rows * ld, m->d_k, ld };
-}
-
-tfm_status tfm__mha_forward_keep(const tfm__mha *m, const float *query,
-                                 const float *key, const float *value,
-                                 int64_t B, int64_t L, int64_t S,
-                                 const tfm__masks *masks, int fuse_inputs,
-                                 uint64_t drop_key, float *out,
-                                 tfm__mha_kept *kept)
-{
-    if (tfm__mha_extra_rows(m) > 0)
-        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "tfm_mha_backward: add_bias_kv and add_zero_attn "
-                         "have no backward yet");
-    const int64_t d = m->d_model, kv = m->kv_dim, H = m->n_heads;
-    const int fused = fuse_inputs && m->packed && query == key &&
-                      key == value && L == S;
-    /* Keys and values from one memory with packed weights (cross-
-     * attention): one product memory [W_k; W_v]^T, k and v side by side in
-     * rows of 2 kv, as tfm__mha_run computes them (the same bits as the
-     * evaluation forward); dk, dv likewise. */
-    const int kv_joint = !fused && m->packed && key == value;
-    tfm__mha_kept c = { .query = query, .key = key, .value = value,
-                        .B = B, .L = L, .S = S, .masks = masks,
-                        .fused = fused, .ld = fused ? d + 2 * kv : d,
-                        .ldkv = fused ? d + 2 * kv : kv_joint ? 2 * kv : kv,
-                        .drop = tfm__mha_dropout(m, drop_key) };
-    /* Fused: q, k, v side by side in rows of d + 2 kv, and so dq, dk,
-     * dv (the in-projection's backward is then one product). */
-    const size_t nq = (size_t)(B * L * c.ld), nkv = (size_t)(B * S * kv);
-    int ok = (c.q = tfm__ws_floats(nq)) != NULL;
-    if (ok && kv_joint)
-        ok = (c.k = tfm__ws_floats(2 * nkv)) != NULL;
-    else if (ok && !fused)
-        ok = (c.k = tfm__ws_floats(nkv)) != NULL &&
-             (c.v = tfm__ws_floats(nkv)) != NULL;
-    ok = ok && (c.ctx = tfm__ws_floats((size_t)(B * L * d))) != NULL &&
-         (c.lse = tfm__ws_floats((size_t)(B * H * L))) != NULL &&
-         (c.dctx = tfm__ws_floats((size_t)(B * L * d))) != NULL &&
-         (c.dq = tfm__ws_floats(nq)) != NULL;
-    if (ok && kv_joint)
-        ok = (c.dk = tfm__ws_floats(2 * nkv)) != NULL;
-    else if (ok && !fused)
-        ok = (c.dk = tfm__ws_floats(nkv)) != NULL &&
-             (c.dv = tfm__ws_floats(nkv)) != NULL;
-    const int64_t widest = fused ? d + 2 * kv : d > kv ? d : kv;
-    if (ok)
-        ok = (c.acc = tfm__ws_alloc((size_t)widest * sizeof *c.acc)) != NULL;
-    if (!ok)
-        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
-                         "tfm_mha_backward: out of memory");
-    if (fused) {
-        c.k = c.q + d;
-        c.v = c.q + d + kv;
-        c.dk = c.dq + d;
-        c.dv = c.dq + d + kv;
-        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d + 2 * kv,
-                             c.q, d + 2 * kv);
-    } else if (kv_joint) {
-        c.v = c.k + kv;
-        c.dv = c.dk + kv;
-        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, c.q, d);
-        tfm__linear_parallel(key, d, B * S, d, m->w_k, m->b_k, 2 * kv, c.k,
-                             2 * kv);
-    } else {
-        tfm__linear_parallel(query, d, B * L, d, m->w_q, m->b_q, d, c.q, d);
-        tfm__linear_parallel(key, m->kdim, B * S, m->kdim, m->w_k, m->b_k,
-                             kv, c.k, kv);
-        tfm__linear_parallel(value, m->vdim, B * S, m->vdim, m->w_v, m->b_v,
-                             kv, c.v, kv);
-    }
-    const tfm__attention_args args = {
-        .q = heads(m, c.q, L, c.ld), .k = heads(m, c.k, S, c.ldkv),
-        .v = heads(m, c.v, S, c.ldkv), .out = heads(m, c.ctx, L, d),
-        .B = B, .L = L, .S = S, .masks = masks, .lse = c.lse,
-        .dropout = c.drop,
-    };
-    tfm_status st = tfm__attend(&m->var, &args);
-    if (st != TFM_OK)
-        return st;
-    if (out)
-        tfm__linear_parallel(c.ctx, d, B * L, d, m->w_o, m->b_o, d, out, d);
-    *kept = c;
-    return TFM_OK;
 }
 
 tfm_status tfm__mha_backward_kept(const tfm__mha *m,
