@@ -1,5 +1,5 @@
 # Installation of the library and everything a consumer needs to build
-# against it (docs/ABI.md, README "Building and installing the Debian
+# against it (docs/ABI.md, docs/INSTALL.md "The Debian
 # packages"):
 #
 #   <libdir>/libtransformer.so.1.M.P           runtime (component Runtime)

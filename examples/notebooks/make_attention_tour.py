@@ -700,6 +700,8 @@ ax.plot(np.arange(1, steps + 1), np.array(losses) / np.log(2), label="training l
 ax.axhline(np.log2(len(chars)), color="gray", ls="--",
            label="chance: log2(%d)" % len(chars))
 ax.set_yscale("log")
+ax.minorticks_off()
+ax.set_yticks([2, 5, 10, 20, 50], labels=["2", "5", "10", "20", "50"])
 ax.set_xlabel("step"); ax.set_ylabel("bits per character (log scale)")
 ax.set_title("training a 2-layer model from scratch")
 ax.legend()
