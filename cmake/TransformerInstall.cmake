@@ -1,5 +1,5 @@
 # Installation of the library and everything a consumer needs to build
-# against it (docs/ABI.md, README "Building and installing the Debian
+# against it (docs/ABI.md, docs/INSTALL.md "The Debian
 # packages"):
 #
 #   <libdir>/libtransformer.so.1.M.P           runtime (component Runtime)
@@ -79,10 +79,21 @@ install(FILES
 # ---- pkg-config ---------------------------------------------------------
 # Written at install time, so that the prefix in the file is the one the
 # files really go to (`cmake --install --prefix P` included).  OpenBLAS,
-# cJSON, libm and threads appear only in the private fields: the public
-# headers expose none of them, and a program that uses only tfm_ functions
-# links with -ltransformer alone.
+# cJSON, PCRE2, utf8proc, libm and threads appear only in Libs.private: the
+# public headers expose none of them, a program that uses only tfm_
+# functions links with -ltransformer alone, and `pkg-config --cflags` gives
+# only the include directory.  (Requires.private would leak their Cflags,
+# such as OpenBLAS's include directory and -DUTF8PROC_EXPORTS, into every
+# consumer's --cflags.)  The linker flags are those pkg-config gave the
+# build for each dependency.
+set(_tfm_pc_libs_private "")
+foreach(_dep OPENBLAS CJSON PCRE2 UTF8PROC)
+  list(APPEND _tfm_pc_libs_private ${${_dep}_LDFLAGS})
+endforeach()
+list(REMOVE_DUPLICATES _tfm_pc_libs_private)
+list(JOIN _tfm_pc_libs_private " " _tfm_pc_libs_private)
 install(CODE "
+  set(_tfm_pc_libs_private \"${_tfm_pc_libs_private}\")
   set(_tfm_pc_prefix \"\${CMAKE_INSTALL_PREFIX}\")
   set(_tfm_pc_libdir \"${CMAKE_INSTALL_LIBDIR}\")
   set(_tfm_pc_includedir \"${CMAKE_INSTALL_INCLUDEDIR}\")

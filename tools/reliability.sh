@@ -35,7 +35,8 @@ STEPS=("$@")
 # the main CI run) or check the build itself rather than the code (ABI
 # dump, install tree) are left out of the sanitizer and valgrind runs, and
 # so is test_oom_valgrind (step 2 runs test_oom under valgrind anyway),
-# and so is ggml_rival_smoke (the benchmark's rival, not our code).
+# and so is ggml_rival_smoke (the benchmark's rival, not our code; only
+# registered in a build configured with -DTRANSFORMER_BENCH_RIVALS=ON).
 EXCLUDE='^(fixtures_generate|fixtures_fresh|models_generate|models_generate_greedy|models_fresh|abi_check|install_consumers|test_oom_valgrind|ggml_rival_smoke)$'
 
 SAN_COMMON="-fno-omit-frame-pointer -g -O1"

@@ -1,4 +1,5 @@
-/* transformer-generate: text generation from a character-level model file.
+/* transformer-generate: generation, translation, mask filling and image
+ * classification with a model file or a Hugging Face checkpoint directory.
  *
  *   transformer-generate [--model FILE] [--prompt TEXT] [--max-tokens N]
  *                        [--temperature T] [--top-k K] [--top-p P]
@@ -8,8 +9,9 @@
  *                        [--no-repeat-ngram-size N] [--past-context MODE]
  *                        [--batch-file FILE] [--help] [--version]
  *
- * Loads a decoder-only model and its tokenizer from one model file,
- * prints the prompt, then each generated character as soon as it is
+ * Loads a model and its tokenizer from one model file (the shipped
+ * character-level model) or a checkpoint directory (GPT-2, Llama, BERT,
+ * Marian, ViT), prints the prompt, then each generated token as soon as it is
  * produced, through a tfm_generator (model.h): tfm_generator_create
  * prefills the prompt (timed as the prefill), each tfm_generator_next
  * makes one token (timed as decoding) until a stop condition.  stdout is
@@ -127,14 +129,21 @@ static void usage(FILE *out)
 {
     fprintf(out,
         "Usage: " PROGRAM " [OPTION]...\n"
-        "Generate text with a character-level Transformer model.\n"
+        "Generate text with a Transformer model: a model file (safetensors "
+        "with\n"
+        "tokenizer metadata, such as the shipped character-level model) or a "
+        "Hugging\n"
+        "Face checkpoint directory (GPT-2, Llama; BERT with --fill-mask, "
+        "Marian with\n"
+        "--translate, ViT with --classify).\n"
         "\n"
-        "  -m, --model FILE       model file (safetensors with tokenizer\n"
-        "                         metadata); default: $" MODEL_ENV " if set,\n"
+        "  -m, --model FILE|DIR   model file (safetensors with tokenizer\n"
+        "                         metadata) or checkpoint directory; default:\n"
+        "                         $" MODEL_ENV " if set,\n"
         "                         else " TFM_DEFAULT_MODEL "\n"
         "  -p, --prompt TEXT      text to continue (default \"In the "
         "beginning\")\n"
-        "  -n, --max-tokens N     characters to generate (default 200)\n"
+        "  -n, --max-tokens N     tokens to generate (default 200)\n"
         "  -t, --temperature T    sample with temperature T > 0 "
         "(default 1.0)\n"
         "  -k, --top-k K          sample among the K most likely (0: all; "
@@ -145,7 +154,7 @@ static void usage(FILE *out)
         "  -s, --seed S           random seed for sampling (default 42)\n"
         "      --sample           sample, with the defaults above for what "
         "is not given\n"
-        "  -g, --greedy           always take the most likely character "
+        "  -g, --greedy           always take the most likely token "
         "(the\n"
         "                         default; overrides the sampling options)\n"
         "  -j, --threads N        threads for the forward passes (0: one per\n"
@@ -196,7 +205,7 @@ static void usage(FILE *out)
         "Decoding is greedy unless --sample, --temperature, --top-k, --top-p "
         "or --seed\n"
         "is given (the Python and Lua generate's do_sample rule).\n"
-        "The text goes to stdout, each character as it is generated; "
+        "The text goes to stdout, each token as it is generated; "
         "prefill and\n"
         "decode speed and why generation stopped to stderr.  The prompt must "
         "fit in\n"

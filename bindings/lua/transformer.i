@@ -36,6 +36,8 @@
 
 %{
 #include <float.h>
+/* The wrappers still expose the deprecated _ex twins (docs/ABI.md). */
+#define TFM_NO_DEPRECATED_WARNINGS
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>

@@ -520,10 +520,11 @@ panels = [("ALiBi head 1 (m = 1/4)", w_alibi[0, 0]),
           ("BigBird: blocks of 2, 1 global", w_bigbird[0, 0])]
 fig, axes = plt.subplots(1, 4, figsize=(16, 4), constrained_layout=True)
 for ax, (title, weights) in zip(axes, panels):
-    im = ax.imshow(weights, cmap="viridis", vmin=0)
+    im = ax.imshow(weights, cmap="viridis", vmin=0, vmax=1)
     ax.set_title(title)
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
+fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
 plt.show()
 plt.close("all")
 """)
@@ -691,10 +692,19 @@ for step in range(steps):
                         f"{time.perf_counter() - t0:.1f} s"))
 tiny.eval()
 
+# The first steps start far above chance (the tied N(0, 1) embeddings give
+# large logits), so the y axis is logarithmic: the descent below chance,
+# the interesting part, stays visible.
 fig, ax = plt.subplots(figsize=(6, 3))
-ax.plot(np.array(losses) / np.log(2))
-ax.set_xlabel("step"); ax.set_ylabel("bits per character")
+ax.plot(np.arange(1, steps + 1), np.array(losses) / np.log(2), label="training loss")
+ax.axhline(np.log2(len(chars)), color="gray", ls="--",
+           label="chance: log2(%d)" % len(chars))
+ax.set_yscale("log")
+ax.minorticks_off()
+ax.set_yticks([2, 5, 10, 20, 50], labels=["2", "5", "10", "20", "50"])
+ax.set_xlabel("step"); ax.set_ylabel("bits per character (log scale)")
 ax.set_title("training a 2-layer model from scratch")
+ax.legend()
 plt.show()
 print("bits per character: first %.2f, last %.2f (chance: log2(%d) = %.2f)"
       % (losses[0] / np.log(2), losses[-1] / np.log(2), len(chars),

@@ -346,7 +346,10 @@ TFM_API tfm_status tfm_mha_create(int64_t d_model, int64_t n_heads,
  * with the variant's papers above; GQA/MQA as in Ainslie et al. 2023 and
  * Shazeer 2019.  Errors: those of tfm_mha_create and tfm_attention_create;
  * on error *out is unchanged.  On success *out is freed with
- * tfm_module_free. */
+ * tfm_module_free.
+ * Deprecated since 1.2: tfm_mha_create_v2 with options.attention does the
+ * same; this one stays exported and working (docs/ABI.md). */
+TFM_DEPRECATED("use tfm_mha_create_v2 (tfm_mha_options.attention)")
 TFM_API tfm_status tfm_mha_create_ex(int64_t d_model, int64_t n_heads,
                                      int64_t kdim, int64_t vdim, int bias,
                                      const tfm_attention_config *config,

@@ -451,7 +451,11 @@ TFM_API tfm_status tfm_encoder_layer_backward(
  * shapes as tfm_mha_create_ex); tfm_encoder_layer_forward runs it, with
  * query positions as above.  layer and config are only read.  Errors:
  * those of tfm_encoder_layer_create and tfm_attention_create; on error
- * *out is unchanged.  On success *out is freed with tfm_module_free. */
+ * *out is unchanged.  On success *out is freed with tfm_module_free.
+ * Deprecated since 1.2: tfm_encoder_layer_create_v2 with
+ * options->attention does the same; this one stays exported and working
+ * (docs/ABI.md). */
+TFM_DEPRECATED("use tfm_encoder_layer_create_v2 (tfm_layer_options.attention)")
 TFM_API tfm_status tfm_encoder_layer_create_ex(
     const tfm_layer_config *layer, const tfm_attention_config *config,
     tfm_module **out);

@@ -139,7 +139,10 @@ TFM_API void tfm_model_options_init(tfm_model_options *options);
  * Errors: those of tfm_model_create and tfm_attention_create,
  * TFM_ERR_UNSUPPORTED (a variant with an encoder-decoder model); on error
  * *out is unchanged.  config and options are only read.  On success *out
- * is freed with tfm_module_free. */
+ * is freed with tfm_module_free.
+ * Deprecated since 1.2: tfm_model_create_v2 with layer_options NULL does
+ * the same; this one stays exported and working (docs/ABI.md). */
+TFM_DEPRECATED("use tfm_model_create_v2 (layer_options NULL)")
 TFM_API tfm_status tfm_model_create_ex(const tfm_model_config *config,
                                        const tfm_model_options *options,
                                        tfm_module **out);

@@ -36,6 +36,46 @@
 #  define TFM_API
 #endif
 
+/* TFM_DEPRECATED("use tfm_x_v2") marks a function that a better one
+ * replaces.  It stays exported, with its documented behaviour, for the life
+ * of soname 1 (docs/ABI.md): the mark only makes GCC and Clang warn
+ * (-Wdeprecated-declarations) where a program calls it.  A program that
+ * must keep calling one without the warning defines
+ * TFM_NO_DEPRECATED_WARNINGS before including any libtransformer header;
+ * the library's own build, its tests, tools and SWIG bindings do.  A
+ * program may also define TFM_DEPRECATED(msg) itself. */
+#ifndef TFM_DEPRECATED
+#  if defined(TFM_NO_DEPRECATED_WARNINGS) || defined(TFM_BUILDING_LIBRARY) || \
+      defined(SWIG)
+#    define TFM_DEPRECATED(msg)
+#  elif defined(__GNUC__) || defined(__clang__)
+#    define TFM_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#  else
+#    define TFM_DEPRECATED(msg)
+#  endif
+#endif
+
+/* The experimental fence (docs/ABI.md, "What is not promised").  New API
+ * may first be declared inside
+ *
+ *     #ifdef TFM_ENABLE_EXPERIMENTAL
+ *     TFM_EXPERIMENTAL_API tfm_status tfm_new_thing(...);
+ *     #endif
+ *
+ * where a program sees it only when it defines TFM_ENABLE_EXPERIMENTAL
+ * before including any libtransformer header.  Such a function is exported
+ * (TFM_EXPERIMENTAL_API is TFM_API) but is outside the 1.x promise: it may
+ * change or disappear in any release, until a release moves it out of the
+ * fence, where it falls under the promise like any other TFM_API function.
+ * TFM_EXPERIMENTAL_ENABLED is 1 when the fence is open, else 0.  There is
+ * no experimental API in this version. */
+#define TFM_EXPERIMENTAL_API TFM_API
+#if defined(TFM_ENABLE_EXPERIMENTAL)
+#  define TFM_EXPERIMENTAL_ENABLED 1
+#else
+#  define TFM_EXPERIMENTAL_ENABLED 0
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

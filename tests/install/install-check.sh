@@ -45,13 +45,36 @@ for h in "$SOURCE_DIR"/include/transformer/*.h; do
 done
 ls "$prefix/$INCLUDEDIR/transformer"
 
+step "deprecated _ex twins warn; TFM_NO_DEPRECATED_WARNINGS silences them"
+cat > deprecated.c <<'EOF_C'
+#include <transformer/transformer.h>
+int main(void)
+{
+    tfm_module *m = NULL;
+    return tfm_mha_create_ex(8, 2, 0, 0, 1, NULL, &m) == TFM_OK ? 0 : 1;
+}
+EOF_C
+if "$CC" -c -o deprecated.o -Werror=deprecated-declarations \
+     -I"$prefix/$INCLUDEDIR" deprecated.c 2> deprecated.log; then
+  fail "calling tfm_mha_create_ex gives no deprecation warning"
+fi
+grep -q "tfm_mha_create_v2" deprecated.log || { cat deprecated.log; fail "the warning does not name tfm_mha_create_v2"; }
+"$CC" -c -o deprecated.o -Werror -Wall -DTFM_NO_DEPRECATED_WARNINGS \
+  -I"$prefix/$INCLUDEDIR" deprecated.c || fail "TFM_NO_DEPRECATED_WARNINGS"
+"$CC" -c -o deprecated.o -Werror -Wall -DTFM_ENABLE_EXPERIMENTAL \
+  -DTFM_NO_DEPRECATED_WARNINGS -I"$prefix/$INCLUDEDIR" deprecated.c \
+  || fail "the headers with TFM_ENABLE_EXPERIMENTAL"
+echo "ok: $(grep -m1 "is deprecated" deprecated.log | sed 's/^[^ ]* //')"
+
 step "pkg-config"
 export PKG_CONFIG_PATH="$prefix/$PKGCONFIGDIR"
 export PKG_CONFIG_LIBDIR="$prefix/$PKGCONFIGDIR:$(pkg-config --variable pc_path pkg-config)"
 pkg-config --print-errors --exists transformer
 libs=$(pkg-config --libs transformer)
 static_libs=$(pkg-config --static --libs transformer)
+cflags=$(pkg-config --cflags transformer | sed "s/[[:space:]]*$//")
 echo "pkg-config --modversion: $(pkg-config --modversion transformer)"
+echo "pkg-config --cflags: $cflags"
 echo "pkg-config --libs: $libs"
 echo "pkg-config --static --libs: $static_libs"
 [ "$(pkg-config --modversion transformer)" = "$VERSION" ] || fail "wrong version"
@@ -59,6 +82,14 @@ echo "pkg-config --static --libs: $static_libs"
 [[ "$libs" != *openblas* && "$libs" != *cjson* ]] \
   || fail "OpenBLAS or cJSON in the public Libs"
 [[ "$static_libs" == *openblas* ]] || fail "OpenBLAS missing from --static --libs"
+# The public headers include none of the private dependencies: --cflags is
+# the include directory alone, without OpenBLAS's or cJSON's include
+# directories or utf8proc's -DUTF8PROC_EXPORTS.
+shopt -s nocasematch
+[[ "$cflags" != *openblas* && "$cflags" != *cjson* && "$cflags" != *utf8proc* \
+   && "$cflags" != *pcre* ]] || fail "a private dependency in --cflags: $cflags"
+shopt -u nocasematch
+[ "$cflags" = "-I$prefix/$INCLUDEDIR" ] || fail "--cflags is '$cflags', not -I$prefix/$INCLUDEDIR"
 [ "$(pkg-config --variable=libdir transformer)" = "$libdir" ] || fail "libdir"
 
 step "find_package(transformer) consumer (tests/install/find_package)"

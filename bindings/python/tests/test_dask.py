@@ -139,12 +139,12 @@ def test_errors(client, model):
 
 
 def test_readme_example(model):
-    """README's "Generating on a Dask cluster" runs and gives the local
-    texts."""
+    """docs/USAGE.md's "Generating on a Dask cluster" runs and gives the
+    local texts."""
     import pathlib
     import re
-    readme = (pathlib.Path(__file__).resolve().parents[3] /
-              "README.md").read_text(encoding="utf-8")
+    readme = (pathlib.Path(__file__).resolve().parents[3] / "docs" /
+              "USAGE.md").read_text(encoding="utf-8")
     blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
               if "transformer.dask" in b]
     assert len(blocks) == 1
@@ -154,6 +154,6 @@ def test_readme_example(model):
                         "threads_per_worker=1, dashboard_address=\":0\")")
     assert "dashboard_address" in code
     env = {"__name__": "__main__"}
-    exec(compile(code, "README.md", "exec"), env)
+    exec(compile(code, "docs/USAGE.md", "exec"), env)
     assert env["texts"] == _local(model, env["prompts"], max_new_tokens=100,
                                   temperature=0.8, top_p=0.9, seed=1)
