@@ -65,33 +65,40 @@ tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, unsigned parts,
     return TFM_OK;
 }
 
-/* x [rows, d] through the three residual blocks around self_attention,
- * cross_attention and the feed-forward network. */
+/* The layer's one forward: x [rows, d] through the three residual blocks
+ * around self_attention, cross_attention and the feed-forward network ff,
+ * into y: in evaluation (k NULL) in place (y == x), else the training
+ * forward keeping its blocks in k (tfm__residual_blocks). */
+static tfm_status layer_forward(const tfm__decoder_layer *l, const float *x,
+                                float *y, int64_t rows,
+                                const tfm__sublayer *self_attention,
+                                const tfm__sublayer *cross_attention,
+                                const tfm__feed_forward_sublayer *ff,
+                                uint64_t drop_key, float *scratch,
+                                tfm__decoder_layer_kept *k)
+{
+    const float p = l->base.dropout;
+    const tfm__residual_step steps[] = {
+        { self_attention, l->norm1,
+          tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1) },
+        { cross_attention, l->norm2,
+          tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2) },
+        { &ff->base, l->norm3, tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK3) },
+    };
+    return tfm__residual_blocks(steps, 3, l->config.norm_first, x, y, rows,
+                                rows, scratch, k ? k->k : NULL,
+                                "decoder layer");
+}
+
 static tfm_status run_with(const tfm__decoder_layer *l, float *x,
                            int64_t rows, const tfm__sublayer *self_attention,
                            const tfm__sublayer *cross_attention,
                            uint64_t drop_key)
 {
-    const float p = l->base.dropout;
-    const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
-    const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
-    const tfm__dropout b3 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK3);
-    tfm__ws_mark mark = tfm__ws_save();
-    float *tmp = tfm__ws_floats((size_t)(rows * l->config.d_model));
-    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
-    if (tmp) {
-        tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(
-            l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
-        int pre = l->config.norm_first;
-        st = tfm__residual(self_attention, l->norm1, pre, &b1, x, tmp, rows);
-        if (st == TFM_OK)
-            st = tfm__residual(cross_attention, l->norm2, pre, &b2, x, tmp,
-                               rows);
-        if (st == TFM_OK)
-            st = tfm__residual(&ff.base, l->norm3, pre, &b3, x, tmp, rows);
-    }
-    tfm__ws_restore(mark);
-    return st;
+    const tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(
+        l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
+    return layer_forward(l, x, x, rows, self_attention, cross_attention, &ff,
+                         drop_key, NULL, NULL);
 }
 
 tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
@@ -219,19 +226,7 @@ tfm_status tfm__decoder_layer_forward_keep(
     const tfm__masks *memory_masks, uint64_t drop_key, float *grad_memory,
     float *y, float *scratch, tfm__decoder_layer_kept *k)
 {
-    const int64_t rows = B * L, n = rows * l->config.d_model;
-    const float p = l->base.dropout;
-    const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
-    const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
-    const tfm__dropout b3 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK3);
-    /* x1, x2: the inputs of the cross-attention and feed-forward blocks. */
-    float *x1 = tfm__ws_floats((size_t)n);
-    float *x2 = x1 ? tfm__ws_floats((size_t)n) : NULL;
-    if (x2 && !scratch) /* NULL: the blocks' shared scratch taken here */
-        scratch = tfm__ws_floats((size_t)(2 * n));
-    if (!scratch)
-        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "decoder layer backward: "
-                         "out of memory");
+    const int64_t rows = B * L;
     k->sa = tfm__sublayer_self_attention(
         l->self_attn, B, L, tgt_masks,
         tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
@@ -241,26 +236,14 @@ tfm_status tfm__decoder_layer_forward_keep(
     k->ff = tfm__sublayer_feed_forward(
         l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
     k->ca.grad_memory = grad_memory;
-    const int pre = l->config.norm_first;
-    tfm_status st = tfm__residual_forward_keep(&k->sa.base, l->norm1, pre,
-                                               &b1, x, x1, rows, scratch,
-                                               &k->k1);
-    if (st == TFM_OK)
-        st = tfm__residual_forward_keep(&k->ca.base, l->norm2, pre, &b2, x1,
-                                        x2, rows, scratch, &k->k2);
-    if (st == TFM_OK)
-        st = tfm__residual_forward_keep(&k->ff.base, l->norm3, pre, &b3, x2,
-                                        y, rows, scratch, &k->k3);
-    return st;
+    return layer_forward(l, x, y, rows, &k->sa.base, &k->ca.base, &k->ff,
+                         drop_key, scratch, k);
 }
 
 tfm_status tfm__decoder_layer_backward_kept(const tfm__decoder_layer_kept *k,
                                             float *g)
 {
-    tfm_status st = tfm__residual_backward_kept(&k->k3, g, g);
-    if (st == TFM_OK)
-        st = tfm__residual_backward_kept(&k->k2, g, g);
-    return st == TFM_OK ? tfm__residual_backward_kept(&k->k1, g, g) : st;
+    return tfm__residual_blocks_backward(k->k, 3, g);
 }
 
 tfm_status tfm_decoder_layer_backward(tfm_module *layer, const tfm_tensor *tgt,

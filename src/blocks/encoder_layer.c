@@ -66,36 +66,40 @@ tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
     return TFM_OK;
 }
 
-/* The layer on x [rows, d] with a given self-attention sub-layer: x <-
- * residual(self_attention), then x <- residual(feed-forward).  tmp [rows, d]
- * of workspace is the residuals' scratch.  Fails only with out-of-memory. */
-/* x [rows, d] through the self-attention block, then the feed-forward
- * block on its last `tail` rows only (rows: all; fewer where only those
- * rows' outputs are read, as a prompt's last position in a decoder-only
- * model's last layer: the other rows keep the attention block's output).
- * tail < rows only without dropout (cached runs). */
+/* The layer's one forward: x [rows, d] through the self-attention block
+ * (sub-layer self_attention), then the feed-forward block ff (built for
+ * `tail` rows), into y: in evaluation (k NULL) in place (y == x), the
+ * feed-forward block on the last `tail` rows only (rows: all; fewer where
+ * only those rows' outputs are read, as a prompt's last position in a
+ * decoder-only model's last layer: the other rows keep the attention
+ * block's output; only without dropout: cached runs); else the training
+ * forward keeping its blocks in k (tfm__residual_blocks). */
+static tfm_status layer_forward(const tfm__encoder_layer *l, const float *x,
+                                float *y, int64_t rows,
+                                const tfm__sublayer *self_attention,
+                                const tfm__feed_forward_sublayer *ff,
+                                uint64_t drop_key, int64_t tail,
+                                float *scratch, tfm__encoder_layer_kept *k)
+{
+    const float p = l->base.dropout;
+    const tfm__residual_step steps[] = {
+        { self_attention, l->norm1,
+          tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1) },
+        { &ff->base, l->norm2, tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2) },
+    };
+    return tfm__residual_blocks(steps, 2, l->config.norm_first, x, y, rows,
+                                tail, scratch, k ? k->k : NULL,
+                                "encoder layer");
+}
+
 static tfm_status run_with(const tfm__encoder_layer *l, float *x, int64_t rows,
                            const tfm__sublayer *self_attention,
                            uint64_t drop_key, int64_t tail)
 {
-    const float p = l->base.dropout;
-    const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
-    const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
-    tfm__ws_mark mark = tfm__ws_save();
-    float *tmp = tfm__ws_floats((size_t)(rows * l->config.d_model));
-    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
-    if (tmp) {
-        tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(
-            l->ff, tail, tfm__layer_hidden_dropout(&l->base, drop_key));
-        int pre = l->config.norm_first;
-        st = tfm__residual(self_attention, l->norm1, pre, &b1, x, tmp, rows);
-        if (st == TFM_OK)
-            st = tfm__residual(&ff.base, l->norm2, pre, &b2,
-                               x + (rows - tail) * l->config.d_model, tmp,
-                               tail);
-    }
-    tfm__ws_restore(mark);
-    return st;
+    const tfm__feed_forward_sublayer ff = tfm__sublayer_feed_forward(
+        l->ff, tail, tfm__layer_hidden_dropout(&l->base, drop_key));
+    return layer_forward(l, x, x, rows, self_attention, &ff, drop_key, tail,
+                         NULL, NULL);
 }
 
 tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
@@ -221,38 +225,20 @@ tfm_status tfm__encoder_layer_forward_keep(const tfm__encoder_layer *l,
                                            float *scratch,
                                            tfm__encoder_layer_kept *k)
 {
-    const float p = l->base.dropout;
-    const tfm__dropout b1 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK1);
-    const tfm__dropout b2 = tfm__dropout_at(p, drop_key, TFM__DROP_BLOCK2);
-    const int64_t rows = B * L, n = rows * l->config.d_model;
-    /* x1: the feed-forward block's input; scratch (NULL: taken here) the
-     * blocks' shared backward scratch. */
-    float *x1 = tfm__ws_floats((size_t)n);
-    if (x1 && !scratch)
-        scratch = tfm__ws_floats((size_t)(2 * n));
-    if (!scratch)
-        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "encoder layer backward: "
-                         "out of memory");
+    const int64_t rows = B * L;
     k->sa = tfm__sublayer_self_attention(
         l->self_attn, B, L, masks,
         tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
     k->ff = tfm__sublayer_feed_forward(
         l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
-    const int pre = l->config.norm_first;
-    tfm_status st = tfm__residual_forward_keep(&k->sa.base, l->norm1, pre,
-                                               &b1, x, x1, rows, scratch,
-                                               &k->k1);
-    if (st == TFM_OK)
-        st = tfm__residual_forward_keep(&k->ff.base, l->norm2, pre, &b2, x1,
-                                        y, rows, scratch, &k->k2);
-    return st;
+    return layer_forward(l, x, y, rows, &k->sa.base, &k->ff, drop_key, rows,
+                         scratch, k);
 }
 
 tfm_status tfm__encoder_layer_backward_kept(const tfm__encoder_layer_kept *k,
                                             float *g)
 {
-    tfm_status st = tfm__residual_backward_kept(&k->k2, g, g);
-    return st == TFM_OK ? tfm__residual_backward_kept(&k->k1, g, g) : st;
+    return tfm__residual_blocks_backward(k->k, 2, g);
 }
 
 tfm_status tfm_encoder_layer_backward(tfm_module *layer, const tfm_tensor *src,

@@ -72,14 +72,14 @@ tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
 typedef struct tfm__encoder_layer_kept {
     tfm__self_attention_sublayer sa;
     tfm__feed_forward_sublayer ff;
-    tfm__residual_kept k1, k2;
+    tfm__residual_kept k[2];    /* its two blocks */
 } tfm__encoder_layer_kept;
 
 typedef struct tfm__decoder_layer_kept {
     tfm__self_attention_sublayer sa;
     tfm__cross_attention_sublayer ca;
     tfm__feed_forward_sublayer ff;
-    tfm__residual_kept k1, k2, k3;
+    tfm__residual_kept k[3];    /* its three blocks */
 } tfm__decoder_layer_kept;
 
 /* y [B, L, d] = tfm__encoder_layer_run of x [B, L, d] (y distinct from x;

@@ -1,6 +1,7 @@
 /* Residual connections around sub-layers (residual.h). */
 #include "blocks/residual.h"
 #include <stdio.h>
+#include <string.h>
 
 #include "base/error.h"
 #include "blocks/layer_config.h"
@@ -185,33 +186,50 @@ tfm__feed_forward_sublayer tfm__sublayer_feed_forward(
 
 /* ---- The residual connection ----------------------------------------- */
 
-tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
-                         int norm_first, const tfm__dropout *branch, float *x,
-                         float *tmp, int64_t rows)
+/* The one forward of a residual block: y = post-norm: norm(x + f(x));
+ * pre-norm: x + f(norm(x)), f's output through the branch's dropout.  h
+ * [rows, d]: post-norm x + f(x), pre-norm norm(x) (kept for the backward
+ * when fk is not NULL).  fk NULL: f runs (y may be x); else f's forward
+ * keeps what its backward needs in *fk (y distinct from x). */
+static tfm_status residual_forward(const tfm__sublayer *f,
+                                   const tfm__layer_norm *norm,
+                                   int norm_first, const tfm__dropout *branch,
+                                   const float *x, float *y, float *h,
+                                   int64_t rows, tfm__sublayer_kept *fk)
 {
     const int64_t n = rows * norm->d;
     const int drop = tfm__dropout_on(branch);
     tfm_status st;
     if (norm_first) {
-        /* x + f(LN(x)): tmp = LN(x), then f in place on tmp. */
-        tfm__layer_norm_run(norm, x, rows, tmp);
-        if ((st = f->run(f, tmp, tmp)) != TFM_OK)
+        /* y = x + f(z), z = LN(x) in h; f's output in place on h when
+         * nothing is kept, else in y. */
+        tfm__layer_norm_run(norm, x, rows, h);
+        float *fo = fk ? y : h;
+        if ((st = fk ? f->keep(f, h, fo, fk) : f->run(f, h, fo)) != TFM_OK)
             return st;
         if (drop)
-            tfm__dropout_apply(branch, 0, tmp, n);
+            tfm__dropout_apply(branch, 0, fo, n);
         for (int64_t i = 0; i < n; i++)
-            x[i] += tmp[i];
+            y[i] = x[i] + fo[i];
     } else {
-        /* LN(x + f(x)): tmp = f(x), then the sum normalised in place. */
-        if ((st = f->run(f, x, tmp)) != TFM_OK)
+        /* y = LN(h), h = x + f(x). */
+        if ((st = fk ? f->keep(f, x, h, fk) : f->run(f, x, h)) != TFM_OK)
             return st;
         if (drop)
-            tfm__dropout_apply(branch, 0, tmp, n);
+            tfm__dropout_apply(branch, 0, h, n);
         for (int64_t i = 0; i < n; i++)
-            x[i] += tmp[i];
-        tfm__layer_norm_run(norm, x, rows, x);
+            h[i] += x[i];
+        tfm__layer_norm_run(norm, h, rows, y);
     }
     return TFM_OK;
+}
+
+tfm_status tfm__residual(const tfm__sublayer *f, const tfm__layer_norm *norm,
+                         int norm_first, const tfm__dropout *branch, float *x,
+                         float *tmp, int64_t rows)
+{
+    return residual_forward(f, norm, norm_first, branch, x, x, tmp, rows,
+                            NULL);
 }
 
 tfm_status tfm__residual_forward_keep(const tfm__sublayer *f,
@@ -225,8 +243,7 @@ tfm_status tfm__residual_forward_keep(const tfm__sublayer *f,
     const int64_t d = norm->d, n = rows * d;
     tfm__residual_kept k = { .f = f, .norm = norm, .norm_first = norm_first,
                              .x = x, .rows = rows };
-    const int drop = tfm__dropout_on(branch);
-    if (drop) {
+    if (tfm__dropout_on(branch)) {
         k.branch = *branch;
         if (!(k.gd = tfm__ws_floats((size_t)n)))
             return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "residual backward: out "
@@ -241,28 +258,69 @@ tfm_status tfm__residual_forward_keep(const tfm__sublayer *f,
     if (!k.acc)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "residual backward: out of "
                          "memory");
-    tfm_status st;
-    if (norm_first) {
-        /* y = x + f(z), z = LN(x) kept in h. */
-        tfm__layer_norm_run(norm, x, rows, k.h);
-        if ((st = f->keep(f, k.h, y, &k.fk)) != TFM_OK)
-            return st;
-        if (drop)
-            tfm__dropout_apply(branch, 0, y, n);
-        for (int64_t i = 0; i < n; i++)
-            y[i] += x[i];
+    tfm_status st = residual_forward(f, norm, norm_first, branch, x, y, k.h,
+                                     rows, &k.fk);
+    if (st == TFM_OK)
+        *kept = k;
+    return st;
+}
+
+tfm_status tfm__residual_blocks(const tfm__residual_step *steps, int n,
+                                int norm_first, const float *x, float *y,
+                                int64_t rows, int64_t tail, float *scratch,
+                                tfm__residual_kept *kept, const char *what)
+{
+    const int64_t d = steps[0].norm->d, size = rows * d;
+    tfm__ws_mark mark = tfm__ws_save();
+    /* in[i]: block i's input; evaluation runs every block in place on y
+     * (a copy of x) with tmp as each block's h. */
+    const float *in[TFM__MAX_RESIDUAL_STEPS + 1] = { x };
+    float *tmp = NULL;
+    int ok = 1;
+    if (kept) {
+        for (int i = 1; ok && i < n; i++)
+            ok = (in[i] = tfm__ws_floats((size_t)size)) != NULL;
+        if (ok && !scratch)
+            ok = (scratch = tfm__ws_floats((size_t)(2 * size))) != NULL;
     } else {
-        /* y = LN(h), h = x + f(x) kept. */
-        if ((st = f->keep(f, x, k.h, &k.fk)) != TFM_OK)
-            return st;
-        if (drop)
-            tfm__dropout_apply(branch, 0, k.h, n);
-        for (int64_t i = 0; i < n; i++)
-            k.h[i] += x[i];
-        tfm__layer_norm_run(norm, k.h, rows, y);
+        ok = (tmp = tfm__ws_floats((size_t)size)) != NULL;
+        for (int i = 1; i < n; i++)
+            in[i] = y;
     }
-    *kept = k;
-    return TFM_OK;
+    if (!ok) {
+        tfm__ws_restore(mark);
+        return kept ? tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                                "%s backward: out of memory", what)
+                    : TFM_ERR_OUT_OF_MEMORY;
+    }
+    if (!kept && y != x)
+        memcpy(y, x, (size_t)size * sizeof *y);
+    tfm_status st = TFM_OK;
+    for (int i = 0; st == TFM_OK && i < n; i++) {
+        /* The last block on the last `tail` rows (evaluation only). */
+        const int64_t r = i == n - 1 && !kept ? tail : rows;
+        const int64_t off = (rows - r) * d;
+        float *out = i == n - 1 ? y : (float *)in[i + 1];
+        st = kept ? tfm__residual_forward_keep(steps[i].f, steps[i].norm,
+                                               norm_first, &steps[i].branch,
+                                               in[i], out, rows, scratch,
+                                               &kept[i])
+                  : residual_forward(steps[i].f, steps[i].norm, norm_first,
+                                     &steps[i].branch, y + off, y + off, tmp,
+                                     r, NULL);
+    }
+    if (!kept)
+        tfm__ws_restore(mark);
+    return st;
+}
+
+tfm_status tfm__residual_blocks_backward(const tfm__residual_kept *kept,
+                                         int n, float *g)
+{
+    tfm_status st = TFM_OK;
+    for (int i = n - 1; st == TFM_OK && i >= 0; i--)
+        st = tfm__residual_backward_kept(&kept[i], g, g);
+    return st;
 }
 
 tfm_status tfm__residual_backward_kept(const tfm__residual_kept *k,

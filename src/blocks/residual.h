@@ -176,4 +176,38 @@ tfm_status tfm__residual_backward(const tfm__sublayer *f,
                                   const float *grad_y, float *grad_x,
                                   int64_t rows);
 
+/* One residual block of a layer: its sub-layer, its norm and its
+ * branch's dropout (zeroed: none). */
+typedef struct tfm__residual_step {
+    const tfm__sublayer *f;
+    const tfm__layer_norm *norm;
+    tfm__dropout branch;
+} tfm__residual_step;
+
+/* The most blocks one layer chains (the decoder layer's three). */
+#define TFM__MAX_RESIDUAL_STEPS 3
+
+/* The one forward of a layer: y [rows, d] = x through the n residual
+ * blocks steps[0 .. n-1] in order (n <= TFM__MAX_RESIDUAL_STEPS, norms of
+ * one width d).  kept NULL: evaluation, y may be x; the last block runs on
+ * the last `tail` rows only (rows: all; fewer where only those rows'
+ * outputs are read: the other rows keep block n-2's output).  Else the
+ * training forward (all rows), y distinct from x, block i's forward kept
+ * in kept[i] for tfm__residual_blocks_backward; x must stay unchanged
+ * until then; the blocks' intermediate inputs and, when scratch is NULL,
+ * their shared backward scratch [2 rows d] are taken from the workspace
+ * and not released.  Fails with out-of-memory (the message naming `what`
+ * when keeping) or as a sub-layer's forward, before writing y when
+ * keeping. */
+tfm_status tfm__residual_blocks(const tfm__residual_step *steps, int n,
+                                int norm_first, const float *x, float *y,
+                                int64_t rows, int64_t tail, float *scratch,
+                                tfm__residual_kept *kept, const char *what);
+
+/* The backward of that training forward: g [rows, d], the output's
+ * gradient, replaced by x's; the blocks' parameter gradients accumulated.
+ * Fails as a block's backward can. */
+tfm_status tfm__residual_blocks_backward(const tfm__residual_kept *kept,
+                                         int n, float *g);
+
 #endif
