@@ -175,7 +175,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False,
     Attention's.  Variants with learned parameters (general, additive,
     Shaw, T5) would run with their initial values: use Attention and load
     them instead.  Returns the output, or (output, weights)."""
-    from .modules import Attention
+    from .attention_layers import Attention
     q = as_float32(query, "query")
     k = as_float32(key, "key")
     v = as_float32(value, "value")
