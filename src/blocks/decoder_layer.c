@@ -255,35 +255,8 @@ tfm_status tfm_decoder_layer_backward(tfm_module *layer, const tfm_tensor *tgt,
                                       tfm_tensor *grad_memory)
 {
     TFM__PLAN_PIN();
-    const char *what = "tfm_decoder_layer_backward";
-    tfm_status st = tfm__module_check(layer, TFM_MODULE_DECODER_LAYER,
-                                      "layer");
-    if (st != TFM_OK)
-        return st;
-    const tfm__decoder_layer *l = (const tfm__decoder_layer *)layer;
-    tfm__decoder_inputs in;
-    if ((st = tfm__check_decoder_backward(what, &l->config, tgt, "tgt",
-                                          memory, tgt_masks, memory_masks,
-                                          grad_output, grad_tgt, grad_memory,
-                                          &in)))
-        return st;
-    const int64_t n = tgt->numel, n_mem = memory->numel;
-    /* g: the running gradient; gmem: memory's gradient. */
-    float *g, *gmem;
-    float **const bufs[] = { &g, &gmem };
-    const size_t sizes[] = { (size_t)n, (size_t)n_mem };
-    tfm__ws_mark mark;
-    if ((st = tfm__backward_begin(layer, what, bufs, sizes, 2, &mark)))
-        return st;
-    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
-    memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
-    st = tfm__block_backward(&decoder_layer_kind, layer, in.B, in.L, in.S,
-                             l->config.n_heads, tgt, memory, &in.tgt_masks,
-                             &in.memory_masks, g, gmem);
-    if (st == TFM_OK && grad_tgt)
-        memcpy(grad_tgt->data, g, (size_t)n * sizeof *g);
-    if (st == TFM_OK && grad_memory)
-        memcpy(grad_memory->data, gmem, (size_t)n_mem * sizeof *gmem);
-    tfm__backward_end(layer, mark);
-    return st;
+    return tfm__decoder_backward(&decoder_layer_kind, layer,
+                                 "tfm_decoder_layer_backward", tgt, memory,
+                                 tgt_masks, memory_masks, grad_output,
+                                 grad_tgt, grad_memory);
 }

@@ -247,33 +247,7 @@ tfm_status tfm_encoder_layer_backward(tfm_module *layer, const tfm_tensor *src,
                                       tfm_tensor *grad_src)
 {
     TFM__PLAN_PIN();
-    const char *what = "tfm_encoder_layer_backward";
-    tfm_status st = tfm__module_check(layer, TFM_MODULE_ENCODER_LAYER,
-                                      "layer");
-    if (st != TFM_OK)
-        return st;
-    const tfm__encoder_layer *l = (const tfm__encoder_layer *)layer;
-    const tfm_layer_config *c = &l->config;
-    int64_t B = 0, L = 0;
-    tfm__masks m;
-    if ((st = tfm__check_activation(src, "src", c->d_model, &B, &L)) ||
-        (st = tfm__masks_resolve(masks, B, c->n_heads, L, L, what, &m)) ||
-        (st = tfm__check_backward_rows(what, src, c->d_model, grad_output,
-                                       c->d_model, grad_src)))
-        return st;
-    const int64_t n = B * L * c->d_model;
-    /* g: the running gradient, grad_output's copy. */
-    float *g;
-    float **const bufs[] = { &g };
-    const size_t sizes[] = { (size_t)n };
-    tfm__ws_mark mark;
-    if ((st = tfm__backward_begin(layer, what, bufs, sizes, 1, &mark)))
-        return st;
-    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
-    st = tfm__block_backward(&encoder_layer_kind, layer, B, L, 0, c->n_heads,
-                             src, NULL, &m, NULL, g, NULL);
-    if (st == TFM_OK && grad_src)
-        memcpy(grad_src->data, g, (size_t)n * sizeof *g);
-    tfm__backward_end(layer, mark);
-    return st;
+    return tfm__encoder_backward(&encoder_layer_kind, layer,
+                                 "tfm_encoder_layer_backward", src, masks,
+                                 grad_output, grad_src);
 }

@@ -255,3 +255,75 @@ tfm_status tfm__decoder_forward(const tfm__block_kind *k,
     return run_block(k, &call, config_of(k, block)->n_heads, tgt, memory,
                      out);
 }
+
+tfm_status tfm__encoder_backward(const tfm__block_kind *k, tfm_module *block,
+                                 const char *what, const tfm_tensor *src,
+                                 const tfm_attention_masks *masks,
+                                 const tfm_tensor *grad_output,
+                                 tfm_tensor *grad_src)
+{
+    tfm_status st = tfm__module_check(block, k->kind, k->what);
+    if (st != TFM_OK)
+        return st;
+    const tfm_layer_config *c = config_of(k, block);
+    int64_t B = 0, L = 0;
+    tfm__masks m;
+    if ((st = tfm__check_activation(src, "src", c->d_model, &B, &L)) ||
+        (st = tfm__masks_resolve(masks, B, c->n_heads, L, L, what, &m)) ||
+        (st = tfm__check_backward_rows(what, src, c->d_model, grad_output,
+                                       c->d_model, grad_src)))
+        return st;
+    const int64_t n = src->numel;
+    /* g: the running gradient, grad_output's copy. */
+    float *g;
+    float **const bufs[] = { &g };
+    const size_t sizes[] = { (size_t)n };
+    tfm__ws_mark mark;
+    if ((st = tfm__backward_begin(block, what, bufs, sizes, 1, &mark)))
+        return st;
+    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
+    st = tfm__block_backward(k, block, B, L, 0, c->n_heads, src, NULL, &m,
+                             NULL, g, NULL);
+    if (st == TFM_OK && grad_src)
+        memcpy(grad_src->data, g, (size_t)n * sizeof *g);
+    tfm__backward_end(block, mark);
+    return st;
+}
+
+tfm_status tfm__decoder_backward(const tfm__block_kind *k, tfm_module *block,
+                                 const char *what, const tfm_tensor *tgt,
+                                 const tfm_tensor *memory,
+                                 const tfm_attention_masks *tgt_masks,
+                                 const tfm_attention_masks *memory_masks,
+                                 const tfm_tensor *grad_output,
+                                 tfm_tensor *grad_tgt, tfm_tensor *grad_memory)
+{
+    tfm_status st = tfm__module_check(block, k->kind, k->what);
+    if (st != TFM_OK)
+        return st;
+    const tfm_layer_config *c = config_of(k, block);
+    tfm__decoder_inputs in;
+    if ((st = tfm__check_decoder_backward(what, c, tgt, "tgt", memory,
+                                          tgt_masks, memory_masks,
+                                          grad_output, grad_tgt, grad_memory,
+                                          &in)))
+        return st;
+    const int64_t n = tgt->numel, n_mem = memory->numel;
+    /* g: the running gradient; gmem: memory's gradient. */
+    float *g, *gmem;
+    float **const bufs[] = { &g, &gmem };
+    const size_t sizes[] = { (size_t)n, (size_t)n_mem };
+    tfm__ws_mark mark;
+    if ((st = tfm__backward_begin(block, what, bufs, sizes, 2, &mark)))
+        return st;
+    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
+    memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
+    st = tfm__block_backward(k, block, in.B, in.L, in.S, c->n_heads, tgt,
+                             memory, &in.tgt_masks, &in.memory_masks, g, gmem);
+    if (st == TFM_OK && grad_tgt)
+        memcpy(grad_tgt->data, g, (size_t)n * sizeof *g);
+    if (st == TFM_OK && grad_memory)
+        memcpy(grad_memory->data, gmem, (size_t)n_mem * sizeof *gmem);
+    tfm__backward_end(block, mark);
+    return st;
+}

@@ -246,6 +246,29 @@ tfm_status tfm__block_backward(const tfm__block_kind *k, tfm_module *block,
                                const tfm__masks *memory_masks, float *g,
                                float *grad_memory);
 
+/* The one public backward of an encoder-style block with a keep (its
+ * checks as tfm__encoder_forward's, `what` the public function's name in
+ * messages, then grad_output [B, L, d] finite, grad_src NULL or src's
+ * shape): tfm__backward_begin, tfm__block_backward, grad_src written only
+ * on success.  Errors: the checks', TFM_ERR_BUSY, out-of-memory, or the
+ * kind's backward's, with nothing written. */
+tfm_status tfm__encoder_backward(const tfm__block_kind *k, tfm_module *block,
+                                 const char *what, const tfm_tensor *src,
+                                 const tfm_attention_masks *masks,
+                                 const tfm_tensor *grad_output,
+                                 tfm_tensor *grad_src);
+
+/* The same for a decoder-style block (tfm__check_decoder_backward's
+ * checks): grad_tgt [B, L, d] and grad_memory [B, S, d], each NULL or
+ * written only on success. */
+tfm_status tfm__decoder_backward(const tfm__block_kind *k, tfm_module *block,
+                                 const char *what, const tfm_tensor *tgt,
+                                 const tfm_tensor *memory,
+                                 const tfm_attention_masks *tgt_masks,
+                                 const tfm_attention_masks *memory_masks,
+                                 const tfm_tensor *grad_output,
+                                 tfm_tensor *grad_tgt, tfm_tensor *grad_memory);
+
 /* Runs fn(x) on a scratch copy of src [n floats] and copies the result into
  * dst, so that dst is untouched when fn fails. */
 typedef tfm_status (*tfm__inplace_fn)(const void *ctx, float *x);

@@ -452,33 +452,9 @@ tfm_status tfm_encoder_backward(tfm_module *encoder, const tfm_tensor *src,
                                 tfm_tensor *grad_src)
 {
     TFM__PLAN_PIN();
-    const char *what = "tfm_encoder_backward";
-    tfm_status st = tfm__module_check(encoder, TFM_MODULE_ENCODER, "encoder");
-    if (st != TFM_OK)
-        return st;
-    const tfm__stack *s = (const tfm__stack *)encoder;
-    const tfm_layer_config *c = &s->config;
-    int64_t B = 0, L = 0;
-    tfm__masks m;
-    if ((st = tfm__check_activation(src, "src", c->d_model, &B, &L)) ||
-        (st = tfm__masks_resolve(masks, B, c->n_heads, L, L, what, &m)) ||
-        (st = tfm__check_backward_rows(what, src, c->d_model, grad_output,
-                                       c->d_model, grad_src)))
-        return st;
-    const int64_t n = src->numel;
-    float *g;
-    float **const bufs[] = { &g };
-    const size_t sizes[] = { (size_t)n };
-    tfm__ws_mark mark;
-    if ((st = tfm__backward_begin(encoder, what, bufs, sizes, 1, &mark)))
-        return st;
-    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
-    st = tfm__block_backward(&encoder_kind, encoder, B, L, 0, c->n_heads, src,
-                             NULL, &m, NULL, g, NULL);
-    if (st == TFM_OK && grad_src)
-        memcpy(grad_src->data, g, (size_t)n * sizeof *g);
-    tfm__backward_end(encoder, mark);
-    return st;
+    return tfm__encoder_backward(&encoder_kind, encoder,
+                                 "tfm_encoder_backward", src, masks,
+                                 grad_output, grad_src);
 }
 
 tfm_status tfm_decoder_backward(tfm_module *decoder, const tfm_tensor *tgt,
@@ -489,33 +465,8 @@ tfm_status tfm_decoder_backward(tfm_module *decoder, const tfm_tensor *tgt,
                                 tfm_tensor *grad_tgt, tfm_tensor *grad_memory)
 {
     TFM__PLAN_PIN();
-    const char *what = "tfm_decoder_backward";
-    tfm_status st = tfm__module_check(decoder, TFM_MODULE_DECODER, "decoder");
-    if (st != TFM_OK)
-        return st;
-    const tfm__stack *s = (const tfm__stack *)decoder;
-    tfm__decoder_inputs in;
-    if ((st = tfm__check_decoder_backward(what, &s->config, tgt, "tgt",
-                                          memory, tgt_masks, memory_masks,
-                                          grad_output, grad_tgt, grad_memory,
-                                          &in)))
-        return st;
-    const int64_t n = tgt->numel, n_mem = memory->numel;
-    float *g, *gmem;
-    float **const bufs[] = { &g, &gmem };
-    const size_t sizes[] = { (size_t)n, (size_t)n_mem };
-    tfm__ws_mark mark;
-    if ((st = tfm__backward_begin(decoder, what, bufs, sizes, 2, &mark)))
-        return st;
-    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
-    memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
-    st = tfm__block_backward(&decoder_kind, decoder, in.B, in.L, in.S,
-                             s->config.n_heads, tgt, memory, &in.tgt_masks,
-                             &in.memory_masks, g, gmem);
-    if (st == TFM_OK && grad_tgt)
-        memcpy(grad_tgt->data, g, (size_t)n * sizeof *g);
-    if (st == TFM_OK && grad_memory)
-        memcpy(grad_memory->data, gmem, (size_t)n_mem * sizeof *gmem);
-    tfm__backward_end(decoder, mark);
-    return st;
+    return tfm__decoder_backward(&decoder_kind, decoder,
+                                 "tfm_decoder_backward", tgt, memory,
+                                 tgt_masks, memory_masks, grad_output,
+                                 grad_tgt, grad_memory);
 }
