@@ -68,14 +68,15 @@ set(TFM_SOURCES_nn
 
 # blocks: residual sub-layers, encoder and decoder layers, cross-attention, stacks, nn.Transformer
 set(TFM_SOURCES_blocks
+  blocks/block_calls.c
   blocks/cross_attention.c
   blocks/decoder_layer.c
   blocks/encoder_layer.c
   blocks/layer_config.c
-  blocks/layer_inputs.c
+  blocks/nn_transformer.c
   blocks/residual.c
   blocks/stack.c
-  blocks/transformer.c
+  blocks/sublayer.c
 )
 
 # training: losses, masked-LM inputs, optimizers, learning-rate schedules

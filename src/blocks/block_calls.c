@@ -1,6 +1,8 @@
-/* Validation of a layer call's tensors and the copy-in / copy-out helper
- * (layers_impl.h), shared by the encoder and decoder layers, the
- * cross-attention block, the stacks and nn.Transformer. */
+/* The one door of the blocks' public calls (layers_impl.h), shared by the
+ * encoder and decoder layers, the cross-attention block, the stacks and
+ * nn.Transformer: validation of a call's tensors, the copy-in / copy-out
+ * run, the public forward (tfm__encoder_forward, tfm__decoder_forward) and
+ * backward (tfm__encoder_backward, tfm__decoder_backward). */
 #include <string.h>
 
 #include "base/error.h"
