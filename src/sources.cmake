@@ -38,6 +38,7 @@ set(TFM_SOURCES_kernels
 # attention: the attention door, its kernel (forward and backward), scores, positions, masks, config, variants, tfm_sdpa
 set(TFM_SOURCES_attention
   attention/attention_config.c
+  attention/attention_backward.c
   attention/attention_job.c
   attention/attention_kernel.c
   attention/attention_masks.c
@@ -89,7 +90,10 @@ set(TFM_SOURCES_training
 
 # models: decoder-only, encoder-only, encoder-decoder and image models
 set(TFM_SOURCES_models
-  models/model.c
+  models/model_backward.c
+  models/model_create.c
+  models/model_forward.c
+  models/model_image.c
 )
 
 # generation: KV cache, sampling, logits processors, generation, batched generation, beam search

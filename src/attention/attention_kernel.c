@@ -1,5 +1,7 @@
-/* The attention kernel (attention_kernel.h): tiles, the online softmax,
- * non-finite values, threading and the dilated split.  Masks come from
+/* The attention kernel's forward (attention_kernel.h: tfm__attention_run):
+ * tiles, the online softmax, non-finite values, threading and the dilated
+ * split; its backward is attention_backward.c, the state and per-row
+ * helpers both share attention_kernel_impl.h.  Masks come from
  * attention_masks.h, positions (relative terms, sparse patterns) from
  * attention_positions.h, scores from attention_scores.h.
  *
@@ -32,19 +34,17 @@
  *   o_i  = sum_j w_ij v_j (+ sum_j w_ij r^V(j - p_i), Shaw)  out [L, d_v]
  */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "attention/attention_kernel.h"
-#include "attention/attention_scores.h"
+#include "attention/attention_kernel_impl.h"
 #include "base/error.h"
-#include "base/gemm.h"
 #include "base/parallel.h"
+#include "base/gemm.h"
 #include "kernels/softmax.h"
 #include "kernels/vmath.h"
 #include "base/workspace.h"
 
-/* ==== Blocks, per-run state and per-head views ========================= */
+/* ==== Blocks ============================================================ */
 
 #define TFM_QUERY_BLOCK 64      /* fewest query rows of a whole-row block */
 #define TFM_BLOCK_FLOATS 131072 /* logits of a whole-row block: 512 KiB */
@@ -60,100 +60,11 @@ static int64_t block_rows(int64_t L, int64_t S)
     return rows < L ? rows : L;
 }
 
-/* Read-only state of one run, shared by the threads. */
-typedef struct run_shared {
-    const tfm__attention_job *job;
-    int64_t H_kv;               /* key/value heads: H / group */
-    int64_t offset;             /* causal: key j visible when j <= i + offset */
-    /* Shaw: the table rows the run's distances reach, shaw_lo .. shaw_lo
-     * + K2 - 1 (at most 2 * max_distance + 1, and at most L + S - 1
-     * however large max_distance is); K2 = 0 without Shaw. */
-    int64_t K2, shaw_lo;
-    const int32_t *t5_bucket;   /* T5: bucket of distance d at d - d_min */
-    int64_t d_min;              /* smallest distance j - p of the run */
-    unsigned char *bad_flags;   /* [B * H_kv * S]: value row non-finite */
-    int64_t *bad_count;         /* [B * H_kv] */
-} run_shared;
-
-/* One (batch element, head) of a job, as the per-block code sees it. */
-typedef struct head_view {
-    const tfm__attention_job *job;
-    const run_shared *sh;
-    int64_t b, h;
-    float scale;
-    const float *q, *k, *v;
-    float *out;
-    const unsigned char *bad;   /* [S]: value row holds NaN or inf */
-    int64_t n_bad;              /* how many rows of this head do */
-} head_view;
-
-/* Query heads per key/value head (GQA, MQA): 1 when unset. */
-static int64_t group_of(const tfm__attention_job *j)
-{
-    return j->group > 1 ? j->group : 1;
-}
-
-/* The view of (b, h): q [L, d_k], k [S, d_k], v [S, d_v] of its key/value
- * head h / group, out [L, d_v], all with the job's row strides. */
-static head_view view_of(const run_shared *sh, int64_t b, int64_t h)
-{
-    const tfm__attention_job *j = sh->job;
-    const int64_t kvh = h / group_of(j), bk = b * sh->H_kv + kvh;
-    return (head_view){
-        .job = j, .sh = sh, .b = b, .h = h,
-        .scale = j->head_scale ? j->head_scale[h] : j->scale,
-        .bad = sh->bad_flags ? sh->bad_flags + bk * j->S : NULL,
-        .n_bad = sh->bad_count ? sh->bad_count[bk] : 0,
-        .q = j->q + b * j->q_bstride + h * j->q_hstride,
-        .k = j->k + b * j->k_bstride + kvh * j->k_hstride,
-        .v = j->v + b * j->v_bstride + kvh * j->v_hstride,
-        .out = j->out + b * j->o_bstride + h * j->o_hstride,
-    };
-}
-
-/* ==== One row of logits: positions and masks ============================ */
-
-/* Finishes row `gi` of the logits (keys j0 .. j0+n-1) in place: the
- * causal mask (keys j > gi + offset to -inf), the relative-position term
- * and the sparse pattern (attention_positions.h), then the mask tensors
- * (attention_masks.h).  qr: Shaw's key terms of this row [K2]. */
-static void mask_row(const head_view *a, int64_t gi, const float *qr,
-                     float *row, int64_t j0, int64_t n)
-{
-    const tfm__attention_job *jb = a->job;
-    const tfm__masks *m = jb->masks;
-    const int64_t S = jb->S, p = jb->q_pos0 + gi;
-    /* row[c] is key j0 + c; `lim` counts the columns the causal mask
-     * leaves, in row coordinates. */
-    int64_t lim = (m->causal ? gi + a->sh->offset + 1 : S) - j0;
-    lim = lim < 0 ? 0 : (lim > n ? n : lim);
-    for (int64_t j = lim; j < n; j++)
-        row[j] = -INFINITY;
-    if (jb->relative)
-        tfm__relative_add(jb->relative, a->h, jb->H, j0 - p, a->sh->t5_bucket,
-                          a->sh->d_min, qr, a->sh->shaw_lo, row, lim);
-    if (jb->sparse && jb->sparse->kind != TFM_SPARSE_NONE)
-        tfm__sparse_mask_row(jb->sparse, m->causal != 0, S, p, row, j0, lim);
-    const float *kp =
-        m->key_padding ? m->key_padding + a->b * S + j0 : NULL;
-    const float *am = m->attn ? m->attn + a->b * m->attn_batch_stride +
-                                    a->h * m->attn_head_stride + gi * S + j0
-                              : NULL;
-    if (!kp && !am)
-        return;
-    for (int64_t j = 0; j < lim; j++) {
-        float x = row[j];
-        if (kp)
-            x = tfm__mask_apply(x, kp[j], m->key_padding_kind);
-        if (am && x != -INFINITY)
-            x = tfm__mask_apply(x, am[j], m->attn_kind);
-        row[j] = x;
-    }
-}
+/* ==== One row of logits: masked keys and Shaw's key terms ============== */
 
 /* Whether key j is masked out for query row gi (the logit is -inf whatever
- * the scores are): mask_row's rules for one key. */
-static int masked_at(const head_view *a, int64_t gi, int64_t j)
+ * the scores are): tfm__mask_row's rules for one key. */
+static int masked_at(const tfm__head_view *a, int64_t gi, int64_t j)
 {
     const tfm__attention_job *jb = a->job;
     const tfm__masks *m = jb->masks;
@@ -175,31 +86,14 @@ static int masked_at(const head_view *a, int64_t gi, int64_t j)
     return x == -INFINITY;
 }
 
-/* The scores of one head, rows i0 .. i0+r-1 against keys j0 .. j0+t-1,
- * into dst [r, t] (row stride ld): attention_scores.h. */
-static void head_scores(const head_view *a, int64_t i0, int64_t r, int64_t j0,
-                        int64_t t, float *dst, int64_t ld)
-{
-    const tfm__attention_job *j = a->job;
-    tfm__scores(a->q + i0 * j->ldq, j->ldq, a->k + j0 * j->ldk, j->ldk, r, t,
-                j->d_k, a->scale,
-                j->additive_v ? j->additive_v + a->h * j->d_k : NULL, dst, ld);
-}
-
 /* Shaw's key terms of one head's rows i0 .. i0+r-1: qr [r, K2]. */
-static void key_terms(const head_view *a, int64_t i0, int64_t r, float *qr)
+static void key_terms(const tfm__head_view *a, int64_t i0, int64_t r,
+                      float *qr)
 {
     const tfm__attention_job *j = a->job;
     tfm__shaw_key_terms(a->q + i0 * j->ldq, j->ldq, r, j->d_k, a->scale,
                         j->relative->shaw_k + a->sh->shaw_lo * j->d_k,
                         a->sh->K2, qr);
-}
-
-/* Whether the job adds Shaw's value term r^V. */
-static int shaw_values(const tfm__attention_job *j)
-{
-    return j->relative && j->relative->kind == TFM_RELATIVE_SHAW &&
-           j->relative->shaw_v;
 }
 
 /* ==== Non-finite values ================================================= */
@@ -221,7 +115,7 @@ static int64_t flag_head(const tfm__attention_job *j, int64_t b, int64_t kvh,
 
 /* Copies value rows j0 .. j0+n-1 into clean [n, d_v], zeros for the
  * flagged ones; returns how many were flagged. */
-static int64_t clean_values(const head_view *a, int64_t j0, int64_t n,
+static int64_t clean_values(const tfm__head_view *a, int64_t j0, int64_t n,
                             float *clean)
 {
     const int64_t dv = a->job->d_v;
@@ -242,7 +136,7 @@ static int64_t clean_values(const head_view *a, int64_t j0, int64_t n,
  * .. j0+n-1 weighted by p [r, n] (row stride ldp): a visible key's
  * non-finite value propagates even when its weight underflowed to 0
  * (0 * NaN is NaN); a masked key's never does. */
-static void add_back_bad(const head_view *a, int64_t i0, int64_t r,
+static void add_back_bad(const tfm__head_view *a, int64_t i0, int64_t r,
                          int64_t j0, int64_t n, const float *p, int64_t ldp,
                          float *out)
 {
@@ -302,21 +196,13 @@ typedef struct slot_scratch {
 } slot_scratch;
 
 /* The causal limit of rows i0 .. i0+r-1: one past their last visible key. */
-static int64_t causal_limit(const head_view *a, int64_t i0, int64_t r)
+static int64_t causal_limit(const tfm__head_view *a, int64_t i0, int64_t r)
 {
     const int64_t S = a->job->S;
     if (!a->job->masks->causal)
         return S;
     int64_t n = i0 + r + a->sh->offset;
     return n < 0 ? 0 : (n > S ? S : n);
-}
-
-/* The dropout index of attention weight (row i, key j) of head view a
- * (attention_kernel.h: tfm__attention_job.dropout). */
-static uint64_t weight_index(const head_view *a, int64_t i, int64_t j)
-{
-    const tfm__attention_job *jb = a->job;
-    return (uint64_t)(((a->b * jb->H + a->h) * jb->L + i) * jb->S + j);
 }
 
 /* The tiled path (no weights requested): query rows i0 .. i0+r-1 against
@@ -330,7 +216,7 @@ static uint64_t weight_index(const head_view *a, int64_t i, int64_t j)
  *   l_i = alpha l_i + sum_j exp(s_ij - m'),
  *   o_i = alpha o_i + sum_j exp(s_ij - m') v_j       (one GEMM per tile)
  * and at the end o_i /= l_i (zeros when every key is masked). */
-static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
+static void attend_block_tiled(const tfm__head_view *a, int64_t i0, int64_t r,
                                const slot_scratch *sc)
 {
     const tfm__attention_job *j = a->job;
@@ -342,7 +228,7 @@ static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
     float *clean_v = lrow + rows;       /* [T, d_v] values, non-finite = 0 */
     float *qr = clean_v + T * dv;       /* [rows, K2] Shaw key terms */
     float *pb = qr + rows * K2;         /* [rows, K2] Shaw bucket weights */
-    const int with_sv = shaw_values(j);
+    const int with_sv = tfm__shaw_values(j);
     const int drop = tfm__dropout_on(&j->dropout);
     float *out = a->out + i0 * j->ldo;
     for (int64_t i = 0; i < r; i++) {
@@ -363,10 +249,10 @@ static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
         const int64_t lo = sc->ranges[2 * g], hi = sc->ranges[2 * g + 1];
         for (int64_t j0 = lo; j0 < hi; j0 += T) {
             const int64_t t = hi - j0 < T ? hi - j0 : T;
-            head_scores(a, i0, r, j0, t, tile, T);
+            tfm__head_scores(a, i0, r, j0, t, tile, T);
             for (int64_t i = 0; i < r; i++) {
                 float *row = tile + i * T;
-                mask_row(a, i0 + i, qr + i * K2, row, j0, t);
+                tfm__mask_row(a, i0 + i, qr + i * K2, row, j0, t);
                 float alpha =
                     tfm__softmax_online_step(row, t, &mrow[i], &lrow[i]);
                 if (alpha != 1.0f) {
@@ -379,7 +265,8 @@ static void attend_block_tiled(const head_view *a, int64_t i0, int64_t r,
                 }
                 if (drop)
                     tfm__dropout_apply(&j->dropout,
-                                       weight_index(a, i0 + i, j0), row, t);
+                                       tfm__weight_index(a, i0 + i, j0), row,
+                                       t);
                 if (with_sv)
                     tfm__shaw_bucket_weights(j->relative->max_distance,
                                              a->sh->shaw_lo,
@@ -442,7 +329,7 @@ static float row_lse(const float *row, int64_t n)
  * out [r, d_v] = p v [n, d_v] in one GEMM; n is the causal limit.  With
  * averaged weights the caller has zeroed (or accumulated into) their rows,
  * which receive p / H. */
-static void attend_block(const head_view *a, int64_t i0, int64_t r,
+static void attend_block(const tfm__head_view *a, int64_t i0, int64_t r,
                          const slot_scratch *sc)
 {
     const tfm__attention_job *j = a->job;
@@ -452,7 +339,7 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
     float *clean_v = block + rows * S;  /* [S, d_v] values, non-finite = 0 */
     float *qr = clean_v + S * dv;       /* [rows, K2] Shaw key terms */
     float *pb = qr + rows * K2;         /* [rows, K2] Shaw bucket weights */
-    const int with_sv = shaw_values(j);
+    const int with_sv = tfm__shaw_values(j);
     const int64_t n = causal_limit(a, i0, r);
 
     const float *v = a->v;
@@ -474,18 +361,18 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
         key_terms(a, i0, r, qr);
         memset(pb, 0, (size_t)(r * K2) * sizeof(float));
     }
-    head_scores(a, i0, r, 0, n, p, ldp);
+    tfm__head_scores(a, i0, r, 0, n, p, ldp);
     for (int64_t i = 0; i < r; i++) {
         float *row = p + i * ldp;
-        mask_row(a, i0 + i, qr + i * K2, row, 0, n);
+        tfm__mask_row(a, i0 + i, qr + i * K2, row, 0, n);
         if (j->lse)
             j->lse[(a->b * j->H + a->h) * L + i0 + i] = row_lse(row, n);
         tfm__softmax_row(row, n);
         if (in_place && n < S)
             memset(row + n, 0, (size_t)(S - n) * sizeof(float));
         if (tfm__dropout_on(&j->dropout))
-            tfm__dropout_apply(&j->dropout, weight_index(a, i0 + i, 0), row,
-                               n);
+            tfm__dropout_apply(&j->dropout, tfm__weight_index(a, i0 + i, 0),
+                               row, n);
         if (with_sv)
             tfm__shaw_bucket_weights(j->relative->max_distance,
                                      a->sh->shaw_lo, j->q_pos0 + i0 + i,
@@ -514,7 +401,7 @@ static void attend_block(const head_view *a, int64_t i0, int64_t r,
 
 /* What the pool's items read: the run and every thread slot's scratch. */
 typedef struct run_ctx {
-    const run_shared *sh;
+    const tfm__run_shared *sh;
     float *scratch;         /* [slots, slot_floats] (scratch_floats) */
     int64_t *ranges;        /* [slots, slot_ranges] visible key ranges */
     int64_t slot_floats, slot_ranges;
@@ -526,7 +413,7 @@ typedef struct run_ctx {
 static void flag_items(void *arg, int64_t begin, int64_t end, int slot)
 {
     const run_ctx *c = arg;
-    const run_shared *sh = c->sh;
+    const tfm__run_shared *sh = c->sh;
     (void)slot;
     for (int64_t bk = begin; bk < end; bk++)
         sh->bad_count[bk] =
@@ -558,30 +445,13 @@ static void run_items(void *arg, int64_t begin, int64_t end, int slot)
             memset(j->weights + (b * j->L + i0) * j->S, 0,
                    (size_t)(r * j->S) * sizeof(float));
         for (int64_t h = h0; h < h1; h++) {
-            head_view a = view_of(c->sh, b, h);
+            tfm__head_view a = tfm__view_of(c->sh, b, h);
             if (j->weights)
                 attend_block(&a, i0, r, &sc);
             else
                 attend_block_tiled(&a, i0, r, &sc);
         }
     }
-}
-
-/* The run's relative tables: Shaw's reachable table rows (sh->K2,
- * sh->shaw_lo) and the smallest distance sh->d_min; returns the number
- * of distances, L + S - 1 (T5's buckets). */
-static int64_t relative_tables(const tfm__attention_job *job, run_shared *sh)
-{
-    const tfm__relative *rel = job->relative;
-    if (rel && rel->kind == TFM_RELATIVE_SHAW) {
-        const int64_t k = rel->max_distance;
-        sh->shaw_lo = tfm__shaw_index(-(job->q_pos0 + job->L - 1), k);
-        sh->K2 = tfm__shaw_index(job->S - 1 - job->q_pos0, k) - sh->shaw_lo +
-                 1;
-    }
-    /* Distances j - p of the run: from -(q_pos0 + L - 1) to S-1 - q_pos0. */
-    sh->d_min = -(job->q_pos0 + job->L - 1);
-    return job->S + job->L - 1;
 }
 
 /* Runs a job whose causal mask lets row i see keys j <= i + offset: the
@@ -594,10 +464,10 @@ static tfm_status run_job(const tfm__attention_job *job, int64_t offset)
      * parallel loops split into at most that many pieces. */
     const tfm__plan plan = tfm__plan_now();
     const int slots = plan.slots;
-    run_shared sh = { .job = job, .H_kv = job->H / group_of(job) };
+    tfm__run_shared sh = { .job = job, .H_kv = job->H / tfm__group_of(job) };
     sh.offset = offset;
     const tfm__relative *rel = job->relative;
-    const int64_t n_dist = relative_tables(job, &sh);
+    const int64_t n_dist = tfm__relative_tables(job, &sh);
 
     run_ctx c = { .sh = &sh, .rows = job_rows(job) };
     c.n_blocks = (job->L + c.rows - 1) / c.rows;
@@ -733,389 +603,4 @@ tfm_status tfm__attention_run(const tfm__attention_job *in)
     if (dilated_as_windows(&job))
         return run_dilated(&job, job.q_pos0);
     return run_job(&job, job.q_pos0);
-}
-
-/* ==== The backward (FlashAttention-2, Dao 2023, algorithm 2) ============ */
-
-#define TFM_BWD_ROWS 128    /* Br: query rows of a backward tile */
-#define TFM_BWD_KEYS 128    /* Bc: keys of a backward tile */
-#define TFM_BWD_SPLIT 8     /* work items a backward aims at (shapes only) */
-
-/* What the backward's items read. */
-typedef struct bwd_ctx {
-    const run_shared *sh;
-    const tfm__attention_grads *g;
-    float *D;               /* [B, H, L]: D_i = dO_i . O_i */
-    float *dq_parts;        /* [B, H, n_chunks - 1, L, d_k] or NULL */
-    float *scratch;         /* [slots, slot_floats]: P, dP / dS, Shaw's
-                             * [Br, K2] sums */
-    /* The variants' parameter gradients of each item (bwd_part), added
-     * into the caller's in item order at the end (bwd_params). */
-    float *parts;           /* [items, part_floats] */
-    int64_t part_floats, n_dist, slot_floats;
-    int64_t n_chunks, n_tiles;
-} bwd_ctx;
-
-/* One item's parameter gradients of one query head (NULL: not wanted). */
-typedef struct bwd_part {
-    float *dw;              /* [d_k]: additive_v of the head */
-    float *dt5;             /* [n_dist]: dS summed per distance - d_min */
-    float *dshaw_k;         /* [K2, d_k], shared by the group's heads */
-    float *dshaw_v;         /* [K2, d_v] */
-} bwd_part;
-
-/* Chunks of keys per key/value head: enough items for TFM_BWD_SPLIT
- * threads when there are few heads, from the shapes alone (never the
- * thread count), so that the sums do not depend on it. */
-static int64_t bwd_chunks(const tfm__attention_job *j, int64_t H_kv,
-                          int64_t n_tiles)
-{
-    const int64_t heads = j->B * H_kv;
-    int64_t nc = heads >= TFM_BWD_SPLIT || heads == 0
-                     ? 1
-                     : (TFM_BWD_SPLIT + heads - 1) / heads;
-    nc = nc < n_tiles ? nc : n_tiles;
-    return nc < 1 ? 1 : nc;
-}
-
-/* Items: query heads (b, h) = b * H + h.  D of their rows, and their dq
- * zeroed (the chunks accumulate into it). */
-static void bwd_rows(void *arg, int64_t begin, int64_t end, int slot)
-{
-    const bwd_ctx *c = arg;
-    const tfm__attention_job *j = c->sh->job;
-    const tfm__attention_grads *g = c->g;
-    (void)slot;
-    for (int64_t bh = begin; bh < end; bh++) {
-        const int64_t b = bh / j->H, h = bh % j->H;
-        const float *o = j->out + b * j->o_bstride + h * j->o_hstride;
-        const float *d_o = g->dout + b * g->do_bstride + h * g->do_hstride;
-        float *D = c->D + bh * j->L;
-        for (int64_t i = 0; i < j->L; i++) {
-            float s = 0.0f;
-            for (int64_t e = 0; e < j->d_v; e++)
-                s += d_o[i * g->lddo + e] * o[i * j->ldo + e];
-            D[i] = s;
-        }
-        if (g->dq)
-            for (int64_t i = 0; i < j->L; i++)
-                memset(g->dq + b * g->dq_bstride + h * g->dq_hstride +
-                           i * g->lddq,
-                       0, (size_t)j->d_k * sizeof(float));
-    }
-}
-
-/* P [r, t] (row stride ld) <- exp(s - lse_i) of the masked logits in
- * place (0 where masked, and for a row whose keys are all masked). */
-TFM_CLONES static void bwd_probs(float *p, int64_t r, int64_t t, int64_t ld,
-                                 const float *lse)
-{
-    for (int64_t i = 0; i < r; i++) {
-        float *row = p + i * ld;
-        const float l = lse[i];
-        if (l == -INFINITY) {
-            memset(row, 0, (size_t)t * sizeof(float));
-            continue;
-        }
-        for (int64_t c = 0; c < t; c++)
-            row[c] = tfm__exp_nonpositive(row[c] - l);
-    }
-}
-
-/* dS [r, t] <- P (dP - D_i), exactly 0 where P is 0 (a masked key's
- * non-finite value must not reach the gradients through dP). */
-TFM_CLONES static void bwd_dscores(const float *p, float *ds, int64_t r,
-                                   int64_t t, int64_t ld, const float *D)
-{
-    for (int64_t i = 0; i < r; i++) {
-        const float d = D[i];
-        const float *pr = p + i * ld;
-        float *sr = ds + i * ld;
-        for (int64_t c = 0; c < t; c++)
-            sr[c] = pr[c] == 0.0f ? 0.0f : pr[c] * (sr[c] - d);
-    }
-}
-
-/* One tile: query rows i0 .. i0+r-1 of head view a against keys j0 ..
- * j0+t-1.  dK, dV: the key/value head's gradient rows from 0 (NULL: not
- * wanted); dQ: this chunk's dq of the head (row stride lddq) or NULL;
- * pt: the item's parameter gradients; sums: Shaw's [Br, K2] scratch;
- * Pd: [Br, Bc] scratch for the dropped weights (under dropout). */
-static void bwd_tile(const head_view *a, const bwd_ctx *c, int64_t i0,
-                     int64_t r, int64_t j0, int64_t t, float *P, float *dS,
-                     const float *d_o, const float *lse, const float *D,
-                     float *dK, float *dV, float *dQ, int64_t lddq,
-                     const bwd_part *pt, float *sums, float *Pd)
-{
-    const tfm__attention_job *j = a->job;
-    const tfm__attention_grads *g = c->g;
-    const int64_t ld = TFM_BWD_KEYS;
-    const tfm__relative *rel = j->relative;
-    const float *qi = a->q + i0 * j->ldq;
-    const int shaw = rel && rel->kind == TFM_RELATIVE_SHAW;
-    const tfm__shaw_tile st =
-        shaw ? tfm__shaw_tile_of(rel->max_distance, a->sh->shaw_lo,
-                                 a->sh->K2, j->q_pos0 + i0, j0, r, t)
-             : (tfm__shaw_tile){ 0 };
-    head_scores(a, i0, r, j0, t, P, ld);
-    if (shaw)
-        tfm__shaw_tile_key_terms(&st, qi, j->ldq, j->d_k, a->scale,
-                                 rel->shaw_k, sums);
-    for (int64_t i = 0; i < r; i++)
-        mask_row(a, i0 + i, shaw ? sums + i * st.K2 : NULL, P + i * ld, j0,
-                 t);
-    bwd_probs(P, r, t, ld, lse + i0);
-    /* Pv: the weights the values met (dropped under dropout). */
-    const int drop = tfm__dropout_on(&j->dropout);
-    const float *Pv = P;
-    if (drop) {
-        tfm__dropout_copy_rows(&j->dropout, weight_index(a, i0, j0),
-                               (uint64_t)j->S, P, Pd, r, t, ld);
-        Pv = Pd;
-    }
-    const float *dOi = d_o + i0 * g->lddo;
-    if (dV)
-        tfm__sgemm(1, 0, t, j->d_v, r, 1.0f, Pv, ld, dOi, g->lddo, 1.0f,
-                   dV + j0 * g->lddv, g->lddv);
-    if (!dK && !dQ && !pt->dw && !pt->dt5 && !pt->dshaw_k && !pt->dshaw_v)
-        return;
-    tfm__sgemm(0, 1, r, t, j->d_v, 1.0f, dOi, g->lddo, a->v + j0 * j->ldv,
-               j->ldv, 0.0f, dS, ld);
-    if (shaw_values(j))
-        tfm__shaw_value_backward(&st, Pv, ld, dOi, g->lddo, j->d_v,
-                                 rel->shaw_v, sums, pt->dshaw_v, dS);
-    if (drop)   /* the gradient of the undropped weights */
-        tfm__dropout_apply_rows(&j->dropout, weight_index(a, i0, j0),
-                                (uint64_t)j->S, dS, r, t, ld);
-    bwd_dscores(P, dS, r, t, ld, D + i0);
-    if (pt->dt5)
-        tfm__distance_sums(dS, r, t, ld, j0 - (j->q_pos0 + i0) - a->sh->d_min,
-                           pt->dt5);
-    if (shaw)
-        tfm__shaw_key_backward(&st, dS, ld, qi, j->ldq, j->d_k, a->scale,
-                               rel->shaw_k, sums, dQ ? dQ + i0 * lddq : NULL,
-                               lddq, pt->dshaw_k);
-    if (j->additive_v) {
-        tfm__additive_backward(qi, j->ldq, a->k + j0 * j->ldk, j->ldk, r, t,
-                               j->d_k, a->scale, j->additive_v + a->h * j->d_k,
-                               dS, ld, dQ + i0 * lddq, lddq,
-                               dK + j0 * g->lddk, g->lddk, pt->dw);
-        return;
-    }
-    if (dK)
-        tfm__sgemm(1, 0, t, j->d_k, r, a->scale, dS, ld, qi, j->ldq, 1.0f,
-                   dK + j0 * g->lddk, g->lddk);
-    if (dQ)
-        tfm__sgemm(0, 0, r, j->d_k, t, a->scale, dS, ld, a->k + j0 * j->ldk,
-                   j->ldk, 1.0f, dQ + i0 * lddq, lddq);
-}
-
-/* An item's parameter gradients: [group, d_k] additive_v (always with the
- * additive score, whose loop writes it), [group, n_dist] T5 distances,
- * [K2, d_k] Shaw keys, [K2, d_v] Shaw values, each present when wanted;
- * returns their floats (bwd_part_of's layout). */
-static int64_t bwd_part_floats(const bwd_ctx *c)
-{
-    const tfm__attention_job *j = c->sh->job;
-    const tfm__attention_grads *g = c->g;
-    const int64_t group = group_of(j), K2 = c->sh->K2;
-    return (j->additive_v ? group * j->d_k : 0) +
-           (g->dt5_bias ? group * c->n_dist : 0) +
-           (g->dshaw_k ? K2 * j->d_k : 0) + (g->dshaw_v ? K2 * j->d_v : 0);
-}
-
-/* The pointers of query head hg (of the group) into an item's part. */
-static bwd_part bwd_part_of(const bwd_ctx *c, float *part, int64_t hg)
-{
-    const tfm__attention_job *j = c->sh->job;
-    const tfm__attention_grads *g = c->g;
-    const int64_t group = group_of(j), K2 = c->sh->K2;
-    bwd_part pt = { 0 };
-    if (!part)
-        return pt;
-    if (j->additive_v) {
-        pt.dw = part + hg * j->d_k;
-        part += group * j->d_k;
-    }
-    if (g->dt5_bias) {
-        pt.dt5 = part + hg * c->n_dist;
-        part += group * c->n_dist;
-    }
-    if (g->dshaw_k) {
-        pt.dshaw_k = part;
-        part += K2 * j->d_k;
-    }
-    if (g->dshaw_v)
-        pt.dshaw_v = part;
-    return pt;
-}
-
-/* The items' parameter gradients added into the caller's, in item order
- * (the same sums for every thread count). */
-static void bwd_params(const bwd_ctx *c, int64_t items)
-{
-    const tfm__attention_job *j = c->sh->job;
-    const tfm__attention_grads *g = c->g;
-    const int64_t group = group_of(j), K2 = c->sh->K2, NC = c->n_chunks;
-    const int64_t lo = c->sh->shaw_lo;
-    for (int64_t item = 0; item < items; item++) {
-        const int64_t kvh = item / NC % c->sh->H_kv;
-        float *part = c->parts + item * c->part_floats;
-        for (int64_t hg = 0; hg < group; hg++) {
-            const int64_t h = kvh * group + hg;
-            const bwd_part pt = bwd_part_of(c, part, hg);
-            for (int64_t e = 0; g->dadditive_v && e < j->d_k; e++)
-                g->dadditive_v[h * j->d_k + e] += pt.dw[e];
-            if (pt.dt5)
-                tfm__t5_bias_backward(c->sh->t5_bucket, c->n_dist, pt.dt5, h,
-                                      j->H, g->dt5_bias);
-        }
-        const bwd_part pt = bwd_part_of(c, part, 0);
-        for (int64_t e = 0; pt.dshaw_k && e < K2 * j->d_k; e++)
-            g->dshaw_k[lo * j->d_k + e] += pt.dshaw_k[e];
-        for (int64_t e = 0; pt.dshaw_v && e < K2 * j->d_v; e++)
-            g->dshaw_v[lo * j->d_v + e] += pt.dshaw_v[e];
-    }
-}
-
-/* Items: (b, key/value head kvh, chunk) = (b * H_kv + kvh) * n_chunks +
- * chunk.  The chunk's rows of dk and dv are this item's alone; so is the
- * dq of chunk 0 (the caller's) and of the other chunks (dq_parts).  The
- * query heads of a group accumulate in order h = kvh * group .. */
-static void bwd_items(void *arg, int64_t begin, int64_t end, int slot)
-{
-    const bwd_ctx *c = arg;
-    const run_shared *sh = c->sh;
-    const tfm__attention_job *j = sh->job;
-    const tfm__attention_grads *g = c->g;
-    const int64_t Br = TFM_BWD_ROWS, Bc = TFM_BWD_KEYS, NC = c->n_chunks;
-    const int64_t group = group_of(j), L = j->L, S = j->S;
-    float *P = c->scratch + (int64_t)slot * c->slot_floats, *dS = P + Br * Bc;
-    for (int64_t item = begin; item < end; item++) {
-        float *part = c->parts ? c->parts + item * c->part_floats : NULL;
-        if (part)
-            memset(part, 0, (size_t)c->part_floats * sizeof(float));
-        const int64_t ch = item % NC, bk = item / NC;
-        const int64_t b = bk / sh->H_kv, kvh = bk % sh->H_kv;
-        const int64_t k_lo = ch * c->n_tiles / NC * Bc;
-        int64_t k_hi = (ch + 1) * c->n_tiles / NC * Bc;
-        k_hi = k_hi < S ? k_hi : S;
-        float *dK = g->dk ? g->dk + b * g->dk_bstride + kvh * g->dk_hstride
-                          : NULL;
-        float *dV = g->dv ? g->dv + b * g->dv_bstride + kvh * g->dv_hstride
-                          : NULL;
-        for (int64_t s = k_lo; s < k_hi; s++) {
-            if (dK)
-                memset(dK + s * g->lddk, 0, (size_t)j->d_k * sizeof(float));
-            if (dV)
-                memset(dV + s * g->lddv, 0, (size_t)j->d_v * sizeof(float));
-        }
-        for (int64_t h = kvh * group; h < (kvh + 1) * group; h++) {
-            const head_view a = view_of(sh, b, h);
-            const bwd_part pt = bwd_part_of(c, part, h - kvh * group);
-            const int64_t bh = b * j->H + h;
-            const float *d_o = g->dout + b * g->do_bstride + h * g->do_hstride;
-            float *dQ = NULL;
-            int64_t lddq = g->lddq;
-            if (g->dq && ch == 0) {
-                dQ = g->dq + b * g->dq_bstride + h * g->dq_hstride;
-            } else if (g->dq) {
-                dQ = c->dq_parts + (bh * (NC - 1) + ch - 1) * L * j->d_k;
-                lddq = j->d_k;
-                memset(dQ, 0, (size_t)(L * j->d_k) * sizeof(float));
-            }
-            for (int64_t j0 = k_lo; j0 < k_hi; j0 += Bc) {
-                const int64_t t = k_hi - j0 < Bc ? k_hi - j0 : Bc;
-                /* Causal: key j0 is first visible to row j0 - offset. */
-                int64_t i_start = j->masks->causal ? j0 - sh->offset : 0;
-                i_start = i_start < 0 ? 0 : i_start;
-                for (int64_t i0 = i_start; i0 < L; i0 += Br) {
-                    const int64_t r = L - i0 < Br ? L - i0 : Br;
-                    bwd_tile(&a, c, i0, r, j0, t, P, dS, d_o,
-                             g->lse + bh * L, c->D + bh * L, dK, dV, dQ,
-                             lddq, &pt, dS + Br * Bc,
-                             dS + Br * Bc + Br * sh->K2);
-                }
-            }
-        }
-    }
-}
-
-/* Items: query heads (b, h): dq += the parts of chunks 1 .. n-1, in order. */
-static void bwd_reduce(void *arg, int64_t begin, int64_t end, int slot)
-{
-    const bwd_ctx *c = arg;
-    const tfm__attention_job *j = c->sh->job;
-    const tfm__attention_grads *g = c->g;
-    const int64_t NC = c->n_chunks, L = j->L, dk = j->d_k;
-    (void)slot;
-    for (int64_t bh = begin; bh < end; bh++) {
-        float *dq = g->dq + bh / j->H * g->dq_bstride +
-                    bh % j->H * g->dq_hstride;
-        for (int64_t ch = 1; ch < NC; ch++) {
-            const float *part = c->dq_parts + (bh * (NC - 1) + ch - 1) * L * dk;
-            for (int64_t i = 0; i < L; i++)
-                for (int64_t e = 0; e < dk; e++)
-                    dq[i * g->lddq + e] += part[i * dk + e];
-        }
-    }
-}
-
-tfm_status tfm__attention_backward_run(const tfm__attention_job *in,
-                                       const tfm__attention_grads *g)
-{
-    tfm__attention_job job = *in;
-    tfm__sparse sparse;
-    if (in->sparse) {
-        sparse = tfm__sparse_clamp(in->sparse, in->q_pos0, in->L, in->S);
-        job.sparse = &sparse;
-    }
-    const tfm__plan plan = tfm__plan_now();
-    run_shared sh = { .job = &job, .H_kv = job.H / group_of(&job),
-                      .offset = job.q_pos0 };
-    const int64_t Br = TFM_BWD_ROWS, Bc = TFM_BWD_KEYS;
-    bwd_ctx c = { .sh = &sh, .g = g };
-    c.n_dist = relative_tables(&job, &sh);
-    c.n_tiles = (job.S + Bc - 1) / Bc;
-    c.n_chunks = bwd_chunks(&job, sh.H_kv, c.n_tiles);
-    /* P, dS, Shaw's sums, then the dropped weights under dropout. */
-    c.slot_floats = 2 * Br * Bc + Br * sh.K2 +
-                    (tfm__dropout_on(&job.dropout) ? Br * Bc : 0);
-    c.part_floats = bwd_part_floats(&c);
-    const int64_t BH = job.B * job.H;
-    const int64_t items = job.B * sh.H_kv * c.n_chunks;
-    const int t5 = job.relative && job.relative->kind == TFM_RELATIVE_T5;
-
-    tfm__ws_mark mark = tfm__ws_save();
-    c.D = tfm__ws_floats((size_t)(BH * job.L + 1));
-    c.scratch = c.D ? tfm__ws_floats((size_t)(plan.slots * c.slot_floats))
-                    : NULL;
-    int ok = c.scratch != NULL;
-    if (ok && g->dq && c.n_chunks > 1)
-        ok = (c.dq_parts = tfm__ws_floats((size_t)(
-                  BH * (c.n_chunks - 1) * job.L * job.d_k))) != NULL;
-    if (ok && c.part_floats)
-        ok = (c.parts = tfm__ws_floats((size_t)(items * c.part_floats))) !=
-             NULL;
-    int32_t *bucket = NULL;
-    if (ok && t5)
-        ok = (bucket = tfm__ws_alloc((size_t)c.n_dist * sizeof(int32_t))) !=
-             NULL;
-    if (!ok) {
-        tfm__ws_restore(mark);
-        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
-                         "cannot allocate attention backward scratch memory");
-    }
-    if (bucket) {
-        tfm__t5_buckets(job.relative, sh.d_min, c.n_dist, bucket);
-        sh.t5_bucket = bucket;
-    }
-    tfm__parallel_for(plan, BH, 1, bwd_rows, &c);
-    tfm__parallel_for(plan, items, 1, bwd_items, &c);
-    if (c.dq_parts)
-        tfm__parallel_for(plan, BH, 1, bwd_reduce, &c);
-    if (c.parts)
-        bwd_params(&c, items);
-    tfm__ws_restore(mark);
-    return TFM_OK;
 }

@@ -1,5 +1,6 @@
-/* Internal: whole models (model.h), shared by the model, its file format
- * and the KV cache. */
+/* Internal: whole models (model.h), shared by the model's files
+ * (model_create.c, model_forward.c, model_backward.c, model_image.c), its
+ * file format, the KV cache and generation. */
 #ifndef TFM_SRC_MODEL_IMPL_H
 #define TFM_SRC_MODEL_IMPL_H
 
@@ -84,6 +85,76 @@ tfm_status tfm__model_check_ids(const tfm__model *m, const int32_t *ids,
  * untouched). */
 tfm_status tfm__model_head(const tfm__model *m, const float *h, int64_t rows,
                            float *logits);
+
+/* ---- The model's own files' shared parts: model_forward.c defines them
+ * for model_backward.c and model_image.c (and tfm__model_head_backward,
+ * model_backward.c's, for model_image.c).  A tfm__model argument is a
+ * checked model; arrays are the caller's, row-major, read or written as
+ * said; nothing here allocates. */
+
+/* x [B, L, d] <- tfm__model_embed before the embedding norm: the summed
+ * token, position (offset .. offset+L-1) and token-type embeddings of ids
+ * [B, L] (checked), with token types `types` [B, L] (checked), NULL: type
+ * 0 everywhere. */
+void tfm__model_embed_sum(const tfm__model *m, const int32_t *ids,
+                          const int32_t *types, int64_t B, int64_t L,
+                          int64_t offset, float *x);
+
+/* The head transform's pre-activation t [rows, d] = h [rows, d] W^T + b
+ * (m has a head transform). */
+void tfm__model_head_transform_linear(const tfm__model *m, const float *h,
+                                      int64_t rows, float *t);
+
+/* logits [rows, V] = h [rows, d] lm_head^T (+ lm_head_bias): the
+ * vocabulary projection of the (transformed) hidden states. */
+void tfm__model_head_project(const tfm__model *m, const float *h, int64_t rows,
+                             float *logits);
+
+/* batch and seq (named `what` in the message) within 1 .. context_length:
+ * TFM_ERR_INVALID_ARGUMENT below 1, TFM_ERR_CAPACITY above (message set). */
+tfm_status tfm__model_check_sizes(const tfm__model *m, int64_t batch,
+                                  int64_t seq, const char *what);
+
+/* The embeddings' dropout (module.h): x [n] <- dropout(x) in place with
+ * the model's probability at site `site` of the call's key, in a forward;
+ * the same on their gradient in a backward.  A no-op when the model's
+ * dropout is off. */
+void tfm__model_embed_dropout(const tfm__model *m, uint64_t key, uint64_t site,
+                              float *x, int64_t n);
+
+/* model is a decoder-only or encoder-only model (one stack) that takes
+ * token ids: tfm_model_logits, tfm_model_backward, tfm_model_loss_backward.
+ * TFM_ERR_NULL_ARGUMENT / TFM_ERR_WRONG_KIND (tfm__model_check), or
+ * TFM_ERR_UNSUPPORTED for an image model (message set). */
+tfm_status tfm__model_check_one_stack(const tfm_module *model);
+
+/* An encoder-decoder call's model, sizes (tfm__model_check_sizes of
+ * src_len and tgt_len) and ids [batch, src_len] and [batch, tgt_len]
+ * (tfm__model_check_ids); the first failure's status (message set). */
+tfm_status tfm__model_check_seq2seq(const tfm_module *model,
+                                    const int32_t *src_ids, int64_t src_len,
+                                    const int32_t *tgt_ids, int64_t tgt_len,
+                                    int64_t batch);
+
+/* The kept activations of the embedding norm and the head transform
+ * (model_backward.c), each NULL when the model lacks the part: e [rows, d]
+ * the summed embeddings before their norm; t [rows, d] the head
+ * transform's pre-activation, a its activation, y the head norm's output;
+ * acc [2 max(d, V)] the bias and norm sums' double scratch.  The caller
+ * owns every buffer (workspace scratch of the backward call). */
+typedef struct tfm__model_parts_kept {
+    float *e, *t, *a, *y;
+    double *acc;
+} tfm__model_parts_kept;
+
+/* The head's backward (its forward kept in k by model_backward.c's
+ * head_transform_keep; with no head transform only k->acc is read): dl
+ * [rows, V], the logits' gradient, into the head's parameter gradients
+ * (added) and g [rows, d] (overwritten), the gradient of the blocks'
+ * output h [rows, d].  Overwrites k->y and k->a.  Cannot fail. */
+void tfm__model_head_backward(const tfm__model *m, const float *h,
+                              int64_t rows, const tfm__model_parts_kept *k,
+                              const float *dl, float *g);
 
 /* dst <- src: the positions src holds (keys and values of every layer),
  * its length and its RoPE origin.  Both caches of the same model and
