@@ -109,8 +109,12 @@ set(TFM_SOURCES_generation
 # tokenizers: character, byte-level BPE, WordPiece, SentencePiece, Marian tokenizers; tokenizer.json; vocabularies
 set(TFM_SOURCES_tokenizers
   tokenizers/bpe_merges.c
+  tokenizers/sentencepiece/sentencepiece_bpe.c
+  tokenizers/sentencepiece/sentencepiece_decode.c
   tokenizers/sentencepiece/sentencepiece_json.c
   tokenizers/sentencepiece/sentencepiece_model.c
+  tokenizers/sentencepiece/sentencepiece_normalize.c
+  tokenizers/sentencepiece/sentencepiece_unigram.c
   tokenizers/sentencepiece/tokenizer_sentencepiece.c
   tokenizers/tokenizer.c
   tokenizers/tokenizer_bpe.c
@@ -127,7 +131,8 @@ set(TFM_SOURCES_formats
   formats/checkpoint.c
   formats/hub/hub_model.c
   formats/model_file.c
-  formats/safetensors.c
+  formats/safetensors_read.c
+  formats/safetensors_write.c
 )
 
 set(TFM_SOURCES)

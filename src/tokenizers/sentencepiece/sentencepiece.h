@@ -1,6 +1,7 @@
 /* Internal: a SentencePiece model file (.model / .spm) as read by
  * sentencepiece_model.c, and the SentencePiece tokenizer built on it
- * (tokenizer_sentencepiece.c).
+ * (tokenizer_sentencepiece.c and the parts it runs, which share
+ * sentencepiece_impl.h).
  *
  * The file is the protocol buffer ModelProto of sentencepiece's
  * src/sentencepiece_model.proto (proto2): pieces (field 1: piece 1, score 2,

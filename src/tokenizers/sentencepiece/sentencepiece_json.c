@@ -24,7 +24,7 @@
  * no dropout, ignore_merges false; Unigram's "vocab" [[piece, score], ...],
  * "unk_id", "byte_fallback".  Decoders (Sequence[Replace, ByteFallback,
  * Fuse (with byte fallback), Strip], or Metaspace) are read into the rules
- * of tokenizer_sentencepiece.c's hf_decode.  Post-processor:
+ * of sentencepiece_decode.c's tfm__spm_hf_decode.  Post-processor:
  * none, or TemplateProcessing "<s> $A" (pair "<s> $A <s> $B", Llama) or
  * "$A </s>" (pair "$A </s> $B </s>", T5), the framing of
  * TFM_ENCODE_ADD_SPECIAL.
