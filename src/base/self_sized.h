@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "base/error.h"
+
 /* ours (our_size bytes, holding the defaults) <- the bytes of theirs that
  * their_size covers, at most our_size, rounded down to whole 8-byte units:
  * every member of these structs is at most 8 bytes and aligned to its
@@ -21,6 +23,32 @@ static inline void tfm__self_sized_copy(void *ours, size_t our_size,
 {
     size_t n = their_size < our_size ? their_size : our_size;
     memcpy(ours, theirs, n & ~(size_t)7);
+}
+
+/* The one reader of a caller's options struct whose first member is
+ * `size_t struct_size` (tfm_mha_options, tfm_layer_options,
+ * tfm_generate_options, tfm_beam_search_options): ours (our_size bytes,
+ * already holding the defaults) <- theirs as tfm__self_sized_copy takes
+ * it, ours' struct_size then set to our_size.  theirs NULL: the defaults
+ * kept.  TFM_ERR_INVALID_ARGUMENT (message naming init_name, the public
+ * initialiser) when theirs' struct_size is below min_size; ours untouched
+ * then. */
+static inline tfm_status tfm__self_sized_read(void *ours, size_t our_size,
+                                              const void *theirs,
+                                              size_t min_size,
+                                              const char *init_name)
+{
+    if (!theirs)
+        return TFM_OK;
+    size_t their_size;
+    memcpy(&their_size, theirs, sizeof their_size);
+    if (their_size < min_size)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "options->struct_size (%zu) is too small: set it "
+                         "with %s", their_size, init_name);
+    tfm__self_sized_copy(ours, our_size, theirs, their_size);
+    memcpy(ours, &our_size, sizeof our_size);
+    return TFM_OK;
 }
 
 #endif

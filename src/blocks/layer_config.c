@@ -80,15 +80,6 @@ tfm_status tfm__layer_options_read(const tfm_layer_options *pub,
                                    tfm_layer_options *out)
 {
     tfm_layer_options_init(out);
-    if (!pub)
-        return TFM_OK;
-    if (pub->struct_size < sizeof(size_t))
-        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "options->struct_size (%zu) is too small: set it "
-                         "with tfm_layer_options_init", pub->struct_size);
-    /* The members the caller has; a newer library's appended members keep
-     * their defaults. */
-    tfm__self_sized_copy(out, sizeof *out, pub, pub->struct_size);
-    out->struct_size = sizeof *out;
-    return TFM_OK;
+    return tfm__self_sized_read(out, sizeof *out, pub, sizeof(size_t),
+                                "tfm_layer_options_init");
 }

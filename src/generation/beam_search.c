@@ -62,16 +62,8 @@ static tfm_status read_options(const tfm_beam_search_options *pub,
                                tfm_beam_search_options *o)
 {
     tfm_beam_search_options_init(o);
-    if (!pub)
-        return TFM_OK;
-    if (pub->struct_size < OPTIONS_MIN_SIZE)
-        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "options->struct_size (%zu) is too small: set it "
-                         "with tfm_beam_search_options_init",
-                         pub->struct_size);
-    tfm__self_sized_copy(o, sizeof *o, pub, pub->struct_size);
-    o->struct_size = sizeof *o;
-    return TFM_OK;
+    return tfm__self_sized_read(o, sizeof *o, pub, OPTIONS_MIN_SIZE,
+                                "tfm_beam_search_options_init");
 }
 
 static tfm_status check_options(const tfm__model *m, int64_t n_prompt,

@@ -78,15 +78,8 @@ tfm_status tfm__generate_options_read(const tfm_generate_options *pub,
                                       tfm_generate_options *o)
 {
     tfm_generate_options_init(o);
-    if (!pub)
-        return TFM_OK;
-    if (pub->struct_size < OPTIONS_MIN_SIZE)
-        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                         "options->struct_size (%zu) is too small: set it "
-                         "with tfm_generate_options_init", pub->struct_size);
-    tfm__self_sized_copy(o, sizeof *o, pub, pub->struct_size);
-    o->struct_size = sizeof *o;
-    return TFM_OK;
+    return tfm__self_sized_read(o, sizeof *o, pub, OPTIONS_MIN_SIZE,
+                                "tfm_generate_options_init");
 }
 
 tfm_status tfm__check_new_tokens(int64_t max_new_tokens,

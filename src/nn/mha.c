@@ -188,17 +188,11 @@ tfm_status tfm__mha_new_v2(int64_t d_model, int64_t n_heads,
 {
     tfm_mha_options o;
     tfm_mha_options_init(&o);
-    if (options) {
-        if (options->struct_size < MHA_OPTIONS_MIN_SIZE)
-            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
-                             "options->struct_size (%zu) is too small: set "
-                             "it with tfm_mha_options_init",
-                             options->struct_size);
-        /* The members the caller has (whole members only: a newer library
-         * takes its defaults for the rest). */
-        tfm__self_sized_copy(&o, sizeof o, options, options->struct_size);
-        o.struct_size = sizeof o;
-    }
+    tfm_status st = tfm__self_sized_read(&o, sizeof o, options,
+                                         MHA_OPTIONS_MIN_SIZE,
+                                         "tfm_mha_options_init");
+    if (st != TFM_OK)
+        return st;
     return mha_new(d_model, n_heads, o.kdim, o.vdim, o.bias, o.attention,
                    o.add_bias_kv != 0, o.add_zero_attn != 0, out);
 }
