@@ -1,7 +1,9 @@
-/* Internal: the attention kernel.  One job describes one attention call
- * over every batch element and head, already projected (and rotated, and
- * pre-transformed by the score); tfm__attention_run computes it.  Jobs are
- * built in one place, attention_job.c; nothing else calls the kernel. */
+/* Internal: the attention kernel, the one door to it.  One job describes
+ * one attention call over every batch element and head, already projected
+ * (and rotated, and pre-transformed by the score); tfm__attention_run
+ * computes it (attention_kernel.c), tfm__attention_backward_run its
+ * gradients (attention_backward.c).  Jobs are built in one place,
+ * attention_job.c; nothing else calls the kernel. */
 #ifndef TFM_SRC_ATTENTION_KERNEL_H
 #define TFM_SRC_ATTENTION_KERNEL_H
 

@@ -40,7 +40,7 @@ void tfm__shaw_value_term(const float *pb, int64_t r, int64_t K2,
                           const float *shaw_v, int64_t d_v, float *out,
                           int64_t ldo);
 
-/* ==== Backward (attention_kernel.c: tfm__attention_backward_run) ====== */
+/* ==== Backward (attention_backward.c: tfm__attention_backward_run) ====== */
 
 /* The additive score's backward on a tile, from dS [r, t] (row stride
  * ld), the gradient of the scaled logits of tfm__scores: with t_ija =

@@ -2,7 +2,7 @@
  * layers applied in turn to one activation x [B, L, d_model], then an
  * optional final LayerNorm (the pre-norm stacks' and the models' last
  * norm).  The blocks of decoder-only and encoder-only models are such a
- * stack of encoder layers (model.c, kv_cache.c). */
+ * stack of encoder layers (models/model_*.c, kv_cache.c). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -119,15 +119,15 @@ void tfm__model_head_backward(const tfm__model *m, const float *h,
                          k->acc);
 }
 
-/* grad_logits [rows, V] finite, shaped as the logits. */
-static tfm_status check_grad_logits(const tfm_tensor *grad_logits,
-                                    const int64_t shape[3], const char *what)
+tfm_status tfm__model_check_grad_logits(const tfm_tensor *grad_logits,
+                                        int rank, const int64_t *shape,
+                                        const char *what)
 {
     tfm_status st;
     if (!grad_logits)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s: grad_logits is NULL",
                          what);
-    if ((st = tfm__check_shape(grad_logits, "grad_logits", 3, shape)))
+    if ((st = tfm__check_shape(grad_logits, "grad_logits", rank, shape)))
         return st;
     if (!tfm__all_finite(grad_logits->data, grad_logits->numel))
         return tfm__fail(TFM_ERR_NON_FINITE, "%s: grad_logits holds NaN or "
@@ -165,7 +165,8 @@ static tfm_status model_backward(tfm_module *model, const int32_t *ids,
     tfm_status st;
     if ((st = tfm__model_check_sizes(m, batch, seq, "seq")) ||
         (st = tfm__model_check_ids(m, ids, batch * seq, "ids")) ||
-        (!ls && (st = check_grad_logits(grad_logits, shape, what))))
+        (!ls &&
+         (st = tfm__model_check_grad_logits(grad_logits, 3, shape, what))))
         return st;
     const int64_t rows = batch * seq, n = rows * d;
     int64_t cells;
@@ -286,15 +287,13 @@ tfm_status tfm_model_seq2seq_backward(tfm_module *model,
     TFM__PLAN_PIN();
     const char *what = "tfm_model_seq2seq_backward";
     tfm_status st = tfm__model_check_seq2seq(model, src_ids, src_len, tgt_ids,
-                                             tgt_len, batch);
+                                             tgt_len, batch, grad_logits,
+                                             what);
     if (st != TFM_OK)
         return st;
     const tfm__model *m = (const tfm__model *)model;
     const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
     const int64_t B = batch, S = src_len, L = tgt_len;
-    const int64_t shape[3] = { B, L, V };
-    if ((st = check_grad_logits(grad_logits, shape, what)))
-        return st;
     const int64_t n_src = B * S * d, n_tgt = B * L * d;
     /* src0, tgt0: the embedded inputs; memory: the encoder's output; h:
      * the decoder's; g: the decoder's running gradient; gmem: memory's,

@@ -249,7 +249,8 @@ tfm_status tfm_model_logits_v2(const tfm_module *model, const int32_t *ids,
 tfm_status tfm__model_check_seq2seq(const tfm_module *model,
                                     const int32_t *src_ids, int64_t src_len,
                                     const int32_t *tgt_ids, int64_t tgt_len,
-                                    int64_t batch)
+                                    int64_t batch, const tfm_tensor *logits,
+                                    const char *what)
 {
     tfm_status st =
         tfm__model_check(model, 1u << TFM_ARCH_ENCODER_DECODER, "model");
@@ -258,9 +259,12 @@ tfm_status tfm__model_check_seq2seq(const tfm_module *model,
     const tfm__model *m = (const tfm__model *)model;
     if ((st = tfm__model_check_sizes(m, batch, src_len, "src_len")) ||
         (st = tfm__model_check_sizes(m, batch, tgt_len, "tgt_len")) ||
-        (st = tfm__model_check_ids(m, src_ids, batch * src_len, "src_ids")))
+        (st = tfm__model_check_ids(m, src_ids, batch * src_len, "src_ids")) ||
+        (st = tfm__model_check_ids(m, tgt_ids, batch * tgt_len, "tgt_ids")))
         return st;
-    return tfm__model_check_ids(m, tgt_ids, batch * tgt_len, "tgt_ids");
+    const int64_t shape[3] = { batch, tgt_len, m->config.vocab_size };
+    return what ? tfm__model_check_grad_logits(logits, 3, shape, what)
+                : tfm__check_shape(logits, "logits", 3, shape);
 }
 
 tfm_status tfm_model_seq2seq_logits(const tfm_module *model,
@@ -270,15 +274,12 @@ tfm_status tfm_model_seq2seq_logits(const tfm_module *model,
 {
     TFM__PLAN_PIN();
     tfm_status st = tfm__model_check_seq2seq(model, src_ids, src_len, tgt_ids,
-                                             tgt_len, batch);
+                                             tgt_len, batch, logits, NULL);
     if (st != TFM_OK)
         return st;
     const tfm__model *m = (const tfm__model *)model;
     const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
     const int64_t B = batch, S = src_len, L = tgt_len;
-    const int64_t shape[3] = { B, L, V };
-    if ((st = tfm__check_shape(logits, "logits", 3, shape)))
-        return st;
 
     /* memory [B, S, d]: the encoder's output; x [B, L, d]: the decoder's
      * hidden states; out [B, L, V]: the logits. */

@@ -107,14 +107,8 @@ tfm_status tfm_model_image_backward(tfm_module *model,
     const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
     const int64_t k_cols = pe->in_channels * pe->patch_size * pe->patch_size;
     const int64_t shape[2] = { B, V };
-    if (!grad_logits)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s: grad_logits is NULL",
-                         what);
-    if ((st = tfm__check_shape(grad_logits, "grad_logits", 2, shape)))
+    if ((st = tfm__model_check_grad_logits(grad_logits, 2, shape, what)))
         return st;
-    if (!tfm__all_finite(grad_logits->data, grad_logits->numel))
-        return tfm__fail(TFM_ERR_NON_FINITE, "%s: grad_logits holds NaN or "
-                         "infinity", what);
     /* patches [B*N, d]: the patch embedding's output, later its gradient;
      * x0, h, g [B, L, d]: the blocks' input, output and running gradient;
      * cls, gcls [B, d]: the class tokens' final states and their gradient;

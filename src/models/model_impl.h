@@ -87,8 +87,9 @@ tfm_status tfm__model_head(const tfm__model *m, const float *h, int64_t rows,
                            float *logits);
 
 /* ---- The model's own files' shared parts: model_forward.c defines them
- * for model_backward.c and model_image.c (and tfm__model_head_backward,
- * model_backward.c's, for model_image.c).  A tfm__model argument is a
+ * for model_backward.c and model_image.c (and model_backward.c's
+ * tfm__model_check_grad_logits and tfm__model_head_backward for
+ * model_forward.c and model_image.c).  A tfm__model argument is a
  * checked model; arrays are the caller's, row-major, read or written as
  * said; nothing here allocates. */
 
@@ -129,12 +130,24 @@ void tfm__model_embed_dropout(const tfm__model *m, uint64_t key, uint64_t site,
 tfm_status tfm__model_check_one_stack(const tfm_module *model);
 
 /* An encoder-decoder call's model, sizes (tfm__model_check_sizes of
- * src_len and tgt_len) and ids [batch, src_len] and [batch, tgt_len]
- * (tfm__model_check_ids); the first failure's status (message set). */
+ * src_len and tgt_len), ids [batch, src_len] and [batch, tgt_len]
+ * (tfm__model_check_ids), then the tensor shaped as its logits [batch,
+ * tgt_len, V]: with what NULL, the forward's logits (tfm__check_shape);
+ * else the backward's grad_logits, also finite
+ * (tfm__model_check_grad_logits, messages prefixed by what).  The first
+ * failure's status (message set). */
 tfm_status tfm__model_check_seq2seq(const tfm_module *model,
                                     const int32_t *src_ids, int64_t src_len,
                                     const int32_t *tgt_ids, int64_t tgt_len,
-                                    int64_t batch);
+                                    int64_t batch, const tfm_tensor *logits,
+                                    const char *what);
+
+/* grad_logits shaped as the logits (rank dims shape[0 .. rank-1]) and
+ * finite: TFM_ERR_NULL_ARGUMENT, the errors of tfm__check_shape, or
+ * TFM_ERR_NON_FINITE, messages prefixed by what (model_backward.c). */
+tfm_status tfm__model_check_grad_logits(const tfm_tensor *grad_logits,
+                                        int rank, const int64_t *shape,
+                                        const char *what);
 
 /* The kept activations of the embedding norm and the head transform
  * (model_backward.c), each NULL when the model lacks the part: e [rows, d]

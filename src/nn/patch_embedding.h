@@ -1,5 +1,5 @@
 /* Internal: ViT's patch embedding (layers.h: tfm_patch_embedding_create),
- * shared with the image model (model.c). */
+ * shared with the image model (model_image.c). */
 #ifndef TFM_SRC_PATCH_EMBEDDING_H
 #define TFM_SRC_PATCH_EMBEDDING_H
 

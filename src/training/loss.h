@@ -1,5 +1,5 @@
 /* Internal: the cross-entropy of training.h over raw rows, for callers
- * that hold their logits in scratch memory (model.c:
+ * that hold their logits in scratch memory (model_backward.c:
  * tfm_model_loss_backward). */
 #ifndef TFM_SRC_LOSS_H
 #define TFM_SRC_LOSS_H
