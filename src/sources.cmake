@@ -129,7 +129,15 @@ set(TFM_SOURCES_tokenizers
 # formats: safetensors, checkpoints, model files, Hugging Face hub directories (one file per family)
 set(TFM_SOURCES_formats
   formats/checkpoint.c
+  formats/hub/bert.c
+  formats/hub/gpt2.c
+  formats/hub/hub_config.c
   formats/hub/hub_model.c
+  formats/hub/hub_plan.c
+  formats/hub/hub_shards.c
+  formats/hub/llama.c
+  formats/hub/marian.c
+  formats/hub/vit.c
   formats/model_file.c
   formats/safetensors_read.c
   formats/safetensors_write.c

@@ -1,0 +1,203 @@
+/* The weight files of a hub checkpoint directory (hub_family.h): JSON
+ * files of the directory, model.safetensors or the shards named by
+ * model.safetensors.index.json's "weight_map", opened, searched by tensor
+ * name and closed. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/file.h"
+#include "base/json_check.h"
+#include "formats/hub/hub_family.h"
+
+#define PATH_SIZE 4096
+
+static int is_file(const char *path)
+{
+    struct stat s;
+    return stat(path, &s) == 0 && S_ISREG(s.st_mode);
+}
+
+/* dir + "/" + name into buf (PATH_SIZE bytes); a failure when too long. */
+static tfm_status join(char *buf, const char *dir, const char *name)
+{
+    size_t n = strlen(dir);
+    int w = snprintf(buf, PATH_SIZE, "%s%s%s", dir,
+                     n && dir[n - 1] != '/' ? "/" : "", name);
+    if (w < 0 || w >= PATH_SIZE)
+        return tfm__fail(TFM_ERR_IO, "%.200s/%.100s: path too long", dir,
+                         name);
+    return TFM_OK;
+}
+
+/* ---- JSON files ------------------------------------------------------- */
+
+/* Parses the JSON object in file dir/name into *root. */
+tfm_status tfm__hub_read_json(const char *dir, const char *name, cJSON **root)
+{
+    char path[PATH_SIZE];
+    char *text = NULL;
+    size_t len = 0;
+    tfm_status st = join(path, dir, name);
+    if (st != TFM_OK || (st = tfm__read_file(path, &text, &len)) != TFM_OK)
+        return st;
+    st = tfm__json_parse_object(text, len, path, root);
+    tfm__free(text);
+    return st;
+}
+
+void tfm__hub_shards_close(tfm__hub_shards *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        tfm_safetensors_close(s->files[i]);
+        tfm__free(s->names[i]);
+    }
+    tfm__free(s->files);
+    tfm__free(s->names);
+    memset(s, 0, sizeof *s);
+}
+
+/* Appends file name (kept once) to s, with room for cap entries. */
+static tfm_status shards_add(tfm__hub_shards *s, const char *name)
+{
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->names[i], name) == 0)
+            return TFM_OK;
+    /* A shard is a file of the directory itself. */
+    if (!*name || strchr(name, '/') || strcmp(name, ".") == 0 ||
+        strcmp(name, "..") == 0)
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "model.safetensors.index.json names the shard "
+                         TFM__HUB_QUOTED ", which is not a file name in the "
+                         "checkpoint directory", name);
+    const size_t len = strlen(name) + 1;
+    char *copy = tfm__malloc(len);
+    if (!copy)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    memcpy(copy, name, len);
+    s->names[s->n++] = copy;
+    return TFM_OK;
+}
+
+/* The shard file names: "model.safetensors", or the distinct values of
+ * the index's "weight_map" (each entry checked to be in its shard once
+ * the shards are open, in tfm__hub_shards_check_index). */
+tfm_status tfm__hub_shards_list(const char *dir, tfm__hub_shards *s,
+                                cJSON **index)
+{
+    char path[PATH_SIZE];
+    tfm_status st = join(path, dir, "model.safetensors");
+    if (st != TFM_OK)
+        return st;
+    int cap = 1;
+    const cJSON *map = NULL;
+    *index = NULL;
+    if (!is_file(path)) {
+        if ((st = join(path, dir, "model.safetensors.index.json")))
+            return st;
+        if (!is_file(path)) {
+            char bin[PATH_SIZE];
+            if ((st = join(bin, dir, "pytorch_model.bin")))
+                return st;
+            if (is_file(bin))
+                return tfm__fail(TFM_ERR_UNSUPPORTED,
+                                 "%.200s holds pytorch_model.bin (a pickle) "
+                                 "but no model.safetensors: this library "
+                                 "reads safetensors weights only (convert "
+                                 "with transformers' save_pretrained("
+                                 "safe_serialization=True))", dir);
+            return tfm__fail(TFM_ERR_IO,
+                             "%.200s: no model.safetensors or "
+                             "model.safetensors.index.json in this "
+                             "directory", dir);
+        }
+        if ((st = tfm__hub_read_json(dir, "model.safetensors.index.json",
+                                     index)))
+            return st;
+        map = cJSON_GetObjectItemCaseSensitive(*index, "weight_map");
+        if (!cJSON_IsObject(map) || !map->child)
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "model.safetensors.index.json has no "
+                             "\"weight_map\" object of tensor names to "
+                             "shard files");
+        cap = cJSON_GetArraySize(map);
+    }
+    s->names = tfm__calloc((size_t)cap, sizeof *s->names);
+    s->files = tfm__calloc((size_t)cap, sizeof *s->files);
+    if (!s->names || !s->files)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!map)
+        return shards_add(s, "model.safetensors");
+    for (const cJSON *e = map->child; e; e = e->next) {
+        if (!cJSON_IsString(e))
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "model.safetensors.index.json \"weight_map\" "
+                             "entry " TFM__HUB_QUOTED " is not a file name",
+                             e->string);
+        if ((st = shards_add(s, e->valuestring)))
+            return st;
+    }
+    return TFM_OK;
+}
+
+/* Opens (maps and validates) every shard. */
+tfm_status tfm__hub_shards_open(const char *dir, tfm__hub_shards *s)
+{
+    char path[PATH_SIZE];
+    for (int i = 0; i < s->n; i++) {
+        tfm_status st = join(path, dir, s->names[i]);
+        if (st == TFM_OK)
+            st = tfm_safetensors_open(path, &s->files[i]);
+        if (st != TFM_OK)
+            return st;
+    }
+    return TFM_OK;
+}
+
+/* The shard holding tensor name, or -1. */
+int tfm__hub_shards_find(const tfm__hub_shards *s, const char *name)
+{
+    for (int i = 0; i < s->n; i++)
+        if (tfm_safetensors_info(s->files[i], name, NULL, NULL, NULL) ==
+            TFM_OK)
+            return i;
+    return -1;
+}
+
+/* Whether any shard holds a tensor whose name begins with prefix: how a
+ * checkpoint says it saved the base model under "transformer." / "model."
+ * (decided on every name, so that a missing embedding is still named with
+ * the prefix the rest of the checkpoint uses). */
+int tfm__hub_shards_any_prefixed(const tfm__hub_shards *s, const char *prefix)
+{
+    const size_t n = strlen(prefix);
+    for (int f = 0; f < s->n; f++)
+        for (int64_t k = 0; k < tfm_safetensors_count(s->files[f]); k++)
+            if (strncmp(tfm_safetensors_name(s->files[f], k), prefix, n) == 0)
+                return 1;
+    return 0;
+}
+
+/* Every "weight_map" entry is a tensor of the shard it names. */
+tfm_status tfm__hub_shards_check_index(const tfm__hub_shards *s,
+                                       const cJSON *index)
+{
+    if (!index)
+        return TFM_OK;
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+    for (const cJSON *e = map->child; e; e = e->next) {
+        int i = 0;
+        while (strcmp(s->names[i], e->valuestring) != 0)
+            i++;
+        if (tfm_safetensors_info(s->files[i], e->string, NULL, NULL, NULL) !=
+            TFM_OK)
+            return tfm__fail(
+                TFM_ERR_FORMAT,
+                "model.safetensors.index.json puts tensor " TFM__HUB_QUOTED
+                " in " TFM__HUB_QUOTED ", which lacks it",
+                e->string, e->valuestring);
+    }
+    return TFM_OK;
+}
