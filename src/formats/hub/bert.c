@@ -8,7 +8,6 @@
  * head transform and the logits' bias): bert_plan below gives the names.
  * Its query, key and value fill the rows of in_proj_weight and
  * in_proj_bias. */
-#include <math.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -70,16 +69,13 @@ static tfm_status bert_config(const cJSON *root, tfm_model_config *c,
                          "config.json \"%s\": true is not supported (a "
                          "masked-LM encoder is)",
                          is_decoder ? "is_decoder" : "add_cross_attention");
-    if (!isfinite((float)eps))
-        return tfm__fail(TFM_ERR_FORMAT,
-                         "config.json \"layer_norm_eps\" %g is beyond "
-                         "float32", eps);
-    const int act = tfm__hub_activation(act_name ? act_name : "gelu");
-    if (act < 0)
-        return tfm__fail(TFM_ERR_UNSUPPORTED,
-                         "config.json \"hidden_act\" \"%.60s\" is not "
-                         "supported (gelu, gelu_new, gelu_pytorch_tanh, "
-                         "relu, silu are)", act_name);
+    if ((st = tfm__hub_cfg_float32(eps, "layer_norm_eps")))
+        return st;
+    int act;
+    if ((st = tfm__hub_cfg_activation(act_name, "gelu", "hidden_act",
+                                      "gelu, gelu_new, gelu_pytorch_tanh, "
+                                      "relu, silu", &act)))
+        return st;
     tfm__hub_decoder_config(c, d, heads, ff, act, eps, vocab, layers,
                             positions, TFM_POSITIONAL_LEARNED, tied);
     c->architecture = TFM_ARCH_ENCODER_ONLY;
@@ -201,12 +197,7 @@ static int bert_ignored(const tfm__hub_plan *p, const char *name)
 /* BertForMaskedLM saves BertModel's tensors under "bert."; a plan entry
  * per layer (16) and 11 outside. */
 const tfm__hub_family tfm__hub_bert = {
-    .model_type = "bert",
-    .prefix = "bert.",
-    .layers_key = "num_hidden_layers",
-    .per_layer = 16,
-    .outside = 11,
-    .config = bert_config,
-    .plan = bert_plan,
+    .model_type = "bert", .prefix = "bert.", .layers_key = "num_hidden_layers",
+    .per_layer = 16, .outside = 11, .config = bert_config, .plan = bert_plan,
     .ignored = bert_ignored,
 };

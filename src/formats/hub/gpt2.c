@@ -63,12 +63,12 @@ static tfm_status gpt2_config(const cJSON *root, tfm_model_config *c,
                          (long long)vocab);
     if ((st = tfm__hub_cfg_divides(heads, "n_head", d, "n_embd")))
         return st;
-    const int act = tfm__hub_activation(act_name);
-    if (act < 0)
-        return tfm__fail(TFM_ERR_UNSUPPORTED,
-                         "config.json \"activation_function\" \"%.60s\" is "
-                         "not supported (gelu_new, gelu_pytorch_tanh, "
-                         "gelu_fast, gelu, relu, silu are)", act_name);
+    int act;
+    if ((st = tfm__hub_cfg_activation(act_name, NULL, "activation_function",
+                                      "gelu_new, gelu_pytorch_tanh, "
+                                      "gelu_fast, gelu, relu, silu",
+                                      &act)))
+        return st;
     if (!scale || by_layer || cross)
         return tfm__fail(TFM_ERR_UNSUPPORTED,
                          "config.json \"%s\": %s is not supported",
@@ -140,12 +140,7 @@ static int gpt2_ignored(const tfm__hub_plan *p, const char *name)
 /* GPT2LMHeadModel saves GPT2Model's tensors under "transformer."; a plan
  * entry per layer (12) and 5 outside. */
 const tfm__hub_family tfm__hub_gpt2 = {
-    .model_type = "gpt2",
-    .prefix = "transformer.",
-    .layers_key = "n_layer",
-    .per_layer = 12,
-    .outside = 5,
-    .config = gpt2_config,
-    .plan = gpt2_plan,
+    .model_type = "gpt2", .prefix = "transformer.", .layers_key = "n_layer",
+    .per_layer = 12, .outside = 5, .config = gpt2_config, .plan = gpt2_plan,
     .ignored = gpt2_ignored,
 };

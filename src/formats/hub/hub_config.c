@@ -101,6 +101,15 @@ tfm_status tfm__hub_cfg_string(const cJSON *root, const char *key,
     return TFM_OK;
 }
 
+/* key's value x is finite as a float32, else a failure naming it. */
+tfm_status tfm__hub_cfg_float32(double x, const char *key)
+{
+    if (!isfinite((float)x))
+        return tfm__fail(TFM_ERR_FORMAT,
+                         "config.json \"%s\" %g is beyond float32", key, x);
+    return TFM_OK;
+}
+
 /* a_key's value a divides b_key's value b, else a failure naming both. */
 tfm_status tfm__hub_cfg_divides(int64_t a, const char *a_key, int64_t b,
                                 const char *b_key)
@@ -126,6 +135,20 @@ int tfm__hub_activation(const char *name)
     if (strcmp(name, "silu") == 0 || strcmp(name, "swish") == 0)
         return TFM_ACTIVATION_SILU;
     return -1;
+}
+
+/* The activation act_name names (NULL: fallback) into *act, or a failure
+ * naming key, the value and the supported names. */
+tfm_status tfm__hub_cfg_activation(const char *act_name, const char *fallback,
+                                   const char *key, const char *supported,
+                                   int *act)
+{
+    *act = tfm__hub_activation(act_name ? act_name : fallback);
+    if (*act < 0)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "config.json \"%s\" \"%.60s\" is not supported "
+                         "(%s are)", key, act_name, supported);
+    return TFM_OK;
 }
 
 /* The pre-norm decoder-only model both hub families become (GPT-2 with

@@ -52,6 +52,9 @@ tfm_status tfm__hub_cfg_bool(const cJSON *root, const char *key, int def,
 tfm_status tfm__hub_cfg_string(const cJSON *root, const char *key,
                                const char **out);
 
+/* key's value x is finite as a float32, else a TFM_ERR_FORMAT failure. */
+tfm_status tfm__hub_cfg_float32(double x, const char *key);
+
 /* a_key's value a divides b_key's value b, else a TFM_ERR_FORMAT failure
  * naming both ("config.json "n_head" 5 does not divide "n_embd" 64"). */
 tfm_status tfm__hub_cfg_divides(int64_t a, const char *a_key, int64_t b,
@@ -60,6 +63,13 @@ tfm_status tfm__hub_cfg_divides(int64_t a, const char *a_key, int64_t b,
 /* transformers' ACT2FN names -> our activations (tfm_activation); NULL is
  * GPT-2's default, gelu_new; -1 when unsupported. */
 int tfm__hub_activation(const char *name);
+
+/* The activation config.json's key names (act_name; NULL: fallback, which
+ * may itself be NULL, GPT-2's default) into *act, or a TFM_ERR_UNSUPPORTED
+ * failure naming the key, the value and the names `supported` lists. */
+tfm_status tfm__hub_cfg_activation(const char *act_name, const char *fallback,
+                                   const char *key, const char *supported,
+                                   int *act);
 
 /* The pre-norm decoder-only model configuration the families start from
  * (GPT-2 with learned positions, Llama with none; BERT, ViT and Marian

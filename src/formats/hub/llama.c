@@ -8,7 +8,6 @@
  * names.  Its q, k and v projections fill the rows of the one packed
  * in_proj_weight (offsets in the plan); tfm__hub_plan_covers checks that
  * the pieces fill every parameter exactly. */
-#include <math.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -103,20 +102,17 @@ static tfm_status llama_config(const cJSON *root, tfm_model_config *c,
         return tfm__fail(TFM_ERR_UNSUPPORTED,
                          "config.json \"rope_theta\" %g: rotary bases <= 1 "
                          "are not supported", theta);
-    if (!isfinite((float)eps))
-        return tfm__fail(TFM_ERR_FORMAT,
-                         "config.json \"rms_norm_eps\" %g is beyond float32",
-                         eps);
+    if ((st = tfm__hub_cfg_float32(eps, "rms_norm_eps")))
+        return st;
     if (attn_bias || mlp_bias)
         return tfm__fail(TFM_ERR_UNSUPPORTED,
                          "config.json \"%s\": true is not supported",
                          attn_bias ? "attention_bias" : "mlp_bias");
-    const int act = tfm__hub_activation(act_name ? act_name : "silu");
-    if (act < 0)
-        return tfm__fail(TFM_ERR_UNSUPPORTED,
-                         "config.json \"hidden_act\" \"%.60s\" is not "
-                         "supported (silu, gelu, gelu_pytorch_tanh, relu "
-                         "are)", act_name);
+    int act;
+    if ((st = tfm__hub_cfg_activation(act_name, "silu", "hidden_act",
+                                      "silu, gelu, gelu_pytorch_tanh, relu",
+                                      &act)))
+        return st;
     tfm__hub_decoder_config(c, d, heads, ff, act, eps, vocab, layers,
                             positions, TFM_POSITIONAL_NONE, tied);
     tfm_model_options_init(o);
@@ -198,12 +194,7 @@ static int llama_ignored(const tfm__hub_plan *p, const char *name)
 /* LlamaForCausalLM saves LlamaModel's tensors under "model."; a plan entry
  * per layer (9) and 3 outside. */
 const tfm__hub_family tfm__hub_llama = {
-    .model_type = "llama",
-    .prefix = "model.",
-    .layers_key = "num_hidden_layers",
-    .per_layer = 9,
-    .outside = 3,
-    .config = llama_config,
-    .plan = llama_plan,
-    .ignored = llama_ignored,
+    .model_type = "llama", .prefix = "model.",
+    .layers_key = "num_hidden_layers", .per_layer = 9, .outside = 3,
+    .config = llama_config, .plan = llama_plan, .ignored = llama_ignored,
 };

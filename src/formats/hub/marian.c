@@ -93,12 +93,11 @@ static tfm_status marian_config(const cJSON *root, tfm_model_config *c,
     if ((st = tfm__hub_cfg_divides(enc_heads, "encoder_attention_heads", d,
                                    "d_model")))
         return st;
-    const int act = tfm__hub_activation(act_name ? act_name : "gelu");
-    if (act < 0)
-        return tfm__fail(TFM_ERR_UNSUPPORTED,
-                         "config.json \"activation_function\" \"%.60s\" is "
-                         "not supported (swish, silu, gelu, gelu_new, relu "
-                         "are)", act_name);
+    int act;
+    if ((st = tfm__hub_cfg_activation(act_name, "gelu", "activation_function",
+                                      "swish, silu, gelu, gelu_new, relu",
+                                      &act)))
+        return st;
     tfm__hub_decoder_config(c, d, enc_heads, enc_ff, act, 1e-5, vocab, 0,
                             positions, TFM_POSITIONAL_LEARNED, tied);
     c->architecture = TFM_ARCH_ENCODER_DECODER;
@@ -327,16 +326,9 @@ static void marian_compute(const tfm__hub_plan *p, tfm_module *model)
  * per encoder layer (16) and decoder layer (26), the larger counted for
  * both (n_layers is the larger stack), and 4 outside. */
 const tfm__hub_family tfm__hub_marian = {
-    .model_type = "marian",
-    .prefix = "model.",
-    .layers_key = "encoder_layers",
-    .decoder_layers_key = "decoder_layers",
-    .per_layer = 42,
-    .outside = 4,
-    .config = marian_config,
-    .plan = marian_plan,
-    .ignored = marian_ignored,
-    .before_plan = marian_before_plan,
-    .check_ignored = marian_check_copies,
+    .model_type = "marian", .prefix = "model.", .layers_key = "encoder_layers",
+    .decoder_layers_key = "decoder_layers", .per_layer = 42, .outside = 4,
+    .config = marian_config, .plan = marian_plan, .ignored = marian_ignored,
+    .before_plan = marian_before_plan, .check_ignored = marian_check_copies,
     .compute = marian_compute,
 };

@@ -8,7 +8,6 @@
  * positions, a final norm and the classifier as the head with its bias:
  * vit_plan below gives the names. */
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,16 +96,13 @@ static tfm_status vit_config(const cJSON *root, tfm_model_config *c,
         return tfm__fail(TFM_ERR_UNSUPPORTED,
                          "config.json \"qkv_bias\": false is not supported "
                          "(query, key and value with biases are)");
-    if (!isfinite((float)eps))
-        return tfm__fail(TFM_ERR_FORMAT,
-                         "config.json \"layer_norm_eps\" %g is beyond "
-                         "float32", eps);
-    const int act = tfm__hub_activation(act_name ? act_name : "gelu");
-    if (act < 0)
-        return tfm__fail(TFM_ERR_UNSUPPORTED,
-                         "config.json \"hidden_act\" \"%.60s\" is not "
-                         "supported (gelu, gelu_new, gelu_pytorch_tanh, "
-                         "relu, silu are)", act_name);
+    if ((st = tfm__hub_cfg_float32(eps, "layer_norm_eps")))
+        return st;
+    int act;
+    if ((st = tfm__hub_cfg_activation(act_name, "gelu", "hidden_act",
+                                      "gelu, gelu_new, gelu_pytorch_tanh, "
+                                      "relu, silu", &act)))
+        return st;
     const int64_t side = image / patch;
     tfm__hub_decoder_config(c, d, heads, ff, act, eps, labels, layers,
                             side * side + 1, TFM_POSITIONAL_LEARNED, 0);
@@ -217,12 +213,7 @@ static int vit_ignored(const tfm__hub_plan *p, const char *name)
 /* ViTForImageClassification saves ViTModel's tensors under "vit."; a plan
  * entry per layer (16) and 8 outside. */
 const tfm__hub_family tfm__hub_vit = {
-    .model_type = "vit",
-    .prefix = "vit.",
-    .layers_key = "num_hidden_layers",
-    .per_layer = 16,
-    .outside = 8,
-    .config = vit_config,
-    .plan = vit_plan,
+    .model_type = "vit", .prefix = "vit.", .layers_key = "num_hidden_layers",
+    .per_layer = 16, .outside = 8, .config = vit_config, .plan = vit_plan,
     .ignored = vit_ignored,
 };
