@@ -92,3 +92,15 @@ tfm_status tfm__layer_options_read(const tfm_layer_options *pub,
     out->struct_size = sizeof *out;
     return TFM_OK;
 }
+
+tfm_status tfm__layer_options_for_block(const tfm_layer_options *options,
+                                        const char *what, tfm_module **out,
+                                        tfm_layer_options *o)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm_status st = tfm__layer_options_read(options, o);
+    if (st == TFM_OK)
+        st = tfm__layer_options_no_model_parts(o, what);
+    return st;
+}
