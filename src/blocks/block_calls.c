@@ -258,6 +258,43 @@ tfm_status tfm__decoder_forward(const tfm__block_kind *k,
                      out);
 }
 
+/* The backward both public calls share once their inputs are checked: g,
+ * the running gradient (grad_output's copy), and with a memory gmem, its
+ * gradient (zeroed), entered through tfm__backward_begin; the block's
+ * backward; grad_x and grad_memory written only on success. */
+static tfm_status backward_through(const tfm__block_kind *k,
+                                   tfm_module *block, const char *what,
+                                   int64_t B, int64_t L, int64_t S,
+                                   int64_t H, const tfm_tensor *x,
+                                   const tfm_tensor *memory,
+                                   const tfm__masks *masks,
+                                   const tfm__masks *memory_masks,
+                                   const tfm_tensor *grad_output,
+                                   tfm_tensor *grad_x,
+                                   tfm_tensor *grad_memory)
+{
+    const int64_t n = x->numel, n_mem = memory ? memory->numel : 0;
+    float *g = NULL, *gmem = NULL;
+    float **const bufs[] = { &g, &gmem };
+    const size_t sizes[] = { (size_t)n, (size_t)n_mem };
+    tfm__ws_mark mark;
+    tfm_status st = tfm__backward_begin(block, what, bufs, sizes,
+                                        memory ? 2 : 1, &mark);
+    if (st != TFM_OK)
+        return st;
+    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
+    if (memory)
+        memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
+    st = tfm__block_backward(k, block, B, L, S, H, x, memory, masks,
+                             memory_masks, g, gmem);
+    if (st == TFM_OK && grad_x)
+        memcpy(grad_x->data, g, (size_t)n * sizeof *g);
+    if (st == TFM_OK && grad_memory)
+        memcpy(grad_memory->data, gmem, (size_t)n_mem * sizeof *gmem);
+    tfm__backward_end(block, mark);
+    return st;
+}
+
 tfm_status tfm__encoder_backward(const tfm__block_kind *k, tfm_module *block,
                                  const char *what, const tfm_tensor *src,
                                  const tfm_attention_masks *masks,
@@ -275,21 +312,8 @@ tfm_status tfm__encoder_backward(const tfm__block_kind *k, tfm_module *block,
         (st = tfm__check_backward_rows(what, src, c->d_model, grad_output,
                                        c->d_model, grad_src)))
         return st;
-    const int64_t n = src->numel;
-    /* g: the running gradient, grad_output's copy. */
-    float *g;
-    float **const bufs[] = { &g };
-    const size_t sizes[] = { (size_t)n };
-    tfm__ws_mark mark;
-    if ((st = tfm__backward_begin(block, what, bufs, sizes, 1, &mark)))
-        return st;
-    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
-    st = tfm__block_backward(k, block, B, L, 0, c->n_heads, src, NULL, &m,
-                             NULL, g, NULL);
-    if (st == TFM_OK && grad_src)
-        memcpy(grad_src->data, g, (size_t)n * sizeof *g);
-    tfm__backward_end(block, mark);
-    return st;
+    return backward_through(k, block, what, B, L, 0, c->n_heads, src, NULL,
+                            &m, NULL, grad_output, grad_src, NULL);
 }
 
 tfm_status tfm__decoder_backward(const tfm__block_kind *k, tfm_module *block,
@@ -310,22 +334,7 @@ tfm_status tfm__decoder_backward(const tfm__block_kind *k, tfm_module *block,
                                           grad_output, grad_tgt, grad_memory,
                                           &in)))
         return st;
-    const int64_t n = tgt->numel, n_mem = memory->numel;
-    /* g: the running gradient; gmem: memory's gradient. */
-    float *g, *gmem;
-    float **const bufs[] = { &g, &gmem };
-    const size_t sizes[] = { (size_t)n, (size_t)n_mem };
-    tfm__ws_mark mark;
-    if ((st = tfm__backward_begin(block, what, bufs, sizes, 2, &mark)))
-        return st;
-    memcpy(g, grad_output->data, (size_t)n * sizeof *g);
-    memset(gmem, 0, (size_t)n_mem * sizeof *gmem);
-    st = tfm__block_backward(k, block, in.B, in.L, in.S, c->n_heads, tgt,
-                             memory, &in.tgt_masks, &in.memory_masks, g, gmem);
-    if (st == TFM_OK && grad_tgt)
-        memcpy(grad_tgt->data, g, (size_t)n * sizeof *g);
-    if (st == TFM_OK && grad_memory)
-        memcpy(grad_memory->data, gmem, (size_t)n_mem * sizeof *gmem);
-    tfm__backward_end(block, mark);
-    return st;
+    return backward_through(k, block, what, in.B, in.L, in.S, c->n_heads, tgt,
+                            memory, &in.tgt_masks, &in.memory_masks,
+                            grad_output, grad_tgt, grad_memory);
 }

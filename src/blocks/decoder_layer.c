@@ -148,12 +148,9 @@ tfm_status tfm_decoder_layer_create_v2(const tfm_layer_config *config,
                                        const tfm_layer_options *options,
                                        tfm_module **out)
 {
-    if (!out)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     tfm_layer_options o;
-    tfm_status st = tfm__layer_options_read(options, &o);
-    if (st == TFM_OK)
-        st = tfm__layer_options_no_model_parts(&o, "a decoder layer");
+    tfm_status st =
+        tfm__layer_options_for_block(options, "a decoder layer", out, &o);
     if (st != TFM_OK)
         return st;
     if (o.attention)

@@ -125,16 +125,23 @@ tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
     return run_with(l, x, rows, &sa.base, 0, tail < rows ? tail : rows);
 }
 
-tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,
-                                    tfm_module **out)
+/* The public constructors' tail: the layer as tfm__encoder_layer_new_ex,
+ * *out its module (out checked by the caller). */
+static tfm_status create_module(const tfm_layer_config *c,
+                                const tfm_attention_config *a, unsigned parts,
+                                tfm_module **out)
 {
-    if (!out)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     tfm__encoder_layer *l = NULL;
-    tfm_status st = tfm__encoder_layer_new(config, &l);
+    tfm_status st = tfm__encoder_layer_new_ex(c, a, parts, &l);
     if (st == TFM_OK)
         *out = &l->base;
     return st;
+}
+
+tfm_status tfm_encoder_layer_create(const tfm_layer_config *config,
+                                    tfm_module **out)
+{
+    return tfm_encoder_layer_create_ex(config, NULL, out);
 }
 
 tfm_status tfm_encoder_layer_create_ex(const tfm_layer_config *layer,
@@ -143,30 +150,19 @@ tfm_status tfm_encoder_layer_create_ex(const tfm_layer_config *layer,
 {
     if (!out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
-    tfm__encoder_layer *l = NULL;
-    tfm_status st = tfm__encoder_layer_new_ex(layer, config, 1, &l);
-    if (st == TFM_OK)
-        *out = &l->base;
-    return st;
+    return create_module(layer, config, TFM__PART_BIAS, out);
 }
 
 tfm_status tfm_encoder_layer_create_v2(const tfm_layer_config *config,
                                        const tfm_layer_options *options,
                                        tfm_module **out)
 {
-    if (!out)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     tfm_layer_options o;
-    tfm_status st = tfm__layer_options_read(options, &o);
-    tfm__encoder_layer *l = NULL;
-    if (st == TFM_OK)
-        st = tfm__layer_options_no_model_parts(&o, "an encoder layer");
-    if (st == TFM_OK)
-        st = tfm__encoder_layer_new_ex(config, o.attention,
-                                       tfm__layer_parts(&o), &l);
-    if (st == TFM_OK)
-        *out = &l->base;
-    return st;
+    tfm_status st =
+        tfm__layer_options_for_block(options, "an encoder layer", out, &o);
+    if (st != TFM_OK)
+        return st;
+    return create_module(config, o.attention, tfm__layer_parts(&o), out);
 }
 
 /* The layer's run for tfm__encoder_forward (no memory). */

@@ -83,3 +83,15 @@ tfm_status tfm__layer_options_read(const tfm_layer_options *pub,
     return tfm__self_sized_read(out, sizeof *out, pub, sizeof(size_t),
                                 "tfm_layer_options_init");
 }
+
+tfm_status tfm__layer_options_for_block(const tfm_layer_options *options,
+                                        const char *what, tfm_module **out,
+                                        tfm_layer_options *o)
+{
+    if (!out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
+    tfm_status st = tfm__layer_options_read(options, o);
+    if (st == TFM_OK)
+        st = tfm__layer_options_no_model_parts(o, what);
+    return st;
+}

@@ -30,6 +30,15 @@ int tfm__layer_options_has_model_parts(const tfm_layer_options *o);
 tfm_status tfm__layer_options_no_model_parts(const tfm_layer_options *o,
                                              const char *what);
 
+/* The start of a block's public constructor with tfm_layer_options (what:
+ * the block, as for tfm__layer_options_no_model_parts): fails with
+ * TFM_ERR_NULL_ARGUMENT when out is NULL, then *o as
+ * tfm__layer_options_read, then tfm__layer_options_no_model_parts(o, what)
+ * (messages set). */
+tfm_status tfm__layer_options_for_block(const tfm_layer_options *options,
+                                        const char *what, tfm_module **out,
+                                        tfm_layer_options *o);
+
 enum { TFM__PART_BIAS = 1, TFM__PART_RMS_NORM = 2, TFM__PART_GATED = 4 };
 unsigned tfm__layer_parts(const tfm_layer_options *o);
 

@@ -335,13 +335,9 @@ static tfm_status create(const tfm_layer_config *config, int64_t n_layers,
                          int final_norm, int decoder,
                          const tfm_layer_options *options, tfm_module **out)
 {
-    if (!out)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     tfm_layer_options o;
-    tfm_status st = tfm__layer_options_read(options, &o);
+    tfm_status st = tfm__layer_options_for_block(options, "a stack", out, &o);
     tfm__stack *s = NULL;
-    if (st == TFM_OK)
-        st = tfm__layer_options_no_model_parts(&o, "a stack");
     if (st == TFM_OK)
         st = tfm__stack_new_ex(config, o.attention, tfm__layer_parts(&o), n_layers,
                                final_norm, decoder, &s);

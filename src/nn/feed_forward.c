@@ -372,20 +372,27 @@ tfm_status tfm__feed_forward_backward(const tfm__feed_forward *f,
     return st;
 }
 
+/* check_x, with the network's widths (tfm__module_x_check_fn). */
+static tfm_status check_x_widths(const tfm_module *m, const tfm_tensor *x,
+                                 const char *what, int64_t *d_in,
+                                 int64_t *d_out)
+{
+    const tfm__feed_forward *f = (const tfm__feed_forward *)m;
+    *d_in = *d_out = f->d_model;
+    return check_x(f, x, what);
+}
+
 tfm_status tfm_feed_forward_backward(tfm_module *ff, const tfm_tensor *x,
                                      const tfm_tensor *grad_output,
                                      tfm_tensor *grad_input)
 {
     TFM__PLAN_PIN();
-    tfm_status st = tfm__module_check(ff, TFM_MODULE_FEED_FORWARD, "ff");
+    tfm_status st = tfm__module_backward_check(
+        ff, TFM_MODULE_FEED_FORWARD, "ff", "tfm_feed_forward_backward",
+        check_x_widths, x, grad_output, grad_input);
     if (st != TFM_OK)
         return st;
     const tfm__feed_forward *f = (const tfm__feed_forward *)ff;
-    if ((st = check_x(f, x, "tfm_feed_forward_backward")) ||
-        (st = tfm__check_backward_rows("tfm_feed_forward_backward", x,
-                                       f->d_model, grad_output, f->d_model,
-                                       grad_input)))
-        return st;
     if ((st = tfm__module_enter_grads(ff, "tfm_feed_forward_backward")))
         return st;
     const tfm__dropout drop = tfm__dropout_at(

@@ -125,19 +125,29 @@ tfm_status tfm_linear_forward(const tfm_module *linear, const tfm_tensor *x,
     return TFM_OK;
 }
 
+/* The layer's widths (tfm__module_x_check_fn: x is checked with them). */
+static tfm_status linear_widths(const tfm_module *m, const tfm_tensor *x,
+                                const char *what, int64_t *d_in,
+                                int64_t *d_out)
+{
+    (void)x, (void)what;
+    const tfm__linear_module *l = (const tfm__linear_module *)m;
+    *d_in = l->in_features;
+    *d_out = l->out_features;
+    return TFM_OK;
+}
+
 tfm_status tfm_linear_backward(tfm_module *linear, const tfm_tensor *x,
                                const tfm_tensor *grad_output,
                                tfm_tensor *grad_input)
 {
     TFM__PLAN_PIN();
-    tfm_status st = tfm__module_check(linear, TFM_MODULE_LINEAR, "linear");
+    tfm_status st = tfm__module_backward_check(
+        linear, TFM_MODULE_LINEAR, "linear", "tfm_linear_backward",
+        linear_widths, x, grad_output, grad_input);
     if (st != TFM_OK)
         return st;
     const tfm__linear_module *l = (const tfm__linear_module *)linear;
-    if ((st = tfm__check_backward_rows("tfm_linear_backward", x,
-                                       l->in_features, grad_output,
-                                       l->out_features, grad_input)))
-        return st;
     const int64_t rows = x->numel / l->in_features;
     tfm__ws_mark mark = tfm__ws_save();
     double *acc = NULL;

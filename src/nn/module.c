@@ -174,6 +174,23 @@ tfm_status tfm__module_check(const tfm_module *m, tfm_module_kind kind,
     return TFM_OK;
 }
 
+tfm_status tfm__module_backward_check(const tfm_module *m,
+                                      tfm_module_kind kind, const char *name,
+                                      const char *what,
+                                      tfm__module_x_check_fn check_x,
+                                      const tfm_tensor *x,
+                                      const tfm_tensor *grad_output,
+                                      const tfm_tensor *grad_input)
+{
+    int64_t d_in = 0, d_out = 0;
+    tfm_status st;
+    if ((st = tfm__module_check(m, kind, name)) ||
+        (st = check_x(m, x, what, &d_in, &d_out)))
+        return st;
+    return tfm__check_backward_rows(what, x, d_in, grad_output, d_out,
+                                    grad_input);
+}
+
 /* ---- public API --------------------------------------------------------- */
 
 void tfm_module_free(tfm_module *module)

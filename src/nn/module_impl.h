@@ -174,6 +174,24 @@ tfm_status tfm__module_add_child(tfm_module *m, const char *name,
 tfm_status tfm__module_check(const tfm_module *m, tfm_module_kind kind,
                              const char *what);
 
+/* A one-input module's own checks of x in its public call `what` (message
+ * set), and its input and output widths. */
+typedef tfm_status (*tfm__module_x_check_fn)(const tfm_module *m,
+                                             const tfm_tensor *x,
+                                             const char *what, int64_t *d_in,
+                                             int64_t *d_out);
+
+/* The checks opening a one-input module's public backward `what`:
+ * tfm__module_check(m, kind, name), then check_x, then
+ * tfm__check_backward_rows with its widths (messages set). */
+tfm_status tfm__module_backward_check(const tfm_module *m,
+                                      tfm_module_kind kind, const char *name,
+                                      const char *what,
+                                      tfm__module_x_check_fn check_x,
+                                      const tfm_tensor *x,
+                                      const tfm_tensor *grad_output,
+                                      const tfm_tensor *grad_input);
+
 /* ---- A module's dropout stream (module_dropout.c) ---- */
 
 /* The key of a training-mode forward call of m: 0 in evaluation mode;
