@@ -106,7 +106,7 @@ tfm_status tfm__check_decoder_backward(const char *what,
 /* The arguments of a block's run, for tfm__run_copy. */
 typedef struct block_call {
     const void *block;
-    tfm__block_run_fn run;
+    tfm__block_forward_fn forward;
     int64_t B, L, S;
     const float *memory;
     const tfm__masks *masks, *memory_masks;
@@ -116,8 +116,8 @@ typedef struct block_call {
 static tfm_status block_step(const void *ctx, float *x)
 {
     const block_call *c = ctx;
-    return c->run(c->block, x, c->B, c->L, c->memory, c->S, c->masks,
-                  c->memory_masks, c->drop_key);
+    return c->forward(c->block, x, x, c->B, c->L, c->memory, c->S, c->masks,
+                      c->memory_masks, c->drop_key, NULL);
 }
 
 tfm__dropout tfm__layer_hidden_dropout(const tfm_module *layer,
@@ -148,9 +148,8 @@ static tfm_status run_block(const tfm__block_kind *k, const block_call *c,
     /* y: the output until it is complete (the thread's workspace: the tape
      * keeps only what the backward reads). */
     tfm__ws_mark mark = tfm__ws_save();
-    float *y = block->training && k->keep ? tfm__ws_alloc(
-                                                (size_t)x->numel * sizeof *y)
-                                          : NULL;
+    float *y = block->training ? tfm__ws_alloc((size_t)x->numel * sizeof *y)
+                               : NULL;
     if (y) {
         const tfm__tape_inputs in = {
             c->B, c->L, c->S, heads, x->data, (size_t)x->numel,
@@ -164,9 +163,9 @@ static tfm_status run_block(const tfm__block_kind *k, const block_call *c,
         return tfm__run_copy(x->data, out->data, x->numel, block_step, c);
     }
     void *kept = tfm__ws_alloc(k->kept_size);
-    tfm_status st = kept ? k->keep(block, t->x, c->B, c->L, t->memory, c->S,
-                                   &t->masks, &t->memory_masks, c->drop_key,
-                                   y, kept)
+    tfm_status st = kept ? k->forward(block, t->x, y, c->B, c->L, t->memory,
+                                      c->S, &t->masks, &t->memory_masks,
+                                      c->drop_key, kept)
                          : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "%s: out of "
                                      "memory", k->function);
     tfm__tape_close(t, st == TFM_OK ? kept : NULL);
@@ -204,9 +203,9 @@ tfm_status tfm__block_backward(const tfm__block_kind *k, tfm_module *block,
     tfm__ws_mark mark = tfm__ws_save();
     void *kept = tfm__ws_alloc(k->kept_size);
     float *y = kept ? tfm__ws_floats((size_t)x->numel) : NULL;
-    tfm_status st = y ? k->keep(block, x->data, B, L,
-                                memory ? memory->data : NULL, S, masks,
-                                memory_masks, key, y, kept)
+    tfm_status st = y ? k->forward(block, x->data, y, B, L,
+                                   memory ? memory->data : NULL, S, masks,
+                                   memory_masks, key, kept)
                       : tfm__fail(TFM_ERR_OUT_OF_MEMORY, "%s: out of memory",
                                   k->function);
     if (st == TFM_OK)
@@ -231,7 +230,7 @@ tfm_status tfm__encoder_forward(const tfm__block_kind *k,
         (st = tfm__masks_resolve(masks, B, c->n_heads, L, L, k->function,
                                  &m)))
         return st;
-    block_call call = { block, k->run, B, L, 0, NULL, &m, NULL,
+    block_call call = { block, k->forward, B, L, 0, NULL, &m, NULL,
                         tfm__dropout_forward_key((tfm_module *)block) };
     return run_block(k, &call, c->n_heads, src, NULL, out);
 }
@@ -251,7 +250,7 @@ tfm_status tfm__decoder_forward(const tfm__block_kind *k,
                                         memory, tgt_masks, memory_masks, out,
                                         &in)))
         return st;
-    block_call call = { block, k->run, in.B, in.L, in.S, memory->data,
+    block_call call = { block, k->forward, in.B, in.L, in.S, memory->data,
                         &in.tgt_masks, &in.memory_masks,
                         tfm__dropout_forward_key((tfm_module *)block) };
     return run_block(k, &call, config_of(k, block)->n_heads, tgt, memory,

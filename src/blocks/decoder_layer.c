@@ -101,21 +101,6 @@ static tfm_status run_with(const tfm__decoder_layer *l, float *x,
                          drop_key, NULL, NULL);
 }
 
-tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
-                                  int64_t B, int64_t L, const float *memory,
-                                  int64_t S, const tfm__masks *tgt_masks,
-                                  const tfm__masks *memory_masks,
-                                  uint64_t drop_key)
-{
-    tfm__self_attention_sublayer sa = tfm__sublayer_self_attention(
-        l->self_attn, B, L, tgt_masks,
-        tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
-    tfm__cross_attention_sublayer ca = tfm__sublayer_cross_attention(
-        l->cross_attn, B, L, memory, S, memory_masks,
-        tfm__dropout_site(drop_key, TFM__DROP_CROSS_ATTN));
-    return run_with(l, x, B * L, &sa.base, &ca.base, drop_key);
-}
-
 tfm_status tfm__decoder_layer_run_cached(const tfm__decoder_layer *l,
                                          float *x, int64_t n_seqs,
                                          const tfm__cached_seq *seqs,
@@ -162,30 +147,19 @@ tfm_status tfm_decoder_layer_create_v2(const tfm_layer_config *config,
     return st;
 }
 
-static tfm_status decoder_layer_step(const void *layer, float *x, int64_t B,
-                                     int64_t L, const float *memory, int64_t S,
-                                     const tfm__masks *tgt_masks,
-                                     const tfm__masks *memory_masks,
-                                     uint64_t drop_key)
+/* The layer's forward for tfm__block_kind.  Kept: grad_memory is y, a
+ * stand-in for the buffer the backward will set (the kept cross-attention
+ * makes room for memory's gradient only when one is wanted; the public
+ * backward always computes it); NULL scratch: the backward's, taken with
+ * the rest. */
+static tfm_status decoder_layer_block_forward(
+    const void *layer, const float *x, float *y, int64_t B, int64_t L,
+    const float *memory, int64_t S, const tfm__masks *tgt_masks,
+    const tfm__masks *memory_masks, uint64_t drop_key, void *kept)
 {
-    return tfm__decoder_layer_run(layer, x, B, L, memory, S, tgt_masks,
-                                  memory_masks, drop_key);
-}
-
-/* The layer's forward kept for its backward (tape.h), in the layer's
- * tape.  grad_memory: y stands for the buffer the backward will set (the
- * kept cross-attention makes room for memory's gradient only when one is
- * wanted; the public backward always computes it). */
-static tfm_status decoder_layer_keep(const void *layer, const float *x,
-                                     int64_t B, int64_t L, const float *memory,
-                                     int64_t S, const tfm__masks *tgt_masks,
-                                     const tfm__masks *memory_masks,
-                                     uint64_t drop_key, float *y,
-                                     void *kept)
-{
-    return tfm__decoder_layer_forward_keep(layer, x, B, L, memory, S,
-                                           tgt_masks, memory_masks, drop_key,
-                                           y, y, NULL, kept);
+    return tfm__decoder_layer_forward(layer, x, y, B, L, memory, S, tgt_masks,
+                                      memory_masks, drop_key,
+                                      kept ? y : NULL, NULL, kept);
 }
 
 /* The kept forward's backward, its cross-attention pointed at memory's
@@ -200,8 +174,8 @@ static tfm_status decoder_layer_backward_kept(void *kept, float *g,
 
 static const tfm__block_kind decoder_layer_kind = {
     TFM_MODULE_DECODER_LAYER, "layer", "tfm_decoder_layer_forward",
-    offsetof(tfm__decoder_layer, config), decoder_layer_step,
-    decoder_layer_keep, sizeof(tfm__decoder_layer_kept),
+    offsetof(tfm__decoder_layer, config), decoder_layer_block_forward,
+    sizeof(tfm__decoder_layer_kept),
     decoder_layer_backward_kept
 };
 
@@ -217,23 +191,25 @@ tfm_status tfm_decoder_layer_forward(const tfm_module *layer,
                                 memory_masks, out);
 }
 
-tfm_status tfm__decoder_layer_forward_keep(
-    const tfm__decoder_layer *l, const float *x, int64_t B, int64_t L,
-    const float *memory, int64_t S, const tfm__masks *tgt_masks,
+tfm_status tfm__decoder_layer_forward(
+    const tfm__decoder_layer *l, const float *x, float *y, int64_t B,
+    int64_t L, const float *memory, int64_t S, const tfm__masks *tgt_masks,
     const tfm__masks *memory_masks, uint64_t drop_key, float *grad_memory,
-    float *y, float *scratch, tfm__decoder_layer_kept *k)
+    float *scratch, tfm__decoder_layer_kept *k)
 {
     const int64_t rows = B * L;
-    k->sa = tfm__sublayer_self_attention(
+    tfm__decoder_layer_kept local;   /* evaluation: the sub-layers only */
+    tfm__decoder_layer_kept *c = k ? k : &local;
+    c->sa = tfm__sublayer_self_attention(
         l->self_attn, B, L, tgt_masks,
         tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
-    k->ca = tfm__sublayer_cross_attention(
+    c->ca = tfm__sublayer_cross_attention(
         l->cross_attn, B, L, memory, S, memory_masks,
         tfm__dropout_site(drop_key, TFM__DROP_CROSS_ATTN));
-    k->ff = tfm__sublayer_feed_forward(
+    c->ff = tfm__sublayer_feed_forward(
         l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
-    k->ca.grad_memory = grad_memory;
-    return layer_forward(l, x, y, rows, &k->sa.base, &k->ca.base, &k->ff,
+    c->ca.grad_memory = grad_memory;
+    return layer_forward(l, x, y, rows, &c->sa.base, &c->ca.base, &c->ff,
                          drop_key, scratch, k);
 }
 

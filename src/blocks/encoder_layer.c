@@ -102,16 +102,6 @@ static tfm_status run_with(const tfm__encoder_layer *l, float *x, int64_t rows,
                          NULL, NULL);
 }
 
-tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
-                                  int64_t B, int64_t L, const tfm__masks *m,
-                                  uint64_t drop_key)
-{
-    tfm__self_attention_sublayer sa = tfm__sublayer_self_attention(
-        l->self_attn, B, L, m,
-        tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
-    return run_with(l, x, B * L, &sa.base, drop_key, B * L);
-}
-
 tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
                                          int64_t n_seqs,
                                          const tfm__cached_seq *seqs,
@@ -165,30 +155,16 @@ tfm_status tfm_encoder_layer_create_v2(const tfm_layer_config *config,
     return create_module(config, o.attention, tfm__layer_parts(&o), out);
 }
 
-/* The layer's run for tfm__encoder_forward (no memory). */
-static tfm_status encoder_layer_step(const void *layer, float *x, int64_t B,
-                                     int64_t L, const float *memory, int64_t S,
-                                     const tfm__masks *masks,
-                                     const tfm__masks *memory_masks,
-                                     uint64_t drop_key)
+/* The layer's forward for tfm__block_kind (no memory; NULL scratch in a
+ * kept forward: the backward's, taken with the rest). */
+static tfm_status encoder_layer_block_forward(
+    const void *layer, const float *x, float *y, int64_t B, int64_t L,
+    const float *memory, int64_t S, const tfm__masks *masks,
+    const tfm__masks *memory_masks, uint64_t drop_key, void *kept)
 {
     (void)memory, (void)S, (void)memory_masks;
-    return tfm__encoder_layer_run(layer, x, B, L, masks, drop_key);
-}
-
-/* The layer's forward kept for its backward (tape.h), in the layer's
- * tape. */
-static tfm_status encoder_layer_keep(const void *layer, const float *x,
-                                     int64_t B, int64_t L, const float *memory,
-                                     int64_t S, const tfm__masks *masks,
-                                     const tfm__masks *memory_masks,
-                                     uint64_t drop_key, float *y,
-                                     void *kept)
-{
-    (void)memory, (void)S, (void)memory_masks;
-    /* NULL scratch: the backward's, taken with the rest. */
-    return tfm__encoder_layer_forward_keep(layer, x, B, L, masks, drop_key, y,
-                                           NULL, kept);
+    return tfm__encoder_layer_forward(layer, x, y, B, L, masks, drop_key,
+                                      NULL, kept);
 }
 
 static tfm_status encoder_layer_backward_kept(void *kept, float *g,
@@ -200,8 +176,8 @@ static tfm_status encoder_layer_backward_kept(void *kept, float *g,
 
 static const tfm__block_kind encoder_layer_kind = {
     TFM_MODULE_ENCODER_LAYER, "layer", "tfm_encoder_layer_forward",
-    offsetof(tfm__encoder_layer, config), encoder_layer_step,
-    encoder_layer_keep, sizeof(tfm__encoder_layer_kept),
+    offsetof(tfm__encoder_layer, config), encoder_layer_block_forward,
+    sizeof(tfm__encoder_layer_kept),
     encoder_layer_backward_kept
 };
 
@@ -214,20 +190,21 @@ tfm_status tfm_encoder_layer_forward(const tfm_module *layer,
     return tfm__encoder_forward(&encoder_layer_kind, layer, src, masks, out);
 }
 
-tfm_status tfm__encoder_layer_forward_keep(const tfm__encoder_layer *l,
-                                           const float *x, int64_t B,
-                                           int64_t L, const tfm__masks *masks,
-                                           uint64_t drop_key, float *y,
-                                           float *scratch,
-                                           tfm__encoder_layer_kept *k)
+tfm_status tfm__encoder_layer_forward(const tfm__encoder_layer *l,
+                                      const float *x, float *y, int64_t B,
+                                      int64_t L, const tfm__masks *masks,
+                                      uint64_t drop_key, float *scratch,
+                                      tfm__encoder_layer_kept *k)
 {
     const int64_t rows = B * L;
-    k->sa = tfm__sublayer_self_attention(
+    tfm__encoder_layer_kept local;   /* evaluation: the sub-layers only */
+    tfm__encoder_layer_kept *c = k ? k : &local;
+    c->sa = tfm__sublayer_self_attention(
         l->self_attn, B, L, masks,
         tfm__dropout_site(drop_key, TFM__DROP_SELF_ATTN));
-    k->ff = tfm__sublayer_feed_forward(
+    c->ff = tfm__sublayer_feed_forward(
         l->ff, rows, tfm__layer_hidden_dropout(&l->base, drop_key));
-    return layer_forward(l, x, y, rows, &k->sa.base, &k->ff, drop_key, rows,
+    return layer_forward(l, x, y, rows, &c->sa.base, &c->ff, drop_key, rows,
                          scratch, k);
 }
 

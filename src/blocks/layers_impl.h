@@ -44,16 +44,6 @@ tfm_status tfm__encoder_layer_new_ex(const tfm_layer_config *c,
 tfm_status tfm__decoder_layer_new(const tfm_layer_config *c, unsigned parts,
                                   tfm__decoder_layer **out);
 
-/* In place on x [B, L, d]; fail only with out-of-memory.  drop_key: the
- * call's dropout key (dropout.h; 0: none): the layer's sites are its
- * self-attention module (key site TFM__DROP_SELF_ATTN, its probability),
- * the feed-forward's hidden activations (TFM__DROP_FF then
- * TFM__DROP_HIDDEN) and the residual branches (TFM__DROP_BLOCK1, 2, 3),
- * these with the layer's probability; a decoder layer's cross-attention
- * is TFM__DROP_CROSS_ATTN. */
-tfm_status tfm__encoder_layer_run(const tfm__encoder_layer *l, float *x,
-                                  int64_t B, int64_t L, const tfm__masks *m,
-                                  uint64_t drop_key);
 /* The same for the new positions x [rows, d] of n_seqs sequences, one
  * sequence after another, whose self-attention runs over each one's KV
  * cache (layer `layer`'s rows of seqs[i]: tfm__mha_run_cached_seqs, which
@@ -82,19 +72,25 @@ typedef struct tfm__decoder_layer_kept {
     tfm__residual_kept k[3];    /* its three blocks */
 } tfm__decoder_layer_kept;
 
-/* y [B, L, d] = tfm__encoder_layer_run of x [B, L, d] (y distinct from x;
+/* The encoder layer's one forward: y [B, L, d] = the layer of x [B, L, d].
+ * drop_key: the call's dropout key (dropout.h; 0: none): the layer's sites
+ * are its self-attention module (key site TFM__DROP_SELF_ATTN, its
+ * probability), the feed-forward's hidden activations (TFM__DROP_FF then
+ * TFM__DROP_HIDDEN) and the residual branches (TFM__DROP_BLOCK1, 2, 3),
+ * these with the layer's probability; a decoder layer's cross-attention is
+ * TFM__DROP_CROSS_ATTN.  k NULL: evaluation, y may be x (in place), fails
+ * only with out-of-memory.  Else the training forward (y distinct from x;
  * x must stay unchanged until the backward), keeping in *k what
- * tfm__encoder_layer_backward_kept needs.  scratch: 2 B L d floats of
- * backward scratch, shareable between layers whose backward passes run
- * one after another, or NULL (taken from the workspace).  Fails
- * (out-of-memory, a variant without a backward) before writing
- * anything the caller reads but y. */
-tfm_status tfm__encoder_layer_forward_keep(const tfm__encoder_layer *l,
-                                           const float *x, int64_t B,
-                                           int64_t L, const tfm__masks *masks,
-                                           uint64_t drop_key, float *y,
-                                           float *scratch,
-                                           tfm__encoder_layer_kept *k);
+ * tfm__encoder_layer_backward_kept needs; scratch: 2 B L d floats of
+ * backward scratch, shareable between layers whose backward passes run one
+ * after another, or NULL (taken from the workspace); fails (out-of-memory,
+ * a variant without a backward) before writing anything the caller reads
+ * but y. */
+tfm_status tfm__encoder_layer_forward(const tfm__encoder_layer *l,
+                                      const float *x, float *y, int64_t B,
+                                      int64_t L, const tfm__masks *masks,
+                                      uint64_t drop_key, float *scratch,
+                                      tfm__encoder_layer_kept *k);
 /* The backward of that forward: g [B, L, d] holds the output's gradient
  * and receives x's; the parameter gradients are accumulated (the caller
  * has entered them, tfm__module_enter_grads).  Fails only as attention's
@@ -103,13 +99,14 @@ tfm_status tfm__encoder_layer_forward_keep(const tfm__encoder_layer *l,
 tfm_status tfm__encoder_layer_backward_kept(const tfm__encoder_layer_kept *k,
                                             float *g);
 
-/* The same for tfm__decoder_layer_run; memory's gradient is added into
- * grad_memory [B, S, d] (NULL: not wanted) by the backward. */
-tfm_status tfm__decoder_layer_forward_keep(
-    const tfm__decoder_layer *l, const float *x, int64_t B, int64_t L,
-    const float *memory, int64_t S, const tfm__masks *tgt_masks,
+/* The same for a decoder layer over memory [B, S, d]; when keeping,
+ * memory's gradient is added into grad_memory [B, S, d] (NULL: not
+ * wanted) by the backward. */
+tfm_status tfm__decoder_layer_forward(
+    const tfm__decoder_layer *l, const float *x, float *y, int64_t B,
+    int64_t L, const float *memory, int64_t S, const tfm__masks *tgt_masks,
     const tfm__masks *memory_masks, uint64_t drop_key, float *grad_memory,
-    float *y, float *scratch, tfm__decoder_layer_kept *k);
+    float *scratch, tfm__decoder_layer_kept *k);
 tfm_status tfm__decoder_layer_backward_kept(const tfm__decoder_layer_kept *k,
                                             float *g);
 
@@ -117,11 +114,6 @@ tfm_status tfm__encoder_layer_run_cached(const tfm__encoder_layer *l, float *x,
                                          int64_t n_seqs,
                                          const tfm__cached_seq *seqs,
                                          int64_t layer, int64_t tail);
-tfm_status tfm__decoder_layer_run(const tfm__decoder_layer *l, float *x,
-                                  int64_t B, int64_t L, const float *memory,
-                                  int64_t S, const tfm__masks *tgt_masks,
-                                  const tfm__masks *memory_masks,
-                                  uint64_t drop_key);
 /* A decoder layer on the new positions x [rows, d] of n_seqs target
  * sequences (one after another) that share one source: self-attention over
  * each one's KV cache (as tfm__encoder_layer_run_cached), cross-attention
@@ -174,38 +166,31 @@ tfm_status tfm__check_decoder_backward(const char *what,
                                        const tfm_tensor *grad_memory,
                                        tfm__decoder_inputs *in);
 
-/* A layer or stack run in place on x [B, L, d]; decoder-style blocks
- * attend over memory [B, S, d] too (encoder-style ones get NULL, 0 and
- * NULL); drop_key: the call's dropout key (0: none).  Fails only with
- * out-of-memory. */
-typedef tfm_status (*tfm__block_run_fn)(const void *block, float *x,
-                                        int64_t B, int64_t L,
-                                        const float *memory, int64_t S,
-                                        const tfm__masks *masks,
-                                        const tfm__masks *memory_masks,
-                                        uint64_t drop_key);
+/* A layer's or stack's one forward: y [B, L, d] = the block of x [B, L, d];
+ * decoder-style blocks attend over memory [B, S, d] too (encoder-style
+ * ones get NULL, 0 and NULL); drop_key: the call's dropout key (0: none).
+ * kept NULL: evaluation, y may be x (in place); else the training forward
+ * (y distinct from x, x and memory left where they are until the
+ * backward), filling *kept (the kind's kept struct, kept_size bytes) with
+ * what the kind's backward needs, what it points to from the workspace in
+ * use.  Fails with out-of-memory, or when keeping with a variant without a
+ * backward. */
+typedef tfm_status (*tfm__block_forward_fn)(
+    const void *block, const float *x, float *y, int64_t B, int64_t L,
+    const float *memory, int64_t S, const tfm__masks *masks,
+    const tfm__masks *memory_masks, uint64_t drop_key, void *kept);
 
-/* What the public forward of a layer or stack needs to know about it: its
- * module kind and argument name (for the kind check), the public function's
- * name (for mask messages of encoder-style blocks), where its
- * tfm_layer_config lies in its struct, and how to run it. */
+/* What the public forward and backward of a layer or stack need to know
+ * about it: its module kind and argument name (for the kind check), the
+ * public forward's name (for mask messages of encoder-style blocks), where
+ * its tfm_layer_config lies in its struct, its one forward, and the
+ * backward of a kept forward. */
 typedef struct tfm__block_kind {
     tfm_module_kind kind;
     const char *what;
     const char *function;
     size_t config_offset;
-    tfm__block_run_fn run;
-    /* The training-mode forward that keeps what the kind's backward needs
-     * (tape.h), or NULL (the kind's forward keeps nothing): y [B, L, d]
-     * (distinct from x) = run of x, with x, memory and the masks left where
-     * they are until the backward, filling *kept (kept_size bytes, the
-     * kind's kept struct); what the kept struct points to comes from the
-     * workspace in use.  Fails with out-of-memory. */
-    tfm_status (*keep)(const void *block, const float *x, int64_t B,
-                       int64_t L, const float *memory, int64_t S,
-                       const tfm__masks *masks,
-                       const tfm__masks *memory_masks, uint64_t drop_key,
-                       float *y, void *kept);
+    tfm__block_forward_fn forward;
     size_t kept_size;
     /* The backward of a kept forward: g [B, L, d] the output's gradient,
      * replaced by x's; memory's gradient added into grad_memory [B, S, d]
@@ -216,8 +201,8 @@ typedef struct tfm__block_kind {
 /* The public forward of an encoder-style block: checks block's kind, src
  * [B, L, d], out shaped as src and the masks, then runs it on a copy of src
  * written to out only on success (in training mode with the block's next
- * dropout key, tfm__dropout_forward_key, and, when the kind has a keep,
- * kept in the block's tape for its backward: tape.h). */
+ * dropout key, tfm__dropout_forward_key, and kept in the block's tape for
+ * its backward: tape.h). */
 tfm_status tfm__encoder_forward(const tfm__block_kind *k,
                                 const tfm_module *block, const tfm_tensor *src,
                                 const tfm_attention_masks *masks,
@@ -232,8 +217,7 @@ tfm_status tfm__decoder_forward(const tfm__block_kind *k,
                                 const tfm_attention_masks *memory_masks,
                                 tfm_tensor *out);
 
-/* The public backward's work for a kind with a keep (after its checks and
- * tfm__backward_begin): the kept forward of block's latest training
+/* The public backward's work (after its checks and tfm__backward_begin): the kept forward of block's latest training
  * forward when it had exactly these inputs (tape.h), else the forward
  * again, kept in the workspace; then k->backward_kept.  x [B, L, d],
  * memory [B, S, d] or NULL (S 0), masks as resolved for the forward; g and

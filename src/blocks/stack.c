@@ -122,48 +122,36 @@ tfm_status tfm__stack_new_ex(const tfm_layer_config *c,
     return TFM_OK;
 }
 
-/* One layer's run in place on x. */
-static tfm_status layer_run(const tfm__stack *s, int64_t i, float *x,
-                            int64_t B, int64_t L, const float *memory,
-                            int64_t S, const tfm__masks *masks,
-                            const tfm__masks *memory_masks, uint64_t drop_key)
+/* Layer i's one forward of x into y (evaluation: k NULL, y may be x; else
+ * kept in k's slot i, scratch the layers' shared backward scratch). */
+static tfm_status layer_forward(const tfm__stack *s, int64_t i,
+                                const float *x, float *y, int64_t B,
+                                int64_t L, const float *memory, int64_t S,
+                                const tfm__masks *masks,
+                                const tfm__masks *memory_masks,
+                                uint64_t drop_key, float *grad_memory,
+                                float *scratch, const tfm__stack_kept *k)
 {
     const uint64_t key = tfm__dropout_site(drop_key, TFM__DROP_LAYER0 + i);
     return s->decoder
-               ? tfm__decoder_layer_run(
-                     (const tfm__decoder_layer *)s->layers[i], x, B, L,
-                     memory, S, masks, memory_masks, key)
-               : tfm__encoder_layer_run(
-                     (const tfm__encoder_layer *)s->layers[i], x, B, L, masks,
-                     key);
+               ? tfm__decoder_layer_forward(
+                     (const tfm__decoder_layer *)s->layers[i], x, y, B, L,
+                     memory, S, masks, memory_masks, key, grad_memory,
+                     scratch,
+                     k ? (tfm__decoder_layer_kept *)k->layers + i : NULL)
+               : tfm__encoder_layer_forward(
+                     (const tfm__encoder_layer *)s->layers[i], x, y, B, L,
+                     masks, key, scratch,
+                     k ? (tfm__encoder_layer_kept *)k->layers + i : NULL);
 }
 
-/* x [B, L, d] <- norm(layer_{N-1}( ... layer_0(x))), in place. */
-tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,
-                          const float *memory, int64_t S,
-                          const tfm__masks *masks,
-                          const tfm__masks *memory_masks, uint64_t drop_key)
+/* The kept forward's memory: every layer's input and the final norm's
+ * (acts), the layers' kept structs and shared backward scratch, the final
+ * norm's backward buffers.  Fails with out-of-memory (message set). */
+static tfm_status take_kept(const tfm__stack *s, int64_t rows, float **scratch,
+                            tfm__stack_kept *kk)
 {
-    for (int64_t i = 0; i < s->n_layers; i++) {
-        tfm_status st = layer_run(s, i, x, B, L, memory, S, masks,
-                                  memory_masks, drop_key);
-        if (st != TFM_OK)
-            return st;
-    }
-    if (s->norm)
-        tfm__layer_norm_run(s->norm, x, B * L, x);
-    return TFM_OK;
-}
-
-tfm_status tfm__stack_forward_keep(const tfm__stack *s, const float *x,
-                                   int64_t B, int64_t L, const float *memory,
-                                   int64_t S, const tfm__masks *masks,
-                                   const tfm__masks *memory_masks,
-                                   uint64_t drop_key, float *grad_memory,
-                                   float *out, tfm__stack_kept *k)
-{
-    const int64_t d = s->config.d_model, rows = B * L, n = rows * d;
-    const int64_t N = s->n_layers;
+    const int64_t d = s->config.d_model, n = rows * d, N = s->n_layers;
     const size_t one = s->decoder ? sizeof(tfm__decoder_layer_kept)
                                   : sizeof(tfm__encoder_layer_kept);
     if ((uint64_t)n > SIZE_MAX / sizeof(float) / (uint64_t)(N + 4) ||
@@ -174,42 +162,79 @@ tfm_status tfm__stack_forward_keep(const tfm__stack *s, const float *x,
     /* acts [N + 1, rows, d]; scratch [2, rows, d]: the blocks' backward
      * scratch, shared (they go backward one at a time); tmp: the final
      * norm's input gradient. */
-    tfm__stack_kept kk = { .s = s, .rows = rows };
-    kk.acts = tfm__ws_floats((size_t)((N + 1) * n));
-    float *scratch = kk.acts ? tfm__ws_floats((size_t)(2 * n)) : NULL;
-    kk.layers = scratch && N > 0 ? tfm__ws_alloc((size_t)N * one) : NULL;
-    if (scratch && s->norm) {
-        kk.tmp = tfm__ws_floats((size_t)n);
-        kk.acc = kk.tmp ? tfm__ws_alloc((size_t)(2 * d) * sizeof *kk.acc)
-                        : NULL;
+    *kk = (tfm__stack_kept){ .s = s, .rows = rows };
+    kk->acts = tfm__ws_floats((size_t)((N + 1) * n));
+    *scratch = kk->acts ? tfm__ws_floats((size_t)(2 * n)) : NULL;
+    kk->layers = *scratch && N > 0 ? tfm__ws_alloc((size_t)N * one) : NULL;
+    if (*scratch && s->norm) {
+        kk->tmp = tfm__ws_floats((size_t)n);
+        kk->acc = kk->tmp ? tfm__ws_alloc((size_t)(2 * d) * sizeof *kk->acc)
+                          : NULL;
     }
-    if (!scratch || (N > 0 && !kk.layers) || (s->norm && !kk.acc))
+    if (!*scratch || (N > 0 && !kk->layers) || (s->norm && !kk->acc))
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "stack backward: out of "
                          "memory");
-    memcpy(kk.acts, x, (size_t)n * sizeof *kk.acts);
-    tfm_status st = TFM_OK;
+    return TFM_OK;
+}
+
+/* The stack's one forward: y [B, L, d] = norm(layer_{N-1}( ... layer_0(x))).
+ * k NULL: evaluation, every layer in place on y (y may be x); else the
+ * training forward, each layer's input kept in k->acts and its forward in
+ * k->layers (workspace memory, not released). */
+static tfm_status stack_forward(const tfm__stack *s, const float *x, float *y,
+                                int64_t B, int64_t L, const float *memory,
+                                int64_t S, const tfm__masks *masks,
+                                const tfm__masks *memory_masks,
+                                uint64_t drop_key, float *grad_memory,
+                                tfm__stack_kept *k)
+{
+    const int64_t rows = B * L, n = rows * s->config.d_model;
+    const int64_t N = s->n_layers;
+    float *scratch = NULL;
+    tfm__stack_kept kk;
+    tfm_status st = k ? take_kept(s, rows, &scratch, &kk) : TFM_OK;
+    if (st != TFM_OK)
+        return st;
+    /* in: the layers' inputs, each one's output the next one's input. */
+    float *in = k ? kk.acts : y;
+    if (in != x)
+        memcpy(in, x, (size_t)n * sizeof *in);
     for (int64_t i = 0; st == TFM_OK && i < N; i++) {
-        const float *in = kk.acts + i * n;
-        float *next = kk.acts + (i + 1) * n;
-        const uint64_t key = tfm__dropout_site(drop_key, TFM__DROP_LAYER0 + i);
-        st = s->decoder
-                 ? tfm__decoder_layer_forward_keep(
-                       (const tfm__decoder_layer *)s->layers[i], in, B, L,
-                       memory, S, masks, memory_masks, key, grad_memory,
-                       next, scratch, (tfm__decoder_layer_kept *)kk.layers + i)
-                 : tfm__encoder_layer_forward_keep(
-                       (const tfm__encoder_layer *)s->layers[i], in, B, L,
-                       masks, key, next, scratch,
-                       (tfm__encoder_layer_kept *)kk.layers + i);
+        float *next = k ? in + n : in;
+        st = layer_forward(s, i, in, next, B, L, memory, S, masks,
+                           memory_masks, drop_key, grad_memory, scratch,
+                           k ? &kk : NULL);
+        in = next;
     }
     if (st != TFM_OK)
         return st;
     if (s->norm)
-        tfm__layer_norm_run(s->norm, kk.acts + N * n, rows, out);
-    else
-        memcpy(out, kk.acts + N * n, (size_t)n * sizeof *out);
-    *k = kk;
+        tfm__layer_norm_run(s->norm, in, rows, y);
+    else if (in != y)
+        memcpy(y, in, (size_t)n * sizeof *y);
+    if (k)
+        *k = kk;
     return TFM_OK;
+}
+
+tfm_status tfm__stack_run(const tfm__stack *s, float *x, int64_t B, int64_t L,
+                          const float *memory, int64_t S,
+                          const tfm__masks *masks,
+                          const tfm__masks *memory_masks, uint64_t drop_key)
+{
+    return stack_forward(s, x, x, B, L, memory, S, masks, memory_masks,
+                         drop_key, NULL, NULL);
+}
+
+tfm_status tfm__stack_forward_keep(const tfm__stack *s, const float *x,
+                                   int64_t B, int64_t L, const float *memory,
+                                   int64_t S, const tfm__masks *masks,
+                                   const tfm__masks *memory_masks,
+                                   uint64_t drop_key, float *grad_memory,
+                                   float *out, tfm__stack_kept *k)
+{
+    return stack_forward(s, x, out, B, L, memory, S, masks, memory_masks,
+                         drop_key, grad_memory, k);
 }
 
 tfm_status tfm__stack_backward_kept(const tfm__stack_kept *k, float *g)
@@ -374,29 +399,19 @@ tfm_status tfm_decoder_create_v2(const tfm_layer_config *config,
     return create(config, n_layers, final_norm, 1, options, out);
 }
 
-/* The stacks' runs for tfm__encoder_forward / tfm__decoder_forward. */
-static tfm_status stack_step(const void *stack, float *x, int64_t B,
-                             int64_t L, const float *memory, int64_t S,
-                             const tfm__masks *masks,
-                             const tfm__masks *memory_masks,
-                             uint64_t drop_key)
-{
-    return tfm__stack_run(stack, x, B, L, memory, S, masks, memory_masks,
-                          drop_key);
-}
-
-/* The stack's forward kept for its backward (tape.h), in the stack's
- * tape; a decoder's grad_memory: y stands for the buffer the backward
- * sets (stack_backward_kept). */
-static tfm_status stack_keep(const void *stack, const float *x, int64_t B,
-                             int64_t L, const float *memory, int64_t S,
-                             const tfm__masks *masks,
-                             const tfm__masks *memory_masks,
-                             uint64_t drop_key, float *y, void *kept)
+/* The stacks' forward for tfm__block_kind.  Kept: a decoder's
+ * grad_memory is y, a stand-in for the buffer the backward sets
+ * (stack_backward_kept). */
+static tfm_status stack_block_forward(const void *stack, const float *x,
+                                      float *y, int64_t B, int64_t L,
+                                      const float *memory, int64_t S,
+                                      const tfm__masks *masks,
+                                      const tfm__masks *memory_masks,
+                                      uint64_t drop_key, void *kept)
 {
     const tfm__stack *s = stack;
-    return tfm__stack_forward_keep(s, x, B, L, memory, S, masks, memory_masks,
-                                   drop_key, s->decoder ? y : NULL, y, kept);
+    return stack_forward(s, x, y, B, L, memory, S, masks, memory_masks,
+                         drop_key, s->decoder && kept ? y : NULL, kept);
 }
 
 /* The kept forward's backward; a decoder's cross-attention pointed at
@@ -413,7 +428,7 @@ static tfm_status stack_backward_kept(void *kept, float *g,
 
 static const tfm__block_kind encoder_kind = {
     TFM_MODULE_ENCODER, "encoder", "tfm_encoder_forward",
-    offsetof(tfm__stack, config), stack_step, stack_keep,
+    offsetof(tfm__stack, config), stack_block_forward,
     sizeof(tfm__stack_kept), stack_backward_kept
 };
 
@@ -427,7 +442,7 @@ tfm_status tfm_encoder_forward(const tfm_module *encoder, const tfm_tensor *src,
 
 static const tfm__block_kind decoder_kind = {
     TFM_MODULE_DECODER, "decoder", "tfm_decoder_forward",
-    offsetof(tfm__stack, config), stack_step, stack_keep,
+    offsetof(tfm__stack, config), stack_block_forward,
     sizeof(tfm__stack_kept), stack_backward_kept
 };
 

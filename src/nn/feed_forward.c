@@ -135,60 +135,122 @@ static void ff_hidden(const tfm__feed_forward *f, const float *pre,
     }
 }
 
+/* One call's hidden layer: first [rows, d_first] receives the first
+ * product, act [rows, d_ff] (row stride ld) the activation (may be first:
+ * ld d_first), on (NULL: not kept) ReLU's act > 0 [rows, d_ff]. */
 typedef struct ff_job {
     const tfm__feed_forward *f;
     const float *x;
-    float *hidden, *out;
+    float *first, *act, *out;   /* out NULL: the second product not wanted */
+    int64_t ld;
+    unsigned char *on;
     const tfm__dropout *drop;   /* NULL or on */
 } ff_job;
 
-/* Rows begin .. end-1 through both layers; hidden holds their rows. */
+/* The hidden layer of rows begin .. end-1 from their first product:
+ * activation, dropout, ReLU's signs. */
+static void ff_hidden_rows(const ff_job *j, int64_t begin, int64_t n)
+{
+    const tfm__feed_forward *f = j->f;
+    const int64_t h = f->d_ff;
+    float *act = j->act + begin * j->ld;
+    ff_hidden(f, j->first + begin * f->d_first, n, act, j->ld);
+    if (j->drop)
+        tfm__dropout_apply_rows(j->drop, (uint64_t)(begin * h), (uint64_t)h,
+                                act, n, h, j->ld);
+    if (j->on)
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t c = 0; c < h; c++)
+                j->on[(begin + r) * h + c] = act[r * j->ld + c] > 0.0f;
+}
+
+/* Rows begin .. end-1 through both layers, on one thread. */
 static void ff_rows(void *ctx, int64_t begin, int64_t end, int slot)
 {
     const ff_job *j = ctx;
     const tfm__feed_forward *f = j->f;
     const int64_t d = f->d_model, h = f->d_ff, n = end - begin;
     const int64_t h1 = f->d_first;
-    float *hidden = j->hidden + begin * h1;
     (void)slot;
-    tfm__linear(j->x + begin * d, d, n, d, f->w1, f->b1, h1, hidden, h1);
-    ff_hidden(f, hidden, n, hidden, h1);
-    if (j->drop)
-        tfm__dropout_apply_rows(j->drop, (uint64_t)(begin * h), (uint64_t)h,
-                                hidden, n, h, h1);
-    tfm__linear(hidden, h1, n, h, f->w2, f->b2, d, j->out + begin * d, d);
+    tfm__linear(j->x + begin * d, d, n, d, f->w1, f->b1, h1,
+                j->first + begin * h1, h1);
+    ff_hidden_rows(j, begin, n);
+    if (j->out)
+        tfm__linear(j->act + begin * j->ld, j->ld, n, h, f->w2, f->b2, d,
+                    j->out + begin * d, d);
+}
+
+/* The one forward: out [rows, d_model] = FF(x) (out NULL: not wanted).
+ * kept NULL: evaluation, the hidden layer in scratch released on return;
+ * else the training forward, the hidden layer and the backward's scratch
+ * kept in the caller's workspace and described in *kept.  Many rows: each
+ * thread takes whole rows through both layers; few (decoding): each
+ * product split by output columns.  Fails only with out-of-memory, before
+ * writing out. */
+static tfm_status ff_forward(const tfm__feed_forward *f, const float *x,
+                             int64_t rows, const tfm__dropout *drop,
+                             float *out, tfm__ff_kept *kept)
+{
+    const int64_t d = f->d_model, h = f->d_ff, h1 = f->d_first;
+    tfm__ff_kept c = { .x = x, .rows = rows };
+    if (tfm__dropout_on(drop))
+        c.drop = *drop;
+    ff_job j = { f, x, NULL, NULL, out, h1, NULL,
+                 tfm__dropout_on(drop) ? drop : NULL };
+    tfm__ws_mark mark = tfm__ws_save();
+    if (!kept) {
+        j.first = j.act = tfm__ws_floats((size_t)(rows * h1));
+        if (!j.first) {
+            tfm__ws_restore(mark);
+            return TFM_ERR_OUT_OF_MEMORY;
+        }
+    } else {
+        /* ReLU keeps where the hidden layer is positive instead of the
+         * first product. */
+        const int relu = !f->gated && f->activation == TFM_ACTIVATION_RELU;
+        const size_t n = (size_t)(rows * h);
+        c.act = tfm__ws_floats(n);
+        int ok = c.act != NULL;
+        if (ok && relu)
+            ok = (c.on = tfm__ws_alloc(n)) != NULL;
+        else if (ok)
+            ok = (c.pre = tfm__ws_floats((size_t)(rows * h1))) != NULL;
+        c.scratch = ok ? tfm__ws_floats((size_t)h) : NULL;
+        c.acc = c.scratch ? tfm__ws_alloc((size_t)(d > h1 ? d : h1) *
+                                          sizeof *c.acc)
+                          : NULL;
+        if (!c.acc) {
+            tfm__ws_restore(mark);
+            return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                             "feed-forward backward: out of memory");
+        }
+        j.first = relu ? c.act : c.pre;
+        j.act = c.act;
+        j.ld = h;
+        j.on = c.on;
+    }
+    const tfm__plan plan = tfm__plan_now();
+    if (rows >= 16 * (int64_t)plan.slots) {
+        tfm__parallel_for_products(plan, rows, 8, ff_rows, &j);
+    } else {
+        tfm__linear_parallel(x, d, rows, d, f->w1, f->b1, h1, j.first, h1);
+        ff_hidden_rows(&j, 0, rows);
+        if (out)
+            tfm__linear_parallel(j.act, j.ld, rows, h, f->w2, f->b2, d, out,
+                                 d);
+    }
+    if (kept)
+        *kept = c;  /* its memory stays in the caller's workspace */
+    else
+        tfm__ws_restore(mark);
+    return TFM_OK;
 }
 
 tfm_status tfm__feed_forward_run(const tfm__feed_forward *f, const float *x,
                                  int64_t rows, const tfm__dropout *drop,
                                  float *out)
 {
-    if (!tfm__dropout_on(drop))
-        drop = NULL;
-    tfm__ws_mark mark = tfm__ws_save();
-    float *hidden = tfm__ws_floats((size_t)(rows * f->d_first));
-    if (!hidden) {
-        tfm__ws_restore(mark);
-        return TFM_ERR_OUT_OF_MEMORY;
-    }
-    ff_job j = { f, x, hidden, out, drop };
-    const tfm__plan plan = tfm__plan_now();
-    if (rows >= 16 * (int64_t)plan.slots) {
-        /* Many rows: each thread takes whole rows through both layers. */
-        tfm__parallel_for_products(plan, rows, 8, ff_rows, &j);
-    } else {
-        /* Few rows (decoding): split each product by output columns. */
-        const int64_t h = f->d_ff, h1 = f->d_first;
-        tfm__linear_parallel(x, f->d_model, rows, f->d_model, f->w1, f->b1,
-                             h1, hidden, h1);
-        ff_hidden(f, hidden, rows, hidden, h1);
-        if (drop)
-            tfm__dropout_apply_rows(drop, 0, (uint64_t)h, hidden, rows, h, h1);
-        tfm__linear_parallel(hidden, h1, rows, h, f->w2, f->b2, f->d_model,
-                             out, f->d_model);
-    }
-    tfm__ws_restore(mark);
-    return TFM_OK;
+    return ff_forward(f, x, rows, drop, out, NULL);
 }
 
 tfm_status tfm_feed_forward_create(int64_t d_model, int64_t d_ff,
@@ -269,38 +331,7 @@ tfm_status tfm__feed_forward_forward_keep(const tfm__feed_forward *f,
                                           const tfm__dropout *drop,
                                           float *out, tfm__ff_kept *kept)
 {
-    const int64_t d = f->d_model, h = f->d_ff, h1 = f->d_first;
-    tfm__ff_kept c = { .x = x, .rows = rows };
-    if (tfm__dropout_on(drop))
-        c.drop = *drop;
-    /* ReLU keeps where the hidden layer is positive instead of h. */
-    const int relu = !f->gated && f->activation == TFM_ACTIVATION_RELU;
-    const size_t n = (size_t)(rows * h);
-    c.act = tfm__ws_floats(n);
-    int ok = c.act != NULL;
-    if (ok && relu)
-        ok = (c.on = tfm__ws_alloc(n)) != NULL;
-    else if (ok)
-        ok = (c.pre = tfm__ws_floats((size_t)(rows * h1))) != NULL;
-    c.scratch = ok ? tfm__ws_floats((size_t)h) : NULL;
-    c.acc = c.scratch
-                ? tfm__ws_alloc((size_t)(d > h1 ? d : h1) * sizeof *c.acc)
-                : NULL;
-    if (!c.acc)
-        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
-                         "feed-forward backward: out of memory");
-    float *first = relu ? c.act : c.pre;
-    tfm__linear_parallel(x, d, rows, d, f->w1, f->b1, h1, first, h1);
-    ff_hidden(f, first, rows, c.act, h);
-    if (tfm__dropout_on(&c.drop))
-        tfm__dropout_apply(&c.drop, 0, c.act, rows * h);
-    if (relu)
-        for (size_t i = 0; i < n; i++)
-            c.on[i] = c.act[i] > 0.0f;
-    if (out)
-        tfm__linear_parallel(c.act, h, rows, h, f->w2, f->b2, d, out, d);
-    *kept = c;
-    return TFM_OK;
+    return ff_forward(f, x, rows, drop, out, kept);
 }
 
 /* Gated: g = grad of the hidden layer [rows, d_ff] (in c->act) ->
