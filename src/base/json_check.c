@@ -10,6 +10,7 @@
 #include "base/alloc.h"
 
 #include "base/error.h"
+#include "base/file.h"
 #include "base/json_check.h"
 
 /* Member names in messages, cut to this many bytes. */
@@ -155,4 +156,16 @@ tfm_status tfm__json_parse_object(const char *text, size_t n,
     }
     *root = r;
     return TFM_OK;
+}
+
+tfm_status tfm__json_read_object(const char *path, cJSON **root)
+{
+    char *text;
+    size_t len;
+    tfm_status st = tfm__read_file(path, &text, &len);
+    if (st != TFM_OK)
+        return st;
+    st = tfm__json_parse_object(text, len, path, root);
+    tfm__free(text);
+    return st;
 }

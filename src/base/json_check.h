@@ -36,4 +36,11 @@ tfm_status tfm__json_check_nul(const char *text, size_t n, const cJSON *root,
 tfm_status tfm__json_parse_object(const char *text, size_t n,
                                   const char *what, cJSON **root);
 
+/* tfm__json_parse_object of the whole file at path (tfm__read_file; path
+ * starts the messages) into *root, the caller's to cJSON_Delete.  The
+ * errors of tfm__read_file (TFM_ERR_IO, TFM_ERR_OUT_OF_MEMORY) and of
+ * tfm__json_parse_object; *root is untouched on error.  The file's bytes
+ * are freed before it returns. */
+tfm_status tfm__json_read_object(const char *path, cJSON **root);
+
 #endif

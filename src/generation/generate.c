@@ -259,12 +259,10 @@ static tfm_status generator_create(const tfm_module *model,
                                    const tfm_generate_options *options,
                                    int long_prompt, tfm_generator **out)
 {
-    tfm_status st =
-        tfm__model_check(model, 1u << TFM_ARCH_DECODER_ONLY, "model");
+    tfm_status st = tfm__model_check_with(model, 1u << TFM_ARCH_DECODER_ONLY,
+                                          out, "out");
     if (st != TFM_OK)
         return st;
-    if (!out)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     const tfm__model *m = (const tfm__model *)model;
     const int64_t ctx = m->config.context_length, V = m->config.vocab_size;
     if (n_prompt < 1)

@@ -45,12 +45,10 @@ struct tfm_kv_cache {
 static tfm_status create(const tfm_module *model, int64_t capacity,
                          int rolling, tfm_kv_cache **out)
 {
-    tfm_status st =
-        tfm__model_check(model, 1u << TFM_ARCH_DECODER_ONLY, "model");
+    tfm_status st = tfm__model_check_with(model, 1u << TFM_ARCH_DECODER_ONLY,
+                                          out, "out");
     if (st != TFM_OK)
         return st;
-    if (!out)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     const tfm__model *m = (const tfm__model *)model;
     if (capacity < 1 || capacity > m->config.context_length)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,

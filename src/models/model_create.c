@@ -290,11 +290,9 @@ int tfm_model_has_bias(const tfm_module *model)
 tfm_status tfm_model_get_layer_options(const tfm_module *model,
                                        tfm_layer_options *options)
 {
-    tfm_status st = tfm__model_check(model, 0xE, "model");
+    tfm_status st = tfm__model_check_with(model, 0xE, options, "options");
     if (st != TFM_OK)
         return st;
-    if (!options)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "options is NULL");
     const size_t size = options->struct_size;
     if (size < sizeof(size_t))
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
@@ -466,14 +464,23 @@ tfm_status tfm__model_check(const tfm_module *mod, unsigned kinds,
                      "architecture this call needs", what, (int)mod->kind);
 }
 
+tfm_status tfm__model_check_with(const tfm_module *m, unsigned kinds,
+                                 const void *arg, const char *arg_name)
+{
+    tfm_status st = tfm__model_check(m, kinds, "model");
+    if (st != TFM_OK)
+        return st;
+    if (!arg)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL", arg_name);
+    return TFM_OK;
+}
+
 tfm_status tfm_model_get_config(const tfm_module *model,
                                 tfm_model_config *config)
 {
-    tfm_status st = tfm__model_check(model, 0xE, "model");
+    tfm_status st = tfm__model_check_with(model, 0xE, config, "config");
     if (st != TFM_OK)
         return st;
-    if (!config)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "config is NULL");
     *config = ((const tfm__model *)model)->config;
     return TFM_OK;
 }
@@ -481,11 +488,9 @@ tfm_status tfm_model_get_config(const tfm_module *model,
 tfm_status tfm_model_get_options(const tfm_module *model,
                                  tfm_model_options *options)
 {
-    tfm_status st = tfm__model_check(model, 0xE, "model");
+    tfm_status st = tfm__model_check_with(model, 0xE, options, "options");
     if (st != TFM_OK)
         return st;
-    if (!options)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "options is NULL");
     const size_t size = options->struct_size;
     if (size < OPTIONS_MIN_SIZE)
         return options_size_error(size);

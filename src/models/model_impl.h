@@ -41,6 +41,13 @@ typedef struct tfm__model {
 tfm_status tfm__model_check(const tfm_module *m, unsigned kinds,
                             const char *what);
 
+/* tfm__model_check(m, kinds, "model"), then that the call's pointer
+ * argument `arg` (an output or options struct the caller owns; only
+ * compared with NULL) is given: TFM_ERR_NULL_ARGUMENT "<arg_name> is NULL"
+ * when it is not.  The model's errors come first. */
+tfm_status tfm__model_check_with(const tfm_module *m, unsigned kinds,
+                                 const void *arg, const char *arg_name);
+
 /* Copies pub (NULL = the defaults) into *out, reading only
  * pub->struct_size bytes (defaults for the rest), with both struct sizes
  * set to the full ones and a positional_base of 0 resolved to 10000.

@@ -193,6 +193,18 @@ static void push_pair(const tfm__bpe *m, scratch *s, size_t *n_heap,
         heap_push(s->heap, n_heap, (candidate){ g->rank, pos });
 }
 
+/* tfm__realloc of old to `bytes`: the new block, or old itself (still
+ * valid, still the caller's) with *failed set to 1 when it cannot grow. */
+static void *regrow(void *old, size_t bytes, int *failed)
+{
+    void *p = tfm__realloc(old, bytes);
+    if (!p) {
+        *failed = 1;
+        return old;
+    }
+    return p;
+}
+
 static tfm_status grow_scratch(scratch *s, size_t n)
 {
     if (n <= s->cap)
@@ -200,22 +212,13 @@ static tfm_status grow_scratch(scratch *s, size_t n)
     size_t cap = s->cap ? s->cap : 64;
     while (cap < n)
         cap *= 2;
-    int32_t *id = tfm__realloc(s->id, cap * sizeof *id);
-    if (id)
-        s->id = id;
-    int32_t *next = tfm__realloc(s->next, cap * sizeof *next);
-    if (next)
-        s->next = next;
-    int32_t *prev = tfm__realloc(s->prev, cap * sizeof *prev);
-    if (prev)
-        s->prev = prev;
-    candidate *heap = tfm__realloc(s->heap, cap * sizeof *heap);
-    if (heap)
-        s->heap = heap;
-    candidate *batch = tfm__realloc(s->batch, cap * sizeof *batch);
-    if (batch)
-        s->batch = batch;
-    if (!id || !next || !prev || !heap || !batch)
+    int failed = 0;
+    s->id = regrow(s->id, cap * sizeof *s->id, &failed);
+    s->next = regrow(s->next, cap * sizeof *s->next, &failed);
+    s->prev = regrow(s->prev, cap * sizeof *s->prev, &failed);
+    s->heap = regrow(s->heap, cap * sizeof *s->heap, &failed);
+    s->batch = regrow(s->batch, cap * sizeof *s->batch, &failed);
+    if (failed)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "out of memory for a piece of %zu bytes", n);
     s->cap = cap;

@@ -128,14 +128,8 @@ static tfm_status added_tokens(tfm_tokenizer *t, const cJSON *root,
 
 tfm_status tfm__tokenizer_json_load(const char *path, tfm_tokenizer **out)
 {
-    char *text;
-    size_t len;
-    tfm_status st = tfm__read_file(path, &text, &len);
-    if (st != TFM_OK)
-        return st;
     cJSON *root = NULL;
-    st = tfm__json_parse_object(text, len, path, &root);
-    tfm__free(text);
+    tfm_status st = tfm__json_read_object(path, &root);
     if (st != TFM_OK)
         return st;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");

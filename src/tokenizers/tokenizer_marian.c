@@ -191,20 +191,6 @@ static const tfm__tokenizer_ops MARIAN_OPS = {
 
 /* ---- Load ---------------------------------------------------------------- */
 
-/* A JSON file's root object into *root (cJSON_Delete it). */
-static tfm_status read_json(const char *path, cJSON **root)
-{
-    char *text;
-    size_t len;
-    tfm_status st = tfm__read_file(path, &text, &len);
-    if (st != TFM_OK)
-        return st;
-    *root = NULL;
-    st = tfm__json_parse_object(text, len, path, root);
-    tfm__free(text);
-    return st;
-}
-
 /* The token tokenizer_config.json names under key: a string or an
  * AddedToken object's "content"; dflt when the file or the key is absent,
  * NULL for null. */
@@ -290,9 +276,9 @@ tfm_status tfm__marian_load(const char *vocab_json, const char *source_spm,
     if (!m)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
     cJSON *cfg = NULL, *vocab = NULL;
-    tfm_status st = config ? read_json(config, &cfg) : TFM_OK;
+    tfm_status st = config ? tfm__json_read_object(config, &cfg) : TFM_OK;
     if (st == TFM_OK)
-        st = read_json(vocab_json, &vocab);
+        st = tfm__json_read_object(vocab_json, &vocab);
     if (st == TFM_OK)
         st = tfm__vocab_from_json(&m->vocab, vocab, vocab_json);
     if (st == TFM_OK)

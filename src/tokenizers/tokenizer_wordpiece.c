@@ -465,21 +465,15 @@ tfm_status tfm__wordpiece_load_vocab_txt(const char *path,
     if (st == TFM_OK && config_path) {
         /* do_lower_case (BertTokenizer's default true), strip_accents
          * (default: as do_lower_case), tokenize_chinese_chars. */
-        char *cfg;
-        size_t cfg_len;
-        st = tfm__read_file(config_path, &cfg, &cfg_len);
+        cJSON *root = NULL;
+        st = tfm__json_read_object(config_path, &root);
         if (st == TFM_OK) {
-            cJSON *root = NULL;
-            st = tfm__json_parse_object(cfg, cfg_len, config_path, &root);
-            tfm__free(cfg);
-            if (st == TFM_OK) {
-                read_flag(root, "do_lower_case", &m->lowercase);
-                m->strip_accents = m->lowercase;
-                read_flag(root, "strip_accents", &m->strip_accents);
-                read_flag(root, "tokenize_chinese_chars", &m->chinese);
-            }
-            cJSON_Delete(root);
+            read_flag(root, "do_lower_case", &m->lowercase);
+            m->strip_accents = m->lowercase;
+            read_flag(root, "strip_accents", &m->strip_accents);
+            read_flag(root, "tokenize_chinese_chars", &m->chinese);
         }
+        cJSON_Delete(root);
     }
     if (st != TFM_OK) {
         wp_free(m);

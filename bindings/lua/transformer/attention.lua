@@ -218,6 +218,19 @@ end
 --  may attend (PyTorch's convention here), or numbers (added).  scale
 --  defaults to 1/sqrt(E).  Returns [...][L][Ev], and with need_weights the
 --  weights [...][L][S].
+-- query, key and value as core tensors of their 4D shapes q4, k4, v4
+-- ([B][H][L][E], key and value [B][H][S][*]), converted in that order
+-- (to_tensor's errors), and attn_mask's table (attn_mask_table) for them:
+-- tq, tk, tv, masks, B, H, L, S.
+local function qkv_tensors(query, key, value, q4, k4, v4, attn_mask)
+  local B, H, L, S = q4[1], q4[2], q4[3], k4[3]
+  local tq = to_tensor(query, "query", q4)
+  local tk = to_tensor(key, "key", k4)
+  local tv = to_tensor(value, "value", v4)
+  local masks = attn_mask_table(attn_mask, B, H, L, S)
+  return tq, tk, tv, masks, B, H, L, S
+end
+
 local function sdpa(query, key, value, opts)
   opts = check_options("scaled_dot_product_attention", opts, SDPA_OPTIONS)
   if opts.dropout_p ~= nil and check_number("dropout_p", opts.dropout_p) ~= 0 then
@@ -244,11 +257,8 @@ local function sdpa(query, key, value, opts)
     return out
   end
   local q4, k4, v4 = four(qs), four(ks), four(vs)
-  local B, H, L, S = q4[1], q4[2], q4[3], k4[3]
-  local tq = to_tensor(query, "query", q4)
-  local tk = to_tensor(key, "key", k4)
-  local tv = to_tensor(value, "value", v4)
-  local masks = attn_mask_table(opts.attn_mask, B, H, L, S)
+  local tq, tk, tv, masks, B, H, L, S =
+    qkv_tensors(query, key, value, q4, k4, v4, opts.attn_mask)
   if opts.is_causal ~= nil and check_bool("is_causal", opts.is_causal) then
     masks.causal = "top_left"
   end
@@ -355,11 +365,8 @@ function Attention:forward(query, key, value, opts)
     return { 1, s[1], s[2], s[3] }
   end
   local q4, k4, v4 = four(qs), four(ks), four(vs)
-  local B, H, L, S = q4[1], q4[2], q4[3], k4[3]
-  local tq = to_tensor(query, "query", q4)
-  local tk = to_tensor(key, "key", k4)
-  local tv = to_tensor(value, "value", v4)
-  local masks = attn_mask_table(opts.attn_mask, B, H, L, S)
+  local tq, tk, tv, masks, B, H, L, S =
+    qkv_tensors(query, key, value, q4, k4, v4, opts.attn_mask)
   local c = opts.is_causal
   if c ~= nil then
     if type(c) == "boolean" then

@@ -8,7 +8,9 @@ local M, api, check_int, check_number = U.M, U.api, U.check_int, U.check_number
 local core, fail, is_plain_table = U.core, U.fail, U.is_plain_table
 local same_shape, shape_of, shape_string = U.same_shape, U.shape_of, U.shape_string
 local tensor_table, to_tensor, transpose01 = U.tensor_table, U.to_tensor, U.transpose01
-local write_safetensors = require("transformer.safetensors").write_safetensors
+local safetensors = require("transformer.safetensors")
+local write_safetensors = safetensors.write_safetensors
+local read_tensors = safetensors.read_tensors
 
 ---------------------------------------------------------------------------
 -- Modules
@@ -286,11 +288,7 @@ function Module:load_safetensors(path, strict)
   handle(self)
   if strict == nil then strict = true end
   local f = core.tfm_safetensors_open(path)
-  local tensors = {}
-  for i = 0, core.tfm_safetensors_count(f) - 1 do
-    local name = core.tfm_safetensors_name(f, i)
-    tensors[name] = core.tfm_safetensors_read(f, name)
-  end
+  local tensors = read_tensors(f)
   core.close(f)
   return set_parameters(self, tensors, strict, "safetensors file")
 end

@@ -19,18 +19,23 @@ local keep, new_object, saved = mod.keep, mod.new_object, mod.saved
 local LayerNorm = class("LayerNorm")
 M.LayerNorm = LayerNorm
 
+-- The width d of a norm's normalized_shape (a number or {d}: the last
+-- axis only), checked a whole number >= 1; `who` starts the message.
+local function normalized_dim(who, d)
+  if type(d) == "table" then
+    if #d ~= 1 then fail("%s: only a 1D normalized_shape (the last axis) is supported", who) end
+    d = d[1]
+  end
+  return check_int("normalized_shape", d, 1)
+end
+
 --- LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=true,
 --  bias=true): over the last axis (normalized_shape is a number or {d}).
 --  Parameters: weight [d], bias [d] (none with bias=false).
 local function new_layer_norm(...)
   local a = parse_args("LayerNorm", { "normalized_shape", "eps", "elementwise_affine", "bias" },
     { eps = 1e-5, elementwise_affine = true, bias = true }, { "normalized_shape" }, ...)
-  local d = a.normalized_shape
-  if type(d) == "table" then
-    if #d ~= 1 then fail("LayerNorm: only a 1D normalized_shape (the last axis) is supported") end
-    d = d[1]
-  end
-  d = check_int("normalized_shape", d, 1)
+  local d = normalized_dim("LayerNorm", a.normalized_shape)
   local eps = check_number("eps", a.eps)
   local affine = check_bool("elementwise_affine", a.elementwise_affine)
   local bias = check_bool("bias", a.bias)
@@ -88,12 +93,7 @@ M.RMSNorm = RMSNorm
 local function new_rms_norm(...)
   local a = parse_args("RMSNorm", { "normalized_shape", "eps" }, {},
     { "normalized_shape" }, ...)
-  local d = a.normalized_shape
-  if type(d) == "table" then
-    if #d ~= 1 then fail("RMSNorm: only a 1D normalized_shape (the last axis) is supported") end
-    d = d[1]
-  end
-  d = check_int("normalized_shape", d, 1)
+  local d = normalized_dim("RMSNorm", a.normalized_shape)
   local eps = a.eps == nil and 2.0 ^ -23 or check_number("eps", a.eps)
   return new_object(RMSNorm, core.tfm_rms_norm_create(d, eps), {
     normalized_shape = { d }, eps = eps, elementwise_affine = true,

@@ -47,19 +47,35 @@ local function write_safetensors(pairs_, path, metadata, dtype)
   core.close(w)
 end
 
---- load_safetensors(path) -> {name = nested table}, metadata {key = value}.
--- Floating-point tensors (F32, F16, BF16, F64) only.
-function M.load_safetensors(path)
-  local f = core.tfm_safetensors_open(path)
-  local tensors, meta = {}, {}
+-- Every tensor of the open file f: {name = convert(tensor)} (convert nil:
+-- the core's tensor as read); the core's read errors are raised.
+local function read_tensors(f, convert)
+  local tensors = {}
   for i = 0, core.tfm_safetensors_count(f) - 1 do
     local name = core.tfm_safetensors_name(f, i)
-    tensors[name] = tensor_table(core.tfm_safetensors_read(f, name))
+    local t = core.tfm_safetensors_read(f, name)
+    if convert then t = convert(t) end
+    tensors[name] = t
   end
+  return tensors
+end
+
+-- Every metadata entry of the open file f: {key = value} (strings).
+local function read_metadata(f)
+  local meta = {}
   for i = 0, core.tfm_safetensors_metadata_count(f) - 1 do
     local k = core.tfm_safetensors_metadata_key(f, i)
     meta[k] = core.tfm_safetensors_metadata(f, k)
   end
+  return meta
+end
+
+--- load_safetensors(path) -> {name = nested table}, metadata {key = value}.
+-- Floating-point tensors (F32, F16, BF16, F64) only.
+function M.load_safetensors(path)
+  local f = core.tfm_safetensors_open(path)
+  local tensors = read_tensors(f, tensor_table)
+  local meta = read_metadata(f)
   core.close(f)
   return tensors, meta
 end
@@ -67,11 +83,7 @@ end
 --- load_safetensors_metadata(path) -> {key = value}.
 function M.load_safetensors_metadata(path)
   local f = core.tfm_safetensors_open(path)
-  local meta = {}
-  for i = 0, core.tfm_safetensors_metadata_count(f) - 1 do
-    local k = core.tfm_safetensors_metadata_key(f, i)
-    meta[k] = core.tfm_safetensors_metadata(f, k)
-  end
+  local meta = read_metadata(f)
   core.close(f)
   return meta
 end
@@ -92,5 +104,6 @@ function M.save_safetensors(tensors, path, metadata, dtype)
 end
 
 return {
-  write_safetensors = write_safetensors
+  write_safetensors = write_safetensors,
+  read_tensors = read_tensors,
 }

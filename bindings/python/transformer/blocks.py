@@ -225,11 +225,7 @@ class TransformerEncoderLayer(HasAttentionVariant, _LayerBase):
         ``nn.TransformerEncoderLayer`` with dropout 0."""
         (x,) = self._saved_for_backward()
         masks, batched = self.__dict__["_saved_call"]
-        io = BatchIO(self.batch_first, batched)
-        g = np.ascontiguousarray(io.take(grad_output, "grad_output"))
-        if g.shape != x.shape:
-            raise ShapeError(f"grad_output must have the output's shape, "
-                             f"got {list(np.shape(grad_output))}")
+        io, g = _grad_output(self.batch_first, batched, grad_output, x.shape)
         grad_src = np.empty(x.shape, np.float32)
         self._call(_ll.tfm_encoder_layer_backward, x, masks, g, grad_src)
         return io.give(grad_src)
@@ -305,16 +301,24 @@ class TransformerDecoderLayer(_LayerBase):
         dropout 0."""
         x, mem = self._saved_for_backward()
         tgt_masks, memory_masks, batched = self.__dict__["_saved_call"]
-        io = BatchIO(self.batch_first, batched)
-        g = np.ascontiguousarray(io.take(grad_output, "grad_output"))
-        if g.shape != x.shape:
-            raise ShapeError(f"grad_output must have the output's shape, "
-                             f"got {list(np.shape(grad_output))}")
+        io, g = _grad_output(self.batch_first, batched, grad_output, x.shape)
         grad_tgt = np.empty(x.shape, np.float32)
         grad_memory = np.empty(mem.shape, np.float32)
         self._call(_ll.tfm_decoder_layer_backward, x, mem, tgt_masks,
                    memory_masks, g, grad_tgt, grad_memory)
         return io.give(grad_tgt), io.give(grad_memory)
+
+
+def _grad_output(batch_first, batched, grad_output, shape):
+    """(io, g): the BatchIO of a call's layout (batch_first, batched) and
+    grad_output taken through it as a contiguous float32 array, which must
+    have the output's shape `shape` (the saved input's), else ShapeError."""
+    io = BatchIO(batch_first, batched)
+    g = np.ascontiguousarray(io.take(grad_output, "grad_output"))
+    if g.shape != shape:
+        raise ShapeError(f"grad_output must have the output's shape, got "
+                         f"{list(np.shape(grad_output))}")
+    return io, g
 
 
 def _encode(module, forward, src, mask, key_padding_mask, is_causal,
@@ -565,11 +569,7 @@ def _stack_grad_output(stack, grad_output, x, batched, run_stack):
     output gradient: when the final norm is a Python LayerNorm of the
     caller's (not the C stack's own), back through it first, at the C
     stack's output recomputed by run_stack(h)."""
-    io = BatchIO(stack.batch_first, batched)
-    g = np.ascontiguousarray(io.take(grad_output, "grad_output"))
-    if g.shape != x.shape:
-        raise ShapeError(f"grad_output must have the output's shape, got "
-                         f"{list(np.shape(grad_output))}")
+    _, g = _grad_output(stack.batch_first, batched, grad_output, x.shape)
     norm = stack.__dict__.get("norm")
     if norm is None or stack._c_norm:
         return g
@@ -678,11 +678,7 @@ class Transformer(_LayerBase):
         s, t = self._saved_for_backward()
         src_masks, tgt_masks, memory_masks, batched = \
             self.__dict__["_saved_call"]
-        io = BatchIO(self.batch_first, batched)
-        g = np.ascontiguousarray(io.take(grad_output, "grad_output"))
-        if g.shape != t.shape:
-            raise ShapeError(f"grad_output must have the output's shape, "
-                             f"got {list(np.shape(grad_output))}")
+        io, g = _grad_output(self.batch_first, batched, grad_output, t.shape)
         grad_src = np.empty(s.shape, np.float32)
         grad_tgt = np.empty(t.shape, np.float32)
         self._call(_ll.tfm_transformer_backward, s, t, src_masks, tgt_masks,

@@ -129,36 +129,18 @@ static tfm_status bert_plan(const tfm_model_config *c,
     };
     tfm_status st = tfm__hub_plan_add_rows(p, NULL, 0, E, TFM__HUB_N_ROWS(E));
     for (int64_t i = 0; st == TFM_OK && i < c->n_layers; i++) {
-        const tfm__hub_plan_row L[] = {
-            { "attention.self.query.weight", "self_attn.in_proj_weight", 0,
-              2, d, d, 0 },
-            { "attention.self.query.bias", "self_attn.in_proj_bias", 0, 1, d,
-              0, 0 },
-            { "attention.self.key.weight", "self_attn.in_proj_weight", 0, 2,
-              d, d, d * d },
-            { "attention.self.key.bias", "self_attn.in_proj_bias", 0, 1, d, 0,
-              d },
-            { "attention.self.value.weight", "self_attn.in_proj_weight", 0, 2,
-              d, d, 2 * d * d },
-            { "attention.self.value.bias", "self_attn.in_proj_bias", 0, 1, d,
-              0, 2 * d },
-            { "attention.output.dense.weight", "self_attn.out_proj.weight", 0,
-              2, d, d, 0 },
-            { "attention.output.dense.bias", "self_attn.out_proj.bias", 0, 1,
-              d, 0, 0 },
+        const tfm__hub_plan_row N1[2] = {
             { "attention.output.LayerNorm.weight", "norm1.weight", 0, 1, d, 0,
               0 },
             { "attention.output.LayerNorm.bias", "norm1.bias", 0, 1, d, 0,
               0 },
-            { "intermediate.dense.weight", "linear1.weight", 0, 2, ff, d, 0 },
-            { "intermediate.dense.bias", "linear1.bias", 0, 1, ff, 0, 0 },
-            { "output.dense.weight", "linear2.weight", 0, 2, d, ff, 0 },
-            { "output.dense.bias", "linear2.bias", 0, 1, d, 0, 0 },
+        };
+        const tfm__hub_plan_row N2[2] = {
             { "output.LayerNorm.weight", "norm2.weight", 0, 1, d, 0, 0 },
             { "output.LayerNorm.bias", "norm2.bias", 0, 1, d, 0, 0 },
         };
-        st = tfm__hub_plan_add_rows(p, "encoder.layer.", i, L,
-                                    TFM__HUB_N_ROWS(L));
+        st = tfm__hub_plan_add_bert_layer(p, i, "attention.self.", d, ff, N1,
+                                          N2, 0);
     }
     /* The head: never prefixed, its decoder only when untied. */
     const tfm__hub_plan_row H[] = {

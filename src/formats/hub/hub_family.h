@@ -178,6 +178,25 @@ tfm_status tfm__hub_plan_add_rows(tfm__hub_plan *p, const char *stack,
                                   int64_t i, const tfm__hub_plan_row *rows,
                                   size_t n);
 
+/* tfm__hub_plan_add_rows of layer i of a BERT-style encoder (BERT's,
+ * ViT's), stored under "encoder.layer.<i>.", of width d and feed-forward
+ * width ff: the self-attention's `self` + "query." / "key." / "value."
+ * "weight" [d, d] and "bias" [d] (rows 0, d, 2d of
+ * self_attn.in_proj_weight / in_proj_bias), "attention.output.dense.*"
+ * (self_attn.out_proj.*), "intermediate.dense.*" [ff, d] (linear1.*),
+ * "output.dense.*" [d, ff] (linear2.*), and the family's two rows each of
+ * norm1[0 .. 1] and norm2[0 .. 1] (read, not kept).  The plan's order is
+ * the family's: post-norm (norm_first 0, BERT) attention, norm1,
+ * feed-forward, norm2; pre-norm (ViT) norm1, attention, norm2,
+ * feed-forward.  Errors as tfm__hub_plan_add (a full plan, a name too
+ * long); the rows added before a failure stay in p. */
+tfm_status tfm__hub_plan_add_bert_layer(tfm__hub_plan *p, int64_t i,
+                                        const char *self, int64_t d,
+                                        int64_t ff,
+                                        const tfm__hub_plan_row norm1[2],
+                                        const tfm__hub_plan_row norm2[2],
+                                        int norm_first);
+
 /* tfm__hub_plan_add_rows of top-level rows[0 .. n-1] without p->prefix
  * (the heads saved outside the base model). */
 tfm_status tfm__hub_plan_add_unprefixed(tfm__hub_plan *p,

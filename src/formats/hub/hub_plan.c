@@ -97,6 +97,53 @@ tfm_status tfm__hub_plan_add_rows(tfm__hub_plan *p, const char *stack,
     return st;
 }
 
+/* tfm__hub_plan_add_bert_layer (hub_family.h): the layer's attention and
+ * feed-forward rows built here, the norms' rows the family's, added in the
+ * order the family saves them. */
+tfm_status tfm__hub_plan_add_bert_layer(tfm__hub_plan *p, int64_t i,
+                                        const char *self, int64_t d,
+                                        int64_t ff,
+                                        const tfm__hub_plan_row norm1[2],
+                                        const tfm__hub_plan_row norm2[2],
+                                        int norm_first)
+{
+    static const char *const QKV[3] = { "query", "key", "value" };
+    char names[6][TFM__HUB_NAME_SIZE];
+    tfm__hub_plan_row A[8];
+    for (int k = 0; k < 3; k++) {
+        snprintf(names[2 * k], sizeof names[0], "%s%s.weight", self, QKV[k]);
+        snprintf(names[2 * k + 1], sizeof names[0], "%s%s.bias", self,
+                 QKV[k]);
+        A[2 * k] = (tfm__hub_plan_row){ names[2 * k],
+                                        "self_attn.in_proj_weight", 0, 2, d,
+                                        d, k * d * d };
+        A[2 * k + 1] = (tfm__hub_plan_row){ names[2 * k + 1],
+                                            "self_attn.in_proj_bias", 0, 1,
+                                            d, 0, k * d };
+    }
+    A[6] = (tfm__hub_plan_row){ "attention.output.dense.weight",
+                                "self_attn.out_proj.weight", 0, 2, d, d, 0 };
+    A[7] = (tfm__hub_plan_row){ "attention.output.dense.bias",
+                                "self_attn.out_proj.bias", 0, 1, d, 0, 0 };
+    const tfm__hub_plan_row F[] = {
+        { "intermediate.dense.weight", "linear1.weight", 0, 2, ff, d, 0 },
+        { "intermediate.dense.bias", "linear1.bias", 0, 1, ff, 0, 0 },
+        { "output.dense.weight", "linear2.weight", 0, 2, d, ff, 0 },
+        { "output.dense.bias", "linear2.bias", 0, 1, d, 0, 0 },
+    };
+    /* post-norm (BERT): attention, norm1, feed-forward, norm2; pre-norm
+     * (ViT): norm1, attention, norm2, feed-forward */
+    const tfm__hub_plan_row *parts[4] = { A, norm1, F, norm2 };
+    const size_t sizes[4] = { 8, 2, 4, 2 };
+    static const int POST[4] = { 0, 1, 2, 3 }, PRE[4] = { 1, 0, 3, 2 };
+    const int *order = norm_first ? PRE : POST;
+    tfm_status st = TFM_OK;
+    for (int k = 0; k < 4 && st == TFM_OK; k++)
+        st = tfm__hub_plan_add_rows(p, "encoder.layer.", i, parts[order[k]],
+                                    sizes[order[k]]);
+    return st;
+}
+
 /* tfm__hub_plan_add_rows of top-level rows[0 .. n-1] without the prefix
  * (the heads saved outside the base model). */
 tfm_status tfm__hub_plan_add_unprefixed(tfm__hub_plan *p,

@@ -38,14 +38,10 @@ static tfm_status join(char *buf, const char *dir, const char *name)
 tfm_status tfm__hub_read_json(const char *dir, const char *name, cJSON **root)
 {
     char path[PATH_SIZE];
-    char *text = NULL;
-    size_t len = 0;
     tfm_status st = join(path, dir, name);
-    if (st != TFM_OK || (st = tfm__read_file(path, &text, &len)) != TFM_OK)
+    if (st != TFM_OK)
         return st;
-    st = tfm__json_parse_object(text, len, path, root);
-    tfm__free(text);
-    return st;
+    return tfm__json_read_object(path, root);
 }
 
 void tfm__hub_shards_close(tfm__hub_shards *s)

@@ -162,34 +162,16 @@ static tfm_status vit_plan(const tfm_model_config *c,
     };
     st = tfm__hub_plan_add_rows(p, NULL, 0, E, TFM__HUB_N_ROWS(E));
     for (int64_t i = 0; st == TFM_OK && i < c->n_layers; i++) {
-        const tfm__hub_plan_row L[] = {
+        const tfm__hub_plan_row N1[2] = {
             { "layernorm_before.weight", "norm1.weight", 0, 1, d, 0, 0 },
             { "layernorm_before.bias", "norm1.bias", 0, 1, d, 0, 0 },
-            { "attention.attention.query.weight", "self_attn.in_proj_weight",
-              0, 2, d, d, 0 },
-            { "attention.attention.query.bias", "self_attn.in_proj_bias", 0,
-              1, d, 0, 0 },
-            { "attention.attention.key.weight", "self_attn.in_proj_weight",
-              0, 2, d, d, d * d },
-            { "attention.attention.key.bias", "self_attn.in_proj_bias", 0, 1,
-              d, 0, d },
-            { "attention.attention.value.weight", "self_attn.in_proj_weight",
-              0, 2, d, d, 2 * d * d },
-            { "attention.attention.value.bias", "self_attn.in_proj_bias", 0,
-              1, d, 0, 2 * d },
-            { "attention.output.dense.weight", "self_attn.out_proj.weight", 0,
-              2, d, d, 0 },
-            { "attention.output.dense.bias", "self_attn.out_proj.bias", 0, 1,
-              d, 0, 0 },
+        };
+        const tfm__hub_plan_row N2[2] = {
             { "layernorm_after.weight", "norm2.weight", 0, 1, d, 0, 0 },
             { "layernorm_after.bias", "norm2.bias", 0, 1, d, 0, 0 },
-            { "intermediate.dense.weight", "linear1.weight", 0, 2, ff, d, 0 },
-            { "intermediate.dense.bias", "linear1.bias", 0, 1, ff, 0, 0 },
-            { "output.dense.weight", "linear2.weight", 0, 2, d, ff, 0 },
-            { "output.dense.bias", "linear2.bias", 0, 1, d, 0, 0 },
         };
-        st = tfm__hub_plan_add_rows(p, "encoder.layer.", i, L,
-                                    TFM__HUB_N_ROWS(L));
+        st = tfm__hub_plan_add_bert_layer(p, i, "attention.attention.", d, ff,
+                                          N1, N2, 1);
     }
     const tfm__hub_plan_row H[] = {
         { "classifier.weight", "lm_head.weight", 0, 2, c->vocab_size, d, 0 },
