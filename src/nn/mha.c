@@ -360,43 +360,49 @@ static void project(const tfm__mha *m, const mha_layout *o,
                              kv, v, kv);
 }
 
-/* Workspace for q, k, v, ctx as o lays them out (k, v: NULL where static;
- * fused, kv_joint: k and v point into q, k), and with backward != 0 the
- * training forward's lse [B, H, L] and the backward's dctx, dq, dk, dv (laid
- * out as q, k, v) and acc.  0 on out-of-memory. */
+/* Workspace for q [B, L, ld] and k, v [B, S, kv_dim] as o lays them out
+ * (fused: k and v point into q's rows; keys and values joint: v into k's;
+ * static: NULL).  0 on out-of-memory. */
+static int take_qkv(const tfm__mha *m, const mha_layout *o, int64_t B,
+                    int64_t L, int64_t S, float **q, float **k, float **v)
+{
+    const int64_t d = m->d_model, kv = m->kv_dim;
+    const size_t nkv = (size_t)(B * S * kv);
+    *k = *v = NULL;
+    if (!(*q = tfm__ws_floats((size_t)(B * L * o->ld))))
+        return 0;
+    if (o->fused) {
+        *k = *q + d;
+        *v = *q + d + kv;
+        return 1;
+    }
+    if (o->kv_joint) {
+        *k = tfm__ws_floats(2 * nkv);
+        *v = *k ? *k + kv : NULL;
+        return *k != NULL;
+    }
+    return (!o->proj_k || (*k = tfm__ws_floats(nkv))) &&
+           (!o->proj_v || (*v = tfm__ws_floats(nkv)));
+}
+
+/* The call's buffers in the workspace: q, k, v and ctx [B, L, d]; with
+ * backward != 0 also the training forward's lse [B, H, L] and the
+ * backward's dctx, dq, dk, dv (laid out as q, k, v) and acc.  0 on
+ * out-of-memory. */
 static int take_buffers(const tfm__mha *m, const mha_layout *o, int64_t B,
                         int64_t L, int64_t S, int backward, tfm__mha_kept *c)
 {
     const int64_t d = m->d_model, kv = m->kv_dim, H = m->n_heads;
-    const size_t nq = (size_t)(B * L * o->ld), nkv = (size_t)(B * S * kv);
-    float **const fw[] = { &c->q, &c->dq }, **const kw[] = { &c->k, &c->dk },
-                  **const vw[] = { &c->v, &c->dv };
-    for (int g = 0; g <= (backward != 0); g++) {
-        float *x = tfm__ws_floats(nq), *k = NULL, *v = NULL;
-        if (!x)
-            return 0;
-        if (o->fused) {
-            k = x + d;
-            v = x + d + kv;
-        } else if (o->kv_joint) {
-            if (!(k = tfm__ws_floats(2 * nkv)))
-                return 0;
-            v = k + kv;
-        } else if ((o->proj_k && !(k = tfm__ws_floats(nkv))) ||
-                   (o->proj_v && !(v = tfm__ws_floats(nkv)))) {
-            return 0;
-        }
-        *fw[g] = x, *kw[g] = k, *vw[g] = v;
-        if (g == 0 && !(c->ctx = tfm__ws_floats((size_t)(B * L * d))))
-            return 0;
-        if (g == 0 && backward &&
-            (!(c->lse = tfm__ws_floats((size_t)(B * H * L))) ||
-             !(c->dctx = tfm__ws_floats((size_t)(B * L * d)))))
-            return 0;
-    }
+    if (!take_qkv(m, o, B, L, S, &c->q, &c->k, &c->v) ||
+        !(c->ctx = tfm__ws_floats((size_t)(B * L * d))))
+        return 0;
+    if (!backward)
+        return 1;
     const int64_t widest = o->fused ? o->ld : d > kv ? d : kv;
-    return !backward ||
-           (c->acc = tfm__ws_alloc((size_t)widest * sizeof *c->acc)) != NULL;
+    return (c->lse = tfm__ws_floats((size_t)(B * H * L))) &&
+           (c->dctx = tfm__ws_floats((size_t)(B * L * d))) &&
+           take_qkv(m, o, B, L, S, &c->dq, &c->dk, &c->dv) &&
+           (c->acc = tfm__ws_alloc((size_t)widest * sizeof *c->acc));
 }
 
 /* The one forward of multi-head attention: projections, attention through
