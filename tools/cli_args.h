@@ -8,6 +8,7 @@
 #define TFM_TOOLS_CLI_ARGS_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -15,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/number_parse.h"
 
@@ -98,21 +101,79 @@ static inline int parse_double(const char *option, const char *s,
     return 0;
 }
 
-/* Reads the whole file, with a NUL after its *len bytes; NULL (message
- * printed) on failure. */
-static inline char *read_file(const char *path, size_t *len)
+/* The caps of the files the programs read whole (docs/USAGE.md, "Files
+ * the library reads"): JSON files (generation_config.json, config.json,
+ * preprocessor_config.json) 16 MiB; text files (prompts, batch files,
+ * training text) 1 GiB. */
+#define CLI_MAX_JSON_FILE ((size_t)16 << 20)
+#define CLI_MAX_TEXT_FILE ((size_t)1 << 30)
+
+/* What a file of mode m is, for the messages. */
+static inline const char *file_kind(mode_t m)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO (named pipe)"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
+}
+
+/* The programs' one door for reading a file, as the library's
+ * (src/base/file.c): opened without blocking (a FIFO never blocks the
+ * open; O_NONBLOCK is cleared once open), refused unless a regular file
+ * after following links (a FIFO, a directory, /dev/zero), and refused
+ * when larger than max_bytes (0: no cap).  The stream, or NULL with a
+ * message printed. */
+static inline FILE *open_regular(const char *path, size_t max_bytes)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
         fail("cannot read %s: %s", path, strerror(errno));
         return NULL;
     }
+    struct stat sb;
+    int flags = -1;
+    if (fstat(fd, &sb) != 0)
+        fail("cannot read %s: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        fail("cannot read %s: it is %s, not a regular file", path,
+             file_kind(sb.st_mode));
+    else if (max_bytes && (uintmax_t)sb.st_size > max_bytes)
+        fail("cannot read %s: larger than %zu bytes, the limit for this "
+             "kind of file", path, max_bytes);
+    else if ((flags = fcntl(fd, F_GETFL)) < 0 ||
+             fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0)
+        fail("cannot read %s: %s", path, strerror(errno));
+    else {
+        FILE *f = fdopen(fd, "rb");
+        if (f)
+            return f;
+        fail("cannot read %s: %s", path, strerror(errno));
+    }
+    close(fd);
+    return NULL;
+}
+
+/* Reads the whole file (through open_regular, at most max_bytes), with a
+ * NUL after its *len bytes; NULL (message printed) on failure. */
+static inline char *read_file_max(const char *path, size_t max_bytes,
+                                  size_t *len)
+{
+    FILE *f = open_regular(path, max_bytes);
+    if (!f)
+        return NULL;
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap + 1);
+    int over = 0;
     while (buf) {
         n += fread(buf + n, 1, cap - n, f);
         if (n < cap)
             break;
+        if (n > max_bytes) { /* the file grew past the cap */
+            over = 1;
+            break;
+        }
         char *bigger = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2 + 1);
         if (!bigger) {
             free(buf);
@@ -122,16 +183,29 @@ static inline char *read_file(const char *path, size_t *len)
         buf = bigger;
         cap *= 2;
     }
+    over = over || n > max_bytes;
     const int err = ferror(f);
     fclose(f);
-    if (!buf || err) {
-        fail("cannot read %s: %s", path, buf ? "read error" : "out of memory");
+    if (!buf || err || over) {
+        if (over)
+            fail("cannot read %s: larger than %zu bytes, the limit for "
+                 "this kind of file", path, max_bytes);
+        else
+            fail("cannot read %s: %s", path,
+                 buf ? "read error" : "out of memory");
         free(buf);
         return NULL;
     }
     buf[n] = '\0';
     *len = n;
     return buf;
+}
+
+/* A text file (prompts, batch files, training text): read_file_max with
+ * CLI_MAX_TEXT_FILE. */
+static inline char *read_file(const char *path, size_t *len)
+{
+    return read_file_max(path, CLI_MAX_TEXT_FILE, len);
 }
 
 #endif

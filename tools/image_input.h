@@ -23,6 +23,33 @@ typedef struct rgb_image {
     unsigned char *px;       /* [height, width, 3], malloc'd */
 } rgb_image;
 
+/* Decompression bombs, refused before decoding as Pillow refuses them
+ * (PIL.Image.MAX_IMAGE_PIXELS, int(1024 * 1024 * 1024 // 4 // 3), and
+ * _decompression_bomb_check): a header whose width x height exceeds
+ * twice the limit is refused with Pillow's DecompressionBombError
+ * message; above the limit, Pillow's DecompressionBombWarning is printed
+ * and the image decoded. */
+#define IMAGE_MAX_PIXELS ((int64_t)(1024 * 1024 * 1024 / 4 / 3))
+
+/* 0, or 1 with Pillow's message printed when width x height (from the
+ * file's header) is a decompression bomb. */
+static int image_size_check(const char *path, uint64_t width,
+                            uint64_t height)
+{
+    const uint64_t pixels = width * height; /* each below 2^32 */
+    if (pixels > 2 * (uint64_t)IMAGE_MAX_PIXELS)
+        return fail("%s: Image size (%llu pixels) exceeds limit of %llu "
+                    "pixels, could be decompression bomb DOS attack.", path,
+                    (unsigned long long)pixels,
+                    (unsigned long long)(2 * IMAGE_MAX_PIXELS));
+    if (pixels > (uint64_t)IMAGE_MAX_PIXELS)
+        fprintf(stderr, "%s: warning: %s: Image size (%llu pixels) exceeds "
+                "limit of %llu pixels, could be decompression bomb DOS "
+                "attack.\n", PROGRAM, path, (unsigned long long)pixels,
+                (unsigned long long)IMAGE_MAX_PIXELS);
+    return 0;
+}
+
 /* libpng's error and warning handlers: errors return to png_jmpbuf with
  * the message kept, warnings are dropped (a library user's stderr is not
  * ours to write on). */
@@ -48,9 +75,9 @@ static void png_warned(png_structp png, png_const_charp message)
  * palettes looked up; interlaced images deinterlaced. */
 static int decode_png(const char *path, rgb_image *img)
 {
-    FILE *file = fopen(path, "rb");
+    FILE *file = open_regular(path, 0);
     if (!file)
-        return fail("%s: %s", path, strerror(errno));
+        return 1;
     char message[200] = "";
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, message,
                                              png_failed, png_warned);
@@ -75,6 +102,11 @@ static int decode_png(const char *path, rgb_image *img)
     png_read_info(png, info);
     const png_uint_32 w = png_get_image_width(png, info);
     const png_uint_32 h = png_get_image_height(png, info);
+    if (image_size_check(path, w, h)) {
+        png_destroy_read_struct(&png, &info, NULL);
+        fclose(file);
+        return 1;
+    }
     const int type = png_get_color_type(png, info);
     const int depth = png_get_bit_depth(png, info);
     const int grey16 = type == PNG_COLOR_TYPE_GRAY && depth == 16;
@@ -216,9 +248,9 @@ static void jpeg_warned(j_common_ptr cinfo, int level)
  * are converted by libjpeg where it can). */
 static int decode_jpeg(const char *path, rgb_image *img)
 {
-    FILE *file = fopen(path, "rb");
+    FILE *file = open_regular(path, 0);
     if (!file)
-        return fail("%s: %s", path, strerror(errno));
+        return 1;
     struct jpeg_decompress_struct cinfo;
     jpeg_failure err;
     unsigned char *volatile px = NULL;
@@ -235,6 +267,11 @@ static int decode_jpeg(const char *path, rgb_image *img)
     jpeg_stdio_src(&cinfo, file);
     jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&cinfo, TRUE);
+    if (image_size_check(path, cinfo.image_width, cinfo.image_height)) {
+        jpeg_destroy_decompress(&cinfo);
+        fclose(file);
+        return 1;
+    }
     const int orientation = exif_orientation(&cinfo);
     cinfo.out_color_space = JCS_RGB;
     jpeg_start_decompress(&cinfo);
@@ -262,9 +299,9 @@ static int decode_jpeg(const char *path, rgb_image *img)
 static int decode_image(const char *path, rgb_image *img)
 {
     unsigned char sig[8] = { 0 };
-    FILE *f = fopen(path, "rb");
+    FILE *f = open_regular(path, 0);
     if (!f)
-        return fail("cannot open the image '%s': %s", path, strerror(errno));
+        return 1;
     size_t got = fread(sig, 1, sizeof sig, f);
     fclose(f);
     if (got >= 8 && png_sig_cmp(sig, 0, 8) == 0)
@@ -414,10 +451,9 @@ static int read_prep(const char *dir, int64_t image_size, image_prep *p)
                        { 0.5, 0.5, 0.5 }, { 0.5, 0.5, 0.5 } };
     char path[4096];
     snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
-    FILE *probe = fopen(path, "rb");
-    if (!probe)
-        return 0; /* no preprocessor_config.json: the defaults */
-    fclose(probe);
+    if (access(path, F_OK) != 0)
+        return 0; /* no preprocessor_config.json: the defaults (anything
+                   * there, even not a file, is read and refused) */
     cJSON *root = NULL;
     int rc = read_json_object(path, &root);
     if (!rc) {
@@ -543,10 +579,8 @@ static int classify_image(const tfm_module *model, const char *dir,
     }
     /* The labels' names: config.json's id2label, or a model file's
      * "id2label" metadata (Python's save writes it); else LABEL_<i>. */
-    FILE *probe = fopen(path, "rb");
     tfm_safetensors *file = NULL;
-    if (probe) {
-        fclose(probe);
+    if (access(path, F_OK) == 0) {
         if (read_json_object(path, &config))
             goto done;
     } else if (tfm_safetensors_open(dir, &file) == TFM_OK) {

@@ -14,7 +14,7 @@
 static int read_json_object(const char *path, cJSON **root)
 {
     size_t n = 0;
-    char *text = read_file(path, &n);
+    char *text = read_file_max(path, CLI_MAX_JSON_FILE, &n);
     if (!text)
         return 1;
     const char *end = NULL;

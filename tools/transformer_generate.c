@@ -1038,16 +1038,15 @@ static int read_generation_defaults(const char *dir, generation_defaults *g)
     g->length_penalty = 1.0;
     g->early_stopping = TFM_EARLY_STOPPING_FALSE;
     char path[4096];
-    FILE *f = NULL;
-    for (int k = 0; k < 2 && !f; k++) {
+    int found = 0; /* without opening it: a FIFO would block the open */
+    for (int k = 0; k < 2 && !found; k++) {
         g->file = k == 0 ? "generation_config.json" : "config.json";
         snprintf(path, sizeof path, "%s/%s", dir, g->file);
-        f = fopen(path, "rb");
+        found = access(path, F_OK) == 0;
     }
-    if (!f)
+    if (!found)
         return fail("'%s' has no config.json: --translate needs a checkpoint "
                     "directory", dir);
-    fclose(f);
     cJSON *root = NULL;
     if (read_json_object(path, &root))
         return 1;

@@ -130,6 +130,9 @@ static tfm_status check_duplicates(const cJSON *item, const char *what)
 tfm_status tfm__json_parse_object(const char *text, size_t n,
                                   const char *what, cJSON **root)
 {
+    tfm_status valid = tfm__check_utf8(text, n, what ? what : "JSON");
+    if (valid != TFM_OK)
+        return valid;
     const char *end = NULL;
     cJSON *r = cJSON_ParseWithLengthOpts(text, n, &end, 0);
     if (!r) {
@@ -158,11 +161,12 @@ tfm_status tfm__json_parse_object(const char *text, size_t n,
     return TFM_OK;
 }
 
-tfm_status tfm__json_read_object(const char *path, cJSON **root)
+tfm_status tfm__json_read_object(const char *path, size_t max_bytes,
+                                 cJSON **root)
 {
     char *text;
     size_t len;
-    tfm_status st = tfm__read_file(path, &text, &len);
+    tfm_status st = tfm__read_file(path, max_bytes, &text, &len);
     if (st != TFM_OK)
         return st;
     st = tfm__json_parse_object(text, len, path, root);

@@ -24,6 +24,8 @@ tfm_status tfm__json_check_nul(const char *text, size_t n, const cJSON *root,
 
 /* Parses text[0..n-1] (a file's bytes) into *root, a JSON object the
  * caller frees with cJSON_Delete, refusing besides malformed JSON:
+ *  - bytes that are not valid UTF-8 (RFC 8259 section 8.1; cJSON copies
+ *    them into string values as they are), named by byte offset;
  *  - bytes other than JSON whitespace after the value (cJSON stops
  *    reading at the value's end; RFC 8259 and Python's json refuse them);
  *  - a key twice in one object, at any depth (cJSON's lookups find the
@@ -36,11 +38,13 @@ tfm_status tfm__json_check_nul(const char *text, size_t n, const cJSON *root,
 tfm_status tfm__json_parse_object(const char *text, size_t n,
                                   const char *what, cJSON **root);
 
-/* tfm__json_parse_object of the whole file at path (tfm__read_file; path
+/* tfm__json_parse_object of the whole file at path (tfm__read_file, at
+ * most max_bytes: TFM__FILE_MAX_CONFIG or TFM__FILE_MAX_TOKENIZER; path
  * starts the messages) into *root, the caller's to cJSON_Delete.  The
  * errors of tfm__read_file (TFM_ERR_IO, TFM_ERR_OUT_OF_MEMORY) and of
  * tfm__json_parse_object; *root is untouched on error.  The file's bytes
  * are freed before it returns. */
-tfm_status tfm__json_read_object(const char *path, cJSON **root);
+tfm_status tfm__json_read_object(const char *path, size_t max_bytes,
+                                 cJSON **root);
 
 #endif

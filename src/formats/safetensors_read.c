@@ -28,6 +28,7 @@
 #include "transformer/safetensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/file.h"
 #include "base/float16.h"
 #include "base/json_check.h"
 #include "base/names.h"
@@ -652,23 +653,16 @@ tfm_status tfm_safetensors_open_memory(const void *data, size_t size,
 /* Opens path and maps it; *size is its length (at least 8). */
 static tfm_status map_file(const char *path, void **map, size_t *size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tfm__fail(TFM_ERR_IO, "cannot open \"%s\": %s", path,
-                         strerror(errno));
-    struct stat sb;
-    tfm_status st = TFM_OK;
-    if (fstat(fd, &sb) != 0)
-        st = tfm__fail(TFM_ERR_IO, "cannot stat \"%s\": %s", path,
-                       strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = tfm__fail(TFM_ERR_IO, "\"%s\" is not a regular file", path);
-    else if ((uintmax_t)sb.st_size > SIZE_MAX)
-        st = tfm__fail(TFM_ERR_OVERFLOW, "\"%s\" is too large to map", path);
-    else
-        st = check_length((size_t)sb.st_size);
+    /* The library's one door (base/file.c): no blocking on a FIFO,
+     * nothing but a regular file after following links. */
+    int fd = -1;
+    size_t length = 0;
+    tfm_status st = tfm__open_regular(path, 0, &fd, &length);
+    if (st != TFM_OK)
+        return st;
+    st = check_length(length);
     if (st == TFM_OK) {
-        *size = (size_t)sb.st_size;
+        *size = length;
         *map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (*map == MAP_FAILED)
             st = tfm__fail(TFM_ERR_IO, "cannot map \"%s\": %s", path,

@@ -455,9 +455,11 @@ tfm_status tfm__bpe_load_gpt2(const char *encoder_json, const char *vocab_bpe,
 {
     char *json = NULL, *merges = NULL;
     size_t json_len = 0, merges_len = 0;
-    tfm_status st = tfm__read_file(encoder_json, &json, &json_len);
+    tfm_status st = tfm__read_file(encoder_json, TFM__FILE_MAX_TOKENIZER, &json,
+                                    &json_len);
     if (st == TFM_OK)
-        st = tfm__read_file(vocab_bpe, &merges, &merges_len);
+        st = tfm__read_text_file(vocab_bpe, TFM__FILE_MAX_TOKENIZER, &merges,
+                                 &merges_len);
     cJSON *root = NULL;
     if (st == TFM_OK) {
         st = tfm__json_parse_object(json, json_len, encoder_json, &root);

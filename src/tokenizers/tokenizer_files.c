@@ -15,10 +15,14 @@
 #include "base/file.h"
 #include "tokenizers/tokenizer_impl.h"
 
+/* Whether something other than a directory is at path (after following
+ * links): a FIFO or a device named like the file is taken for it, so that
+ * opening it (base/file.c's door, without blocking) refuses it by name
+ * rather than the file being reported missing. */
 static int is_file(const char *path)
 {
     struct stat s;
-    return stat(path, &s) == 0 && S_ISREG(s.st_mode);
+    return stat(path, &s) == 0 && !S_ISDIR(s.st_mode);
 }
 
 /* dir + "/" + name into buf; 0 when it does not fit. */

@@ -129,7 +129,8 @@ static tfm_status added_tokens(tfm_tokenizer *t, const cJSON *root,
 tfm_status tfm__tokenizer_json_load(const char *path, tfm_tokenizer **out)
 {
     cJSON *root = NULL;
-    tfm_status st = tfm__json_read_object(path, &root);
+    tfm_status st = tfm__json_read_object(path, TFM__FILE_MAX_TOKENIZER,
+                                          &root);
     if (st != TFM_OK)
         return st;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");

@@ -276,9 +276,12 @@ tfm_status tfm__marian_load(const char *vocab_json, const char *source_spm,
     if (!m)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
     cJSON *cfg = NULL, *vocab = NULL;
-    tfm_status st = config ? tfm__json_read_object(config, &cfg) : TFM_OK;
+    tfm_status st = config ? tfm__json_read_object(config,
+                                                   TFM__FILE_MAX_CONFIG, &cfg)
+                           : TFM_OK;
     if (st == TFM_OK)
-        st = tfm__json_read_object(vocab_json, &vocab);
+        st = tfm__json_read_object(vocab_json, TFM__FILE_MAX_TOKENIZER,
+                                   &vocab);
     if (st == TFM_OK)
         st = tfm__vocab_from_json(&m->vocab, vocab, vocab_json);
     if (st == TFM_OK)

@@ -429,7 +429,8 @@ tfm_status tfm__wordpiece_load_vocab_txt(const char *path,
 {
     char *text;
     size_t len;
-    tfm_status st = tfm__read_file(path, &text, &len);
+    tfm_status st = tfm__read_text_file(path, TFM__FILE_MAX_TOKENIZER, &text,
+                                        &len);
     if (st != TFM_OK)
         return st;
     tfm__wordpiece *m = new_model();
@@ -466,7 +467,8 @@ tfm_status tfm__wordpiece_load_vocab_txt(const char *path,
         /* do_lower_case (BertTokenizer's default true), strip_accents
          * (default: as do_lower_case), tokenize_chinese_chars. */
         cJSON *root = NULL;
-        st = tfm__json_read_object(config_path, &root);
+        st = tfm__json_read_object(config_path, TFM__FILE_MAX_CONFIG,
+                                   &root);
         if (st == TFM_OK) {
             read_flag(root, "do_lower_case", &m->lowercase);
             m->strip_accents = m->lowercase;

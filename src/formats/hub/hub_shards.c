@@ -14,10 +14,14 @@
 
 #define PATH_SIZE 4096
 
+/* Whether something other than a directory is at path (after following
+ * links): a FIFO or a device named like the file is taken for it, so that
+ * opening it (base/file.c's door, without blocking) refuses it by name
+ * rather than the file being reported missing. */
 static int is_file(const char *path)
 {
     struct stat s;
-    return stat(path, &s) == 0 && S_ISREG(s.st_mode);
+    return stat(path, &s) == 0 && !S_ISDIR(s.st_mode);
 }
 
 /* dir + "/" + name into buf (PATH_SIZE bytes); a failure when too long. */
@@ -41,7 +45,7 @@ tfm_status tfm__hub_read_json(const char *dir, const char *name, cJSON **root)
     tfm_status st = join(path, dir, name);
     if (st != TFM_OK)
         return st;
-    return tfm__json_read_object(path, root);
+    return tfm__json_read_object(path, TFM__FILE_MAX_CONFIG, root);
 }
 
 void tfm__hub_shards_close(tfm__hub_shards *s)
@@ -176,10 +180,29 @@ int tfm__hub_shards_any_prefixed(const tfm__hub_shards *s, const char *prefix)
     return 0;
 }
 
-/* Every "weight_map" entry is a tensor of the shard it names. */
+/* The index decides which shard a tensor is read from, so it must name
+ * exactly what the shards hold: every "weight_map" entry is a tensor of
+ * the shard it names, and every tensor of a shard is in "weight_map" under
+ * that shard; a name stored in two shards is refused whatever the index
+ * says (transformers reads the shards one after the other, so the last
+ * would win there, the first here).  Names within one shard are unique
+ * (the safetensors reader refuses a name given twice). */
 tfm_status tfm__hub_shards_check_index(const tfm__hub_shards *s,
                                        const cJSON *index)
 {
+    for (int f = 0; f < s->n; f++)
+        for (int64_t k = 0; k < tfm_safetensors_count(s->files[f]); k++) {
+            const char *name = tfm_safetensors_name(s->files[f], k);
+            for (int g = f + 1; g < s->n; g++)
+                if (tfm_safetensors_info(s->files[g], name, NULL, NULL,
+                                         NULL) == TFM_OK)
+                    return tfm__fail(
+                        TFM_ERR_FORMAT,
+                        "tensor " TFM__HUB_QUOTED " is stored in two shards, "
+                        TFM__HUB_QUOTED " and " TFM__HUB_QUOTED
+                        ": refused (which one is meant is not known)",
+                        name, s->names[f], s->names[g]);
+        }
     if (!index)
         return TFM_OK;
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
@@ -195,5 +218,18 @@ tfm_status tfm__hub_shards_check_index(const tfm__hub_shards *s,
                 " in " TFM__HUB_QUOTED ", which lacks it",
                 e->string, e->valuestring);
     }
+    for (int f = 0; f < s->n; f++)
+        for (int64_t k = 0; k < tfm_safetensors_count(s->files[f]); k++) {
+            const char *name = tfm_safetensors_name(s->files[f], k);
+            const cJSON *e = cJSON_GetObjectItemCaseSensitive(map, name);
+            if (!cJSON_IsString(e))
+                return tfm__fail(
+                    TFM_ERR_FORMAT,
+                    "shard " TFM__HUB_QUOTED " holds tensor " TFM__HUB_QUOTED
+                    ", which model.safetensors.index.json does not list",
+                    s->names[f], name);
+            /* stored once (above) and listed, each entry in its shard:
+             * so listed under this shard. */
+        }
     return TFM_OK;
 }

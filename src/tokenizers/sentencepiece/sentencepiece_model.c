@@ -13,6 +13,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/utf8.h"
 #include "tokenizers/sentencepiece/sentencepiece.h"
 
 typedef struct pb {
@@ -163,6 +164,12 @@ static tfm_status read_piece(const pb *top, const pb_field *pf,
     if (memchr(piece, '\0', piece_len))
         return tfm__fail(TFM_ERR_FORMAT, "%.200s: piece %lld holds a NUL "
                          "byte", path, (long long)id);
+    size_t bad = 0;
+    const char *why = tfm__utf8_check(piece, piece_len, &bad);
+    if (why)
+        return tfm__fail(TFM_ERR_FORMAT, "%.200s: piece %lld is not valid "
+                         "UTF-8 at byte %zu (%s)", path, (long long)id,
+                         (size_t)(piece - b.base) + bad, why);
     m->scores[id] = score;
     m->types[id] = (uint8_t)type;
     return tfm__vocab_set(&m->vocab, id, (const char *)piece, piece_len,

@@ -417,7 +417,7 @@ tfm_status tfm__spm_load(const char *path, tfm_tokenizer **out)
 {
     char *data;
     size_t len;
-    tfm_status st = tfm__read_file(path, &data, &len);
+    tfm_status st = tfm__read_file(path, TFM__FILE_MAX_TOKENIZER, &data, &len);
     if (st != TFM_OK)
         return st;
     tfm__spm_file f;
