@@ -334,6 +334,99 @@ static void test_shards_disagree_with_index(void **state)
     expect(load_model(NULL), TFM_ERR_FORMAT, "which lacks it");
 }
 
+/* ---- kind 5: sizes from config.json bounded by the weights ------------ */
+
+/* Appends a tensor name of rank 1 or 2 (b 0: [a]) filled with 0.01. */
+static void add(tfm_safetensors_writer *w, const char *name, int64_t a,
+                int64_t b)
+{
+    const int64_t shape[2] = { a, b };
+    float v[64];
+    for (int i = 0; i < 64; i++)
+        v[i] = 0.01f;
+    tfm_tensor *t = NULL;
+    assert_true(a * (b ? b : 1) <= 64);
+    assert_int_equal(tfm_tensor_wrap(b ? 2 : 1, shape, v, &t), TFM_OK);
+    assert_int_equal(tfm_safetensors_writer_add(w, name, t), TFM_OK);
+    tfm_tensor_free(t);
+}
+
+static void add_linear(tfm_safetensors_writer *w, const char *prefix,
+                       int64_t out, int64_t in)
+{
+    char n[320];
+    snprintf(n, sizeof n, "%s.weight", prefix);
+    add(w, n, out, in);
+    snprintf(n, sizeof n, "%s.bias", prefix);
+    add(w, n, out, 0);
+}
+
+/* A Marian checkpoint of width 2, one encoder and one decoder layer, 2
+ * tokens, without its position tables (which the loader then computes,
+ * [max_position_embeddings, 2]): 5 KB or so. */
+static void tiny_marian(const char *positions)
+{
+    clear_dir();
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"model_type\": \"marian\", \"d_model\": 2, "
+             "\"encoder_ffn_dim\": 2, \"decoder_ffn_dim\": 2, "
+             "\"encoder_attention_heads\": 1, "
+             "\"decoder_attention_heads\": 1, \"encoder_layers\": 1, "
+             "\"decoder_layers\": 1, \"max_position_embeddings\": %s, "
+             "\"vocab_size\": 2, \"pad_token_id\": 1, "
+             "\"decoder_start_token_id\": 1, \"eos_token_id\": 0}",
+             positions);
+    spits("config.json", cfg);
+    tfm_safetensors_writer *w = NULL;
+    assert_int_equal(tfm_safetensors_writer_create(&w), TFM_OK);
+    add(w, "model.shared.weight", 2, 2);
+    add(w, "final_logits_bias", 1, 2);
+    static const char *const parts[] = { "encoder", "decoder" };
+    for (int k = 0; k < 2; k++) {
+        char p[256];
+        static const char *const attn[] = { "self_attn", "encoder_attn" };
+        for (int a = 0; a < 1 + k; a++) {
+            static const char *const proj[] = { "q_proj", "k_proj", "v_proj",
+                                                "out_proj" };
+            for (int j = 0; j < 4; j++) {
+                snprintf(p, sizeof p, "model.%s.layers.0.%s.%s", parts[k],
+                         attn[a], proj[j]);
+                add_linear(w, p, 2, 2);
+            }
+            snprintf(p, sizeof p, "model.%s.layers.0.%s_layer_norm",
+                     parts[k], attn[a]);
+            add_linear(w, p, 2, 0);
+        }
+        snprintf(p, sizeof p, "model.%s.layers.0.fc1", parts[k]);
+        add_linear(w, p, 2, 2);
+        snprintf(p, sizeof p, "model.%s.layers.0.fc2", parts[k]);
+        add_linear(w, p, 2, 2);
+        snprintf(p, sizeof p, "model.%s.layers.0.final_layer_norm",
+                 parts[k]);
+        add_linear(w, p, 2, 0);
+    }
+    char path[4096];
+    path_of(path, "model.safetensors");
+    assert_int_equal(tfm_safetensors_writer_save(w, path), TFM_OK);
+    tfm_safetensors_writer_free(w);
+}
+
+static void test_config_sizes_bounded_by_weights(void **state)
+{
+    (void)state;
+    /* 8 positions: a table of 16 values; the weights hold 122 (shared 4,
+     * final_logits_bias 2, the encoder layer 4 x 6 + 4 + 6 + 6 + 4 = 44,
+     * the decoder layer 8 x 6 + 2 x 4 + 6 + 6 + 4 = 72) */
+    tiny_marian("8");
+    assert_int_equal(load_model(NULL), TFM_OK);
+    /* 400 million positions from a directory of a few KB: refused
+     * before the table (3.2 GB) is allocated */
+    tiny_marian("400000000");
+    expect(load_model(NULL), TFM_ERR_FORMAT,
+           "of 800000000 values, more than the 122 values");
+}
+
 int main(void)
 {
     /* A reader that blocks on a FIFO ends the run here (ctest's TIMEOUT
@@ -349,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_over_cap_files),
         cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_shards_disagree_with_index),
+        cmocka_unit_test(test_config_sizes_bounded_by_weights),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     clear_dir();

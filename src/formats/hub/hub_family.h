@@ -147,6 +147,9 @@ typedef struct tfm__hub_plan {
                                 * encoder's position table) */
     const char *computed;      /* a parameter the family's compute hook
                                 * fills (not read), or NULL (static) */
+    int64_t computed_numel;    /* its number of values, set by the
+                                * family's plan (bounded by the loader
+                                * before the model is allocated) */
 } tfm__hub_plan;
 
 /* One stored tensor of a plan table: its name (after the prefix and, in a
@@ -218,6 +221,10 @@ int tfm__hub_ends_with(const char *name, const char *tail);
 /* Every planned tensor is in a shard with its shape and a float dtype
  * (sets each t[i].shard). */
 tfm_status tfm__hub_plan_find(tfm__hub_plan *p, const tfm__hub_shards *s);
+
+/* The number of values the plan reads from the shards (each planned
+ * tensor's shape, checked against the stored one by tfm__hub_plan_find). */
+int64_t tfm__hub_plan_stored_numel(const tfm__hub_plan *p);
 
 /* No shard holds a tensor outside the plan but those `ignored` accepts. */
 tfm_status tfm__hub_plan_no_extra(const tfm__hub_plan *p,

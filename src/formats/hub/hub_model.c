@@ -159,6 +159,20 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
         if (st == TFM_OK && fam->check_ignored)
             st = fam->check_ignored(&p, &s, &c);
     }
+    if (st == TFM_OK && p.computed) {
+        /* A parameter computed rather than read (Marian's sinusoidal
+         * table, [max_position_embeddings, d]) is sized by config.json
+         * alone: it may not exceed the weights the checkpoint holds, so
+         * that a small directory cannot ask for a huge allocation. */
+        const int64_t stored = tfm__hub_plan_stored_numel(&p);
+        if (p.computed_numel > stored)
+            st = tfm__fail(TFM_ERR_FORMAT,
+                           "config.json asks for a computed parameter "
+                           "\"%s\" of %lld values, more than the %lld "
+                           "values of all the checkpoint's weights (is "
+                           "max_position_embeddings right?)", p.computed,
+                           (long long)p.computed_numel, (long long)stored);
+    }
     if (st == TFM_OK &&
         (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK &&
         (st = tfm__hub_plan_covers(&p, model)) == TFM_OK)

@@ -238,6 +238,16 @@ tfm_status tfm__hub_plan_find(tfm__hub_plan *p, const tfm__hub_shards *s)
     return TFM_OK;
 }
 
+int64_t tfm__hub_plan_stored_numel(const tfm__hub_plan *p)
+{
+    int64_t n = 0;
+    for (int i = 0; i < p->n; i++) {
+        const int64_t k = planned_numel(&p->t[i]);
+        n = k > INT64_MAX - n ? INT64_MAX : n + k;
+    }
+    return n;
+}
+
 /* No shard holds a tensor outside the plan, except those `ignored` says
  * may be dropped: a tensor left over means config.json and the weights
  * disagree (more layers, another architecture). */

@@ -198,6 +198,10 @@ static tfm_status marian_plan(const tfm_model_config *c,
         { "encoder_attn_layer_norm", "norm2" }, { "fc1", "linear1" },
         { "fc2", "linear2" }, { "final_layer_norm", "norm3" },
     };
+    /* the computed table [context_length, d], bounded by the loader */
+    if (p->computed)
+        p->computed_numel = c->context_length > INT64_MAX / d
+                                ? INT64_MAX : c->context_length * d;
     tfm_status st = tfm__hub_plan_add(p, "shared.weight",
                                       "token_embedding.weight", 0, 2, V, d);
     if (st == TFM_OK && p->has_positions)
