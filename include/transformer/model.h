@@ -298,9 +298,18 @@ TFM_API tfm_status tfm_model_get_config(const tfm_module *model,
  * image preprocessing (preprocessor_config.json) are the caller's.
  * The directory's tokenizer files are not read here (tfm_tokenizer_load
  * reads them).
+ * Every file is opened without blocking and must be a regular file after
+ * following links; a JSON file holds at most 16 MiB of valid UTF-8
+ * (docs/USAGE.md, "Files that are read").  In a sharded checkpoint the
+ * index decides: a tensor stored in two shards, or in a shard the index
+ * does not list it under, is refused.  A parameter computed rather than
+ * read (Marian's sinusoidal table without its stored copy) may hold no
+ * more values than the checkpoint's weights.
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO (a missing file, e.g. no
- * config.json or no weights in a directory), TFM_ERR_FORMAT (malformed
- * file or JSON, missing or invalid configuration key, missing or extra
+ * config.json or no weights in a directory; a FIFO, device or directory
+ * where a file should be; a file over its cap), TFM_ERR_FORMAT
+ * (malformed file or JSON, bytes that are not UTF-8 (with their offset),
+ * missing or invalid configuration key, missing or extra
  * tensor, wrong shape, a learned attention temperature that is not > 0 so
  * that no forward pass could run), TFM_ERR_UNSUPPORTED (also: a
  * "model_type" other than "gpt2", "llama", "bert", "marian" and "vit", an
