@@ -12,15 +12,19 @@ test_lifetime.lua; tools/reliability.sh (step "bindings") runs both under
 valgrind."""
 
 import gc
+import pathlib
 
 import numpy as np
 import pytest
 
 import transformer
-from conftest import TEST_MODELS
 
+# Without conftest (and so without torch), for the valgrind run:
+#   pytest --noconftest test_lifetime_owners.py
+REPO = pathlib.Path(__file__).resolve().parents[3]
+TEST_MODELS = REPO / "tests" / "models"
 DECODER = TEST_MODELS / "decoder_learned_prenorm_gelu.safetensors"
-KJV = TEST_MODELS.parent.parent / "models" / "kjv-char.safetensors"
+KJV = REPO / "models" / "kjv-char.safetensors"
 
 
 def trained_layer():
