@@ -3,7 +3,7 @@
 (kind 11).
 
 Kind 1, every pair of the Python layer: optimizer -> module (a model, a
-module, a sub-module view), KV cache -> model, generation stream ->
+module, a sub-module view), LR scheduler -> optimizer, KV cache -> model, generation stream ->
 model, the tokenizer of its stop strings and its past_key_values cache,
 sub-module view -> parent.  Used after the owner was closed, each raises
 ClosedError (never reads freed memory); dropped owners stay alive while a
@@ -56,6 +56,17 @@ def test_optimizer_after_its_module_was_closed(make):
     for call in calls:
         with pytest.raises(transformer.ClosedError, match="is closed"):
             call()
+
+
+def test_lr_scheduler_after_its_optimizer_or_module_was_closed():
+    from transformer.optim import lr_scheduler
+    for close in ("module", "optimizer"):
+        lay = trained_layer()
+        opt = transformer.optim.SGD(lay, lr=0.1)
+        sched = lr_scheduler.LambdaLR(opt, lambda epoch: 0.5)
+        (lay if close == "module" else opt).close()
+        with pytest.raises(transformer.ClosedError, match="is closed"):
+            sched.step()
 
 
 def test_optimizer_keeps_its_module_alive():
