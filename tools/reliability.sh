@@ -319,12 +319,14 @@ step_bindings() {
         TRANSFORMER_MODEL= valgrind --tool=memcheck --leak-check=full \
         --show-leak-kinds=definite,indirect \
         --errors-for-leak-kinds=definite,indirect --error-exitcode=99 \
-        --num-callers=30 lua5.4 test_lifetime.lua >"$LOGS/bind-lua.log" 2>&1) ||
+        --num-callers=30 "--suppressions=$ROOT/tests/valgrind.supp" \
+        lua5.4 test_lifetime.lua >"$LOGS/bind-lua.log" 2>&1) ||
         { echo "FAIL test_lifetime.lua: $LOGS/bind-lua.log"; tail -n 40 "$LOGS/bind-lua.log"; rc=1; }
     (cd "$ROOT/bindings/python/tests" &&
         PYTHONPATH=$ROOT/$dir/bindings/python PYTHONMALLOC=malloc \
         TRANSFORMER_MODEL= OPENBLAS_NUM_THREADS=1 valgrind --tool=memcheck \
-        --error-exitcode=99 --num-callers=30 /usr/bin/python3 -m pytest -q \
+        --error-exitcode=99 --num-callers=30 \
+        "--suppressions=$ROOT/tests/valgrind.supp" /usr/bin/python3 -m pytest -q \
         -p no:cacheprovider --noconftest test_lifetime_owners.py \
         >"$LOGS/bind-python.log" 2>&1) ||
         { echo "FAIL test_lifetime_owners.py: $LOGS/bind-python.log"; tail -n 40 "$LOGS/bind-python.log"; rc=1; }
