@@ -9,6 +9,9 @@
 #   4. tsan        the C test suite built with ThreadSanitizer (build-tsan)
 #   5. fuzz        libFuzzer harnesses (build-fuzz): the regression inputs
 #                  and seed corpus, then FUZZ_SECONDS of fuzzing each
+#   6. bindings    the Lua and Python lifetime suites (objects used after
+#                  their owners were closed or collected) under memcheck,
+#                  with the bindings built (build-bind): no errors
 #
 #   bash tools/reliability.sh            every step
 #   bash tools/reliability.sh fuzz tsan  only those steps
@@ -27,7 +30,7 @@ CC_SANITIZE=${CC_SANITIZE:-clang}
 LOGS=$ROOT/build-reliability
 mkdir -p "$LOGS"
 
-ALL_STEPS=(build valgrind asan tsan fuzz)
+ALL_STEPS=(build valgrind asan tsan fuzz bindings)
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=("${ALL_STEPS[@]}")
 
@@ -292,10 +295,49 @@ step_fuzz() {
     return $rc
 }
 
+# ---- 6. the bindings' lifetime suites under memcheck ----------------------
+# The other builds leave the bindings out (their interpreters are not
+# instrumented); here the Lua and Python modules over a RelWithDebInfo
+# library run their lifetime suites (bindings/lua/tests/test_lifetime.lua,
+# bindings/python/tests/test_lifetime_owners.py: every object that refers
+# to another, used after its owner was closed or collected) under memcheck,
+# where a read of freed memory is an error.  Lua closes its state at the
+# end (finalizers run), so its definite and indirect leaks count too;
+# Python's own allocations at exit are not checked for leaks.
+step_bindings() {
+    need valgrind lua5.4 || return 1
+    local dir=build-bind lua_src=$ROOT/bindings/lua
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DTRANSFORMER_PYTHON=/usr/bin/python3 >"$LOGS/build-bind-configure.log" 2>&1 &&
+        cmake --build "$dir" -j"$JOBS" --target transformer_lua transformer_python \
+            >"$LOGS/build-bind-build.log" 2>&1 ||
+        { tail -n 40 "$LOGS/build-bind-build.log" "$LOGS/build-bind-configure.log"; return 1; }
+    local rc=0
+    (cd "$lua_src/tests" &&
+        LUA_PATH="$lua_src/?.lua;$lua_src/?/init.lua;$lua_src/tests/?.lua;;" \
+        LUA_CPATH="$ROOT/$dir/bindings/lua/?.so;;" TFM_SOURCE_DIR=$ROOT \
+        TRANSFORMER_MODEL= valgrind --tool=memcheck --leak-check=full \
+        --show-leak-kinds=definite,indirect \
+        --errors-for-leak-kinds=definite,indirect --error-exitcode=99 \
+        --num-callers=30 "--suppressions=$ROOT/tests/valgrind.supp" \
+        lua5.4 test_lifetime.lua >"$LOGS/bind-lua.log" 2>&1) ||
+        { echo "FAIL test_lifetime.lua: $LOGS/bind-lua.log"; tail -n 40 "$LOGS/bind-lua.log"; rc=1; }
+    (cd "$ROOT/bindings/python/tests" &&
+        PYTHONPATH=$ROOT/$dir/bindings/python PYTHONMALLOC=malloc \
+        TRANSFORMER_MODEL= OPENBLAS_NUM_THREADS=1 valgrind --tool=memcheck \
+        --error-exitcode=99 --num-callers=30 \
+        "--suppressions=$ROOT/tests/valgrind.supp" /usr/bin/python3 -m pytest -q \
+        -p no:cacheprovider --noconftest test_lifetime_owners.py \
+        >"$LOGS/bind-python.log" 2>&1) ||
+        { echo "FAIL test_lifetime_owners.py: $LOGS/bind-python.log"; tail -n 40 "$LOGS/bind-python.log"; rc=1; }
+    [ $rc -eq 0 ] && echo "ok   test_lifetime.lua, test_lifetime_owners.py under memcheck"
+    return $rc
+}
+
 total_start=$SECONDS
 for s in "${STEPS[@]}"; do
     case $s in
-    build | valgrind | asan | tsan | fuzz) run_step "$s" "step_$s" ;;
+    build | valgrind | asan | tsan | fuzz | bindings) run_step "$s" "step_$s" ;;
     *) echo "unknown step: $s (steps: ${ALL_STEPS[*]})" >&2; exit 2 ;;
     esac
 done

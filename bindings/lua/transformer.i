@@ -85,7 +85,6 @@ struct tfm_optimizer {};
 
 /* ---- Helpers shared by the typemaps and the natives ---------------------- */
 %{
-#define TFML_CACHES_KEY "transformer.core.caches"
 
 /* The message of a failed call: the library's, or the status' name. */
 static void tfml_push_status_error(lua_State *L, tfm_status st)
@@ -195,7 +194,7 @@ static int tfml_toenum(lua_State *L, int idx, tfm_enum e, const char *what)
 {
     int i, value, listed = 0;
     if (lua_type(L, idx) == LUA_TSTRING) {
-        const char *s = lua_tostring(L, idx);
+        const char *s = tfml_c_string(L, idx, what);
         luaL_Buffer b;
         if (tfm_enum_from_name(e, s, &value) == TFM_OK)
             return value;
@@ -231,7 +230,7 @@ static void tfml_check_keys(lua_State *L, int idx, const char *const *allowed,
         int i, found = 0;
         lua_pop(L, 1);
         if (lua_type(L, -1) == LUA_TSTRING) {
-            const char *k = lua_tostring(L, -1);
+            const char *k = tfml_c_string(L, -1, "a field name");
             for (i = 0; allowed[i]; i++)
                 if (strcmp(allowed[i], k) == 0)
                     found = 1;
@@ -1001,89 +1000,8 @@ static int tfml_tensor_shape(lua_State *L)
     return 1;
 }
 
-/* ---- Lifetimes ----
- * A KV cache refers to its model: the cache object keeps the model object
- * alive (its user value), and the registry's weak-keyed table cache ->
- * model lets close(model) close the model's caches first. */
-
-static void tfml_register_cache(lua_State *L, int cache_idx, int model_idx)
-{
-    cache_idx = lua_absindex(L, cache_idx);
-    model_idx = lua_absindex(L, model_idx);
-    lua_pushvalue(L, model_idx);
-    lua_setiuservalue(L, cache_idx, 1);
-    if (lua_getfield(L, LUA_REGISTRYINDEX, TFML_CACHES_KEY) != LUA_TTABLE) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_createtable(L, 0, 1);
-        lua_pushstring(L, "k");
-        lua_setfield(L, -2, "__mode");
-        lua_setmetatable(L, -2);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, LUA_REGISTRYINDEX, TFML_CACHES_KEY);
-    }
-    lua_pushvalue(L, cache_idx);
-    lua_pushvalue(L, model_idx);
-    lua_rawset(L, -3);
-    lua_pop(L, 1);
-}
-
-/* Frees what the object at idx owns (through its class destructor) and
- * marks it closed. */
-static void tfml_close_object(lua_State *L, int idx)
-{
-    swig_lua_userdata *usr = (swig_lua_userdata *)lua_touserdata(L, idx);
-    if (usr->ptr && usr->own) {
-        swig_lua_class *clss = (swig_lua_class *)usr->type->clientdata;
-        void *p = usr->ptr;
-        usr->ptr = NULL;
-        usr->own = 0;
-        if (clss && clss->destructor)
-            clss->destructor(p);
-    }
-    usr->ptr = NULL;
-    usr->own = 0;
-}
-
-/* close(obj): frees the object's handle now (closing a model also closes
- * its KV caches).  Idempotent; nil is a no-op. */
-static int tfml_close(lua_State *L)
-{
-    swig_lua_userdata *usr;
-    if (lua_isnoneornil(L, 1))
-        return 0;
-    if (!tfml_is_swig_object(L, 1))
-        return luaL_error(L, "close: expected a transformer object, got %s",
-                          luaL_typename(L, 1));
-    usr = (swig_lua_userdata *)lua_touserdata(L, 1);
-    if (usr->ptr && usr->type == SWIGTYPE_p_tfm_module) {
-        if (lua_getfield(L, LUA_REGISTRYINDEX, TFML_CACHES_KEY)
-            == LUA_TTABLE) {
-            int caches = lua_gettop(L);
-            lua_pushnil(L);
-            while (lua_next(L, caches)) {
-                if (lua_rawequal(L, -1, 1))
-                    tfml_close_object(L, lua_gettop(L) - 1);
-                lua_pop(L, 1);
-            }
-        }
-        lua_pop(L, 1);
-    }
-    tfml_close_object(L, 1);
-    return 0;
-}
-
-/* is_closed(obj) -> boolean */
-static int tfml_is_closed(lua_State *L)
-{
-    swig_lua_userdata *usr;
-    if (!tfml_is_swig_object(L, 1))
-        return luaL_error(L, "is_closed: expected a transformer object, "
-                          "got %s", luaL_typename(L, 1));
-    usr = (swig_lua_userdata *)lua_touserdata(L, 1);
-    lua_pushboolean(L, usr->ptr == NULL);
-    return 1;
-}
+/* ---- Lifetimes: who refers to whom (bindings/lua/lifetimes.h) ---- */
+#include "lifetimes.h"
 
 /* ---- Natives for the signatures that typemaps do not fit ---- */
 
@@ -1212,7 +1130,7 @@ static void tfml_read_generate_options(lua_State *L, int idx,
                 luaL_error(L, "stop_strings[%d] must be a string, "
                                   "got %s", (int)(i + 1),
                                   luaL_typename(L, -1));
-            stops[i] = lua_tostring(L, -1);   /* held by the table */
+            stops[i] = tfml_c_string(L, -1, "a stop string"); /* the table's */
             lua_pop(L, 1);
         }
         o.stop_strings = stops;
@@ -1250,7 +1168,9 @@ static int tfml_generator_create(lua_State *L)
     if (st != TFM_OK)
         return tfml_raise_status(L, st);
     SWIG_NewPointerObj(L, g, SWIGTYPE_p_tfm_generator, 1);
-    tfml_register_cache(L, -1, 1);
+    tfml_depend(L, -1, 1);   /* the model, tokenizer and cache */
+    tfml_depend(L, -1, 4);
+    tfml_depend(L, -1, 5);
     return 1;
 }
 
@@ -1752,7 +1672,7 @@ static int tfml_tokenizer_lookup(lua_State *L, int special)
     lua_settop(L, 2);
     const tfm_tokenizer *tok = (const tfm_tokenizer *)tfml_check_handle(
         L, 1, SWIGTYPE_p_tfm_tokenizer, "tokenizer");
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = tfml_c_string(L, 2, special ? "role" : "token");
     int32_t id = -1;
     tfm_clear_error();
     tfm_status st = special ? tfm_tokenizer_special_id(tok, name, &id)
@@ -1876,13 +1796,13 @@ TFML_HANDLE_OUT(tfm_tensor)
 TFML_HANDLE_OUT(tfm_module)
 TFML_HANDLE_OUT(tfm_tokenizer)
 TFML_HANDLE_OUT(tfm_safetensors_writer)
-/* An optimizer keeps its module (argument 1) alive. */
+/* An optimizer keeps its module (argument 1) alive and is closed with it
+ * (lifetimes.h). */
 %typemap(in, numinputs=0) tfm_optimizer **out (tfm_optimizer *tmp = NULL)
 %{ $1 = &tmp; %}
 %typemap(argout) tfm_optimizer **out %{
   SWIG_NewPointerObj(L, tmp$argnum, $descriptor(tfm_optimizer *), 1);
-  lua_pushvalue(L, 1);
-  lua_setiuservalue(L, -2, 1);
+  tfml_depend(L, -1, 1);
   SWIG_arg++;
 %}
 /* tfm_module_child: a borrowed part of its parent, not owned by the
@@ -1893,6 +1813,7 @@ TFML_HANDLE_OUT(tfm_safetensors_writer)
 %{ $1 = &tmp; %}
 %typemap(argout) tfm_module **child %{
   SWIG_NewPointerObj(L, tmp$argnum, $descriptor(tfm_module *), 0);
+  tfml_depend(L, -1, 1);   /* keeps the parent alive, closed with it */
   SWIG_arg++;
 %}
 
@@ -1901,7 +1822,7 @@ TFML_HANDLE_OUT(tfm_safetensors_writer)
 %{ $1 = &tmp; %}
 %typemap(argout) tfm_kv_cache **out %{
   SWIG_NewPointerObj(L, tmp$argnum, $descriptor(tfm_kv_cache *), 1);
-  tfml_register_cache(L, -1, 1);
+  tfml_depend(L, -1, 1);
   SWIG_arg++;
 %}
 

@@ -430,24 +430,31 @@ TFMPY_HANDLE_OUT(tfm_optimizer)
 
 /* ---- The public headers ---------------------------------------------------- */
 
-/* Strings in: str only, and no NUL character, which C would take as the
- * end (a tensor named "w\0x" was written as "w"): InvalidArgumentError. */
-%typemap(in) const char * {
-  Py_ssize_t size_;
-  if (!PyUnicode_Check($input)) {
-    PyErr_Format(PyExc_TypeError, "%s: argument %d must be str, not %s",
-                 "$symname", $argnum, Py_TYPE($input)->tp_name);
-    SWIG_fail;
-  }
-  $1 = (char *)PyUnicode_AsUTF8AndSize($input, &size_);
-  if (!$1)
-    SWIG_fail;
-  if (strlen($1) != (size_t)size_) {
-    tfmpy_raise(TFM_ERR_INVALID_ARGUMENT,
-                "a string argument holds a NUL character");
-    SWIG_fail;
-  }
+/* Strings in, wherever they cross into C (this typemap, stop strings,
+ * metadata): str only (TypeError), and no NUL, which C takes as the end
+ * ("w\0x" written as "w"): InvalidArgumentError.  The str owns the UTF-8. */
+%{
+static const char *tfmpy_c_string(PyObject *obj, const char *what, int arg)
+{
+    Py_ssize_t size;
+    char msg[160];
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: argument %d must be str, not %s",
+                     what, arg, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    const char *s = PyUnicode_AsUTF8AndSize(obj, &size);
+    if (s && strlen(s) != (size_t)size) {
+        PyOS_snprintf(msg, sizeof msg, arg < 0 ? "%s holds a NUL character"
+                      : "%s: argument %d holds a NUL character", what, arg);
+        tfmpy_raise(TFM_ERR_INVALID_ARGUMENT, msg);
+        return NULL;
+    }
+    return s;
 }
+%}
+%typemap(in) const char *
+  %{ if (!($1 = (char *)tfmpy_c_string($input, "$symname", $argnum))) SWIG_fail; %}
 %typemap(freearg) const char * ""   /* the str owns the UTF-8 buffer */
 %typemap(typecheck, precedence=SWIG_TYPECHECK_STRING) const char *
   "$1 = PyUnicode_Check($input);"
@@ -517,7 +524,7 @@ static int tfmpy_stop_strings(PyObject *stop_strings, const char ***out,
             free(stops);
             return -1;
         }
-        stops[i] = PyUnicode_AsUTF8(item);   /* borrowed: lives with item */
+        stops[i] = tfmpy_c_string(item, "a stop string", -1); /* item's */
         if (!stops[i]) {
             free(stops);
             return -1;
@@ -1014,18 +1021,11 @@ PyObject *tfmpy_model_save(const tfm_module *model, const char *path,
                                 "metadata keys and values must be str");
                 goto done;
             }
-            Py_ssize_t key_size, value_size;
-            keys[i] = PyUnicode_AsUTF8AndSize(key, &key_size);
-            values[i] = PyUnicode_AsUTF8AndSize(value, &value_size);
+            keys[i] = tfmpy_c_string(key, "a metadata key", -1);
+            values[i] = keys[i] ? tfmpy_c_string(value, "a metadata value",
+                                                 -1) : NULL;
             if (!keys[i] || !values[i])
                 goto done;
-            if (strlen(keys[i]) != (size_t)key_size ||
-                strlen(values[i]) != (size_t)value_size) {
-                tfmpy_raise(TFM_ERR_INVALID_ARGUMENT,
-                            "metadata keys and values must not hold a NUL "
-                            "character");
-                goto done;
-            }
             i++;
         }
     }

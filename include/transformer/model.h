@@ -684,7 +684,8 @@ typedef struct tfm_generate_options {
     int64_t n_stop_strings;        /* default 0: none */
     const struct tfm_tokenizer *tokenizer; /* decodes for stop_strings (needed when
                                        n_stop_strings > 0; its vocabulary
-                                       must be the model's) */
+                                       must be the model's; it must
+                                       outlive a generator made with it) */
     float repetition_penalty;      /* > 0 and finite; default 1: none */
     int64_t no_repeat_ngram_size;  /* >= 0; default 0: none */
     tfm_token_callback callback;   /* tfm_model_generate_v2 only; NULL */

@@ -308,12 +308,17 @@ function Model:stream(prompt, opts)
   local cache = opts and opts.past_key_values   -- kept alive while it runs
   local as_text = type(prompt) == "string"
   local tok = self.tokenizer
+  local stops = opts and opts.stop_strings ~= nil
   local pending = {}
   return function()
     while true do
       if cache ~= nil and rawget(cache, "_generator") ~= g then
         fail("stream: its past_key_values cache was used since (decode, reset, close or another generation), which ended it")
       end
+      -- The generator refers to the model and the stop strings' tokenizer:
+      -- closing either closed it (lifetimes.h); say which.
+      handle(self)
+      if stops then handle(tok) end
       local id = core.generator_next(g)
       if id == nil then
         core.close(g)

@@ -261,7 +261,9 @@ function Module:load_state_dict(state_dict, strict)
   if strict == nil then strict = true end
   local tensors = {}
   for k, v in pairs(state_dict) do
-    if type(k) ~= "string" then fail("load_state_dict: parameter names must be strings") end
+    if type(k) ~= "string" then  -- with strict = false too (as Python, torch)
+      fail("load_state_dict: parameter names must be strings, got %s %s", type(k), tostring(k))
+    end
     local t, is_bool = to_tensor(v, k)
     if is_bool then fail("%s: parameters must be numbers, not booleans", k) end
     tensors[k] = t

@@ -19,7 +19,8 @@ local handle = require("transformer.module").handle
 -- SGD {lr, momentum, dampening, nesterov, weight_decay, maximize};
 -- Adam / AdamW {lr, betas = {b1, b2}, eps, weight_decay, amsgrad,
 -- maximize}.  The module must be in training mode when the optimizer is
--- made (train() allocates the gradients); the optimizer keeps it alive.
+-- made (train() allocates the gradients); the optimizer keeps it alive,
+-- and closing the module (or its parent) closes the optimizer.
 ---------------------------------------------------------------------------
 
 local Optimizer = {}
@@ -53,13 +54,30 @@ local function new_optimizer(kind, module, opts)
                         _class_name = kind }, Optimizer)
 end
 
+-- The optimizer's handle, once its module (and the module's parents, for
+-- a sub-module) is known open: the C optimizer refers to the module's
+-- memory (training.h), and closing the module closes it (lifetimes.h), so
+-- a use after that raises an error naming the module.
+local function opt_handle(self)
+  if getmetatable(self) ~= Optimizer then
+    fail("expected an optimizer (call methods as opt:method(...)), got %s", type(self))
+  end
+  handle(self.module)
+  if core.is_closed(self._h) then fail("this %s optimizer has been closed", self._class_name) end
+  return self._h
+end
+
 --- One update of every parameter (tfm_optimizer_step).
-function Optimizer:step() core.tfm_optimizer_step(self._h) end
+function Optimizer:step() core.tfm_optimizer_step(opt_handle(self)) end
 --- Zeroes the parameters' gradients (tfm_optimizer_zero_grad).
-function Optimizer:zero_grad() core.tfm_optimizer_zero_grad(self._h) end
+function Optimizer:zero_grad() core.tfm_optimizer_zero_grad(opt_handle(self)) end
 --- The learning rate of the next step, and setting it (a scheduler's).
-function Optimizer:get_lr() return core.tfm_optimizer_get_lr(self._h) end
-function Optimizer:set_lr(lr) core.tfm_optimizer_set_lr(self._h, check_number("lr", lr)) end
+function Optimizer:get_lr() return core.tfm_optimizer_get_lr(opt_handle(self)) end
+function Optimizer:set_lr(lr) core.tfm_optimizer_set_lr(opt_handle(self), check_number("lr", lr)) end
+--- Frees the C optimizer now (the module stays).  Idempotent.
+function Optimizer:close() core.close(self._h) end
+--- true once the optimizer, or its module, was closed.
+function Optimizer:is_closed() return core.is_closed(self._h) end
 
 M.optim = {
   SGD = function(module, opts) return new_optimizer("SGD", module, opts) end,

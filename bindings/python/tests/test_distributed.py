@@ -73,3 +73,60 @@ def test_shard_and_errors():
     before = m.grad("weight")
     dist.all_reduce_gradients(m, comm)         # one rank: unchanged
     assert np.array_equal(m.grad("weight"), before)
+
+
+DISAGREE = os.path.join(os.path.dirname(__file__),
+                        "distributed_disagree_worker.py")
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun (openmpi-bin) missing")
+def test_ranks_that_disagree_all_raise():
+    """Issue 44 kind 2: models of different shapes on different ranks made
+    all_reduce_gradients call Allreduce with mismatched counts (heap
+    corruption); a rank failing alone (no gradients, closed module) left
+    the other waiting in the collective.  Now every rank raises, naming
+    the first difference and its rank, with nothing changed, and the ranks
+    stay in step (the worker runs every case in one mpirun)."""
+    out = subprocess.run([MPIRUN, "-np", "2", sys.executable, DISAGREE],
+                         env=_env(), timeout=120, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    assert out.returncode == 0, out.stdout
+    lines = out.stdout.splitlines()
+
+    def said(case, r):
+        got = [ln.split(": ", 1)[1] for ln in lines
+               if ln.startswith(f"case {case} rank {r}: ")]
+        assert got, f"no line for case {case} rank {r}:\n{out.stdout}"
+        return got
+
+    first = {
+        # rank 1's linear1 is 32 wide (d_ff): the first C parameter that
+        # differs, in the C table's order
+        "shapes": "parameter 6: 'layers.0.linear1.weight' of shape (64, 32) "
+                  "(float32) on rank 0, 'layers.0.linear1.weight' of shape "
+                  "(32, 32) (float32) on rank 1",
+        # rank 1's third layer where rank 0 has its final norm
+        "count": "'norm.weight' of shape (32,) (float32) on rank 0, "
+                 "'layers.2.self_attn.in_proj_weight' of shape (96, 32) "
+                 "(float32) on rank 1",
+        "untrained": "rank 1 failed (InvalidArgumentError: parameter ",
+        "average": "arguments average=True on rank 0, average=False on "
+                   "rank 1",
+        "broadcast": "'layers.0.linear1.weight' of shape (32, 32)",
+        "root": "arguments root=0 on rank 0, root=1 on rank 1",
+    }
+    for case, words in first.items():
+        for r in (0, 1):
+            msg, unchanged = said(case, r)
+            assert msg.startswith("InvalidArgumentError: "), (case, r, msg)
+            if not (case == "untrained" and r == 1):   # its own error
+                assert words in msg, (case, r, msg)
+            assert unchanged == "unchanged True", (case, r)
+    assert said("closed", 0) == ["InvalidArgumentError: all_reduce_gradients:"
+                                 " rank 1 failed (ClosedError: Model is "
+                                 "closed); every rank raises"]
+    assert said("closed", 1) == ["ClosedError: Model is closed"]
+    for r in (0, 1):   # equal gradients on both ranks: their mean is them
+        assert said("same", r) == ["ok", "unchanged True"]
+        assert said("same_broadcast", r) == ["ok", "unchanged True"]
+        assert f"rank {r}: done" in lines

@@ -753,11 +753,18 @@ class Module(ModuleTree, HandleOwner):
         shapes must match exactly (StateDictShapeError: a RuntimeError and
         a ShapeError) and values be finite (NonFiniteError); nothing is
         changed unless everything checks out.  Returns
-        ``(missing_keys, unexpected_keys)`` as PyTorch does."""
+        ``(missing_keys, unexpected_keys)`` as PyTorch does.  A key that is
+        not a str raises TypeError with strict=True and strict=False alike
+        (torch 1.13 fails on one in both modes too), before any change."""
         if not isinstance(state_dict, collections.abc.Mapping):
             hint = _torch.state_dict_hint(state_dict)
             raise TypeError("state_dict must be a mapping of names to arrays, "
                             f"not {type(state_dict).__name__}{hint}")
+        for key in state_dict:
+            if not isinstance(key, str):
+                raise TypeError("state_dict keys must be parameter names "
+                                f"(str), not {type(key).__name__} {key!r} "
+                                f"(strict={strict!r})")
         table = self._table()
         missing = [k for k in table if k not in state_dict]
         unexpected = [k for k in state_dict if k not in table]
