@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,31 +27,67 @@ int join(char *buf, size_t size, const char *dir, const char *name)
     return n < 0 || (size_t)n >= size;
 }
 
-/* Removes the step files of dir other than keep's, and leftover
- * temporary files of interrupted writes. */
-static void prune(const char *dir, int64_t keep)
+int is_step_name(const char *name)
 {
-    DIR *d = opendir(dir);
-    if (!d)
+    if (strncmp(name, "step-", 5) != 0)
+        return 0;
+    const char *p = name + 5;
+    size_t digits = 0;
+    while (*p >= '0' && *p <= '9')
+        p++, digits++;
+    return digits >= 8 && digits <= 19 &&
+           (strcmp(p, ".model.safetensors") == 0 ||
+            strcmp(p, ".optim.safetensors") == 0);
+}
+
+/* Adds name to rs->owned (once; it must be a step file's name). */
+static void own(run_state *rs, const char *name)
+{
+    if (!is_step_name(name) || strlen(name) >= STEP_NAME_SIZE)
         return;
-    char mine[64];
-    snprintf(mine, sizeof mine, "step-%08" PRId64 ".", keep);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const int step_file = strncmp(e->d_name, "step-", 5) == 0 &&
-                              strncmp(e->d_name, mine, strlen(mine)) != 0;
-        const int tmp_file = strstr(e->d_name, ".safetensors.tmp.") != NULL;
+    for (int i = 0; i < rs->n_owned; i++)
+        if (strcmp(rs->owned[i], name) == 0)
+            return;
+    if (rs->n_owned < MAX_OWNED)
+        strcpy(rs->owned[rs->n_owned++], name);
+}
+
+/* Adds the '/'-separated names of list to rs->owned. */
+static void own_list(run_state *rs, const char *list)
+{
+    while (list && *list) {
+        const char *end = strchr(list, '/');
+        const size_t n = end ? (size_t)(end - list) : strlen(list);
+        char name[STEP_NAME_SIZE];
+        if (n < sizeof name) {
+            memcpy(name, list, n);
+            name[n] = '\0';
+            own(rs, name);
+        }
+        list = end ? end + 1 : NULL;
+    }
+}
+
+/* Removes the files of rs->owned other than model_name and optim_name,
+ * then makes those two rs->owned. */
+static void prune(const char *dir, run_state *rs, const char *model_name,
+                  const char *optim_name)
+{
+    for (int i = 0; i < rs->n_owned; i++) {
         char path[4096];
-        if ((step_file || tmp_file) &&
-            !join(path, sizeof path, dir, e->d_name))
+        if (strcmp(rs->owned[i], model_name) != 0 &&
+            strcmp(rs->owned[i], optim_name) != 0 &&
+            !join(path, sizeof path, dir, rs->owned[i]))
             (void)unlink(path);
     }
-    closedir(d);
+    rs->n_owned = 0;
+    own(rs, model_name);
+    own(rs, optim_name);
 }
 
 int save_checkpoint(const train_options *o, const char *dir,
-                           const tfm_module *model, const tfm_optimizer *opt,
-                           const char *vocab, const run_state *rs)
+                    const tfm_module *model, const tfm_optimizer *opt,
+                    const char *vocab, run_state *rs)
 {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return fail("cannot create %s: %s", dir, strerror(errno));
@@ -84,6 +121,18 @@ int save_checkpoint(const train_options *o, const char *dir,
     META("tokens", num);
     META("model", model_name);
     META("optimizer", optim_name);
+    /* what this pointer supersedes, so that a kill before the removal
+     * below leaves them listed for the next run to remove */
+    char previous[MAX_OWNED * STEP_NAME_SIZE] = "";
+    for (int i = 0; i < rs->n_owned; i++)
+        if (strcmp(rs->owned[i], model_name) != 0 &&
+            strcmp(rs->owned[i], optim_name) != 0) {
+            if (previous[0])
+                strcat(previous, "/");
+            strcat(previous, rs->owned[i]);
+        }
+    if (previous[0])
+        META("previous", previous);
     for (int i = 0; i < N_SPECS; i++) {
         if (!SPECS[i].recipe)
             continue;
@@ -100,16 +149,16 @@ int save_checkpoint(const train_options *o, const char *dir,
     tfm_safetensors_writer_free(w);
     if (st != TFM_OK)
         return lib_fail("writing the checkpoint");
-    prune(dir, rs->step);
+    prune(dir, rs, model_name, optim_name);
     return 0;
 }
 
 /* Reads the pointer of dir: the recipe into o (for the options not given
  * on the command line; a given recipe option is an error, --steps may be
  * raised), the run state, and the two file names. */
-int read_checkpoint(const char *dir, train_options *o,
-                           const int *given, run_state *rs,
-                           char *model_path, char *optim_path, size_t size)
+int read_checkpoint(const char *dir, train_options *o, const int *given,
+                    run_state *rs, char *model_path, char *optim_path,
+                    size_t size)
 {
     char path[4096];
     if (join(path, sizeof path, dir, "checkpoint.safetensors"))
@@ -155,13 +204,155 @@ int read_checkpoint(const char *dir, train_options *o,
                  parse_uint64("checkpoint rng", rng, &rs->rng.state) ||
                  parse_int64("checkpoint tokens", tokens, 0, &rs->tokens)))
         bad = 1;
-    if (!bad && (strchr(mname, '/') || strchr(oname, '/') ||
+    if (!bad && (!is_step_name(mname) || !is_step_name(oname) ||
+                 strstr(mname, ".model.") == NULL ||
+                 strstr(oname, ".optim.") == NULL ||
                  join(model_path, size, dir, mname) ||
                  join(optim_path, size, dir, oname)))
-        bad = fail("--resume: bad file names in %s", path);
+        bad = fail("--resume: bad file names in %s (not step files)", path);
+    if (!bad) {
+        rs->n_owned = 0;
+        own(rs, mname);
+        own(rs, oname);
+        own_list(rs, tfm_safetensors_metadata(f, "previous"));
+    }
     tfm_safetensors_close(f);
     if (!bad && rs->step > o->steps)
         bad = fail("--steps %" PRId64 " is below the checkpoint's step %"
                    PRId64, o->steps, rs->step);
+    return bad;
+}
+
+int checkpoint_files(const char *dir, run_state *rs, int *found,
+                     int64_t *step)
+{
+    char path[4096];
+    *found = 0;
+    if (join(path, sizeof path, dir, "checkpoint.safetensors"))
+        return fail("checkpoint path too long");
+    struct stat sb;
+    if (lstat(path, &sb) != 0)
+        return 0;
+    *found = 1;
+    tfm_safetensors *f = NULL;
+    if (tfm_safetensors_open(path, &f) != TFM_OK)
+        return fail("%s is not a transformer-train checkpoint (%s); remove "
+                    "it yourself if it is to go", path, tfm_last_error());
+    const char *fmt = tfm_safetensors_metadata(f, "format");
+    const char *st = tfm_safetensors_metadata(f, "step");
+    int bad = 0;
+    if (!fmt || strcmp(fmt, "transformer-train checkpoint") != 0 || !st ||
+        parse_int64("checkpoint step", st, 0, step))
+        bad = fail("%s is not a transformer-train checkpoint; remove it "
+                   "yourself if it is to go", path);
+    if (!bad) {
+        own(rs, tfm_safetensors_metadata(f, "model") ?
+                    tfm_safetensors_metadata(f, "model") : "");
+        own(rs, tfm_safetensors_metadata(f, "optimizer") ?
+                    tfm_safetensors_metadata(f, "optimizer") : "");
+        own_list(rs, tfm_safetensors_metadata(f, "previous"));
+    }
+    tfm_safetensors_close(f);
+    return bad;
+}
+
+/* ---- Outputs that alias inputs ---------------------------------------- */
+
+/* A file's identity: its device and inode when it exists, else the
+ * canonical path of its directory joined with its name. */
+typedef struct file_id {
+    int exists;
+    dev_t dev;
+    ino_t ino;
+    char path[4096];
+} file_id;
+
+static void identify(const char *path, file_id *id)
+{
+    memset(id, 0, sizeof *id);
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        id->exists = 1;
+        id->dev = sb.st_dev;
+        id->ino = sb.st_ino;
+        return;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *name = slash ? slash + 1 : path;
+    if (slash == dir)
+        dir[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        strcpy(dir, ".");
+    char *real = realpath(dir, NULL);
+    snprintf(id->path, sizeof id->path, "%s/%s", real ? real : dir, name);
+    free(real);
+}
+
+static int same_file(const file_id *a, const file_id *b)
+{
+    if (a->exists != b->exists)
+        return 0;
+    return a->exists ? a->dev == b->dev && a->ino == b->ino
+                     : strcmp(a->path, b->path) == 0;
+}
+
+int check_aliases(const train_options *o, const char *ckpt_dir)
+{
+    enum { N_PATHS = 5 };
+    char ckpt_pointer[4096], ckpt_init[4096];
+    if (join(ckpt_pointer, sizeof ckpt_pointer, ckpt_dir,
+             "checkpoint.safetensors") ||
+        join(ckpt_init, sizeof ckpt_init, ckpt_dir, "init.safetensors"))
+        return fail("--checkpoint: path too long");
+    /* inputs first, then outputs */
+    const char *paths[N_PATHS] = { o->text, o->out, o->log_file,
+                                   ckpt_pointer, ckpt_init };
+    const char *what[N_PATHS] = { "--text", "--out", "--log-file",
+                                  "the checkpoint's pointer",
+                                  "the checkpoint's initial weights" };
+    file_id *ids = malloc(N_PATHS * sizeof *ids);
+    if (!ids)
+        return fail("out of memory");
+    for (int i = 0; i < N_PATHS; i++)
+        if (paths[i])
+            identify(paths[i], &ids[i]);
+    int bad = 0;
+    for (int i = 0; i < N_PATHS && !bad; i++)
+        for (int j = i + 1; j < N_PATHS && !bad; j++)
+            if (paths[i] && paths[j] && same_file(&ids[i], &ids[j]))
+                bad = fail("%s (%s) and %s (%s) are the same file: %s",
+                           what[i], paths[i], what[j], paths[j],
+                           i == 0 ? "the run would overwrite its training "
+                                    "text"
+                                  : "one output would overwrite the other");
+    /* an input or output among the step files written in the checkpoint
+     * directory */
+    struct stat dir_sb;
+    for (int i = 0; i < 3 && !bad; i++) {
+        if (!paths[i] || stat(ckpt_dir, &dir_sb) != 0)
+            continue;
+        char copy[4096];
+        char *real = realpath(paths[i], NULL);   /* links followed */
+        snprintf(copy, sizeof copy, "%s", real ? real : paths[i]);
+        free(real);
+        char *slash = strrchr(copy, '/');
+        const char *name = slash ? slash + 1 : copy;
+        if (slash == copy)
+            copy[1] = '\0';
+        else if (slash)
+            *slash = '\0';
+        else
+            strcpy(copy, ".");
+        struct stat sb;
+        if (is_step_name(name) && stat(copy, &sb) == 0 &&
+            sb.st_dev == dir_sb.st_dev && sb.st_ino == dir_sb.st_ino)
+            bad = fail("%s (%s) is among the checkpoint's step files in %s",
+                       what[i], paths[i], ckpt_dir);
+    }
+    free(ids);
     return bad;
 }

@@ -33,6 +33,8 @@ const opt_spec SPECS[] = {
       "checkpoint directory (default MODEL.ckpt)" },
     { "resume", T_FLAG, OFF(resume), 0, NULL, 0, NULL,
       "continue from the checkpoint in DIR" },
+    { "overwrite", T_FLAG, OFF(overwrite), 0, NULL, 0, NULL,
+      "start a new run over the checkpoint in DIR (its step files go)" },
     { "log-file", T_STRING, OFF(log_file), 0, NULL, 0, "FILE",
       "append step,loss,lr of every step (CSV)" },
     { "objective", T_CHOICE, OFF(objective), 0, OBJECTIVES, 1, "clm|mlm",
@@ -219,6 +221,30 @@ void format_option(const train_options *o, const opt_spec *s,
 /* Cross-option checks of the recipe. */
 int check_recipe(const train_options *o)
 {
+    /* Sizes: each at most 2^31 - 1 (a documented limit, --help), and the
+     * products the run computes in int64 (tokens per step times steps;
+     * steps times micro-batches: the dropout stream's counter) checked
+     * for overflow rather than wrapped. */
+    const struct { const char *name; int64_t v; } sizes[] = {
+        { "--layers", o->layers }, { "--d-model", o->d_model },
+        { "--heads", o->heads }, { "--d-ff", o->d_ff },
+        { "--context", o->context }, { "--batch-size", o->batch_size },
+        { "--grad-accum", o->grad_accum },
+        { "--eval-windows", o->eval_windows },
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].v > INT32_MAX)
+            return fail("%s %" PRId64 " is over the limit of %d", sizes[i].name,
+                        sizes[i].v, INT32_MAX);
+    int64_t per_step, total, counters;
+    if (__builtin_mul_overflow(o->batch_size, o->context, &per_step) ||
+        __builtin_mul_overflow(per_step, o->grad_accum, &per_step) ||
+        __builtin_mul_overflow(per_step, o->steps, &total) ||
+        __builtin_mul_overflow(o->steps, o->grad_accum, &counters))
+        return fail("--batch-size %" PRId64 " x --context %" PRId64
+                    " x --grad-accum %" PRId64 " x --steps %" PRId64
+                    " tokens overflow a 64-bit count", o->batch_size,
+                    o->context, o->grad_accum, o->steps);
     if (o->d_model % o->heads != 0)
         return fail("--heads %" PRId64 " does not divide --d-model %" PRId64,
                     o->heads, o->d_model);

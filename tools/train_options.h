@@ -15,7 +15,7 @@ typedef enum opt_type { T_INT, T_UINT, T_DOUBLE, T_CHOICE, T_STRING,
 typedef struct train_options {
     /* the run */
     const char *text, *out, *checkpoint, *log_file;
-    int resume;
+    int resume, overwrite;
     int64_t threads, eval_interval, eval_windows, checkpoint_interval,
         log_interval, stop_after;
     /* the recipe (saved in checkpoints) */
@@ -47,7 +47,7 @@ typedef struct opt_spec {
 
 
 /* The options, in --help's order. */
-enum { N_SPECS = 39 };
+enum { N_SPECS = 40 };
 extern const opt_spec SPECS[N_SPECS];
 
 /* --help's text. */

@@ -321,6 +321,95 @@ static int encode_text(run *r, int resumed)
     return 0;
 }
 
+/* A run without --resume: refused over an existing checkpoint (or a
+ * directory that is not empty) unless --overwrite; with it, the old
+ * checkpoint's step files are recorded in rs->owned, to be removed once
+ * the new run's first checkpoint is in place. */
+static int fresh_start(run *r, run_state *rs)
+{
+    int found = 0;
+    int64_t step = 0;
+    if (checkpoint_files(r->ckpt_dir, rs, &found, &step))
+        return 1;
+    if (found && !r->o.overwrite)
+        return fail("%s holds a checkpoint (step %" PRId64 "): continue it "
+                    "with --resume, or start over it with --overwrite",
+                    r->ckpt_dir, step);
+    DIR *d = found || r->o.overwrite ? NULL : opendir(r->ckpt_dir);
+    int others = 0;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+        others += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    if (d)
+        closedir(d);
+    if (others)
+        return fail("--checkpoint %s is not empty and holds no checkpoint: "
+                    "give a new or empty directory, or --overwrite", r->ckpt_dir);
+    return 0;
+}
+
+/* The model read from a checkpoint is the one its recipe makes: the same
+ * architecture, sizes, options and parameter table (names and shapes) as
+ * create_model's; 1 with a message otherwise. */
+static int check_resumed_model(const train_options *o,
+                               const tfm_module *loaded, int64_t vocab_size,
+                               const char *path)
+{
+    tfm_module *ref = NULL;
+    if (create_model(o, vocab_size, &ref))
+        return 1;
+    tfm_model_config a, b;
+    tfm_model_options ao, bo;
+    tfm_model_options_init(&ao);
+    tfm_model_options_init(&bo);
+    const char *differs = NULL;
+    if (tfm_model_get_config(ref, &a) != TFM_OK ||
+        tfm_model_get_options(ref, &ao) != TFM_OK ||
+        tfm_model_get_config(loaded, &b) != TFM_OK ||
+        tfm_model_get_options(loaded, &bo) != TFM_OK)
+        differs = "its configuration cannot be read";
+    else if (a.architecture != b.architecture)
+        differs = "the architecture (--objective)";
+    else if (a.n_layers != b.n_layers)
+        differs = "the number of layers (--layers)";
+    else if (a.layer.d_model != b.layer.d_model)
+        differs = "the width (--d-model)";
+    else if (a.layer.n_heads != b.layer.n_heads)
+        differs = "the heads (--heads)";
+    else if (a.layer.d_ff != b.layer.d_ff)
+        differs = "the feed-forward width (--d-ff)";
+    else if (a.layer.activation != b.layer.activation)
+        differs = "the activation (--activation)";
+    else if (a.layer.norm_first != b.layer.norm_first)
+        differs = "the norm placement (--norm)";
+    else if (a.context_length != b.context_length)
+        differs = "the context (--context)";
+    else if (a.positional != b.positional ||
+             ao.attention.rope != bo.attention.rope ||
+             ao.attention.relative != bo.attention.relative)
+        differs = "the positions (--positions)";
+    else if (a.vocab_size != b.vocab_size)
+        differs = "the vocabulary";
+    else if (tfm_module_parameter_count(ref) !=
+             tfm_module_parameter_count(loaded))
+        differs = "the parameters";
+    for (int i = 0; !differs && i < tfm_module_parameter_count(ref); i++) {
+        const char *name = tfm_module_parameter_name(ref, i);
+        int ra, rb;
+        int64_t sa[TFM_MAX_RANK], sb[TFM_MAX_RANK];
+        if (strcmp(name, tfm_module_parameter_name(loaded, i)) != 0 ||
+            tfm_module_parameter_shape(ref, name, &ra, sa) != TFM_OK ||
+            tfm_module_parameter_shape(loaded, name, &rb, sb) != TFM_OK ||
+            ra != rb || memcmp(sa, sb, (size_t)ra * sizeof *sa) != 0)
+            differs = "the parameters";
+    }
+    tfm_module_free(ref);
+    if (differs)
+        return fail("--resume: %s is not the model of the checkpoint's "
+                    "recipe: %s differ%s", path, differs,
+                    differs[strlen(differs) - 1] == 's' ? "" : "s");
+    return 0;
+}
+
 static int setup(run *r, const int *given, run_state *rs)
 {
     train_options *o = &r->o;
@@ -332,6 +421,11 @@ static int setup(run *r, const int *given, run_state *rs)
                (int)sizeof r->ckpt_dir) {
         return fail("--out: path too long");
     }
+    if (o->resume && o->overwrite)
+        return fail("--resume and --overwrite contradict each other: give "
+                    "one of them");
+    if (check_aliases(o, r->ckpt_dir) || (!o->resume && fresh_start(r, rs)))
+        return 1;
     char model_path[4096], optim_path[4096];
     if (o->resume && read_checkpoint(r->ckpt_dir, o, given, rs, model_path,
                                      optim_path, sizeof model_path))
@@ -340,6 +434,17 @@ static int setup(run *r, const int *given, run_state *rs)
         return 1;
     if (!(r->text = read_file(o->text, &r->text_len)))
         return 1;
+    /* The vocabulary is a C string: a NUL in the text is refused (as the
+     * library's readers refuse one), not taken for its end. */
+    const char *nul = memchr(r->text, '\0', r->text_len);
+    if (nul) {
+        int64_t line = 1;
+        for (const char *p = r->text; p < nul; p++)
+            line += *p == '\n';
+        return fail("%s holds a NUL character (U+0000) at byte %zu (line %"
+                    PRId64 "); training text cannot hold NUL", o->text,
+                    (size_t)(nul - r->text), line);
+    }
     if (o->resume) {
         if (tfm_model_load(model_path, &r->model) != TFM_OK ||
             tfm_tokenizer_load(model_path, &r->tok) != TFM_OK)
@@ -378,6 +483,9 @@ static int setup(run *r, const int *given, run_state *rs)
         free(all);
     }
     r->vocab_size = r->vocab_chars + (o->objective == 1);
+    if (o->resume && check_resumed_model(o, r->model, r->vocab_size,
+                                         model_path))
+        return 1;
     const int64_t n_val = (int64_t)llround((double)r->n_ids * o->val_fraction);
     r->n_train = r->n_ids - n_val;
     if (r->n_train < o->context + 2 || n_val < o->context + 2)
@@ -421,6 +529,13 @@ static int setup(run *r, const int *given, run_state *rs)
         return fail("cannot write %s: %s", o->log_file, strerror(errno));
     const int64_t B = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
     const int64_t shape[3] = { B, o->context, r->vocab_size };
+    int64_t rows, logits;
+    if (__builtin_mul_overflow(B, o->context, &rows) ||
+        __builtin_mul_overflow(rows, r->vocab_size, &logits) ||
+        (uint64_t)logits > SIZE_MAX / sizeof(float))
+        return fail("--batch-size %" PRId64 " x --context %" PRId64 " x %"
+                    PRId64 " tokens: the logits do not fit in memory",
+                    o->batch_size, o->context, r->vocab_size);
     r->bb.inputs = malloc((size_t)(B * o->context) * sizeof(int32_t));
     r->bb.targets = malloc((size_t)(B * o->context) * sizeof(int32_t));
     if (!r->bb.inputs || !r->bb.targets ||
@@ -460,7 +575,7 @@ static int train(run *r, run_state *rs)
 {
     const train_options *o = &r->o;
     const int64_t first = rs->step;
-    const int64_t last = o->stop_after > 0 && first + o->stop_after < o->steps
+    const int64_t last = o->stop_after > 0 && o->stop_after < o->steps - first
                              ? first + o->stop_after
                              : o->steps;
     const int64_t tokens_per_step = o->batch_size * o->context * o->grad_accum;
