@@ -24,6 +24,25 @@ int read_lines(const char *path, char **text, char ***lines,
         free(buf);
         return fail("out of memory");
     }
+    /* Lines are C strings from here on: a NUL is refused where it is,
+     * not taken for the end of its line. */
+    const char *nul = memchr(buf, '\0', len);
+    if (nul) {
+        int64_t line = 1;
+        const char *start = buf;
+        for (const char *p = buf; p < nul; p++)
+            if (*p == '\n') {
+                line++;
+                start = p + 1;
+            }
+        fail("--batch-file '%s': line %lld holds a NUL character (U+0000) "
+             "at byte %zu of the file (%zu of the line); prompts cannot hold "
+             "NUL", path, (long long)line, (size_t)(nul - buf),
+             (size_t)(nul - start));
+        free(l);
+        free(buf);
+        return 1;
+    }
     int64_t k = 0;
     for (char *p = buf; p < buf + len;) {
         char *end = memchr(p, '\n', (size_t)(buf + len - p));

@@ -154,7 +154,11 @@ void usage(FILE *out)
         "recipe (the options\nmarked in checkpoints: architecture, data, "
         "optimizer, schedule, batch, seed,\nsteps) comes from the "
         "checkpoint; only --steps may be raised with it, which\nchanges the "
-        "schedule from then on.\n");
+        "schedule from then on.\n"
+        "A new run over a checkpoint or a directory that is not empty is "
+        "refused\nwithout --resume or --overwrite; only the step files "
+        "the program wrote are\nremoved.  Sizes are at most 2147483647; "
+        "the text may not hold NUL.\n");
 }
 
 /* Sets option s from its text; 0 or 1 (message printed). */

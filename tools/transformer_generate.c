@@ -233,8 +233,21 @@ static int generate_file(const tfm_module *model, const tfm_tokenizer *tok,
     int64_t *n_ids = calloc((size_t)(B > 0 ? B : 1), sizeof *n_ids);
     int64_t *n_out = calloc((size_t)(B > 0 ? B : 1), sizeof *n_out);
     tfm_stop_reason *why = calloc((size_t)(B > 0 ? B : 1), sizeof *why);
-    int32_t *out = malloc((size_t)(B * o->max_tokens > 0 ? B * o->max_tokens
-                                                         : 1) * sizeof *out);
+    int32_t *out = NULL;
+    int64_t n_all = 0;
+    tfm_model_config cfg;
+    if (tfm_model_get_config(model, &cfg) != TFM_OK) {
+        fail("%s", tfm_last_error());
+        goto done;
+    }
+    const int64_t ctx = cfg.context_length;
+    if (__builtin_mul_overflow(B, o->max_tokens, &n_all) ||
+        (uint64_t)n_all > SIZE_MAX / sizeof(int32_t)) {
+        fail("--batch-file: %lld lines x --max-tokens %lld tokens do not fit "
+             "in memory", (long long)B, (long long)o->max_tokens);
+        goto done;
+    }
+    out = malloc((size_t)(n_all > 0 ? n_all : 1) * sizeof *out);
     if (!ids || !n_ids || !n_out || !why || !out) {
         fail("out of memory");
         goto done;
@@ -250,6 +263,13 @@ static int generate_file(const tfm_module *model, const tfm_tokenizer *tok,
             fail("--batch-file '%s': line %lld is empty", o->batch_file,
                  (long long)(i + 1));
             goto done;
+        }
+        /* longer than the context: its last context tokens, as
+         * tfm_model_generate takes a long prompt */
+        if (n_ids[i] > ctx) {
+            memmove(ids[i], ids[i] + n_ids[i] - ctx,
+                    (size_t)ctx * sizeof *ids[i]);
+            n_ids[i] = ctx;
         }
     }
     tfm_generate_options g;
@@ -541,10 +561,20 @@ int main(int argc, char **argv)
         goto done;
     }
 
+    /* A prompt longer than the context: its last context_length tokens
+     * are the model's input, as tfm_model_generate takes a long prompt
+     * (the whole prompt is printed). */
+    const int64_t skipped = n_prompt > cfg.context_length
+                                ? n_prompt - cfg.context_length
+                                : 0;
+    if (skipped)
+        fprintf(stderr, PROGRAM ": note: the prompt has %lld tokens, more "
+                "than the context: its last %lld are the model's input\n",
+                (long long)n_prompt, (long long)cfg.context_length);
     fputs(o.prompt, stdout);
     fflush(stdout);
     timings tm = { 0, 0.0, 0, 0, 0, 0, 0.0, TFM_STOP_MAX_NEW_TOKENS };
-    if (generate(model, tok, prompt, n_prompt, &o, &tm))
+    if (generate(model, tok, prompt + skipped, n_prompt - skipped, &o, &tm))
         goto done;
     fputc('\n', stdout);
     fflush(stdout);
