@@ -259,7 +259,8 @@ step_fuzz() {
     local rc=0 pids=() h
     rm -rf build-fuzz/artifacts
     mkdir -p build-fuzz/artifacts
-    for h in safetensors model_load tokenizer_files tokenizer model_metadata; do
+    for h in safetensors model_load tokenizer_files tokenizer model_metadata \
+             checkpoint_pointer batch_file; do
         (
             exe=build-fuzz/fuzz_$h
             work=build-fuzz/corpus-$h

@@ -9,17 +9,56 @@
 #            outside the checkpoint's vocabulary, a recipe option given with
 #            --resume, a context the text cannot fill, a loss that is not
 #            finite (the last checkpoint stays readable);
+#   files    (issue 44, kind 3) only files the tool recorded as its own are
+#            removed: a file whose name merely looks like a step file's or a
+#            temporary file stays; a new run over an existing checkpoint (or
+#            a directory that is not empty) is refused without --resume or
+#            --overwrite, and --overwrite removes the old run's step files
+#            once its own first checkpoint is in place; an output that
+#            aliases the training text (same path, symbolic or hard link) or
+#            another output is refused, the text left as it was;
+#   state    (kinds 8, 9) a resume into a model other than the recipe's (a
+#            deeper one), an optimizer file of another model (more
+#            tensors), a negative exp_avg_sq, an lr in hexadecimal or with
+#            a blank: refused, the checkpoint left as it was;
 #   torch    the PyTorch reference trainer (tools/train_charlm.py), from the
 #            same initial weights (the run's init.safetensors) and the same
 #            batches (--sampler splitmix), gives the same loss at each of 50
 #            steps within 1e-4 relative, and the same final bits per
 #            character.
-# Usage: test_train.sh resume|errors|torch TRAIN GENERATE TEXT
+# Usage: test_train.sh resume|errors|files|state|torch TRAIN GENERATE TEXT
 set -euo pipefail
 what=$1 train=$2 generate=$3 text=$4
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+expect() {   # expect PATTERN COMMAND...: exits non-zero saying PATTERN
+  local pattern=$1; shift
+  if "$@" > /dev/null 2> "$work/err"; then fail "exit 0: $*"; fi
+  grep -q -- "$pattern" "$work/err" || { cat "$work/err"; fail "no '$pattern'"; }
+}
+# edit_safetensors FILE lr VALUE | FILE negate SUFFIX: rewrites a
+# safetensors file (metadata "lr" set to VALUE, or the first value of the
+# first tensor whose name ends in SUFFIX made -1), as a hand edit would.
+edit_safetensors() {
+  /usr/bin/python3 - "$@" <<'PY'
+import json, struct, sys
+path, what, arg = sys.argv[1:4]
+raw = open(path, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+data = bytearray(raw[8 + n:])
+if what == "lr":
+    head["__metadata__"]["lr"] = arg
+else:
+    name = sorted(k for k in head if k.endswith(arg))[0]
+    begin = head[name]["data_offsets"][0]
+    data[begin:begin + 4] = struct.pack("<f", -1.0)
+text = json.dumps(head).encode()
+text += b" " * (-len(text) % 8)
+open(path, "wb").write(struct.pack("<Q", len(text)) + text + bytes(data))
+PY
+}
 
 small=(--layers 2 --d-model 32 --heads 2 --d-ff 64 --context 32
        --batch-size 4 --warmup 3 --eval-windows 8 --eval-interval 0
@@ -80,11 +119,23 @@ resume)
   [ "${out:0:3}" = "The" ] || fail "the trained model does not generate: '$out'"
   ;;
 errors)
-  expect() {   # expect PATTERN COMMAND...
-    local pattern=$1; shift
-    if "$@" > /dev/null 2> "$work/err"; then fail "exit 0: $*"; fi
-    grep -q -- "$pattern" "$work/err" || { cat "$work/err"; fail "no '$pattern'"; }
-  }
+  # a NUL in the text: refused where it is, not taken for the end of the
+  # vocabulary ("is empty")
+  printf 'abc\nd\0ef' > "$work/nul.txt"
+  expect "holds a NUL character (U+0000) at byte 5 (line 2)" \
+    "$train" --text "$work/nul.txt" --out "$work/x"
+  # sizes from the command line: a documented limit, products checked
+  # (no signed overflow: the sanitizer build runs this too)
+  expect "batch-size 4611686018427387904 is over the limit of 2147483647" \
+    "$train" --text "$text" --out "$work/x" --batch-size 4611686018427387904
+  expect "overflow a 64-bit count" "$train" --text "$text" --out "$work/x" \
+    --batch-size 2147483647 --context 2147483647 --grad-accum 2147483647
+  expect "overflow a 64-bit count" "$train" --text "$text" --out "$work/x" \
+    --steps 9223372036854775807 --grad-accum 2
+  expect "too large" "$train" --text "$text" --out "$work/x" --seed 18446744073709551616
+  expect "is not a whole number" "$train" --text "$text" --out "$work/x" --steps " 4"
+  expect "is not a number" "$train" --text "$text" --out "$work/x" --lr 0x1p-3
+  [ ! -e "$work/x" ] && [ ! -e "$work/x.ckpt" ] || fail "a refused run wrote files"
   expect "cannot read $work/none" "$train" --text "$work/none" --out "$work/x"
   expect "required" "$train" --out "$work/x"
   expect "unknown option" "$train" --text "$text" --out "$work/x" --no-such
@@ -108,6 +159,90 @@ errors)
   "$train" --text "$text" --out "$work/n.st" --resume --stop-after 1 2> /dev/null \
     && fail "resuming into the same overflow succeeded"
   [ -e "$work/n.st.ckpt/checkpoint.safetensors" ] || true
+  ;;
+files)
+  small+=(--steps 4 --checkpoint-interval 1)
+  ck="$work/a.st.ckpt"
+  "$train" --text "$text" --out "$work/a.st" "${small[@]}" --stop-after 3 \
+    2> /dev/null || fail "first run"
+  # files that are not the tool's, whatever their names
+  for f in step-00000001.model.safetensors.bak step-notes.txt \
+           x.safetensors.tmp.1 step-00000002.model.safetensors.tmp.99.0; do
+    echo mine > "$ck/$f"
+  done
+  # a new run over it: refused, nothing touched
+  cp "$ck/checkpoint.safetensors" "$work/pointer"
+  expect "holds a checkpoint (step 3): continue it with --resume, or start over it with --overwrite" \
+    "$train" --text "$text" --out "$work/a.st" "${small[@]}"
+  cmp "$ck/checkpoint.safetensors" "$work/pointer" || fail "the pointer changed"
+  [ -e "$ck/step-00000003.model.safetensors" ] || fail "step 3 removed by a refused run"
+  expect "contradict" "$train" --text "$text" --out "$work/a.st" --resume --overwrite
+  # resumed to the end: the old step files go, the others stay
+  "$train" --text "$text" --out "$work/a.st" --resume 2> /dev/null || fail "resume"
+  for f in step-00000001.model.safetensors.bak step-notes.txt \
+           x.safetensors.tmp.1 step-00000002.model.safetensors.tmp.99.0; do
+    [ "$(cat "$ck/$f")" = mine ] || fail "$f was removed or changed"
+  done
+  [ ! -e "$ck/step-00000003.model.safetensors" ] || fail "step 3 left"
+  [ -e "$ck/step-00000004.optim.safetensors" ] || fail "no step 4"
+  # --overwrite: a new run of 2 steps; the old step 4 goes after its first
+  # checkpoint, the foreign files stay
+  "$train" --text "$text" --out "$work/a.st" "${small[@]}" --steps 2 \
+    --warmup 1 --overwrite 2> /dev/null || fail "--overwrite"
+  [ ! -e "$ck/step-00000004.model.safetensors" ] || fail "old step 4 left"
+  [ -e "$ck/step-00000002.model.safetensors" ] || fail "no new step 2"
+  [ "$(cat "$ck/step-notes.txt")" = mine ] || fail "--overwrite removed a foreign file"
+  # a directory that is not empty and holds no checkpoint
+  mkdir "$work/full"; echo mine > "$work/full/notes"
+  expect "is not empty and holds no checkpoint" "$train" --text "$text" \
+    --out "$work/b.st" --checkpoint "$work/full" "${small[@]}"
+  # outputs that alias the text: same path, symbolic link, hard link
+  cp "$text" "$work/t.txt"; ln -s t.txt "$work/sym.txt"; ln "$work/t.txt" "$work/hard.txt"
+  expect "are the same file: the run would overwrite its training text" \
+    "$train" --text "$work/t.txt" --out "$work/t.txt" "${small[@]}"
+  expect "are the same file: the run would overwrite its training text" \
+    "$train" --text "$work/t.txt" --out "$work/sym.txt" "${small[@]}"
+  expect "are the same file: the run would overwrite its training text" \
+    "$train" --text "$work/sym.txt" --out "$work/hard.txt" "${small[@]}"
+  expect "are the same file: the run would overwrite its training text" \
+    "$train" --text "$work/t.txt" --out "$work/c.st" --log-file "$work/hard.txt" "${small[@]}"
+  cp "$text" "$work/full/init.safetensors"
+  expect "are the same file" "$train" --text "$work/full/init.safetensors" \
+    --out "$work/c.st" --checkpoint "$work/full" --overwrite "${small[@]}"
+  expect "one output would overwrite the other" "$train" --text "$work/t.txt" \
+    --out "$work/c.st" --log-file "$work/c.st" "${small[@]}"
+  expect "is among the checkpoint's step files" "$train" --text "$work/t.txt" \
+    --out "$ck/step-00000002.model.safetensors" --checkpoint "$ck" --resume
+  cmp "$work/t.txt" "$text" || fail "the training text changed"
+  ;;
+state)
+  small+=(--steps 4 --stop-after 2)
+  "$train" --text "$text" --out "$work/a.st" "${small[@]}" 2> /dev/null || fail "run a"
+  "$train" --text "$text" --out "$work/b.st" "${small[@]}" --layers 3 2> /dev/null || fail "run b"
+  a="$work/a.st.ckpt" b="$work/b.st.ckpt" s=step-00000002
+  cp -r "$a" "$work/saved"
+  resume_a() { "$train" --text "$text" --out "$work/a.st" --resume "$@"; }
+  # a model deeper than the recipe
+  cp "$b/$s.model.safetensors" "$a/$s.model.safetensors"
+  expect "is not the model of the checkpoint's recipe: the number of layers (--layers) differs" resume_a
+  cp "$work/saved/$s.model.safetensors" "$a/"
+  # the optimizer state of another (deeper) model: more tensors
+  cp "$b/$s.optim.safetensors" "$a/$s.optim.safetensors"
+  expect "holds 120 tensors; this optimizer over 28 parameters keeps 84" resume_a
+  # a negative second moment; an lr read leniently before
+  cp "$work/saved/$s.optim.safetensors" "$a/"
+  edit_safetensors "$a/$s.optim.safetensors" negate .exp_avg_sq
+  expect "holds a negative value (-1 at index 0); second moments are never negative" resume_a
+  for lr in 0x1p-3 " 0.001" "+0.001" inf; do
+    cp "$work/saved/$s.optim.safetensors" "$a/"
+    edit_safetensors "$a/$s.optim.safetensors" lr "$lr"
+    expect "has no valid \"lr\"" resume_a
+  done
+  cmp "$a/checkpoint.safetensors" "$work/saved/checkpoint.safetensors" \
+    || fail "a refused resume changed the pointer"
+  # the file as written resumes
+  cp "$work/saved/$s.optim.safetensors" "$a/"
+  resume_a --stop-after 1 2> /dev/null || fail "resume of the untouched checkpoint"
   ;;
 torch)
   here=$(cd "$(dirname "$0")" && pwd)

@@ -73,364 +73,21 @@
 
 #include "base/number_parse.h"
 
-/* OpenBLAS's name for the CPU kernels it picked (cblas.h of OpenBLAS). */
-char *openblas_get_corename(void);
-
 #ifndef TFM_DEFAULT_MODEL
 #error "TFM_DEFAULT_MODEL (absolute path of the default model) must be defined"
 #endif
 
 #define PROGRAM "transformer-generate"
-#define MODEL_ENV "TRANSFORMER_MODEL"
 
 #include "cli_args.h"
 #include "json_file.h"
 #include "image_input.h"
-
-/* The most --stop and --eos-token-id options. */
-#define MAX_LIST 64
-
-typedef struct options {
-    const char *model;
-    const char *prompt;
-    int64_t max_tokens;
-    tfm_sampling sampling;
-    uint64_t seed;
-    int sampling_option;   /* --temperature, --top-k, --top-p, --seed or
-                              --sample */
-    int greedy_option;     /* --greedy */
-    int64_t threads;       /* --threads: 0 = the library's default */
-    int sample_option;     /* --sample */
-    /* --stop, --eos-token-id, --min-new-tokens, --repetition-penalty,
-     * --no-repeat-ngram-size (tfm_generate_options) */
-    const char *stops[MAX_LIST];
-    int64_t n_stops;
-    int32_t eos[MAX_LIST];
-    int64_t n_eos;
-    int64_t min_new_tokens;
-    float repetition_penalty;
-    int64_t no_repeat_ngram_size;
-    tfm_past_context past_context;   /* --past-context */
-    const char *batch_file;          /* --batch-file, or NULL */
-    const char *fill_mask;           /* --fill-mask, or NULL */
-    int top_k_option;                /* --top-k given */
-    const char *translate;           /* --translate, or NULL */
-    const char *classify;            /* --classify, or NULL */
-    int64_t num_beams;               /* --num-beams; 0: the checkpoint's */
-    int max_tokens_option;           /* --max-tokens given */
-} options;
-
-/* getopt_long's values for the long-only options. */
-enum { OPT_SAMPLE = 256, OPT_STOP, OPT_EOS, OPT_MIN_NEW, OPT_REPETITION,
-       OPT_NO_REPEAT, OPT_PAST_CONTEXT, OPT_BATCH_FILE, OPT_FILL_MASK,
-       OPT_TRANSLATE, OPT_NUM_BEAMS, OPT_CLASSIFY };
-
-static void usage(FILE *out)
-{
-    fprintf(out,
-        "Usage: " PROGRAM " [OPTION]...\n"
-        "Generate text with a Transformer model: a model file (safetensors "
-        "with\n"
-        "tokenizer metadata, such as the shipped character-level model) or a "
-        "Hugging\n"
-        "Face checkpoint directory (GPT-2, Llama; BERT with --fill-mask, "
-        "Marian with\n"
-        "--translate, ViT with --classify).\n"
-        "\n"
-        "  -m, --model FILE|DIR   model file (safetensors with tokenizer\n"
-        "                         metadata) or checkpoint directory; default:\n"
-        "                         $" MODEL_ENV " if set,\n"
-        "                         else " TFM_DEFAULT_MODEL "\n"
-        "  -p, --prompt TEXT      text to continue (default \"In the "
-        "beginning\")\n"
-        "  -n, --max-tokens N     tokens to generate (default 200)\n"
-        "  -t, --temperature T    sample with temperature T > 0 "
-        "(default 1.0)\n"
-        "  -k, --top-k K          sample among the K most likely (0: all; "
-        "default 0)\n"
-        "      --top-p P          sample among the most likely whose "
-        "probability\n"
-        "                         reaches P, 0 < P <= 1 (default 1.0)\n"
-        "  -s, --seed S           random seed for sampling (default 42)\n"
-        "      --sample           sample, with the defaults above for what "
-        "is not given\n"
-        "  -g, --greedy           always take the most likely token "
-        "(the\n"
-        "                         default; overrides the sampling options)\n"
-        "  -j, --threads N        threads for the forward passes (0: one per\n"
-        "                         online processor, the default; at most 64\n"
-        "                         are used)\n"
-        "      --max-new-tokens N the same as --max-tokens\n"
-        "      --stop TEXT        stop once the generated text contains TEXT "
-        "(may be\n"
-        "                         given up to 64 times)\n"
-        "      --eos-token-id ID  stop after token ID (may be given up to 64 "
-        "times)\n"
-        "      --min-new-tokens N no end-of-sequence token before N tokens\n"
-        "      --repetition-penalty R  CTRL's penalty R > 0 on tokens already "
-        "seen\n"
-        "                         (1: none, the default)\n"
-        "      --no-repeat-ngram-size N  no N-gram twice (0: no limit)\n"
-        "      --past-context MODE  past the context length: auto (the\n"
-        "                         default: a rolling cache, or for learned\n"
-        "                         positions a re-encode of the last half\n"
-        "                         window once per half window) or reencode\n"
-        "                         (the whole window afresh for every token)\n"
-        "      --batch-file FILE  generate for every line of FILE (a prompt "
-        "each)\n"
-        "                         together; one line out per prompt, in "
-        "order,\n"
-        "                         newlines written as \\n, backslashes as "
-        "\\\\\n"
-        "      --fill-mask TEXT   a masked LM (BERT) predicts each [MASK] in "
-        "TEXT:\n"
-        "                         the 5 (or --top-k K) most likely tokens, "
-        "one line\n"
-        "                         each: probability, token, filled text\n"
-        "      --translate TEXT   an encoder-decoder checkpoint (Marian) "
-        "translates\n"
-        "                         TEXT with beam search; one line out\n"
-        "      --num-beams N      beams of --translate (default: the "
-        "checkpoint's\n"
-        "                         num_beams, else 1 = greedy)\n"
-        "      --classify IMAGE   an image classifier checkpoint (ViT) "
-        "labels the\n"
-        "                         PNG or JPEG file IMAGE: the 5 (or --top-k "
-        "K) most\n"
-        "                         likely labels, one line each: "
-        "probability, label\n"
-        "  -h, --help             show this help and exit\n"
-        "  -V, --version          show the version and exit\n"
-        "\n"
-        "Decoding is greedy unless --sample, --temperature, --top-k, --top-p "
-        "or --seed\n"
-        "is given (the Python and Lua generate's do_sample rule).\n"
-        "The text goes to stdout, each token as it is generated; "
-        "prefill and\n"
-        "decode speed and why generation stopped to stderr.  The prompt must "
-        "fit in\n"
-        "the model's context; generation continues past it (the window "
-        "slides).\n"
-        "\n"
-        "The model file's metadata chooses the architecture, the positional "
-        "encoding\n"
-        "(\"tfm.positional\": learned, sinusoidal, sinusoidal_concat, none; "
-        "base\n"
-        "\"tfm.positional_base\") and the attention variant (\"tfm.attention.*"
-        "\":\n"
-        "grouped-query and multi-query heads, RoPE, ALiBi, T5 buckets, Shaw "
-        "relative\n"
-        "positions, sliding-window, dilated and BigBird patterns, other "
-        "scores; see\n"
-        "docs/VARIANTS.md).  Every variant decodes with the KV cache; the "
-        "model line\n"
-        "on stderr says which one the file selects.\n");
-}
-
-/* Returns -1 to go on, else the exit code. */
-static int parse_options(int argc, char **argv, options *o)
-{
-    static const struct option longs[] = {
-        { "model", required_argument, NULL, 'm' },
-        { "prompt", required_argument, NULL, 'p' },
-        { "max-tokens", required_argument, NULL, 'n' },
-        { "temperature", required_argument, NULL, 't' },
-        { "top-k", required_argument, NULL, 'k' },
-        { "top-p", required_argument, NULL, 'P' },
-        { "seed", required_argument, NULL, 's' },
-        { "greedy", no_argument, NULL, 'g' },
-        { "threads", required_argument, NULL, 'j' },
-        { "sample", no_argument, NULL, OPT_SAMPLE },
-        { "max-new-tokens", required_argument, NULL, 'n' },
-        { "stop", required_argument, NULL, OPT_STOP },
-        { "eos-token-id", required_argument, NULL, OPT_EOS },
-        { "min-new-tokens", required_argument, NULL, OPT_MIN_NEW },
-        { "repetition-penalty", required_argument, NULL, OPT_REPETITION },
-        { "no-repeat-ngram-size", required_argument, NULL, OPT_NO_REPEAT },
-        { "past-context", required_argument, NULL, OPT_PAST_CONTEXT },
-        { "batch-file", required_argument, NULL, OPT_BATCH_FILE },
-        { "fill-mask", required_argument, NULL, OPT_FILL_MASK },
-        { "translate", required_argument, NULL, OPT_TRANSLATE },
-        { "num-beams", required_argument, NULL, OPT_NUM_BEAMS },
-        { "classify", required_argument, NULL, OPT_CLASSIFY },
-        { "help", no_argument, NULL, 'h' },
-        { "version", no_argument, NULL, 'V' },
-        { NULL, 0, NULL, 0 },
-    };
-    const char *env = getenv(MODEL_ENV);
-    o->model = env && env[0] ? env : TFM_DEFAULT_MODEL;
-    o->prompt = "In the beginning";
-    o->max_tokens = 200;
-    o->sampling = (tfm_sampling){ 0, 1.0f, 0, 1.0f };
-    o->seed = 42;
-    o->sampling_option = 0;
-    o->greedy_option = 0;
-    o->threads = 0;
-    o->sample_option = 0;
-    o->n_stops = 0;
-    o->n_eos = 0;
-    o->min_new_tokens = 0;
-    o->repetition_penalty = 1.0f;
-    o->no_repeat_ngram_size = 0;
-    o->past_context = TFM_PAST_CONTEXT_AUTO;
-    o->batch_file = NULL;
-    o->fill_mask = NULL;
-    o->top_k_option = 0;
-    o->translate = NULL;
-    o->classify = NULL;
-    o->num_beams = 0;
-    o->max_tokens_option = 0;
-
-    int c;
-    int64_t v;
-    while ((c = getopt_long(argc, argv, "m:p:n:t:k:s:gj:hV", longs, NULL)) !=
-           -1) {
-        switch (c) {
-        case 'm':
-            o->model = optarg;
-            break;
-        case 'p':
-            o->prompt = optarg;
-            break;
-        case 'n':
-            if (parse_int64("--max-tokens", optarg, 0, &o->max_tokens))
-                return 1;
-            o->max_tokens_option = 1;
-            break;
-        case 't':
-            if (parse_float("--temperature", optarg, &o->sampling.temperature))
-                return 1;
-            if (!(o->sampling.temperature > 0.0f))
-                return fail("--temperature: %s must be greater than 0",
-                            optarg);
-            o->sampling_option = 1;
-            break;
-        case 'k':
-            if (parse_int64("--top-k", optarg, 0, &o->sampling.top_k))
-                return 1;
-            o->sampling_option = 1;
-            o->top_k_option = 1;
-            break;
-        case 'P':
-            if (parse_float("--top-p", optarg, &o->sampling.top_p))
-                return 1;
-            if (!(o->sampling.top_p > 0.0f && o->sampling.top_p <= 1.0f))
-                return fail("--top-p: %s is outside (0, 1]", optarg);
-            o->sampling_option = 1;
-            break;
-        case 's':
-            if (parse_uint64("--seed", optarg, &o->seed))
-                return 1;
-            o->sampling_option = 1;
-            break;
-        case 'g':
-            o->greedy_option = 1;
-            break;
-        case 'j':
-            if (parse_int64("--threads", optarg, 0, &o->threads))
-                return 1;
-            if (o->threads > INT32_MAX)
-                return fail("--threads: %s is too large", optarg);
-            break;
-        case OPT_SAMPLE:
-            o->sampling_option = 1;
-            o->sample_option = 1;
-            break;
-        case OPT_STOP:
-            if (!optarg[0])
-                return fail("--stop: the text must not be empty");
-            if (o->n_stops == MAX_LIST)
-                return fail("--stop: at most %d", MAX_LIST);
-            o->stops[o->n_stops++] = optarg;
-            break;
-        case OPT_EOS:
-            if (parse_int64("--eos-token-id", optarg, 0, &v))
-                return 1;
-            if (v > INT32_MAX)
-                return fail("--eos-token-id: %s is too large", optarg);
-            if (o->n_eos == MAX_LIST)
-                return fail("--eos-token-id: at most %d", MAX_LIST);
-            o->eos[o->n_eos++] = (int32_t)v;
-            break;
-        case OPT_MIN_NEW:
-            if (parse_int64("--min-new-tokens", optarg, 0, &o->min_new_tokens))
-                return 1;
-            break;
-        case OPT_REPETITION:
-            if (parse_float("--repetition-penalty", optarg,
-                            &o->repetition_penalty))
-                return 1;
-            if (!(o->repetition_penalty > 0.0f))
-                return fail("--repetition-penalty: %s must be greater than 0",
-                            optarg);
-            break;
-        case OPT_PAST_CONTEXT:
-            if (strcmp(optarg, "auto") == 0)
-                o->past_context = TFM_PAST_CONTEXT_AUTO;
-            else if (strcmp(optarg, "reencode") == 0)
-                o->past_context = TFM_PAST_CONTEXT_REENCODE;
-            else
-                return fail("--past-context: %s is not auto or reencode",
-                            optarg);
-            break;
-        case OPT_BATCH_FILE:
-            o->batch_file = optarg;
-            break;
-        case OPT_FILL_MASK:
-            o->fill_mask = optarg;
-            break;
-        case OPT_TRANSLATE:
-            o->translate = optarg;
-            break;
-        case OPT_CLASSIFY:
-            o->classify = optarg;
-            break;
-        case OPT_NUM_BEAMS:
-            if (parse_int64("--num-beams", optarg, 1, &o->num_beams))
-                return 1;
-            break;
-        case OPT_NO_REPEAT:
-            if (parse_int64("--no-repeat-ngram-size", optarg, 0,
-                            &o->no_repeat_ngram_size))
-                return 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        case 'V':
-            printf(PROGRAM " (libtransformer) %s\n", tfm_version_string());
-            return 0;
-        default: /* getopt_long has said what was wrong */
-            fprintf(stderr, "Try '" PROGRAM " --help' for more "
-                            "information.\n");
-            return 1;
-        }
-    }
-    if (optind < argc) {
-        fail("unexpected argument '%s' (the prompt goes after --prompt)",
-             argv[optind]);
-        fprintf(stderr, "Try '" PROGRAM " --help' for more information.\n");
-        return 1;
-    }
-    if (o->greedy_option && o->sample_option)
-        return fail("--greedy and --sample contradict each other: give one "
-                    "of them");
-    o->sampling.greedy = o->greedy_option || !o->sampling_option;
-    return -1;
-}
+#include "generate_batch_file.h"
+#include "generate_options.h"
+#include "generate_report.h"
+#include "generate_translate.h"
 
 /* ---- Generation ------------------------------------------------------- */
-
-typedef struct timings {
-    int64_t prefill_tokens;
-    double prefill_s;        /* tfm_generator_create */
-    int64_t tokens;          /* generated */
-    int64_t slides;          /* steps that encoded a window afresh */
-    int64_t rolled;          /* steps past the context on a rolling cache */
-    int64_t kept;            /* tokens each slide encodes (ctx or ctx/2) */
-    double decode_s;         /* every tfm_generator_next */
-    tfm_stop_reason reason;
-} timings;
 
 /* Prints the text of id (flushed). */
 static int emit(const tfm_tokenizer *tok, int32_t id)
@@ -530,183 +187,6 @@ done:
     return rc;
 }
 
-/* ---- Describing the model -------------------------------------------- */
-
-typedef struct text {
-    char buf[512];
-    size_t len;
-} text;
-
-static void add(text *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-/* Appends to t (silently truncated at its size). */
-static void add(text *t, const char *fmt, ...)
-{
-    if (t->len + 1 >= sizeof t->buf)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(t->buf + t->len, sizeof t->buf - t->len, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        t->len += (size_t)n < sizeof t->buf - t->len
-                      ? (size_t)n
-                      : sizeof t->buf - t->len - 1;
-}
-
-/* "positions: ...; attention: ..." for the model's options. */
-static void describe(const tfm_model_config *c, const tfm_model_options *o,
-                     text *t)
-{
-    const tfm_attention_config *a = &o->attention;
-    /* Prose for people; the enums' names (names.h) are for files. */
-    static const char *const positions[TFM_POSITIONAL_COUNT] = {
-        [TFM_POSITIONAL_NONE] = "none",
-        [TFM_POSITIONAL_LEARNED] = "learned",
-        [TFM_POSITIONAL_SINUSOIDAL] = "sinusoidal interleaved",
-        [TFM_POSITIONAL_SINUSOIDAL_CONCAT] = "sinusoidal sin|cos halves",
-    };
-    int p = (int)c->positional;
-    add(t, "positions: %s",
-        p >= 0 && p < TFM_POSITIONAL_COUNT && positions[p] ? positions[p]
-                                                            : "?");
-    if (c->positional == TFM_POSITIONAL_SINUSOIDAL ||
-        c->positional == TFM_POSITIONAL_SINUSOIDAL_CONCAT)
-        add(t, " (base %g)", o->positional_base);
-    static const char *const scores[TFM_SCORE_COUNT] = {
-        [TFM_SCORE_SCALED_DOT] = "scaled dot product",
-        [TFM_SCORE_DOT] = "dot product",
-        [TFM_SCORE_GENERAL] = "general (q^T W k)",
-        [TFM_SCORE_ADDITIVE] = "additive",
-        [TFM_SCORE_LEARNED_TEMPERATURE] = "learned temperature",
-    };
-    int s = (int)a->score;
-    add(t, "; attention: %s",
-        s >= 0 && s < TFM_SCORE_COUNT && scores[s] ? scores[s] : "?");
-    if (a->scale != 0.0f)
-        add(t, " (scale %g)", (double)a->scale);
-    const int64_t h = c->layer.n_heads;
-    if (a->n_kv_heads == 1)
-        add(t, ", multi-query (1 key/value head)");
-    else if (a->n_kv_heads > 0 && a->n_kv_heads < h)
-        add(t, ", grouped-query (%lld key/value heads for %lld)",
-            (long long)a->n_kv_heads, (long long)h);
-    if (a->rope != TFM_ROPE_NONE)
-        add(t, ", RoPE %s (base %g, %lld dims)",
-            a->rope == TFM_ROPE_ADJACENT ? "adjacent pairs" : "half-split",
-            a->rope_base != 0.0 ? a->rope_base : 10000.0,
-            (long long)(a->rope_dims ? a->rope_dims : c->layer.d_model / h));
-    if (a->relative == TFM_RELATIVE_SHAW)
-        add(t, ", Shaw relative positions (k = %lld%s)",
-            (long long)a->max_distance,
-            a->relative_values ? ", keys and values" : "");
-    else if (a->relative == TFM_RELATIVE_T5)
-        add(t, ", T5 bias (%lld buckets, max distance %lld, %s)",
-            (long long)(a->num_buckets ? a->num_buckets : 32),
-            (long long)(a->max_distance ? a->max_distance : 128),
-            a->bidirectional ? "bidirectional" : "one-sided");
-    else if (a->relative == TFM_RELATIVE_ALIBI)
-        add(t, ", ALiBi");
-    if (a->sparsity == TFM_SPARSE_SLIDING_WINDOW)
-        add(t, ", sliding window %lld", (long long)a->window);
-    else if (a->sparsity == TFM_SPARSE_DILATED)
-        add(t, ", dilated window %lld x %lld", (long long)a->window,
-            (long long)a->dilation);
-    else if (a->sparsity == TFM_SPARSE_BIGBIRD)
-        add(t, ", BigBird (blocks of %lld, window %lld, %lld random, seed "
-               "%llu)", (long long)a->block_size, (long long)a->window,
-            (long long)a->n_random_blocks, (unsigned long long)a->seed);
-    if (a->n_global > 0 && a->sparsity != TFM_SPARSE_NONE)
-        add(t, ", %lld global %s%s", (long long)a->n_global,
-            a->sparsity == TFM_SPARSE_BIGBIRD ? "block" : "token",
-            a->n_global == 1 ? "" : "s");
-}
-
-/* One line: the architecture and sizes, then describe()'s. */
-static void report_model(const tfm_module *model)
-{
-    tfm_model_config c;
-    tfm_model_options o;
-    tfm_model_options_init(&o);
-    if (tfm_model_get_config(model, &c) != TFM_OK ||
-        tfm_model_get_options(model, &o) != TFM_OK)
-        return;
-    tfm_layer_options lo;
-    tfm_layer_options_init(&lo);
-    if (tfm_model_get_layer_options(model, &lo) != TFM_OK)
-        return;
-    text t = { { 0 }, 0 };
-    if (c.architecture == TFM_ARCH_ENCODER_DECODER)
-        add(&t, "model: %lld + %lld layers", (long long)c.n_encoder_layers,
-            (long long)c.n_decoder_layers);
-    else
-        add(&t, "model: %lld layers", (long long)c.n_layers);
-    add(&t, ", d_model %lld, %lld heads, context %lld; ",
-        (long long)c.layer.d_model, (long long)c.layer.n_heads,
-        (long long)c.context_length);
-    /* the blocks: norm placement and kind, feed-forward, biases */
-    static const char *const acts[TFM_ACTIVATION_COUNT] = {
-        [TFM_ACTIVATION_RELU] = "ReLU", [TFM_ACTIVATION_GELU] = "GELU",
-        [TFM_ACTIVATION_GELU_TANH] = "tanh GELU",
-        [TFM_ACTIVATION_SILU] = "SiLU",
-    };
-    const int a = (int)c.layer.activation;
-    add(&t, "blocks: %s %s (eps %g), %sfeed-forward %lld %s%s; ",
-        c.layer.norm_first ? "pre-norm" : "post-norm",
-        lo.rms_norm ? "RMSNorm" : "LayerNorm",
-        (double)c.layer.layer_norm_eps, lo.gated ? "gated " : "",
-        (long long)c.layer.d_ff,
-        a >= 0 && a < TFM_ACTIVATION_COUNT && acts[a] ? acts[a] : "?",
-        lo.bias ? "" : ", no biases");
-    describe(&c, &o, &t);
-    fprintf(stderr, "%s\n", t.buf);
-}
-
-static void report(const tfm_module *model, const timings *tm,
-                   const options *o)
-{
-    char rate[64];
-    if (tm->prefill_s > 0)
-        snprintf(rate, sizeof rate, "%.1f tokens/s",
-                 (double)tm->prefill_tokens / tm->prefill_s);
-    else
-        snprintf(rate, sizeof rate, "- tokens/s");
-    fprintf(stderr, "prefill: %lld tokens in %.3f ms (%s)\n",
-            (long long)tm->prefill_tokens, 1e3 * tm->prefill_s, rate);
-    if (tm->decode_s > 0 && tm->tokens > 0)
-        snprintf(rate, sizeof rate, "%.1f tokens/s",
-                 (double)tm->tokens / tm->decode_s);
-    else
-        snprintf(rate, sizeof rate, "- tokens/s");
-    fprintf(stderr, "decode:  %lld tokens in %.3f ms (%s)",
-            (long long)tm->tokens, 1e3 * tm->decode_s, rate);
-    if (tm->slides)
-        fprintf(stderr, ", %lld of them re-encoding the last %lld tokens",
-                (long long)tm->slides, (long long)tm->kept);
-    if (tm->rolled)
-        fprintf(stderr, ", %lld of them on the rolling cache",
-                (long long)tm->rolled);
-    fputc('\n', stderr);
-    static const char *const reasons[] = {
-        "-", "max-tokens reached", "end-of-sequence token",
-        "stop string", "callback" };
-    fprintf(stderr, "stopped: %s\n",
-            (int)tm->reason >= 0 && (int)tm->reason <= 4
-                ? reasons[tm->reason] : "?");
-    if (o->sampling.greedy)
-        fprintf(stderr, "sampling: greedy\n");
-    else
-        fprintf(stderr,
-                "sampling: temperature %g, top-k %lld, top-p %g, seed %llu\n",
-                (double)o->sampling.temperature,
-                (long long)o->sampling.top_k, (double)o->sampling.top_p,
-                (unsigned long long)o->seed);
-    report_model(model);
-    fprintf(stderr, "threads: %d\n", tfm_get_num_threads());
-    const char *core = openblas_get_corename();
-    fprintf(stderr, "OpenBLAS core: %s\n", core ? core : "unknown");
-}
 
 /* ---- Batch mode (--batch-file) -------------------------------------- */
 
@@ -738,39 +218,6 @@ static void put_escaped(const char *s, size_t n)
     }
 }
 
-/* The lines of path (without their \n or \r\n): *lines into *text. */
-static int read_lines(const char *path, char **text, char ***lines,
-                      int64_t *n)
-{
-    size_t len = 0;
-    char *buf = read_file(path, &len);
-    if (!buf)
-        return 1;
-    int64_t count = 0;
-    for (size_t i = 0; i < len; i++)
-        count += buf[i] == '\n';
-    count += len > 0 && buf[len - 1] != '\n';
-    char **l = malloc((size_t)(count > 0 ? count : 1) * sizeof *l);
-    if (!l) {
-        free(buf);
-        return fail("out of memory");
-    }
-    int64_t k = 0;
-    for (char *p = buf; p < buf + len;) {
-        char *end = memchr(p, '\n', (size_t)(buf + len - p));
-        if (!end)
-            end = buf + len;
-        *end = '\0';
-        if (end > p && end[-1] == '\r')
-            end[-1] = '\0';
-        l[k++] = p;
-        p = end + 1;
-    }
-    *text = buf;
-    *lines = l;
-    *n = k;
-    return 0;
-}
 
 /* --batch-file: every line a prompt, generated together; one line out per
  * prompt. */
@@ -786,8 +233,21 @@ static int generate_file(const tfm_module *model, const tfm_tokenizer *tok,
     int64_t *n_ids = calloc((size_t)(B > 0 ? B : 1), sizeof *n_ids);
     int64_t *n_out = calloc((size_t)(B > 0 ? B : 1), sizeof *n_out);
     tfm_stop_reason *why = calloc((size_t)(B > 0 ? B : 1), sizeof *why);
-    int32_t *out = malloc((size_t)(B * o->max_tokens > 0 ? B * o->max_tokens
-                                                         : 1) * sizeof *out);
+    int32_t *out = NULL;
+    int64_t n_all = 0;
+    tfm_model_config cfg;
+    if (tfm_model_get_config(model, &cfg) != TFM_OK) {
+        fail("%s", tfm_last_error());
+        goto done;
+    }
+    const int64_t ctx = cfg.context_length;
+    if (__builtin_mul_overflow(B, o->max_tokens, &n_all) ||
+        (uint64_t)n_all > SIZE_MAX / sizeof(int32_t)) {
+        fail("--batch-file: %lld lines x --max-tokens %lld tokens do not fit "
+             "in memory", (long long)B, (long long)o->max_tokens);
+        goto done;
+    }
+    out = malloc((size_t)(n_all > 0 ? n_all : 1) * sizeof *out);
     if (!ids || !n_ids || !n_out || !why || !out) {
         fail("out of memory");
         goto done;
@@ -803,6 +263,13 @@ static int generate_file(const tfm_module *model, const tfm_tokenizer *tok,
             fail("--batch-file '%s': line %lld is empty", o->batch_file,
                  (long long)(i + 1));
             goto done;
+        }
+        /* longer than the context: its last context tokens, as
+         * tfm_model_generate takes a long prompt */
+        if (n_ids[i] > ctx) {
+            memmove(ids[i], ids[i] + n_ids[i] - ctx,
+                    (size_t)ctx * sizeof *ids[i]);
+            n_ids[i] = ctx;
         }
     }
     tfm_generate_options g;
@@ -876,28 +343,6 @@ done:
     return rc;
 }
 
-/* ---- Fill-mask ---------------------------------------------------------- */
-
-/* Prints the decoded ids (tfm_tokenizer_decode_v2's flags); 1 on
- * error. */
-static int put_decoded(const tfm_tokenizer *tok, const int32_t *ids,
-                       int64_t n, unsigned flags)
-{
-    size_t len = 0;
-    tfm_status st = tfm_tokenizer_decode_v2(tok, ids, n, flags, NULL, 0,
-                                            &len);
-    char *text = st == TFM_ERR_CAPACITY ? malloc(len + 1) : NULL;
-    if (!text || tfm_tokenizer_decode_v2(tok, ids, n, flags, text, len + 1,
-                                         &len) != TFM_OK) {
-        free(text);
-        return fail("cannot decode: %s", st == TFM_ERR_CAPACITY
-                                             ? tfm_last_error()
-                                             : "out of memory");
-    }
-    fwrite(text, 1, len, stdout);
-    free(text);
-    return 0;
-}
 
 /* --fill-mask: the top predictions of every [MASK] of o->fill_mask. */
 static int fill_mask(const tfm_module *model, const tfm_tokenizer *tok,
@@ -996,250 +441,6 @@ done:
     return rc;
 }
 
-/* ---- Translation ------------------------------------------------------- */
-
-/* The generation defaults of checkpoint directory dir (--translate). */
-typedef struct generation_defaults {
-    const char *file;                /* the file read */
-    int64_t num_beams;               /* 0: absent */
-    int64_t max_length;              /* absent: 20, transformers' */
-    int64_t max_new_tokens;          /* -1: absent */
-    int64_t min_length, min_new_tokens; /* -1: absent */
-    double length_penalty;           /* absent: 1.0, transformers' */
-    int early_stopping;              /* TFM_EARLY_STOPPING_*; absent:
-                                      * FALSE */
-    int renormalize_logits;          /* absent: 0 */
-    int32_t decoder_start, eos, forced_eos; /* -1: absent; decoder_start
-                                      * falls back to bos_token_id */
-    int n_eos;                       /* eos_token_id's ids (a list: >1) */
-    int32_t *suppress;               /* suppress_tokens and bad_words_ids'
-                                      * single ids (malloc'd) */
-    int64_t n_suppress;
-} generation_defaults;
-
-/* A whole number in 0 .. INT32_MAX, or -1. */
-static int64_t json_id(const cJSON *v)
-{
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) ||
-        v->valuedouble > INT32_MAX || v->valuedouble != floor(v->valuedouble))
-        return -1;
-    return (int64_t)v->valuedouble;
-}
-
-/* Reads dir's generation_config.json, else its config.json (as
- * transformers' GenerationConfig: the first when there is one); 1 with a
- * message when neither is JSON. */
-static int read_generation_defaults(const char *dir, generation_defaults *g)
-{
-    memset(g, 0, sizeof *g);
-    g->decoder_start = g->eos = g->forced_eos = -1;
-    g->max_length = 20;
-    g->max_new_tokens = g->min_length = g->min_new_tokens = -1;
-    g->length_penalty = 1.0;
-    g->early_stopping = TFM_EARLY_STOPPING_FALSE;
-    char path[4096];
-    int found = 0; /* without opening it: a FIFO would block the open */
-    for (int k = 0; k < 2 && !found; k++) {
-        g->file = k == 0 ? "generation_config.json" : "config.json";
-        snprintf(path, sizeof path, "%s/%s", dir, g->file);
-        found = access(path, F_OK) == 0;
-    }
-    if (!found)
-        return fail("'%s' has no config.json: --translate needs a checkpoint "
-                    "directory", dir);
-    cJSON *root = NULL;
-    if (read_json_object(path, &root))
-        return 1;
-    const int64_t beams = json_id(cJSON_GetObjectItem(root, "num_beams"));
-    const int64_t max_length = json_id(cJSON_GetObjectItem(root,
-                                                           "max_length"));
-    g->num_beams = beams > 0 ? beams : 0;
-    if (max_length >= 0)
-        g->max_length = max_length;
-    g->max_new_tokens = json_id(cJSON_GetObjectItem(root, "max_new_tokens"));
-    g->min_length = json_id(cJSON_GetObjectItem(root, "min_length"));
-    g->min_new_tokens = json_id(cJSON_GetObjectItem(root, "min_new_tokens"));
-    const cJSON *lp = cJSON_GetObjectItem(root, "length_penalty");
-    if (cJSON_IsNumber(lp))
-        g->length_penalty = lp->valuedouble;
-    const cJSON *es = cJSON_GetObjectItem(root, "early_stopping");
-    if (cJSON_IsTrue(es))
-        g->early_stopping = TFM_EARLY_STOPPING_TRUE;
-    else if (cJSON_IsString(es) && strcmp(es->valuestring, "never") == 0)
-        g->early_stopping = TFM_EARLY_STOPPING_NEVER;
-    g->renormalize_logits =
-        cJSON_IsTrue(cJSON_GetObjectItem(root, "renormalize_logits"));
-    g->decoder_start = (int32_t)json_id(
-        cJSON_GetObjectItem(root, "decoder_start_token_id"));
-    if (g->decoder_start < 0) /* transformers falls back to the bos */
-        g->decoder_start = (int32_t)json_id(
-            cJSON_GetObjectItem(root, "bos_token_id"));
-    /* What HF's generate would apply and the beam search has not: said,
-     * not silently dropped. */
-    static const char *const unapplied[] = {
-        "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
-        "num_beam_groups", "diversity_penalty"
-    };
-    for (size_t k = 0; k < sizeof unapplied / sizeof unapplied[0]; k++) {
-        const cJSON *v = cJSON_GetObjectItem(root, unapplied[k]);
-        if (cJSON_IsNumber(v) && v->valuedouble != 0 &&
-            !(strcmp(unapplied[k], "num_beam_groups") == 0 &&
-              v->valuedouble == 1))
-            fprintf(stderr, PROGRAM ": note: %s's %s is not applied (the "
-                    "beam search has no such processor)\n", g->file,
-                    unapplied[k]);
-    }
-    const cJSON *rp = cJSON_GetObjectItem(root, "repetition_penalty");
-    if (cJSON_IsNumber(rp) && rp->valuedouble != 1.0)
-        fprintf(stderr, PROGRAM ": note: %s's repetition_penalty is not "
-                "applied (the beam search has no such processor)\n", g->file);
-    g->forced_eos = (int32_t)json_id(
-        cJSON_GetObjectItem(root, "forced_eos_token_id"));
-    const cJSON *eos = cJSON_GetObjectItem(root, "eos_token_id");
-    if (cJSON_IsArray(eos)) { /* a list: one id is that id */
-        g->n_eos = cJSON_GetArraySize(eos);
-        g->eos = g->n_eos == 1 ? (int32_t)json_id(eos->child) : -1;
-    } else {
-        g->eos = (int32_t)json_id(eos);
-        g->n_eos = g->eos >= 0;
-    }
-    /* suppress_tokens, then bad_words_ids' single ids (longer bad words:
-     * said, as above) */
-    const cJSON *sup = cJSON_GetObjectItem(root, "suppress_tokens");
-    const cJSON *bad = cJSON_GetObjectItem(root, "bad_words_ids");
-    const int n_listed = (cJSON_IsArray(sup) ? cJSON_GetArraySize(sup) : 0) +
-                    (cJSON_IsArray(bad) ? cJSON_GetArraySize(bad) : 0);
-    g->suppress = malloc((size_t)(n_listed > 0 ? n_listed : 1) *
-                         sizeof *g->suppress);
-    if (!g->suppress) {
-        cJSON_Delete(root);
-        return fail("out of memory");
-    }
-    for (const cJSON *e = cJSON_IsArray(sup) ? sup->child : NULL; e;
-         e = e->next) {
-        const int64_t id = json_id(e);
-        if (id >= 0)
-            g->suppress[g->n_suppress++] = (int32_t)id;
-    }
-    int longer = 0;
-    for (const cJSON *b = cJSON_IsArray(bad) ? bad->child : NULL; b;
-         b = b->next) {
-        const int64_t id = cJSON_GetArraySize(b) == 1
-                               ? json_id(cJSON_GetArrayItem(b, 0))
-                               : -1;
-        if (id >= 0)
-            g->suppress[g->n_suppress++] = (int32_t)id;
-        else
-            longer = 1;
-    }
-    if (longer)
-        fprintf(stderr, PROGRAM ": note: %s's bad_words_ids of several "
-                "tokens are not applied (single ids are)\n", g->file);
-    cJSON_Delete(root);
-    return 0;
-}
-
-/* --translate: the beam search's best translation of o->translate. */
-static int translate(const tfm_module *model, const tfm_tokenizer *tok,
-                     const options *o, const tfm_model_config *cfg)
-{
-    generation_defaults g;
-    if (read_generation_defaults(o->model, &g))
-        return 1;
-    int rc = 1;
-    int32_t *ids = NULL, *out = NULL;
-    if (g.decoder_start < 0) {
-        fail("'%s': %s has no decoder_start_token_id nor bos_token_id (a "
-             "whole number >= 0), which --translate needs", o->model, g.file);
-        goto done;
-    }
-    if (g.n_eos > 1 && o->n_eos == 0) {
-        fail("'%s': %s gives %d eos_token_id values; the beam search takes "
-             "one: give it with --eos-token-id", o->model, g.file, g.n_eos);
-        goto done;
-    }
-    if (o->n_eos > 1) {
-        fail("--translate takes one --eos-token-id");
-        goto done;
-    }
-    if (o->max_tokens_option && o->max_tokens > TFM_MAX_NEW_TOKENS) {
-        fail("--max-tokens %lld is over %lld", (long long)o->max_tokens,
-             (long long)TFM_MAX_NEW_TOKENS);
-        goto done;
-    }
-    const char *text = o->translate;
-    int64_t n = 0;
-    const unsigned flags = TFM_ENCODE_ADD_SPECIAL;
-    tfm_status st = tfm_tokenizer_encode_v2(tok, text, strlen(text), NULL, 0,
-                                            flags, NULL, NULL, NULL, 0, &n);
-    if (st != TFM_ERR_CAPACITY && st != TFM_OK) {
-        fail("the text cannot be encoded: %s", tfm_last_error());
-        goto done;
-    }
-    tfm_beam_search_options bo;
-    tfm_beam_search_options_init(&bo);
-    bo.num_beams = o->num_beams ? o->num_beams
-                   : g.num_beams ? g.num_beams : 1;
-    /* max_new_tokens, else max_length, which counts the decoder start
-     * token (transformers' rule); the context bounds both */
-    int64_t max_new = o->max_tokens_option   ? o->max_tokens
-                      : g.max_new_tokens >= 0 ? g.max_new_tokens
-                                              : g.max_length - 1;
-    if (!o->max_tokens_option && max_new > cfg->context_length)
-        max_new = cfg->context_length;
-    if (max_new < 1) { /* nothing to generate: an empty translation */
-        putchar('\n');
-        rc = 0;
-        goto done;
-    }
-    bo.max_new_tokens = max_new;
-    /* --min-new-tokens, else min_new_tokens, else min_length, which counts
-     * the decoder start token */
-    bo.min_new_tokens = o->min_new_tokens     ? o->min_new_tokens
-                        : g.min_new_tokens >= 0 ? g.min_new_tokens
-                        : g.min_length > 0      ? g.min_length - 1
-                                                : 0;
-    bo.length_penalty = g.length_penalty;
-    bo.early_stopping = g.early_stopping;
-    bo.renormalize_logits = g.renormalize_logits;
-    bo.eos_token_id = o->n_eos ? o->eos[0] : g.eos;
-    bo.forced_eos_token_id = g.forced_eos;
-    bo.decoder_start_token_id = g.decoder_start;
-    bo.suppress_tokens = g.suppress;
-    bo.n_suppress_tokens = g.n_suppress;
-    ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
-    out = malloc((size_t)(max_new > 0 ? max_new : 1) * sizeof *out);
-    int64_t length = 0;
-    if (!ids || !out) {
-        fail("out of memory");
-        goto done;
-    }
-    if (tfm_tokenizer_encode_v2(tok, text, strlen(text), NULL, 0, flags, ids,
-                                NULL, NULL, n, &n) != TFM_OK) {
-        fail("the text cannot be encoded: %s", tfm_last_error());
-        goto done;
-    }
-    const double t0 = now_seconds();
-    if (tfm_model_beam_search(model, ids, n, &bo, out, &length, NULL) !=
-        TFM_OK) {
-        fail("%s", tfm_last_error());
-        goto done;
-    }
-    const double dt = now_seconds() - t0;
-    if (put_decoded(tok, out, length, TFM_DECODE_SKIP_SPECIAL))
-        goto done;
-    putchar('\n');
-    fflush(stdout);
-    fprintf(stderr, "translation: %lld source tokens, %lld target tokens, "
-            "%lld beams, %.3f s\n", (long long)n, (long long)length,
-            (long long)bo.num_beams, dt);
-    rc = 0;
-done:
-    free(out);
-    free(ids);
-    free(g.suppress);
-    return rc;
-}
 
 /* The model is of architecture `arch` (else "'MODEL' is not <what>") and
  * its vocabulary the tokenizer's; 1 with the message otherwise. */
@@ -1360,10 +561,20 @@ int main(int argc, char **argv)
         goto done;
     }
 
+    /* A prompt longer than the context: its last context_length tokens
+     * are the model's input, as tfm_model_generate takes a long prompt
+     * (the whole prompt is printed). */
+    const int64_t skipped = n_prompt > cfg.context_length
+                                ? n_prompt - cfg.context_length
+                                : 0;
+    if (skipped)
+        fprintf(stderr, PROGRAM ": note: the prompt has %lld tokens, more "
+                "than the context: its last %lld are the model's input\n",
+                (long long)n_prompt, (long long)cfg.context_length);
     fputs(o.prompt, stdout);
     fflush(stdout);
     timings tm = { 0, 0.0, 0, 0, 0, 0, 0.0, TFM_STOP_MAX_NEW_TOKENS };
-    if (generate(model, tok, prompt, n_prompt, &o, &tm))
+    if (generate(model, tok, prompt + skipped, n_prompt - skipped, &o, &tm))
         goto done;
     fputc('\n', stdout);
     fflush(stdout);

@@ -62,560 +62,9 @@
 #define IGNORE_INDEX (-100)
 #define EVAL_BATCH 50
 
-/* ---- Options ------------------------------------------------------------ */
-
-typedef enum opt_type { T_INT, T_UINT, T_DOUBLE, T_CHOICE, T_STRING,
-                        T_FLAG } opt_type;
-
-typedef struct train_options {
-    /* the run */
-    const char *text, *out, *checkpoint, *log_file;
-    int resume;
-    int64_t threads, eval_interval, eval_windows, checkpoint_interval,
-        log_interval, stop_after;
-    /* the recipe (saved in checkpoints) */
-    int objective;              /* 0 clm, 1 mlm */
-    int64_t layers, d_model, heads, d_ff, context;
-    int positions;              /* POSITIONS[] */
-    int norm;                   /* 0 pre, 1 post */
-    int activation;             /* ACTIVATIONS[] = tfm_activation */
-    int init;                   /* 0 gpt2, 1 pytorch */
-    double val_fraction;
-    int optimizer;              /* OPTIMIZERS[] */
-    double lr, beta1, beta2, eps, weight_decay, momentum;
-    int64_t warmup;
-    double min_lr_factor, clip, label_smoothing, mask_prob, dropout;
-    int64_t batch_size, grad_accum, steps;
-    uint64_t seed;
-} train_options;
-
-static const char *const OBJECTIVES[] = { "clm", "mlm", NULL };
-static const char *const POSITIONS[] = { "learned", "sinusoidal", "rope",
-                                         "alibi", NULL };
-static const char *const NORMS[] = { "pre", "post", NULL };
-static const char *const ACTIVATIONS[] = { "relu", "gelu", "gelu_tanh",
-                                           "silu", NULL };
-static const char *const INITS[] = { "gpt2", "pytorch", NULL };
-static const char *const OPTIMIZERS[] = { "sgd", "adam", "adamw", NULL };
-
-typedef struct opt_spec {
-    const char *name;
-    opt_type type;
-    size_t offset;
-    int64_t min;                 /* T_INT */
-    const char *const *choices;  /* T_CHOICE */
-    int recipe;                  /* saved in checkpoints, fixed on resume */
-    const char *arg, *help;
-} opt_spec;
-
-#define OFF(f) offsetof(train_options, f)
-
-static const opt_spec SPECS[] = {
-    { "text", T_STRING, OFF(text), 0, NULL, 0, "FILE",
-      "UTF-8 training text (required)" },
-    { "out", T_STRING, OFF(out), 0, NULL, 0, "MODEL",
-      "model file written at the end (required)" },
-    { "checkpoint", T_STRING, OFF(checkpoint), 0, NULL, 0, "DIR",
-      "checkpoint directory (default MODEL.ckpt)" },
-    { "resume", T_FLAG, OFF(resume), 0, NULL, 0, NULL,
-      "continue from the checkpoint in DIR" },
-    { "log-file", T_STRING, OFF(log_file), 0, NULL, 0, "FILE",
-      "append step,loss,lr of every step (CSV)" },
-    { "objective", T_CHOICE, OFF(objective), 0, OBJECTIVES, 1, "clm|mlm",
-      "next character (decoder-only) or masked LM (encoder-only)" },
-    { "layers", T_INT, OFF(layers), 1, NULL, 1, "N", "blocks (4)" },
-    { "d-model", T_INT, OFF(d_model), 1, NULL, 1, "N", "width (128)" },
-    { "heads", T_INT, OFF(heads), 1, NULL, 1, "N",
-      "attention heads, dividing d-model (4)" },
-    { "d-ff", T_INT, OFF(d_ff), 1, NULL, 1, "N",
-      "feed-forward width (512)" },
-    { "context", T_INT, OFF(context), 1, NULL, 1, "N",
-      "characters per window (128)" },
-    { "positions", T_CHOICE, OFF(positions), 0, POSITIONS, 1,
-      "learned|sinusoidal|rope|alibi", "positional encoding (learned)" },
-    { "norm", T_CHOICE, OFF(norm), 0, NORMS, 1, "pre|post",
-      "LayerNorm placement (pre)" },
-    { "activation", T_CHOICE, OFF(activation), 0, ACTIVATIONS, 1,
-      "relu|gelu|gelu_tanh|silu", "feed-forward activation (gelu)" },
-    { "init", T_CHOICE, OFF(init), 0, INITS, 1, "gpt2|pytorch",
-      "initialisation (gpt2)" },
-    { "val-fraction", T_DOUBLE, OFF(val_fraction), 0, NULL, 1, "F",
-      "share of the text held out, 0 < F < 1 (0.05)" },
-    { "optimizer", T_CHOICE, OFF(optimizer), 0, OPTIMIZERS, 1,
-      "sgd|adam|adamw", "optimizer (adamw)" },
-    { "lr", T_DOUBLE, OFF(lr), 0, NULL, 1, "LR", "peak learning rate (3e-3)" },
-    { "beta1", T_DOUBLE, OFF(beta1), 0, NULL, 1, "B", "Adam beta1 (0.9)" },
-    { "beta2", T_DOUBLE, OFF(beta2), 0, NULL, 1, "B", "Adam beta2 (0.95)" },
-    { "eps", T_DOUBLE, OFF(eps), 0, NULL, 1, "E", "Adam epsilon (1e-8)" },
-    { "weight-decay", T_DOUBLE, OFF(weight_decay), 0, NULL, 1, "W",
-      "on parameters of two axes or more (0.1)" },
-    { "momentum", T_DOUBLE, OFF(momentum), 0, NULL, 1, "M",
-      "SGD momentum (0)" },
-    { "warmup", T_INT, OFF(warmup), 0, NULL, 1, "N",
-      "linear warm-up steps (100)" },
-    { "min-lr-factor", T_DOUBLE, OFF(min_lr_factor), 0, NULL, 1, "F",
-      "cosine floor, a fraction of lr (0.1)" },
-    { "clip", T_DOUBLE, OFF(clip), 0, NULL, 1, "C",
-      "clip the global gradient norm to C; 0: off (1.0)" },
-    { "label-smoothing", T_DOUBLE, OFF(label_smoothing), 0, NULL, 1, "E",
-      "cross-entropy label smoothing (0)" },
-    { "dropout", T_DOUBLE, OFF(dropout), 0, NULL, 1, "P",
-      "dropout on attention weights, residual branches, feed-forward "
-      "and embeddings (0)" },
-    { "mask-prob", T_DOUBLE, OFF(mask_prob), 0, NULL, 1, "P",
-      "mlm: share of positions predicted (0.15)" },
-    { "batch-size", T_INT, OFF(batch_size), 1, NULL, 1, "N",
-      "windows per micro-batch (32)" },
-    { "grad-accum", T_INT, OFF(grad_accum), 1, NULL, 1, "N",
-      "micro-batches per step (1)" },
-    { "steps", T_INT, OFF(steps), 1, NULL, 1, "N",
-      "optimizer steps in all (1500)" },
-    { "seed", T_UINT, OFF(seed), 0, NULL, 1, "S",
-      "initialisation and batches (1234)" },
-    { "threads", T_INT, OFF(threads), 0, NULL, 0, "N",
-      "threads (0: one per processor, the default)" },
-    { "eval-interval", T_INT, OFF(eval_interval), 0, NULL, 0, "N",
-      "validation every N steps; 0: only at the end (250)" },
-    { "eval-windows", T_INT, OFF(eval_windows), 1, NULL, 0, "N",
-      "validation windows (200)" },
-    { "checkpoint-interval", T_INT, OFF(checkpoint_interval), 0, NULL, 0,
-      "N", "checkpoint every N steps; 0: only at the end (250)" },
-    { "log-interval", T_INT, OFF(log_interval), 1, NULL, 0, "N",
-      "progress line every N steps (10)" },
-    { "stop-after", T_INT, OFF(stop_after), 0, NULL, 0, "N",
-      "end this run after N more steps, with a checkpoint; 0: no limit" },
-};
-#define N_SPECS ((int)(sizeof SPECS / sizeof SPECS[0]))
-
-static void defaults(train_options *o)
-{
-    memset(o, 0, sizeof *o);
-    o->eval_interval = 250;
-    o->eval_windows = 200;
-    o->checkpoint_interval = 250;
-    o->log_interval = 10;
-    o->layers = 4;
-    o->d_model = 128;
-    o->heads = 4;
-    o->d_ff = 512;
-    o->context = 128;
-    o->activation = TFM_ACTIVATION_GELU;
-    o->val_fraction = 0.05;
-    o->optimizer = TFM_OPTIMIZER_ADAMW;
-    o->lr = 3e-3;
-    o->beta1 = 0.9;
-    o->beta2 = 0.95;
-    o->eps = 1e-8;
-    o->weight_decay = 0.1;
-    o->warmup = 100;
-    o->min_lr_factor = 0.1;
-    o->clip = 1.0;
-    o->mask_prob = 0.15;
-    o->batch_size = 32;
-    o->grad_accum = 1;
-    o->steps = 1500;
-    o->seed = 1234;
-}
-
-static void usage(FILE *out)
-{
-    fprintf(out,
-        "Usage: " PROGRAM " --text FILE --out MODEL [OPTION]...\n"
-        "Train a character-level Transformer on a UTF-8 text file.\n\n");
-    for (int i = 0; i < N_SPECS; i++) {
-        char left[64];
-        snprintf(left, sizeof left, "--%s%s%s", SPECS[i].name,
-                 SPECS[i].arg ? " " : "", SPECS[i].arg ? SPECS[i].arg : "");
-        fprintf(out, "  %-34s %s\n", left, SPECS[i].help);
-    }
-    fprintf(out,
-        "  %-34s %s\n  %-34s %s\n\n", "-h, --help", "show this help and exit",
-        "-V, --version", "show the version and exit");
-    fprintf(out,
-        "Progress (step, loss, learning rate, tokens per second, ETA) and "
-        "validation\nbits per character go to stderr.  With --resume the "
-        "recipe (the options\nmarked in checkpoints: architecture, data, "
-        "optimizer, schedule, batch, seed,\nsteps) comes from the "
-        "checkpoint; only --steps may be raised with it, which\nchanges the "
-        "schedule from then on.\n");
-}
-
-/* Sets option s from its text; 0 or 1 (message printed). */
-static int set_option(train_options *o, const opt_spec *s, const char *v)
-{
-    char *base = (char *)o;
-    char opt[64];
-    snprintf(opt, sizeof opt, "--%s", s->name);
-    switch (s->type) {
-    case T_INT:
-        return parse_int64(opt, v, s->min, (int64_t *)(base + s->offset));
-    case T_UINT:
-        return parse_uint64(opt, v, (uint64_t *)(base + s->offset));
-    case T_DOUBLE: {
-        double d = 0.0;
-        if (parse_double(opt, v, &d))
-            return 1;
-        if (d < 0)
-            return fail("%s: %s must not be negative", opt, v);
-        *(double *)(base + s->offset) = d;
-        return 0;
-    }
-    case T_CHOICE:
-        for (int c = 0; s->choices[c]; c++)
-            if (strcmp(s->choices[c], v) == 0) {
-                *(int *)(base + s->offset) = c;
-                return 0;
-            }
-        return fail("%s: '%s' is not one of %s", opt, v, s->arg);
-    case T_STRING:
-        *(const char **)(base + s->offset) = v;
-        return 0;
-    case T_FLAG:
-        *(int *)(base + s->offset) = 1;
-        return 0;
-    }
-    return 1;
-}
-
-/* The option's value as text (what set_option reads back). */
-static void format_option(const train_options *o, const opt_spec *s,
-                          char *buf, size_t size)
-{
-    const char *base = (const char *)o;
-    switch (s->type) {
-    case T_INT:
-        snprintf(buf, size, "%" PRId64, *(const int64_t *)(base + s->offset));
-        break;
-    case T_UINT:
-        snprintf(buf, size, "%" PRIu64,
-                 *(const uint64_t *)(base + s->offset));
-        break;
-    case T_DOUBLE:
-        snprintf(buf, size, "%.17g", *(const double *)(base + s->offset));
-        break;
-    case T_CHOICE:
-        snprintf(buf, size, "%s", s->choices[*(const int *)(base + s->offset)]);
-        break;
-    default:
-        buf[0] = '\0';
-    }
-}
-
-/* Cross-option checks of the recipe. */
-static int check_recipe(const train_options *o)
-{
-    if (o->d_model % o->heads != 0)
-        return fail("--heads %" PRId64 " does not divide --d-model %" PRId64,
-                    o->heads, o->d_model);
-    if (o->positions == 2 && (o->d_model / o->heads) % 2 != 0)
-        return fail("--positions rope needs an even head width (d-model / "
-                    "heads = %" PRId64 ")", o->d_model / o->heads);
-    if (!(o->val_fraction > 0 && o->val_fraction < 1))
-        return fail("--val-fraction must be between 0 and 1");
-    if (o->min_lr_factor > 1)
-        return fail("--min-lr-factor must be at most 1");
-    if (o->label_smoothing > 1)
-        return fail("--label-smoothing must be at most 1");
-    if (o->dropout >= 1)
-        return fail("--dropout must be below 1");
-    if (o->mask_prob <= 0 || o->mask_prob > 1)
-        return fail("--mask-prob must be in (0, 1]");
-    if (o->beta1 >= 1 || o->beta2 >= 1)
-        return fail("--beta1 and --beta2 must be below 1");
-    if (o->warmup > o->steps)
-        return fail("--warmup %" PRId64 " exceeds --steps %" PRId64,
-                    o->warmup, o->steps);
-    return 0;
-}
-
-/* Returns -1 to go on, else the exit code.  given[i]: SPECS[i] was on the
- * command line. */
-static int parse_options(int argc, char **argv, train_options *o, int *given)
-{
-    struct option longs[N_SPECS + 3];
-    for (int i = 0; i < N_SPECS; i++)
-        longs[i] = (struct option){ SPECS[i].name,
-                                    SPECS[i].type == T_FLAG ? no_argument
-                                                            : required_argument,
-                                    NULL, 256 + i };
-    longs[N_SPECS] = (struct option){ "help", no_argument, NULL, 'h' };
-    longs[N_SPECS + 1] = (struct option){ "version", no_argument, NULL, 'V' };
-    longs[N_SPECS + 2] = (struct option){ NULL, 0, NULL, 0 };
-    defaults(o);
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":hV", longs, NULL)) != -1) {
-        if (c == 'h') {
-            usage(stdout);
-            return 0;
-        }
-        if (c == 'V') {
-            printf(PROGRAM " (libtransformer) %s\n", tfm_version_string());
-            return 0;
-        }
-        if (c == '?' || c == ':') {
-            fail("%s '%s' (see --help)", c == ':' ? "missing value for"
-                                                  : "unknown option",
-                 argv[optind - 1]);
-            return 2;
-        }
-        const int i = c - 256;
-        if (set_option(o, &SPECS[i], optarg))
-            return 2;
-        given[i] = 1;
-    }
-    if (optind < argc) {
-        fail("unexpected argument '%s' (see --help)", argv[optind]);
-        return 2;
-    }
-    if (!o->text || !o->out) {
-        fail("--text and --out are required (see --help)");
-        return 2;
-    }
-    if (o->threads > 64) {
-        fail("--threads: at most 64");
-        return 2;
-    }
-    return -1;
-}
-
-/* ---- Text and vocabulary ---------------------------------------------- */
-
-/* UTF-8 decoding of one code point at s (n bytes left); returns its length,
- * 0 when invalid (the tokenizer reports where). */
-static int utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    const int len = s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC0 ? 2 : 0;
-    if (len == 0 || (size_t)len > n)
-        return 0;
-    uint32_t v = s[0] & (0x7F >> len);
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    *cp = v;
-    return len;
-}
-
-/* The text's distinct characters in code-point order, as UTF-8 (malloc'd);
- * NULL when the text is not valid UTF-8 (message printed).  One pass
- * marks the code points seen in a bitmap of the Unicode range. */
-static char *vocabulary_of(const char *text, size_t len, const char *path)
-{
-    enum { N_CODE_POINTS = 0x110000 };
-    uint64_t *seen = calloc(N_CODE_POINTS / 64, sizeof *seen);
-    if (!seen) {
-        fail("out of memory");
-        return NULL;
-    }
-    size_t n = 0;
-    for (size_t i = 0; i < len;) {
-        uint32_t c = 0;
-        const int k = utf8_next((const unsigned char *)text + i, len - i, &c);
-        if (k == 0 || c >= N_CODE_POINTS) {
-            free(seen);
-            fail("%s is not valid UTF-8 (byte %zu)", path, i);
-            return NULL;
-        }
-        if (!(seen[c / 64] >> (c % 64) & 1)) {
-            seen[c / 64] |= (uint64_t)1 << (c % 64);
-            n++;
-        }
-        i += (size_t)k;
-    }
-    char *vocab = malloc(4 * n + 1);
-    size_t m = 0;
-    for (uint32_t c = 0; vocab && c < N_CODE_POINTS; c++) {
-        if (!(seen[c / 64] >> (c % 64) & 1))
-            continue;
-        if (c < 0x80) {
-            vocab[m++] = (char)c;
-        } else if (c < 0x800) {
-            vocab[m++] = (char)(0xC0 | (c >> 6));
-            vocab[m++] = (char)(0x80 | (c & 0x3F));
-        } else if (c < 0x10000) {
-            vocab[m++] = (char)(0xE0 | (c >> 12));
-            vocab[m++] = (char)(0x80 | ((c >> 6) & 0x3F));
-            vocab[m++] = (char)(0x80 | (c & 0x3F));
-        } else {
-            vocab[m++] = (char)(0xF0 | (c >> 18));
-            vocab[m++] = (char)(0x80 | ((c >> 12) & 0x3F));
-            vocab[m++] = (char)(0x80 | ((c >> 6) & 0x3F));
-            vocab[m++] = (char)(0x80 | (c & 0x3F));
-        }
-    }
-    free(seen);
-    if (!vocab) {
-        fail("out of memory");
-        return NULL;
-    }
-    vocab[m] = '\0';
-    return vocab;
-}
-
-/* ---- Checkpoints ---------------------------------------------------------- */
-
-typedef struct run_state {
-    int64_t step;               /* optimizer steps done */
-    tfm_rng rng;                /* batches (and mlm masks) */
-    int64_t tokens;             /* training tokens seen */
-} run_state;
-
-static int lib_fail(const char *what)
-{
-    return fail("%s: %s", what, tfm_last_error());
-}
-
-static int join(char *buf, size_t size, const char *dir, const char *name)
-{
-    const int n = snprintf(buf, size, "%s/%s", dir, name);
-    return n < 0 || (size_t)n >= size;
-}
-
-/* Removes the step files of dir other than keep's, and leftover
- * temporary files of interrupted writes. */
-static void prune(const char *dir, int64_t keep)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    char mine[64];
-    snprintf(mine, sizeof mine, "step-%08" PRId64 ".", keep);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const int step_file = strncmp(e->d_name, "step-", 5) == 0 &&
-                              strncmp(e->d_name, mine, strlen(mine)) != 0;
-        const int tmp_file = strstr(e->d_name, ".safetensors.tmp.") != NULL;
-        char path[4096];
-        if ((step_file || tmp_file) &&
-            !join(path, sizeof path, dir, e->d_name))
-            (void)unlink(path);
-    }
-    closedir(d);
-}
-
-static int save_checkpoint(const train_options *o, const char *dir,
-                           const tfm_module *model, const tfm_optimizer *opt,
-                           const char *vocab, const run_state *rs)
-{
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return fail("cannot create %s: %s", dir, strerror(errno));
-    char model_name[64], optim_name[64], path[4096];
-    snprintf(model_name, sizeof model_name,
-             "step-%08" PRId64 ".model.safetensors", rs->step);
-    snprintf(optim_name, sizeof optim_name,
-             "step-%08" PRId64 ".optim.safetensors", rs->step);
-    const char *keys[] = { "tfm.tokenizer", "tfm.vocab" };
-    const char *values[] = { "char", vocab };
-    if (join(path, sizeof path, dir, model_name))
-        return fail("checkpoint path too long");
-    if (tfm_model_save(model, path, 2, keys, values) != TFM_OK)
-        return lib_fail("writing the checkpoint's model");
-    if (join(path, sizeof path, dir, optim_name))
-        return fail("checkpoint path too long");
-    if (tfm_optimizer_save(opt, path) != TFM_OK)
-        return lib_fail("writing the checkpoint's optimizer state");
-    tfm_safetensors_writer *w = NULL;
-    if (tfm_safetensors_writer_create(&w) != TFM_OK)
-        return lib_fail("writing the checkpoint");
-    char num[64];
-    tfm_status st = TFM_OK;
-#define META(k, v) if (st == TFM_OK) st = tfm_safetensors_writer_set_metadata(w, k, v)
-    META("format", "transformer-train checkpoint");
-    snprintf(num, sizeof num, "%" PRId64, rs->step);
-    META("step", num);
-    snprintf(num, sizeof num, "%" PRIu64, rs->rng.state);
-    META("rng", num);
-    snprintf(num, sizeof num, "%" PRId64, rs->tokens);
-    META("tokens", num);
-    META("model", model_name);
-    META("optimizer", optim_name);
-    for (int i = 0; i < N_SPECS; i++) {
-        if (!SPECS[i].recipe)
-            continue;
-        char key[80], value[64];
-        snprintf(key, sizeof key, "recipe.%s", SPECS[i].name);
-        format_option(o, &SPECS[i], value, sizeof value);
-        META(key, value);
-    }
-#undef META
-    if (st == TFM_OK && join(path, sizeof path, dir, "checkpoint.safetensors"))
-        st = TFM_ERR_INVALID_ARGUMENT;
-    if (st == TFM_OK)
-        st = tfm_safetensors_writer_save(w, path);
-    tfm_safetensors_writer_free(w);
-    if (st != TFM_OK)
-        return lib_fail("writing the checkpoint");
-    prune(dir, rs->step);
-    return 0;
-}
-
-/* Reads the pointer of dir: the recipe into o (for the options not given
- * on the command line; a given recipe option is an error, --steps may be
- * raised), the run state, and the two file names. */
-static int read_checkpoint(const char *dir, train_options *o,
-                           const int *given, run_state *rs,
-                           char *model_path, char *optim_path, size_t size)
-{
-    char path[4096];
-    if (join(path, sizeof path, dir, "checkpoint.safetensors"))
-        return fail("checkpoint path too long");
-    tfm_safetensors *f = NULL;
-    if (tfm_safetensors_open(path, &f) != TFM_OK)
-        return fail("--resume: no readable checkpoint in %s (%s)", dir,
-                    tfm_last_error());
-    int bad = 0;
-    const char *fmt = tfm_safetensors_metadata(f, "format");
-    if (!fmt || strcmp(fmt, "transformer-train checkpoint") != 0)
-        bad = fail("--resume: %s is not a transformer-train checkpoint", path);
-    for (int i = 0; !bad && i < N_SPECS; i++) {
-        if (!SPECS[i].recipe)
-            continue;
-        char key[80];
-        snprintf(key, sizeof key, "recipe.%s", SPECS[i].name);
-        const char *v = tfm_safetensors_metadata(f, key);
-        if (!v && strcmp(SPECS[i].name, "dropout") == 0)
-            continue;   /* checkpoints from before --dropout: 0 */
-        if (!v) {
-            bad = fail("--resume: the checkpoint lacks \"%s\"", key);
-            break;
-        }
-        if (given[i] && strcmp(SPECS[i].name, "steps") != 0) {
-            bad = fail("--%s: fixed by the checkpoint (%s); --resume "
-                       "continues the run as it was started", SPECS[i].name,
-                       v);
-            break;
-        }
-        if (given[i])
-            continue;   /* --steps from the command line */
-        bad = set_option(o, &SPECS[i], v);
-    }
-    const char *step = bad ? NULL : tfm_safetensors_metadata(f, "step");
-    const char *rng = bad ? NULL : tfm_safetensors_metadata(f, "rng");
-    const char *tokens = bad ? NULL : tfm_safetensors_metadata(f, "tokens");
-    const char *mname = bad ? NULL : tfm_safetensors_metadata(f, "model");
-    const char *oname = bad ? NULL : tfm_safetensors_metadata(f, "optimizer");
-    if (!bad && (!step || !rng || !tokens || !mname || !oname))
-        bad = fail("--resume: %s lacks its run state", path);
-    if (!bad && (parse_int64("checkpoint step", step, 0, &rs->step) ||
-                 parse_uint64("checkpoint rng", rng, &rs->rng.state) ||
-                 parse_int64("checkpoint tokens", tokens, 0, &rs->tokens)))
-        bad = 1;
-    if (!bad && (strchr(mname, '/') || strchr(oname, '/') ||
-                 join(model_path, size, dir, mname) ||
-                 join(optim_path, size, dir, oname)))
-        bad = fail("--resume: bad file names in %s", path);
-    tfm_safetensors_close(f);
-    if (!bad && rs->step > o->steps)
-        bad = fail("--steps %" PRId64 " is below the checkpoint's step %"
-                   PRId64, o->steps, rs->step);
-    return bad;
-}
+#include "train_checkpoint.h"
+#include "train_options.h"
+#include "train_text.h"
 
 /* ---- Model ------------------------------------------------------------------- */
 
@@ -872,6 +321,95 @@ static int encode_text(run *r, int resumed)
     return 0;
 }
 
+/* A run without --resume: refused over an existing checkpoint (or a
+ * directory that is not empty) unless --overwrite; with it, the old
+ * checkpoint's step files are recorded in rs->owned, to be removed once
+ * the new run's first checkpoint is in place. */
+static int fresh_start(run *r, run_state *rs)
+{
+    int found = 0;
+    int64_t step = 0;
+    if (checkpoint_files(r->ckpt_dir, rs, &found, &step))
+        return 1;
+    if (found && !r->o.overwrite)
+        return fail("%s holds a checkpoint (step %" PRId64 "): continue it "
+                    "with --resume, or start over it with --overwrite",
+                    r->ckpt_dir, step);
+    DIR *d = found || r->o.overwrite ? NULL : opendir(r->ckpt_dir);
+    int others = 0;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+        others += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    if (d)
+        closedir(d);
+    if (others)
+        return fail("--checkpoint %s is not empty and holds no checkpoint: "
+                    "give a new or empty directory, or --overwrite", r->ckpt_dir);
+    return 0;
+}
+
+/* The model read from a checkpoint is the one its recipe makes: the same
+ * architecture, sizes, options and parameter table (names and shapes) as
+ * create_model's; 1 with a message otherwise. */
+static int check_resumed_model(const train_options *o,
+                               const tfm_module *loaded, int64_t vocab_size,
+                               const char *path)
+{
+    tfm_module *ref = NULL;
+    if (create_model(o, vocab_size, &ref))
+        return 1;
+    tfm_model_config a, b;
+    tfm_model_options ao, bo;
+    tfm_model_options_init(&ao);
+    tfm_model_options_init(&bo);
+    const char *differs = NULL;
+    if (tfm_model_get_config(ref, &a) != TFM_OK ||
+        tfm_model_get_options(ref, &ao) != TFM_OK ||
+        tfm_model_get_config(loaded, &b) != TFM_OK ||
+        tfm_model_get_options(loaded, &bo) != TFM_OK)
+        differs = "its configuration cannot be read";
+    else if (a.architecture != b.architecture)
+        differs = "the architecture (--objective)";
+    else if (a.n_layers != b.n_layers)
+        differs = "the number of layers (--layers)";
+    else if (a.layer.d_model != b.layer.d_model)
+        differs = "the width (--d-model)";
+    else if (a.layer.n_heads != b.layer.n_heads)
+        differs = "the heads (--heads)";
+    else if (a.layer.d_ff != b.layer.d_ff)
+        differs = "the feed-forward width (--d-ff)";
+    else if (a.layer.activation != b.layer.activation)
+        differs = "the activation (--activation)";
+    else if (a.layer.norm_first != b.layer.norm_first)
+        differs = "the norm placement (--norm)";
+    else if (a.context_length != b.context_length)
+        differs = "the context (--context)";
+    else if (a.positional != b.positional ||
+             ao.attention.rope != bo.attention.rope ||
+             ao.attention.relative != bo.attention.relative)
+        differs = "the positions (--positions)";
+    else if (a.vocab_size != b.vocab_size)
+        differs = "the vocabulary";
+    else if (tfm_module_parameter_count(ref) !=
+             tfm_module_parameter_count(loaded))
+        differs = "the parameters";
+    for (int i = 0; !differs && i < tfm_module_parameter_count(ref); i++) {
+        const char *name = tfm_module_parameter_name(ref, i);
+        int ra, rb;
+        int64_t sa[TFM_MAX_RANK], sb[TFM_MAX_RANK];
+        if (strcmp(name, tfm_module_parameter_name(loaded, i)) != 0 ||
+            tfm_module_parameter_shape(ref, name, &ra, sa) != TFM_OK ||
+            tfm_module_parameter_shape(loaded, name, &rb, sb) != TFM_OK ||
+            ra != rb || memcmp(sa, sb, (size_t)ra * sizeof *sa) != 0)
+            differs = "the parameters";
+    }
+    tfm_module_free(ref);
+    if (differs)
+        return fail("--resume: %s is not the model of the checkpoint's "
+                    "recipe: %s differ%s", path, differs,
+                    differs[strlen(differs) - 1] == 's' ? "" : "s");
+    return 0;
+}
+
 static int setup(run *r, const int *given, run_state *rs)
 {
     train_options *o = &r->o;
@@ -883,6 +421,11 @@ static int setup(run *r, const int *given, run_state *rs)
                (int)sizeof r->ckpt_dir) {
         return fail("--out: path too long");
     }
+    if (o->resume && o->overwrite)
+        return fail("--resume and --overwrite contradict each other: give "
+                    "one of them");
+    if (check_aliases(o, r->ckpt_dir) || (!o->resume && fresh_start(r, rs)))
+        return 1;
     char model_path[4096], optim_path[4096];
     if (o->resume && read_checkpoint(r->ckpt_dir, o, given, rs, model_path,
                                      optim_path, sizeof model_path))
@@ -891,6 +434,17 @@ static int setup(run *r, const int *given, run_state *rs)
         return 1;
     if (!(r->text = read_file(o->text, &r->text_len)))
         return 1;
+    /* The vocabulary is a C string: a NUL in the text is refused (as the
+     * library's readers refuse one), not taken for its end. */
+    const char *nul = memchr(r->text, '\0', r->text_len);
+    if (nul) {
+        int64_t line = 1;
+        for (const char *p = r->text; p < nul; p++)
+            line += *p == '\n';
+        return fail("%s holds a NUL character (U+0000) at byte %zu (line %"
+                    PRId64 "); training text cannot hold NUL", o->text,
+                    (size_t)(nul - r->text), line);
+    }
     if (o->resume) {
         if (tfm_model_load(model_path, &r->model) != TFM_OK ||
             tfm_tokenizer_load(model_path, &r->tok) != TFM_OK)
@@ -929,6 +483,9 @@ static int setup(run *r, const int *given, run_state *rs)
         free(all);
     }
     r->vocab_size = r->vocab_chars + (o->objective == 1);
+    if (o->resume && check_resumed_model(o, r->model, r->vocab_size,
+                                         model_path))
+        return 1;
     const int64_t n_val = (int64_t)llround((double)r->n_ids * o->val_fraction);
     r->n_train = r->n_ids - n_val;
     if (r->n_train < o->context + 2 || n_val < o->context + 2)
@@ -972,6 +529,13 @@ static int setup(run *r, const int *given, run_state *rs)
         return fail("cannot write %s: %s", o->log_file, strerror(errno));
     const int64_t B = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
     const int64_t shape[3] = { B, o->context, r->vocab_size };
+    int64_t rows, logits;
+    if (__builtin_mul_overflow(B, o->context, &rows) ||
+        __builtin_mul_overflow(rows, r->vocab_size, &logits) ||
+        (uint64_t)logits > SIZE_MAX / sizeof(float))
+        return fail("--batch-size %" PRId64 " x --context %" PRId64 " x %"
+                    PRId64 " tokens: the logits do not fit in memory",
+                    o->batch_size, o->context, r->vocab_size);
     r->bb.inputs = malloc((size_t)(B * o->context) * sizeof(int32_t));
     r->bb.targets = malloc((size_t)(B * o->context) * sizeof(int32_t));
     if (!r->bb.inputs || !r->bb.targets ||
@@ -1011,7 +575,7 @@ static int train(run *r, run_state *rs)
 {
     const train_options *o = &r->o;
     const int64_t first = rs->step;
-    const int64_t last = o->stop_after > 0 && first + o->stop_after < o->steps
+    const int64_t last = o->stop_after > 0 && o->stop_after < o->steps - first
                              ? first + o->stop_after
                              : o->steps;
     const int64_t tokens_per_step = o->batch_size * o->context * o->grad_accum;

@@ -304,7 +304,9 @@ TFM_API tfm_status tfm_optimizer_clip_grad_norm(tfm_optimizer *optimizer,
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_NOT_FOUND (no such parameter, or
  * a state this optimizer does not keep), TFM_ERR_SHAPE,
  * TFM_ERR_NON_FINITE (set: a non-finite value), TFM_ERR_INVALID_ARGUMENT
- * (set: a step that is negative or not an integer). */
+ * (set: a step that is negative or not an integer, or a negative value in
+ * "exp_avg_sq" or "max_exp_avg_sq", which are means of squares: since
+ * 1.3).  "step" reads back as a float, exact up to 2^24. */
 TFM_API tfm_status tfm_optimizer_get_state(const tfm_optimizer *optimizer,
                                            const char *param,
                                            const char *state,
@@ -315,8 +317,10 @@ TFM_API tfm_status tfm_optimizer_set_state(tfm_optimizer *optimizer,
                                            const tfm_tensor *value);
 
 /* Saves every state to a safetensors file, tensor "<param>.<state>" (e.g.
- * "linear1.weight.exp_avg", "linear1.weight.step"), with metadata
- * "optimizer" ("sgd", "adam", "adamw") and "lr".  Written atomically
+ * "linear1.weight.exp_avg", "linear1.weight.step"), float32, with metadata
+ * "optimizer" ("sgd", "adam", "adamw"), "lr" (%.17g) and, since 1.3,
+ * "<param>.step": the exact step count in decimal (the float32 tensor
+ * "<param>.step" rounds it past 2^24; it stays for older readers).  Written atomically
  * (safetensors.h: a temporary file unique to the process and call,
  * fsync, rename).  Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO,
  * TFM_ERR_OUT_OF_MEMORY. */
@@ -325,9 +329,17 @@ TFM_API tfm_status tfm_optimizer_save(const tfm_optimizer *optimizer,
 
 /* Loads a file written by tfm_optimizer_save into an optimizer of the same
  * kind over a module with the same parameters: every state and the lr.
- * Everything is checked before anything changes.  Errors:
+ * Everything is checked before anything changes: the file must hold
+ * exactly this optimizer's states of exactly the module's parameters (no
+ * tensor more, none missing, each float32 of the parameter's shape), every
+ * value finite, second moments ("exp_avg_sq", "max_exp_avg_sq") not
+ * negative, each step a whole number >= 0 (the exact "<param>.step"
+ * metadata when present, else the float tensor: files before 1.3), and
+ * "lr" a decimal number >= 0 in the strict syntax of the library's
+ * numbers (no hexadecimal, no blanks).  Errors:
  * TFM_ERR_NULL_ARGUMENT, TFM_ERR_IO, TFM_ERR_FORMAT (another optimizer
- * kind, a state missing or of another shape, a bad step),
+ * kind, a state missing, extra or of another shape or dtype, a negative
+ * second moment, a bad step or lr),
  * TFM_ERR_NON_FINITE, TFM_ERR_UNSUPPORTED, TFM_ERR_OUT_OF_MEMORY; the
  * optimizer is then unchanged. */
 TFM_API tfm_status tfm_optimizer_load(tfm_optimizer *optimizer,

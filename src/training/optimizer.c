@@ -18,6 +18,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/number_parse.h"
 #include "base/self_sized.h"
 #include "nn/module_impl.h"
 #include "base/tensor_impl.h"
@@ -499,6 +500,23 @@ tfm_status tfm_optimizer_get_state(const tfm_optimizer *opt,
     return TFM_OK;
 }
 
+/* Whether slot s holds second moments (Adam's exp_avg_sq and
+ * max_exp_avg_sq: running means of squared gradients), which cannot be
+ * negative: a negative one makes sqrt() NaN at the next step. */
+static int second_moment(const tfm_optimizer *opt, int s)
+{
+    return opt->o.kind != TFM_OPTIMIZER_SGD && s >= 1 && s < MAX_SLOTS;
+}
+
+/* The index of the first negative value of data[n], or -1. */
+static int64_t first_negative(const float *data, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++)
+        if (data[k] < 0.0f)
+            return k;
+    return -1;
+}
+
 /* A step count stored as a float: a non-negative integer below 2^53. */
 static int step_value(float f, int64_t *out)
 {
@@ -521,6 +539,15 @@ tfm_status tfm_optimizer_set_state(tfm_optimizer *opt, const char *param,
             return tfm__fail(TFM_ERR_NON_FINITE,
                              "tfm_optimizer_set_state: \"%s\" of \"%s\" "
                              "holds a non-finite value", state, param);
+    const int64_t neg = second_moment(opt, s)
+                            ? first_negative(value->data, value->numel)
+                            : -1;
+    if (neg >= 0)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "tfm_optimizer_set_state: \"%s\" of \"%s\" holds "
+                         "a negative value (%g at index %lld); second "
+                         "moments are never negative", state, param,
+                         (double)value->data[neg], (long long)neg);
     if (s == MAX_SLOTS) {
         int64_t t;
         if (!step_value(value->data[0], &t))
@@ -581,8 +608,17 @@ tfm_status tfm_optimizer_save(const tfm_optimizer *opt, const char *path)
         st = tfm_safetensors_writer_set_metadata(w, "lr", lr);
     for (int i = 0; i < opt->n && st == TFM_OK; i++) {
         const tfm__param *p = param_of(opt, i);
+        /* the exact count in the metadata ("<param>.step", decimal); the
+         * float tensor too, rounded past 2^24, for readers before 1.3 */
         float step = (float)opt->steps[i];
-        st = add_state(w, p->name, "step", 1, (int64_t[]){ 1 }, &step);
+        char *key = state_key(p->name, "step"), count[24];
+        snprintf(count, sizeof count, "%lld", (long long)opt->steps[i]);
+        st = key ? tfm_safetensors_writer_set_metadata(w, key, count)
+                 : tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                             "tfm_optimizer_save: out of memory");
+        tfm__free(key);
+        if (st == TFM_OK)
+            st = add_state(w, p->name, "step", 1, (int64_t[]){ 1 }, &step);
         for (int s = 0; s < opt->n_slots && st == TFM_OK; s++)
             st = add_state(w, p->name, slot_name(opt, s), p->rank, p->shape,
                            opt->state + opt->offset[i] + s * p->numel);
@@ -593,17 +629,28 @@ tfm_status tfm_optimizer_save(const tfm_optimizer *opt, const char *path)
     return st;
 }
 
-/* Reads tensor `key` of parameter p's shape (or [1]) into dst. */
+/* Reads tensor `key` of parameter p's shape (or [1]) into dst: float32
+ * (what tfm_optimizer_save writes), finite, and not negative when it is a
+ * second moment. */
 static tfm_status load_one(const tfm_safetensors *f, const char *param,
                            const char *state, int rank, const int64_t *shape,
-                           float *dst)
+                           int second, float *dst)
 {
     char *key = state_key(param, state);
     if (!key)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "tfm_optimizer_load: out of memory");
     tfm_tensor *t = NULL;
-    tfm_status st = tfm_safetensors_read(f, key, &t);
+    tfm_dtype dtype = TFM_DTYPE_F32;
+    tfm_status st = tfm_safetensors_info(f, key, &dtype, NULL, NULL);
+    if (st == TFM_OK && dtype != TFM_DTYPE_F32)
+        st = tfm__fail(TFM_ERR_FORMAT,
+                       "tfm_optimizer_load: \"%s\" is not float32 (%s)", key,
+                       tfm_enum_name(TFM_ENUM_DTYPE, dtype)
+                           ? tfm_enum_name(TFM_ENUM_DTYPE, dtype)
+                           : "another dtype");
+    if (st == TFM_OK)
+        st = tfm_safetensors_read(f, key, &t);
     if (st == TFM_ERR_NOT_FOUND)
         st = tfm__fail(TFM_ERR_FORMAT,
                        "tfm_optimizer_load: the file has no \"%s\"", key);
@@ -617,9 +664,42 @@ static tfm_status load_one(const tfm_safetensors *f, const char *param,
             st = tfm__fail(TFM_ERR_NON_FINITE,
                            "tfm_optimizer_load: \"%s\" holds a non-finite "
                            "value", key);
+    const int64_t neg = st == TFM_OK && second
+                            ? first_negative(t->data, t->numel)
+                            : -1;
+    if (neg >= 0)
+        st = tfm__fail(TFM_ERR_FORMAT,
+                       "tfm_optimizer_load: \"%s\" holds a negative value "
+                       "(%g at index %lld); second moments are never "
+                       "negative", key, (double)t->data[neg], (long long)neg);
     if (st == TFM_OK)
         memcpy(dst, t->data, (size_t)t->numel * sizeof(float));
     tfm_tensor_free(t);
+    tfm__free(key);
+    return st;
+}
+
+/* The exact step count of param from the metadata "<param>.step" (files
+ * of 1.3 on), which must round to the float tensor's; files before keep
+ * the float's (*step as read). */
+static tfm_status exact_step(const tfm_safetensors *f, const char *param,
+                             float rounded, int64_t *step)
+{
+    char *key = state_key(param, "step");
+    if (!key)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
+                         "tfm_optimizer_load: out of memory");
+    const char *text = tfm_safetensors_metadata(f, key);
+    int64_t v = 0;
+    tfm_status st = TFM_OK;
+    if (text && (tfm__parse_int64(text, &v) != TFM__NUMBER_OK || v < 0 ||
+                 (float)v != rounded))
+        st = tfm__fail(TFM_ERR_FORMAT,
+                       "tfm_optimizer_load: metadata \"%s\" is \"%s\", not "
+                       "a whole number >= 0 equal to the tensor's step %g",
+                       key, text, (double)rounded);
+    else if (text)
+        *step = v;
     tfm__free(key);
     return st;
 }
@@ -636,20 +716,30 @@ tfm_status tfm_optimizer_load(tfm_optimizer *opt, const char *path)
         return st;
     const char *kind = tfm_safetensors_metadata(f, "optimizer");
     const char *lr_text = tfm_safetensors_metadata(f, "lr");
-    double lr = 0.0;
-    char *end = NULL;
-    if (lr_text)
-        lr = strtod(lr_text, &end);
+    double lr = -1.0;
+    if (lr_text && tfm__parse_double(lr_text, &lr) != TFM__NUMBER_OK)
+        lr = -1.0;
     if (!kind || strcmp(kind, tfm_enum_name(TFM_ENUM_OPTIMIZER, opt->o.kind)) != 0)
         st = tfm__fail(TFM_ERR_FORMAT,
                        "tfm_optimizer_load: \"%s\" holds the state of %s%s%s"
                        ", not of %s", path, kind ? "\"" : "",
                        kind ? kind : "no optimizer", kind ? "\"" : "",
                        tfm_enum_name(TFM_ENUM_OPTIMIZER, opt->o.kind));
-    else if (!lr_text || end == lr_text || *end || !nonneg(lr))
+    else if (!lr_text || !nonneg(lr))
         st = tfm__fail(TFM_ERR_FORMAT,
-                       "tfm_optimizer_load: \"%s\" has no valid \"lr\"",
-                       path);
+                       "tfm_optimizer_load: \"%s\" has no valid \"lr\" (a "
+                       "decimal number >= 0, src/base/number_parse.h)", path);
+    /* exactly the model's parameters: every one's states (below) and
+     * nothing else */
+    const int64_t expected = (int64_t)opt->n * (1 + opt->n_slots);
+    if (st == TFM_OK && tfm_safetensors_count(f) != expected)
+        st = tfm__fail(TFM_ERR_FORMAT,
+                       "tfm_optimizer_load: \"%s\" holds %lld tensors; this "
+                       "optimizer over %d parameters keeps %lld (a state "
+                       "of a parameter the model lacks, or of another "
+                       "optimizer setting)", path,
+                       (long long)tfm_safetensors_count(f), opt->n,
+                       (long long)expected);
     float *state = NULL;
     int64_t *steps = NULL;
     if (st == TFM_OK) {
@@ -664,13 +754,16 @@ tfm_status tfm_optimizer_load(tfm_optimizer *opt, const char *path)
     for (int i = 0; i < opt->n && st == TFM_OK; i++) {
         const tfm__param *p = param_of(opt, i);
         float step;
-        st = load_one(f, p->name, "step", 1, (int64_t[]){ 1 }, &step);
+        st = load_one(f, p->name, "step", 1, (int64_t[]){ 1 }, 0, &step);
         if (st == TFM_OK && !step_value(step, &steps[i]))
             st = tfm__fail(TFM_ERR_FORMAT,
                            "tfm_optimizer_load: step %g of \"%s\" is not a "
                            "non-negative integer", (double)step, p->name);
+        if (st == TFM_OK)
+            st = exact_step(f, p->name, step, &steps[i]);
         for (int s = 0; s < opt->n_slots && st == TFM_OK; s++)
             st = load_one(f, p->name, slot_name(opt, s), p->rank, p->shape,
+                          second_moment(opt, s),
                           state + opt->offset[i] + s * p->numel);
     }
     tfm_safetensors_close(f);

@@ -380,8 +380,15 @@ def test_cli_options_match_generate(kjv):
         assert r.returncode == 0, r.stderr
         assert r.stdout == prompt + kjv.generate(prompt, 90, **kw) + "\n"
         assert f"stopped: {reason}" in r.stderr
+    # A prompt longer than the context (128): taken as tfm_model_generate
+    # takes one (issue 44): its last 128 characters are the model's input,
+    # the whole prompt is printed.
+    long = "And God said, Let there be light: and there was light. " * 3
     r = subprocess.run([cli, "--model", model_path_or_skip(), "--prompt",
-                        "x" * 129], capture_output=True, text=True)
-    assert r.returncode == 1 and "context length" in r.stderr
+                        long, "--max-new-tokens", "30"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "its last 128 are the model's input" in r.stderr
+    assert r.stdout == long + kjv.generate(long[-128:], 30) + "\n"
     r = subprocess.run([cli, "--stop", ""], capture_output=True, text=True)
     assert r.returncode == 1 and "--stop" in r.stderr

@@ -235,6 +235,24 @@ def as_int(x, name, minimum=None):
     return v
 
 
+def as_seed(x, name="seed"):
+    """A seed as the C library takes it (uint64): an int in torch's
+    range, -2**63 .. 2**64 - 1, negative ones taken modulo 2**64 as
+    torch.manual_seed takes them; outside it, an error rather than a seed
+    wrapped to another (2**64 is not 0)."""
+    if isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int, not bool")
+    try:
+        v = operator.index(x)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {type(x).__name__}") \
+            from None
+    if v >= 2**64 or v < -2**63:
+        raise TransformerOverflowError(
+            f"{name} = {v} is outside -2**63 .. 2**64 - 1")
+    return v % 2**64
+
+
 def as_float(x, name):
     try:
         return float(x)
@@ -630,7 +648,7 @@ class Module(ModuleTree, HandleOwner):
         seed, offset = value
         for _, mod in self._components():
             mod._call(_ll.tfm_module_set_dropout_state,
-                      int(seed) % 2**64, int(offset) % 2**64)
+                      as_seed(seed), as_seed(offset, "offset"))
 
     def backward(self, *grad_outputs):   # overridden by the kinds that have one
         """The gradients with respect to the inputs of the last training-

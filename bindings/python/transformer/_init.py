@@ -8,10 +8,10 @@ seed=s)`` redraws one module from its own generator seeded with s.
 """
 
 import contextlib
-import operator
 import threading
 
 from . import _lowlevel as _ll
+from ._core import as_seed
 
 _lock = threading.Lock()
 _generator = _ll.tfm_rng()
@@ -19,13 +19,7 @@ _ll.tfm_rng_seed(_generator, 0)
 
 
 def _seed(seed):
-    if isinstance(seed, bool):
-        raise TypeError("seed must be an int, not bool")
-    try:
-        return operator.index(seed) % 2**64
-    except TypeError:
-        raise TypeError(f"seed must be an int, not {type(seed).__name__}") \
-            from None
+    return as_seed(seed)
 
 
 # Dropout streams (module.h: tfm_module_set_dropout_state): module number
@@ -45,7 +39,8 @@ def manual_seed(seed):
     """Seeds the package's generator, as ``torch.manual_seed``: modules
     constructed (or reset with ``reset_parameters()``) afterwards draw the
     same values for the same seed, in the same order, and get the same
-    dropout streams.  seed: any int (taken modulo 2**64).  The generator
+    dropout streams.  seed: an int in -2**63 .. 2**64 - 1 (negative ones
+    modulo 2**64, as torch takes them).  The generator
     starts seeded with 0 at import."""
     with _lock:
         _ll.tfm_rng_seed(_generator, _seed(seed))

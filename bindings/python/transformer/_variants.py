@@ -39,12 +39,11 @@ score's own, n_kv_heads 0 means num_heads, rope_dims 0 means all of d_k.
 
 import math
 import numbers
-import operator
 
 import numpy as np
 
 from . import _lowlevel as _ll
-from ._core import as_float, as_int, enum_names
+from ._core import as_float, as_int, as_seed, enum_names
 from ._errors import InvalidArgumentError
 
 _FLOAT32_MAX = 3.4028234663852886e38
@@ -122,11 +121,7 @@ def normalize(variant, who):
             # True is an int to operator.index, but never a size.
             raise TypeError(f"{key} must be an int, not bool")
         elif key == "seed":
-            try:
-                out[key] = operator.index(value) % 2**64
-            except TypeError:
-                raise TypeError(f"seed must be an int, not "
-                                f"{type(value).__name__}") from None
+            out[key] = as_seed(value)
         else:
             out[key] = as_int(value, key)
     return out

@@ -11,7 +11,6 @@ so far; both are also importable from transformer and transformer.models.
 
 import contextlib
 import json
-import operator
 import os
 import threading
 import types
@@ -20,6 +19,7 @@ import weakref
 import numpy as np
 
 from . import _lowlevel as _ll
+from ._core import as_seed
 from ._core import (HandleOwner, _Handle, as_float, as_float32, as_ids,
                     as_int)
 from ._errors import BusyError, InvalidArgumentError, ShapeError
@@ -128,11 +128,7 @@ def _sampling(temperature, top_k, top_p, seed, greedy, do_sample):
 
 
 def _seed(seed):
-    try:
-        return operator.index(seed) % 2**64
-    except TypeError:
-        raise TypeError(f"seed must be an int, not {type(seed).__name__}") \
-            from None
+    return as_seed(seed)
 
 
 class Sampler:
