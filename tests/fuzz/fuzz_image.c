@@ -1,0 +1,90 @@
+/* libFuzzer harness: transformer-generate --classify's inputs from
+ * untrusted bytes: an image (PNG or JPEG, decoded by libpng / libjpeg
+ * through tools/image_input.h's decode_image) and the checkpoint's
+ * preprocessor_config.json (read_prep), then the preprocessing --classify
+ * applies (bilinear resize to the model's size, rescale, normalize).
+ *
+ * Input: one mode byte (the model's image_size is 1 + its low 5 bits),
+ * then parts separated by 0xFF 0xFF (fuzz_files.h): the image file,
+ * preprocessor_config.json (empty: absent, ViTImageProcessor's defaults).
+ * Promises: a refused file fails with a message and no pixels leak; a
+ * decoded image has a size of at least 1 x 1 and all its pixels; the
+ * resize gives exactly the size asked.  Nothing is bounded before decoding:
+ * an image header that makes the decoder allocate far more than the file
+ * holds (a decompression bomb) is a finding (libFuzzer's -malloc_limit_mb
+ * / -rss_limit_mb report it) until the reader refuses it by its header.
+ *
+ * The CLI's messages go to /dev/null unless TFM_FUZZ_VERBOSE is set
+ * (fuzz_cli.h). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <transformer/transformer.h>
+
+#include "fuzz_files.h"
+#include "fuzz_util.h"
+
+#include "fuzz_cli.h"
+#include "image_input.h"
+#include "fuzz_cli_end.h"
+
+static const char *const NAMES[] = { "image", "preprocessor_config.json" };
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    const int64_t image_size = 1 + (data[0] & 31);
+    size_t pos = 1;
+    files_put_parts(data, size, &pos, NAMES,
+                    (int)(sizeof NAMES / sizeof NAMES[0]));
+    char path[512];
+    files_path(path, sizeof path, "image");
+
+    image_prep prep;
+    const int prep_rc = read_prep(files_dir(), image_size, &prep);
+    if (!prep_rc) {
+        /* --classify's own check: size, when given, is the model's */
+        CHECK(prep.height == image_size && prep.width == image_size);
+        for (int c = 0; c < 3; c++)
+            CHECK(prep.std[c] != 0.0 && isfinite(prep.std[c]));
+    }
+    rgb_image img = { 0, 0, NULL };
+    if (decode_image(path, &img)) {
+        CHECK(img.px == NULL);
+        return 0;
+    }
+    CHECK(img.px != NULL && img.width >= 1 && img.height >= 1);
+    /* every pixel readable (ASan checks the buffer's extent) */
+    uint64_t sum = 0;
+    for (int64_t i = 0; i < img.width * img.height * 3; i++)
+        sum += img.px[i];
+    CHECK(sum <= 255u * (uint64_t)(img.width * img.height * 3));
+    if (!prep_rc) {
+        if (prep.do_resize) {
+            CHECK(resize_bilinear(&img, prep.width, prep.height) == 0);
+            CHECK(img.width == prep.width && img.height == prep.height);
+        }
+        if (img.width == image_size && img.height == image_size) {
+            /* channels first, rescaled and normalized as --classify */
+            const int64_t S = image_size;
+            float *x = malloc(sizeof *x * (size_t)(3 * S * S));
+            CHECK(x != NULL);
+            for (int c = 0; c < 3; c++)
+                for (int64_t i = 0; i < S * S; i++) {
+                    double v = img.px[i * 3 + c];
+                    if (prep.do_rescale)
+                        v *= prep.rescale_factor;
+                    if (prep.do_normalize)
+                        v = (v - prep.mean[c]) / prep.std[c];
+                    x[c * S * S + i] = (float)v;
+                }
+            free(x);
+        }
+    }
+    free(img.px);
+    return 0;
+}
