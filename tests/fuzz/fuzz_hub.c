@@ -11,7 +11,8 @@
  * (the corpus' sharded checkpoints name the last two in their index).  The
  * directory goes through tfm_model_load.  A refused directory must give a
  * status other than TFM_ERR_NULL_ARGUMENT, a message, and leave *out
- * untouched; a loaded model must run one token (or, for an image model,
+ * untouched; a sharded checkpoint that loads has no tensor in both
+ * shards; a loaded model must run one token (or, for an image model,
  * one image of its size) when it is small enough to run in a fuzzer's
  * time.  No size is bounded here before the load: a configuration that
  * makes the loader allocate far more than the files hold is a finding
@@ -57,13 +58,47 @@ static void run_image_model(tfm_module *model, const tfm_layer_options *lo)
     tfm_tensor_free(logits);
 }
 
+/* Whether name is a tensor of the safetensors bytes data[0 .. size). */
+static int holds(const uint8_t *data, size_t size, const char *name)
+{
+    tfm_safetensors *f = NULL;
+    if (!size || tfm_safetensors_open_memory(data, size, &f) != TFM_OK)
+        return 0;
+    const int found = tfm_safetensors_info(f, name, NULL, NULL, NULL) == TFM_OK;
+    tfm_safetensors_close(f);
+    return found;
+}
+
+/* A sharded checkpoint that loaded (no model.safetensors) has no tensor
+ * in both shards: the index decides where a tensor is, so a name stored
+ * twice is refused, never read from whichever shard comes first (issue 44,
+ * kind 6). */
+static void check_no_tensor_twice(const uint8_t *const *part,
+                                  const size_t *len)
+{
+    tfm_safetensors *f = NULL;
+    if (len[2] || !len[1] || !len[3] || !len[4] ||
+        tfm_safetensors_open_memory(part[3], len[3], &f) != TFM_OK)
+        return;
+    for (int64_t i = 0; i < tfm_safetensors_count(f); i++)
+        CHECK(!holds(part[4], len[4], tfm_safetensors_name(f, i)));
+    tfm_safetensors_close(f);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    size_t pos = 0;
-    files_put_parts(data, size, &pos, NAMES,
-                    (int)(sizeof NAMES / sizeof NAMES[0]));
+    enum { N = sizeof NAMES / sizeof NAMES[0] };
+    const uint8_t *part[N];
+    size_t len[N], pos = 0;
+    for (int i = 0; i < N; i++) {
+        part[i] = files_part(data, size, &pos, &len[i]);
+        files_put(NAMES[i], part[i], len[i]);
+    }
     tfm_module *model = (tfm_module *)0x1;
     tfm_status st = tfm_model_load(files_dir(), &model);
+    if (getenv("TFM_FUZZ_VERBOSE"))
+        fprintf(stderr, "tfm_model_load: %s%s%s\n", tfm_status_string(st),
+                st ? ": " : "", st ? tfm_last_error() : "");
     if (st != TFM_OK) {
         CHECK(model == (tfm_module *)0x1);
         CHECK(st != TFM_ERR_NULL_ARGUMENT);
@@ -71,6 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     CHECK(model != NULL && model != (tfm_module *)0x1);
+    check_no_tensor_twice(part, len);
     tfm_layer_options lo;
     tfm_layer_options_init(&lo);
     CHECK(tfm_model_get_layer_options(model, &lo) == TFM_OK);

@@ -8,11 +8,14 @@
  * then parts separated by 0xFF 0xFF (fuzz_files.h): the image file,
  * preprocessor_config.json (empty: absent, ViTImageProcessor's defaults).
  * Promises: a refused file fails with a message and no pixels leak; a
- * decoded image has a size of at least 1 x 1 and all its pixels; the
- * resize gives exactly the size asked.  Nothing is bounded before decoding:
- * an image header that makes the decoder allocate far more than the file
- * holds (a decompression bomb) is a finding (libFuzzer's -malloc_limit_mb
- * / -rss_limit_mb report it) until the reader refuses it by its header.
+ * decoded image has a size of at least 1 x 1, all its pixels, and no
+ * more pixels than Pillow decodes (2 x Image.MAX_IMAGE_PIXELS; above that
+ * Pillow raises DecompressionBombError, issue 44 kind 5); the resize gives
+ * exactly the size asked.  The harness bounds nothing before decoding: an
+ * image header that makes the decoder allocate far more than the file
+ * holds (a decompression bomb) is a finding, from libFuzzer's
+ * -malloc_limit_mb / -rss_limit_mb or from that promise, until the reader
+ * refuses it by its header.
  *
  * The CLI's messages go to /dev/null unless TFM_FUZZ_VERBOSE is set
  * (fuzz_cli.h). */
@@ -58,6 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     CHECK(img.px != NULL && img.width >= 1 && img.height >= 1);
+    /* PIL.Image.MAX_IMAGE_PIXELS = int(1024 * 1024 * 1024 // 4 // 3) */
+    CHECK(img.width * img.height <= 2 * (int64_t)89478485);
     /* every pixel readable (ASan checks the buffer's extent) */
     uint64_t sum = 0;
     for (int64_t i = 0; i < img.width * img.height * 3; i++)

@@ -105,6 +105,26 @@ def llama_tensors(rng, d=4, ff=8, kv=2, layers=1, vocab=6):
             for n, s in t]
 
 
+def marian_tensors(rng, d=4, ff=8, vocab=6):
+    t = [("model.shared.weight", [vocab, d])]
+    norms = {"encoder": ["self_attn_layer_norm", "final_layer_norm"],
+             "decoder": ["self_attn_layer_norm", "encoder_attn_layer_norm",
+                         "final_layer_norm"]}
+    for stack in ("encoder", "decoder"):
+        p = "model.%s.layers.0." % stack
+        for att in ["self_attn"] + (["encoder_attn"] if stack == "decoder" else []):
+            for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                t += [(p + "%s.%s.weight" % (att, proj), [d, d]),
+                      (p + "%s.%s.bias" % (att, proj), [d])]
+        for n in norms[stack]:
+            t += [(p + n + ".weight", [d]), (p + n + ".bias", [d])]
+        t += [(p + "fc1.weight", [ff, d]), (p + "fc1.bias", [ff]),
+              (p + "fc2.weight", [d, ff]), (p + "fc2.bias", [d])]
+    t += [("final_logits_bias", [1, vocab])]
+    return [(n, "F32", s, vals(rng, s[0] * (s[1] if len(s) > 1 else 1)))
+            for n, s in t]
+
+
 def hub(config, index=b"", single=b"", shard1=b"", shard2=b""):
     return parts(config if isinstance(config, bytes) else js(config),
                  index, single, shard1, shard2)
@@ -154,16 +174,19 @@ def hub_corpus(rng):
                               "hidden_act": "gelu", "layer_norm_eps": 1e-12},
                              single=safetensors([("bert.embeddings.word_embeddings.weight",
                                                   "F32", [6, 4], vals(rng, 24))]))
-    out["marian_config"] = hub({"model_type": "marian", "d_model": 4,
-                                "encoder_layers": 1, "decoder_layers": 1,
-                                "encoder_attention_heads": 2,
-                                "decoder_attention_heads": 2,
-                                "encoder_ffn_dim": 8, "decoder_ffn_dim": 8,
-                                "vocab_size": 6, "max_position_embeddings": 8,
-                                "activation_function": "swish",
-                                "scale_embedding": True, "pad_token_id": 5},
-                               single=safetensors([("model.shared.weight", "F32",
-                                                    [6, 4], vals(rng, 24))]))
+    marian = {"model_type": "marian", "d_model": 4,
+              "encoder_layers": 1, "decoder_layers": 1,
+              "encoder_attention_heads": 2, "decoder_attention_heads": 2,
+              "encoder_ffn_dim": 8, "decoder_ffn_dim": 8,
+              "vocab_size": 6, "max_position_embeddings": 8,
+              "activation_function": "swish", "scale_embedding": True,
+              "pad_token_id": 5}
+    mt = marian_tensors(rng)
+    out["marian"] = hub(marian, single=safetensors(mt))
+    out["marian_positions"] = hub(marian, single=safetensors(
+        mt + [("model.encoder.embed_positions.weight", "F32", [8, 4],
+               vals(rng, 32))]))
+    out["marian_config"] = hub(marian, single=safetensors(mt[:1]))
     out["vit_config"] = hub({"model_type": "vit", "hidden_size": 4,
                              "num_attention_heads": 2, "num_hidden_layers": 1,
                              "intermediate_size": 8, "image_size": 4,
@@ -172,7 +195,6 @@ def hub_corpus(rng):
                              "id2label": {"0": "a", "1": "b"}},
                             single=safetensors([("vit.embeddings.cls_token", "F32",
                                                  [1, 1, 4], vals(rng, 4))]))
-    out["pickle_only"] = hub(gpt2_config())
     return out
 
 
