@@ -125,6 +125,61 @@ def marian_tensors(rng, d=4, ff=8, vocab=6):
             for n, s in t]
 
 
+def bert_layer(prefix, self_prefix, d, ff, n1, n2):
+    t = []
+    for k in ("query", "key", "value"):
+        t += [(prefix + self_prefix + k + ".weight", [d, d]),
+              (prefix + self_prefix + k + ".bias", [d])]
+    t += [(prefix + "attention.output.dense.weight", [d, d]),
+          (prefix + "attention.output.dense.bias", [d]),
+          (prefix + n1 + ".weight", [d]), (prefix + n1 + ".bias", [d]),
+          (prefix + "intermediate.dense.weight", [ff, d]),
+          (prefix + "intermediate.dense.bias", [ff]),
+          (prefix + "output.dense.weight", [d, ff]),
+          (prefix + "output.dense.bias", [d]),
+          (prefix + n2 + ".weight", [d]), (prefix + n2 + ".bias", [d])]
+    return t
+
+
+def f32(rng, t):
+    out = []
+    for n, s in t:
+        k = 1
+        for x in s:
+            k *= x
+        out.append((n, "F32", s, vals(rng, k)))
+    return out
+
+
+def bert_tensors(rng, d=4, ff=8, vocab=6, ctx=8):
+    t = [("bert.embeddings.word_embeddings.weight", [vocab, d]),
+         ("bert.embeddings.position_embeddings.weight", [ctx, d]),
+         ("bert.embeddings.token_type_embeddings.weight", [2, d]),
+         ("bert.embeddings.LayerNorm.weight", [d]),
+         ("bert.embeddings.LayerNorm.bias", [d])]
+    t += bert_layer("bert.encoder.layer.0.", "attention.self.", d, ff,
+                    "attention.output.LayerNorm", "output.LayerNorm")
+    t += [("cls.predictions.transform.dense.weight", [d, d]),
+          ("cls.predictions.transform.dense.bias", [d]),
+          ("cls.predictions.transform.LayerNorm.weight", [d]),
+          ("cls.predictions.transform.LayerNorm.bias", [d]),
+          ("cls.predictions.bias", [vocab])]
+    return f32(rng, t)
+
+
+def vit_tensors(rng, d=4, ff=8, labels=2, size=4, patch=2, ch=3):
+    n = (size // patch) ** 2 + 1
+    t = [("vit.embeddings.cls_token", [1, 1, d]),
+         ("vit.embeddings.position_embeddings", [1, n, d]),
+         ("vit.embeddings.patch_embeddings.projection.weight", [d, ch, patch, patch]),
+         ("vit.embeddings.patch_embeddings.projection.bias", [d]),
+         ("vit.layernorm.weight", [d]), ("vit.layernorm.bias", [d])]
+    t += bert_layer("vit.encoder.layer.0.", "attention.attention.", d, ff,
+                    "layernorm_before", "layernorm_after")
+    t += [("classifier.weight", [labels, d]), ("classifier.bias", [labels])]
+    return f32(rng, t)
+
+
 def hub(config, index=b"", single=b"", shard1=b"", shard2=b""):
     return parts(config if isinstance(config, bytes) else js(config),
                  index, single, shard1, shard2)
@@ -167,13 +222,13 @@ def hub_corpus(rng):
                         "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
                         "hidden_act": "silu", "tie_word_embeddings": False},
                        single=safetensors(llama_tensors(rng)))
-    out["bert_config"] = hub({"model_type": "bert", "hidden_size": 4,
-                              "num_attention_heads": 2, "num_hidden_layers": 1,
-                              "intermediate_size": 8, "vocab_size": 6,
-                              "max_position_embeddings": 8, "type_vocab_size": 2,
-                              "hidden_act": "gelu", "layer_norm_eps": 1e-12},
-                             single=safetensors([("bert.embeddings.word_embeddings.weight",
-                                                  "F32", [6, 4], vals(rng, 24))]))
+    bert = {"model_type": "bert", "hidden_size": 4, "num_attention_heads": 2,
+            "num_hidden_layers": 1, "intermediate_size": 8, "vocab_size": 6,
+            "max_position_embeddings": 8, "type_vocab_size": 2,
+            "hidden_act": "gelu", "layer_norm_eps": 1e-12}
+    bt = bert_tensors(rng)
+    out["bert"] = hub(bert, single=safetensors(bt))
+    out["bert_config"] = hub(bert, single=safetensors(bt[:1]))
     marian = {"model_type": "marian", "d_model": 4,
               "encoder_layers": 1, "decoder_layers": 1,
               "encoder_attention_heads": 2, "decoder_attention_heads": 2,
@@ -187,14 +242,14 @@ def hub_corpus(rng):
         mt + [("model.encoder.embed_positions.weight", "F32", [8, 4],
                vals(rng, 32))]))
     out["marian_config"] = hub(marian, single=safetensors(mt[:1]))
-    out["vit_config"] = hub({"model_type": "vit", "hidden_size": 4,
-                             "num_attention_heads": 2, "num_hidden_layers": 1,
-                             "intermediate_size": 8, "image_size": 4,
-                             "patch_size": 2, "num_channels": 3,
-                             "qkv_bias": True, "hidden_act": "gelu",
-                             "id2label": {"0": "a", "1": "b"}},
-                            single=safetensors([("vit.embeddings.cls_token", "F32",
-                                                 [1, 1, 4], vals(rng, 4))]))
+    vit = {"model_type": "vit", "hidden_size": 4, "num_attention_heads": 2,
+           "num_hidden_layers": 1, "intermediate_size": 8, "image_size": 4,
+           "patch_size": 2, "num_channels": 3, "qkv_bias": True,
+           "hidden_act": "gelu", "layer_norm_eps": 1e-12,
+           "id2label": {"0": "a", "1": "b"}}
+    vt = vit_tensors(rng)
+    out["vit"] = hub(vit, single=safetensors(vt))
+    out["vit_config"] = hub(vit, single=safetensors(vt[:1]))
     return out
 
 
