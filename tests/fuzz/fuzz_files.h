@@ -10,6 +10,7 @@
 #ifndef TFM_FUZZ_FILES_H
 #define TFM_FUZZ_FILES_H
 
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,18 +19,38 @@
 
 #include "fuzz_util.h"
 
-/* The directory, made on first use ($TMPDIR or /tmp), never removed while
- * the process runs: libFuzzer runs millions of inputs in one process. */
+static char files_dir_name[256];
+
+/* At exit: the directory's files (written by the harness only), then the
+ * directory. */
+static void files_remove_dir(void)
+{
+    DIR *d = opendir(files_dir_name);
+    if (d) {
+        char path[512];
+        for (struct dirent *e; (e = readdir(d));)
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+                snprintf(path, sizeof path, "%s/%s", files_dir_name,
+                         e->d_name) < (int)sizeof path)
+                unlink(path);
+        closedir(d);
+    }
+    rmdir(files_dir_name);
+}
+
+/* The directory, made on first use ($TMPDIR or /tmp) and kept while the
+ * process runs (libFuzzer runs millions of inputs in one process); removed
+ * when it exits normally (a crash leaves it, with the crashing files). */
 static inline const char *files_dir(void)
 {
-    static char dir[256];
-    if (!dir[0]) {
+    if (!files_dir_name[0]) {
         const char *tmp = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/tfm_fuzz_files_XXXXXX",
-                 tmp && tmp[0] ? tmp : "/tmp");
-        CHECK(mkdtemp(dir) != NULL);
+        snprintf(files_dir_name, sizeof files_dir_name,
+                 "%s/tfm_fuzz_files_XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+        CHECK(mkdtemp(files_dir_name) != NULL);
+        atexit(files_remove_dir);
     }
-    return dir;
+    return files_dir_name;
 }
 
 /* dir/name into path. */
