@@ -4,8 +4,8 @@
  * preprocessor_config.json (read_prep), then the preprocessing --classify
  * applies (bilinear resize to the model's size, rescale, normalize).
  *
- * Input: one mode byte (the model's image_size is 1 + its low 5 bits),
- * then parts separated by 0xFF 0xFF (fuzz_files.h): the image file,
+ * Input: one mode byte (the model's image_size is 1 + its low 5 bits;
+ * bit 5: a PNG's chunk CRCs kept as they are, else made right), then parts separated by 0xFF 0xFF (fuzz_files.h): the image file,
  * preprocessor_config.json (empty: absent, ViTImageProcessor's defaults).
  * Promises: a refused file fails with a message and no pixels leak; a
  * decoded image has a size of at least 1 x 1, all its pixels, and no
@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include <transformer/transformer.h>
+#include <zlib.h>
 
 #include "fuzz_files.h"
 #include "fuzz_util.h"
@@ -36,14 +37,44 @@
 
 static const char *const NAMES[] = { "image", "preprocessor_config.json" };
 
+/* A PNG's chunk CRCs made right (in a copy), so that the fuzzer's changes
+ * to a chunk (IHDR's size, a palette) reach libpng's decoding instead of
+ * its CRC check; a PNG with a wrong CRC is in the seeds.  Mode bit 5 set
+ * keeps the bytes as they are. */
+static uint8_t *png_with_crcs(const uint8_t *data, size_t size)
+{
+    uint8_t *copy = malloc(size ? size : 1);
+    CHECK(copy != NULL);
+    memcpy(copy, data, size);
+    for (size_t at = 8; at + 12 <= size;) {
+        const uint32_t n = (uint32_t)copy[at] << 24 | (uint32_t)copy[at + 1] << 16 |
+                           (uint32_t)copy[at + 2] << 8 | copy[at + 3];
+        if (n > size - at - 12)
+            break;
+        const uint32_t crc = (uint32_t)crc32(0, copy + at + 4, n + 4);
+        for (int k = 0; k < 4; k++)
+            copy[at + 8 + n + k] = (uint8_t)(crc >> (24 - 8 * k));
+        at += 12 + (size_t)n;
+    }
+    return copy;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
     const int64_t image_size = 1 + (data[0] & 31);
-    size_t pos = 1;
-    files_put_parts(data, size, &pos, NAMES,
-                    (int)(sizeof NAMES / sizeof NAMES[0]));
+    size_t pos = 1, n_image = 0, n_prep = 0;
+    const uint8_t *image = files_part(data, size, &pos, &n_image);
+    const uint8_t *prep_json = files_part(data, size, &pos, &n_prep);
+    if (!(data[0] & 32) && n_image >= 8 && memcmp(image, "\x89PNG", 4) == 0) {
+        uint8_t *fixed = png_with_crcs(image, n_image);
+        files_put(NAMES[0], fixed, n_image);
+        free(fixed);
+    } else {
+        files_put(NAMES[0], image, n_image);
+    }
+    files_put(NAMES[1], prep_json, n_prep);
     char path[512];
     files_path(path, sizeof path, "image");
 

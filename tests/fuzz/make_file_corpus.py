@@ -312,6 +312,9 @@ def image_corpus():
     out["png_palette"] = mode + parts(png(4, 1, 3, 8, [b"\x00\x01\x02\x03"], extra=plte), prep)
     out["png_interlaced"] = mode + parts(png(5, 3, 2, 8, rgb, interlace=1), prep)
     out["png_truncated"] = mode + parts(png(5, 3, 2, 8, rgb)[:60], prep)
+    bad_crc = bytearray(png(5, 3, 2, 8, rgb))
+    bad_crc[29] ^= 1  # IHDR's CRC; mode bit 5 keeps it wrong
+    out["png_bad_crc"] = bytes([3 | 32]) + parts(bytes(bad_crc), prep)
     out["prep_size_int"] = bytes([7]) + parts(png(5, 3, 2, 8, rgb), js({"size": 8}))
     out["prep_bad_size"] = mode + parts(png(5, 3, 2, 8, rgb), js({"size": 224}))
     out["prep_bad_resample"] = mode + parts(png(5, 3, 2, 8, rgb), js({"resample": 3}))
