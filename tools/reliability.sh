@@ -249,6 +249,38 @@ step_tsan() {
     tail -n 3 "$LOGS/tsan-ctest.log"
 }
 
+# One harness: replay tests/regressions/<h> and the seed corpus, then
+# fuzz FUZZ_SECONDS (new inputs go to build-fuzz/corpus-<h>, kept
+# between local runs).  Prints one line; non-zero on any finding.
+fuzz_one() {
+    local h=$1 exe work dict status runs cov
+    exe=build-fuzz/fuzz_$h
+    work=build-fuzz/corpus-$h
+    mkdir -p "$work"
+    "$exe" -runs=0 -artifact_prefix=build-fuzz/artifacts/$h-replay- \
+        tests/regressions/$h tests/fuzz/corpus/$h \
+        >"$LOGS/fuzz-$h-replay.log" 2>&1 ||
+        { echo "FAIL $h: replaying tests/regressions/$h"
+          tail -n 40 "$LOGS/fuzz-$h-replay.log"; return 1; }
+    dict=tests/fuzz/$h.dict
+    [ -f "$dict" ] || dict=tests/fuzz/safetensors.dict
+    "$exe" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 \
+        -dict="$dict" -print_final_stats=1 \
+        -artifact_prefix=build-fuzz/artifacts/$h- \
+        "$work" tests/fuzz/corpus/$h >"$LOGS/fuzz-$h.log" 2>&1
+    status=$?
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$LOGS/fuzz-$h.log")
+    cov=$(grep -E "^#[0-9]+.*cov:" "$LOGS/fuzz-$h.log" | tail -n 1 | sed -E 's/.*cov: ([0-9]+) ft: ([0-9]+) corp: ([0-9]+)\/.*/cov \1, ft \2, corpus \3/')
+    if [ $status -ne 0 ] || ls build-fuzz/artifacts/$h-* >/dev/null 2>&1; then
+        echo "FAIL $h (exit $status): $LOGS/fuzz-$h.log"
+        grep -A40 -E "ERROR: |runtime error|broken promise|==ERROR" "$LOGS/fuzz-$h.log" | head -n 80
+        ls build-fuzz/artifacts/
+        echo "Reproduce: $exe <artifact>; then copy the input to tests/regressions/$h/"
+        return 1
+    fi
+    echo "ok   $h: ${runs:-?} executions in $FUZZ_SECONDS s ($cov)"
+}
+
 # ---- 5. libFuzzer ------------------------------------------------------------
 step_fuzz() {
     need clang || return 1
@@ -256,43 +288,22 @@ step_fuzz() {
         >"$LOGS/fuzz-configure.log" 2>&1 &&
         cmake --build build-fuzz -j"$JOBS" >"$LOGS/fuzz-build.log" 2>&1) ||
         { tail -n 40 "$LOGS/fuzz-build.log" "$LOGS/fuzz-configure.log"; return 1; }
-    local rc=0 pids=() h
+    local rc=0 pids=() h wave
     rm -rf build-fuzz/artifacts
     mkdir -p build-fuzz/artifacts
-    for h in safetensors model_load tokenizer_files tokenizer model_metadata \
-             checkpoint_pointer batch_file; do
-        (
-            exe=build-fuzz/fuzz_$h
-            work=build-fuzz/corpus-$h
-            mkdir -p "$work"
-            # The regression inputs and the seed corpus once, then fuzzing
-            # (new inputs go to $work, kept between local runs).
-            "$exe" -runs=0 -artifact_prefix=build-fuzz/artifacts/$h-replay- \
-                tests/regressions/$h tests/fuzz/corpus/$h \
-                >"$LOGS/fuzz-$h-replay.log" 2>&1 ||
-                { echo "FAIL $h: replaying tests/regressions/$h"
-                  tail -n 40 "$LOGS/fuzz-$h-replay.log"; exit 1; }
-            dict=tests/fuzz/$h.dict
-            [ -f "$dict" ] || dict=tests/fuzz/safetensors.dict
-            "$exe" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 \
-                -dict="$dict" -print_final_stats=1 \
-                -artifact_prefix=build-fuzz/artifacts/$h- \
-                "$work" tests/fuzz/corpus/$h >"$LOGS/fuzz-$h.log" 2>&1
-            status=$?
-            runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$LOGS/fuzz-$h.log")
-            cov=$(grep -E "^#[0-9]+.*cov:" "$LOGS/fuzz-$h.log" | tail -n 1 | sed -E 's/.*cov: ([0-9]+) ft: ([0-9]+) corp: ([0-9]+)\/.*/cov \1, ft \2, corpus \3/')
-            if [ $status -ne 0 ] || ls build-fuzz/artifacts/$h-* >/dev/null 2>&1; then
-                echo "FAIL $h (exit $status): $LOGS/fuzz-$h.log"
-                grep -A40 -E "ERROR: |runtime error|broken promise|==ERROR" "$LOGS/fuzz-$h.log" | head -n 80
-                ls build-fuzz/artifacts/
-                echo "Reproduce: $exe <artifact>; then copy the input to tests/regressions/$h/"
-                exit 1
-            fi
-            echo "ok   $h: ${runs:-?} executions in $FUZZ_SECONDS s ($cov)"
-        ) &
-        pids+=($!)
+    # Two waves, each harness of a wave in parallel: the readers of the
+    # library's files, then the readers of directories and of the CLIs'
+    # files (issue 44).  Twelve at once on CI's 2 cores would give each a
+    # fifth of a core.
+    for wave in "safetensors model_load tokenizer_files tokenizer model_metadata" \
+                "hub marian image optimizer generation_config checkpoint_pointer batch_file"; do
+        pids=()
+        for h in $wave; do
+            fuzz_one "$h" &
+            pids+=($!)
+        done
+        for p in "${pids[@]}"; do wait "$p" || rc=1; done
     done
-    for p in "${pids[@]}"; do wait "$p" || rc=1; done
     return $rc
 }
 

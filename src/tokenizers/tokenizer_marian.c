@@ -115,7 +115,8 @@ static void strip(tfm__bytes *b, size_t from)
            tfm__utf8_decode(s + begin, end - begin, &c, &k) == NULL &&
            py_space(c))
         begin += k;
-    memmove(b->data + from, b->data + begin, end - begin);
+    if (end > begin) /* b->data is NULL while nothing was written */
+        memmove(b->data + from, b->data + begin, end - begin);
     b->n = from + (end - begin);
 }
 

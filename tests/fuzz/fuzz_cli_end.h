@@ -1,0 +1,3 @@
+/* After the tools' headers: stderr is stderr again (fuzz_cli.h). */
+#undef stderr
+#define stderr stderr
