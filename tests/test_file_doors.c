@@ -296,6 +296,27 @@ static void test_invalid_utf8(void **state)
            "not valid UTF-8 at byte 4");
 }
 
+/* Numbers past the double range: JSON has no infinity, but cJSON reads
+ * 1e400 (> DBL_MAX, about 1.8e308) as one; every JSON door refuses it,
+ * at any depth, naming the member. */
+static void test_json_numbers_out_of_range(void **state)
+{
+    (void)state;
+    clear_dir();
+    spits("config.json", "{\"model_type\": \"gpt2\", \"n_embd\": 1e400}");
+    expect(load_model(NULL), TFM_ERR_FORMAT,
+           "the number of \"n_embd\" is out of the range of a double");
+    clear_dir();
+    spits("config.json", "{\"model_type\": \"gpt2\", "
+                         "\"task_specific_params\": {\"x\": [1, -1e999]}}");
+    expect(load_model(NULL), TFM_ERR_FORMAT, "out of the range of a double");
+    clear_dir();
+    spits("tokenizer.json", "{\"model\": {\"type\": \"WordPiece\", "
+                            "\"vocab\": {\"a\": 1e400}}}");
+    expect(load_tokenizer("tokenizer.json"), TFM_ERR_FORMAT,
+           "the number of \"a\" is out of the range of a double");
+}
+
 /* ---- kind 6: the index decides ---------------------------------------- */
 
 static void test_shards_disagree_with_index(void **state)
@@ -441,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_symlink_to_regular_file_is_read),
         cmocka_unit_test(test_over_cap_files),
         cmocka_unit_test(test_invalid_utf8),
+        cmocka_unit_test(test_json_numbers_out_of_range),
         cmocka_unit_test(test_shards_disagree_with_index),
         cmocka_unit_test(test_config_sizes_bounded_by_weights),
     };

@@ -8,6 +8,19 @@
 #define TFM_TOOLS_JSON_FILE_H
 
 #include <cJSON.h>
+#include <math.h>
+
+/* 1 when a number at or below item is not finite: cJSON reads a number
+ * past the double range (1e400) as infinity, which JSON cannot hold (the
+ * library's readers refuse it too). */
+static int json_has_infinite(const cJSON *item)
+{
+    for (const cJSON *c = item->child; c; c = c->next)
+        if ((cJSON_IsNumber(c) && !isfinite(c->valuedouble)) ||
+            json_has_infinite(c))
+            return 1;
+    return 0;
+}
 
 /* The object in file path into *root (cJSON_Delete it); 1 with a message
  * printed when the file cannot be read or is not one JSON object. */
@@ -27,6 +40,10 @@ static int read_json_object(const char *path, cJSON **root)
         cJSON_Delete(r);
         return fail("%s is not a JSON object%s", path,
                     trailing ? " (bytes after it)" : "");
+    }
+    if (json_has_infinite(r)) {
+        cJSON_Delete(r);
+        return fail("%s holds a number out of the range of a double", path);
     }
     *root = r;
     return 0;

@@ -4,6 +4,7 @@
  * a pre-order walk of the parsed tree (member key, then its value) meets
  * the strings in the same order, which names the member the bad string
  * belongs to. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,6 +128,24 @@ static tfm_status check_duplicates(const cJSON *item, const char *what)
     return st;
 }
 
+/* TFM_OK, or TFM_ERR_FORMAT naming the member of a number at or below
+ * item that is not finite: JSON has no infinity or NaN, but cJSON reads a
+ * number past the double range (1e400) as infinity. */
+static tfm_status check_finite(const cJSON *item, const char *what)
+{
+    for (const cJSON *c = item->child; c; c = c->next) {
+        if (cJSON_IsNumber(c) && !isfinite(c->valuedouble))
+            return tfm__fail(TFM_ERR_FORMAT,
+                             "%.200s: the number of " QUOTED " is out of the "
+                             "range of a double", what,
+                             c->string ? c->string : "(array element)");
+        tfm_status st = check_finite(c, what);
+        if (st != TFM_OK)
+            return st;
+    }
+    return TFM_OK;
+}
+
 tfm_status tfm__json_parse_object(const char *text, size_t n,
                                   const char *what, cJSON **root)
 {
@@ -153,6 +172,8 @@ tfm_status tfm__json_parse_object(const char *text, size_t n,
         st = tfm__json_check_nul(text, n, r, what);
     if (st == TFM_OK)
         st = check_duplicates(r, what);
+    if (st == TFM_OK)
+        st = check_finite(r, what);
     if (st != TFM_OK) {
         cJSON_Delete(r);
         return st;

@@ -32,6 +32,8 @@ tfm_status tfm__json_check_nul(const char *text, size_t n, const cJSON *root,
  *    first, Python's json and serde_json keep the last: transformers and
  *    tokenizers would read the other value);
  *  - a NUL in a string (tfm__json_check_nul);
+ *  - a number out of the range of a double (cJSON reads 1e400 as
+ *    infinity; JSON has no infinity), naming its member;
  *  - a value other than an object.
  * what (a file name) starts the messages.  TFM_ERR_FORMAT or
  * TFM_ERR_OUT_OF_MEMORY (message set); *root is untouched on error. */
