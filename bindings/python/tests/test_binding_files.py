@@ -182,7 +182,7 @@ def test_present_does_not_open(tmp_path):
     assert present(tmp_path / "fifo") and present(tmp_path / "zero")
     assert not present(tmp_path / "dangling")
     assert not present(tmp_path) and not present(tmp_path / "none")
-    with pytest.raises(TransformerIOError, match="cannot open: No such file"):
+    with pytest.raises(FileNotFoundError, match="dangling"):
         open_regular(tmp_path / "dangling")
 
 

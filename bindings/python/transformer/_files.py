@@ -73,17 +73,15 @@ def _too_large(path, cap):
 
 def open_regular(path, cap=None):
     """path opened for binary reading through the door above (the caller
-    closes it).  TransformerIOError when it cannot be opened, is not a
-    regular file after following links, or is larger than cap bytes (cap
-    None: no limit, for files that are not read whole)."""
+    closes it).  TransformerIOError when it is not a regular file after
+    following links or is larger than cap bytes (cap None: no limit, for
+    files that are not read whole); os.open's OSError (naming path) when
+    it cannot be opened."""
     path = os.fspath(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK
-                     | getattr(os, "O_CLOEXEC", 0)
-                     | getattr(os, "O_NOCTTY", 0))
-    except OSError as e:
-        raise TransformerIOError(f"{path}: cannot open: {e.strerror}") \
-            from None
+    # A path that cannot be opened raises os.open's own OSError
+    # (FileNotFoundError, PermissionError ...), which names it.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK
+                 | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
