@@ -44,10 +44,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <transformer/transformer.h>
-
-#ifndef TFM_LUA_INSTALLED_MODEL
-#define TFM_LUA_INSTALLED_MODEL ""
-#endif
 %}
 
 %include <stdint.i>
@@ -1002,6 +998,8 @@ static int tfml_tensor_shape(lua_State *L)
 
 /* ---- Lifetimes: who refers to whom (bindings/lua/lifetimes.h) ---- */
 #include "lifetimes.h"
+/* ---- Paths, without opening them; INSTALLED_MODEL (files.h) ---- */
+#include "files.h"
 
 /* ---- Natives for the signatures that typemaps do not fit ---- */
 
@@ -1702,6 +1700,7 @@ static int tfml_tokenizer_special_id(lua_State *L)
 %native(tensor_shape) int tfml_tensor_shape(lua_State *L);
 %native(close) int tfml_close(lua_State *L);
 %native(is_closed) int tfml_is_closed(lua_State *L);
+%native(file_kind) int tfml_file_kind(lua_State *L);
 %native(model_generate) int tfml_model_generate(lua_State *L);
 %native(generator_create) int tfml_generator_create(lua_State *L);
 %native(model_generate_batch) int tfml_model_generate_batch(lua_State *L);
@@ -1719,8 +1718,7 @@ static int tfml_tokenizer_special_id(lua_State *L)
 %native(tokenizer_token_to_id) int tfml_tokenizer_token_to_id(lua_State *L);
 %native(tokenizer_special_id) int tfml_tokenizer_special_id(lua_State *L);
 
-/* The installed default model (the data directory), baked in at build
- * time; the empty string when unknown. */
+/* The installed default model, baked in at build time (files.h). */
 %constant const char *INSTALLED_MODEL = TFM_LUA_INSTALLED_MODEL;
 
 /* ---- Typemaps -------------------------------------------------------------- */

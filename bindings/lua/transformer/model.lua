@@ -18,10 +18,10 @@ local Tokenizer = require("transformer.tokenizer").Tokenizer
 -- Models
 ---------------------------------------------------------------------------
 
+-- Whether a regular file is at path (after following links), asked without
+-- opening it: io.open of a FIFO blocks forever (files.h).
 local function file_exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() return true end
-  return false
+  return core.file_kind(path) == "file"
 end
 
 local function this_dir()
@@ -223,20 +223,22 @@ local TOKENIZER_FILES = { "tokenizer.json", "tokenizer.model", "spiece.model",
 local TOKENIZER_PAIRS = { { "encoder.json", "vocab.bpe" },
                           { "vocab.json", "merges.txt" } }
 
-local function is_readable(path)
-  local f = io.open(path, "rb")
-  if f == nil then return false end
-  f:close()
-  return true
+-- Whether something other than a directory is at path (after following
+-- links), as the library's tokenizer_files.c asks, without opening it (a
+-- FIFO would block io.open forever): a FIFO or a device named like a
+-- tokenizer file counts, so that Tokenizer.load refuses it by name.
+local function is_present(path)
+  local kind = core.file_kind(path)
+  return kind ~= nil and kind ~= "directory"
 end
 
 -- Whether checkpoint directory dir holds a tokenizer file.
 local function has_tokenizer_files(dir)
   for _, n in ipairs(TOKENIZER_FILES) do
-    if is_readable(dir .. "/" .. n) then return true end
+    if is_present(dir .. "/" .. n) then return true end
   end
   for _, pair in ipairs(TOKENIZER_PAIRS) do
-    if is_readable(dir .. "/" .. pair[1]) and is_readable(dir .. "/" .. pair[2]) then
+    if is_present(dir .. "/" .. pair[1]) and is_present(dir .. "/" .. pair[2]) then
       return true
     end
   end
@@ -264,7 +266,7 @@ function Model.load(path)
   if type(path) ~= "string" then fail("path must be a string, got %s", type(path)) end
   local h = core.tfm_model_load(path)
   local tok
-  if is_readable(path .. "/config.json") then  -- a checkpoint directory
+  if core.file_kind(path) == "directory" then  -- a checkpoint directory
     if has_tokenizer_files(path) then
       local ok, t = pcall(Tokenizer.load, path)
       if not ok then core.close(h); error(t, 0) end

@@ -59,6 +59,7 @@ import tempfile
 import threading
 
 from . import _lowlevel as _ll
+from ._files import open_regular
 from .models import Model
 
 __all__ = ["generate", "ship", "ShippedModel", "model_bytes"]
@@ -97,7 +98,10 @@ def model_bytes(model):
         else:
             with model._use() as ptr:
                 _ll.tfmpy_model_save(ptr, path, {})
-        with open(path, "rb") as f:
+        # mkstemp made it (O_EXCL, mode 0600) and save wrote it; read
+        # through the package's one door all the same (no cap: a model
+        # file is not read whole anywhere else either).
+        with open_regular(path) as f:
             return f.read()
     finally:
         os.unlink(path)

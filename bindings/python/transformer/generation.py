@@ -10,7 +10,6 @@ so far; both are also importable from transformer and transformer.models.
 """
 
 import contextlib
-import json
 import os
 import threading
 import types
@@ -23,6 +22,7 @@ from ._core import as_seed
 from ._core import (HandleOwner, _Handle, as_float, as_float32, as_ids,
                     as_int)
 from ._errors import BusyError, InvalidArgumentError, ShapeError
+from ._files import read_json
 from ._torch import torch_results
 
 __all__ = ["GenerationMixin", "KVCache", "Sampler", "DEFAULT_SEED"]
@@ -44,44 +44,45 @@ def _generation_config(path):
     of ids), from generation_config.json when
     it has them, else config.json (as transformers' GenerationConfig
     from_model_config: the former alone when there is one); absent keys
-    are left out."""
+    are left out.  The file is read through the package's one door
+    (_files.read_json): TransformerIOError or FormatError naming it when
+    it is not a regular file, too large, or not strict JSON (a key twice,
+    NaN)."""
     out = {}
+    # Whether it is there is asked without opening it (as the command
+    # line): a FIFO or a link to /dev/zero named generation_config.json is
+    # then refused by read_json, naming it, never taken for missing.
     name = "generation_config.json"
-    if not os.path.isfile(os.path.join(path, name)):
+    if not os.path.exists(os.path.join(path, name)):
         name = "config.json"
-    try:
-        with open(os.path.join(path, name), encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
-        cfg = None
-    if isinstance(cfg, dict):
-        for key in ("decoder_start_token_id", "forced_eos_token_id",
-                    "bos_token_id", "num_beams", "max_length",
-                    "max_new_tokens", "min_length", "min_new_tokens"):
-            if _is_int(cfg.get(key)):
-                out[key] = cfg[key]
-        lp = cfg.get("length_penalty")
-        if isinstance(lp, (int, float)) and not isinstance(lp, bool):
-            out["length_penalty"] = float(lp)
-        if cfg.get("early_stopping") in (True, False, "never"):
-            out["early_stopping"] = cfg["early_stopping"]
-        if isinstance(cfg.get("renormalize_logits"), bool):
-            out["renormalize_logits"] = cfg["renormalize_logits"]
-        eos = cfg.get("eos_token_id")
-        if _is_int(eos) or (isinstance(eos, list) and eos
-                            and all(_is_int(i) for i in eos)):
-            # a list: generate's beam search takes one (else it says so)
-            out["eos_token_id"] = eos[0] if isinstance(eos, list) and \
-                len(eos) == 1 else eos
-        listed = cfg.get("suppress_tokens")
-        if isinstance(listed, list) and listed:
-            out["suppress_tokens"] = sorted({i for i in listed
-                                             if _is_int(i)})
-        bad = cfg.get("bad_words_ids")
-        bad = [b[0] for b in (bad if isinstance(bad, list) else [])
-               if isinstance(b, list) and len(b) == 1 and _is_int(b[0])]
-        if bad:
-            out["bad_words_ids"] = sorted(set(bad))
+    cfg = read_json(os.path.join(path, name))
+    for key in ("decoder_start_token_id", "forced_eos_token_id",
+                "bos_token_id", "num_beams", "max_length",
+                "max_new_tokens", "min_length", "min_new_tokens"):
+        if _is_int(cfg.get(key)):
+            out[key] = cfg[key]
+    lp = cfg.get("length_penalty")
+    if isinstance(lp, (int, float)) and not isinstance(lp, bool):
+        out["length_penalty"] = float(lp)
+    if cfg.get("early_stopping") in (True, False, "never"):
+        out["early_stopping"] = cfg["early_stopping"]
+    if isinstance(cfg.get("renormalize_logits"), bool):
+        out["renormalize_logits"] = cfg["renormalize_logits"]
+    eos = cfg.get("eos_token_id")
+    if _is_int(eos) or (isinstance(eos, list) and eos
+                        and all(_is_int(i) for i in eos)):
+        # a list: generate's beam search takes one (else it says so)
+        out["eos_token_id"] = eos[0] if isinstance(eos, list) and \
+            len(eos) == 1 else eos
+    listed = cfg.get("suppress_tokens")
+    if isinstance(listed, list) and listed:
+        out["suppress_tokens"] = sorted({i for i in listed
+                                         if _is_int(i)})
+    bad = cfg.get("bad_words_ids")
+    bad = [b[0] for b in (bad if isinstance(bad, list) else [])
+           if isinstance(b, list) and len(b) == 1 and _is_int(b[0])]
+    if bad:
+        out["bad_words_ids"] = sorted(set(bad))
     return out
 
 # ---- Sampling ---------------------------------------------------------------

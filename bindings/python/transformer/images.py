@@ -3,55 +3,16 @@ our own) and the preprocessing of transformers' ViTImageProcessor, so that
 ``model.classify(path)`` gives what Hugging Face's image-classification
 pipeline gives for a ViT checkpoint directory."""
 
-import json
 import os
-import stat
 from os import fspath
 
 import numpy as np
 
+from ._files import open_regular, read_json
+
 __all__ = ["ViTImageProcessor"]
 
 _BILINEAR = 2   # PIL.Image.BILINEAR, ViTImageProcessor's resample
-
-# The cap of the JSON files read here (preprocessor_config.json,
-# config.json), as the library's (src/base/file.h): 16 MiB.
-_MAX_JSON_BYTES = 16 << 20
-
-
-def _open_regular(path):
-    """path opened for binary reading as the library opens files
-    (src/base/file.c): without blocking on a FIFO, refused (OSError, naming
-    what it is) unless a regular file after following links, so a FIFO or
-    a symlink to /dev/zero never hangs or fills memory."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK
-                 | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = ("a directory" if stat.S_ISDIR(mode) else
-                    "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else
-                    "a character device" if stat.S_ISCHR(mode) else
-                    "a block device" if stat.S_ISBLK(mode) else
-                    "a socket" if stat.S_ISSOCK(mode) else
-                    "not a regular file")
-            raise OSError(f"{path} is {kind}, not a regular file: refused")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _read_json(path):
-    """The JSON object in file path: a regular file of at most
-    _MAX_JSON_BYTES bytes of UTF-8 (ValueError otherwise)."""
-    with _open_regular(path) as f:
-        data = f.read(_MAX_JSON_BYTES + 1)
-    if len(data) > _MAX_JSON_BYTES:
-        raise ValueError(f"{path}: larger than {_MAX_JSON_BYTES} bytes, the "
-                         f"limit for this kind of file")
-    return json.loads(data.decode("utf-8"))
 
 
 def _uint8_hwc(a):
@@ -122,7 +83,7 @@ class ViTImageProcessor:
         kwargs = {}
         prep = os.path.join(path, "preprocessor_config.json")
         if os.path.exists(prep):
-            cfg = _read_json(prep)
+            cfg = read_json(prep)
             kwargs = {k: cfg[k] for k in (
                 "do_resize", "size", "resample", "do_rescale",
                 "rescale_factor", "do_normalize", "image_mean", "image_std")
@@ -130,7 +91,7 @@ class ViTImageProcessor:
         if "size" not in kwargs:
             config = os.path.join(path, "config.json")
             if os.path.exists(config):
-                kwargs["size"] = int(_read_json(config).get("image_size",
+                kwargs["size"] = int(read_json(config).get("image_size",
                                                             224))
         return cls(**kwargs)
 
@@ -139,7 +100,7 @@ class ViTImageProcessor:
         # decoded by Pillow, whose Image.open refuses a decompression bomb
         # from its header (DecompressionBombError above twice
         # PIL.Image.MAX_IMAGE_PIXELS, 89478485), as the command line does.
-        f = (_open_regular(fspath(image))
+        f = (open_regular(fspath(image))
              if isinstance(image, (str, os.PathLike)) else None)
         try:
             return self._decoded(image, f)

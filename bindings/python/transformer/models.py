@@ -26,6 +26,7 @@ from ._core import (Module, _to_numpy, as_float, as_float32, as_ids, as_int,
 # BusyError: importable from here before the split too
 from ._errors import (BusyError, InvalidArgumentError, ShapeError,
                       UnsupportedError)
+from ._files import present, read_json
 from ._torch import torch_results
 from ._variants import default_dict, normalize, to_config, to_dict
 # DEFAULT_SEED, KVCache and Sampler: re-exported (transformer.models.X)
@@ -120,11 +121,7 @@ class AutoModelForMaskedLM(AutoModelForCausalLM):
 def _directory_labels(path):
     """config.json's id2label as {int: str} (an image classifier's labels),
     or None when it has none."""
-    try:
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-            labels = json.load(f).get("id2label")
-    except (OSError, ValueError):
-        return None
+    labels = read_json(os.path.join(path, "config.json")).get("id2label")
     if not isinstance(labels, dict):
         return None
     return {int(k): str(v) for k, v in labels.items()}
@@ -163,8 +160,10 @@ _TOKENIZER_PAIRS = (("encoder.json", "vocab.bpe"),
 def _directory_tokenizer(path):
     """The tokenizer of checkpoint directory path, None when it holds no
     tokenizer file; a tokenizer file that is there but malformed raises."""
-    has = any(os.path.isfile(os.path.join(path, n)) for n in _TOKENIZER_FILES)
-    has = has or any(all(os.path.isfile(os.path.join(path, n)) for n in pair)
+    # present(): not opened, and a FIFO or device counts (as the library
+    # sees it), so that Tokenizer.load refuses it by name.
+    has = any(present(os.path.join(path, n)) for n in _TOKENIZER_FILES)
+    has = has or any(all(present(os.path.join(path, n)) for n in pair)
                      for pair in _TOKENIZER_PAIRS)
     return Tokenizer.load(path) if has else None
 
