@@ -1,8 +1,8 @@
 /* transformer-generate's JSON files (generation_config.json, config.json,
  * preprocessor_config.json): the whole file parsed by cJSON, refused
  * unless it is one JSON object with nothing but white space after it (the
- * library's readers, src/json_check.c, refuse the same; a key twice in
- * one object is left to them: it needs their internal checker).  Static
+ * library's readers, src/base/json_check.c, refuse the same, and a key
+ * twice in one object and a number past the double range).  Static
  * helper for the programs that include it, after cli_args.h. */
 #ifndef TFM_TOOLS_JSON_FILE_H
 #define TFM_TOOLS_JSON_FILE_H
@@ -20,6 +20,43 @@ static int json_has_infinite(const cJSON *item)
             json_has_infinite(c))
             return 1;
     return 0;
+}
+
+static int json_key_order(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first key that appears twice in one object at or below item, or
+ * NULL (cJSON's lookups find the first of two, Python's json the last:
+ * the library's readers and the Python layer refuse it; *oom set when the
+ * check could not allocate). */
+static const char *json_duplicate_key(const cJSON *item, int *oom)
+{
+    size_t n = 0;
+    for (const cJSON *c = item->child; c; c = c->next) {
+        n++;
+        const char *k = json_duplicate_key(c, oom);
+        if (k || *oom)
+            return k;
+    }
+    if (!cJSON_IsObject(item) || n < 2)
+        return NULL;
+    const char **keys = malloc(n * sizeof *keys);
+    if (!keys) {
+        *oom = 1;
+        return NULL;
+    }
+    size_t k = 0;
+    for (const cJSON *c = item->child; c; c = c->next)
+        keys[k++] = c->string;
+    qsort(keys, n, sizeof *keys, json_key_order);
+    const char *twice = NULL;
+    for (k = 1; k < n && !twice; k++)
+        if (strcmp(keys[k - 1], keys[k]) == 0)
+            twice = keys[k];
+    free(keys);
+    return twice;
 }
 
 /* The object in file path into *root (cJSON_Delete it); 1 with a message
@@ -40,6 +77,15 @@ static int read_json_object(const char *path, cJSON **root)
         cJSON_Delete(r);
         return fail("%s is not a JSON object%s", path,
                     trailing ? " (bytes after it)" : "");
+    }
+    int oom = 0;
+    const char *twice = json_duplicate_key(r, &oom);
+    if (twice || oom) {
+        const int rc = oom ? fail("%s: out of memory checking its keys", path)
+                           : fail("%s: the key \"%.100s\" appears twice in "
+                                  "one object", path, twice);
+        cJSON_Delete(r);
+        return rc;
     }
     if (json_has_infinite(r)) {
         cJSON_Delete(r);

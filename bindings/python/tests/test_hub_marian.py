@@ -314,6 +314,19 @@ def test_command_line_translate(tmp_path):
     r = subprocess.run([cli, "--model", str(tmp_path / "bert"),
                         "--translate", text], capture_output=True, text=True)
     assert r.returncode == 1 and "encoder-decoder" in r.stderr
+    # generation_config.json read as strictly as the library reads JSON: a
+    # key twice (cJSON would take the first num_beams, Python's json the
+    # last) and a number past the double range (cJSON: infinity) refused
+    R.write_checkpoint(str(tmp_path), w, config)
+    for body, words in (('{"num_beams": 1, "num_beams": 4}',
+                         'the key "num_beams" appears twice'),
+                        ('{"length_penalty": 1e400}',
+                         "out of the range of a double")):
+        (tmp_path / "generation_config.json").write_text(body)
+        r = subprocess.run([cli, "--model", str(tmp_path), "--translate",
+                            text], capture_output=True, text=True)
+        assert r.returncode == 1 and words in r.stderr, r.stderr
+    (tmp_path / "generation_config.json").unlink()
 
 
 def test_generation_config_in_python_and_on_the_command_line(tmp_path):
