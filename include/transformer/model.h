@@ -481,8 +481,8 @@ typedef struct tfm_kv_cache tfm_kv_cache;
  * model's context_length).  Errors: TFM_ERR_NULL_ARGUMENT,
  * TFM_ERR_WRONG_KIND (not a decoder-only model), TFM_ERR_INVALID_ARGUMENT
  * (capacity < 1 or > context_length), TFM_ERR_OVERFLOW,
- * TFM_ERR_OUT_OF_MEMORY.  The cache refers to the model, which must outlive
- * it. */
+ * TFM_ERR_OUT_OF_MEMORY.  The cache refers to the model (module.h:
+ * tfm_module_free says how either may be freed first). */
 TFM_API tfm_status tfm_kv_cache_create(const tfm_module *model,
                                        int64_t capacity, tfm_kv_cache **out);
 
@@ -529,8 +529,9 @@ TFM_API int64_t tfm_kv_cache_capacity(const tfm_kv_cache *cache);
  * when logits is [1, vocab_size] and n > 1, only the last position's.
  * Equals rows length..length+n-1 of tfm_model_logits on the whole sequence.
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (n < 1, id out of
- * range), TFM_ERR_SHAPE, TFM_ERR_CAPACITY (length + n > capacity; the
- * cache is unchanged), TFM_ERR_OUT_OF_MEMORY (the cache is unchanged). */
+ * range; the model was freed), TFM_ERR_SHAPE, TFM_ERR_CAPACITY (length +
+ * n > capacity; the cache is unchanged), TFM_ERR_OUT_OF_MEMORY (the cache
+ * is unchanged). */
 TFM_API tfm_status tfm_kv_cache_decode(tfm_kv_cache *cache,
                                        const int32_t *ids, int64_t n,
                                        tfm_tensor *logits);
@@ -684,8 +685,7 @@ typedef struct tfm_generate_options {
     int64_t n_stop_strings;        /* default 0: none */
     const struct tfm_tokenizer *tokenizer; /* decodes for stop_strings (needed when
                                        n_stop_strings > 0; its vocabulary
-                                       must be the model's; it must
-                                       outlive a generator made with it) */
+                                       must be the model's) */
     float repetition_penalty;      /* > 0 and finite; default 1: none */
     int64_t no_repeat_ngram_size;  /* >= 0; default 0: none */
     tfm_token_callback callback;   /* tfm_model_generate_v2 only; NULL */
@@ -713,9 +713,8 @@ typedef struct tfm_generate_options {
      * computes only its new turn.  The tokens and logits are those of a
      * generation without it (the cached keys and values of a position
      * depend only on the tokens up to it).  The caller owns the cache;
-     * it must outlive the generator and not be used by anything else
-     * meanwhile.  A call that fails may leave it holding only the
-     * common prefix (what it then holds is still valid). */
+     * nothing else may use it while a generator does.  A call that fails
+     * may leave it holding only the common prefix (still valid). */
     tfm_kv_cache *cache;
 } tfm_generate_options;
 
@@ -745,8 +744,9 @@ typedef struct tfm_generator tfm_generator;
  * TFM_PAST_CONTEXT_REENCODE, or not rolling with TFM_PAST_CONTEXT_AUTO on
  * a model that rolls), TFM_ERR_CAPACITY (a prompt longer
  * than the context), TFM_ERR_OUT_OF_MEMORY.  On error *out is unchanged.
- * The generator refers to the model (and the tokenizer, if given), which
- * must outlive it.  Not thread-safe on one generator.  Since 1.2. */
+ * The generator refers to the model, options->cache and (with stop
+ * strings only) the tokenizer; module.h's tfm_module_free says how they
+ * may be freed first.  Not thread-safe on one generator.  Since 1.2. */
 TFM_API tfm_status tfm_generator_create(const tfm_module *model,
                                         const int32_t *prompt,
                                         int64_t n_prompt,
@@ -757,7 +757,8 @@ TFM_API tfm_status tfm_generator_create(const tfm_module *model,
  * generation has ended (tfm_generator_stop_reason says why) *produced is 0
  * and *id is unchanged.  Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_NON_FINITE
  * (a NaN logit), TFM_ERR_INVALID_ARGUMENT (the tokenizer cannot decode
- * the token), TFM_ERR_OUT_OF_MEMORY; on error nothing is written and the
+ * the token; the model, the tokenizer or options->cache was freed),
+ * TFM_ERR_OUT_OF_MEMORY; on error nothing is written and the
  * generator is as before the call.  Since 1.2. */
 TFM_API tfm_status tfm_generator_next(tfm_generator *generator, int32_t *id,
                                       int *produced);

@@ -62,7 +62,30 @@ typedef enum tfm_module_kind {
     TFM_MODULE_KIND_COUNT
 } tfm_module_kind;
 
-/* Frees the module and everything it owns.  NULL is a no-op. */
+/* Frees the module and everything it owns.  NULL is a no-op; on a child
+ * handle (tfm_module_child) it does nothing.
+ *
+ * Handles that refer to others, and the order of frees (since 1.2): an
+ * optimizer refers to its module (training.h; made on a child handle, to
+ * the module the caller owns), a KV cache to its model, a generator to
+ * its model, to options->cache and, when it has stop strings, to
+ * options->tokenizer (model.h).  Free them in any order, from any
+ * threads.  Freeing an owner that such handles still refer to ends the
+ * owner's handle for the caller (a later call through it or through a
+ * child handle of it is a use after free, as always), but its memory
+ * stays until the last of them is freed, as sqlite3_close_v2 leaves a
+ * "zombie" connection; it is released exactly once.  Until then the
+ * dependents' calls that need the owner refuse with
+ * TFM_ERR_INVALID_ARGUMENT, nothing written, and say what was freed:
+ *   tfm_optimizer_step, _zero_grad (void: nothing done, message set):
+ *     "the module this optimizer refers to has been freed" (its other
+ *     calls work on the memory kept);
+ *   tfm_kv_cache_decode: "the model this KV cache refers to has been
+ *     freed" (reset, length and capacity work);
+ *   tfm_generator_next: "the model this generator refers to has been
+ *     freed", "the tokenizer of its stop strings (options->tokenizer)
+ *     has been freed", "the KV cache it uses (options->cache) has been
+ *     freed" (stop_reason, count and reused_tokens work). */
 TFM_API void tfm_module_free(tfm_module *module);
 
 /* The module's kind, or 0 for NULL. */
@@ -130,7 +153,9 @@ TFM_API tfm_status tfm_module_get_parameter(const tfm_module *module,
  * "weight"), and the typed forward function of its kind runs it
  * (tfm_mha_forward on "self_attn", tfm_linear_forward on "linear1").
  * Lifetime: the handle is borrowed.  It stays valid exactly as long as the
- * parent and must not be used after tfm_module_free(parent);
+ * parent and must not be used after tfm_module_free(parent) (nor can
+ * that be checked: looking a child up takes no reference; an optimizer
+ * made on it does, on the parent, see tfm_module_free);
  * tfm_module_free(child) does nothing.  Looking children up never
  * allocates, and the same name always gives the same handle.  Threads: the
  * rule at the top of this header holds for a parent and its children

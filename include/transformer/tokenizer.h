@@ -126,7 +126,10 @@ TFM_API tfm_status tfm_tokenizer_create(const char *vocab,
  * those of tfm_tokenizer_create. */
 TFM_API tfm_status tfm_tokenizer_load(const char *path, tfm_tokenizer **out);
 
-/* Frees the tokenizer.  NULL is a no-op. */
+/* Frees the tokenizer.  NULL is a no-op.  A generator whose stop strings
+ * it decodes (model.h: tfm_generate_options.tokenizer) keeps its memory
+ * until that generator is freed, and refuses to go on (module.h:
+ * tfm_module_free has the rule). */
 TFM_API void tfm_tokenizer_free(tfm_tokenizer *tokenizer);
 
 /* Number of tokens (0 for NULL). */

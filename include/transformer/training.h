@@ -176,7 +176,11 @@ TFM_API tfm_status tfm_masked_lm_inputs(const int32_t *ids, int64_t n,
  * stepped once).  It reads the gradients that backward passes accumulated
  * (module.h: tfm_module_train allocates them; a parameter without
  * gradient storage is skipped, as torch skips p.grad None) and updates
- * the parameters in place.  The module must outlive the optimizer.
+ * the parameters in place.  The optimizer refers to the module (the one
+ * the caller owns, when made on a child handle): freed first, the
+ * module's memory stays until tfm_optimizer_free, step and zero_grad
+ * refuse, and the other calls work on the memory kept (module.h:
+ * tfm_module_free has the rule).
  *
  *   tfm_optimizer_options o;
  *   tfm_optimizer_options_init(&o, TFM_OPTIMIZER_ADAMW);   // torch defaults
@@ -242,19 +246,22 @@ TFM_API tfm_status tfm_optimizer_create(tfm_module *module,
                                         const tfm_optimizer_options *options,
                                         tfm_optimizer **out);
 
-/* NULL is a no-op.  The module is not freed. */
+/* NULL is a no-op.  The module is not freed, unless tfm_module_free was
+ * called on it already and this was the last handle referring to it. */
 TFM_API void tfm_optimizer_free(tfm_optimizer *optimizer);
 
 /* One update of every parameter that has gradient storage (above).
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (no parameter
- * has gradient storage: the module was never put in training mode),
- * TFM_ERR_NON_FINITE (a NaN or infinite gradient: the message names the
+ * has gradient storage: the module was never put in training mode; the
+ * module was freed: "the module this optimizer refers to has been
+ * freed"), TFM_ERR_NON_FINITE (a NaN or infinite gradient: the message names the
  * parameter; no parameter and no state is changed). */
 TFM_API tfm_status tfm_optimizer_step(tfm_optimizer *optimizer);
 
 /* Sets every gradient of the optimizer's parameters to zero (torch's
  * zero_grad(set_to_none=False)).  Not calling it between backward passes
- * accumulates their gradients.  NULL is a no-op. */
+ * accumulates their gradients.  NULL is a no-op; once the module was
+ * freed, nothing is done and the thread's message says so. */
 TFM_API void tfm_optimizer_zero_grad(tfm_optimizer *optimizer);
 
 /* The learning rate used by the next step (a scheduler's

@@ -24,6 +24,7 @@
 #include "transformer/tokenizer.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/lifetime.h"
 #include "base/self_sized.h"
 #include "generation/logits_processors.h"
 #include "models/model_impl.h"
@@ -35,6 +36,13 @@
 
 struct tfm_generator {
     const tfm__model *m;
+    /* What the generator refers to, retained (base/lifetime.h): the model,
+     * the tokenizer of the stop strings, the caller's options->cache.
+     * Freed before the generator, each stays until tfm_generator_free,
+     * and tfm_generator_next refuses (check_owners).  NULL: not held. */
+    tfm_module *held_model;
+    tfm__lifetime *held_tokenizer;
+    tfm__lifetime *held_cache;
     tfm_kv_cache *cache;
     tfm_tensor *logits;        /* [1, vocab]: the next token's logits */
     float *scores;             /* [vocab]: processed copy */
@@ -196,6 +204,11 @@ void tfm_generator_free(tfm_generator *g)
         return;
     if (g->owns_cache)
         tfm_kv_cache_free(g->cache);
+    if (g->held_cache)
+        tfm__lifetime_release(g->held_cache);
+    if (g->held_tokenizer)
+        tfm__lifetime_release(g->held_tokenizer);
+    tfm__module_release(g->held_model);
     tfm_tensor_free(g->logits);
     tfm__free(g->scores);
     tfm__free(g->seen);
@@ -208,6 +221,53 @@ void tfm_generator_free(tfm_generator *g)
     tfm__free(g->tail);
     tfm__free(g->work);
     tfm__free(g);
+}
+
+/* Retains what g refers to (model, stop-string tokenizer, caller's cache):
+ * TFM_OK, or TFM_ERR_INVALID_ARGUMENT for one whose free was already
+ * called (what is retained so far is released by tfm_generator_free). */
+static tfm_status hold_owners(tfm_generator *g)
+{
+    const char *what = "tfm_generator_create";
+    if (!(g->held_model = tfm__module_retain(&g->m->base, what)))
+        return TFM_ERR_INVALID_ARGUMENT;
+    if (g->o.n_stop_strings > 0) {
+        tfm__lifetime *l = tfm__lifetime_of(g->o.tokenizer);
+        if (!tfm__lifetime_retain(l))
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "%s: options->tokenizer was already freed",
+                             what);
+        g->held_tokenizer = l;
+    }
+    if (g->o.cache) {
+        tfm__lifetime *l = tfm__lifetime_of(g->o.cache);
+        if (!tfm__lifetime_retain(l))
+            return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                             "%s: options->cache was already freed", what);
+        g->held_cache = l;
+    }
+    return TFM_OK;
+}
+
+/* TFM_OK, or TFM_ERR_INVALID_ARGUMENT naming the first thing g refers to
+ * whose free was called since tfm_generator_create. */
+static tfm_status check_owners(const tfm_generator *g, const char *what)
+{
+    const char *freed =
+        tfm__module_freed(g->held_model)
+            ? "the model this generator refers to has been freed "
+              "(tfm_module_free)"
+        : g->held_tokenizer && tfm__lifetime_closed(g->held_tokenizer)
+            ? "the tokenizer of its stop strings (options->tokenizer) has "
+              "been freed (tfm_tokenizer_free)"
+        : g->held_cache && tfm__lifetime_closed(g->held_cache)
+            ? "the KV cache it uses (options->cache) has been freed "
+              "(tfm_kv_cache_free)"
+            : NULL;
+    if (freed)
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "%s: %s; nothing was changed", what, freed);
+    return TFM_OK;
 }
 
 /* Allocates everything after the checks; fails only with out-of-memory. */
@@ -289,6 +349,10 @@ static tfm_status generator_create(const tfm_module *model,
     g->m = m;
     g->o = o;
     g->n_prompt = n_prompt;
+    if ((st = hold_owners(g)) != TFM_OK) {
+        tfm_generator_free(g);
+        return st;
+    }
     const int64_t shape[2] = { 1, V };
     const int64_t window = n_prompt < ctx ? n_prompt : ctx;
     if ((st = allocate(g, V)) != TFM_OK) {
@@ -419,6 +483,9 @@ tfm_status tfm_generator_next(tfm_generator *g, int32_t *id, int *produced)
     if (!g || !id || !produced)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL",
                          !g ? "generator" : !id ? "id" : "produced");
+    tfm_status st = check_owners(g, "tfm_generator_next");
+    if (st != TFM_OK)
+        return st;
     if (g->reason != TFM_STOP_NONE) {
         *produced = 0;
         return TFM_OK;
@@ -426,7 +493,6 @@ tfm_status tfm_generator_next(tfm_generator *g, int32_t *id, int *produced)
     const tfm_generate_options *o = &g->o;
     const int64_t V = g->m->config.vocab_size;
     const int64_t n_new = g->len - g->n_prompt;
-    tfm_status st;
     if (g->pending) {
         if ((st = feed(g)) != TFM_OK)
             return st;

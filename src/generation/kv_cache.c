@@ -16,12 +16,18 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/lifetime.h"
 #include "models/model_impl.h"
 #include "base/parallel.h"
 #include "base/tensor_impl.h"
 #include "base/workspace.h"
 
 struct tfm_kv_cache {
+    /* First (base/lifetime.h): a generator using the cache
+     * (options->cache) keeps it, freed, until the generator is freed. */
+    tfm__lifetime life;
+    /* The model, retained (tfm__module_retain): freed before the cache,
+     * it stays until tfm_kv_cache_free, and decoding refuses. */
     const tfm__model *model;
     int64_t capacity, length;
     int64_t storage;        /* rows per layer: capacity, twice that when
@@ -41,6 +47,23 @@ struct tfm_kv_cache {
     int32_t *ids;           /* [storage]: the token id of each row (a
                              * generator's prefix reuse, model.h) */
 };
+
+static void destroy(tfm_kv_cache *cache)
+{
+    tfm__free(cache->v_nonfinite);
+    /* (values are in the same buffer) */
+    tfm__free_large(cache->keys, (size_t)(2 * (cache->values - cache->keys)) *
+                                     sizeof(float));
+    tfm__free(cache->ids);
+    if (cache->model)
+        tfm__module_release((tfm_module *)&cache->model->base);
+    tfm__free(cache);
+}
+
+static void destroy_zombie(tfm__lifetime *life)
+{
+    destroy((tfm_kv_cache *)(void *)life);
+}
 
 static tfm_status create(const tfm_module *model, int64_t capacity,
                          int rolling, tfm_kv_cache **out)
@@ -65,6 +88,7 @@ static tfm_status create(const tfm_module *model, int64_t capacity,
     n /= 2;
     tfm_kv_cache *c = tfm__calloc(1, sizeof *c);
     if (c) {
+        tfm__lifetime_init(&c->life, destroy_zombie);
         /* Written a row per layer at a time as the cache fills: in huge
          * pages (alloc.h) a batch of 16 sequences of the d512, 8-layer
          * model took about 150 page faults of 4 KiB per decoding step, at
@@ -83,6 +107,10 @@ static tfm_status create(const tfm_module *model, int64_t capacity,
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "cannot allocate a KV cache of %lld floats",
                          (long long)(2 * n));
+    }
+    if (!tfm__module_retain(model, "tfm_kv_cache_create")) {
+        tfm_kv_cache_free(c);
+        return TFM_ERR_INVALID_ARGUMENT;
     }
     c->model = m;
     c->capacity = capacity;
@@ -161,14 +189,18 @@ static void emptied(tfm_kv_cache *c)
 
 void tfm_kv_cache_free(tfm_kv_cache *cache)
 {
-    if (!cache)
-        return;
-    tfm__free(cache->v_nonfinite);
-    /* (values are in the same buffer) */
-    tfm__free_large(cache->keys, (size_t)(2 * (cache->values - cache->keys)) *
-                                     sizeof(float));
-    tfm__free(cache->ids);
-    tfm__free(cache);
+    /* With a generator using it left, the generator's free destroys it. */
+    if (cache && tfm__lifetime_close(&cache->life))
+        destroy(cache);
+}
+
+tfm_status tfm__kv_cache_check_model(const tfm_kv_cache *c, const char *what)
+{
+    if (tfm__module_freed(&c->model->base))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "%s: the model this KV cache refers to has been "
+                         "freed (tfm_module_free)", what);
+    return TFM_OK;
 }
 
 void tfm_kv_cache_reset(tfm_kv_cache *cache)
@@ -193,12 +225,15 @@ tfm_status tfm_kv_cache_decode(tfm_kv_cache *cache, const int32_t *ids,
     TFM__PLAN_PIN();
     if (!cache)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "cache is NULL");
+    tfm_status st = tfm__kv_cache_check_model(cache, "tfm_kv_cache_decode");
+    if (st != TFM_OK)
+        return st;
     const tfm__model *m = cache->model;
     const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
     if (n < 1)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "n (%lld) must be at least 1", (long long)n);
-    tfm_status st = tfm__model_check_ids(m, ids, n, "ids");
+    st = tfm__model_check_ids(m, ids, n, "ids");
     if (st != TFM_OK)
         return st;
     if (!logits)
@@ -327,6 +362,9 @@ tfm_status tfm__kv_cache_decode_rows(tfm_kv_cache *const *caches,
 {
     const tfm__model *m = caches[0]->model;
     const int64_t d = m->config.layer.d_model, V = m->config.vocab_size;
+    tfm_status st = tfm__kv_cache_check_model(caches[0], "decoding a batch");
+    if (st != TFM_OK)
+        return st;
     for (int64_t i = 0; i < n; i++)
         if (!caches[i]->rolling && caches[i]->length >= caches[i]->capacity)
             return tfm__fail(TFM_ERR_CAPACITY,
@@ -340,7 +378,7 @@ tfm_status tfm__kv_cache_decode_rows(tfm_kv_cache *const *caches,
     tfm__cached_seq *seqs = out ? tfm__ws_alloc((size_t)n * sizeof *seqs)
                                 : NULL;
     int64_t *first = seqs ? tfm__ws_alloc((size_t)n * sizeof *first) : NULL;
-    tfm_status st = TFM_ERR_OUT_OF_MEMORY;
+    st = TFM_ERR_OUT_OF_MEMORY;
     if (first) {
         for (int64_t i = 0; i < n; i++) {
             batch_view(caches[i], &seqs[i], &first[i]);

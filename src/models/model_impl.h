@@ -193,6 +193,11 @@ void tfm__kv_cache_truncate(tfm_kv_cache *c, int64_t length);
 const tfm__model *tfm__kv_cache_model(const tfm_kv_cache *c);
 int tfm__kv_cache_rolls(const tfm_kv_cache *c);
 
+/* TFM_OK, or TFM_ERR_INVALID_ARGUMENT ("<what>: the model this KV cache
+ * refers to has been freed") once tfm_module_free was called on the
+ * cache's model (kv_cache.c; base/lifetime.h). */
+tfm_status tfm__kv_cache_check_model(const tfm_kv_cache *c, const char *what);
+
 /* tfm_kv_cache_create_rolling (model.h) without its checks: for models
  * already checked, for which tfm__model_rolls holds (generate.c). */
 tfm_status tfm__kv_cache_create_rolling(const tfm_module *model,

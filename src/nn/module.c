@@ -9,6 +9,13 @@
 #include "nn/tape.h"
 #include "base/tensor_impl.h"
 
+static void destroy(tfm_module *module);
+
+static void destroy_zombie(tfm__lifetime *life)
+{
+    destroy((tfm_module *)(void *)life);
+}
+
 tfm_module *tfm__module_alloc(size_t size, tfm_module_kind kind,
                               const tfm__module_ops *ops)
 {
@@ -17,6 +24,7 @@ tfm_module *tfm__module_alloc(size_t size, tfm_module_kind kind,
         tfm__fail(TFM_ERR_OUT_OF_MEMORY, "cannot allocate a module");
         return NULL;
     }
+    tfm__lifetime_init(&m->life, destroy_zombie);
     m->kind = kind;
     m->ops = ops;
     return m;
@@ -193,11 +201,34 @@ tfm_status tfm__module_backward_check(const tfm_module *m,
 
 /* ---- public API --------------------------------------------------------- */
 
-void tfm_module_free(tfm_module *module)
+tfm_module *tfm__module_retain(const tfm_module *m, const char *what)
 {
-    if (!module || module->owner)
-        return;         /* a part of another module: freed with it */
-    /* The kind's destroy frees the parts with tfm_module_free. */
+    tfm_module *root = (tfm_module *)m;
+    while (root->owner)
+        root = root->owner;
+    if (!tfm__lifetime_retain(&root->life)) {
+        tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                  "%s: the module was already freed", what);
+        return NULL;
+    }
+    return root;
+}
+
+void tfm__module_release(tfm_module *root)
+{
+    if (root)
+        tfm__lifetime_release(&root->life);
+}
+
+int tfm__module_freed(const tfm_module *root)
+{
+    return tfm__lifetime_closed(&root->life);
+}
+
+/* Frees a module the caller owned (the kind's destroy frees its parts,
+ * with tfm_module_free once their owner pointer is cleared). */
+static void destroy(tfm_module *module)
+{
     for (int i = 0; i < module->n_children; i++)
         if (module->children[i].module->owner == module)
             module->children[i].module->owner = NULL;
@@ -213,6 +244,15 @@ void tfm_module_free(tfm_module *module)
     tfm__free(module->grad_storage);
     tfm__tape_free(module);
     tfm__free(module);
+}
+
+void tfm_module_free(tfm_module *module)
+{
+    if (!module || module->owner)
+        return;         /* a part of another module: freed with it */
+    /* With dependents left, the last one's release destroys it. */
+    if (tfm__lifetime_close(&module->life))
+        destroy(module);
 }
 
 tfm_module_kind tfm_module_kind_of(const tfm_module *module)

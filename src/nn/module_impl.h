@@ -10,6 +10,7 @@
 #define TFM_SRC_MODULE_IMPL_H
 
 #include "base/alloc.h"
+#include "base/lifetime.h"
 #include "base/param_spec.h"
 #include "base/workspace.h"
 #include "transformer/module.h"
@@ -54,6 +55,11 @@ typedef struct tfm__child {
 } tfm__child;
 
 struct tfm_module {
+    /* First (base/lifetime.h): a module that optimizers, KV caches or
+     * generators refer to stays, freed, until the last of them is freed
+     * (tfm__module_retain / _release).  Only a module the caller owns
+     * (owner NULL) counts; a part's dependents hold its outermost owner. */
+    tfm__lifetime life;
     tfm_module_kind kind;
     const tfm__module_ops *ops;
     tfm__param *params;
@@ -99,6 +105,23 @@ struct tfm_module {
 /* Allocates a zeroed module struct of `size` bytes (the kind's struct). */
 tfm_module *tfm__module_alloc(size_t size, tfm_module_kind kind,
                               const tfm__module_ops *ops);
+
+/* ---- Dependents (base/lifetime.h) ------------------------------------- */
+
+/* A new dependent of m: retains the module the caller owns that m is, or
+ * is a part of (m itself, or its outermost owner), and returns it (pass
+ * it to tfm__module_release and tfm__module_freed); NULL, with the
+ * message "<what>: the module was already freed" set, when its free was
+ * already called. */
+tfm_module *tfm__module_retain(const tfm_module *m, const char *what);
+
+/* The dependent's free: drops its reference to root (from
+ * tfm__module_retain; NULL is a no-op), freeing it when tfm_module_free
+ * was called and this was the last dependent. */
+void tfm__module_release(tfm_module *root);
+
+/* Whether tfm_module_free(root) was called (a dependent then refuses). */
+int tfm__module_freed(const tfm_module *root);
 
 /* Declares this module's own parameters and allocates their storage in one
  * zeroed block.  specs: n entries {name, rank, shape}; on success each

@@ -79,10 +79,8 @@ static int32_t lookup(const tfm_tokenizer *t, uint32_t c)
 
 /* ---- Create, load, free ----------------------------------------------- */
 
-void tfm_tokenizer_free(tfm_tokenizer *tokenizer)
+static void destroy(tfm_tokenizer *tokenizer)
 {
-    if (!tokenizer)
-        return;
     if (tokenizer->ops)
         tokenizer->ops->free(tokenizer->model);
     for (int i = 0; i < tokenizer->n_specials; i++)
@@ -91,6 +89,29 @@ void tfm_tokenizer_free(tfm_tokenizer *tokenizer)
     tfm__free(tokenizer->tokens);
     tfm__free(tokenizer->wide);
     tfm__free(tokenizer);
+}
+
+static void destroy_zombie(tfm__lifetime *life)
+{
+    destroy((tfm_tokenizer *)(void *)life);
+}
+
+tfm_tokenizer *tfm__tokenizer_alloc(void)
+{
+    tfm_tokenizer *t = tfm__calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    tfm__lifetime_init(&t->life, destroy_zombie);
+    for (int r = 0; r < TFM__ROLE_COUNT; r++)
+        t->roles[r] = -1;
+    return t;
+}
+
+void tfm_tokenizer_free(tfm_tokenizer *tokenizer)
+{
+    /* With a generator using it left, the generator's free destroys it. */
+    if (tokenizer && tfm__lifetime_close(&tokenizer->life))
+        destroy(tokenizer);
 }
 
 tfm_status tfm_tokenizer_create(const char *vocab, tfm_tokenizer **out)
@@ -125,12 +146,10 @@ tfm_status tfm_tokenizer_create(const char *vocab, tfm_tokenizer **out)
                          "can number",
                          (long long)count);
 
-    tfm_tokenizer *t = tfm__calloc(1, sizeof *t);
+    tfm_tokenizer *t = tfm__tokenizer_alloc();
     if (!t)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "out of memory allocating the tokenizer");
-    for (int r = 0; r < TFM__ROLE_COUNT; r++)
-        t->roles[r] = -1;
     t->vocab_size = count;
     t->n_wide = n_wide;
     t->tokens = tfm__malloc((size_t)count * sizeof *t->tokens);

@@ -92,7 +92,7 @@ tfm_status tfm__bytes_append(tfm__bytes *b, const char *data, size_t len)
 tfm_status tfm__tokenizer_wrap(const tfm__tokenizer_ops *ops, void *model,
                                tfm_tokenizer **out)
 {
-    tfm_tokenizer *t = tfm__calloc(1, sizeof *t);
+    tfm_tokenizer *t = tfm__tokenizer_alloc();
     if (!t) {
         ops->free(model);
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
@@ -100,8 +100,6 @@ tfm_status tfm__tokenizer_wrap(const tfm__tokenizer_ops *ops, void *model,
     }
     t->ops = ops;
     t->model = model;
-    for (int r = 0; r < TFM__ROLE_COUNT; r++)
-        t->roles[r] = -1;
     *out = t;
     return TFM_OK;
 }

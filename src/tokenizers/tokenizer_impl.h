@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/lifetime.h"
 #include "transformer/tokenizer.h"
 #include "tokenizers/vocab.h"
 
@@ -72,6 +73,9 @@ enum { TFM__ROLE_BOS, TFM__ROLE_EOS, TFM__ROLE_UNK, TFM__ROLE_PAD,
        TFM__ROLE_CLS, TFM__ROLE_SEP, TFM__ROLE_MASK, TFM__ROLE_COUNT };
 
 struct tfm_tokenizer {
+    /* First (base/lifetime.h): a generator with stop strings keeps its
+     * tokenizer, freed, until the generator is freed. */
+    tfm__lifetime life;
     /* The character-level model lives in the handle itself (tokenizer.c). */
     int64_t vocab_size;
     struct tfm__token *tokens;   /* [vocab_size], by id */
@@ -87,6 +91,10 @@ struct tfm_tokenizer {
     int32_t roles[TFM__ROLE_COUNT]; /* id of each role, -1 when none */
     tfm__framing framing;
 };
+
+/* A zeroed handle with its lifetime set up and no roles (tokenizer.c);
+ * NULL when out of memory (no message set). */
+tfm_tokenizer *tfm__tokenizer_alloc(void);
 
 /* A new handle around model (taken over: freed by ops->free on failure
  * too), with no special tokens yet. */

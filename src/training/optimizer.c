@@ -30,6 +30,10 @@
 
 struct tfm_optimizer {
     tfm_module *module;
+    /* The module the caller owns that `module` is or is a part of,
+     * retained (base/lifetime.h): freed before the optimizer, it stays
+     * until tfm_optimizer_free, and step / zero_grad refuse. */
+    tfm_module *root;
     tfm_optimizer_options o;
     int n;              /* distinct parameters (first name of each) */
     int *index;         /* [n] index into module->params */
@@ -141,7 +145,20 @@ void tfm_optimizer_free(tfm_optimizer *opt)
     tfm__free(opt->offset);
     tfm__free(opt->state);
     tfm__free(opt->weight_decay);
+    tfm__module_release(opt->root);
     tfm__free(opt);
+}
+
+/* TFM_OK, or the error of a call through an optimizer whose module was
+ * freed (tfm_module_free before tfm_optimizer_free). */
+static tfm_status check_module(const tfm_optimizer *opt, const char *what)
+{
+    if (tfm__module_freed(opt->root))
+        return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
+                         "%s: the module this optimizer refers to has been "
+                         "freed (tfm_module_free); nothing was changed",
+                         what);
+    return TFM_OK;
 }
 
 tfm_status tfm_optimizer_create(tfm_module *module,
@@ -211,6 +228,10 @@ tfm_status tfm_optimizer_create(tfm_module *module,
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "tfm_optimizer_create: out of memory for %zu bytes "
                          "of state", bytes);
+    }
+    if (!(opt->root = tfm__module_retain(module, "tfm_optimizer_create"))) {
+        tfm_optimizer_free(opt);
+        return TFM_ERR_INVALID_ARGUMENT;
     }
     *out = opt;
     return TFM_OK;
@@ -296,8 +317,10 @@ tfm_status tfm_optimizer_step(tfm_optimizer *opt)
     if (!opt)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT,
                          "tfm_optimizer_step: optimizer is NULL");
-    int any;
-    tfm_status st = check_grads(opt, "tfm_optimizer_step", &any);
+    int any = 0;
+    tfm_status st = check_module(opt, "tfm_optimizer_step");
+    if (st == TFM_OK)
+        st = check_grads(opt, "tfm_optimizer_step", &any);
     if (st != TFM_OK)
         return st;
     if (!any && opt->n > 0)
@@ -326,7 +349,7 @@ tfm_status tfm_optimizer_step(tfm_optimizer *opt)
 
 void tfm_optimizer_zero_grad(tfm_optimizer *opt)
 {
-    if (!opt)
+    if (!opt || check_module(opt, "tfm_optimizer_zero_grad") != TFM_OK)
         return;
     for (int i = 0; i < opt->n; i++) {
         tfm__param *p = param_of(opt, i);
