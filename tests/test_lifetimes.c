@@ -99,12 +99,36 @@ static void optimizer_after_module_free(void **state)
     expect_error(tfm_optimizer_step(opt),
                  "tfm_optimizer_step: the module this optimizer refers to "
                  "has been freed");
-    assert_int_equal(step_of(opt), 1);     /* nothing stepped */
     tfm_clear_error();
     tfm_optimizer_zero_grad(opt);           /* void: does nothing */
     assert_non_null(strstr(tfm_last_error(),
                            "tfm_optimizer_zero_grad: the module this "
                            "optimizer refers to has been freed"));
+    /* every other call that reads the module refuses the same way */
+    float v[1] = { 7.0f };
+    tfm_tensor *t = NULL;
+    assert_int_equal(tfm_tensor_wrap(1, (const int64_t[]){ 1 }, v, &t),
+                     TFM_OK);
+    double norm = -1.0;
+    expect_error(tfm_optimizer_clip_grad_norm(opt, 1.0, 2.0, &norm),
+                 "tfm_optimizer_clip_grad_norm: the module this optimizer "
+                 "refers to has been freed");
+    assert_true(norm == -1.0);
+    expect_error(tfm_optimizer_set_weight_decay(opt, "token_embedding.weight",
+                                                0.5),
+                 "tfm_optimizer_set_weight_decay: the module this");
+    expect_error(tfm_optimizer_get_state(opt, "token_embedding.weight",
+                                         "step", t),
+                 "tfm_optimizer_get_state: the module this");
+    assert_true(v[0] == 7.0f);              /* nothing written */
+    expect_error(tfm_optimizer_set_state(opt, "token_embedding.weight",
+                                         "step", t),
+                 "tfm_optimizer_set_state: the module this");
+    tfm_tensor_free(t);
+    expect_error(tfm_optimizer_save(opt, "/nonexistent-dir/opt.safetensors"),
+                 "tfm_optimizer_save: the module this");
+    expect_error(tfm_optimizer_load(opt, "/nonexistent-dir/opt.safetensors"),
+                 "tfm_optimizer_load: the module this");
     assert_int_equal(tfm_optimizer_set_lr(opt, 0.5), TFM_OK);  /* own state */
     assert_true(tfm_optimizer_get_lr(opt) == 0.5);
     tfm_optimizer_free(opt);                /* releases the module */

@@ -77,9 +77,10 @@ typedef enum tfm_module_kind {
  * "zombie" connection; it is released exactly once.  Until then the
  * dependents' calls that need the owner refuse with
  * TFM_ERR_INVALID_ARGUMENT, nothing written, and say what was freed:
- *   tfm_optimizer_step, _zero_grad (void: nothing done, message set):
- *     "the module this optimizer refers to has been freed" (its other
- *     calls work on the memory kept);
+ *   tfm_optimizer_step, _zero_grad (void: nothing done, message set),
+ *     _clip_grad_norm, _set_weight_decay, _get_state, _set_state, _save
+ *     and _load: "the module this optimizer refers to has been freed"
+ *     (set_lr and get_lr work);
  *   tfm_kv_cache_decode: "the model this KV cache refers to has been
  *     freed" (reset, length and capacity work);
  *   tfm_generator_next: "the model this generator refers to has been

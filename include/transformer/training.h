@@ -178,8 +178,8 @@ TFM_API tfm_status tfm_masked_lm_inputs(const int32_t *ids, int64_t n,
  * gradient storage is skipped, as torch skips p.grad None) and updates
  * the parameters in place.  The optimizer refers to the module (the one
  * the caller owns, when made on a child handle): freed first, the
- * module's memory stays until tfm_optimizer_free, step and zero_grad
- * refuse, and the other calls work on the memory kept (module.h:
+ * module's memory stays until tfm_optimizer_free, and every call that
+ * reads the module (all but set_lr and get_lr) refuses (module.h:
  * tfm_module_free has the rule).
  *
  *   tfm_optimizer_options o;

@@ -385,6 +385,8 @@ tfm_status tfm_optimizer_clip_grad_norm(tfm_optimizer *opt, double max_norm,
     if (!opt)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT,
                          "tfm_optimizer_clip_grad_norm: optimizer is NULL");
+    if (check_module(opt, "tfm_optimizer_clip_grad_norm") != TFM_OK)
+        return TFM_ERR_INVALID_ARGUMENT;
     if (!(max_norm >= 0.0) || !(norm_type > 0.0))
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "tfm_optimizer_clip_grad_norm: max_norm %g must be "
@@ -452,6 +454,8 @@ tfm_status tfm_optimizer_set_weight_decay(tfm_optimizer *opt,
         return tfm__fail(TFM_ERR_NULL_ARGUMENT,
                          "tfm_optimizer_set_weight_decay: optimizer and "
                          "param are required");
+    if (check_module(opt, "tfm_optimizer_set_weight_decay") != TFM_OK)
+        return TFM_ERR_INVALID_ARGUMENT;
     if (!nonneg(weight_decay))
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "tfm_optimizer_set_weight_decay: invalid "
@@ -484,6 +488,9 @@ static tfm_status locate(const tfm_optimizer *opt, const char *param,
         return tfm__fail(TFM_ERR_NULL_ARGUMENT,
                          "%s: optimizer, param, state and the tensor are "
                          "required", what);
+    tfm_status st = check_module(opt, what);
+    if (st != TFM_OK)
+        return st;
     const int i = find(opt, param);
     if (i < 0)
         return tfm__fail(TFM_ERR_NOT_FOUND, "%s: no parameter \"%s\"", what,
@@ -494,9 +501,9 @@ static tfm_status locate(const tfm_optimizer *opt, const char *param,
                          "%s: this %s optimizer keeps no state \"%s\"", what,
                          tfm_enum_name(TFM_ENUM_OPTIMIZER, opt->o.kind), state);
     const tfm__param *p = param_of(opt, i);
-    tfm_status st = s == MAX_SLOTS
-                        ? tfm__check_shape(t, state, 1, (int64_t[]){ 1 })
-                        : tfm__check_shape(t, state, p->rank, p->shape);
+    st = s == MAX_SLOTS
+             ? tfm__check_shape(t, state, 1, (int64_t[]){ 1 })
+             : tfm__check_shape(t, state, p->rank, p->shape);
     if (st != TFM_OK)
         return st;
     *pi = i;
@@ -508,7 +515,7 @@ tfm_status tfm_optimizer_get_state(const tfm_optimizer *opt,
                                    const char *param, const char *state,
                                    tfm_tensor *out)
 {
-    int i, s;
+    int i = 0, s = 0;
     tfm_status st = locate(opt, param, state, out, "tfm_optimizer_get_state",
                            &i, &s);
     if (st != TFM_OK)
@@ -552,7 +559,7 @@ static int step_value(float f, int64_t *out)
 tfm_status tfm_optimizer_set_state(tfm_optimizer *opt, const char *param,
                                    const char *state, const tfm_tensor *value)
 {
-    int i, s;
+    int i = 0, s = 0;
     tfm_status st = locate(opt, param, state, value,
                            "tfm_optimizer_set_state", &i, &s);
     if (st != TFM_OK)
@@ -620,6 +627,8 @@ tfm_status tfm_optimizer_save(const tfm_optimizer *opt, const char *path)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT,
                          "tfm_optimizer_save: optimizer and path are "
                          "required");
+    if (check_module(opt, "tfm_optimizer_save") != TFM_OK)
+        return TFM_ERR_INVALID_ARGUMENT;
     tfm_safetensors_writer *w = NULL;
     tfm_status st = tfm_safetensors_writer_create(&w);
     char lr[40];
@@ -733,6 +742,8 @@ tfm_status tfm_optimizer_load(tfm_optimizer *opt, const char *path)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT,
                          "tfm_optimizer_load: optimizer and path are "
                          "required");
+    if (check_module(opt, "tfm_optimizer_load") != TFM_OK)
+        return TFM_ERR_INVALID_ARGUMENT;
     tfm_safetensors *f = NULL;
     tfm_status st = tfm_safetensors_open(path, &f);
     if (st != TFM_OK)
