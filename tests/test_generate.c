@@ -470,7 +470,7 @@ static void prefix_reuse(void **state)
  * References: tfm_model_generate on the same long prompt (its sliding
  * window equals PyTorch's, test_model.c) and each call on the tail alone;
  * a head of other ids changes nothing, the processors included. */
-enum { LONG_NEW = 24, LONG_EXTRA = 37 };
+enum { LONG_NEW = 12, LONG_EXTRA = 37 };
 
 static void v2_of(const fixture *f, const int32_t *p, int64_t n,
                   const tfm_generate_options *o, int32_t *out)
