@@ -12,8 +12,8 @@
  * the prompt not counted) and compares the best num_return_sequences:
  * ids exactly, scores within 1e-5.  Done on the shipped decoder-only model
  * and on the encoder-decoder test model.  Also: num_beams = 1 is greedy
- * decoding (tfm_model_generate), and bad input is refused with nothing
- * written.  HF's early stopping and longer searches are compared with a
+ * decoding (tfm_model_generate), a prompt longer than the context is
+ * its tail, and bad input is refused with nothing written.  HF's early stopping and longer searches are compared with a
  * PyTorch beam search in bindings/python/tests/test_beam_search.py.
  */
 #include <math.h>
@@ -291,10 +291,13 @@ static void test_bad_input(void **state)
     expect_refused(model, prompt, 0, &o, TFM_ERR_INVALID_ARGUMENT);
     expect_refused(model, NULL, n, &o, TFM_ERR_NULL_ARGUMENT);
     expect_refused(NULL, prompt, n, &o, TFM_ERR_NULL_ARGUMENT);
-    /* Prompt longer than the context (128), or prompt + new tokens. */
+    /* A prompt longer than the context (128) is taken
+     * (test_long_prompt_is_its_tail), but its dropped ids are checked. */
     for (int i = 0; i < 200; i++)
         prompt[i] = prompt[i % n];
-    expect_refused(model, prompt, 129, &o, TFM_ERR_CAPACITY);
+    prompt[0] = 63;
+    expect_refused(model, prompt, 129, &o, TFM_ERR_INVALID_ARGUMENT);
+    prompt[0] = prompt[n];
     /* 125 + max_new_tokens past the context is allowed since the beams
      * roll or shift (test_beam_search.py, test_rolling_cache) */
     int32_t bad_id[2] = { 1, 63 };
@@ -380,6 +383,19 @@ static void test_bad_input(void **state)
     o.decoder_start_token_id = 0;
     o.max_new_tokens = 11;   /* context 10 */
     expect_refused(s2s, src, 3, &o, TFM_ERR_CAPACITY);
+    assert_non_null(strstr(tfm_last_error(), "does not slide"));
+    /* A source longer than the context: an encoder-decoder model cannot
+     * drop any of it (the one long prompt refused), and says why. */
+    int32_t long_src[11];
+    for (int i = 0; i < 11; i++)
+        long_src[i] = 1 + i % 4;
+    o.max_new_tokens = 4;
+    expect_refused(s2s, long_src, 11, &o, TFM_ERR_CAPACITY);
+    assert_non_null(strstr(tfm_last_error(), "cannot drop"));
+    int32_t fit[4 * 4];
+    int64_t fit_len[4];
+    assert_int_equal(tfm_model_beam_search(s2s, long_src, 10, &o, fit,
+                                           fit_len, NULL), TFM_OK);
     tfm_module_free(s2s);
     tfm_module *enc = NULL;
     assert_int_equal(tfm_model_load(TFM_MODELS_DIR
@@ -390,6 +406,59 @@ static void test_bad_input(void **state)
     tfm_module_free(model);
 }
 
+/* A decoder-only prompt longer than the context (issue 44) is its last
+ * context_length ids, as tfm_generator_create takes one: the beams, their
+ * lengths and scores are the tail's exactly, and one beam is greedy
+ * generation (tfm_model_generate_v2, past_context AUTO as the beams) of
+ * the long prompt. */
+static void test_long_prompt_is_its_tail(void **state)
+{
+    (void)state;
+    enum { EXTRA = 22, R = 4, M1 = 20 };
+    int32_t prompt[200];
+    int64_t n = 0;
+    tfm_module *model = load_shipped(prompt, &n);
+    tfm_model_config c;
+    assert_int_equal(tfm_model_get_config(model, &c), TFM_OK);
+    const int64_t L = c.context_length + EXTRA;
+    assert_true(L <= 200);
+    for (int64_t i = n; i < L; i++)
+        prompt[i] = prompt[(i * 5) % n];
+    tfm_beam_search_options o;
+    tfm_beam_search_options_init(&o);
+    o.num_beams = R;
+    o.num_return_sequences = R;
+    o.max_new_tokens = 8;
+    int32_t ids[R * 8], want_ids[R * 8];
+    int64_t len[R], want_len[R];
+    float score[R], want_score[R];
+    assert_int_equal(tfm_model_beam_search(model, prompt + EXTRA,
+                                           c.context_length, &o, want_ids,
+                                           want_len, want_score), TFM_OK);
+    assert_int_equal(tfm_model_beam_search(model, prompt, L, &o, ids, len,
+                                           score), TFM_OK);
+    assert_memory_equal(ids, want_ids, sizeof ids);
+    assert_memory_equal(len, want_len, sizeof len);
+    assert_memory_equal(score, want_score, sizeof score);
+
+    o.num_beams = 1;
+    o.num_return_sequences = 1;
+    o.max_new_tokens = M1;
+    int32_t one[M1], greedy[M1];
+    tfm_generate_options g;
+    tfm_generate_options_init(&g);
+    g.max_new_tokens = M1;
+    int64_t k = -1;
+    assert_int_equal(tfm_model_generate_v2(model, prompt, L, &g, greedy, M1,
+                                           &k, NULL), TFM_OK);
+    assert_int_equal(k, M1);
+    assert_int_equal(tfm_model_beam_search(model, prompt, L, &o, one, len,
+                                           NULL), TFM_OK);
+    assert_int_equal(len[0], M1);
+    assert_memory_equal(one, greedy, sizeof one);
+    tfm_module_free(model);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -397,6 +466,7 @@ int main(void)
         cmocka_unit_test(test_encoder_decoder_exhaustive),
         cmocka_unit_test(test_one_beam_is_greedy),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_long_prompt_is_its_tail),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -262,9 +262,13 @@ static void bad_input(void **state)
     tfm_generate_options_init(&o);
     o.max_new_tokens = 10;
     expect_refused(f, f->prompt, 0, &o, N, TFM_ERR_INVALID_ARGUMENT, "empty");
+    /* A prompt longer than the context is taken (long_prompt_is_its_tail),
+     * but every id is checked, the dropped ones too. */
     int32_t *longer = calloc((size_t)c.context_length + 1, sizeof *longer);
-    expect_refused(f, longer, c.context_length + 1, &o, N, TFM_ERR_CAPACITY,
-                   "context length");
+    assert_non_null(longer);
+    longer[0] = (int32_t)c.vocab_size;
+    expect_refused(f, longer, c.context_length + 1, &o, N,
+                   TFM_ERR_INVALID_ARGUMENT, "prompt");
     free(longer);
     int32_t bad_id[2] = { 1, (int32_t)c.vocab_size };
     expect_refused(f, bad_id, 2, &o, N, TFM_ERR_INVALID_ARGUMENT, NULL);
@@ -460,6 +464,131 @@ static void prefix_reuse(void **state)
     tfm_kv_cache_free(cache);
 }
 
+/* A prompt longer than the context (issue 44): every generation call of a
+ * decoder-only model takes it as its last context_length ids, as
+ * tfm_model_generate has since 1.0 (and transformer-generate, llama.cpp).
+ * References: tfm_model_generate on the same long prompt (its sliding
+ * window equals PyTorch's, test_model.c) and each call on the tail alone;
+ * a head of other ids changes nothing, the processors included. */
+enum { LONG_NEW = 12, LONG_EXTRA = 37 };
+
+static void v2_of(const fixture *f, const int32_t *p, int64_t n,
+                  const tfm_generate_options *o, int32_t *out)
+{
+    const int64_t m = o->max_new_tokens;
+    int64_t n_out = -1;
+    tfm_stop_reason why = TFM_STOP_NONE;
+    if (tfm_model_generate_v2(f->model, p, n, o, out, m, &n_out, &why) !=
+        TFM_OK)
+        fail_msg("generate_v2 of %lld ids: %s", (long long)n,
+                 tfm_last_error());
+    assert_int_equal(n_out, m);
+    assert_int_equal(why, TFM_STOP_MAX_NEW_TOKENS);
+}
+
+static void long_prompt_is_its_tail(void **state)
+{
+    fixture *f = *state;
+    tfm_model_config c;
+    assert_int_equal(tfm_model_get_config(f->model, &c), TFM_OK);
+    const int64_t ctx = c.context_length, L = ctx + LONG_EXTRA;
+    const char *text =
+        "In the beginning God created the heaven and the earth. And the "
+        "earth was without form, and void; and darkness was upon the face "
+        "of the deep. And the Spirit of God moved upon the face of the "
+        "waters. And God said, Let there be light: and there was light.";
+    const size_t bytes = strlen(text);
+    int32_t *ids = malloc(bytes * sizeof *ids);
+    int32_t *other = malloc((size_t)L * sizeof *other);
+    assert_non_null(ids);
+    assert_non_null(other);
+    int64_t n = 0;
+    assert_int_equal(tfm_tokenizer_encode(f->tok, text, bytes, ids,
+                                          (int64_t)bytes, &n), TFM_OK);
+    assert_true(n >= L);
+    const int32_t *tail = ids + LONG_EXTRA;
+    /* The same tail after another head (the ids in another order). */
+    memcpy(other, ids, (size_t)L * sizeof *other);
+    for (int64_t i = 0; i < LONG_EXTRA; i++)
+        other[i] = ids[(i * 7 + 3) % L];
+    assert_true(memcmp(other, ids, LONG_EXTRA * sizeof *ids) != 0);
+
+    const tfm_sampling modes[2] = { tfm_sampling_default(),
+                                    { 0, 0.8f, 10, 0.95f } };
+    for (int mode = 0; mode < 2; mode++) {
+        const uint64_t seed = 1234;
+        int32_t v1_long[LONG_NEW], v1_tail[LONG_NEW], got[LONG_NEW];
+        int32_t want[LONG_NEW];
+        assert_int_equal(tfm_model_generate(f->model, ids, L, LONG_NEW,
+                                            &modes[mode], seed, v1_long),
+                         TFM_OK);
+        assert_int_equal(tfm_model_generate(f->model, tail, ctx, LONG_NEW,
+                                            &modes[mode], seed, v1_tail),
+                         TFM_OK);
+        assert_memory_equal(v1_long, v1_tail, sizeof v1_long);
+
+        /* v1's past_context: v2 and the generator give v1's tokens. */
+        tfm_generate_options o;
+        tfm_generate_options_init(&o);
+        o.max_new_tokens = LONG_NEW;
+        o.sampling = modes[mode];
+        o.seed = seed;
+        o.past_context = TFM_PAST_CONTEXT_REENCODE;
+        fill_ids(got, LONG_NEW);
+        v2_of(f, ids, L, &o, got);
+        assert_memory_equal(got, v1_long, sizeof got);
+        tfm_generator *g = NULL;
+        assert_int_equal(tfm_generator_create(f->model, ids, L, &o, &g),
+                         TFM_OK);
+        for (int i = 0; i < LONG_NEW; i++) {
+            int produced = 0;
+            assert_int_equal(tfm_generator_next(g, &got[i], &produced),
+                             TFM_OK);
+            assert_int_equal(produced, 1);
+        }
+        assert_int_equal(tfm_generator_count(g), LONG_NEW);
+        assert_int_equal(tfm_generator_stop_reason(g),
+                         TFM_STOP_MAX_NEW_TOKENS);
+        tfm_generator_free(g);
+        assert_memory_equal(got, v1_long, sizeof got);
+
+        /* The default half-window shift with the processors: the tail
+         * alone, whatever the head (the penalty sees no dropped id). */
+        o.past_context = TFM_PAST_CONTEXT_AUTO;
+        o.repetition_penalty = 1.3f;
+        o.no_repeat_ngram_size = 3;
+        v2_of(f, tail, ctx, &o, want);
+        v2_of(f, ids, L, &o, got);
+        assert_memory_equal(got, want, sizeof got);
+        v2_of(f, other, L, &o, got);
+        assert_memory_equal(got, want, sizeof got);
+
+        /* Prefix reuse: a cache left holding the tail (one new token, so
+         * nothing slid) gives its ctx - 1 positions to the next call. */
+        tfm_kv_cache *cache = NULL;
+        assert_int_equal(tfm_kv_cache_create(f->model, ctx, &cache), TFM_OK);
+        tfm_generate_options one = o;
+        one.max_new_tokens = 1;
+        one.cache = cache;
+        v2_of(f, ids, L, &one, got);
+        assert_int_equal(tfm_kv_cache_length(cache), ctx);
+        o.cache = cache;
+        assert_int_equal(tfm_generator_create(f->model, other, L, &o, &g),
+                         TFM_OK);
+        assert_int_equal(tfm_generator_reused_tokens(g), ctx - 1);
+        for (int i = 0; i < LONG_NEW; i++) {
+            int produced = 0;
+            assert_int_equal(tfm_generator_next(g, &got[i], &produced),
+                             TFM_OK);
+        }
+        tfm_generator_free(g);
+        assert_memory_equal(got, want, sizeof got);
+        tfm_kv_cache_free(cache);
+    }
+    free(other);
+    free(ids);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -468,6 +597,7 @@ int main(void)
         cmocka_unit_test(eos_and_stop_strings),
         cmocka_unit_test(bad_input),
         cmocka_unit_test(prefix_reuse),
+        cmocka_unit_test(long_prompt_is_its_tail),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

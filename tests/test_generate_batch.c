@@ -5,7 +5,8 @@
  * sampled with the processors, with EOS ending sequences at different
  * steps and past the context; the batch decoding step's logits equal each
  * cache's own decode within 1e-5 (on the shipped model and on a RoPE +
- * GQA model whose rolling caches run past the context); bad input is
+ * GQA model whose rolling caches run past the context); prompts longer
+ * than the context are their last context_length ids; bad input is
  * refused with nothing written.  The Python tests compare the batch with
  * a left-padded PyTorch decode (attention mask, position ids).
  */
@@ -198,6 +199,74 @@ static void past_the_context(void **state)
     expect_as_alone(f, &o, B, n_out, why);
 }
 
+/* Prompts longer than the context (issue 44), beside short ones: each is
+ * taken as its last context_length ids, as tfm_model_generate (since 1.0)
+ * and tfm_generator_create take one.  Its row equals tfm_model_generate's
+ * on the same long prompt (past_context REENCODE, v1's; greedy and
+ * sampled) and, with the default past_context and the processors, the
+ * tail's alone; the short prompts' rows are as alone. */
+static void long_prompts(void **state)
+{
+    fixture *f = *state;
+    enum { EXTRA = 23 };
+    const int64_t L = f->ctx + EXTRA;
+    int32_t *lng = malloc((size_t)L * sizeof *lng);
+    int32_t *out = malloc((size_t)(B * M) * sizeof *out);
+    assert_true(lng && out);
+    for (int64_t i = 0; i < L; i++)   /* the 40-token text, and again */
+        lng[i] = f->ids[3][i % lengths[3]];
+    const int32_t *tail = lng + EXTRA;
+    const int32_t *P[B] = { lng, f->prompts[1], tail, f->prompts[3] };
+    const int64_t N[B] = { L, f->n_prompts[1], f->ctx, f->n_prompts[3] };
+    const tfm_sampling modes[2] = { tfm_sampling_default(),
+                                    { 0, 0.9f, 20, 0.95f } };
+    for (int mode = 0; mode < 2; mode++) {
+        tfm_generate_options o;
+        tfm_generate_options_init(&o);
+        o.max_new_tokens = M;
+        o.sampling = modes[mode];
+        o.seed = 77;
+        o.past_context = TFM_PAST_CONTEXT_REENCODE;
+        for (int pass = 0; pass < 2; pass++) {
+            int64_t n_out[B];
+            tfm_stop_reason why[B];
+            int32_t want[M], alone[M];
+            assert_int_equal(tfm_model_generate_batch(f->model, P, N, B, &o,
+                                                      out, n_out, why),
+                             TFM_OK);
+            if (pass == 0) {
+                assert_int_equal(tfm_model_generate(f->model, lng, L, M,
+                                                    &modes[mode], 77, want),
+                                 TFM_OK);
+            } else {
+                int64_t k = -1;
+                assert_int_equal(tfm_model_generate_v2(f->model, tail,
+                                                       f->ctx, &o, want, M,
+                                                       &k, NULL), TFM_OK);
+                assert_int_equal(k, M);
+            }
+            for (int i = 0; i < B; i++) {
+                assert_int_equal(n_out[i], M);
+                assert_int_equal(why[i], TFM_STOP_MAX_NEW_TOKENS);
+                int64_t k = -1;
+                assert_int_equal(tfm_model_generate_v2(f->model, P[i], N[i],
+                                                       &o, alone, M, &k,
+                                                       NULL), TFM_OK);
+                assert_int_equal(k, M);
+                assert_memory_equal(out + i * M, alone, sizeof alone);
+                if (P[i] == lng || P[i] == tail)
+                    assert_memory_equal(out + i * M, want, sizeof want);
+            }
+            /* Then the default past_context, with the processors. */
+            o.past_context = TFM_PAST_CONTEXT_AUTO;
+            o.repetition_penalty = 1.3f;
+            o.no_repeat_ngram_size = 3;
+        }
+    }
+    free(out);
+    free(lng);
+}
+
 static float max_diff(const float *a, const float *b, int64_t n)
 {
     float d = 0.0f;
@@ -367,12 +436,14 @@ static void bad_input(void **state)
     EXPECT_FAIL(TFM_ERR_INVALID_ARGUMENT, f->model, P, empty, B, &o, out,
                 n_out, why);
     assert_non_null(strstr(tfm_last_error(), "prompt 1"));
+    /* A long prompt is taken (long_prompts), its dropped ids checked. */
     int32_t *longer = calloc((size_t)f->ctx + 1, sizeof *longer);
     assert_non_null(longer);
+    longer[0] = (int32_t)f->vocab;
     const int32_t *with_long[B] = { P[0], P[1], P[2], longer };
     int64_t too_long[B] = { N[0], N[1], N[2], f->ctx + 1 };
-    EXPECT_FAIL(TFM_ERR_CAPACITY, f->model, with_long, too_long, B, &o, out,
-                n_out, why);
+    EXPECT_FAIL(TFM_ERR_INVALID_ARGUMENT, f->model, with_long, too_long, B,
+                &o, out, n_out, why);
     assert_non_null(strstr(tfm_last_error(), "prompt 3"));
     free(longer);
     const int32_t bad_ids[2] = { 1, (int32_t)f->vocab };
@@ -457,6 +528,7 @@ int main(void)
         cmocka_unit_test(sampled_as_alone),
         cmocka_unit_test(eos_at_different_steps),
         cmocka_unit_test(past_the_context),
+        cmocka_unit_test(long_prompts),
         cmocka_unit_test(batch_logits_shipped),
         cmocka_unit_test(batch_logits_rope_rolling),
         cmocka_unit_test(bad_input),

@@ -309,13 +309,11 @@ TFM_API tfm_status tfm_model_get_config(const tfm_module *model,
  * config.json or no weights in a directory; a FIFO, device or directory
  * where a file should be; a file over its cap), TFM_ERR_FORMAT
  * (malformed file or JSON, bytes that are not UTF-8 (with their offset),
- * missing or invalid configuration key, missing or extra
- * tensor, wrong shape, a learned attention temperature that is not > 0 so
- * that no forward pass could run), TFM_ERR_UNSUPPORTED (also: a
- * "model_type" other than "gpt2", "llama", "bert", "marian" and "vit", an
- * unsupported
- * activation, a
- * directory with only pytorch_model.bin), TFM_ERR_NON_FINITE,
+ * missing or invalid configuration key, missing or extra tensor, wrong
+ * shape, a learned attention temperature that is not > 0 so that no
+ * forward pass could run), TFM_ERR_UNSUPPORTED (also: a "model_type"
+ * other than "gpt2", "llama", "bert", "marian" and "vit", an unsupported
+ * activation, a directory with only pytorch_model.bin), TFM_ERR_NON_FINITE,
  * TFM_ERR_OUT_OF_MEMORY; and those of tfm_model_create; the message names
  * the file, key or tensor.  On error *out is unchanged.  path is only
  * read; on success *out is owned by the caller and freed with
@@ -586,10 +584,12 @@ TFM_API tfm_status tfm_sample(const float *logits, int64_t vocab_size,
 #define TFM_MAX_NEW_TOKENS 16777216 /* 2^24 */
 
 /* Generates max_new tokens after the prompt with a decoder-only model and a
- * KV cache: prefill the prompt, then one token per step.  Once the
- * sequence is longer than the context length, the window slides: each
- * further step encodes the last context_length tokens again (positions
- * 0 .. context_length-1), as a model trained on that length expects.
+ * KV cache: prefill the prompt (one longer than the context: its last
+ * context_length tokens, as tfm_generator_create), then one token per
+ * step.  Once the sequence is longer than the context length, the window
+ * slides: each further step encodes the last context_length tokens again
+ * (positions 0 .. context_length-1), as a model trained on that length
+ * expects.
  * out_ids receives max_new ids.  sampling NULL means greedy.  Errors:
  * those of tfm_kv_cache_create, tfm_kv_cache_decode and tfm_sample;
  * n_prompt < 1, max_new < 0 or max_new > TFM_MAX_NEW_TOKENS give
@@ -732,7 +732,10 @@ typedef struct tfm_generator tfm_generator;
  * this generation feeds, n_prompt + max_new_tokens - 1 (the context
  * length at most, the prompt at least): memory grows with the request,
  * not the model's context.
- * The prompt must hold 1 .. context_length ids.  Errors:
+ * A prompt longer than the context is taken as its last context_length
+ * ids (as tfm_model_generate, transformer-generate, llama.cpp): all ids
+ * are checked, then the cache, options->cache's prefix, processors and
+ * new tokens are those of that tail alone.  Errors:
  * TFM_ERR_NULL_ARGUMENT, TFM_ERR_WRONG_KIND (not a decoder-only model),
  * TFM_ERR_INVALID_ARGUMENT (an empty prompt, an id out of range, an EOS id
  * outside the vocabulary, max_new_tokens < 0 or > TFM_MAX_NEW_TOKENS,
@@ -742,8 +745,7 @@ typedef struct tfm_generator tfm_generator;
  * the sampling errors of tfm_sample, an options->cache of another model,
  * of a capacity other than context_length, rolling with
  * TFM_PAST_CONTEXT_REENCODE, or not rolling with TFM_PAST_CONTEXT_AUTO on
- * a model that rolls), TFM_ERR_CAPACITY (a prompt longer
- * than the context), TFM_ERR_OUT_OF_MEMORY.  On error *out is unchanged.
+ * a model that rolls), TFM_ERR_OUT_OF_MEMORY.  On error *out is unchanged.
  * The generator refers to the model, options->cache and (with stop
  * strings only) the tokenizer; module.h's tfm_module_free says how they
  * may be freed first.  Not thread-safe on one generator.  Since 1.2. */
@@ -818,8 +820,9 @@ TFM_API tfm_status tfm_model_generate_v2(const tfm_module *model,
  * sequence goes on as tfm_generator does (past_context), the steps that
  * re-encode it alone.
  *
- * prompts [batch]: prompts[i] holds n_prompts[i] ids, 1 .. context_length
- * of them, in [0, vocab_size).  options: as tfm_model_generate_v2 (NULL:
+ * prompts [batch]: prompts[i] holds n_prompts[i] >= 1 ids in [0, vocab)
+ * (longer than the context: its last context_length, as
+ * tfm_generator_create).  options: as tfm_model_generate_v2 (NULL:
  * the defaults), except that callback and cache must be NULL.  Outputs
  * (caller-owned; M = options->max_new_tokens):
  *   out_ids [batch, M] row-major: sequence i's new ids in
@@ -835,11 +838,10 @@ TFM_API tfm_status tfm_model_generate_v2(const tfm_module *model,
  * n_out, out_ids with M > 0), TFM_ERR_WRONG_KIND (not a decoder-only
  * model), TFM_ERR_INVALID_ARGUMENT (batch < 1, an empty prompt, an id out
  * of range, an EOS id outside the vocabulary, options->cache set, and
- * every other option error of tfm_generator_create), TFM_ERR_CAPACITY (a
- * prompt longer than
- * the context), TFM_ERR_UNSUPPORTED (options->callback set: a callback
- * has no sequence argument), TFM_ERR_OVERFLOW (batch, or batch * M, too
- * large to size), TFM_ERR_NON_FINITE (a NaN logit),
+ * every other option error of tfm_generator_create), TFM_ERR_UNSUPPORTED
+ * (options->callback set: a callback has no sequence argument),
+ * TFM_ERR_OVERFLOW (batch, or batch * M, too large to size),
+ * TFM_ERR_NON_FINITE (a NaN logit),
  * TFM_ERR_OUT_OF_MEMORY.  A prompt's error names its index.
  * On error nothing is written to out_ids, n_out or reasons.  The model is
  * only read.  Since 1.2. */
@@ -938,15 +940,17 @@ typedef struct tfm_beam_search_options {
 TFM_API void tfm_beam_search_options_init(tfm_beam_search_options *options);
 
 /* Beam search (above) after prompt [n_prompt] ids: for a decoder-only
- * model the prompt is the sequence's start (n_prompt <= context_length;
- * past the context each beam goes on as tfm_generator does with
- * TFM_PAST_CONTEXT_AUTO: a rolling cache for models without absolute
- * positions, else the half-window shift; since 1.2, before which the
- * prompt and max_new_tokens - 1 had to fit in the context); for an
- * encoder-decoder model it is the source (n_prompt <= context_length), and
- * the target starts with decoder_start_token_id (max_new_tokens <=
- * context_length: the decoder reads the start token and all new tokens
- * but the last).  options NULL: the defaults.
+ * model the prompt is the sequence's start (longer than the context: its
+ * last context_length ids, as tfm_generator_create; past the context each
+ * beam goes on as tfm_generator does with TFM_PAST_CONTEXT_AUTO: a
+ * rolling cache for models without absolute positions, else the
+ * half-window shift); for an encoder-decoder model it is the source, and
+ * the target starts with decoder_start_token_id.  Only an encoder-decoder
+ * model refuses a long prompt: its encoder reads the whole source, which
+ * every target token attends to, so none can be dropped (n_prompt <=
+ * context_length; split or cut a longer source yourself); its decoder's
+ * positions end there too (max_new_tokens <= context_length: it reads the
+ * start token and all new tokens but the last).  options NULL: defaults.
  * Outputs (caller-owned, R = options->num_return_sequences, M =
  * options->max_new_tokens), best first:
  *   out_ids [R, M] row-major: sequence r's new tokens (not the prompt nor
@@ -975,8 +979,8 @@ TFM_API void tfm_beam_search_options_init(tfm_beam_search_options *options);
  * early_stopping unknown, eos_token_id not -1 nor in the vocabulary, no
  * valid decoder_start_token_id for an encoder-decoder model, a suppressed
  * id outside the vocabulary, n_suppress_tokens < 0, forced_eos_token_id
- * not -1 nor in the vocabulary, struct_size too small), TFM_ERR_CAPACITY (a prompt or source longer than the
- * context, or an encoder-decoder max_new_tokens longer),
+ * not -1 nor in the vocabulary, struct_size too small), TFM_ERR_CAPACITY
+ * (an encoder-decoder source or max_new_tokens longer than the context),
  * TFM_ERR_NON_FINITE (a NaN logit), TFM_ERR_OVERFLOW,
  * TFM_ERR_OUT_OF_MEMORY.  On error nothing is written to out_ids,
  * out_lengths or out_scores.  The model is only read.  Since 1.2. */

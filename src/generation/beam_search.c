@@ -125,21 +125,27 @@ static tfm_status check_options(const tfm__model *m, int64_t n_prompt,
                          "an encoder-decoder model needs a "
                          "decoder_start_token_id in 0 .. %lld (got %d)",
                          (long long)(V - 1), (int)o->decoder_start_token_id);
-    /* Past the context a decoder-only model's beams go on as
-     * tfm_generator's do (model.h: tfm_past_context, AUTO; feed_beam). */
-    if (!enc_dec && n_prompt > ctx)
-        return tfm__fail(TFM_ERR_CAPACITY,
-                         "the prompt has %lld tokens, more than the context "
-                         "length %lld", (long long)n_prompt, (long long)ctx);
+    /* A decoder-only prompt longer than the context is cut to its last
+     * context_length tokens by the caller (tfm_generator's contract), and
+     * past the context the beams go on as tfm_generator's do (model.h:
+     * tfm_past_context, AUTO; feed_beam).  An encoder-decoder model has
+     * neither: the encoder reads the whole source at positions 0 ..
+     * context_length - 1, every target token attends to all of it, and
+     * the decoder's own positions end there too. */
     if (enc_dec && n_prompt > ctx)
         return tfm__fail(TFM_ERR_CAPACITY,
                          "the source has %lld tokens, more than the context "
-                         "length %lld", (long long)n_prompt, (long long)ctx);
+                         "length %lld: an encoder-decoder model reads its "
+                         "whole source at once and cannot drop any of it "
+                         "(split the source, or cut it yourself)",
+                         (long long)n_prompt, (long long)ctx);
     if (enc_dec && o->max_new_tokens > ctx)
         return tfm__fail(TFM_ERR_CAPACITY,
                          "the decoder start token and max_new_tokens (%lld) "
-                         "- 1 exceed the context length %lld",
-                         (long long)o->max_new_tokens, (long long)ctx);
+                         "- 1 exceed the context length %lld: an "
+                         "encoder-decoder model's target does not slide "
+                         "past its context", (long long)o->max_new_tokens,
+                         (long long)ctx);
     return TFM_OK;
 }
 
@@ -620,6 +626,13 @@ tfm_status tfm_model_beam_search(const tfm_module *model,
                          "least one token", (long long)n_prompt);
     if ((st = tfm__model_check_ids(m, prompt, n_prompt, "prompt")))
         return st;
+    /* A decoder-only prompt longer than the context: its last
+     * context_length tokens (as tfm_generator_create takes one). */
+    if (m->config.architecture == TFM_ARCH_DECODER_ONLY &&
+        n_prompt > m->config.context_length) {
+        prompt += n_prompt - m->config.context_length;
+        n_prompt = m->config.context_length;
+    }
     search s;
     memset(&s, 0, sizeof s);
     if ((st = read_options(options, &s.o)) ||

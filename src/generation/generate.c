@@ -311,13 +311,15 @@ static tfm_status allocate(tfm_generator *g, int64_t V)
     return TFM_OK;
 }
 
-/* tfm_generator_create; long_prompt: a prompt longer than the context is
- * taken, its last context_length tokens prefilled (tfm_model_generate's
- * contract since 1.0), instead of refused. */
+/* tfm_generator_create.  A prompt longer than the context is taken as its
+ * last context_length tokens (tfm_model_generate's contract since 1.0,
+ * transformer-generate's and llama.cpp's): every id is checked, then the
+ * head is dropped, so that the generator (cache, processors, stop
+ * strings) is exactly that of the tail alone. */
 static tfm_status generator_create(const tfm_module *model,
                                    const int32_t *prompt, int64_t n_prompt,
                                    const tfm_generate_options *options,
-                                   int long_prompt, tfm_generator **out)
+                                   tfm_generator **out)
 {
     tfm_status st = tfm__model_check_with(model, 1u << TFM_ARCH_DECODER_ONLY,
                                           out, "out");
@@ -329,12 +331,12 @@ static tfm_status generator_create(const tfm_module *model,
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT,
                          "the prompt is empty (n_prompt = %lld): give at "
                          "least one token", (long long)n_prompt);
-    if (n_prompt > ctx && !long_prompt)
-        return tfm__fail(TFM_ERR_CAPACITY,
-                         "the prompt has %lld tokens, more than the context "
-                         "length %lld", (long long)n_prompt, (long long)ctx);
     if ((st = tfm__model_check_ids(m, prompt, n_prompt, "prompt")))
         return st;
+    if (n_prompt > ctx) {
+        prompt += n_prompt - ctx;
+        n_prompt = ctx;
+    }
     tfm_generate_options o;
     if ((st = tfm__generate_options_read(options, &o)) ||
         (st = check_options(m, &o)))
@@ -354,14 +356,12 @@ static tfm_status generator_create(const tfm_module *model,
         return st;
     }
     const int64_t shape[2] = { 1, V };
-    const int64_t window = n_prompt < ctx ? n_prompt : ctx;
     if ((st = allocate(g, V)) != TFM_OK) {
         tfm_generator_free(g);
         return tfm__fail(st, "cannot allocate a generator for %lld + %lld "
                              "tokens", (long long)n_prompt,
                          (long long)o.max_new_tokens);
     }
-    const int32_t *fresh = prompt + n_prompt - window;
     int64_t reused = 0;
     if (o.cache) {
         g->cache = o.cache;
@@ -371,14 +371,14 @@ static tfm_status generator_create(const tfm_module *model,
             return st;
         }
         /* Keep the common prefix, run the rest (at least one token). */
-        reused = tfm__kv_cache_common_prefix(o.cache, fresh, window - 1);
+        reused = tfm__kv_cache_common_prefix(o.cache, prompt, n_prompt - 1);
         tfm__kv_cache_truncate(o.cache, reused);
     } else {
-        /* Room for what this generation feeds: the prompt's window and
+        /* Room for what this generation feeds: the prompt and
          * every new token but the last, the context at most (a model of
          * 131072 positions generating 20 tokens reserves 20 or so). */
         const int64_t fed = n_prompt + o.max_new_tokens - 1;
-        const int64_t cap = fed >= ctx ? ctx : fed > window ? fed : window;
+        const int64_t cap = fed >= ctx ? ctx : fed > n_prompt ? fed : n_prompt;
         g->owns_cache = 1;
         g->rolling = cap == ctx && o.past_context == TFM_PAST_CONTEXT_AUTO &&
                      tfm__model_rolls(m);
@@ -390,7 +390,7 @@ static tfm_status generator_create(const tfm_module *model,
             return st;
         }
     }
-    if ((st = tfm_kv_cache_decode(g->cache, fresh + reused, window - reused,
+    if ((st = tfm_kv_cache_decode(g->cache, prompt + reused, n_prompt - reused,
                                   g->logits))) {
         tfm_generator_free(g);
         return st;
@@ -411,7 +411,7 @@ tfm_status tfm_generator_create(const tfm_module *model,
                                 tfm_generator **out)
 {
     TFM__PLAN_PIN();
-    return generator_create(model, prompt, n_prompt, options, 0, out);
+    return generator_create(model, prompt, n_prompt, options, out);
 }
 
 /* Step 1: the logits after seq[len-1].  The cache always holds a run of
@@ -600,7 +600,7 @@ tfm_status tfm_model_generate_v2(const tfm_module *model,
                          "out_ids holds %lld ids, max_new_tokens is %lld",
                          (long long)capacity, (long long)o.max_new_tokens);
     tfm_generator *g = NULL;
-    if ((st = generator_create(model, prompt, n_prompt, &o, 0, &g)))
+    if ((st = generator_create(model, prompt, n_prompt, &o, &g)))
         return st;
     for (;;) {
         int32_t id;
@@ -668,7 +668,7 @@ tfm_status tfm_model_generate(const tfm_module *model, const int32_t *prompt,
     o.seed = seed;
     o.past_context = TFM_PAST_CONTEXT_REENCODE;   /* 1.0's contract */
     tfm_generator *g = NULL;
-    if ((st = generator_create(model, prompt, n_prompt, &o, 1, &g)))
+    if ((st = generator_create(model, prompt, n_prompt, &o, &g)))
         return st;
     int32_t id;
     int produced = 1;

@@ -591,10 +591,11 @@ test("tiny model: a failed use of past_key_values leaves its stream running", fu
   local want = m:generate(prompt, { max_new_tokens = 6 })
   local it = m:stream(prompt, { max_new_tokens = 6, past_key_values = cache })
   local seen = { it() }
-  local too_long = {}
+  local too_long = {}   -- a long prompt is taken, but not an id out of range
   for i = 1, m.context_length + 1 do too_long[i] = prompt[1] end
+  too_long[1] = m.vocab_size
   local ok, err = pcall(m.generate, m, too_long, { max_new_tokens = 2, past_key_values = cache })
-  assert(not ok and tostring(err):find("context"), "a long prompt is refused: " .. tostring(err))
+  assert(not ok and tostring(err):find("vocabulary"), "a bad id is refused: " .. tostring(err))
   ok, err = pcall(cache.decode, cache, { m.vocab_size })
   assert(not ok, "an id out of range is refused")
   ok, err = pcall(cache.decode, cache, {})
@@ -630,6 +631,43 @@ test("tiny model: repetition penalty, no-repeat n-grams, EOS, min_new_tokens", f
   local want = reference_generate(m, prompt, 20, { eos = eos, min_new_tokens = first + 1 })
   out = m:generate(prompt, { max_new_tokens = 20, eos_token_id = { eos }, min_new_tokens = first + 1 })
   equal(table.concat(out, ","), table.concat(want, ","), "min_new_tokens")
+end)
+
+-- Issue 44: a prompt longer than the context (12) is its last 12 ids in
+-- generate, stream and the batch, as tfm_model_generate (core's
+-- model_generate, 1.0's call) has always taken one: the reference above
+-- on the tail, and tfm_model_generate on the long prompt itself.
+test("tiny model: a prompt longer than the context is its tail", function()
+  local m = T.load_model(TINY)
+  local W, extra = m.context_length, 9
+  local base = m:encode(TM.prompt)
+  local long, tail, other = {}, {}, {}
+  for i = 1, W + extra do long[i] = base[(i * 5) % #base + 1] end
+  for i = 1, W do tail[i] = long[i + extra] end
+  for i = 1, W + extra do other[i] = i <= extra and base[(i * 3) % #base + 1] or long[i] end
+  local function ids(t) return table.concat(t, ",") end
+  local o = { max_new_tokens = 20, repetition_penalty = 1.3, no_repeat_ngram_size = 2 }
+  local want = ids(reference_generate(m, tail, 20, o))
+  equal(ids(m:generate(long, o)), want, "generate")
+  equal(ids(m:generate(other, o)), want, "another head")
+  local streamed = {}
+  for id in m:stream(long, o) do streamed[#streamed + 1] = id end
+  equal(ids(streamed), want, "stream")
+  local batch = m:generate({ long, base, other }, o)
+  equal(ids(batch[1]), want, "batch, long")
+  equal(ids(batch[2]), ids(m:generate(base, o)), "batch, short")
+  equal(ids(batch[3]), want, "batch, another head")
+  local h = require("transformer.module").handle(m)
+  for _, s in ipairs({ { greedy = true }, { temperature = 0.8, top_k = 5 } }) do
+    local v1 = ids(T.core.model_generate(h, long, 20, s, 9))
+    equal(ids(T.core.model_generate(h, tail, 20, s, 9)), v1, "tfm_model_generate: the tail")
+    local g = { max_new_tokens = 20, past_context = "reencode", seed = 9 }
+    for k, v in pairs(s) do g[k] = v end
+    equal(ids(m:generate(long, g)), v1, "generate with reencode: tfm_model_generate's")
+    if s.greedy then
+      equal(v1, ids(reference_generate(m, tail, 20, { reencode = true })), "reference, reencode")
+    end
+  end
 end)
 
 -- model:generate with a table of prompts (tfm_model_generate_batch): each
@@ -689,7 +727,9 @@ test("stream and stop strings on the shipped model", function()
   raises(function() m:generate("And", { stop_strings = { "" } }) end, "empty", true)
   raises(function() m:generate("And", { eos_token_id = 63 }) end, "vocabulary", true)
   raises(function() m:generate("And", { repetition_penalty = 0 }) end, "repetition_penalty", true)
-  raises(function() m:generate(string.rep("a", 129), { max_new_tokens = 3 }) end, "context length", true)
+  -- longer than the context (128): its last 128 characters (issue 44)
+  equal(m:generate(string.rep("ab", 70), { max_new_tokens = 5 }),
+        m:generate(string.rep("ab", 64), { max_new_tokens = 5 }), "a long prompt is its tail")
   raises(function() m:stream("And", { num_beam = 2 }) end)
 end)
 
@@ -1808,11 +1848,16 @@ test("beam search against exhaustive search (tiny model)", function()
          "num_return_sequences", true)
   raises(function() m:generate(prompt, { num_beams = 2, eos_token_id = V, max_new_tokens = 2 }) end,
          "vocabulary", true)
-  -- Past the context the beams go on (the half-window shift); only a
-  -- prompt longer than the context is refused.
-  local long = {}
-  for i = 1, m.context_length + 1 do long[i] = prompt[(i - 1) % #prompt + 1] end
-  raises(function() m:generate(long, { num_beams = 2, max_new_tokens = 2 }) end, "context", true)
+  -- Past the context the beams go on (the half-window shift), and a
+  -- prompt longer than the context is its last context_length ids
+  -- (issue 44), as generate without beams takes one.
+  local long, tail = {}, {}
+  for i = 1, m.context_length + 5 do long[i] = prompt[(i - 1) % #prompt + 1] end
+  for i = 1, m.context_length do tail[i] = long[i + 5] end
+  local lb, ls = m:generate(long, { num_beams = 2, max_new_tokens = 6, return_scores = true })
+  local tb, ts = m:generate(tail, { num_beams = 2, max_new_tokens = 6, return_scores = true })
+  equal(table.concat(lb, ","), table.concat(tb, ","), "beams of a long prompt: its tail's")
+  equal(ls, ts, "and their score")
   local past = select(2, m:generate(TM.prompt, { num_beams = 2, max_new_tokens = m.context_length + 2 }))
   equal(#past, m.context_length + 2, "beams past the context: the new ids")
   raises(function() m:generate({}, { num_beams = 2 }) end, "empty", true)

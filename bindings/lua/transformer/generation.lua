@@ -157,7 +157,10 @@ end
 --  last), so a chat whose next prompt is the conversation so far computes
 --  only its new turn; the tokens are those of a call without it
 --  (tfm_generate_options.cache).  Not taken by the beam search.
---  prompt: a string, or a table of 1 .. context_length token ids.
+--  prompt: a string, or a table of token ids (at least one); one longer
+--  than the context_length is taken as its last context_length ids, as
+--  tfm_model_generate takes one (the beam search too, but not an
+--  encoder-decoder model's source, which it refuses).
 --  Decoding is greedy (argmax) unless sampling is asked for: do_sample =
 --  true, or any of temperature (default 1; 0 means greedy), top_k (default
 --  0: all), top_p (default 1: no limit), seed (default 42; the same seed

@@ -185,6 +185,21 @@ def test_decoder_only_past_the_context(kjv):
                         return_scores=True)[0] == kjv.generate(prompt, 300)
 
 
+def test_decoder_only_long_prompt(kjv):
+    # Issue 44: a prompt longer than the context (128) is its last 128 ids,
+    # as generate without beams takes one: the reference on the tail.
+    prompt = kjv.tokenizer.encode("And God said, Let there be light: and "
+                                  "there was light. " * 3)
+    assert len(prompt) > 128
+    ref = reference_beam_search(decoder_only_logits(kjv, prompt[-128:]), 3,
+                                20, 1.0, False, 3, None, 0)
+    ours = kjv.generate(prompt, 20, num_beams=3, num_return_sequences=3,
+                        return_scores=True)
+    assert_same(ours, ref)
+    assert kjv.generate(prompt, 20, num_beams=1,
+                        return_scores=True)[0] == kjv.generate(prompt, 20)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_decoder_only_equals_reference(kjv, case):
     eos_char, m, nb, lp, es, r, min_new = case
@@ -306,7 +321,7 @@ def test_bad_input(kjv):
     errors = transformer
     bad = [
         (dict(prompt=[]), errors.InvalidArgumentError),
-        (dict(prompt=prompt * 11), errors.CapacityError),
+        (dict(prompt=[63] + prompt * 11), errors.InvalidArgumentError),
         (dict(eos_token_id=63), errors.InvalidArgumentError),
         (dict(num_beams=0), errors.InvalidArgumentError),
         (dict(num_beams=64), errors.InvalidArgumentError),
@@ -325,3 +340,8 @@ def test_bad_input(kjv):
         TEST_MODELS / "encoder_decoder_sinusoidal.safetensors")
     with pytest.raises(errors.InvalidArgumentError):
         seq2seq.generate([1, 2, 3], 4, num_beams=2)   # no start token
+    # A source longer than the context (10) is refused (an encoder reads
+    # all of it: none can be dropped), and the message says so.
+    with pytest.raises(errors.CapacityError, match="cannot drop"):
+        seq2seq.generate([1, 2, 3] * 4, 4, num_beams=2,
+                         decoder_start_token_id=0)

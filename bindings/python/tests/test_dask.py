@@ -127,15 +127,27 @@ def test_errors(client, model):
     with pytest.raises(TypeError, match="max_tokens"):
         tdask.generate(client, model, PROMPTS, max_tokens=5)
     # a failure on a worker comes back with its type, message and prompt
-    long = "x" * 300
-    with pytest.raises(transformer.CapacityError,
-                       match="300 tokens, more than the context") as info:
-        tdask.generate(client, model, ["And", "God", long], max_new_tokens=2,
+    # (a prompt longer than the context is no failure: test_long_prompt)
+    bad = [1, model.config["vocab_size"]]
+    with pytest.raises(transformer.InvalidArgumentError,
+                       match="vocabulary") as info:
+        tdask.generate(client, model, ["And", "God", bad], max_new_tokens=2,
                        chunk_size=2)
     assert "prompt 2" in " ".join(getattr(info.value, "__notes__", []))
     # and the cluster still works after it
     assert tdask.generate(client, model, ["And"], max_new_tokens=5) == \
         _local(model, ["And"], max_new_tokens=5)
+
+
+def test_long_prompt(client, model):
+    # Issue 44: a prompt longer than the context (128) is its last 128
+    # characters on a worker too, as locally, greedy and sampled.
+    long = "And God said, Let there be light: and there was light. " * 3
+    for kw in (dict(max_new_tokens=20),
+               dict(max_new_tokens=20, temperature=0.8, seed=7)):
+        got = tdask.generate(client, model, [long, "And", long], **kw)
+        want = model.generate(long[-128:], **kw)
+        assert got == [want, model.generate("And", **kw), want]
 
 
 def test_readme_example(model):

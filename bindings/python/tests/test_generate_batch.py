@@ -60,12 +60,28 @@ def test_sequences_stop_on_their_own(kjv):
                    for p in PROMPTS]
 
 
+def test_long_prompts(kjv):
+    # Issue 44: a prompt longer than the context (128) is its last 128
+    # characters, beside short ones, greedy and sampled with the
+    # processors: each item as the tail alone.
+    long = "And God said, Let there be light: and there was light. " * 3
+    for kw in (dict(max_new_tokens=30),
+               dict(max_new_tokens=30, temperature=0.9, top_k=20, seed=5,
+                    repetition_penalty=1.3, no_repeat_ngram_size=3)):
+        got = kjv.generate([long, "A", long[-128:]], **kw)
+        want = kjv.generate(long[-128:], **kw)
+        assert got == [want, kjv.generate("A", **kw), want]
+        assert kjv.generate(long, **kw) == want
+
+
 def test_errors(kjv):
     with pytest.raises(transformer.InvalidArgumentError, match="prompt 1"):
         kjv.generate(["ab", []], max_new_tokens=3)
-    with pytest.raises(transformer.CapacityError, match="prompt 0"):
-        kjv.generate(["x" * (kjv.config["context_length"] + 1), "a"],
-                     max_new_tokens=3)
+    # A prompt longer than the context is taken (test_long_prompts), its
+    # dropped ids checked.
+    with pytest.raises(transformer.InvalidArgumentError, match="prompt 1"):
+        kjv.generate(["a", [kjv.config["vocab_size"]] + [1] *
+                      kjv.config["context_length"]], max_new_tokens=3)
     with pytest.raises(transformer.InvalidArgumentError):
         kjv.generate([[1, kjv.config["vocab_size"]]], max_new_tokens=3)
     with pytest.raises(transformer.InvalidArgumentError):

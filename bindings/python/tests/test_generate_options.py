@@ -215,12 +215,65 @@ def test_stream_yields_what_generate_returns(kjv):
         list(kjv.stream("And", max_new_tokens=3, num_beam=2))
 
 
+def _v1(model, prompt, n, sampler_kw):
+    """tfm_model_generate (1.0's call, which has always taken a long
+    prompt as its last context_length ids) through the low-level module."""
+    from transformer import _lowlevel as _ll
+    from transformer.generation import _sampling
+    s, seed = _sampling(greedy=None, do_sample=None, **{
+        k: sampler_kw.get(k) for k in ("temperature", "top_k", "top_p",
+                                       "seed")})
+    out = np.zeros(n, dtype=np.int32)
+    with model._use() as ptr:
+        _ll.tfmpy_model_generate(ptr, np.asarray(prompt, np.int32), s, seed,
+                                 out)   # raises on a failure
+    return out.tolist()
+
+
+def test_long_prompt_is_its_tail(small, kjv):
+    # Issue 44: a prompt longer than the context (12 here) is its last 12
+    # ids in generate, stream and the batch, as tfm_model_generate takes
+    # one (and transformer-generate, llama.cpp): the reference above (HF's
+    # processors in PyTorch) on the tail, and tfm_model_generate on the
+    # long prompt itself with past_context="reencode" (its own).
+    V = small.config["vocab_size"]
+    long = [(7 * i + 3) % (V - 1) + 1 for i in range(12 + 9)]
+    tail = long[-12:]
+    other = [(5 * i) % V for i in range(9)] + tail    # another head
+    for sampled in (False, True):
+        sampler = (lambda: transformer.Sampler(temperature=0.8, seed=9)) \
+            if sampled else (lambda: None)
+        skw = dict(temperature=0.8, seed=9) if sampled else {}
+        kw = dict(repetition_penalty=1.3, no_repeat_ngram_size=2, **skw)
+        want = reference(small, tail, 30, repetition_penalty=1.3,
+                         no_repeat_ngram_size=2, sampler=sampler())
+        assert small.generate(tail, 30, **kw) == want
+        assert small.generate(long, 30, **kw) == want
+        assert small.generate(other, 30, **kw) == want
+        assert list(small.stream(long, max_new_tokens=30, **kw)) == want
+        assert small.generate([long, [1, 2, 3], other], 30, **kw) == \
+            [want, small.generate([1, 2, 3], 30, **kw), want]
+        v1 = _v1(small, long, 30, skw)
+        assert v1 == _v1(small, tail, 30, skw)
+        assert v1 == reference(small, tail, 30, sampler=sampler(),
+                               past_context="reencode")
+        assert small.generate(long, 30, past_context="reencode", **skw) == v1
+        assert list(small.stream(long, max_new_tokens=30,
+                                 past_context="reencode", **skw)) == v1
+    # Text (the shipped model, context 128): its last 128 characters.
+    text = "And God said, Let there be light: and there was light. " * 3
+    assert kjv.generate(text, 20, seed=4) == kjv.generate(text[-128:], 20,
+                                                          seed=4)
+
+
 def test_bad_input(small, kjv):
     errors = transformer
     with pytest.raises(errors.InvalidArgumentError, match="empty"):
         small.generate([], 5)
-    with pytest.raises(errors.CapacityError, match="context length"):
-        small.generate(list(range(1, 14)), 5)      # context 12
+    # A prompt longer than the context (12) is taken
+    # (test_long_prompt_is_its_tail), its dropped ids still checked.
+    with pytest.raises(errors.InvalidArgumentError, match="prompt"):
+        small.generate([small.config["vocab_size"]] + list(range(1, 14)), 5)
     vocab = small.config["vocab_size"]
     for bad in (vocab, -1):
         with pytest.raises(errors.InvalidArgumentError, match="vocabulary"):

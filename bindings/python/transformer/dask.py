@@ -45,7 +45,7 @@ Errors: TypeError for a client that is not a ``distributed.Client``, a
 model that is not a ``transformer.Model``, prompts that are one str
 rather than a list of them, or keywords that ``Model.generate`` does not
 take; ValueError for an empty list of prompts.  An error on a worker
-(a prompt longer than the context, say) is raised again in the caller with
+(an id outside the vocabulary, say) is raised again in the caller with
 its type and message (Dask's own re-raise), with a note naming the prompt.
 """
 

@@ -361,8 +361,12 @@ class GenerationMixin:
         same call gives the same text every time.
 
         Args:
-            prompt: a str (encoded with the model's tokenizer) or token ids;
-                1 .. context_length tokens (CapacityError beyond).
+            prompt: a str (encoded with the model's tokenizer) or token ids,
+                at least one; longer than the context, its last
+                context_length tokens (the earlier ones are not seen, by
+                the model nor the processors), as tfm_model_generate and
+                transformer-generate take one.  An encoder-decoder
+                model's source must fit (CapacityError beyond).
             max_new_tokens: the most tokens to generate.
             temperature: logits / temperature before sampling (default 1);
                 0 means greedy.
@@ -391,9 +395,10 @@ class GenerationMixin:
             num_beams: beams of the beam search (1 .. vocab_size; 1 is
                 greedy decoding).  The beam search takes one eos_token_id,
                 min_new_tokens, and none of the sampling arguments,
-                stop_strings, repetition_penalty, no_repeat_ngram_size; the
-                prompt and max_new_tokens - 1 must fit in the context (the
-                window does not slide).
+                stop_strings, repetition_penalty, no_repeat_ngram_size;
+                past the context a decoder-only model's beams go on as
+                past_context="auto" (an encoder-decoder model's
+                max_new_tokens must fit in its context).
             length_penalty: a finished sequence scores its summed
                 log-probability / (its new tokens, EOS included) **
                 length_penalty (the prompt is not counted); > 0 favours
