@@ -25,10 +25,11 @@ import ast
 import json
 import os
 import re
-import signal
 from pathlib import Path
 
 import pytest
+
+from odd_files import KINDS, make_odd, no_hang
 
 import transformer
 from transformer import FormatError, TransformerIOError
@@ -41,26 +42,8 @@ LUA_PACKAGE = Path(__file__).resolve().parents[2] / "lua" / "transformer"
 
 @pytest.fixture(autouse=True)
 def _no_hang():
-    def hung(*_):
-        raise TimeoutError("a read blocked")
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(30)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
-
-
-def _odd(path, kind):
-    """Something that is not a regular file at path."""
-    if kind == "a FIFO":
-        os.mkfifo(path)
-    elif kind == "a character device":
-        os.symlink("/dev/zero", path)
-    else:
-        os.mkdir(path)
-
-
-KINDS = ["a FIFO", "a character device", "a directory"]
+    with no_hang(30):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +70,7 @@ def test_checkpoint_file_not_a_regular_file(tmp_path, weights, name, kind):
     p = d / name
     if p.exists():
         p.unlink()
-    _odd(p, kind)
+    make_odd(p, kind)
     if kind == "a directory" and name in ("vocab.json", "merges.txt"):
         # the library's rule (tokenizer_files.c): a directory is not a
         # tokenizer file, the checkpoint has no tokenizer

@@ -7,11 +7,12 @@ above twice Pillow's MAX_IMAGE_PIXELS 89478485) is refused by Pillow before
 decoding with its DecompressionBombError message."""
 
 import os
-import signal
 import struct
 import zlib
 
 import pytest
+
+from odd_files import KINDS, make_odd, no_hang
 
 from transformer import FormatError, TransformerIOError
 from transformer.images import ViTImageProcessor
@@ -19,38 +20,21 @@ from transformer.images import ViTImageProcessor
 
 @pytest.fixture(autouse=True)
 def _no_hang():
-    def hung(*_):
-        raise TimeoutError("a read blocked")
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(20)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
-
-
-def _odd(path, kind):
-    if kind == "a FIFO":
-        os.mkfifo(path)
-    elif kind == "a character device":
-        os.symlink("/dev/zero", path)
-    else:
-        os.mkdir(path)
-
-
-KINDS = ["a FIFO", "a character device", "a directory"]
+    with no_hang(20):
+        yield
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_image_path_not_a_regular_file(tmp_path, kind):
     p = tmp_path / "image.png"
-    _odd(p, kind)
+    make_odd(p, kind)
     with pytest.raises(OSError, match=kind):
         ViTImageProcessor()(p)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_preprocessor_config_not_a_regular_file(tmp_path, kind):
-    _odd(tmp_path / "preprocessor_config.json", kind)
+    make_odd(tmp_path / "preprocessor_config.json", kind)
     with pytest.raises(OSError, match=kind):
         ViTImageProcessor.from_pretrained(tmp_path)
 
