@@ -16,7 +16,10 @@
 #            --overwrite, and --overwrite removes the old run's step files
 #            once its own first checkpoint is in place; an output that
 #            aliases the training text (same path, symbolic or hard link) or
-#            another output is refused, the text left as it was;
+#            another output is refused, the text left as it was; a
+#            --log-file or --out that is not a regular file (a FIFO, a
+#            directory) is refused at once, and a refused start leaves no
+#            checkpoint directory behind;
 #   state    (kinds 8, 9) a resume into a model other than the recipe's (a
 #            deeper one), an optimizer file of another model (more
 #            tensors), a negative exp_avg_sq, an lr in hexadecimal or with
@@ -214,6 +217,28 @@ files)
   expect "is among the checkpoint's step files" "$train" --text "$work/t.txt" \
     --out "$ck/step-00000002.model.safetensors" --checkpoint "$ck" --resume
   cmp "$work/t.txt" "$text" || fail "the training text changed"
+  # a --log-file that is not a regular file: refused at once (a FIFO no one
+  # reads used to block forever), and a refused start leaves no checkpoint
+  # directory behind (its init.safetensors made the next run "not empty")
+  mkfifo "$work/fifo"; mkdir "$work/adir"
+  timeout 20 "$train" --text "$work/t.txt" --out "$work/d.st" "${small[@]}" \
+    --log-file "$work/fifo" > /dev/null 2> "$work/err" && fail "exit 0: log FIFO"
+  grep -q "fifo: it is a FIFO (named pipe), not a regular file" "$work/err" \
+    || { cat "$work/err"; fail "log FIFO not refused"; }
+  expect "adir: it is a directory, not a regular file" "$train" \
+    --text "$work/t.txt" --out "$work/d.st" --log-file "$work/adir" "${small[@]}"
+  [ ! -e "$work/d.st.ckpt" ] || fail "a refused start left its checkpoint directory"
+  expect "out of memory for the batch" "$train" --text "$work/t.txt" \
+    --out "$work/d.st" "${small[@]}" --batch-size 2147483647
+  [ ! -e "$work/d.st.ckpt" ] || fail "a refused start left its checkpoint directory"
+  # --out that a rename cannot (or should not) replace: refused before the run
+  expect "cannot write --out $work/adir: it is a directory" "$train" \
+    --text "$work/t.txt" --out "$work/adir" "${small[@]}"
+  expect "it is a FIFO (named pipe), not a regular file" "$train" \
+    --text "$work/t.txt" --out "$work/fifo" "${small[@]}"
+  [ -p "$work/fifo" ] || fail "--out replaced a FIFO"
+  "$train" --text "$work/t.txt" --out "$work/d.st" "${small[@]}" \
+    --log-file "$work/d.csv" 2> /dev/null || fail "run after refused starts"
   ;;
 state)
   small+=(--steps 4 --stop-after 2)

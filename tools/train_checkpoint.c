@@ -321,6 +321,13 @@ int check_aliases(const train_options *o, const char *ckpt_dir)
         if (paths[i])
             identify(paths[i], &ids[i]);
     int bad = 0;
+    /* --out is replaced by a rename at the end of the run: refused now
+     * when it names what a rename cannot or should not replace (a
+     * directory, a FIFO, a device), not after the whole run */
+    struct stat out_sb;
+    if (o->out && stat(o->out, &out_sb) == 0 && !S_ISREG(out_sb.st_mode))
+        bad = fail("cannot write --out %s: it is %s, not a regular file",
+                   o->out, file_kind(out_sb.st_mode));
     for (int i = 0; i < N_PATHS && !bad; i++)
         for (int j = i + 1; j < N_PATHS && !bad; j++)
             if (paths[i] && paths[j] && same_file(&ids[i], &ids[j]))
