@@ -5,7 +5,8 @@
 #            equal a run killed (SIGKILL) at random moments and resumed
 #            until it finishes; the final model generates with
 #            transformer-generate;
-#   errors   plain-word errors with a non-zero exit: missing file, characters
+#   errors   plain-word errors with a non-zero exit: missing file, text
+#            that is not UTF-8 (overlong forms and surrogates too), characters
 #            outside the checkpoint's vocabulary, a recipe option given with
 #            --resume, a context the text cannot fill, a loss that is not
 #            finite (the last checkpoint stays readable);
@@ -127,6 +128,14 @@ errors)
   printf 'abc\nd\0ef' > "$work/nul.txt"
   expect "holds a NUL character (U+0000) at byte 5 (line 2)" \
     "$train" --text "$work/nul.txt" --out "$work/x"
+  # nor an overlong U+0000 (C0 80, E0 80 80: it made the text "empty"), an
+  # overlong 'a' (C1 A1), a surrogate (ED A0 80), a code point past
+  # U+10FFFF (F4 90 80 80): each not UTF-8, at its byte (4)
+  for bad in '\300\200' '\340\200\200' '\301\241' '\355\240\200' '\364\220\200\200'; do
+    printf "abc\n$bad ef" > "$work/bad.txt"
+    expect "bad.txt is not valid UTF-8 (byte 4)" \
+      "$train" --text "$work/bad.txt" --out "$work/x"
+  done
   # sizes from the command line: a documented limit, products checked
   # (no signed overflow: the sanitizer build runs this too)
   expect "batch-size 4611686018427387904 is over the limit of 2147483647" \
