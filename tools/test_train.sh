@@ -16,8 +16,9 @@
 #            a directory that is not empty) is refused without --resume or
 #            --overwrite, and --overwrite removes the old run's step files
 #            once its own first checkpoint is in place; an output that
-#            aliases the training text (same path, symbolic or hard link) or
-#            another output is refused, the text left as it was; a
+#            aliases the training text (same path, symbolic or hard link),
+#            another output or a step file (a hard link to it) is refused,
+#            the text left as it was; a
 #            --log-file or --out that is not a regular file (a FIFO, a
 #            directory) is refused at once, and a refused start leaves no
 #            checkpoint directory behind;
@@ -226,6 +227,14 @@ files)
   expect "is among the checkpoint's step files" "$train" --text "$work/t.txt" \
     --out "$ck/step-00000002.model.safetensors" --checkpoint "$ck" --resume
   cmp "$work/t.txt" "$text" || fail "the training text changed"
+  # a --log-file hard-linked to a step file the pointer names: refused (the
+  # log was appended into the checkpoint's model file), the file unchanged
+  ln "$ck/step-00000002.model.safetensors" "$work/hardlog.csv"
+  cp "$ck/step-00000002.model.safetensors" "$work/step2.saved"
+  expect "is the checkpoint's step file" "$train" --text "$text" \
+    --out "$work/a.st" --resume --log-file "$work/hardlog.csv"
+  cmp "$ck/step-00000002.model.safetensors" "$work/step2.saved" \
+    || fail "the step file changed"
   # a --log-file that is not a regular file: refused at once (a FIFO no one
   # reads used to block forever), and a refused start leaves no checkpoint
   # directory behind (its init.safetensors made the next run "not empty")
