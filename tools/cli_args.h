@@ -155,6 +155,42 @@ static inline FILE *open_regular(const char *path, size_t max_bytes)
     return NULL;
 }
 
+/* Opens path for appending (a log), created when absent: refused (NULL,
+ * message printed) unless a regular file after following links, and
+ * opened without blocking, so a FIFO no one reads is refused rather than
+ * waited on forever. */
+static inline FILE *open_append_regular(const char *path)
+{
+    struct stat sb;
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK |
+                            O_CLOEXEC | O_NOCTTY, 0666);
+    if (fd < 0) {
+        if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+            fail("cannot write %s: it is %s, not a regular file", path,
+                 file_kind(sb.st_mode));
+        else
+            fail("cannot write %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    int flags = -1;
+    if (fstat(fd, &sb) != 0)
+        fail("cannot write %s: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        fail("cannot write %s: it is %s, not a regular file", path,
+             file_kind(sb.st_mode));
+    else if ((flags = fcntl(fd, F_GETFL)) < 0 ||
+             fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0)
+        fail("cannot write %s: %s", path, strerror(errno));
+    else {
+        FILE *f = fdopen(fd, "a");
+        if (f)
+            return f;
+        fail("cannot write %s: %s", path, strerror(errno));
+    }
+    close(fd);
+    return NULL;
+}
+
 /* Reads the whole file (through open_regular, at most max_bytes), with a
  * NUL after its *len bytes; NULL (message printed) on failure. */
 static inline char *read_file_max(const char *path, size_t max_bytes,

@@ -2,7 +2,8 @@
  * preprocessor_config.json): the whole file parsed by cJSON, refused
  * unless it is one JSON object with nothing but white space after it (the
  * library's readers, src/base/json_check.c, refuse the same, and a key
- * twice in one object and a number past the double range).  Static
+ * twice in one object, a number past the double range, bytes that are
+ * not UTF-8 and NUL, raw or escaped).  Static
  * helper for the programs that include it, after cli_args.h. */
 #ifndef TFM_TOOLS_JSON_FILE_H
 #define TFM_TOOLS_JSON_FILE_H
@@ -59,6 +60,56 @@ static const char *json_duplicate_key(const cJSON *item, int *oom)
     return twice;
 }
 
+/* Length of the UTF-8 character at s (n bytes left), 0 when it is not
+ * one: a bad lead or continuation byte, an overlong form, a surrogate, a
+ * code point past U+10FFFF. */
+static int json_utf8_len(const unsigned char *s, size_t n)
+{
+    const int len = s[0] < 0x80 ? 1 : s[0] < 0xC2 ? 0 : s[0] < 0xE0 ? 2
+                  : s[0] < 0xF0 ? 3 : s[0] < 0xF5 ? 4 : 0;
+    if (len == 0 || (size_t)len > n)
+        return 0;
+    uint32_t v = s[0] & (0x7F >> len);
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        v = (v << 6) | (s[i] & 0x3F);
+    }
+    static const uint32_t least[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    if ((len > 1 && v < least[len]) || (v >= 0xD800 && v <= 0xDFFF) ||
+        v > 0x10FFFF)
+        return 0;
+    return len;
+}
+
+/* What the library's JSON readers refuse in the text and cJSON takes:
+ * bytes that are not UTF-8, a NUL byte, a "\u0000" escape in a string
+ * (cJSON would cut the string there); NULL when none, else what, with
+ * its byte offset in *at. */
+static const char *json_text_problem(const char *t, size_t n, size_t *at)
+{
+    int in_string = 0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)t[i];
+        *at = i;
+        if (c == 0)
+            return "a NUL byte";
+        if (c >= 0x80) {
+            const int k = json_utf8_len((const unsigned char *)t + i, n - i);
+            if (!k)
+                return "bytes that are not UTF-8";
+            i += (size_t)k - 1;
+        } else if (c == '"') {
+            in_string = !in_string;
+        } else if (in_string && c == '\\') {
+            if (n - i >= 6 && memcmp(t + i + 1, "u0000", 5) == 0)
+                return "\"\\u0000\" (NUL) in a string";
+            i++;   /* the escaped character */
+        }
+    }
+    return NULL;
+}
+
 /* The object in file path into *root (cJSON_Delete it); 1 with a message
  * printed when the file cannot be read or is not one JSON object. */
 static int read_json_object(const char *path, cJSON **root)
@@ -67,6 +118,12 @@ static int read_json_object(const char *path, cJSON **root)
     char *text = read_file_max(path, CLI_MAX_JSON_FILE, &n);
     if (!text)
         return 1;
+    size_t at = 0;
+    const char *problem = json_text_problem(text, n, &at);
+    if (problem) {
+        free(text);
+        return fail("%s holds %s at byte %zu", path, problem, at);
+    }
     const char *end = NULL;
     cJSON *r = cJSON_ParseWithLengthOpts(text, n, &end, 0);
     while (r && end < text + n && *end && strchr(" \t\r\n", *end))

@@ -5,7 +5,8 @@
 #            equal a run killed (SIGKILL) at random moments and resumed
 #            until it finishes; the final model generates with
 #            transformer-generate;
-#   errors   plain-word errors with a non-zero exit: missing file, characters
+#   errors   plain-word errors with a non-zero exit: missing file, text
+#            that is not UTF-8 (overlong forms and surrogates too), characters
 #            outside the checkpoint's vocabulary, a recipe option given with
 #            --resume, a context the text cannot fill, a loss that is not
 #            finite (the last checkpoint stays readable);
@@ -15,8 +16,12 @@
 #            a directory that is not empty) is refused without --resume or
 #            --overwrite, and --overwrite removes the old run's step files
 #            once its own first checkpoint is in place; an output that
-#            aliases the training text (same path, symbolic or hard link) or
-#            another output is refused, the text left as it was;
+#            aliases the training text (same path, symbolic or hard link),
+#            another output or a step file (a hard link to it) is refused,
+#            the text left as it was; a
+#            --log-file or --out that is not a regular file (a FIFO, a
+#            directory) is refused at once, and a refused start leaves no
+#            checkpoint directory behind;
 #   state    (kinds 8, 9) a resume into a model other than the recipe's (a
 #            deeper one), an optimizer file of another model (more
 #            tensors), a negative exp_avg_sq, an lr in hexadecimal or with
@@ -124,6 +129,14 @@ errors)
   printf 'abc\nd\0ef' > "$work/nul.txt"
   expect "holds a NUL character (U+0000) at byte 5 (line 2)" \
     "$train" --text "$work/nul.txt" --out "$work/x"
+  # nor an overlong U+0000 (C0 80, E0 80 80: it made the text "empty"), an
+  # overlong 'a' (C1 A1), a surrogate (ED A0 80), a code point past
+  # U+10FFFF (F4 90 80 80): each not UTF-8, at its byte (4)
+  for bad in '\300\200' '\340\200\200' '\301\241' '\355\240\200' '\364\220\200\200'; do
+    printf "abc\n$bad ef" > "$work/bad.txt"
+    expect "bad.txt is not valid UTF-8 (byte 4)" \
+      "$train" --text "$work/bad.txt" --out "$work/x"
+  done
   # sizes from the command line: a documented limit, products checked
   # (no signed overflow: the sanitizer build runs this too)
   expect "batch-size 4611686018427387904 is over the limit of 2147483647" \
@@ -214,6 +227,36 @@ files)
   expect "is among the checkpoint's step files" "$train" --text "$work/t.txt" \
     --out "$ck/step-00000002.model.safetensors" --checkpoint "$ck" --resume
   cmp "$work/t.txt" "$text" || fail "the training text changed"
+  # a --log-file hard-linked to a step file the pointer names: refused (the
+  # log was appended into the checkpoint's model file), the file unchanged
+  ln "$ck/step-00000002.model.safetensors" "$work/hardlog.csv"
+  cp "$ck/step-00000002.model.safetensors" "$work/step2.saved"
+  expect "is the checkpoint's step file" "$train" --text "$text" \
+    --out "$work/a.st" --resume --log-file "$work/hardlog.csv"
+  cmp "$ck/step-00000002.model.safetensors" "$work/step2.saved" \
+    || fail "the step file changed"
+  # a --log-file that is not a regular file: refused at once (a FIFO no one
+  # reads used to block forever), and a refused start leaves no checkpoint
+  # directory behind (its init.safetensors made the next run "not empty")
+  mkfifo "$work/fifo"; mkdir "$work/adir"
+  timeout 20 "$train" --text "$work/t.txt" --out "$work/d.st" "${small[@]}" \
+    --log-file "$work/fifo" > /dev/null 2> "$work/err" && fail "exit 0: log FIFO"
+  grep -q "fifo: it is a FIFO (named pipe), not a regular file" "$work/err" \
+    || { cat "$work/err"; fail "log FIFO not refused"; }
+  expect "adir: it is a directory, not a regular file" "$train" \
+    --text "$work/t.txt" --out "$work/d.st" --log-file "$work/adir" "${small[@]}"
+  [ ! -e "$work/d.st.ckpt" ] || fail "a refused start left its checkpoint directory"
+  expect "out of memory for the batch" "$train" --text "$work/t.txt" \
+    --out "$work/d.st" "${small[@]}" --batch-size 2147483647
+  [ ! -e "$work/d.st.ckpt" ] || fail "a refused start left its checkpoint directory"
+  # --out that a rename cannot (or should not) replace: refused before the run
+  expect "cannot write --out $work/adir: it is a directory" "$train" \
+    --text "$work/t.txt" --out "$work/adir" "${small[@]}"
+  expect "it is a FIFO (named pipe), not a regular file" "$train" \
+    --text "$work/t.txt" --out "$work/fifo" "${small[@]}"
+  [ -p "$work/fifo" ] || fail "--out replaced a FIFO"
+  "$train" --text "$work/t.txt" --out "$work/d.st" "${small[@]}" \
+    --log-file "$work/d.csv" 2> /dev/null || fail "run after refused starts"
   ;;
 state)
   small+=(--steps 4 --stop-after 2)

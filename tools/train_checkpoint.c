@@ -321,6 +321,13 @@ int check_aliases(const train_options *o, const char *ckpt_dir)
         if (paths[i])
             identify(paths[i], &ids[i]);
     int bad = 0;
+    /* --out is replaced by a rename at the end of the run: refused now
+     * when it names what a rename cannot or should not replace (a
+     * directory, a FIFO, a device), not after the whole run */
+    struct stat out_sb;
+    if (o->out && stat(o->out, &out_sb) == 0 && !S_ISREG(out_sb.st_mode))
+        bad = fail("cannot write --out %s: it is %s, not a regular file",
+                   o->out, file_kind(out_sb.st_mode));
     for (int i = 0; i < N_PATHS && !bad; i++)
         for (int j = i + 1; j < N_PATHS && !bad; j++)
             if (paths[i] && paths[j] && same_file(&ids[i], &ids[j]))
@@ -353,6 +360,25 @@ int check_aliases(const train_options *o, const char *ckpt_dir)
             bad = fail("%s (%s) is among the checkpoint's step files in %s",
                        what[i], paths[i], ckpt_dir);
     }
+    /* an input or output that is a step file under another name (a hard
+     * link, or a symbolic one: stat follows it): --log-file appended into
+     * the model file the pointer names */
+    DIR *d = bad ? NULL : opendir(ckpt_dir);
+    for (struct dirent *e; d && !bad && (e = readdir(d));) {
+        char step[4096];
+        struct stat sb;
+        if (!is_step_name(e->d_name) ||
+            join(step, sizeof step, ckpt_dir, e->d_name) ||
+            stat(step, &sb) != 0)
+            continue;
+        for (int i = 0; i < 3 && !bad; i++)
+            if (paths[i] && ids[i].exists && ids[i].dev == sb.st_dev &&
+                ids[i].ino == sb.st_ino)
+                bad = fail("%s (%s) is the checkpoint's step file %s (a "
+                           "link to it)", what[i], paths[i], step);
+    }
+    if (d)
+        closedir(d);
     free(ids);
     return bad;
 }

@@ -70,7 +70,9 @@ int checkpoint_files(const char *dir, run_state *rs, int *found,
  * other: --out, --log-file and the files the run writes into the
  * checkpoint directory, against --text (and each other), compared by
  * device and inode when the file exists (symbolic and hard links
- * included), else by the canonical path of their directory and name. */
+ * included), else by the canonical path of their directory and name; and
+ * --text, --out, --log-file against the step files in the checkpoint
+ * directory, by name and by device and inode (a link to one). */
 int check_aliases(const train_options *o, const char *ckpt_dir);
 
 #endif

@@ -512,21 +512,6 @@ static int setup(run *r, const int *given, run_state *rs)
     if (o->resume && tfm_optimizer_load(r->opt, optim_path) != TFM_OK)
         return fail("--resume: cannot read %s: %s", optim_path,
                     tfm_last_error());
-    if (!o->resume) {
-        /* The run's initial weights, kept beside its checkpoints (to
-         * compare trainers from the same start, or to start again). */
-        char path[4096];
-        const char *keys[] = { "tfm.tokenizer", "tfm.vocab" };
-        const char *values[] = { "char", r->vocab };
-        if (mkdir(r->ckpt_dir, 0777) != 0 && errno != EEXIST)
-            return fail("cannot create %s: %s", r->ckpt_dir, strerror(errno));
-        if (join(path, sizeof path, r->ckpt_dir, "init.safetensors"))
-            return fail("checkpoint path too long");
-        if (tfm_model_save(r->model, path, 2, keys, values) != TFM_OK)
-            return lib_fail("writing the initial weights");
-    }
-    if (o->log_file && !(r->log = fopen(o->log_file, "a")))
-        return fail("cannot write %s: %s", o->log_file, strerror(errno));
     const int64_t B = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
     const int64_t shape[3] = { B, o->context, r->vocab_size };
     int64_t rows, logits;
@@ -541,6 +526,24 @@ static int setup(run *r, const int *given, run_state *rs)
     if (!r->bb.inputs || !r->bb.targets ||
         tfm_tensor_create(3, shape, &r->bb.logits) != TFM_OK)
         return fail("out of memory for the batch");
+    /* Last, once nothing else can fail: a refused start leaves no file
+     * behind (an init.safetensors would make the checkpoint directory
+     * "not empty" and refuse the next run). */
+    if (o->log_file && !(r->log = open_append_regular(o->log_file)))
+        return 1;
+    if (!o->resume) {
+        /* The run's initial weights, kept beside its checkpoints (to
+         * compare trainers from the same start, or to start again). */
+        char path[4096];
+        const char *keys[] = { "tfm.tokenizer", "tfm.vocab" };
+        const char *values[] = { "char", r->vocab };
+        if (mkdir(r->ckpt_dir, 0777) != 0 && errno != EEXIST)
+            return fail("cannot create %s: %s", r->ckpt_dir, strerror(errno));
+        if (join(path, sizeof path, r->ckpt_dir, "init.safetensors"))
+            return fail("checkpoint path too long");
+        if (tfm_model_save(r->model, path, 2, keys, values) != TFM_OK)
+            return lib_fail("writing the initial weights");
+    }
     return 0;
 }
 

@@ -321,8 +321,23 @@ def test_command_line_translate(tmp_path):
     for body, words in (('{"num_beams": 1, "num_beams": 4}',
                          'the key "num_beams" appears twice'),
                         ('{"length_penalty": 1e400}',
-                         "out of the range of a double")):
-        (tmp_path / "generation_config.json").write_text(body)
+                         "out of the range of a double"),
+                        # bytes that are not UTF-8, NUL escaped (cJSON
+                        # cut the string there) or raw: refused, as the
+                        # library refuses them (they were taken)
+                        (b'{"num_beams": 1, "x": "\xff"}',
+                         "holds bytes that are not UTF-8 at byte 23"),
+                        (b'{"num_beams": 1, "x": "\xc0\x80"}',
+                         "holds bytes that are not UTF-8 at byte 23"),
+                        ('{"num_beams": 1, "x": "a\\u0000b"}',
+                         'holds "\\u0000" (NUL) in a string at byte 24'),
+                        (b'{"num_beams": 1, "x": "a\0"}',
+                         "holds a NUL byte at byte 24")):
+        f = tmp_path / "generation_config.json"
+        if isinstance(body, bytes):
+            f.write_bytes(body)
+        else:
+            f.write_text(body)
         r = subprocess.run([cli, "--model", str(tmp_path), "--translate",
                             text], capture_output=True, text=True)
         assert r.returncode == 1 and words in r.stderr, r.stderr

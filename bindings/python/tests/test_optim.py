@@ -213,6 +213,30 @@ def test_state_dict_round_trip():
                                       before["state"]["weight"][k])
 
 
+def test_load_state_dict_refused_late_changes_nothing():
+    """A state the C layer refuses (a negative second moment, a step past
+    2**53) in a parameter after the first: nothing written, the first
+    parameter's states included (issue 44 kind 8: they used to be written
+    before the refusal)."""
+    lin = transformer.Linear(3, 2).train()
+    opt = Adam(lin, lr=1e-3)
+    y = lin(np.ones((1, 3), np.float32))
+    lin.backward(np.ones_like(y))
+    opt.step()
+    before = opt.state_dict()
+    for state, value in (("exp_avg_sq", np.full(2, -1.0, np.float32)),
+                         ("step", np.float32(2.0 ** 60))):
+        bad = opt.state_dict()
+        bad["state"]["weight"]["exp_avg"] = np.full((2, 3), 7.0, np.float32)
+        bad["state"]["bias"][state] = value
+        with pytest.raises(ValueError):
+            opt.load_state_dict(bad)
+        after = opt.state_dict()
+        for name in ("weight", "bias"):
+            for k, v in before["state"][name].items():
+                np.testing.assert_array_equal(after["state"][name][k], v)
+
+
 # ---- schedulers --------------------------------------------------------------
 
 def inverse_sqrt(s, d_model, warmup):

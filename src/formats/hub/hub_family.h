@@ -86,7 +86,8 @@ void tfm__hub_decoder_config(tfm_model_config *c, int64_t d, int64_t heads,
 /* The weight files of a checkpoint directory. */
 typedef struct tfm__hub_shards {
     int n;
-    char **names;              /* [n] file names inside the directory, owned */
+    char **names;              /* [n] file names inside the directory, owned;
+                                  sorted (tfm__hub_shards_list) */
     tfm_safetensors **files;   /* [n], owned; NULL once read and closed */
 } tfm__hub_shards;
 

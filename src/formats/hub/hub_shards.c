@@ -3,6 +3,7 @@
  * model.safetensors.index.json's "weight_map", opened, searched by tensor
  * name and closed. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -59,12 +60,18 @@ void tfm__hub_shards_close(tfm__hub_shards *s)
     memset(s, 0, sizeof *s);
 }
 
-/* Appends file name (kept once) to s, with room for cap entries. */
+/* qsort / bsearch order of an array of strings. */
+static int by_string(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Appends file name to s (names come sorted, so a repeat is the last one
+ * added), with room for cap entries. */
 static tfm_status shards_add(tfm__hub_shards *s, const char *name)
 {
-    for (int i = 0; i < s->n; i++)
-        if (strcmp(s->names[i], name) == 0)
-            return TFM_OK;
+    if (s->n > 0 && strcmp(s->names[s->n - 1], name) == 0)
+        return TFM_OK;
     /* A shard is a file of the directory itself. */
     if (!*name || strchr(name, '/') || strcmp(name, ".") == 0 ||
         strcmp(name, "..") == 0)
@@ -130,16 +137,28 @@ tfm_status tfm__hub_shards_list(const char *dir, tfm__hub_shards *s,
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
     if (!map)
         return shards_add(s, "model.safetensors");
+    /* Sorted, then added once each: a weight_map of a million distinct
+     * names is O(n log n), not a quadratic scan (a 16 MiB index used to
+     * take hours).  s->names ends sorted (bsearch below). */
+    const char **all = tfm__calloc((size_t)cap, sizeof *all);
+    if (!all)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    int n = 0;
     for (const cJSON *e = map->child; e; e = e->next) {
-        if (!cJSON_IsString(e))
+        if (!cJSON_IsString(e)) {
+            tfm__free(all);
             return tfm__fail(TFM_ERR_FORMAT,
                              "model.safetensors.index.json \"weight_map\" "
                              "entry " TFM__HUB_QUOTED " is not a file name",
                              e->string);
-        if ((st = shards_add(s, e->valuestring)))
-            return st;
+        }
+        all[n++] = e->valuestring;
     }
-    return TFM_OK;
+    qsort(all, (size_t)n, sizeof *all, by_string);
+    for (int i = 0; i < n && st == TFM_OK; i++)
+        st = shards_add(s, all[i]);
+    tfm__free(all);
+    return st;
 }
 
 /* Opens (maps and validates) every shard. */
@@ -206,24 +225,36 @@ tfm_status tfm__hub_shards_check_index(const tfm__hub_shards *s,
     if (!index)
         return TFM_OK;
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
-    for (const cJSON *e = map->child; e; e = e->next) {
-        int i = 0;
-        while (strcmp(s->names[i], e->valuestring) != 0)
-            i++;
+    /* the entries' names, sorted: each lookup below O(log n), not a scan
+     * of the whole map per tensor */
+    const int n_map = cJSON_GetArraySize(map);
+    const char **keys = tfm__calloc((size_t)n_map, sizeof *keys);
+    if (!keys)
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    int n_keys = 0;
+    for (const cJSON *e = map->child; e; e = e->next)
+        keys[n_keys++] = e->string;
+    qsort(keys, (size_t)n_keys, sizeof *keys, by_string);
+    tfm_status st = TFM_OK;
+    for (const cJSON *e = map->child; e && st == TFM_OK; e = e->next) {
+        const char **at = bsearch(&e->valuestring, s->names, (size_t)s->n,
+                                  sizeof *s->names, by_string);
+        const int i = (int)(at - (const char **)s->names);
         if (tfm_safetensors_info(s->files[i], e->string, NULL, NULL, NULL) !=
             TFM_OK)
-            return tfm__fail(
+            st = tfm__fail(
                 TFM_ERR_FORMAT,
                 "model.safetensors.index.json puts tensor " TFM__HUB_QUOTED
                 " in " TFM__HUB_QUOTED ", which lacks it",
                 e->string, e->valuestring);
     }
-    for (int f = 0; f < s->n; f++)
-        for (int64_t k = 0; k < tfm_safetensors_count(s->files[f]); k++) {
+    for (int f = 0; f < s->n && st == TFM_OK; f++)
+        for (int64_t k = 0;
+             k < tfm_safetensors_count(s->files[f]) && st == TFM_OK; k++) {
             const char *name = tfm_safetensors_name(s->files[f], k);
-            const cJSON *e = cJSON_GetObjectItemCaseSensitive(map, name);
-            if (!cJSON_IsString(e))
-                return tfm__fail(
+            if (!bsearch(&name, keys, (size_t)n_keys, sizeof *keys,
+                         by_string))
+                st = tfm__fail(
                     TFM_ERR_FORMAT,
                     "shard " TFM__HUB_QUOTED " holds tensor " TFM__HUB_QUOTED
                     ", which model.safetensors.index.json does not list",
@@ -231,5 +262,6 @@ tfm_status tfm__hub_shards_check_index(const tfm__hub_shards *s,
             /* stored once (above) and listed, each entry in its shard:
              * so listed under this shard. */
         }
-    return TFM_OK;
+    tfm__free(keys);
+    return st;
 }

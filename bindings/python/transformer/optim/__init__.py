@@ -207,9 +207,18 @@ class Optimizer(HandleOwner):
                     (1,) if s == "step" else shape)
                 if not np.all(np.isfinite(a)):
                     raise InvalidArgumentError(f"{name}.{s} is not finite")
-                if s == "step" and (a[0] < 0 or a[0] != np.floor(a[0])):
+                if s == "step" and (a[0] < 0 or a[0] != np.floor(a[0]) or
+                                    a[0] >= 2.0 ** 53):
                     raise InvalidArgumentError(f"{name}.step must be a "
-                                               "non-negative integer")
+                                               "non-negative integer "
+                                               "below 2**53")
+                # as tfm_optimizer_set_state refuses them, but here, before
+                # the first write: a refusal half-way used to leave the
+                # states written before it changed
+                if s in ("exp_avg_sq", "max_exp_avg_sq") and np.any(a < 0):
+                    raise InvalidArgumentError(
+                        f"{name}.{s} holds a negative value; second "
+                        "moments are never negative")
                 writes.append((mod, h, c_name, s,
                                np.ascontiguousarray(a.reshape(want))))
         # shapes and names: get_state into scratch checks they exist
