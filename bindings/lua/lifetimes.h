@@ -17,9 +17,10 @@
  *
  * Finalizers: when an owner and its dependents are collected together (or
  * at lua_close, where every object is finalized), the order is not
- * guaranteed; no destructor of a dependent (tfm_optimizer_free,
- * tfm_kv_cache_free, tfm_generator_free) reads its owner, so any order is
- * safe, and a child is borrowed (its finalizer frees nothing). */
+ * guaranteed; any order is safe because the C library keeps an owner
+ * freed before its dependents allocated until the last of them is freed
+ * (src/base/lifetime.h: a dependent's free releases its owner's count),
+ * and a child is borrowed (its finalizer frees nothing). */
 
 #define TFML_DEPS_KEY "transformer.core.dependents"
 
