@@ -459,6 +459,48 @@ static const char *tfmpy_c_string(PyObject *obj, const char *what, int arg)
 %typemap(typecheck, precedence=SWIG_TYPECHECK_STRING) const char *
   "$1 = PyUnicode_Check($input);"
 
+/* Paths (every `const char *path` parameter) as Python's open() takes
+ * them: str (encoded with os.fsencode, so a name that is not UTF-8, which
+ * os.listdir gives as surrogate escapes, reaches the file it names),
+ * bytes, or os.PathLike; a NUL is refused (InvalidArgumentError), as C
+ * would end the name there.  The bytes object is kept until the call
+ * returns (freearg). */
+%{
+static const char *tfmpy_c_path(PyObject *obj, PyObject **keep,
+                                const char *what, int arg)
+{
+    PyObject *p = PyOS_FSPath(obj), *b;
+    char msg[160];
+    *keep = NULL;
+    if (!p)
+        return NULL;
+    if (PyUnicode_Check(p)) {
+        b = PyUnicode_EncodeFSDefault(p);
+        Py_DECREF(p);
+        if (!b)
+            return NULL;
+    } else {
+        b = p;              /* PyOS_FSPath gives str or bytes */
+    }
+    if (strlen(PyBytes_AS_STRING(b)) != (size_t)PyBytes_GET_SIZE(b)) {
+        Py_DECREF(b);
+        PyOS_snprintf(msg, sizeof msg,
+                      "%s: argument %d (a path) holds a NUL character",
+                      what, arg);
+        tfmpy_raise(TFM_ERR_INVALID_ARGUMENT, msg);
+        return NULL;
+    }
+    *keep = b;
+    return PyBytes_AS_STRING(b);
+}
+%}
+%typemap(in) const char *path (PyObject *keep = NULL)
+  %{ if (!($1 = (char *)tfmpy_c_path($input, &keep, "$symname", $argnum)))
+       SWIG_fail; %}
+%typemap(freearg) const char *path "Py_XDECREF(keep$argnum);"
+%typemap(typecheck, precedence=SWIG_TYPECHECK_STRING) const char *path
+  "$1 = PyUnicode_Check($input) || PyBytes_Check($input);"
+
 %include "transformer/version.h"
 %include "transformer/status.h"
 %include "transformer/tensor.h"
