@@ -204,7 +204,8 @@ def broadcast_parameters(module, comm=None, root=0):
     before = error = None
     if comm.Get_rank() != root:
         try:
-            before = module.state_dict()
+            before = {k: np.array(v, copy=True)     # not views
+                      for k, v in module.state_dict().items()}
             module.load_state_dict(state)
         except Exception as e:
             error = e
@@ -213,10 +214,10 @@ def broadcast_parameters(module, comm=None, root=0):
     bad = [(r, msg) for r, msg in enumerate(failed) if msg]
     if not bad:
         return
-    if error is not None:       # load_state_dict changed nothing here
-        raise error
-    if before is not None:
+    if before is not None:      # the failing rank too: never half-loaded
         module.load_state_dict(before)
+    if error is not None:
+        raise error
     r, msg = bad[0]
     raise InvalidArgumentError(f"broadcast_parameters: rank {r} failed "
                                f"({msg}); every rank raises, no rank changed")
