@@ -498,6 +498,24 @@ static int read_prep(const char *dir, int64_t image_size, image_prep *p)
     return rc;
 }
 
+/* x (3 * width * height floats) = img's pixels channels first, as the
+ * model takes them ([1, 3, H, W]): rescaled, then normalized, each when
+ * prep asks (transformers' ViTImageProcessor order). */
+static void image_pixel_values(const rgb_image *img, const image_prep *prep,
+                               float *x)
+{
+    const int64_t n = img->width * img->height;
+    for (int c = 0; c < 3; c++)
+        for (int64_t i = 0; i < n; i++) {
+            double v = img->px[i * 3 + c];
+            if (prep->do_rescale)
+                v *= prep->rescale_factor;
+            if (prep->do_normalize)
+                v = (v - prep->mean[c]) / prep->std[c];
+            x[c * n + i] = (float)v;
+        }
+}
+
 /* The label of class i: config.json's id2label["i"] into buf, else
  * "LABEL_i" (PretrainedConfig's default names). */
 static const char *label_of(const cJSON *config, int64_t i, char *buf,
@@ -560,16 +578,7 @@ static int classify_image(const tfm_module *model, const char *dir,
         fail("out of memory");
         goto done;
     }
-    /* [1, 3, S, S] channels first: rescale, then normalize. */
-    for (int c = 0; c < 3; c++)
-        for (int64_t i = 0; i < S * S; i++) {
-            double v = img.px[i * 3 + c];
-            if (prep.do_rescale)
-                v *= prep.rescale_factor;
-            if (prep.do_normalize)
-                v = (v - prep.mean[c]) / prep.std[c];
-            x[c * S * S + i] = (float)v;
-        }
+    image_pixel_values(&img, &prep, x);
     const int64_t xs[4] = { 1, 3, S, S }, ls[2] = { 1, V };
     if (tfm_tensor_wrap(4, xs, x, &tx) != TFM_OK ||
         tfm_tensor_wrap(2, ls, logits, &tl) != TFM_OK ||

@@ -430,34 +430,7 @@ TFMPY_HANDLE_OUT(tfm_optimizer)
 
 /* ---- The public headers ---------------------------------------------------- */
 
-/* Strings in, wherever they cross into C (this typemap, stop strings,
- * metadata): str only (TypeError), and no NUL, which C takes as the end
- * ("w\0x" written as "w"): InvalidArgumentError.  The str owns the UTF-8. */
-%{
-static const char *tfmpy_c_string(PyObject *obj, const char *what, int arg)
-{
-    Py_ssize_t size;
-    char msg[160];
-    if (!PyUnicode_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: argument %d must be str, not %s",
-                     what, arg, Py_TYPE(obj)->tp_name);
-        return NULL;
-    }
-    const char *s = PyUnicode_AsUTF8AndSize(obj, &size);
-    if (s && strlen(s) != (size_t)size) {
-        PyOS_snprintf(msg, sizeof msg, arg < 0 ? "%s holds a NUL character"
-                      : "%s: argument %d holds a NUL character", what, arg);
-        tfmpy_raise(TFM_ERR_INVALID_ARGUMENT, msg);
-        return NULL;
-    }
-    return s;
-}
-%}
-%typemap(in) const char *
-  %{ if (!($1 = (char *)tfmpy_c_string($input, "$symname", $argnum))) SWIG_fail; %}
-%typemap(freearg) const char * ""   /* the str owns the UTF-8 buffer */
-%typemap(typecheck, precedence=SWIG_TYPECHECK_STRING) const char *
-  "$1 = PyUnicode_Check($input);"
+%include "transformer_strings.i"   /* const char *, paths */
 
 %include "transformer/version.h"
 %include "transformer/status.h"

@@ -109,15 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const int64_t S = image_size;
             float *x = malloc(sizeof *x * (size_t)(3 * S * S));
             CHECK(x != NULL);
-            for (int c = 0; c < 3; c++)
-                for (int64_t i = 0; i < S * S; i++) {
-                    double v = img.px[i * 3 + c];
-                    if (prep.do_rescale)
-                        v *= prep.rescale_factor;
-                    if (prep.do_normalize)
-                        v = (v - prep.mean[c]) / prep.std[c];
-                    x[c * S * S + i] = (float)v;
-                }
+            image_pixel_values(&img, &prep, x);
             free(x);
         }
     }

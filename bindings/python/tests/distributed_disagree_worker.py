@@ -21,8 +21,8 @@ def say(line):
     log.append(line)
 
 
-def model(d_ff=64, n_layers=2, train=True):
-    transformer.manual_seed(5)
+def model(d_ff=64, n_layers=2, train=True, seed=5):
+    transformer.manual_seed(seed)
     m = transformer.Model(dict(architecture="decoder_only", vocab_size=23,
                                d_model=32, n_heads=4, d_ff=d_ff,
                                n_layers=n_layers, context_length=16))
@@ -71,6 +71,36 @@ m = model(d_ff=64 if rank == 0 else 32, train=False)
 run("broadcast", lambda: dist.broadcast_parameters(m, comm), m)
 m = model(train=False)
 run("root", lambda: dist.broadcast_parameters(m, comm, root=rank), m)
+# the root's values refused by load_state_dict (NaN): checked on every
+# rank before any writes, every rank raises
+m = model(train=False, seed=5 + rank)
+
+
+def nan_broadcast(m):
+    if rank == 0:       # the state the root sends, not its parameters
+        nan_state = {k: np.full_like(v, np.nan) if k == "norm.weight" else v
+                     for k, v in m.state_dict().items()}
+        m.state_dict = lambda: nan_state
+    try:
+        dist.broadcast_parameters(m, comm)
+    finally:
+        m.__dict__.pop("state_dict", None)
+
+
+run("broadcast_nan", lambda: nan_broadcast(m), m)
+# a load that fails on rank 1 after writing: every rank raises, rank 1
+# puts its parameters back
+m = model(train=False, seed=5 + rank)
+if rank == 1:
+    real_load = m.load_state_dict
+
+    def failing_load(state, _n=[0]):
+        real_load(state)
+        _n[0] += 1
+        if _n[0] == 1:          # the broadcast's; not the restore
+            raise RuntimeError("injected failure after the write")
+    m.load_state_dict = failing_load
+run("broadcast_late", lambda: dist.broadcast_parameters(m, comm), m)
 # and agreeing ranks still work
 m = model()
 run("same", lambda: dist.all_reduce_gradients(m, comm), m)

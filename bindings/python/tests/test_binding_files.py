@@ -205,3 +205,41 @@ def test_lua_package_never_opens_files():
                          r"dofile)\b", code):
                 found.append(f"{src.name}:{n}: {line.strip()}")
     assert not found, found
+
+
+def test_paths_not_utf8(tmp_path):
+    """Issue 44 follow-up: a directory whose name is not UTF-8 (os.listdir
+    gives b"caf\\xe9" as the str "caf\\udce9") raised UnicodeEncodeError
+    at the C call; paths now cross into C as Python's open() takes them
+    (str through os.fsencode, bytes, os.PathLike), and the file written is
+    in the directory of that very name.  A NUL is still refused."""
+    d = tmp_path / os.fsdecode(b"caf\xe9")
+    d.mkdir()
+    assert os.listdir(os.fsencode(tmp_path)) == [b"caf\xe9"]
+    lin = transformer.Linear(3, 2)
+    f = d / "lin.safetensors"
+    lin.save_safetensors(f)
+    assert os.listdir(os.fsencode(d)) == [b"lin.safetensors"]
+    for path in (f, str(f), os.fsencode(f)):
+        other = transformer.Linear(3, 2)
+        other.load_safetensors(path)
+        for k, v in lin.state_dict().items():
+            assert (other.state_dict()[k] == v).all()
+        assert set(transformer.load_safetensors(path)) == {"weight", "bias"}
+    m = transformer.Model(dict(architecture="decoder_only", vocab_size=11,
+                               d_model=8, n_heads=2, d_ff=16, n_layers=1,
+                               context_length=8))
+    mf = d / "model.safetensors"
+    m.save(mf)
+    for path in (mf, os.fsencode(mf)):
+        back = transformer.Model.load(path)
+        for k, v in m.state_dict().items():
+            assert (back.state_dict()[k] == v).all()
+    for bad in (str(d) + "/a\0b.safetensors",
+                os.fsencode(d) + b"/a\0b.safetensors"):
+        with pytest.raises(ValueError, match="NUL"):
+            lin.save_safetensors(bad)
+        with pytest.raises(ValueError, match="NUL"):
+            transformer.Model.load(bad)
+    assert sorted(os.listdir(os.fsencode(d))) == [b"lin.safetensors",
+                                                  b"model.safetensors"]

@@ -126,6 +126,21 @@ def test_ranks_that_disagree_all_raise():
                                  " rank 1 failed (ClosedError: Model is "
                                  "closed); every rank raises"]
     assert said("closed", 1) == ["ClosedError: Model is closed"]
+    # issue 44 follow-up: a broadcast the non-root rank refused (NaN) or
+    # failed to load raised on that rank only
+    for r in (0, 1):
+        msg, unchanged = said("broadcast_nan", r)
+        assert msg == ("NonFiniteError: broadcast_parameters: rank 0's "
+                       "parameters hold NaN or infinity ('norm.weight'); no "
+                       "rank changed"), (r, msg)
+        assert unchanged == "unchanged True", r
+        assert said("broadcast_late", r)[1] == "unchanged True", r
+    assert said("broadcast_late", 0)[0] == (
+        "InvalidArgumentError: broadcast_parameters: rank 1 failed "
+        "(RuntimeError: injected failure after the write); every rank "
+        "raises, no rank changed")
+    assert said("broadcast_late", 1)[0] == ("RuntimeError: injected failure "
+                                            "after the write")
     for r in (0, 1):   # equal gradients on both ranks: their mean is them
         assert said("same", r) == ["ok", "unchanged True"]
         assert said("same_broadcast", r) == ["ok", "unchanged True"]

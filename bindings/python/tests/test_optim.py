@@ -237,6 +237,102 @@ def test_load_state_dict_refused_late_changes_nothing():
                 np.testing.assert_array_equal(after["state"][name][k], v)
 
 
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "SGD"])
+def test_load_state_dict_applies_lr_and_weight_decay(name):
+    """Issue 44 follow-up: param_groups' weight_decay was ignored by
+    load_state_dict; torch 1.13 applies the loaded group (lr and
+    weight_decay here), so both optimizers, given the same state dict,
+    step to the same parameters."""
+    kw = dict(lr=0.01, weight_decay=0.01)
+    if name == "SGD":
+        kw["momentum"] = 0.9
+    ours, ref = make_pair("linear")
+    opt = getattr(transformer.optim, name)(ours, **kw)
+    topt = getattr(torch.optim, name)(ref.parameters(), **kw)
+    rng = np.random.default_rng(4)
+    steps_agree(ours, ref, opt, topt, "linear", rng, 2)
+    sd, tsd = opt.state_dict(), topt.state_dict()
+    for group in (sd["param_groups"][0], tsd["param_groups"][0]):
+        group["lr"], group["weight_decay"] = 0.05, 0.3
+    opt.load_state_dict(sd)
+    topt.load_state_dict(tsd)
+    assert opt.param_groups[0]["weight_decay"] == 0.3
+    assert opt.param_groups[0]["lr"] == 0.05
+    assert opt.state_dict()["param_groups"][0]["weight_decay"] == 0.3
+    steps_agree(ours, ref, opt, topt, "linear", rng, 3)
+
+
+@pytest.mark.parametrize("name,key,value", [
+    ("AdamW", "betas", (2.0, 2.0)),           # torch's constructor: < 1
+    ("AdamW", "betas", (float("nan"), 0.999)),
+    ("AdamW", "betas", (0.8, 0.999)),         # valid, but not ours
+    ("AdamW", "eps", float("nan")),
+    ("AdamW", "eps", -1e-8),
+    ("AdamW", "eps", 1e-6),
+    ("AdamW", "amsgrad", True),
+    ("AdamW", "amsgrad", 2),
+    ("AdamW", "maximize", True),
+    ("AdamW", "weight_decay", -0.1),
+    ("AdamW", "weight_decay", float("nan")),
+    ("AdamW", "lr", -1.0),
+    ("AdamW", "lr", float("inf")),
+    ("SGD", "momentum", 0.5),
+    ("SGD", "nesterov", True),
+    ("SGD", "dampening", float("nan")),
+])
+def test_load_state_dict_refused_group_changes_nothing(name, key, value):
+    """A param_groups value that cannot be applied (a hyperparameter fixed
+    at construction, different from this optimizer's) or is out of the
+    range torch's constructors allow raises ValueError naming the key,
+    before anything is written: the state, lr and weight_decay loaded
+    beside it stay as they were (they used to be accepted and ignored)."""
+    kw = dict(lr=0.01, momentum=0.9) if name == "SGD" else dict(lr=0.01)
+    ours, _ = make_pair("linear")
+    opt = getattr(transformer.optim, name)(ours, **kw)
+    backward(ours, "linear", np.random.default_rng(6))
+    opt.step()
+    before = opt.state_dict()
+    bad = opt.state_dict()
+    bad["state"]["weight"] = {k: np.full_like(v, 0.5) if v.ndim else v
+                              for k, v in bad["state"]["weight"].items()}
+    group = bad["param_groups"][0]
+    group["lr"], group["weight_decay"] = 0.125, 0.25
+    group[key] = value
+    with pytest.raises(ValueError, match=key):
+        opt.load_state_dict(bad)
+    after = opt.state_dict()
+    assert after["param_groups"] == before["param_groups"]
+    for pname, entry in before["state"].items():
+        for k, v in entry.items():
+            np.testing.assert_array_equal(after["state"][pname][k], v)
+    # the C weight decay too: the next step is the unchanged optimizer's
+    twin, _ = make_pair("linear")
+    twin.load_state_dict(ours.state_dict())
+    topt = getattr(transformer.optim, name)(twin, **kw)
+    topt.load_state_dict(before)
+    for m, o in ((ours, opt), (twin, topt)):
+        o.zero_grad()
+        backward(m, "linear", np.random.default_rng(7))
+        o.step()
+    for k, v in ours.state_dict().items():
+        np.testing.assert_array_equal(twin.state_dict()[k], v)
+
+
+def test_load_state_dict_same_hyperparameters_and_extra_keys():
+    """Equal fixed hyperparameters load (a list for betas, as JSON gives
+    them); keys that are no hyperparameter (torch's foreach, a scheduler's
+    initial_lr) are stored in the group, as torch stores them."""
+    ours, _ = make_pair("linear")
+    opt = Adam(ours, lr=0.01, betas=(0.8, 0.99), amsgrad=True)
+    sd = opt.state_dict()
+    sd["param_groups"][0].update(betas=[0.8, 0.99], foreach=None,
+                                 initial_lr=0.02)
+    opt.load_state_dict(sd)
+    assert opt.param_groups[0]["betas"] == (0.8, 0.99)
+    assert opt.param_groups[0]["foreach"] is None
+    assert opt.param_groups[0]["initial_lr"] == 0.02
+
+
 # ---- schedulers --------------------------------------------------------------
 
 def inverse_sqrt(s, d_model, warmup):

@@ -262,6 +262,10 @@ def as_float(x, name):
 
 
 def fspath(path, name="path"):
+    """path (str, bytes or os.PathLike) as a str, as os.fsdecode gives it:
+    a name that is not UTF-8 holds surrogate escapes, which the C calls'
+    path typemap (transformer.i: tfmpy_c_path) encodes back with
+    os.fsencode, so the file it names is the one opened."""
     try:
         path = os.fspath(path)
     except TypeError:

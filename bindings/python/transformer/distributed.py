@@ -173,7 +173,11 @@ def broadcast_parameters(module, comm=None, root=0):
     data-parallel training starts from one set of weights.  The ranks first
     agree on the parameter layout and on ``root``: when they differ, or a
     rank fails on its own (a closed module), every rank raises
-    InvalidArgumentError and no parameter changes."""
+    InvalidArgumentError and no parameter changes.  The broadcast values
+    are checked on every rank before any rank writes them (NaN or infinity
+    on the root: NonFiniteError on every rank), and a load that fails on
+    one rank all the same makes every rank raise, the ranks that loaded
+    putting their parameters back."""
     comm = _world(comm)
 
     def local():
@@ -183,8 +187,40 @@ def broadcast_parameters(module, comm=None, root=0):
     _agree(comm, "broadcast_parameters", local)
     state = module.state_dict() if comm.Get_rank() == root else None
     state = comm.bcast(state, root=root)
+
+    def check():
+        # what load_state_dict refuses, checked on every rank (the root
+        # too: it holds the same values) before any rank writes
+        bad = [k for k, v in state.items() if not np.isfinite(v).all()]
+        if bad:
+            raise NonFiniteError(
+                f"broadcast_parameters: rank {root}'s parameters hold NaN "
+                f"or infinity ({bad[0]!r}); no rank changed")
+        return None, None
+
+    _agree(comm, "broadcast_parameters", check)
+    # a load that still fails on one rank: every rank raises, and the
+    # ranks that had loaded put their parameters back
+    before = error = None
     if comm.Get_rank() != root:
-        module.load_state_dict(state)
+        try:
+            before = {k: np.array(v, copy=True)     # not views
+                      for k, v in module.state_dict().items()}
+            module.load_state_dict(state)
+        except Exception as e:
+            error = e
+    failed = comm.allgather(None if error is None
+                            else f"{type(error).__name__}: {error}")
+    bad = [(r, msg) for r, msg in enumerate(failed) if msg]
+    if not bad:
+        return
+    if before is not None:      # the failing rank too: never half-loaded
+        module.load_state_dict(before)
+    if error is not None:
+        raise error
+    r, msg = bad[0]
+    raise InvalidArgumentError(f"broadcast_parameters: rank {r} failed "
+                               f"({msg}); every rank raises, no rank changed")
 
 
 def shard(batch, comm=None):

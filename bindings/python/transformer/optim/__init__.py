@@ -26,6 +26,7 @@ schedulers do; the other hyperparameters are fixed at construction.
 """
 
 import collections
+import math
 
 import numpy as np
 
@@ -189,9 +190,14 @@ class Optimizer(HandleOwner):
         return {"state": self.state, "param_groups": [group]}
 
     def load_state_dict(self, state_dict):
-        """Loads what state_dict() returned: every state of every parameter
-        and the learning rate.  Everything is checked (names, shapes,
-        finiteness, integer steps) before anything changes."""
+        """Loads what state_dict() returned: every state of every parameter,
+        the learning rate and the weight decay (given to every parameter,
+        as torch's one group).  Everything is checked (names, shapes,
+        finiteness, integer steps, hyperparameter ranges as torch's
+        constructors check them) before anything changes; betas, eps,
+        amsgrad, momentum, dampening, nesterov and maximize are fixed at
+        construction, so a value differing from this optimizer's raises
+        InvalidArgumentError (a ValueError) naming the key."""
         table = {row[0]: row for row in self._param_table()}
         state = state_dict["state"]
         unknown = [k for k in state if k not in table]
@@ -225,19 +231,86 @@ class Optimizer(HandleOwner):
         for mod, h, c_name, s, a in writes:
             with mod._use(), h.use(type(self).__name__) as ptr:
                 _ll.tfm_optimizer_get_state(ptr, c_name, s, np.empty_like(a))
-        groups = state_dict.get("param_groups")
-        lr = groups[0]["lr"] if groups else None
-        if lr is not None:
-            lr = as_float(lr, "lr")
-            if not (lr >= 0.0 and lr != float("inf")):
-                raise InvalidArgumentError(f"invalid learning rate: {lr}")
+        lr, weight_decay, extra = self._check_group(
+            state_dict.get("param_groups"))
         for mod, h, c_name, s, a in writes:
             with mod._use(), h.use(type(self).__name__) as ptr:
                 _ll.tfm_optimizer_set_state(ptr, c_name, s, a)
         if lr is not None:
             self.param_groups[0]["lr"] = lr
-        if groups and "initial_lr" in groups[0]:
-            self.param_groups[0]["initial_lr"] = groups[0]["initial_lr"]
+        if weight_decay is not None:
+            for _, mod, h, c_name, _, _ in table.values():
+                with mod._use(), h.use(type(self).__name__) as ptr:
+                    _ll.tfm_optimizer_set_weight_decay(ptr, c_name,
+                                                       weight_decay)
+            dict.__setitem__(self.param_groups[0], "weight_decay",
+                             weight_decay)
+        for key, value in extra.items():
+            self.param_groups[0][key] = value
+
+    def _check_group(self, groups):
+        """(lr, weight_decay, {other key: value}) to apply from a
+        state_dict's param_groups, every value checked first (issue 44
+        follow-up: betas, eps, weight_decay and amsgrad were ignored; torch
+        applies them).  lr and weight_decay are applied; the other
+        hyperparameters cannot change after construction, so a value that
+        differs from this optimizer's raises InvalidArgumentError naming
+        the key; keys that are no hyperparameter (a scheduler's
+        initial_lr) are stored, as torch stores them."""
+        if not groups:
+            return None, None, {}
+        if not isinstance(groups, (list, tuple)) or len(groups) != 1 or \
+                not isinstance(groups[0], dict):
+            raise InvalidArgumentError("param_groups must be a list of one "
+                                       "dict (one parameter group)")
+        group = groups[0]
+
+        def number(key, value, low, below=None):
+            v = as_float(value, key)
+            if not (math.isfinite(v) and v >= low and
+                    (below is None or v < below)):
+                bound = f" and below {below}" if below is not None else ""
+                raise InvalidArgumentError(
+                    f"param_groups[0][{key!r}] = {value!r}: must be finite, "
+                    f">= {low}{bound}")
+            return v
+
+        lr = weight_decay = None
+        extra = {}
+        for key, value in group.items():
+            if key == "params":
+                continue
+            if key == "lr":
+                lr = number(key, value, 0.0)
+            elif key == "weight_decay":
+                weight_decay = number(key, value, 0.0)
+            elif key == "betas":
+                b1, b2 = _check_betas(value)
+                got = (number("betas[0]", b1, 0.0, 1.0),
+                       number("betas[1]", b2, 0.0, 1.0))
+                self._same(key, got)
+            elif key in ("eps", "momentum", "dampening"):
+                self._same(key, number(key, value, 0.0))
+            elif key in ("amsgrad", "nesterov", "maximize"):
+                if not isinstance(value, (bool, int, np.bool_)) or \
+                        value not in (0, 1):
+                    raise InvalidArgumentError(
+                        f"param_groups[0][{key!r}] = {value!r}: must be "
+                        "True or False")
+                self._same(key, bool(value))
+            elif key in self.defaults:
+                self._same(key, value)
+            else:
+                extra[key] = value
+        return lr, weight_decay, extra
+
+    def _same(self, key, value):
+        own = self.defaults.get(key)
+        if own is None or own != value:
+            raise InvalidArgumentError(
+                f"param_groups[0][{key!r}] = {value!r} differs from this "
+                f"optimizer's {own!r}; it is fixed at construction: create "
+                "the optimizer with it to load this state")
 
     def __repr__(self):
         args = "\n".join(f"    {k}: {v}" for k, v in
