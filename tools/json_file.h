@@ -60,28 +60,6 @@ static const char *json_duplicate_key(const cJSON *item, int *oom)
     return twice;
 }
 
-/* Length of the UTF-8 character at s (n bytes left), 0 when it is not
- * one: a bad lead or continuation byte, an overlong form, a surrogate, a
- * code point past U+10FFFF. */
-static int json_utf8_len(const unsigned char *s, size_t n)
-{
-    const int len = s[0] < 0x80 ? 1 : s[0] < 0xC2 ? 0 : s[0] < 0xE0 ? 2
-                  : s[0] < 0xF0 ? 3 : s[0] < 0xF5 ? 4 : 0;
-    if (len == 0 || (size_t)len > n)
-        return 0;
-    uint32_t v = s[0] & (0x7F >> len);
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    static const uint32_t least[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-    if ((len > 1 && v < least[len]) || (v >= 0xD800 && v <= 0xDFFF) ||
-        v > 0x10FFFF)
-        return 0;
-    return len;
-}
-
 /* What the library's JSON readers refuse in the text and cJSON takes:
  * bytes that are not UTF-8, a NUL byte, a "\u0000" escape in a string
  * (cJSON would cut the string there); NULL when none, else what, with
@@ -95,7 +73,8 @@ static const char *json_text_problem(const char *t, size_t n, size_t *at)
         if (c == 0)
             return "a NUL byte";
         if (c >= 0x80) {
-            const int k = json_utf8_len((const unsigned char *)t + i, n - i);
+            uint32_t cp;
+            const int k = utf8_next((const unsigned char *)t + i, n - i, &cp);
             if (!k)
                 return "bytes that are not UTF-8";
             i += (size_t)k - 1;
