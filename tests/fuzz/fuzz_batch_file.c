@@ -17,27 +17,13 @@
 
 #include "generate_batch_file.h"
 #include "fuzz_util.h"
+#include "fuzz_files.h"
 
-static char dir[] = "/tmp/tfm_fuzz_batch_XXXXXX";
-static char path[64];
-
-static void remove_dir(void)
-{
-    unlink(path);
-    rmdir(dir);
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!path[0]) {
-        CHECK(mkdtemp(dir) != NULL);
-        snprintf(path, sizeof path, "%s/prompts", dir);
-        atexit(remove_dir);
-    }
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    CHECK(fwrite(data, 1, size, f) == size);
-    CHECK(fclose(f) == 0);
+    char path[512];
+    files_write(path, sizeof path, "prompts", data, size);
 
     char *text = NULL, **lines = NULL;
     int64_t n = -1;

@@ -23,15 +23,8 @@
 #include "train_checkpoint.h"
 #include "train_options.h"
 #include "fuzz_util.h"
+#include "fuzz_files.h"
 
-static char dir[] = "/tmp/tfm_fuzz_pointer_XXXXXX";
-static char path[64];
-
-static void remove_dir(void)
-{
-    unlink(path);
-    rmdir(dir);
-}
 
 static void check_owned(const run_state *rs)
 {
@@ -42,15 +35,9 @@ static void check_owned(const run_state *rs)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!path[0]) {
-        CHECK(mkdtemp(dir) != NULL);
-        snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
-        atexit(remove_dir);
-    }
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    CHECK(fwrite(data, 1, size, f) == size);
-    CHECK(fclose(f) == 0);
+    char path[512];
+    files_write(path, sizeof path, "checkpoint.safetensors", data, size);
+    const char *dir = files_dir();
 
     train_options o;
     memset(&o, 0, sizeof o);

@@ -1,6 +1,7 @@
 /* Shared by the harnesses whose input is several files of one directory
  * (fuzz_hub.c, fuzz_marian.c, fuzz_image.c, fuzz_optimizer.c,
- * fuzz_generation_config.c): the input split into parts, each part
+ * fuzz_generation_config.c; and fuzz_batch_file.c, fuzz_checkpoint_pointer.c,
+ * whose input is one whole file: files_write): the input split into parts, each part
  * written as a file of a private temporary directory made once per
  * process.  Header-only: each harness is one program.
  *
@@ -59,18 +60,28 @@ static inline void files_path(char *path, size_t cap, const char *name)
     CHECK(snprintf(path, cap, "%s/%s", files_dir(), name) < (int)cap);
 }
 
-/* Writes name with the bytes data[0 .. size); size 0 removes it. */
-static inline void files_put(const char *name, const uint8_t *data, size_t size)
+/* Writes name with the bytes data[0 .. size) (an empty file for size 0)
+ * into path (cap bytes). */
+static inline void files_write(char *path, size_t cap, const char *name,
+                               const uint8_t *data, size_t size)
 {
-    char path[512];
-    files_path(path, sizeof path, name);
-    unlink(path);
-    if (!size)
-        return;
+    files_path(path, cap, name);
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL);
     CHECK(fwrite(data, 1, size, f) == size);
     CHECK(fclose(f) == 0);
+}
+
+/* Writes name with the bytes data[0 .. size); size 0 removes it. */
+static inline void files_put(const char *name, const uint8_t *data, size_t size)
+{
+    char path[512];
+    if (size) {
+        files_write(path, sizeof path, name, data, size);
+        return;
+    }
+    files_path(path, sizeof path, name);
+    unlink(path);
 }
 
 /* The next part of data[*pos ..], up to 0xFF 0xFF or the end; *pos moves
