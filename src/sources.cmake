@@ -31,6 +31,7 @@ set(TFM_SOURCES_base
 set(TFM_SOURCES_kernels
   kernels/activation.c
   kernels/dropout.c
+  kernels/linear.c
   kernels/rope.c
   kernels/softmax.c
 )

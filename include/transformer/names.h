@@ -22,7 +22,7 @@
  *                   "encoder_decoder"
  *   POSITIONAL      "none", "learned", "sinusoidal", "sinusoidal_concat"
  *   DTYPE           "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8",
- *                   "U8", "BOOL"
+ *                   "U8", "BOOL", "Q8_0", "Q4_0" (since 1.3)
  *   REDUCTION       "mean", "sum"
  *   OPTIMIZER       "sgd", "adam", "adamw"
  *

@@ -45,6 +45,14 @@ typedef enum tfm_dtype {
     TFM_DTYPE_I8 = 7,
     TFM_DTYPE_U8 = 8,
     TFM_DTYPE_BOOL = 9,
+    /* Since 1.3: llama.cpp's block types, for parameters kept quantised
+     * (weights.h) and GGUF files; never a safetensors dtype. */
+    TFM_DTYPE_Q8_0 = 10,   /* blocks of 32: fp16 scale d, 32 int8 q;
+                            * value = d * q (34 bytes a block) */
+    TFM_DTYPE_Q4_0 = 11,   /* blocks of 32: fp16 scale d, 16 bytes of
+                            * 4-bit q (low nibbles: values 0..15, high
+                            * nibbles: values 16..31); value = d * (q - 8)
+                            * (18 bytes a block) */
     TFM_DTYPE_COUNT
 } tfm_dtype;
 

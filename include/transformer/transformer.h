@@ -61,6 +61,7 @@
 #include "layers.h"
 #include "embedding.h"
 #include "safetensors.h"
+#include "weights.h"
 #include "model.h"
 #include "tokenizer.h"
 #include "names.h"

@@ -68,6 +68,7 @@ static const char *const DTYPES[TFM_DTYPE_COUNT] = {
     [TFM_DTYPE_I64] = "I64",   [TFM_DTYPE_I32] = "I32",
     [TFM_DTYPE_I16] = "I16",   [TFM_DTYPE_I8] = "I8",
     [TFM_DTYPE_U8] = "U8",     [TFM_DTYPE_BOOL] = "BOOL",
+    [TFM_DTYPE_Q8_0] = "Q8_0", [TFM_DTYPE_Q4_0] = "Q4_0",
 };
 
 static const char *const REDUCTIONS[TFM_REDUCTION_COUNT] = {

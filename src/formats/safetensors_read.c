@@ -57,8 +57,10 @@ const size_t tfm__st_dtype_sizes[TFM_DTYPE_COUNT] = {
 
 static int dtype_from_string(const char *s)
 {
+    /* Q8_0 and Q4_0 are names of tfm_dtype but no safetensors dtype: a
+     * file naming them holds an unknown dtype. */
     const int v = tfm__enum_lookup(TFM_ENUM_DTYPE, s);
-    return v >= 0 ? v : DTYPE_UNKNOWN;
+    return v >= 0 && v < TFM_DTYPE_Q8_0 ? v : DTYPE_UNKNOWN;
 }
 
 static int dtype_is_float(int dtype)

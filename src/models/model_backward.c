@@ -11,7 +11,7 @@
 #include "base/alloc.h"
 #include "kernels/dropout.h"
 #include "base/error.h"
-#include "base/gemm.h"
+#include "kernels/linear.h"
 #include "training/loss.h"
 #include "models/model_impl.h"
 #include "base/parallel.h"

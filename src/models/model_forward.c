@@ -9,7 +9,7 @@
 #include "kernels/dropout.h"
 #include "base/error.h"
 #include "base/self_sized.h"
-#include "base/gemm.h"
+#include "kernels/linear.h"
 #include "models/model_impl.h"
 #include "base/parallel.h"
 #include "base/tensor_impl.h"

@@ -4,7 +4,7 @@
 #include "kernels/activation.h"
 #include "base/error.h"
 #include "nn/feed_forward.h"
-#include "base/gemm.h"
+#include "kernels/linear.h"
 #include "base/parallel.h"
 #include "base/tensor_impl.h"
 #include "base/workspace.h"

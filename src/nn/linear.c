@@ -1,6 +1,6 @@
 /* Linear module, as torch.nn.Linear (layers.h): y = x W^T + b. */
 #include "base/error.h"
-#include "base/gemm.h"
+#include "kernels/linear.h"
 #include "nn/linear.h"
 #include "base/parallel.h"
 #include "base/tensor_impl.h"

@@ -7,7 +7,7 @@
 #include "attention/attention_job.h"
 #include "base/error.h"
 #include "base/self_sized.h"
-#include "base/gemm.h"
+#include "kernels/linear.h"
 #include "nn/mha.h"
 #include "nn/mha_extra_kv.h"
 #include "base/parallel.h"

@@ -22,7 +22,7 @@
  * gradient is accumulated, so a failure changes nothing. */
 #include "attention/attention_job.h"
 #include "base/error.h"
-#include "base/gemm.h"
+#include "kernels/linear.h"
 #include "nn/mha.h"
 #include "nn/mha_extra_kv.h"
 #include "base/parallel.h"

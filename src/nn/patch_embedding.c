@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "base/gemm.h"
+#include "kernels/linear.h"
 #include "base/parallel.h"
 #include "nn/patch_embedding.h"
 #include "base/tensor_impl.h"
