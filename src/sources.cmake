@@ -130,6 +130,8 @@ set(TFM_SOURCES_tokenizers
 # formats: safetensors, checkpoints, model files, Hugging Face hub directories (one file per family)
 set(TFM_SOURCES_formats
   formats/checkpoint.c
+  formats/gguf_model.c
+  formats/gguf_tokenizer.c
   formats/hub/bert.c
   formats/hub/gpt2.c
   formats/hub/hub_config.c
@@ -142,6 +144,7 @@ set(TFM_SOURCES_formats
   formats/model_file.c
   formats/safetensors_read.c
   formats/safetensors_write.c
+  formats/tokenizer_load.c
 )
 
 set(TFM_SOURCES)

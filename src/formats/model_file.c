@@ -11,6 +11,7 @@
 #include "attention/attention_config.h"
 #include "base/error.h"
 #include "formats/checkpoint.h"
+#include "formats/gguf_model.h"
 #include "formats/hub/hub_model.h"
 #include "nn/mha.h"
 #include "models/model_impl.h"
@@ -19,6 +20,7 @@
 #include "nn/patch_embedding.h"
 #include "base/tensor_impl.h"
 #include "transformer/safetensors.h"
+#include "transformer/weights.h"
 
 /* ---- reading the configuration ------------------------------------------ */
 
@@ -503,6 +505,8 @@ tfm_status tfm_model_load(const char *path, tfm_module **out)
     struct stat dir;
     if (stat(path, &dir) == 0 && S_ISDIR(dir.st_mode))
         return tfm__hub_model_load(path, out); /* a hub checkpoint */
+    if (tfm__gguf_is_file(path)) /* llama.cpp's, weights as they lie */
+        return tfm__gguf_model_load(path, TFM_LOAD_DTYPE_AUTO, 1, out);
     tfm_safetensors *f = NULL;
     tfm_module *model = NULL;
     tfm_model_config c;

@@ -212,12 +212,8 @@ tfm_status tfm_tokenizer_create(const char *vocab, tfm_tokenizer **out)
     return TFM_OK;
 }
 
-tfm_status tfm_tokenizer_load(const char *path, tfm_tokenizer **out)
+tfm_status tfm__tokenizer_load_path(const char *path, tfm_tokenizer **out)
 {
-    if (!path)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "path is NULL");
-    if (!out)
-        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "out is NULL");
     /* A directory or a vocabulary file (since 1.2): tokenizer_files.c. */
     tfm_status st = tfm__tokenizer_load_files(path, out);
     if (st != TFM_ERR_NOT_FOUND)

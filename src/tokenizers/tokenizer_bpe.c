@@ -533,3 +533,41 @@ tfm_status tfm__bpe_from_json(const cJSON *model, const char *path,
     }
     return tfm__tokenizer_wrap(&BPE_OPS, m, out);
 }
+
+tfm_status tfm__bpe_from_tables(tfm__vocab *vocab, int64_t n_merges,
+                                tfm__bpe_merge_at merge_at, void *ctx,
+                                const char *what, tfm_tokenizer **out)
+{
+    tfm__bpe *m = tfm__calloc(1, sizeof *m);
+    if (!m) {
+        tfm__vocab_free(vocab);
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    m->vocab = *vocab;
+    memset(vocab, 0, sizeof *vocab);
+    tfm_status st = bpe_prepare(m, n_merges, what);
+    for (int64_t i = 0; st == TFM_OK && i < n_merges; i++) {
+        const char *l = NULL;
+        size_t n = 0;
+        if ((st = merge_at(ctx, i, &l, &n)) != TFM_OK)
+            break;
+        const char *sp = n ? memchr(l, ' ', n) : NULL;
+        if (!sp || sp == l || sp == l + n - 1 ||
+            memchr(sp + 1, ' ', (size_t)(l + n - sp - 1))) {
+            st = tfm__fail(TFM_ERR_FORMAT, "%.200s: merge %lld is not two "
+                           "tokens separated by one space", what,
+                           (long long)i);
+            break;
+        }
+        char where[40];
+        snprintf(where, sizeof where, "in merge %lld", (long long)i);
+        st = tfm__merges_add(&m->merges, &m->vocab, l, (size_t)(sp - l),
+                             sp + 1, (size_t)(l + n - sp - 1), i, what,
+                             where);
+    }
+    if (st != TFM_OK) {
+        bpe_free(m);
+        return st;
+    }
+    return tfm__tokenizer_wrap(&BPE_OPS, m, out);
+}

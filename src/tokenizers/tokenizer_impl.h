@@ -121,6 +121,17 @@ tfm_status tfm__bpe_load_gpt2(const char *encoder_json, const char *vocab_bpe,
 struct cJSON;
 tfm_status tfm__bpe_from_json(const struct cJSON *model, const char *path,
                               tfm_tokenizer **out);
+/* Merge i's text "left right" (len bytes at *s, owned by the caller's
+ * tables) of tfm__bpe_from_tables. */
+typedef tfm_status (*tfm__bpe_merge_at)(void *ctx, int64_t i, const char **s,
+                                        size_t *len);
+/* GPT-2's byte-level BPE of vocabulary *vocab (GPT-2's byte symbols; taken
+ * over and zeroed, on failure too) and n_merges merges, rank = index,
+ * given by merge_at (a GGUF file's tokenizer.ggml.merges); `what` names
+ * the source in messages.  No special tokens yet. */
+tfm_status tfm__bpe_from_tables(tfm__vocab *vocab, int64_t n_merges,
+                                tfm__bpe_merge_at merge_at, void *ctx,
+                                const char *what, tfm_tokenizer **out);
 tfm_status tfm__wordpiece_load_vocab_txt(const char *path,
                                          const char *config_path,
                                          tfm_tokenizer **out);
@@ -134,6 +145,12 @@ tfm_status tfm__marian_load(const char *vocab_json, const char *source_spm,
                             const char *target_spm, const char *config,
                             tfm_tokenizer **out);
 tfm_status tfm__tokenizer_load_files(const char *path, tfm_tokenizer **out);
+
+/* tfm_tokenizer_load of everything but GGUF files (tokenizer.c): a
+ * directory or vocabulary file (tfm__tokenizer_load_files), else a model
+ * file.  tfm_tokenizer_load itself (formats/tokenizer_load.c) sends GGUF
+ * files to formats/gguf_tokenizer.c first. */
+tfm_status tfm__tokenizer_load_path(const char *path, tfm_tokenizer **out);
 
 /* The argument checks of tfm_tokenizer_encode and _encode_v2 (NULL
  * pointers, capacity < 0), with their messages. */

@@ -81,6 +81,15 @@ void tfm__hub_decoder_config(tfm_model_config *c, int64_t d, int64_t heads,
                              int64_t layers, int64_t positions,
                              tfm_positional positional, int tied);
 
+/* The options of a Llama-layout model (llama.c; also the GGUF loader's
+ * "llama"): RMSNorms, the gated feed-forward, no biases, grouped-query
+ * attention with kv_heads key/value heads, rotary positions of base theta
+ * on pairs `rope` (TFM_ROPE_HALF: transformers' rotate_half;
+ * TFM_ROPE_ADJACENT: llama.cpp's GGUF files, whose q and k rows
+ * convert_hf_to_gguf.py permuted). */
+void tfm__hub_llama_options(tfm_model_options *o, tfm_layer_options *lo,
+                            int64_t kv_heads, double theta, int rope);
+
 /* ---- shards (hub_shards.c) --------------------------------------------- */
 
 /* The weight files of a checkpoint directory. */

@@ -115,15 +115,21 @@ static tfm_status llama_config(const cJSON *root, tfm_model_config *c,
         return st;
     tfm__hub_decoder_config(c, d, heads, ff, act, eps, vocab, layers,
                             positions, TFM_POSITIONAL_NONE, tied);
+    tfm__hub_llama_options(o, lo, kv_heads, theta, TFM_ROPE_HALF);
+    return TFM_OK;
+}
+
+void tfm__hub_llama_options(tfm_model_options *o, tfm_layer_options *lo,
+                            int64_t kv_heads, double theta, int rope)
+{
     tfm_model_options_init(o);
     o->attention.n_kv_heads = kv_heads;
-    o->attention.rope = TFM_ROPE_HALF;
+    o->attention.rope = (tfm_rope)rope;
     o->attention.rope_base = theta;
     tfm_layer_options_init(lo);
     lo->bias = 0;
     lo->rms_norm = 1;
     lo->gated = 1;
-    return TFM_OK;
 }
 
 /* The stored tensors of Llama c (LlamaForCausalLM's names, under
