@@ -72,7 +72,7 @@ def load_model(path=None):
 def from_pretrained(path):
     """Model.from_pretrained(path): a Hugging Face checkpoint directory
     (config.json and safetensors weights; GPT-2, Llama, BERT, Marian and
-    ViT) or a model file, with its tokenizer."""
+    ViT), a GGUF file (GPT-2, Llama) or a model file, with its tokenizer."""
     return Model.load(fspath(path))
 
 
@@ -116,6 +116,14 @@ class AutoModelForMaskedLM(AutoModelForCausalLM):
     refuses a model that is not encoder-only.  Not instantiated."""
 
     _architecture = "encoder_only"
+
+
+def _is_gguf(path):
+    """Whether path is a regular file beginning with GGUF's magic."""
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
 
 
 def _directory_labels(path):
@@ -316,7 +324,9 @@ class Model(GenerationMixin, Module):
     @classmethod
     def load(cls, path=None):
         """Loads a model file (default: default_model_path()) and, when its
-        metadata has one, its tokenizer; or a Hugging Face checkpoint
+        metadata has one, its tokenizer; a GGUF file (llama.cpp's, "gpt2"
+        or "llama", weights kept in the file's types) with its tokenizer;
+        or a Hugging Face checkpoint
         directory (config.json, model.safetensors or sharded weights with
         model.safetensors.index.json; GPT-2, Llama, BERT, Marian, ViT) with the tokenizer its
         files give (tokenizer.json, vocab.json + merges.txt, ...), None
@@ -333,6 +343,13 @@ class Model(GenerationMixin, Module):
                     self._config_dict = self.config
                 self.tokenizer = _directory_tokenizer(path)
                 self.generation_config = _generation_config(path)
+            except BaseException:
+                self.close()
+                raise
+            return self
+        if _is_gguf(path):  # llama.cpp's: its tokenizer.ggml.* keys
+            try:
+                self.tokenizer = Tokenizer.load(path)
             except BaseException:
                 self.close()
                 raise
