@@ -27,11 +27,13 @@ set(TFM_SOURCES_base
   base/workspace.c
 )
 
-# kernels: plain loops on raw arrays: softmax, vector math, activations, RoPE, dropout masks
+# kernels: plain loops on raw arrays: softmax, vector math, activations, RoPE, dropout masks, the Linear door, weight storage types (quantisation, widening, stored-weight products)
 set(TFM_SOURCES_kernels
   kernels/activation.c
   kernels/dropout.c
   kernels/linear.c
+  kernels/quant.c
+  kernels/quant_linear.c
   kernels/rope.c
   kernels/softmax.c
 )
