@@ -144,6 +144,7 @@ set(TFM_SOURCES_formats
   formats/hub/llama.c
   formats/hub/marian.c
   formats/hub/vit.c
+  formats/load_options.c
   formats/model_file.c
   formats/safetensors_read.c
   formats/safetensors_write.c
