@@ -642,14 +642,15 @@ tfm_status tfm__gguf_model_load(const char *path, int keep_dtype,
     if (st == TFM_OK && use_mmap) {
         size_t size = 0;
         tfm__gguf_map(g, &size);
-        if ((st = tfm__mapping_open(path, &map)) == TFM_OK &&
+        if ((st = tfm__mapping_open(path, size, &map)) == TFM_OK &&
             tfm__mapping_size(map) != size)
             st = tfm__fail(TFM_ERR_IO, "%.200s changed while it was read",
                            path);
     }
     if (st == TFM_OK &&
-        (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK)
-        st = plan_bind(g, &p, model, keep_dtype, map);
+        (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK &&
+        (st = plan_bind(g, &p, model, keep_dtype, map)) == TFM_OK && map)
+        st = tfm__mapping_check(map); /* not truncated while bound */
     if (map)
         tfm__mapping_release(map); /* the model holds its own */
     tfm__free(p.e);

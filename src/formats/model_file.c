@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "formats/checkpoint.h"
 #include "formats/gguf_model.h"
+#include "formats/load_options.h"
 #include "formats/hub/hub_model.h"
 #include "nn/mha.h"
 #include "models/model_impl.h"
@@ -536,6 +537,34 @@ tfm_status tfm_model_load(const char *path, tfm_module **out)
         (st = tfm__load_parameters(model, f, "", 1)) == TFM_OK)
         st = check_variant_params(model);
     tfm_safetensors_close(f);
+    if (st != TFM_OK) {
+        tfm_module_free(model);
+        return st;
+    }
+    *out = model;
+    return TFM_OK;
+}
+
+tfm_status tfm_model_load_v2(const char *path,
+                             const tfm_load_options *options,
+                             tfm_module **out)
+{
+    if (!path || !out)
+        return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL",
+                         !path ? "path" : "out");
+    tfm_load_options o;
+    tfm_status st = tfm__load_options_read(options, &o);
+    if (st != TFM_OK)
+        return st;
+    if (tfm__gguf_is_file(path)) /* kept, mapped or converted as asked */
+        return tfm__gguf_model_load(path, o.dtype, o.mmap, out);
+    /* Hub directories and model files: read as float32, then converted
+     * (AUTO keeps float32 here until the safetensors readers keep their
+     * stored types). */
+    tfm_module *model = NULL;
+    if ((st = tfm_model_load(path, &model)) == TFM_OK &&
+        o.dtype != TFM_LOAD_DTYPE_AUTO && o.dtype != TFM_DTYPE_F32)
+        st = tfm_module_quantize(model, (tfm_dtype)o.dtype);
     if (st != TFM_OK) {
         tfm_module_free(model);
         return st;
