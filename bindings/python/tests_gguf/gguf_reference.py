@@ -4,10 +4,10 @@ llama.cpp's convert_hf_to_gguf.py, next to the same weights as a Hugging
 Face hub directory (../tests/hub_gpt2_reference.py,
 ../tests/hub_llama_reference.py) and the float64 forward passes there.
 
-gguf-py is not vendored: it is the gguf-py/ folder of a llama.cpp checkout
-named by $TFM_LLAMA_CPP (CI: tools/fetch-llama-cpp.sh, which clones it
-from npm node-llama-cpp; at development time /work/llama.cpp).  Without it
-the tests are skipped.
+gguf-py is not vendored: it is the gguf-py/ folder of a llama.cpp checkout,
+$TFM_LLAMA_CPP when set, else $TFM_LLAMA_CPP_FETCHED (ctest sets it to the
+copy tools/fetch-llama-cpp.sh fetches from npm node-llama-cpp into the
+build tree).  Without either the tests are skipped.
 
 What convert_hf_to_gguf.py does that is reproduced here (from its
 documented semantics, not its code):
@@ -41,7 +41,8 @@ import hub_llama_reference as R  # noqa: E402
 
 def llama_cpp_dir():
     """The llama.cpp checkout holding gguf-py, or None."""
-    for d in (os.environ.get("TFM_LLAMA_CPP"), "/work/llama.cpp"):
+    for d in (os.environ.get("TFM_LLAMA_CPP"),
+              os.environ.get("TFM_LLAMA_CPP_FETCHED")):
         if d and os.path.isfile(os.path.join(d, "gguf-py", "gguf",
                                              "__init__.py")):
             return d
