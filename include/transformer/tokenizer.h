@@ -109,7 +109,12 @@ TFM_API tfm_status tfm_tokenizer_create(const char *vocab,
  *    source.spm and target.spm beside it is Marian's too.  A directory
  *    with source.spm but not Marian's other files is refused
  *    (TFM_ERR_FORMAT, naming the missing file), as MarianTokenizer
- *    refuses it: the model's ids are not source.spm's.
+ *    refuses it: the model's ids are not source.spm's;
+ *  - (since 1.3) a GGUF v3 file (any name; its first bytes "GGUF"): its
+ *    tokenizer.ggml.* keys, model "gpt2" (byte-level BPE; pre-tokenizer
+ *    GPT-2's, "gpt-2") or "llama" (SentencePiece BPE by scores); control
+ *    and user-defined tokens special, the roles from its *_token_id keys,
+ *    add_bos_token framing with bos (docs/USAGE.md, "GGUF files").
  * With GPT-2's files, <|endoftext|> (when in the vocabulary) is special and
  * is the bos, eos and unk token, as in Hugging Face's GPT2Tokenizer.  In a
  * tokenizer.json, the "added_tokens" are special (a SentencePiece model's
@@ -121,7 +126,8 @@ TFM_API tfm_status tfm_tokenizer_create(const char *vocab,
  * eos or unk token: the message says which),
  * TFM_ERR_UNSUPPORTED (a tokenizer.json using a normalizer, pre-tokenizer
  * or model this library does not implement; a SentencePiece WORD or CHAR
- * model; Marian's separate_vocabs with target_vocab.json),
+ * model; Marian's separate_vocabs with target_vocab.json; a GGUF
+ * tokenizer model or pre-tokenizer other than those above, named),
  * TFM_ERR_OUT_OF_MEMORY, and
  * those of tfm_tokenizer_create. */
 TFM_API tfm_status tfm_tokenizer_load(const char *path, tfm_tokenizer **out);
