@@ -96,6 +96,16 @@ def open_regular(path, cap=None):
         raise
 
 
+def is_gguf(path):
+    """Whether path is a regular file that begins with GGUF's magic
+    "GGUF" (as the library tells a GGUF file from a model file)."""
+    try:
+        with open_regular(path) as f:
+            return f.read(4) == b"GGUF"
+    except (OSError, ValueError):
+        return False
+
+
 def read_bytes(path, cap):
     """The whole file at path (open_regular), at most cap bytes."""
     path = os.fspath(path)

@@ -26,7 +26,7 @@ from ._core import (Module, _to_numpy, as_float, as_float32, as_ids, as_int,
 # BusyError: importable from here before the split too
 from ._errors import (BusyError, InvalidArgumentError, ShapeError,
                       UnsupportedError)
-from ._files import present, read_json
+from ._files import is_gguf, present, read_json
 from ._torch import torch_results
 from ._variants import default_dict, normalize, to_config, to_dict
 # DEFAULT_SEED, KVCache and Sampler: re-exported (transformer.models.X)
@@ -116,14 +116,6 @@ class AutoModelForMaskedLM(AutoModelForCausalLM):
     refuses a model that is not encoder-only.  Not instantiated."""
 
     _architecture = "encoder_only"
-
-
-def _is_gguf(path):
-    """Whether path is a regular file beginning with GGUF's magic."""
-    if not os.path.isfile(path):
-        return False
-    with open(path, "rb") as f:
-        return f.read(4) == b"GGUF"
 
 
 def _directory_labels(path):
@@ -347,7 +339,7 @@ class Model(GenerationMixin, Module):
                 self.close()
                 raise
             return self
-        if _is_gguf(path):  # llama.cpp's: its tokenizer.ggml.* keys
+        if is_gguf(path):  # llama.cpp's: its tokenizer.ggml.* keys
             try:
                 self.tokenizer = Tokenizer.load(path)
             except BaseException:
