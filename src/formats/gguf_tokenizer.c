@@ -140,10 +140,12 @@ static tfm_status read_tokens(const tfm__gguf *g, tfm__vocab *v,
 /* ---- "gpt2": byte-level BPE --------------------------------------------- */
 
 /* llama.cpp's tokenizer.ggml.pre names whose pre-tokenizer is GPT-2's
- * regex (src/llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_GPT2). */
+ * regex alone (src/llama-vocab.cpp: LLAMA_VOCAB_PRE_TYPE_GPT2, and MPT,
+ * OLMO, JAIS, TRILLION, GRANITE_DOCLING, which share its regex). */
 static const char *const GPT2_PRE[] = {
     "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es",
-    "jina-v2-de", "a.x-4.0", "mellum", "modern-bert",
+    "jina-v2-de", "a.x-4.0", "mellum", "modern-bert", "mpt", "olmo",
+    "jais", "trillion", "granite-docling",
 };
 
 static tfm_status check_pre(const tfm__gguf *g)
@@ -276,6 +278,17 @@ static tfm_status load_llama(const tfm__gguf *g, tfm_tokenizer **out)
         tfm__spm_file_free(&f);
         return st;
     }
+    /* One unknown piece, unknown_token_id's (default 0, llama.cpp's):
+     * convert_hf_to_gguf.py may write it as a control token and mark
+     * padding tokens UNKNOWN (Phi-3's); those llama.cpp treats as special,
+     * as control pieces are here. */
+    const int32_t unk = f.unk_id >= 0 ? f.unk_id : 0;
+    f.unk_id = unk;
+    for (int64_t i = 0; i < n; i++)
+        if (f.types[i] == TT_UNKNOWN && i != unk)
+            f.types[i] = TT_CONTROL;
+    if (f.types[unk] == TT_CONTROL)
+        f.types[unk] = TT_UNKNOWN;
     f.model_type = TFM__SPM_BPE;
     f.add_dummy_prefix = prefix;
     f.remove_extra_whitespaces = 0;
