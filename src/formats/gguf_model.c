@@ -641,9 +641,20 @@ tfm_status tfm__gguf_model_load(const char *path, int keep_dtype,
         st = plan_no_extra(g, &p, same_as_emb);
     if (st == TFM_OK && use_mmap) {
         size_t size = 0;
-        tfm__gguf_map(g, &size);
+        /* The file mapped again for the model to keep (the reader's own
+         * mapping goes with it): the same file if the same size and the
+         * same header (a file replaced by rename in between differs). */
+        const unsigned char *base = tfm__gguf_map(g, &size);
+        size_t header = size;
+        for (int64_t i = 0; i < tfm__gguf_n_tensors(g); i++) {
+            const size_t at = (size_t)((const unsigned char *)
+                                           tfm__gguf_tensor_at(g, i)->data -
+                                       base);
+            header = at < header ? at : header;
+        }
         if ((st = tfm__mapping_open(path, size, &map)) == TFM_OK &&
-            tfm__mapping_size(map) != size)
+            (tfm__mapping_size(map) != size ||
+             memcmp(tfm__mapping_data(map), base, header) != 0))
             st = tfm__fail(TFM_ERR_IO, "%.200s changed while it was read",
                            path);
     }
