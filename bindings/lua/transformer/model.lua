@@ -247,7 +247,8 @@ end
 
 --- Model.load([path]) / load_model([path]) / Model.from_pretrained(path)
 -- -> Model: a model file (safetensors with the libtransformer metadata)
--- and, when its metadata has one, its tokenizer; or a Hugging Face
+-- and, when its metadata has one, its tokenizer; a GGUF file (GPT-2,
+-- Llama) with its tokenizer; or a Hugging Face
 -- checkpoint directory (config.json and model.safetensors or its shards;
 -- GPT-2, Llama, BERT, Marian and ViT, model.h: tfm_model_load; a ViT runs
 -- with model:image_logits) with the tokenizer its
@@ -274,7 +275,14 @@ function Model.load(path)
     end
     return wrap_model(h, tok, path)
   end
-  local f = core.tfm_safetensors_open(path)
+  local okf, f = pcall(core.tfm_safetensors_open, path)
+  if not okf then
+    -- The library loaded it, yet it is no safetensors file: a GGUF file,
+    -- whose tokenizer is its tokenizer.ggml.* keys (tfm_tokenizer_load).
+    local ok, t = pcall(Tokenizer.load, path)
+    if not ok then core.close(h); error(t, 0) end
+    return wrap_model(h, t, path)
+  end
   local has_tok = core.tfm_safetensors_metadata(f, "tfm.tokenizer") ~= nil
   core.close(f)
   if has_tok then tok = Tokenizer.load(path) end
