@@ -29,6 +29,10 @@
 #define MIN_KV_BYTES 13      /* key length (8), type (4), a 1-byte value */
 #define MIN_TENSOR_BYTES 32  /* name length, n_dims, ne[0], type, offset */
 
+/* A key in a message, "%.*s": at most 200 of its bytes (never a precision
+ * that a length over INT_MAX would make negative). */
+#define KEY(kv) (int)((kv)->key_len < 200 ? (kv)->key_len : 200), (kv)->key
+
 /* ---- Value types ------------------------------------------------------ */
 
 size_t tfm__gguf_scalar_size(int t)
@@ -189,7 +193,7 @@ static tfm_status check_type(const cursor *c, uint32_t t, size_t at,
     if (t >= TFM__GGUF_TYPE_COUNT)
         return failf(c, TFM_ERR_FORMAT,
                      "key \"%.*s\": unknown value type %" PRIu32
-                     " at byte %zu", (int)kv->key_len, kv->key, t, at);
+                     " at byte %zu", KEY(kv), t, at);
     return TFM_OK;
 }
 
@@ -201,7 +205,7 @@ static tfm_status check_bools(const cursor *c, const tfm__gguf_kv *kv,
         if (v[i] > 1)
             return failf(c, TFM_ERR_FORMAT,
                          "key \"%.*s\": bool value %u at byte %zu is "
-                         "neither 0 nor 1", (int)kv->key_len, kv->key, v[i],
+                         "neither 0 nor 1", KEY(kv), v[i],
                          (size_t)(v + i - c->p));
     return TFM_OK;
 }
@@ -219,7 +223,7 @@ static tfm_status take_array(cursor *c, tfm__gguf_kv *kv)
     if (et == TFM__GGUF_ARRAY)
         return failf(c, TFM_ERR_FORMAT,
                      "key \"%.*s\": array of arrays at byte %zu (nested "
-                     "arrays are not supported)", (int)kv->key_len, kv->key,
+                     "arrays are not supported)", KEY(kv),
                      at);
     uint64_t n;
     if ((st = take_u64(c, "array length", &n)) != TFM_OK)
@@ -232,7 +236,7 @@ static tfm_status take_array(cursor *c, tfm__gguf_kv *kv)
         return failf(c, TFM_ERR_FORMAT,
                      "key \"%.*s\": array of %" PRIu64 " %s at byte %zu "
                      "needs more than the %zu bytes left",
-                     (int)kv->key_len, kv->key, n,
+                     KEY(kv), n,
                      tfm__gguf_type_name((int)et), at, left(c));
     if (et != TFM__GGUF_STRING) {
         c->pos += (size_t)n * each;
@@ -305,7 +309,7 @@ static tfm_status take_kvs(cursor *c, tfm__gguf *g)
     for (int64_t i = 1; i < g->n_kv; i++)
         if (compare_kv(&g->kv_by_key[i - 1], &g->kv_by_key[i]) == 0)
             return failf(c, TFM_ERR_FORMAT, "key \"%.*s\" appears twice",
-                         (int)g->kv_by_key[i]->key_len, g->kv_by_key[i]->key);
+                         KEY(g->kv_by_key[i]));
     g->alignment = TFM__GGUF_DEFAULT_ALIGNMENT;
     for (int64_t i = 0; i < g->n_kv; i++) {
         const tfm__gguf_kv *kv = &g->kv[i];
