@@ -131,6 +131,7 @@ set(TFM_SOURCES_tokenizers
 set(TFM_SOURCES_formats
   formats/checkpoint.c
   formats/gguf.c
+  formats/gguf_tensors.c
   formats/gguf_values.c
   formats/hub/bert.c
   formats/hub/gpt2.c
