@@ -137,6 +137,7 @@ set(TFM_SOURCES_formats
   formats/checkpoint.c
   formats/gguf.c
   formats/gguf_model.c
+  formats/gguf_tensors.c
   formats/gguf_tokenizer.c
   formats/gguf_values.c
   formats/hub/bert.c

@@ -2,7 +2,8 @@
 """The GGUF reader (src/formats/gguf.h) against gguf-py, llama.cpp's own
 Python package: files written by its GGUFWriter (every metadata value
 type, arrays of strings and numbers, F32/F16/BF16/Q8_0/Q4_0 tensors of
-rank 1 to 4, alignments 32, 64 and 1024) are read by tests/gguf_dump.c
+rank 1 to 4, alignments 32, 64 and 1024) and llama.cpp's own vocabulary
+files (models/ggml-vocab-*.gguf) are read by tests/gguf_dump.c
 and by gguf-py's GGUFReader, and every key, type, value, tensor name,
 shape, type, file offset, size and byte checksum must agree.
 
@@ -13,6 +14,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -170,6 +172,7 @@ def main():
     ap.add_argument("--llama-cpp", required=True)
     ap.add_argument("--dump", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--all-vocab", action="store_true")
     a = ap.parse_args()
     gguf = os.path.join(os.environ.get("TFM_LLAMA_CPP") or a.llama_cpp,
                         "gguf-py")
@@ -180,7 +183,44 @@ def main():
     sys.path.insert(0, gguf)
     os.makedirs(a.out, exist_ok=True)
     failures = 0
-    for path in write_files(gguf, a.out):
+    # llama.cpp's own vocabulary files (models/ggml-vocab-*.gguf, written
+    # by its converters from real tokenizers: string arrays of up to 262k
+    # tokens, merges, token types, scores).
+    models = os.path.join(os.path.dirname(gguf), "models")
+    vocab = sorted(os.path.join(models, f) for f in os.listdir(models)
+                   if f.startswith("ggml-vocab-") and f.endswith(".gguf")) \
+        if os.path.isdir(models) else []
+    # GGUFReader takes seconds to a minute a file: by default the files
+    # under 2 MB (a dozen, SentencePiece, WordPiece and byte-level BPE
+    # vocabularies) and those of another version (only their refusal is
+    # checked); --all-vocab: all (about 4 minutes).
+    def version(path):
+        with open(path, "rb") as f:
+            return int.from_bytes(f.read(8)[4:], "little")
+
+    if not a.all_vocab:
+        vocab = [v for v in vocab
+                 if os.path.getsize(v) < 2_000_000 or version(v) != 3]
+    if not vocab:
+        print("note: no models/ggml-vocab-*.gguf in %s" % models)
+    for path in write_files(gguf, a.out) + vocab:
+        v = version(path)
+        if v != 3:
+            # Version 2 has version 3's layout and llama.cpp still reads
+            # it; the reader takes version 3 only (gguf.h), so it must
+            # refuse the file, naming the version.
+            out = subprocess.run([a.dump, path], capture_output=True,
+                                 text=True)
+            why = "GGUF version %d is not supported" % v
+            if out.returncode != 1 or why not in out.stdout:
+                print("%s: version %d not refused: %s" % (path, v,
+                                                         out.stdout[:200]))
+                failures += 1
+            else:
+                print("%s: version %d refused" % (os.path.basename(path),
+                                                  v))
+            continue
+        t0 = time.time()
         want, got = expected(gguf, path), dumped(a.dump, path)
         bad = 0
         if len(want) != len(got):
@@ -192,9 +232,9 @@ def main():
                 print("%s:\n  gguf-py:   %r\n  gguf_dump: %r" % (path, w, g))
                 bad += 1
         n_kv = sum(1 for w in want if w[0] == "kv")
-        print("%s: %d keys, %d tensors: %s" % (
+        print("%s: %d keys, %d tensors: %s (%.1f s)" % (
             os.path.basename(path), n_kv, len(want) - n_kv,
-            "%d differences" % bad if bad else "all agree"))
+            "%d differences" % bad if bad else "all agree", time.time() - t0))
         failures += bad
     return 1 if failures else 0
 

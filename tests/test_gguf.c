@@ -23,6 +23,10 @@
 #include "transformer/safetensors.h"
 #include "gguf_builder.h"
 
+/* Internal test hook (src/base/alloc.c): the k-th allocation from now
+ * fails; 0 disarms it. */
+void tfm_testing_fail_allocation(long k);
+
 /* ---- Files ------------------------------------------------------------ */
 
 /* Every value type once, arrays of strings, ints and floats. */
@@ -588,6 +592,34 @@ static void test_alignment_one(void **state)
     free(b.p);
 }
 
+/* Each allocation of an open made to fail in turn: TFM_ERR_OUT_OF_MEMORY,
+ * *out untouched, nothing leaked (valgrind / ASan runs), until the open
+ * needs no more and succeeds. */
+static void test_out_of_memory(void **state)
+{
+    (void)state;
+    gb_file f = good_file();
+    gb_buf b;
+    gb_build(&f, &b);
+    int ok = 0;
+    for (long k = 1; k < 200 && !ok; k++) {
+        tfm__gguf *g = (tfm__gguf *)0x1;
+        tfm_testing_fail_allocation(k);
+        tfm_status st = tfm__gguf_open_memory(b.p, b.n, &g);
+        tfm_testing_fail_allocation(0);
+        if (st == TFM_OK) {
+            assert_int_equal(tfm__gguf_n_tensors(g), 5);
+            tfm__gguf_close(g);
+            ok = 1;
+        } else {
+            assert_int_equal(st, TFM_ERR_OUT_OF_MEMORY);
+            assert_ptr_equal(g, (tfm__gguf *)0x1);
+        }
+    }
+    assert_true(ok);
+    free(b.p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -601,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_refuse_tensors),
         cmocka_unit_test(test_refuse_placement),
         cmocka_unit_test(test_alignment_one),
+        cmocka_unit_test(test_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,8 @@
-/* Internal: what the GGUF reader's files share (gguf.c parses and
- * validates, gguf_values.c answers the metadata queries): the handle, the
- * parsed key-value pairs and little-endian loads. */
+/* Internal: what the GGUF reader's files share (gguf.c opens, parses the
+ * header and the key-value pairs; gguf_tensors.c the tensor entries and
+ * the data section; gguf_values.c answers the metadata queries): the
+ * handle, the parsed key-value pairs, the cursor and little-endian
+ * loads. */
 #ifndef TFM_SRC_GGUF_IMPL_H
 #define TFM_SRC_GGUF_IMPL_H
 
@@ -38,6 +40,36 @@ struct tfm__gguf {
     const tfm__gguf_tensor **by_name; /* [n_tensors], sorted by name */
     int64_t n_tensors;
 };
+
+/* The parser's position in the file's bytes (gguf.c). */
+typedef struct tfm__gguf_cursor {
+    const unsigned char *p;
+    size_t size;
+    size_t pos;
+    const char *file;        /* for messages */
+} tfm__gguf_cursor;
+
+/* Sets the message "GGUF file "<file>": <fmt...>" and returns st. */
+tfm_status tfm__gguf_failf(const tfm__gguf_cursor *c, tfm_status st,
+                           const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Reads at the cursor and advances, or TFM_ERR_FORMAT "truncated: <what>
+ * at byte N ...": a u32, a u64, a name (a string that is non-empty,
+ * NUL-free and valid UTF-8; *s points into the file). */
+tfm_status tfm__gguf_take_u32(tfm__gguf_cursor *c, const char *what,
+                              uint32_t *v);
+tfm_status tfm__gguf_take_u64(tfm__gguf_cursor *c, const char *what,
+                              uint64_t *v);
+tfm_status tfm__gguf_take_name(tfm__gguf_cursor *c, const char *what,
+                               tfm__gguf_str *s);
+
+/* gguf_tensors.c: the g->n_tensors entries at the cursor into
+ * g->tensors (names unique, shapes and types checked, offsets aligned,
+ * g->by_name sorted); then the data section placed after the header (each
+ * tensor inside the file, none overlapping) and the data pointers set. */
+tfm_status tfm__gguf_take_tensors(tfm__gguf_cursor *c, tfm__gguf *g);
+tfm_status tfm__gguf_place_data(tfm__gguf_cursor *c, tfm__gguf *g);
 
 /* Bytes of one scalar of value type t (0 for STRING and ARRAY). */
 size_t tfm__gguf_scalar_size(int t);
