@@ -165,10 +165,9 @@ typedef uint16_t v16h __attribute__((vector_size(32)));
 typedef int8_t v16b __attribute__((vector_size(16)));
 typedef uint8_t v16ub __attribute__((vector_size(16)));
 
-/* How far ahead of the bytes being widened to prefetch (measured with
- * bench/quant_linear_bench.c: the hardware's streaming prefetcher does
- * most of it; a hint 1 KiB ahead keeps the loads from waiting at 4 KiB
- * page boundaries). */
+/* How far ahead of the bytes being widened to prefetch: a hint 1 KiB
+ * ahead of the hardware's streaming prefetcher (not yet tuned: measure
+ * with bench/quant_linear_bench.c on a quiet machine). */
 #define PREFETCH_AHEAD 1024
 
 #define INLINE static inline __attribute__((always_inline))
