@@ -50,14 +50,6 @@ int64_t tfm__dtype_row_bytes(int dtype, int64_t n)
 
 /* ---- quantisation ------------------------------------------------------ */
 
-static float f16_bits_to_float(uint16_t h)
-{
-    const uint32_t u = tfm__f16_to_f32_bits(h);
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 static uint16_t float_to_f16_bits(float f)
 {
     uint32_t u;
@@ -162,7 +154,10 @@ tfm_status tfm__quantize_row(int dtype, const float *src, int64_t n,
 
 /* ---- widening ---------------------------------------------------------- */
 
-/* Sixteen lanes: one AVX-512 register, two AVX2 ones, four SSE ones. */
+/* The baseline path: sixteen lanes of GCC's vector extensions (four SSE
+ * registers).  The AVX2 and AVX-512 paths (kernels/quant_x86.h) do the
+ * same operations with intrinsics, where GCC 12 would split the vector
+ * extensions' byte conversions into scalar code. */
 typedef float v16f __attribute__((vector_size(64)));
 typedef uint32_t v16u __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
@@ -170,10 +165,9 @@ typedef uint16_t v16h __attribute__((vector_size(32)));
 typedef int8_t v16b __attribute__((vector_size(16)));
 typedef uint8_t v16ub __attribute__((vector_size(16)));
 
-/* How far ahead of the bytes being widened to prefetch (measured with
- * bench/quant_linear_bench.c: the hardware's streaming prefetcher does
- * most of it; a hint 1 KiB ahead keeps the loads from waiting at 4 KiB
- * page boundaries). */
+/* How far ahead of the bytes being widened to prefetch: a hint 1 KiB
+ * ahead of the hardware's streaming prefetcher (not yet tuned: measure
+ * with bench/quant_linear_bench.c on a quiet machine). */
 #define PREFETCH_AHEAD 1024
 
 #define INLINE static inline __attribute__((always_inline))
@@ -182,6 +176,27 @@ typedef uint8_t v16ub __attribute__((vector_size(16)));
  * and NaN (exponent 31) by 224 (payload kept, as tfm__f16_to_f32_bits);
  * zeros and subnormals m * 2^-24 as the float 2^-14 (1 + m / 1024) minus
  * 2^-14, an exact subtraction. */
+/* The same on one value, inline (a block's scale). */
+INLINE float half_to_float(uint16_t h)
+{
+    uint32_t em = (uint32_t)(h & 0x7fffu) << 13;
+    const uint32_t e = em & 0x0f800000u;
+    em += 112u << 23;
+    if (e == 0x0f800000u) {
+        em += 112u << 23;
+    } else if (e == 0u) {
+        em += 1u << 23;
+        float f;
+        memcpy(&f, &em, sizeof f);
+        f -= 6.103515625e-05f;
+        memcpy(&em, &f, sizeof em);
+    }
+    em |= (uint32_t)(h & 0x8000u) << 16;
+    float r;
+    memcpy(&r, &em, sizeof r);
+    return r;
+}
+
 INLINE void widen_f16_body(const void *src, int64_t n, float *dst)
 {
     const unsigned char *s = src;
@@ -230,7 +245,7 @@ INLINE void widen_q8_0_body(const void *src, int64_t n, float *dst)
     const unsigned char *b = src;
     for (int64_t k = 0; k < n / TFM__QK; k++, b += Q8_0_BYTES) {
         __builtin_prefetch(b + PREFETCH_AHEAD);
-        const float d = f16_bits_to_float(get_u16(b));
+        const float d = half_to_float(get_u16(b));
         v16b q0, q1;
         memcpy(&q0, b + 2, sizeof q0);
         memcpy(&q1, b + 18, sizeof q1);
@@ -248,7 +263,7 @@ INLINE void widen_q4_0_body(const void *src, int64_t n, float *dst)
     const unsigned char *b = src;
     for (int64_t k = 0; k < n / TFM__QK; k++, b += Q4_0_BYTES) {
         __builtin_prefetch(b + PREFETCH_AHEAD);
-        const float d = f16_bits_to_float(get_u16(b));
+        const float d = half_to_float(get_u16(b));
         v16ub q;
         memcpy(&q, b + 2, sizeof q);
         const v16i lo = __builtin_convertvector(q & 0x0f, v16i) - 8;
@@ -287,8 +302,7 @@ typedef struct widen_path {
 WIDEN_PATH(base, )
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TFM_QUANT_X86 1
-WIDEN_PATH(avx2, __attribute__((target("avx2"))))
-WIDEN_PATH(avx512, __attribute__((target("avx512f"))))
+#include "kernels/quant_x86.h"
 #endif
 
 static const widen_path paths[TFM__WIDEN_PATHS] = {

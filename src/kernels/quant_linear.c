@@ -13,8 +13,8 @@
 
 /* A panel's float32 bytes: well inside a 1 MiB (Zen 4, Sapphire Rapids)
  * or 2 MiB L2 next to the stored rows streaming through it, and large
- * enough that a call to sgemv is long.  bench/quant_linear_bench.c
- * measured 64, 128, 256 and 512 KiB (docs/PERFORMANCE.md). */
+ * enough that a call to sgemv is long.  Not yet tuned: measure other
+ * sizes with bench/quant_linear_bench.c on a quiet machine. */
 #define PANEL_BYTES (128 * 1024)
 
 /* Panels hold a multiple of this many rows (the last one excepted), so
