@@ -5,6 +5,7 @@
  *
  *   transformer-decode-bench MODEL [--threads N] [--dtype f32|q8_0|q4_0]
  *       [--prompt P] [--gen N] [--reps R]
+ *   transformer-decode-bench --memread [--threads N]
  *   transformer-decode-bench MODEL --check ID,ID,... N_GEN LOGITS.f32
  *       [--threads N] [--dtype ...]
  *
@@ -26,6 +27,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +55,56 @@ static int32_t argmax(const float *x, int64_t n) {
     return (int32_t)best;
 }
 
+/* --memread: GB/s of summing a 1 GiB buffer (64-bit words, four sums),
+ * split over `threads` threads, best of 5 passes: the rate a decode step
+ * that reads its weights once could reach. */
+typedef struct {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} span;
+
+static void *read_span(void *arg) {
+    span *s = arg;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i + 4 <= s->n; i += 4) {
+        a += s->p[i];
+        b += s->p[i + 1];
+        c += s->p[i + 2];
+        d += s->p[i + 3];
+    }
+    s->sum = a + b + c + d;
+    return NULL;
+}
+
+static int memread(int threads) {
+    size_t n = (size_t)1 << 27; /* 1 GiB of uint64 */
+    uint64_t *buf = malloc(n * sizeof *buf);
+    if (!buf || threads > 64) return 1;
+    for (size_t i = 0; i < n; i++) buf[i] = i;
+    double best = 0;
+    uint64_t total = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        span s[64];
+        pthread_t th[64];
+        double a = now();
+        for (int t = 0; t < threads; t++) {
+            s[t].p = buf + n / threads * t;
+            s[t].n = n / threads;
+            if (t && pthread_create(&th[t], NULL, read_span, &s[t])) return 1;
+        }
+        read_span(&s[0]);
+        for (int t = 1; t < threads; t++) pthread_join(th[t], NULL);
+        double gbs = (double)(n * sizeof *buf) / (now() - a) / 1e9;
+        if (gbs > best) best = gbs;
+        for (int t = 0; t < threads; t++) total += s[t].sum;
+    }
+    printf("{\"memread_gbs\": %.2f, \"threads\": %d, \"check\": %llu}\n",
+           best, threads, (unsigned long long)(total & 1));
+    free(buf);
+    return 0;
+}
+
 typedef tfm_status (*quantize_fn)(tfm_module *, tfm_dtype);
 typedef int64_t (*bytes_fn)(const tfm_module *);
 
@@ -67,6 +119,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--prompt") && i + 1 < argc) prompt = atoll(argv[++i]);
         else if (!strcmp(a, "--gen") && i + 1 < argc) gen = atoll(argv[++i]);
         else if (!strcmp(a, "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--memread")) path = "-";
         else if (!strcmp(a, "--check") && i + 3 < argc) {
             check = argv[++i];
             gen = atoll(argv[++i]);
@@ -83,6 +136,7 @@ int main(int argc, char **argv) {
                 " [--check ID,.. N_GEN LOGITS.f32]\n");
         return 1;
     }
+    if (!strcmp(path, "-")) return memread(threads);
     tfm_set_num_threads(threads);
 
     double t0 = now();

@@ -28,8 +28,8 @@ tokens one at a time from an empty cache (tokens/s), mean of --reps runs
 after a warm-up; libtransformer through bench/decode_bench.c (a hub
 directory, tfm_module_quantize for the low-bit rows), llama.cpp through
 llama-bench (its defaults otherwise: F16 KV cache, flash attention auto).
-Peak RSS of each process (wait4), a plain memory-read rate (numpy summing
-a 1 GiB float32 buffer, one thread) and the weight bytes read per second
+Peak RSS of each process (wait4), a plain memory-read rate (decode_bench
+--memread: summing a 1 GiB buffer at each thread count) and the weight bytes read per second
 while decoding (weight bytes x decode tokens/s) beside them.  Before
 timing, both sides must agree on the F32 models: the greedy continuation
 of a seeded 16-token prompt, and the last prompt position's logits
@@ -239,15 +239,10 @@ def run_rss(cmd, env=None):
     return out.decode(), ru.ru_maxrss / 1024.0
 
 
-def memory_read_gbs():
-    import numpy as np
-    a = np.ones(1 << 28, dtype=np.float32)  # 1 GiB
-    best = 0.0
-    for _ in range(4):
-        t = time.perf_counter()
-        a.sum()
-        best = max(best, a.nbytes / (time.perf_counter() - t) / 1e9)
-    return best
+def memory_read_gbs(bench, threads):
+    """decode_bench --memread: summing a 1 GiB buffer, best of 5."""
+    out, _ = run_rss([bench, "--memread", "--threads", str(threads)])
+    return json.loads(out)["memread_gbs"]
 
 
 def openblas_info(build):
@@ -352,7 +347,7 @@ def main():
             sys.exit(f"{kind}: libtransformer and llama.cpp disagree")
 
     # 3. Timings.
-    gbs = memory_read_gbs()
+    gbs = {t: memory_read_gbs(bench, t) for t in threads}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load0 = os.getloadavg()
     rows, build_info = [], ""
@@ -401,8 +396,9 @@ def main():
     if os.path.exists(src):
         print(f"- built by bench/build_llama_cpp.sh: "
               f"{open(src).read().strip()}")
-    print(f"- memory read (numpy sum of 1 GiB float32, 1 thread): "
-          f"{gbs:.1f} GB/s")
+    print("- memory read (decode_bench --memread: summing 1 GiB): " +
+          ", ".join(f"{g:.1f} GB/s at {t} thread{'s' if t > 1 else ''}"
+                    for t, g in gbs.items()))
     for kind, g in agree.items():
         print(f"- agreement ({kind}, F32, 16-token prompt): greedy 8 tokens "
               f"equal; max |logit diff| / max |logit| {g['logits_rel_err']:.1e}")
@@ -431,6 +427,15 @@ def main():
                       f"{by[2]['llama_pp'] / by[1]['llama_pp']:.2f}x; decode "
                       f"ours {by[2]['ours_tg'] / by[1]['ours_tg']:.2f}x, "
                       f"llama.cpp {by[2]['llama_tg'] / by[1]['llama_tg']:.2f}x")
+    for r in rows:
+        if r["threads"] in gbs:
+            g = gbs[r["threads"]] * 1e9
+            print(f"- {r['model']} {r['dtype'].upper()} t={r['threads']}: a "
+                  f"decode step takes {1e3 / r['ours_tg']:.1f} ms ours, "
+                  f"{1e3 / r['llama_tg']:.1f} ms llama.cpp; reading the "
+                  f"weights once at the memory-read rate takes "
+                  f"{1e3 * r['ours_bytes'] / g:.1f} ms ours, "
+                  f"{1e3 * r['llama_bytes'] / g:.1f} ms llama.cpp")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(rows=rows, agree=agree, mem_gbs=gbs), f, indent=1)
