@@ -19,6 +19,7 @@ set(TFM_SOURCES_base
   base/float16.c
   base/gemm.c
   base/json_check.c
+  base/mapping.c
   base/names.c
   base/parallel.c
   base/tensor.c
@@ -32,8 +33,11 @@ set(TFM_SOURCES_kernels
   kernels/activation.c
   kernels/dropout.c
   kernels/linear.c
+  kernels/quant.c
+  kernels/quant_linear.c
   kernels/rope.c
   kernels/softmax.c
+  kernels/weight_store.c
 )
 
 # attention: the attention door, its kernel (forward and backward), scores, positions, masks, config, variants, tfm_sdpa
@@ -66,6 +70,7 @@ set(TFM_SOURCES_nn
   nn/patch_embedding.c
   nn/positional.c
   nn/tape.c
+  nn/weight_bind.c
 )
 
 # blocks: residual sub-layers, encoder and decoder layers, cross-attention, stacks, nn.Transformer
@@ -139,6 +144,7 @@ set(TFM_SOURCES_formats
   formats/hub/llama.c
   formats/hub/marian.c
   formats/hub/vit.c
+  formats/load_options.c
   formats/model_file.c
   formats/safetensors_read.c
   formats/safetensors_write.c

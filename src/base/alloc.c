@@ -102,6 +102,21 @@ void *tfm__malloc_large(size_t size)
     return tfm__malloc(size);
 }
 
+void *tfm__pages_alloc(size_t bytes)
+{
+    if (injected_failure() || bytes == 0)
+        return NULL;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void tfm__pages_free(void *ptr, size_t bytes)
+{
+    if (ptr)
+        munmap(ptr, bytes);
+}
+
 void tfm__free_large(void *ptr, size_t size)
 {
     if (!ptr)

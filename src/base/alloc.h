@@ -23,6 +23,13 @@ void *tfm__malloc_large(size_t size);
 void tfm__free_large(void *ptr, size_t size);
 char *tfm__strdup(const char *s);
 
+/* bytes (> 0) of zeroed memory in a mapping of its own, page-aligned,
+ * its pages touched only when used (a module's parameter storage holding
+ * weights that may be released page by page: nn/weight_bind.c); NULL on
+ * failure.  Freed with tfm__pages_free and the same size. */
+void *tfm__pages_alloc(size_t bytes);
+void tfm__pages_free(void *ptr, size_t bytes);
+
 /* a * b into *out; returns 0 on overflow (then *out is unchanged). */
 int tfm__mul_size(size_t a, size_t b, size_t *out);
 

@@ -34,6 +34,12 @@ typedef struct tfm__param_spec {
     tfm__init init;             /* default initialisation (0: zeros) */
     int64_t init_fan_in;        /* for TFM__INIT_LINEAR_BIAS */
     float init_value;           /* for TFM__INIT_CONST */
+    /* Nonzero for a weight that may be stored in 16, 8 or 4 bits
+     * (transformer/weights.h): rank 2, read only through the Linear door
+     * (kernels/linear.h) or the embedding row read
+     * (kernels/weight_store.h).  Its storage starts and ends on a page
+     * boundary, so that converting it releases its float32 pages. */
+    int convertible;
 } tfm__param_spec;
 
 #endif

@@ -8,6 +8,7 @@
 #include "formats/checkpoint.h"
 #include "base/error.h"
 #include "nn/module_impl.h"
+#include "nn/weight_bind.h"
 #include "base/tensor_impl.h"
 
 static int has_prefix(const char *s, const char *prefix)
@@ -79,6 +80,8 @@ tfm_status tfm__load_parameters(tfm_module *m, const tfm_safetensors *f,
                                 const char *prefix, int strict)
 {
     tfm_status st = strict ? check_extra(m, f, prefix) : TFM_OK;
+    if (st == TFM_OK)
+        st = tfm__module_check_float(m, "tfm_module_load_safetensors");
     if (st != TFM_OK)
         return st;
     tfm_tensor **values = tfm__calloc((size_t)m->n_params, sizeof *values);

@@ -6,10 +6,37 @@
 #include "base/gemm.h"
 #include "base/parallel.h"
 #include "kernels/linear.h"
+#include "kernels/quant.h"
+#include "kernels/weight_store.h"
 
-void tfm__linear(const float *x, int64_t ldx, int64_t n, int64_t in,
-                 const float *w, const float *bias, int64_t out, float *y,
-                 int64_t ldy)
+/* A stored weight used from column col of its rows, or with rows of
+ * another width (no caller does so today): each output's slice of its
+ * row is widened 256 values at a time (tfm__weight_read_row) and summed
+ * by OpenBLAS chunk by chunk.  Needs no scratch. */
+static void linear_stored_slice(const float *x, int64_t ldx, int64_t n,
+                                int64_t in, const float *w,
+                                const float *bias, int64_t out, float *y,
+                                int64_t ldy)
+{
+    float chunk[256];
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t k = 0; k < in; k += 256) {
+            const int64_t len = in - k < 256 ? in - k : 256;
+            tfm__weight_read_row(w + o * in + k, len, chunk);
+            for (int64_t i = 0; i < n; i++) {
+                float *yo = y + i * ldy + o;
+                if (k == 0)
+                    *yo = bias ? bias[o] : 0.0f;
+                tfm__sgemm(0, 1, 1, 1, len, 1.0f, x + i * ldx + k, ldx, chunk,
+                           len, 1.0f, yo, ldy);
+            }
+        }
+}
+
+/* Float32 rows: y = x W^T + bias by OpenBLAS. */
+static void linear_plain(const float *x, int64_t ldx, int64_t n, int64_t in,
+                         const float *w, const float *bias, int64_t out,
+                         float *y, int64_t ldy)
 {
     float beta = 0.0f;
     if (bias) {
@@ -18,6 +45,32 @@ void tfm__linear(const float *x, int64_t ldx, int64_t n, int64_t in,
         beta = 1.0f;
     }
     tfm__sgemm(0, 1, n, out, in, 1.0f, x, ldx, w, in, beta, y, ldy);
+}
+
+void tfm__linear(const float *x, int64_t ldx, int64_t n, int64_t in,
+                 const float *w, const float *bias, int64_t out, float *y,
+                 int64_t ldy)
+{
+    /* Span by span: the output columns of each run of float32 rows, or of
+     * one stored weight, are computed by its own product (output columns
+     * are independent sums, so the split does not change them). */
+    while (out > 0) {
+        tfm__wview v;
+        int64_t col = 0;
+        int stored = 0;
+        const int64_t rows =
+            tfm__weight_store_span(w, in, out, &stored, &v, &col);
+        if (!stored)
+            linear_plain(x, ldx, n, in, w, bias, rows, y, ldy);
+        else if (col == 0 && v.cols == in)
+            tfm__linear_stored(x, ldx, n, in, &v, bias, rows, y, ldy);
+        else
+            linear_stored_slice(x, ldx, n, in, w, bias, rows, y, ldy);
+        w += rows * in;
+        bias = bias ? bias + rows : NULL;
+        y += rows;
+        out -= rows;
+    }
 }
 
 typedef struct linear_job {

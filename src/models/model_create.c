@@ -423,11 +423,13 @@ tfm_status tfm_model_create_v2(const tfm_model_config *config,
             specs[n++] = (tfm__param_spec){ "lm_head.weight", 2,
                                             { c->vocab_size, d },
                                             &m->lm_head,
-                                            .init = TFM__INIT_LINEAR };
+                                            .init = TFM__INIT_LINEAR,
+                                            .convertible = 1 };
         if (lo.head_transform) {
             specs[n++] = (tfm__param_spec){ "head_transform.weight", 2,
                                             { d, d }, &m->head_transform,
-                                            .init = TFM__INIT_LINEAR };
+                                            .init = TFM__INIT_LINEAR,
+                                            .convertible = 1 };
             specs[n++] = (tfm__param_spec){ "head_transform.bias", 1, { d },
                                             &m->head_transform_bias,
                                             .init = TFM__INIT_LINEAR_BIAS,

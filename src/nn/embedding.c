@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "kernels/weight_store.h"
 #include "nn/embedding_impl.h"
 #include "transformer/embedding.h"
 #include "nn/module_impl.h"
@@ -44,7 +45,7 @@ tfm_status tfm__embedding_new(int64_t n_rows, int64_t d_model, int scale,
     e->d_model = d_model;
     e->scale = scale != 0;
     tfm__param_spec spec = { "weight", 2, { n_rows, d_model }, &e->weight,
-                             .init = TFM__INIT_NORMAL };
+                             .init = TFM__INIT_NORMAL, .convertible = 1 };
     tfm_status st = tfm__module_own_params(&e->base, &spec, 1);
     if (st != TFM_OK) {
         tfm_module_free(&e->base);
@@ -145,16 +146,30 @@ void tfm__embedding_lookup_backward(const tfm__embedding *e,
     }
 }
 
+/* dst [d] += the table row starting at row (widened when the table is
+ * stored in another type: kernels/weight_store.h), 256 values at a time. */
+static void add_row(float *dst, const float *row, int64_t d)
+{
+    float buf[256];
+    for (int64_t c0 = 0; c0 < d; c0 += 256) {
+        const int64_t len = d - c0 < 256 ? d - c0 : 256;
+        tfm__weight_read_row(row + c0, len, buf);
+        for (int64_t c = 0; c < len; c++)
+            dst[c0 + c] += buf[c];
+    }
+}
+
 void tfm__embedding_lookup(const tfm__embedding *e, const int32_t *ids,
                            int64_t n, float *out)
 {
     const int64_t d = e->d_model;
     const float s = e->scale ? (float)sqrt((double)d) : 1.0f;
     for (int64_t i = 0; i < n; i++) {
-        const float *row = e->weight + (int64_t)ids[i] * d;
         float *dst = out + i * d;
-        for (int64_t c = 0; c < d; c++)
-            dst[c] = row[c] * s;
+        tfm__weight_read_row(e->weight + (int64_t)ids[i] * d, d, dst);
+        if (e->scale)
+            for (int64_t c = 0; c < d; c++)
+                dst[c] = dst[c] * s;
     }
 }
 
@@ -162,12 +177,8 @@ void tfm__embedding_lookup_add(const tfm__embedding *e, const int32_t *ids,
                                int64_t n, float *x)
 {
     const int64_t d = e->d_model;
-    for (int64_t i = 0; i < n; i++) {
-        const float *row = e->weight + (int64_t)ids[i] * d;
-        float *dst = x + i * d;
-        for (int64_t c = 0; c < d; c++)
-            dst[c] += row[c];
-    }
+    for (int64_t i = 0; i < n; i++)
+        add_row(x + i * d, e->weight + (int64_t)ids[i] * d, d);
 }
 
 tfm_status tfm_embedding_add_positions(const tfm_module *positions,
@@ -199,12 +210,8 @@ void tfm__embedding_add_rows(const tfm__embedding *e, float *x, int64_t B,
 {
     const int64_t d = e->d_model;
     for (int64_t b = 0; b < B; b++)
-        for (int64_t i = 0; i < L; i++) {
-            const float *row = e->weight + (offset + i) * d;
-            float *dst = x + (b * L + i) * d;
-            for (int64_t c = 0; c < d; c++)
-                dst[c] += row[c];
-        }
+        for (int64_t i = 0; i < L; i++)
+            add_row(x + (b * L + i) * d, e->weight + (offset + i) * d, d);
 }
 
 void tfm__embedding_add_rows_backward(const tfm__embedding *e,

@@ -57,17 +57,20 @@ tfm_status tfm__feed_forward_new(int64_t d_model, int64_t d_ff,
     f->gated = gated != 0;
     f->d_first = gated ? 2 * d_ff : d_ff;
     const tfm__param_spec w1 = { "linear1.weight", 2, { d_ff, d_model },
-                                 &f->w1, .init = TFM__INIT_LINEAR };
+                                 &f->w1, .init = TFM__INIT_LINEAR,
+                                 .convertible = 1 };
     const tfm__param_spec b1 = { "linear1.bias", 1, { d_ff }, &f->b1,
                                  .init = TFM__INIT_LINEAR_BIAS,
                                  .init_fan_in = d_model };
     const tfm__param_spec w2 = { "linear2.weight", 2, { d_model, d_ff },
-                                 &f->w2, .init = TFM__INIT_LINEAR };
+                                 &f->w2, .init = TFM__INIT_LINEAR,
+                                 .convertible = 1 };
     const tfm__param_spec b2 = { "linear2.bias", 1, { d_model }, &f->b2,
                                  .init = TFM__INIT_LINEAR_BIAS,
                                  .init_fan_in = d_ff };
     const tfm__param_spec w3 = { "linear3.weight", 2, { d_ff, d_model },
-                                 &f->w3, .init = TFM__INIT_LINEAR };
+                                 &f->w3, .init = TFM__INIT_LINEAR,
+                                 .convertible = 1 };
     const tfm__param_spec b3 = { "linear3.bias", 1, { d_ff }, &f->b3,
                                  .init = TFM__INIT_LINEAR_BIAS,
                                  .init_fan_in = d_model };

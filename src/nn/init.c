@@ -18,6 +18,7 @@
 
 #include "base/error.h"
 #include "nn/module_impl.h"
+#include "nn/weight_bind.h"
 #include "base/random.h"
 
 /* u in [0, 1): 53 random bits. */
@@ -101,6 +102,10 @@ tfm_status tfm_module_reset_parameters(tfm_module *module, tfm_rng *rng)
     if (!module || !rng)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL",
                          !module ? "module" : "rng");
+    tfm_status fl = tfm__module_check_float(module,
+                                            "tfm_module_reset_parameters");
+    if (fl != TFM_OK)
+        return fl;
     /* nn.Transformer._reset_parameters: xavier_uniform_ on every parameter
      * of more than one axis, after the submodules' own initialisation; in
      * an encoder-decoder model, on its nn.Transformer ("transformer.*"). */

@@ -45,7 +45,8 @@ static void linear_specs(tfm__linear_module *l, tfm__param_spec specs[2])
 {
     const int64_t in = l->in_features, out = l->out_features;
     specs[0] = (tfm__param_spec){ "weight", 2, { out, in }, &l->weight,
-                                  .init = TFM__INIT_LINEAR };
+                                  .init = TFM__INIT_LINEAR,
+                                  .convertible = 1 };
     specs[1] = (tfm__param_spec){ "bias", 1, { out }, &l->bias,
                                   .init = TFM__INIT_LINEAR_BIAS,
                                   .init_fan_in = in };

@@ -112,16 +112,20 @@ static tfm_status mha_new(int64_t d_model, int64_t n_heads, int64_t kdim,
     if (packed) {
         specs[n++] = (tfm__param_spec){ "in_proj_weight", 2, { d + 2 * kv, d },
                                         &in_proj,
-                                        .init = TFM__INIT_XAVIER_UNIFORM };
+                                        .init = TFM__INIT_XAVIER_UNIFORM,
+                                        .convertible = 1 };
     } else {
         specs[n++] = (tfm__param_spec){ "q_proj_weight", 2, { d, d }, &m->w_q,
-                                        .init = TFM__INIT_XAVIER_UNIFORM };
+                                        .init = TFM__INIT_XAVIER_UNIFORM,
+                                        .convertible = 1 };
         specs[n++] = (tfm__param_spec){ "k_proj_weight", 2, { kv, kdim },
                                         &m->w_k,
-                                        .init = TFM__INIT_XAVIER_UNIFORM };
+                                        .init = TFM__INIT_XAVIER_UNIFORM,
+                                        .convertible = 1 };
         specs[n++] = (tfm__param_spec){ "v_proj_weight", 2, { kv, vdim },
                                         &m->w_v,
-                                        .init = TFM__INIT_XAVIER_UNIFORM };
+                                        .init = TFM__INIT_XAVIER_UNIFORM,
+                                        .convertible = 1 };
     }
     if (m->bias)
         specs[n++] = (tfm__param_spec){ "in_proj_bias", 1, { d + 2 * kv },
@@ -135,7 +139,8 @@ static tfm_status mha_new(int64_t d_model, int64_t n_heads, int64_t kdim,
     }
     m->add_zero_attn = zero_attn != 0;
     specs[n++] = (tfm__param_spec){ "out_proj.weight", 2, { d, d }, &m->w_o,
-                                    .init = TFM__INIT_LINEAR };
+                                    .init = TFM__INIT_LINEAR,
+                                    .convertible = 1 };
     if (m->bias)
         specs[n++] = (tfm__param_spec){ "out_proj.bias", 1, { d }, &m->b_o,
                                         .init = TFM__INIT_ZERO };

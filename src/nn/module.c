@@ -2,11 +2,13 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
 #include "nn/module_impl.h"
 #include "nn/tape.h"
+#include "nn/weight_bind.h"
 #include "base/tensor_impl.h"
 
 static void destroy(tfm_module *module);
@@ -72,44 +74,70 @@ static tfm__param param_of(const tfm__param_spec *spec, int64_t numel,
     tfm__param p = {
         .name = (char *)spec->name, .rank = spec->rank, .numel = numel,
         .data = data, .home = NULL, .init = spec->init, .init_fan_in = spec->init_fan_in,
-        .init_value = spec->init_value,
+        .init_value = spec->init_value, .convertible = spec->convertible,
     };
     memcpy(p.shape, spec->shape, (size_t)spec->rank * sizeof *p.shape);
     return p;
 }
 
+/* Floats in a page (convertible parameters start and end on one). */
+static int64_t page_floats(void)
+{
+    const long page = sysconf(_SC_PAGESIZE);
+    return page > 0 ? (int64_t)page / (int64_t)sizeof(float) : 1024;
+}
+
 tfm_status tfm__module_own_params(tfm_module *m, const tfm__param_spec *specs,
                                   int n)
 {
-    int64_t total = 0, numel[32];
+    int64_t total = 0, numel[32], offset[32];
+    int any_convertible = 0;
+    const int64_t page = page_floats();
     if (n > 32)
         return tfm__fail(TFM_ERR_INVALID_ARGUMENT, "too many parameters");
     for (int i = 0; i < n; i++) {
         if (!tfm__checked_numel(specs[i].shape, specs[i].rank, sizeof(float),
                                 &numel[i]) ||
-            total > INT64_MAX - numel[i])
+            total > INT64_MAX - numel[i] - 2 * page)
             return tfm__fail(TFM_ERR_OVERFLOW,
                              "parameter %s is too large", specs[i].name);
+        /* A convertible weight starts on a page (nn/weight_bind.c releases
+         * the pages it fills when it is stored in another type), unless it
+         * follows another one, which it then continues without a gap (a
+         * gated network's W1 | W3, multiplied as one matrix); the float32
+         * parameter after a run of them starts on a fresh page. */
+        const int run = i > 0 && specs[i - 1].convertible;
+        if ((specs[i].convertible && !run) ||
+            (!specs[i].convertible && i > 0 && specs[i - 1].convertible))
+            total = (total + page - 1) / page * page;
+        any_convertible |= specs[i].convertible;
+        offset[i] = total;
         total += numel[i];
     }
     size_t bytes;
     if (!tfm__mul_size((size_t)total, sizeof(float), &bytes) ||
         (uint64_t)total > SIZE_MAX / sizeof(float))
         return tfm__fail(TFM_ERR_OVERFLOW, "parameters are too large");
-    m->storage = tfm__calloc((size_t)total, sizeof(float));
+    if (any_convertible && bytes > 0) {
+        /* Zero pages on first touch: a loader that binds the weights
+         * where they lie in a file never touches them. */
+        m->storage = tfm__pages_alloc(bytes);
+        m->storage_bytes = m->storage ? bytes : 0;
+    } else {
+        m->storage = tfm__calloc((size_t)total, sizeof(float));
+    }
     if (!m->storage)
         return tfm__fail(TFM_ERR_OUT_OF_MEMORY,
                          "cannot allocate %lld parameters", (long long)total);
     m->n_storage = total;
-    float *p = m->storage;
     for (int i = 0; i < n; i++) {
+        float *p = m->storage + offset[i];
         tfm__param param = param_of(&specs[i], numel[i], p);
         param.home = m;
         tfm_status st = push_param(m, "", &param);
         if (st != TFM_OK)
             return st;
         *specs[i].ptr = p;
-        p += numel[i];
     }
     return TFM_OK;
 }
@@ -240,7 +268,11 @@ static void destroy(tfm_module *module)
     for (int i = 0; i < module->n_params; i++)
         tfm__free(module->params[i].name);
     tfm__free(module->params);
-    tfm__free(module->storage);
+    tfm__weight_forget(module);
+    if (module->storage_bytes)
+        tfm__pages_free(module->storage, module->storage_bytes);
+    else
+        tfm__free(module->storage);
     tfm__free(module->grad_storage);
     tfm__tape_free(module);
     tfm__free(module);
@@ -328,8 +360,7 @@ tfm_status tfm_module_set_parameter(tfm_module *module, const char *name,
             return tfm__fail(TFM_ERR_NON_FINITE,
                              "%s has a non-finite value at element %lld",
                              name, (long long)i);
-    memcpy(p->data, value->data, (size_t)p->numel * sizeof(float));
-    return TFM_OK;
+    return tfm__param_write(p, value->data);
 }
 
 tfm_status tfm_module_get_parameter(const tfm_module *module,
@@ -341,7 +372,7 @@ tfm_status tfm_module_get_parameter(const tfm_module *module,
         return st;
     if ((st = tfm__check_shape(out, "out", p->rank, p->shape)) != TFM_OK)
         return st;
-    memcpy(out->data, p->data, (size_t)p->numel * sizeof(float));
+    tfm__param_read(p, out->data);
     return TFM_OK;
 }
 

@@ -14,6 +14,8 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "nn/module_impl.h"
+#include "nn/weight_bind.h"
+#include "transformer/names.h"
 #include "nn/tape.h"
 #include "base/tensor_impl.h"
 #include "base/workspace.h"
@@ -65,6 +67,10 @@ tfm_status tfm_module_train(tfm_module *module, int training)
 {
     if (!module)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "module is NULL");
+    tfm_status fl;
+    if (training &&
+        (fl = tfm__module_check_float(module, "tfm_module_train")) != TFM_OK)
+        return fl;
     if (training) {
         /* Every home in the table (the module's table lists the parameters
          * of all its parts) without a gradient block gets one; all of them
@@ -203,6 +209,17 @@ tfm_status tfm_module_parameter_data(tfm_module *module, const char *name,
     if (!data)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "data is NULL");
     tfm_status st = tfm__module_find_param(module, name, &p);
+    if (st == TFM_OK && tfm__param_dtype(p) != TFM_DTYPE_F32)
+        return tfm__fail(TFM_ERR_UNSUPPORTED,
+                         "parameter %s is stored as %s: it has no float32 "
+                         "memory to point to (tfm_module_get_parameter "
+                         "widens it)",
+                         name, tfm_enum_name(TFM_ENUM_DTYPE,
+                                             tfm__param_dtype(p)));
+    if (st == TFM_OK && tfm__module_has_stored(module) &&
+        (st = tfm__module_check_float(module, "tfm_module_parameter_data")) !=
+            TFM_OK)
+        return st;
     if (st == TFM_OK)
         *data = p->data;
     return st;

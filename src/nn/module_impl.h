@@ -35,6 +35,10 @@ typedef struct tfm__param {
     tfm__init init;             /* how reset_parameters draws it */
     int64_t init_fan_in;        /* LINEAR_BIAS: the weight's fan_in */
     float init_value;           /* TFM__INIT_CONST */
+    /* The spec's convertible flag (base/param_spec.h).  Whether it is
+     * stored, and how, is kernels/weight_store.h's table's, keyed by
+     * data: one truth for every table that lists the parameter. */
+    int convertible;
 } tfm__param;
 
 typedef struct tfm__module_ops {
@@ -67,6 +71,10 @@ struct tfm_module {
     int cap_params;
     float *storage;     /* this module's own parameters, one block */
     int64_t n_storage;  /* floats in storage */
+    /* Nonzero when storage is a page-aligned anonymous mapping of
+     * storage_bytes (a module with convertible parameters, each on whole
+     * pages: nn/weight_bind.c releases them); else a tfm__calloc block. */
+    size_t storage_bytes;
     /* Gradients of storage, same layout: NULL until the module (or a
      * module that contains it) is put in training mode (tfm_module_train;
      * allocated zeroed once, kept in evaluation mode). */

@@ -21,6 +21,7 @@
 #include "base/number_parse.h"
 #include "base/self_sized.h"
 #include "nn/module_impl.h"
+#include "nn/weight_bind.h"
 #include "base/tensor_impl.h"
 #include "transformer/names.h"
 #include "transformer/safetensors.h"
@@ -158,7 +159,8 @@ static tfm_status check_module(const tfm_optimizer *opt, const char *what)
                          "%s: the module this optimizer refers to has been "
                          "freed (tfm_module_free); nothing was changed",
                          what);
-    return TFM_OK;
+    /* Stored (16-, 8-, 4-bit or mapped) weights are not trained. */
+    return tfm__module_check_float(opt->module, what);
 }
 
 tfm_status tfm_optimizer_create(tfm_module *module,
@@ -171,6 +173,8 @@ tfm_status tfm_optimizer_create(tfm_module *module,
                          "required");
     tfm_optimizer_options o;
     tfm_status st = read_options(options, &o);
+    if (st == TFM_OK)
+        st = tfm__module_check_float(module, "tfm_optimizer_create");
     if (st != TFM_OK)
         return st;
     tfm_optimizer *opt = tfm__calloc(1, sizeof *opt);
