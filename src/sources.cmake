@@ -146,6 +146,7 @@ set(TFM_SOURCES_formats
   formats/hub/vit.c
   formats/load_options.c
   formats/model_file.c
+  formats/model_file_weights.c
   formats/safetensors_read.c
   formats/safetensors_write.c
 )

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "test_util.h"
 #include "tiny_model.h"
@@ -278,6 +279,113 @@ static void test_out_of_memory(void **state)
     tfm_module_free(m);
 }
 
+static void saved(const tfm_module *m, char *path)
+{
+    strcpy(path, "/tmp/tfm_weights_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(tfm_model_save(m, path, 0, NULL, NULL), TFM_OK);
+}
+
+static tfm_module *loaded(const char *path, int dtype, int mmap)
+{
+    tfm_load_options o;
+    tfm_load_options_init(&o);
+    assert_int_equal(o.dtype, TFM_DTYPE_F32);
+    assert_int_equal(o.mmap, 1);
+    o.dtype = dtype;
+    o.mmap = mmap;
+    tfm_module *m = NULL;
+    assert_int_equal(tfm_model_load_v2(path, &o, &m), TFM_OK);
+    return m;
+}
+
+/* Model files keep stored types: Q8_0 / Q4_0 as blocks, BF16 / F16 as
+ * those dtypes; read back bit for bit, in place or copied. */
+static void test_model_file_round_trip(void **state)
+{
+    (void)state;
+    static const tfm_dtype TYPES[] = { TFM_DTYPE_Q8_0, TFM_DTYPE_Q4_0,
+                                       TFM_DTYPE_BF16, TFM_DTYPE_F16 };
+    for (size_t k = 0; k < sizeof TYPES / sizeof TYPES[0]; k++) {
+        tfm_module *m = make_model(1, 64, 17);
+        assert_int_equal(tfm_module_quantize(m, TYPES[k]), TFM_OK);
+        tfm_tensor *want = logits_of(m);
+        char path[64];
+        saved(m, path);
+        for (int mmap = 0; mmap <= 1; mmap++) {
+            tfm_module *b = loaded(path, TFM_LOAD_DTYPE_AUTO, mmap);
+            tfm_dtype dt = TFM_DTYPE_F32;
+            assert_int_equal(tfm_module_parameter_dtype(
+                                 b, "layers.1.self_attn.out_proj.weight",
+                                 &dt), TFM_OK);
+            assert_int_equal(dt, TYPES[k]);
+            assert_int_equal(tfm_module_parameter_bytes(b),
+                             tfm_module_parameter_bytes(m));
+            tfm_tensor *got = logits_of(b);
+            expect_bit_identical(got, want, "stored model file");
+            tfm_tensor_free(got);
+            tfm_module_free(b);
+        }
+        /* tfm_model_load: float32, holding the widened values. */
+        tfm_module *f = NULL;
+        assert_int_equal(tfm_model_load(path, &f), TFM_OK);
+        assert_int_equal(tfm_module_parameter_bytes(f),
+                         4 * tfm_module_num_parameters(f));
+        tfm_tensor *got = logits_of(f);
+        assert_true(rel_err(tfm_tensor_data(got), tfm_tensor_data(want),
+                            tfm_tensor_numel(got)) <= 1e-6);
+        assert_int_equal(tfm_module_train(f, 1), TFM_OK);
+        FREE_TENSORS(got, want);
+        tfm_module_free(f);
+        tfm_module_free(m);
+        unlink(path);
+    }
+}
+
+/* A float32 model file loaded with mmap: weights used where they lie,
+ * the same logits; it does not train until copied (quantize to F32);
+ * a load converting to Q8_0 equals quantising after loading. */
+static void test_mapped_float32(void **state)
+{
+    (void)state;
+    tfm_module *m = make_model(0, 64, 19);
+    tfm_tensor *want = logits_of(m);
+    char path[64];
+    saved(m, path);
+    tfm_module *b = loaded(path, TFM_DTYPE_F32, 1);
+    tfm_tensor *got = logits_of(b);
+    expect_bit_identical(got, want, "mapped float32");
+    assert_int_equal(tfm_module_train(b, 1), TFM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(tfm_last_error(), "file mapping"));
+    assert_int_equal(tfm_module_quantize(b, TFM_DTYPE_F32), TFM_OK);
+    assert_int_equal(tfm_module_train(b, 1), TFM_OK);
+    tfm_tensor_free(got);
+    tfm_module_free(b);
+
+    tfm_module *q = loaded(path, TFM_DTYPE_Q8_0, 1);
+    assert_int_equal(tfm_module_quantize(m, TFM_DTYPE_Q8_0), TFM_OK);
+    tfm_tensor *a = logits_of(q), *c = logits_of(m);
+    expect_bit_identical(a, c, "loaded as Q8_0");
+    FREE_TENSORS(a, c, want);
+    tfm_module_free(q);
+    tfm_module_free(m);
+
+    tfm_load_options o;
+    tfm_load_options_init(&o);
+    o.dtype = TFM_DTYPE_I8;
+    tfm_module *none = SENTINEL_MODULE;
+    assert_int_equal(tfm_model_load_v2(path, &o, &none),
+                     TFM_ERR_INVALID_ARGUMENT);
+    assert_ptr_equal(none, SENTINEL_MODULE);
+    o.dtype = TFM_DTYPE_F32;
+    o.struct_size = 3;
+    assert_int_equal(tfm_model_load_v2(path, &o, &none),
+                     TFM_ERR_INVALID_ARGUMENT);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -288,6 +396,8 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_all_or_nothing),
         cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_model_file_round_trip),
+        cmocka_unit_test(test_mapped_float32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,6 +11,8 @@
 #include "attention/attention_config.h"
 #include "base/error.h"
 #include "formats/checkpoint.h"
+#include "formats/load_options.h"
+#include "formats/model_file_weights.h"
 #include "formats/hub/hub_model.h"
 #include "nn/mha.h"
 #include "models/model_impl.h"
@@ -313,7 +315,7 @@ static tfm_status expect_shape(const tfm_safetensors *f, const char *name,
 {
     int r;
     int64_t shape[TFM_SAFETENSORS_MAX_RANK];
-    if (tfm_safetensors_info(f, name, NULL, &r, shape) != TFM_OK)
+    if (tfm__model_file_tensor_shape(f, name, &r, shape) != TFM_OK)
         return tfm__fail(TFM_ERR_FORMAT,
                          "the configuration needs a tensor \"%s\" that the "
                          "file lacks", name);
@@ -497,12 +499,42 @@ static tfm_status check_variant_params(const tfm_module *model)
 
 tfm_status tfm_model_load(const char *path, tfm_module **out)
 {
+    /* Every weight float32 in the model's own memory (as before 1.3),
+     * except a GGUF file's, kept as the file stores them. */
+    tfm_load_options o;
+    tfm_load_options_init(&o);
+    o.mmap = 0;
+    return tfm__model_load_with(path, &o, 1, out);
+}
+
+tfm_status tfm_model_load_v2(const char *path, const tfm_load_options *options,
+                             tfm_module **out)
+{
+    tfm_load_options o;
+    tfm_status st = tfm__load_options_read(options, &o);
+    return st != TFM_OK ? st : tfm__model_load_with(path, &o, 0, out);
+}
+
+tfm_status tfm__model_load_with(const char *path, const tfm_load_options *lo_,
+                                int v1, tfm_module **out)
+{
     if (!path || !out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL",
                          !path ? "path" : "out");
+    (void)v1;
     struct stat dir;
-    if (stat(path, &dir) == 0 && S_ISDIR(dir.st_mode))
-        return tfm__hub_model_load(path, out); /* a hub checkpoint */
+    if (stat(path, &dir) == 0 && S_ISDIR(dir.st_mode)) {
+        /* A hub checkpoint: read as float32, then converted. */
+        tfm_status hs = tfm__hub_model_load(path, out);
+        if (hs == TFM_OK && lo_->dtype != TFM_DTYPE_F32 &&
+            lo_->dtype != TFM_LOAD_DTYPE_AUTO &&
+            (hs = tfm_module_quantize(*out, (tfm_dtype)lo_->dtype)) !=
+                TFM_OK) {
+            tfm_module_free(*out);
+            *out = NULL;
+        }
+        return hs;
+    }
     tfm_safetensors *f = NULL;
     tfm_module *model = NULL;
     tfm_model_config c;
@@ -529,7 +561,11 @@ tfm_status tfm_model_load(const char *path, tfm_module **out)
         (st = tfm__model_config_check(&c, &o)) == TFM_OK &&
         (st = check_config_against_tensors(f, &c, &o, &lo)) == TFM_OK &&
         (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK &&
-        (st = tfm__load_parameters(model, f, "", 1)) == TFM_OK)
+        (st = (tfm__model_file_has_blocks(f) || lo_->mmap ||
+               lo_->dtype != TFM_DTYPE_F32)
+                  ? tfm__model_file_load_params(model, f, lo_->dtype,
+                                                lo_->mmap)
+                  : tfm__load_parameters(model, f, "", 1)) == TFM_OK)
         st = check_variant_params(model);
     tfm_safetensors_close(f);
     if (st != TFM_OK) {
@@ -676,7 +712,8 @@ static int reserved_key(const char *key)
         "tfm.head_transform", "tfm.head_bias"
     };
     static const char attention[] = "tfm.attention.";
-    if (strncmp(key, attention, sizeof attention - 1) == 0)
+    if (strncmp(key, attention, sizeof attention - 1) == 0 ||
+        strncmp(key, TFM__DTYPE_KEY, sizeof TFM__DTYPE_KEY - 1) == 0)
         return 1;
     for (size_t i = 0; i < sizeof OWN / sizeof OWN[0]; i++)
         if (strcmp(key, OWN[i]) == 0)
@@ -711,13 +748,8 @@ tfm_status tfm_model_save(const tfm_module *model, const char *path,
     tfm_safetensors_writer *w = NULL;
     if ((st = tfm_safetensors_writer_create(&w)))
         return st;
-    for (int i = 0; !st && i < model->n_params; i++) {
-        const tfm__param *p = &model->params[i];
-        tfm_tensor *t = NULL;
-        if (!(st = tfm_tensor_wrap(p->rank, p->shape, p->data, &t)))
-            st = tfm_safetensors_writer_add(w, p->name, t);
-        tfm_tensor_free(t);
-    }
+    /* Each parameter in its stored type (model_file_weights.h). */
+    st = tfm__model_file_add_params(w, model);
     if (!st)
         st = write_config(w, &m->config, &m->options);
     if (!st && !m->bias) /* absent: biases (files before 1.2 have them) */

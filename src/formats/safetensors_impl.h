@@ -43,4 +43,26 @@ tfm_status tfm__safetensors_read_into(const tfm_safetensors *file,
                                       const char *name, int transpose,
                                       float *dst);
 
+/* The mapping of a file opened by tfm_safetensors_open (NULL for
+ * tfm_safetensors_open_memory): a loader that binds tensors where they
+ * lie retains it (base/mapping.h). */
+struct tfm__mapping *tfm__safetensors_mapping(const tfm_safetensors *file);
+
+/* The named tensor as stored: *dtype (a tfm_dtype, or -1 when the file
+ * names a dtype this library does not know), its bytes and their count.
+ * Errors: TFM_ERR_NOT_FOUND (message set). */
+tfm_status tfm__safetensors_raw(const tfm_safetensors *file, const char *name,
+                                int *dtype, const void **bytes,
+                                uint64_t *nbytes);
+
+/* Adds a copy of rows * row_bytes bytes under name as a U8 tensor [rows,
+ * row_bytes] (a weight stored in a block type, which model files record
+ * in their metadata: formats/model_file.c).  Errors: those of
+ * tfm_safetensors_writer_add (a duplicate or invalid name, out of
+ * memory). */
+tfm_status tfm__safetensors_writer_add_bytes(tfm_safetensors_writer *writer,
+                                             const char *name,
+                                             int64_t rows, int64_t row_bytes,
+                                             const void *bytes);
+
 #endif

@@ -33,6 +33,7 @@
 #include "base/json_check.h"
 #include "base/names.h"
 #include "base/utf8.h"
+#include "base/mapping.h"
 #include "formats/safetensors_impl.h"
 
 /* A tensor name in a message (safetensors_impl.h). */
@@ -143,8 +144,7 @@ typedef struct st_entry {
 } st_entry;
 
 struct tfm_safetensors {
-    void *map;                    /* mmap'd file, NULL for open_memory */
-    size_t map_size;
+    tfm__mapping *map;            /* the file, NULL for open_memory */
     const unsigned char *data;    /* the data section */
     uint64_t data_size;
     st_entry *entries;            /* [count], sorted by data offset */
@@ -170,8 +170,7 @@ static void free_file(tfm_safetensors *f)
     tfm__free(f->entries);
     tfm__free(f->by_name);
     tfm__st_meta_free(f->meta, f->meta_count);
-    if (f->map)
-        munmap(f->map, f->map_size);
+    tfm__mapping_release(f->map);
     tfm__free(f);
 }
 
@@ -652,48 +651,33 @@ tfm_status tfm_safetensors_open_memory(const void *data, size_t size,
     return parse_file(data, size, out);
 }
 
-/* Opens path and maps it; *size is its length (at least 8). */
-static tfm_status map_file(const char *path, void **map, size_t *size)
-{
-    /* The library's one door (base/file.c): no blocking on a FIFO,
-     * nothing but a regular file after following links. */
-    int fd = -1;
-    size_t length = 0;
-    tfm_status st = tfm__open_regular(path, 0, &fd, &length);
-    if (st != TFM_OK)
-        return st;
-    st = check_length(length);
-    if (st == TFM_OK) {
-        *size = length;
-        *map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (*map == MAP_FAILED)
-            st = tfm__fail(TFM_ERR_IO, "cannot map \"%s\": %s", path,
-                           strerror(errno));
-    }
-    close(fd);
-    return st;
-}
-
 tfm_status tfm_safetensors_open(const char *path, tfm_safetensors **out)
 {
     if (!path || !out)
         return tfm__fail(TFM_ERR_NULL_ARGUMENT, "%s is NULL",
                          !path ? "path" : "out");
-    void *map = NULL;
-    size_t size = 0;
+    /* The library's one door (base/file.c, through base/mapping.c): no
+     * blocking on a FIFO, nothing but a regular file after following
+     * links. */
+    tfm__mapping *map = NULL;
     tfm_safetensors *f = NULL;
-    tfm_status st = map_file(path, &map, &size);
+    tfm_status st = tfm__mapping_open(path, 8, &map);
     if (st != TFM_OK)
         return st;
-    st = parse_file(map, size, &f);
+    if ((st = check_length(tfm__mapping_size(map))) == TFM_OK)
+        st = parse_file(tfm__mapping_data(map), tfm__mapping_size(map), &f);
     if (st != TFM_OK) {
-        munmap(map, size);
+        tfm__mapping_release(map);
         return st;
     }
     f->map = map;
-    f->map_size = size;
     *out = f;
     return TFM_OK;
+}
+
+tfm__mapping *tfm__safetensors_mapping(const tfm_safetensors *file)
+{
+    return file->map;
 }
 
 /* ---- Queries ---------------------------------------------------------- */
@@ -863,4 +847,18 @@ const char *tfm_safetensors_metadata_key(const tfm_safetensors *file,
     if (!file || index < 0 || index >= file->meta_count)
         return NULL;
     return file->meta[index].key;
+}
+
+tfm_status tfm__safetensors_raw(const tfm_safetensors *file, const char *name,
+                                int *dtype, const void **bytes,
+                                uint64_t *nbytes)
+{
+    const st_entry *e;
+    tfm_status st = lookup(file, name, &e);
+    if (st != TFM_OK)
+        return st;
+    *dtype = e->dtype;
+    *bytes = file->data + e->begin;
+    *nbytes = e->end - e->begin;
+    return TFM_OK;
 }

@@ -65,8 +65,10 @@ typedef struct w_tensor {
     int rank;
     int64_t shape[TFM_MAX_RANK];
     int64_t numel;
-    tfm_dtype dtype; /* F32, F16 or BF16: how the file stores it */
+    tfm_dtype dtype; /* F32, F16 or BF16: how the file stores it; U8: bytes */
     float *data;     /* own copy, converted when the file is written */
+    unsigned char *bytes; /* U8 (tfm__safetensors_writer_add_bytes): own
+                           * copy of numel bytes, written as they are */
 } w_tensor;
 
 struct tfm_safetensors_writer {
@@ -95,6 +97,7 @@ void tfm_safetensors_writer_free(tfm_safetensors_writer *writer)
     for (size_t i = 0; i < writer->count; i++) {
         tfm__free(writer->tensors[i].name);
         tfm__free(writer->tensors[i].data);
+        tfm__free(writer->tensors[i].bytes);
     }
     tfm__free(writer->tensors);
     tfm__st_meta_free(writer->meta, (int64_t)writer->meta_count);
@@ -219,7 +222,7 @@ tfm_status tfm_safetensors_writer_add_as(tfm_safetensors_writer *writer,
                          "the writer stores F32, F16 or BF16, not %s",
                          tfm__st_dtype_name(dtype));
     size_t pos = tensor_position(writer, name);
-    w_tensor t;
+    w_tensor t = { 0 };
     tfm_status st = check_name(writer, name, pos);
     void *array = writer->tensors;
     if (st == TFM_OK)
@@ -231,6 +234,38 @@ tfm_status tfm_safetensors_writer_add_as(tfm_safetensors_writer *writer,
     if (st != TFM_OK)
         return st;
     t.dtype = dtype;
+    memmove(&writer->tensors[pos + 1], &writer->tensors[pos],
+            (writer->count - pos) * sizeof *writer->tensors);
+    writer->tensors[pos] = t;
+    writer->count++;
+    return TFM_OK;
+}
+
+tfm_status tfm__safetensors_writer_add_bytes(tfm_safetensors_writer *writer,
+                                             const char *name,
+                                             int64_t rows, int64_t row_bytes,
+                                             const void *bytes)
+{
+    size_t pos = tensor_position(writer, name);
+    w_tensor t = { .rank = 2, .shape = { rows, row_bytes },
+                   .numel = rows * row_bytes, .dtype = TFM_DTYPE_U8 };
+    tfm_status st = check_name(writer, name, pos);
+    void *array = writer->tensors;
+    if (st == TFM_OK)
+        st = grow(&array, &writer->cap, writer->count,
+                  sizeof *writer->tensors);
+    writer->tensors = array;
+    if (st != TFM_OK)
+        return st;
+    t.name = tfm__strdup(name);
+    t.bytes = tfm__malloc(t.numel > 0 ? (size_t)t.numel : 1);
+    if (!t.name || !t.bytes) {
+        tfm__free(t.name);
+        tfm__free(t.bytes);
+        return tfm__fail(TFM_ERR_OUT_OF_MEMORY, "cannot copy tensor " QUOTED,
+                         name);
+    }
+    memcpy(t.bytes, bytes, (size_t)t.numel);
     memmove(&writer->tensors[pos + 1], &writer->tensors[pos],
             (writer->count - pos) * sizeof *writer->tensors);
     writer->tensors[pos] = t;
@@ -395,6 +430,8 @@ static tfm_status write_tensor(int fd, const w_tensor *t, const char *path)
 {
     unsigned char buf[4096];
     const size_t size = tfm__st_dtype_sizes[t->dtype];
+    if (t->bytes)
+        return write_all(fd, t->bytes, (size_t)t->numel, path);
     const int64_t per = (int64_t)(sizeof buf / 4);
     for (int64_t i = 0; i < t->numel; i += per) {
         int64_t k = t->numel - i < per ? t->numel - i : per;
