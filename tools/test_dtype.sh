@@ -11,8 +11,9 @@ gen="$1"
 model="$2"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-"$gen" --help | grep -q -- "--dtype TYPE" || { echo "--help lacks --dtype"; exit 1; }
-"$gen" --help | grep -q -- "--save-model OUT" || { echo "--help lacks --save-model"; exit 1; }
+help=$("$gen" --help)
+grep -q -- "--dtype TYPE" <<< "$help" || { echo "--help lacks --dtype"; exit 1; }
+grep -q -- "--save-model OUT" <<< "$help" || { echo "--help lacks --save-model"; exit 1; }
 for dtype in q8_0 q4_0 bf16; do
   want=$("$gen" --model "$model" --dtype "$dtype" --prompt "And God" \
          --max-tokens 60 2>/dev/null)
@@ -20,6 +21,8 @@ for dtype in q8_0 q4_0 bf16; do
     2> "$dir/err" > "$dir/out"
   [ ! -s "$dir/out" ] || { echo "--save-model generated text"; exit 1; }
   grep -q "wrote '$dir/m.safetensors'" "$dir/err" || { cat "$dir/err"; exit 1; }
+  [ "$(stat -c %s "$dir/m.safetensors")" -lt "$(stat -c %s "$model")" ] \
+    || { echo "$dtype: the saved file is not smaller"; exit 1; }
   for args in "--dtype auto" ""; do
     # shellcheck disable=SC2086
     got=$("$gen" --model "$dir/m.safetensors" $args --prompt "And God" \
