@@ -90,6 +90,11 @@ test("Model.load with dtype and mmap", function()
   end
   local auto = T.Model.from_pretrained(KJV, { dtype = "auto" })
   assert(auto:parameter_dtype("layers.0.linear1.weight") == "F32")
+  -- Weights used from the file's mapping are read-only, float32 too: no
+  -- training; copied (mmap = false, or no options) they train.
+  raises(function() auto:train() end, "mapping")
+  T.load_model(KJV, { dtype = "f32", mmap = false }):train()
+  T.load_model(KJV):train()
   raises(function() T.load_model(KJV, { dtype = "q5_1" }) end, 'unknown dtype "q5_1"')
   raises(function() T.load_model(KJV, { dtype = "q8_0", lazy = true }) end,
          'unknown option "lazy"')

@@ -259,7 +259,10 @@ end
 -- module:quantize ("f32" (the default), "bf16", "f16", "q8_0", "q4_0"),
 -- mmap = true (the default: weights kept in the file's type are used
 -- where they lie in a mapping of the file) or false} (weights.h:
--- tfm_model_load_v2).  A GGUF file (.gguf) brings its own tokenizer.
+-- tfm_model_load_v2).  Weights used from the mapping are read-only,
+-- float32 ones included: such a model does not train.  Without opts every
+-- weight is float32 in the model's own memory (tfm_model_load).  A GGUF
+-- file (.gguf) brings its own tokenizer.
 function Model.load(path, opts)
   if path == nil then
     local tried

@@ -154,6 +154,13 @@ def test_from_pretrained_dtype(tmp_path):
                                       ref.logits([1, 2, 3]))
     plain = transformer.from_pretrained(path, dtype="auto")
     assert plain.parameter_dtype("layers.0.linear1.weight") == "F32"
+    # Weights used from the file's mapping are read-only, float32 too:
+    # such a model does not train; copied (mmap=False, or no option at
+    # all, as before) it does.
+    with pytest.raises(transformer.InvalidArgumentError, match="mapping"):
+        transformer.from_pretrained(path, dtype="f32").train()
+    transformer.from_pretrained(path, dtype="f32", mmap=False).train()
+    transformer.from_pretrained(path).train()
     with pytest.raises(ValueError, match="unknown dtype"):
         transformer.from_pretrained(path, dtype="q5_1")
     with pytest.raises(TypeError):
