@@ -8,7 +8,8 @@
 # GGML_SRC: a llama.cpp source tree (ggml under ggml/) or a ggml one.
 # Without it, the script takes llama.cpp's sources from the npm package
 # node-llama-cpp (NODE_LLAMA_CPP_VERSION, default 3.22.1), which ships them
-# as the git bundle llama/gitRelease.bundle, and clones that under OUT_DIR.
+# as the git bundle llama/gitRelease.bundle, and clones that under OUT_DIR
+# (tools/fetch-llama-cpp.sh).
 # ggml is built for this machine (GGML_NATIVE, its CPU backend only, no
 # BLAS), as llama.cpp builds it by default; the harness links it
 # statically.  Nothing here is a build dependency of libtransformer.
@@ -24,13 +25,8 @@ if [ -z "${GGML_SRC:-}" ]; then
     version=${NODE_LLAMA_CPP_VERSION:-3.22.1}
     GGML_SRC=$out/llama.cpp-$version
     origin="npm node-llama-cpp@$version"
-    if [ ! -d "$GGML_SRC" ]; then
-        tmp=$(mktemp -d)
-        (cd "$tmp" && npm pack --silent "node-llama-cpp@$version" >/dev/null &&
-         tar xzf "node-llama-cpp-$version.tgz" package/llama/gitRelease.bundle)
-        git clone --quiet "$tmp/package/llama/gitRelease.bundle" "$GGML_SRC"
-        rm -rf "$tmp"
-    fi
+    NODE_LLAMA_CPP_VERSION=$version bash "$here/../tools/fetch-llama-cpp.sh" \
+        "$GGML_SRC"
 fi
 
 if [ -f "$GGML_SRC/ggml/include/ggml.h" ]; then

@@ -28,7 +28,7 @@ set(TFM_SOURCES_base
   base/workspace.c
 )
 
-# kernels: plain loops on raw arrays: softmax, vector math, activations, RoPE, dropout masks
+# kernels: plain loops on raw arrays: softmax, vector math, activations, RoPE, dropout masks, the Linear door, weight storage types (quantisation, widening, stored-weight products)
 set(TFM_SOURCES_kernels
   kernels/activation.c
   kernels/dropout.c

@@ -45,6 +45,19 @@ tfm_status tfm__quantize_row(int dtype, const float *src, int64_t n,
  * multiple of TFM__QK for Q8_0 / Q4_0) into float32 dst.  Exact. */
 void tfm__widen_row(int dtype, const void *src, int64_t n, float *dst);
 
+/* The vector paths of tfm__widen_row, widest last.  By default the widest
+ * one the processor runs is used; tests compare them. */
+enum { TFM__WIDEN_BASE = 0, TFM__WIDEN_AVX2 = 1, TFM__WIDEN_AVX512 = 2,
+       TFM__WIDEN_PATHS = 3 };
+
+/* 1 when this processor (and this build) runs path, else 0. */
+int tfm__widen_path_supported(int path);
+
+/* Makes tfm__widen_row use path from now on, process-wide (for tests and
+ * benchmarks; not while another thread widens).  Returns the path used
+ * before, or -1 (nothing changed) when path is not supported. */
+int tfm__widen_use_path(int path);
+
 /* A stored weight matrix: `rows` rows of `cols` values, row r at
  * data + r * row_bytes (row_bytes = tfm__dtype_row_bytes(dtype, cols)). */
 typedef struct tfm__wview {
