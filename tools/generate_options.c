@@ -32,6 +32,20 @@ void usage(FILE *out)
         "                         metadata) or checkpoint directory; default:\n"
         "                         $" MODEL_ENV " if set,\n"
         "                         else " TFM_DEFAULT_MODEL "\n"
+        "      --dtype TYPE       keep the weights of the matrix products "
+        "and the\n"
+        "                         embeddings in TYPE: f32, bf16, f16, q8_0 "
+        "or q4_0\n"
+        "                         (llama.cpp's blocks of 32), or auto (each "
+        "in the\n"
+        "                         type its file stores it in); default: f32,"
+        " and\n"
+        "                         auto for a GGUF file\n"
+        "      --save-model OUT   write the model, its weights in their "
+        "--dtype, to the\n"
+        "                         model file OUT (with the tokenizer of a "
+        "model\n"
+        "                         file) and exit\n"
         "  -p, --prompt TEXT      text to continue (default \"In the "
         "beginning\")\n"
         "  -n, --max-tokens N     tokens to generate (default 200)\n"
@@ -122,6 +136,24 @@ void usage(FILE *out)
         "on stderr says which one the file selects.\n");
 }
 
+/* --dtype's names (weights.h): 0 and *dtype set, or 1. */
+static int parse_dtype(const char *name, int *dtype)
+{
+    static const struct { const char *name; int dtype; } names[] = {
+        { "auto", TFM_LOAD_DTYPE_AUTO }, { "f32", TFM_DTYPE_F32 },
+        { "float32", TFM_DTYPE_F32 },    { "bf16", TFM_DTYPE_BF16 },
+        { "bfloat16", TFM_DTYPE_BF16 },  { "f16", TFM_DTYPE_F16 },
+        { "float16", TFM_DTYPE_F16 },    { "q8_0", TFM_DTYPE_Q8_0 },
+        { "q4_0", TFM_DTYPE_Q4_0 },
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(name, names[i].name) == 0) {
+            *dtype = names[i].dtype;
+            return 0;
+        }
+    return 1;
+}
+
 /* Returns -1 to go on, else the exit code. */
 int parse_options(int argc, char **argv, options *o)
 {
@@ -148,6 +180,8 @@ int parse_options(int argc, char **argv, options *o)
         { "translate", required_argument, NULL, OPT_TRANSLATE },
         { "num-beams", required_argument, NULL, OPT_NUM_BEAMS },
         { "classify", required_argument, NULL, OPT_CLASSIFY },
+        { "dtype", required_argument, NULL, OPT_DTYPE },
+        { "save-model", required_argument, NULL, OPT_SAVE_MODEL },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -175,6 +209,9 @@ int parse_options(int argc, char **argv, options *o)
     o->classify = NULL;
     o->num_beams = 0;
     o->max_tokens_option = 0;
+    o->dtype = TFM_DTYPE_F32;
+    o->dtype_option = 0;
+    o->save_model = NULL;
 
     int c;
     int64_t v = 0;
@@ -279,6 +316,15 @@ int parse_options(int argc, char **argv, options *o)
             break;
         case OPT_CLASSIFY:
             o->classify = optarg;
+            break;
+        case OPT_DTYPE:
+            if (parse_dtype(optarg, &o->dtype))
+                return fail("--dtype: %s is not auto, f32, bf16, f16, q8_0 "
+                            "or q4_0", optarg);
+            o->dtype_option = 1;
+            break;
+        case OPT_SAVE_MODEL:
+            o->save_model = optarg;
             break;
         case OPT_NUM_BEAMS:
             if (parse_int64("--num-beams", optarg, 1, &o->num_beams))

@@ -41,12 +41,18 @@ typedef struct options {
     const char *classify;            /* --classify, or NULL */
     int64_t num_beams;               /* --num-beams; 0: the checkpoint's */
     int max_tokens_option;           /* --max-tokens given */
+    /* --dtype: TFM_LOAD_DTYPE_AUTO or a TFM_DTYPE_*; dtype_option 0: not
+     * given (float32 for model files and checkpoint directories, auto for
+     * GGUF files: tfm_model_load's choice) */
+    int dtype;
+    int dtype_option;
+    const char *save_model;          /* --save-model, or NULL */
 } options;
 
 /* getopt_long's values for the long-only options. */
 enum { OPT_SAMPLE = 256, OPT_STOP, OPT_EOS, OPT_MIN_NEW, OPT_REPETITION,
        OPT_NO_REPEAT, OPT_PAST_CONTEXT, OPT_BATCH_FILE, OPT_FILL_MASK,
-       OPT_TRANSLATE, OPT_NUM_BEAMS, OPT_CLASSIFY };
+       OPT_TRANSLATE, OPT_NUM_BEAMS, OPT_CLASSIFY, OPT_DTYPE, OPT_SAVE_MODEL };
 
 /* --help's text. */
 void usage(FILE *out);

@@ -332,15 +332,20 @@ step_bindings() {
             >"$LOGS/build-bind-build.log" 2>&1 ||
         { tail -n 40 "$LOGS/build-bind-build.log" "$LOGS/build-bind-configure.log"; return 1; }
     local rc=0
-    (cd "$lua_src/tests" &&
-        LUA_PATH="$lua_src/?.lua;$lua_src/?/init.lua;$lua_src/tests/?.lua;;" \
-        LUA_CPATH="$ROOT/$dir/bindings/lua/?.so;;" TFM_SOURCE_DIR=$ROOT \
-        TRANSFORMER_MODEL= valgrind --tool=memcheck --leak-check=full \
-        --show-leak-kinds=definite,indirect \
-        --errors-for-leak-kinds=definite,indirect --error-exitcode=99 \
-        --num-callers=30 "--suppressions=$ROOT/tests/valgrind.supp" \
-        lua5.4 test_lifetime.lua >"$LOGS/bind-lua.log" 2>&1) ||
-        { echo "FAIL test_lifetime.lua: $LOGS/bind-lua.log"; tail -n 40 "$LOGS/bind-lua.log"; rc=1; }
+    # test_weights.lua: the load options' typemap (bindings/lua/weights.i)
+    # and models holding stored weights, closed and collected.
+    local lua_test
+    for lua_test in test_lifetime.lua test_weights.lua; do
+        (cd "$lua_src/tests" &&
+            LUA_PATH="$lua_src/?.lua;$lua_src/?/init.lua;$lua_src/tests/?.lua;;" \
+            LUA_CPATH="$ROOT/$dir/bindings/lua/?.so;;" TFM_SOURCE_DIR=$ROOT \
+            TRANSFORMER_MODEL= valgrind --tool=memcheck --leak-check=full \
+            --show-leak-kinds=definite,indirect \
+            --errors-for-leak-kinds=definite,indirect --error-exitcode=99 \
+            --num-callers=30 "--suppressions=$ROOT/tests/valgrind.supp" \
+            lua5.4 "$lua_test" >"$LOGS/bind-$lua_test.log" 2>&1) ||
+            { echo "FAIL $lua_test: $LOGS/bind-$lua_test.log"; tail -n 40 "$LOGS/bind-$lua_test.log"; rc=1; }
+    done
     (cd "$ROOT/bindings/python/tests" &&
         PYTHONPATH=$ROOT/$dir/bindings/python PYTHONMALLOC=malloc \
         TRANSFORMER_MODEL= OPENBLAS_NUM_THREADS=1 valgrind --tool=memcheck \
@@ -349,7 +354,7 @@ step_bindings() {
         -p no:cacheprovider --noconftest test_lifetime_owners.py \
         >"$LOGS/bind-python.log" 2>&1) ||
         { echo "FAIL test_lifetime_owners.py: $LOGS/bind-python.log"; tail -n 40 "$LOGS/bind-python.log"; rc=1; }
-    [ $rc -eq 0 ] && echo "ok   test_lifetime.lua, test_lifetime_owners.py under memcheck"
+    [ $rc -eq 0 ] && echo "ok   test_lifetime.lua, test_weights.lua, test_lifetime_owners.py under memcheck"
     return $rc
 }
 

@@ -7,7 +7,8 @@
  *                        [--stop TEXT]... [--eos-token-id ID]...
  *                        [--min-new-tokens N] [--repetition-penalty R]
  *                        [--no-repeat-ngram-size N] [--past-context MODE]
- *                        [--batch-file FILE] [--help] [--version]
+ *                        [--batch-file FILE] [--dtype TYPE]
+ *                        [--save-model OUT] [--help] [--version]
  *
  * Loads a model and its tokenizer from one model file (the shipped
  * character-level model) or a checkpoint directory (GPT-2, Llama, BERT,
@@ -21,6 +22,10 @@
  * a line describing the model (positional encoding and attention variant,
  * from the file's metadata: model.h, variants.h) and the OpenBLAS core go
  * to stderr.
+ *
+ * With --dtype TYPE the weights are kept in TYPE (tfm_model_load_v2,
+ * weights.h); with --save-model OUT the model so loaded is written to the
+ * model file OUT and nothing is generated.
  *
  * With --batch-file FILE every line of FILE is a prompt, and all of them
  * are generated together (tfm_model_generate_batch); stdout gets one line
@@ -457,6 +462,41 @@ static int check_model(const tfm_model_config *cfg, const tfm_tokenizer *tok,
     return 0;
 }
 
+/* --save-model: writes model (its weights in their stored types) to
+ * o->save_model with the tokenizer and label metadata of a model file
+ * (tfm.tokenizer, tfm.vocab, id2label); a checkpoint directory's or GGUF
+ * file's tokenizer files are not carried over (said on stderr).  0 or 1. */
+static int save_model(const tfm_module *model, const options *o)
+{
+    static const char *const carried[] = { "tfm.tokenizer", "tfm.vocab",
+                                           "id2label" };
+    const char *keys[3], *values[3];
+    int n = 0;
+    tfm_safetensors *f = NULL;
+    if (tfm_safetensors_open(o->model, &f) == TFM_OK) {
+        for (int i = 0; i < 3; i++) {
+            const char *v = tfm_safetensors_metadata(f, carried[i]);
+            if (v) {
+                keys[n] = carried[i];
+                values[n++] = v;
+            }
+        }
+    } else {
+        fprintf(stderr, PROGRAM ": note: '%s' is not a model file: its "
+                "tokenizer is not written to '%s'\n", o->model,
+                o->save_model);
+    }
+    const tfm_status st = tfm_model_save(model, o->save_model, n, keys,
+                                         values);
+    tfm_safetensors_close(f);
+    if (st != TFM_OK)
+        return fail("cannot write '%s': %s", o->save_model,
+                    tfm_last_error());
+    fprintf(stderr, PROGRAM ": wrote '%s' (%lld bytes of weights)\n",
+            o->save_model, (long long)tfm_module_parameter_bytes(model));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -469,12 +509,24 @@ int main(int argc, char **argv)
     tfm_tokenizer *tok = NULL;
     int32_t *prompt = NULL;
     rc = 1;
-    tfm_status st = tfm_model_load(o.model, &model);
+    tfm_status st;
+    if (o.dtype_option) { /* --dtype; else tfm_model_load's default */
+        tfm_load_options lo;
+        tfm_load_options_init(&lo);
+        lo.dtype = o.dtype;
+        st = tfm_model_load_v2(o.model, &lo, &model);
+    } else {
+        st = tfm_model_load(o.model, &model);
+    }
     if (st != TFM_OK) {
         fail("cannot load model '%s': %s", o.model, tfm_last_error());
         if (st == TFM_ERR_IO)
             fprintf(stderr, "Give the model file with --model FILE or the "
                             MODEL_ENV " environment variable.\n");
+        goto done;
+    }
+    if (o.save_model) {
+        rc = save_model(model, &o);
         goto done;
     }
     if (o.classify) { /* an image model: no tokenizer */

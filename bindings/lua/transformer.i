@@ -2133,6 +2133,7 @@ TFML_HANDLE_CHECK(tfm_rng, "random generator")
 %include <transformer/model.h>
 %include <transformer/tokenizer.h>
 %include <transformer/names.h>
+%include "weights.i"   /* weights.h */
 
 /* ---- Training (training.h) ------------------------------------------------
  * Optimizers over a module (kept alive by the optimizer), their options

@@ -443,6 +443,7 @@ TFMPY_HANDLE_OUT(tfm_optimizer)
 %include "transformer/model.h"
 %include "transformer/tokenizer.h"
 %include "transformer/names.h"
+%include "transformer_weights.i"   /* weights.h */
 
 /* ---- Helpers shaped for the typemaps --------------------------------------- */
 

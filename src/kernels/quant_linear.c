@@ -11,11 +11,11 @@
 #include "base/workspace.h"
 #include "kernels/quant.h"
 
-/* A panel's float32 bytes: well inside a 1 MiB (Zen 4, Sapphire Rapids)
- * or 2 MiB L2 next to the stored rows streaming through it, and large
- * enough that a call to sgemv is long.  Not yet tuned: measure other
- * sizes with bench/quant_linear_bench.c on a quiet machine. */
-#define PANEL_BYTES (128 * 1024)
+/* A panel's float32 bytes: the best of 16, 32, 64, 128 and 256 KiB
+ * measured on Zen 4 (bench/quant_linear_bench.c: larger panels mean
+ * fewer, longer sgemv calls); inside Zen 3's 512 KiB and Zen 4's 1 MiB L2
+ * next to the stored rows streaming through it. */
+#define PANEL_BYTES (256 * 1024)
 
 /* Panels hold a multiple of this many rows (the last one excepted), so
  * OpenBLAS's sgemv groups the rows of a panel as it groups those of the

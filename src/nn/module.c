@@ -265,7 +265,7 @@ static void destroy(tfm_module *module)
     for (int i = 0; i < module->n_children; i++)
         tfm__free(module->children[i].name);
     tfm__free(module->children);
-    tfm__weight_forget(module); /* reads params: before they are freed */
+    tfm__weight_forget(module);
     for (int i = 0; i < module->n_params; i++)
         tfm__free(module->params[i].name);
     tfm__free(module->params);

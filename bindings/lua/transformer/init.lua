@@ -85,6 +85,7 @@ M._VERSION = core.tfm_version_string()
 M.version = core.tfm_version_string()
 
 local mod = require("transformer.module")
+require("transformer.weights")
 require("transformer.safetensors")
 require("transformer.attention")
 require("transformer.nn")

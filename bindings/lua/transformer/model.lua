@@ -13,6 +13,7 @@ local Object, class, constructor = mod.Object, mod.class, mod.constructor
 local handle, keep, new_object = mod.handle, mod.keep, mod.new_object
 local saved = mod.saved
 local Tokenizer = require("transformer.tokenizer").Tokenizer
+local load_handle = require("transformer.weights").load_handle
 
 ---------------------------------------------------------------------------
 -- Models
@@ -254,8 +255,16 @@ end
 -- with model:image_logits) with the tokenizer its
 -- files give (tokenizer.json, vocab.json + merges.txt, vocab.txt, ...), nil
 -- when it has none;
--- path defaults to default_model_path().
-function Model.load(path)
+-- path defaults to default_model_path().  opts: nil, or {dtype =
+-- "auto" (each weight in the type its file stores it in) or a name of
+-- module:quantize ("f32" (the default), "bf16", "f16", "q8_0", "q4_0"),
+-- mmap = true (the default: weights kept in the file's type are used
+-- where they lie in a mapping of the file) or false} (weights.h:
+-- tfm_model_load_v2).  Weights used from the mapping are read-only,
+-- float32 ones included: such a model does not train.  Without opts every
+-- weight is float32 in the model's own memory (tfm_model_load).  A GGUF
+-- file (.gguf) brings its own tokenizer.
+function Model.load(path, opts)
   if path == nil then
     local tried
     path, tried = M.default_model_path()
@@ -265,8 +274,13 @@ function Model.load(path)
     end
   end
   if type(path) ~= "string" then fail("path must be a string, got %s", type(path)) end
-  local h = core.tfm_model_load(path)
+  local h = load_handle(path, opts)
   local tok
+  if path:lower():sub(-5) == ".gguf" then  -- tokenizer.ggml.* keys
+    local ok, t = pcall(Tokenizer.load, path)
+    if not ok then core.close(h); error(t, 0) end
+    return wrap_model(h, t, path)
+  end
   if core.file_kind(path) == "directory" then  -- a checkpoint directory
     if has_tokenizer_files(path) then
       local ok, t = pcall(Tokenizer.load, path)

@@ -14,6 +14,7 @@ from ._errors import (ClosedError, InvalidArgumentError, NonFiniteError,
                       StateDictShapeError, TransformerOverflowError,
                       UnsupportedError)
 from ._tree import _VIEW, ModuleTree
+from ._weights import StoredWeights
 from ._tree import using as _tree_using
 from . import _torch
 
@@ -489,7 +490,7 @@ class HandleOwner:
         self.close()
 
 
-class Module(ModuleTree, HandleOwner):
+class Module(ModuleTree, StoredWeights, HandleOwner):
     """Base class of every layer: a libtransformer module handle with
     PyTorch's parameter API.
 
@@ -501,7 +502,8 @@ class Module(ModuleTree, HandleOwner):
     as is) or :meth:`load_safetensors`.  Calling the module runs
     :meth:`forward`.  Modules compute in float32; in training mode
     (:meth:`train`) they apply their constructor's dropout, as torch's
-    (:meth:`set_dropout`, :attr:`dropout_state`).  :meth:`close` frees the C handle at once (the
+    (:meth:`set_dropout`, :attr:`dropout_state`).  :meth:`quantize`
+    stores its weights in 16, 8 or 4 bits.  :meth:`close` frees the C handle at once (the
     garbage collector does it otherwise); a closed module raises
     :class:`ClosedError`.
     """

@@ -29,6 +29,7 @@ from ._errors import (BusyError, InvalidArgumentError, ShapeError,
 from ._files import is_gguf, present, read_json
 from ._torch import torch_results
 from ._variants import default_dict, normalize, to_config, to_dict
+from ._weights import dtype_value
 # DEFAULT_SEED, KVCache and Sampler: re-exported (transformer.models.X)
 from .generation import (DEFAULT_SEED, GenerationMixin, KVCache, Sampler,
                          _generation_config)
@@ -69,11 +70,14 @@ def load_model(path=None):
     return Model.load(path)
 
 
-def from_pretrained(path):
-    """Model.from_pretrained(path): a Hugging Face checkpoint directory
-    (config.json and safetensors weights; GPT-2, Llama, BERT, Marian and
-    ViT), a GGUF file (GPT-2, Llama) or a model file, with its tokenizer."""
-    return Model.load(fspath(path))
+def from_pretrained(path, dtype=None, mmap=None, torch_dtype=None):
+    """Model.from_pretrained(path, dtype=None, mmap=None): a Hugging Face
+    checkpoint directory (config.json and safetensors weights; GPT-2,
+    Llama, BERT, Marian and ViT), a GGUF file (GPT-2, Llama) or a model
+    file, with its tokenizer;
+    dtype and mmap as Model.load's."""
+    return Model.load(fspath(path), dtype=dtype, mmap=mmap,
+                      torch_dtype=torch_dtype)
 
 
 class AutoModelForCausalLM:
@@ -92,11 +96,12 @@ class AutoModelForCausalLM:
                         f"{name}.from_pretrained(path)")
 
     @classmethod
-    def from_pretrained(cls, path):
+    def from_pretrained(cls, path, dtype=None, mmap=None, torch_dtype=None):
         """The Model of checkpoint directory or model file path, with its
-        tokenizer; UnsupportedError when it is not of the class's
-        architecture."""
-        model = Model.load(fspath(path))
+        tokenizer (dtype, mmap: as Model.load's); UnsupportedError when it
+        is not of the class's architecture."""
+        model = Model.load(fspath(path), dtype=dtype, mmap=mmap,
+                           torch_dtype=torch_dtype)
         arch = model.config["architecture"]
         if arch != cls._architecture:
             model.close()
@@ -138,10 +143,10 @@ class AutoModelForImageClassification(AutoModelForCausalLM):
     _architecture = "encoder_only"
 
     @classmethod
-    def from_pretrained(cls, path):
+    def from_pretrained(cls, path, dtype=None, mmap=None, torch_dtype=None):
         """The image Model of checkpoint directory or model file path;
         UnsupportedError when it takes token ids."""
-        model = super().from_pretrained(path)
+        model = super().from_pretrained(path, dtype, mmap, torch_dtype)
         if "patch_size" not in model.config:
             model.close()
             raise UnsupportedError(
@@ -314,7 +319,7 @@ class Model(GenerationMixin, Module):
         return caches
 
     @classmethod
-    def load(cls, path=None):
+    def load(cls, path=None, dtype=None, mmap=None, torch_dtype=None):
         """Loads a model file (default: default_model_path()) and, when its
         metadata has one, its tokenizer; a GGUF file (llama.cpp's, "gpt2"
         or "llama", weights kept in the file's types) with its tokenizer;
@@ -322,10 +327,35 @@ class Model(GenerationMixin, Module):
         directory (config.json, model.safetensors or sharded weights with
         model.safetensors.index.json; GPT-2, Llama, BERT, Marian, ViT) with the tokenizer its
         files give (tokenizer.json, vocab.json + merges.txt, ...), None
-        when it has none."""
+        when it has none.
+
+        dtype (Hugging Face's ``torch_dtype=`` is the same argument): how
+        the weights of the matrix products and embeddings are kept, as
+        :meth:`quantize` names them ("float32", "bfloat16", "float16",
+        "q8_0", "q4_0", or a torch dtype), or "auto": each in the type the
+        file stores it in.  mmap=True (the default once dtype or mmap is
+        given) uses the weights kept in the file's own type where they lie
+        in a read-only mapping of the file; False copies them
+        (tfm_model_load_v2, weights.h).  A weight used from the mapping is
+        read-only, float32 ones included: such a model does not train
+        (``quantize("float32")`` copies them).  Neither given (None, None):
+        every weight float32 in the model's own memory, a trainable model
+        (tfm_model_load; a GGUF file's weights as it stores them)."""
         path = default_model_path() if path is None else fspath(path)
+        if torch_dtype is not None:
+            if dtype is not None:
+                raise TypeError("give dtype or torch_dtype, not both")
+            dtype = torch_dtype
         self = cls.__new__(cls)
-        self._adopt(_ll.tfm_model_load(path))
+        if dtype is None and mmap is None:
+            self._adopt(_ll.tfm_model_load(path))
+        else:
+            options = _ll.tfm_load_options()
+            if dtype is not None:
+                options.dtype = dtype_value(dtype, "load", auto=True)
+            if mmap is not None:
+                options.mmap = 1 if mmap else 0
+            self._adopt(_ll.tfm_model_load_v2(path, options))
         self._config_dict = self.config
         self.path = path
         if os.path.isdir(path):
