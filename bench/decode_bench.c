@@ -20,9 +20,9 @@
  * (wait4).  Check mode: the logits of the prompt's last position written
  * as float32 to LOGITS.f32, and "greedy: ID ..." of N_GEN greedy ids.
  *
- * --dtype converts the weights with tfm_module_quantize after loading; it
- * is looked up at run time (dlsym), so this builds against a library
- * without it and says so.  Exit status 1 on any failure, with the
+ * --dtype (f32, auto, bf16, f16, q8_0, q4_0) is tfm_model_load_v2's
+ * (transformer/weights.h): weights converted while loading, float32 ones
+ * kept in place in the file's mapping.  Exit status 1 on any failure, with the
  * library's message.  Not run by ctest.
  */
 #define _GNU_SOURCE
@@ -105,8 +105,6 @@ static int memread(int threads) {
     return 0;
 }
 
-typedef tfm_status (*quantize_fn)(tfm_module *, tfm_dtype);
-typedef int64_t (*bytes_fn)(const tfm_module *);
 
 int main(int argc, char **argv) {
     const char *path = NULL, *dtype = "f32", *check = NULL, *out = NULL;
@@ -140,32 +138,26 @@ int main(int argc, char **argv) {
     tfm_set_num_threads(threads);
 
     double t0 = now();
-    tfm_module *model = NULL;
-    tfm_status st = tfm_model_load(path, &model);
-    if (st != TFM_OK) return fail("load", st);
-    if (strcmp(dtype, "f32")) {
-        tfm_dtype dt;
-        if (!strcmp(dtype, "q8_0")) dt = TFM_DTYPE_Q8_0;
-        else if (!strcmp(dtype, "q4_0")) dt = TFM_DTYPE_Q4_0;
-        else if (!strcmp(dtype, "bf16")) dt = TFM_DTYPE_BF16;
-        else if (!strcmp(dtype, "f16")) dt = TFM_DTYPE_F16;
-        else {
-            fprintf(stderr, "decode_bench: unknown dtype %s\n", dtype);
-            return 1;
-        }
-        quantize_fn q = (quantize_fn)dlsym(RTLD_DEFAULT, "tfm_module_quantize");
-        if (!q) {
-            fprintf(stderr, "decode_bench: this libtransformer has no "
-                            "tfm_module_quantize\n");
-            return 1;
-        }
-        st = q(model, dt);
-        if (st != TFM_OK) return fail("tfm_module_quantize", st);
+    /* Loaded as a llama.cpp user loads: weights converted while loading
+     * (tfm_model_load_v2), a GGUF file's kept as stored ("auto"), the
+     * file mapped. */
+    tfm_load_options lo;
+    tfm_load_options_init(&lo);
+    if (!strcmp(dtype, "f32")) lo.dtype = TFM_DTYPE_F32;
+    else if (!strcmp(dtype, "auto")) lo.dtype = TFM_LOAD_DTYPE_AUTO;
+    else if (!strcmp(dtype, "q8_0")) lo.dtype = TFM_DTYPE_Q8_0;
+    else if (!strcmp(dtype, "q4_0")) lo.dtype = TFM_DTYPE_Q4_0;
+    else if (!strcmp(dtype, "bf16")) lo.dtype = TFM_DTYPE_BF16;
+    else if (!strcmp(dtype, "f16")) lo.dtype = TFM_DTYPE_F16;
+    else {
+        fprintf(stderr, "decode_bench: unknown dtype %s\n", dtype);
+        return 1;
     }
+    tfm_module *model = NULL;
+    tfm_status st = tfm_model_load_v2(path, &lo, &model);
+    if (st != TFM_OK) return fail("load", st);
     double load_s = now() - t0;
-    bytes_fn pb = (bytes_fn)dlsym(RTLD_DEFAULT, "tfm_module_parameter_bytes");
-    int64_t bytes = pb ? pb(model) : -1;
-    if (bytes < 0) bytes = 4 * tfm_module_num_parameters(model);
+    int64_t bytes = tfm_module_parameter_bytes(model);
 
     tfm_model_config cfg;
     st = tfm_model_get_config(model, &cfg);

@@ -308,17 +308,18 @@ static int whole(const tfm__hub_tensor *t, const tfm__param *param)
 
 /* The type parameter `ours` is kept in once all its pieces are read:
  * keep_dtype, or for AUTO the pieces' common F16 / BF16 type (F32 when
- * they differ or are F32 / F64); -1 while a piece in a later shard than
- * f is still to be read. */
+ * they differ or are F32 / F64); -1 while a piece is still to be read
+ * (pieces are read shard by shard, in plan order within a shard: tensor
+ * `done` of shard f was the last one read). */
 static int kept_type(const tfm__hub_plan *p, tfm__hub_shards *s,
-                     const char *ours, int f, int keep_dtype)
+                     const char *ours, int f, int done, int keep_dtype)
 {
     int common = -2;
     for (int i = 0; i < p->n; i++) {
         const tfm__hub_tensor *t = &p->t[i];
         if (strcmp(t->ours, ours) != 0)
             continue;
-        if (t->shard > f)
+        if (t->shard > f || (t->shard == f && i > done))
             return -1;
         tfm_dtype dt = TFM_DTYPE_F32;
         if (s->files[t->shard])
@@ -387,23 +388,17 @@ tfm_status tfm__hub_plan_load(const tfm__hub_plan *p, tfm__hub_shards *s,
                                      " has a non-finite "
                                      "value",
                                      t->stored);
-        }
-        /* Parameters read as float32 and now complete are converted
-         * before the next shard is read, so that float32 copies of one
-         * shard at most are alive at once. */
-        for (int i = 0; keep_dtype != TFM_DTYPE_F32 && i < p->n; i++) {
-            const tfm__hub_tensor *t = &p->t[i];
-            const tfm__param *param = NULL;
-            if (t->shard != f ||
-                tfm__module_find_param(m, t->ours, &param) != TFM_OK ||
-                !param->convertible || whole(t, param))
-                continue;
-            const int kept = kept_type(p, s, t->ours, f, keep_dtype);
-            if (kept >= 0 && kept != TFM_DTYPE_F32) {
-                tfm_status st = tfm__param_convert(param, kept);
-                if (st != TFM_OK)
-                    return st;
-            }
+            /* A weight read as float32 and now complete is converted at
+             * once, so that float32 copies of one weight at most are
+             * alive beside the stored ones (the pages it used are
+             * released).  A shard's earlier tensors may still need
+             * the shard: it closes after the loop. */
+            const int kept = keep_dtype == TFM_DTYPE_F32 || !param->convertible
+                                 ? -1
+                                 : kept_type(p, s, t->ours, f, i, keep_dtype);
+            if (kept >= 0 && kept != TFM_DTYPE_F32 &&
+                (st = tfm__param_convert(param, kept)) != TFM_OK)
+                return st;
         }
         tfm_safetensors_close(s->files[f]);
         s->files[f] = NULL;
