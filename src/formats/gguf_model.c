@@ -624,7 +624,9 @@ tfm_status tfm__gguf_model_load(const char *path, int keep_dtype,
         st = tfm__model_config_check(&c, &o);
     /* More layers than the file holds tensors is refused before the plan
      * is allocated. */
-    if (st == TFM_OK && c.n_layers > tfm__gguf_n_tensors(g))
+    if (st == TFM_OK && (c.n_layers > tfm__gguf_n_tensors(g) ||
+                         c.n_layers > (INT32_MAX - arch->outside - 1) /
+                                          arch->per_layer))
         st = tfm__fail(TFM_ERR_FORMAT, "%.200s: %s.block_count %lld, but "
                        "the file holds %lld tensors", path, arch->name,
                        (long long)c.n_layers,
