@@ -58,6 +58,12 @@ def test_gpt2(tmp_path, qtype):
     # Its tokenizer is the directory's.
     for text in ["hello the world", "other <|endoftext|> t", "\u00e9t\u00e9"]:
         assert model.tokenizer.encode(text) == hub.tokenizer.encode(text)
+    # Weights kept in the file's type; biases and norms float32.
+    want = "F16" if qtype == "F16" else qtype
+    for name in ("token_embedding.weight", "layers.1.linear2.weight",
+                 "layers.0.self_attn.in_proj_weight"):
+        assert model.parameter_dtype(name) == want
+    assert model.parameter_dtype("layers.0.norm1.bias") == "F32"
 
 
 @pytest.mark.parametrize("qtype,tied", [("F32", False), ("F16", False),
@@ -75,6 +81,24 @@ def test_llama(tmp_path, qtype, tied):
     assert rel_err(ours, R.llama_logits(held, cfg, IDS)) <= 1e-5
     assert model.generate(G.PROMPT, max_new_tokens=10) == \
         R.greedy(held, cfg, G.PROMPT, 10)
+
+
+@pytest.mark.parametrize("dtype,mmap", [("float32", True), ("q4_0", False),
+                                        ("auto", False)])
+def test_load_options(tmp_path, dtype, mmap):
+    """from_pretrained(dtype=, mmap=) on a Q8_0 GGUF: converted as asked
+    (float32: the very values the file holds, so the logits are those of
+    the kept Q8_0 weights to float32 rounding), or kept."""
+    cfg = F.LLAMA_CONFIG
+    path = str(tmp_path / "m.gguf")
+    held = F.write_llama(path, R.random_weights(cfg, seed=9), cfg, "Q8_0")
+    model = transformer.from_pretrained(path, dtype=dtype, mmap=mmap)
+    want = {"float32": "F32", "q4_0": "Q4_0", "auto": "Q8_0"}[dtype]
+    assert model.parameter_dtype("layers.1.self_attn.in_proj_weight") == want
+    assert model.parameter_dtype("token_embedding.weight") == want
+    if dtype != "q4_0":
+        assert rel_err(model.logits(np.array(IDS)),
+                       R.llama_logits(held, cfg, IDS)) <= 1e-5
 
 
 def test_head_equal_to_embedding_is_tied(tmp_path):
