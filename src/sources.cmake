@@ -132,9 +132,12 @@ set(TFM_SOURCES_tokenizers
   tokenizers/vocab.c
 )
 
-# formats: safetensors, checkpoints, model files, Hugging Face hub directories (one file per family)
+# formats: safetensors, GGUF, checkpoints, model files, Hugging Face hub directories (one file per family)
 set(TFM_SOURCES_formats
   formats/checkpoint.c
+  formats/gguf.c
+  formats/gguf_tensors.c
+  formats/gguf_values.c
   formats/hub/bert.c
   formats/hub/gpt2.c
   formats/hub/hub_config.c

@@ -302,7 +302,7 @@ step_fuzz() {
     # library's files, then the readers of directories and of the CLIs'
     # files (issue 44).  Twelve at once on CI's 2 cores would give each a
     # fifth of a core.
-    for wave in "safetensors model_load tokenizer_files tokenizer model_metadata" \
+    for wave in "safetensors model_load tokenizer_files tokenizer model_metadata gguf" \
                 "hub marian image optimizer generation_config checkpoint_pointer batch_file"; do
         pids=()
         for h in $wave; do

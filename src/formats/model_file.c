@@ -524,16 +524,8 @@ tfm_status tfm__model_load_with(const char *path, const tfm_load_options *lo_,
     (void)v1;
     struct stat dir;
     if (stat(path, &dir) == 0 && S_ISDIR(dir.st_mode)) {
-        /* A hub checkpoint: read as float32, then converted. */
-        tfm_status hs = tfm__hub_model_load(path, out);
-        if (hs == TFM_OK && lo_->dtype != TFM_DTYPE_F32 &&
-            lo_->dtype != TFM_LOAD_DTYPE_AUTO &&
-            (hs = tfm_module_quantize(*out, (tfm_dtype)lo_->dtype)) !=
-                TFM_OK) {
-            tfm_module_free(*out);
-            *out = NULL;
-        }
-        return hs;
+        /* A hub checkpoint (formats/hub/hub_model.c). */
+        return tfm__hub_model_load(path, lo_->dtype, lo_->mmap, out);
     }
     tfm_safetensors *f = NULL;
     tfm_module *model = NULL;

@@ -276,6 +276,20 @@ tfm_status tfm_module_quantize(tfm_module *module, tfm_dtype dtype)
     return st;
 }
 
+tfm_status tfm__param_convert(const tfm__param *p, int dtype)
+{
+    if (tfm__param_dtype(p) == dtype && (dtype != TFM_DTYPE_F32 ||
+                                         !is_stored(p)))
+        return TFM_OK;
+    prepared c;
+    tfm_status st = prepare(p, dtype, NULL, 0, NULL, &c);
+    if (st == TFM_OK && (st = tfm__weight_store_reserve(1)) == TFM_OK)
+        commit(&c);
+    else
+        tfm__weight_owner_release(&c.owner);
+    return st;
+}
+
 tfm_status tfm__param_write(const tfm__param *p, const float *values)
 {
     if (!is_stored(p)) {

@@ -53,6 +53,11 @@ tfm_status tfm__module_bind_param(tfm_module *m, const char *name, int dtype,
                                   const void *bytes, uint64_t nbytes,
                                   int keep_dtype, tfm__mapping *map);
 
+/* Converts p alone to dtype from its current values (as
+ * tfm_module_quantize does for each weight).  Errors: those of
+ * tfm_module_quantize; p unchanged on error. */
+tfm_status tfm__param_convert(const tfm__param *p, int dtype);
+
 /* The destroy of m: removes its own parameters' entries from the table
  * and releases what holds their bytes. */
 void tfm__weight_forget(tfm_module *m);

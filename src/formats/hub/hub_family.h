@@ -237,8 +237,16 @@ tfm_status tfm__hub_plan_no_extra(const tfm__hub_plan *p,
 tfm_status tfm__hub_plan_covers(const tfm__hub_plan *p, const tfm_module *m);
 
 /* Shard by shard, converts each planned tensor into its parameter of m,
- * checks it is finite, and closes the shard. */
+ * checks it is finite, and closes the shard.  keep_dtype and map_in_place
+ * are tfm_load_options' (transformer/weights.h): a convertible weight
+ * that one stored tensor fills as it lies (no transpose, no other piece)
+ * is bound to the shard's bytes (nn/weight_bind.h: in place from its
+ * mapping when map_in_place and kept as stored); the others are read as
+ * float32 and, unless keep_dtype is F32, converted once the shard that
+ * completes them is read (AUTO: to F16 / BF16 when every piece was
+ * stored so, else left float32). */
 tfm_status tfm__hub_plan_load(const tfm__hub_plan *p, tfm__hub_shards *s,
+                              int keep_dtype, int map_in_place,
                               tfm_module *m);
 
 /* ---- the families (one file each) -------------------------------------- */

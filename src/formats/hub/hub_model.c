@@ -71,7 +71,8 @@ static void family_names(char *buf, size_t size)
     }
 }
 
-tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
+tfm_status tfm__hub_model_load(const char *dir, int keep_dtype,
+                               int map_in_place, tfm_module **out)
 {
     cJSON *config = NULL, *index = NULL;
     tfm__hub_shards s = { 0 };
@@ -176,7 +177,7 @@ tfm_status tfm__hub_model_load(const char *dir, tfm_module **out)
     if (st == TFM_OK &&
         (st = tfm_model_create_v2(&c, &o, &lo, &model)) == TFM_OK &&
         (st = tfm__hub_plan_covers(&p, model)) == TFM_OK)
-        st = tfm__hub_plan_load(&p, &s, model);
+        st = tfm__hub_plan_load(&p, &s, keep_dtype, map_in_place, model);
     if (st == TFM_OK && p.computed)
         fam->compute(&p, model);
     tfm__hub_shards_close(&s);

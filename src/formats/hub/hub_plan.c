@@ -10,6 +10,9 @@
 #include "base/error.h"
 #include "base/tensor_impl.h"
 #include "formats/hub/hub_family.h"
+#include "formats/safetensors_impl.h"
+#include "nn/weight_bind.h"
+#include "transformer/weights.h"
 #include "nn/module_impl.h"
 
 tfm_status tfm__hub_plan_add(tfm__hub_plan *p, const char *stored,
@@ -296,9 +299,44 @@ tfm_status tfm__hub_plan_covers(const tfm__hub_plan *p, const tfm_module *m)
     return TFM_OK;
 }
 
+/* Whether tensor t alone fills its convertible parameter as it lies. */
+static int whole(const tfm__hub_tensor *t, const tfm__param *param)
+{
+    return param->convertible && !t->transpose && t->offset == 0 &&
+           planned_numel(t) == param->numel;
+}
+
+/* The type parameter `ours` is kept in once all its pieces are read:
+ * keep_dtype, or for AUTO the pieces' common F16 / BF16 type (F32 when
+ * they differ or are F32 / F64); -1 while a piece in a later shard than
+ * f is still to be read. */
+static int kept_type(const tfm__hub_plan *p, tfm__hub_shards *s,
+                     const char *ours, int f, int keep_dtype)
+{
+    int common = -2;
+    for (int i = 0; i < p->n; i++) {
+        const tfm__hub_tensor *t = &p->t[i];
+        if (strcmp(t->ours, ours) != 0)
+            continue;
+        if (t->shard > f)
+            return -1;
+        tfm_dtype dt = TFM_DTYPE_F32;
+        if (s->files[t->shard])
+            tfm_safetensors_info(s->files[t->shard], t->stored, &dt, NULL,
+                                 NULL);
+        common = common == -2 || common == (int)dt ? (int)dt : TFM_DTYPE_F32;
+    }
+    if (keep_dtype != TFM_LOAD_DTYPE_AUTO)
+        return keep_dtype;
+    return common == TFM_DTYPE_F16 || common == TFM_DTYPE_BF16
+               ? common
+               : TFM_DTYPE_F32;
+}
+
 /* Shard by shard, converts each planned tensor into its parameter of m,
  * checks it is finite, and closes the shard. */
 tfm_status tfm__hub_plan_load(const tfm__hub_plan *p, tfm__hub_shards *s,
+                              int keep_dtype, int map_in_place,
                               tfm_module *m)
 {
     for (int f = 0; f < s->n; f++) {
@@ -315,9 +353,31 @@ tfm_status tfm__hub_plan_load(const tfm__hub_plan *p, tfm__hub_shards *s,
                                  " has no parameter " TFM__HUB_QUOTED
                                  " of its size to go to",
                                  t->stored, t->ours);
+            int dtype = -1;
+            const void *bytes = NULL;
+            uint64_t nbytes = 0;
+            tfm_status st;
+            if ((keep_dtype != TFM_DTYPE_F32 || map_in_place) &&
+                whole(t, param) &&
+                tfm__safetensors_raw(s->files[f], t->stored, &dtype, &bytes,
+                                     &nbytes) == TFM_OK &&
+                (dtype == TFM_DTYPE_F32 || dtype == TFM_DTYPE_F16 ||
+                 dtype == TFM_DTYPE_BF16)) {
+                /* Bound as it lies (nn/weight_bind.h checks it finite). */
+                const int aligned =
+                    (uintptr_t)bytes % (dtype == TFM_DTYPE_F32 ? 4 : 2) == 0;
+                st = tfm__module_bind_param(
+                    m, t->ours, dtype, bytes, nbytes, keep_dtype,
+                    map_in_place && aligned
+                        ? tfm__safetensors_mapping(s->files[f])
+                        : NULL);
+                if (st != TFM_OK)
+                    return st;
+                continue;
+            }
             float *dst = param->data + t->offset;
-            tfm_status st = tfm__safetensors_read_into(
-                s->files[f], t->stored, t->transpose, dst);
+            st = tfm__safetensors_read_into(s->files[f], t->stored,
+                                            t->transpose, dst);
             if (st != TFM_OK)
                 return st;
             for (int64_t e = 0; e < numel; e++)
@@ -327,6 +387,23 @@ tfm_status tfm__hub_plan_load(const tfm__hub_plan *p, tfm__hub_shards *s,
                                      " has a non-finite "
                                      "value",
                                      t->stored);
+        }
+        /* Parameters read as float32 and now complete are converted
+         * before the next shard is read, so that float32 copies of one
+         * shard at most are alive at once. */
+        for (int i = 0; keep_dtype != TFM_DTYPE_F32 && i < p->n; i++) {
+            const tfm__hub_tensor *t = &p->t[i];
+            const tfm__param *param = NULL;
+            if (t->shard != f ||
+                tfm__module_find_param(m, t->ours, &param) != TFM_OK ||
+                !param->convertible || whole(t, param))
+                continue;
+            const int kept = kept_type(p, s, t->ours, f, keep_dtype);
+            if (kept >= 0 && kept != TFM_DTYPE_F32) {
+                tfm_status st = tfm__param_convert(param, kept);
+                if (st != TFM_OK)
+                    return st;
+            }
         }
         tfm_safetensors_close(s->files[f]);
         s->files[f] = NULL;
