@@ -323,6 +323,10 @@ tfm_status tfm__module_bind_param(tfm_module *m, const char *name, int dtype,
                          name, (unsigned long long)nbytes,
                          tfm_enum_name(TFM_ENUM_DTYPE, dtype),
                          (long long)rows, (long long)cols);
+    /* A mapping already shorter than the file it mapped (truncated in
+     * place) would fault when its pages are read: refused now. */
+    if (map && (st = tfm__mapping_check(map)) != TFM_OK)
+        return st;
     int target = keep_dtype == TFM_LOAD_DTYPE_AUTO ? dtype : keep_dtype;
     if (!p->convertible)
         target = TFM_DTYPE_F32;

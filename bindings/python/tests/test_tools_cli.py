@@ -10,7 +10,8 @@ import pytest
 
 from conftest import REPO
 
-TOOLS = ["tools/kjv_text.py", "tools/make_safetensors_testdata.py"]
+TOOLS = ["tools/kjv_text.py", "tools/kjv_quantized_bpc.py",
+         "tools/make_safetensors_testdata.py"]
 
 
 @pytest.mark.parametrize("tool", TOOLS)
