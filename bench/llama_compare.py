@@ -25,8 +25,8 @@ position table (kept F32).
 Measured, at each thread count, as llama-bench measures (-p 512 -n 128):
 prefill of 512 tokens into an empty cache (tokens/s) and decoding of 128
 tokens one at a time from an empty cache (tokens/s), mean of --reps runs
-after a warm-up; libtransformer through bench/decode_bench.c (a hub
-directory, tfm_module_quantize for the low-bit rows), llama.cpp through
+after a warm-up; libtransformer through bench/decode_bench.c (the same
+GGUF file, its weights kept as stored and mapped), llama.cpp through
 llama-bench (its defaults otherwise: F16 KV cache, flash attention auto).
 Peak RSS of each process (wait4), a plain memory-read rate (decode_bench
 --memread: summing a 1 GiB buffer at each thread count) and the weight bytes read per second
@@ -367,8 +367,11 @@ def main():
                               f"{pp['build_number']}, {pp['backends']}, "
                               f"{pp['cpu_info']}, type_k {pp['type_k']}, "
                               f"flash_attn {pp.get('flash_attn')}")
-                ours_out, rss_o = run_rss([bench, files[kind], "--threads",
-                                           str(t), "--dtype", d, "--reps",
+                # The same GGUF file on both sides: the weights exactly
+                # llama.cpp's, kept as stored and mapped (tfm_model_load_v2
+                # with dtype auto).
+                ours_out, rss_o = run_rss([bench, gg, "--threads", str(t),
+                                           "--dtype", "auto", "--reps",
                                            str(a.reps)])
                 o = json.loads(ours_out)
                 rows.append(dict(model=kind, dtype=d, threads=t,
