@@ -215,35 +215,31 @@ static void test_equal_negatives(void **state)
 static void test_huge_value(void **state)
 {
     (void)state;
-    /* 1e30 among ones.  Q8_0: d = 1e30 / 127 = 7.9e27 overflows fp16:
-     * 0x7c00 (+inf), as ggml stores it; id = 1 / d from the float32 d =
-     * 1.27e-28, so q[0] = roundf(1e30 * id) = 127 (the product is 127
-     * within a few ulps) and the ones give roundf(1.27e-28) = 0.
-     * Widening gives inf * 127 = +inf and inf * 0 = NaN: the block is
-     * what llama.cpp would store (tfm_module_quantize's caller sees a
-     * weight beyond fp16 scales; nothing here refuses it). */
+    /* 1e30 among ones.  Q8_0: d = 1e30 / 127 = 7.9e27 overflows binary16
+     * (largest finite 65504): ggml would store +inf (0x7c00) and widen
+     * the block to inf and NaN; we refuse it (TFM_ERR_OVERFLOW).  Q4_0:
+     * d = 1e30 / -8 likewise.  The largest block that fits: amax = 65504
+     * * 127 = 8319008 gives d = 65504 exactly (0x7bff), q = 127 for it. */
     float x[32];
     for (int i = 0; i < 32; i++)
         x[i] = 1.0f;
     x[0] = 1e30f;
-    unsigned char b[34];
+    unsigned char b[34], c[18];
+    assert_int_equal(tfm__quantize_row(TFM_DTYPE_Q8_0, x, 32, b),
+                     TFM_ERR_OVERFLOW);
+    assert_int_equal(tfm__quantize_row(TFM_DTYPE_Q4_0, x, 32, c),
+                     TFM_ERR_OVERFLOW);
+    x[0] = 8319008.0f;
     assert_int_equal(tfm__quantize_row(TFM_DTYPE_Q8_0, x, 32, b), TFM_OK);
-    assert_int_equal(le16(b), 0x7c00);
+    assert_int_equal(le16(b), 0x7bff);
     assert_int_equal(b[2], 127);
-    for (int i = 1; i < 32; i++)
-        assert_int_equal(b[2 + i], 0);
     float w[32];
     tfm__widen_row(TFM_DTYPE_Q8_0, b, 32, w);
-    assert_true(isinf(w[0]) && w[0] > 0);
-    assert_true(isnan(w[1]));
-    /* Q4_0: m = 1e30, d = -1.25e29 -> fp16 -inf (0xfc00); id = -8e-30;
-     * 1e30 * id = -8 -> 0.5 -> 0; 1 * id + 8.5 = 8.5 -> 8. */
-    unsigned char c[18];
-    assert_int_equal(tfm__quantize_row(TFM_DTYPE_Q4_0, x, 32, c), TFM_OK);
-    assert_int_equal(le16(c), 0xfc00);
-    assert_int_equal(c[2], 0x80);
-    for (int j = 1; j < 16; j++)
-        assert_int_equal(c[2 + j], 0x88);
+    assert_true(w[0] == 8319008.0f);
+    /* 9e6 / 127 = 70866 > 65504 (and rounds past 65520): refused. */
+    x[0] = 9e6f;
+    assert_int_equal(tfm__quantize_row(TFM_DTYPE_Q8_0, x, 32, b),
+                     TFM_ERR_OVERFLOW);
 }
 
 static void test_non_finite_refused(void **state)
@@ -308,13 +304,17 @@ static void test_half_ties(void **state)
      * i.e. infinity.  Subnormals step by 2^-24: 2^-25 ties to 0, 3 * 2^-25
      * to 2 * 2^-24 (0x0002), -3 * 2^-25 to 0x8002. */
     const float x[] = { 1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 65519.0f,
-                        65520.0f, 0x1p-25f, 0x3p-25f, -0x3p-25f };
-    const uint16_t want[] = { 0x3c00, 0x3c02, 0x7bff, 0x7c00, 0x0000,
-                              0x0002, 0x8002 };
+                        0x1p-25f, 0x3p-25f, -0x3p-25f };
+    const uint16_t want[] = { 0x3c00, 0x3c02, 0x7bff, 0x0000, 0x0002,
+                              0x8002 };
     unsigned char b[14];
-    assert_int_equal(tfm__quantize_row(TFM_DTYPE_F16, x, 7, b), TFM_OK);
-    for (int i = 0; i < 7; i++)
+    assert_int_equal(tfm__quantize_row(TFM_DTYPE_F16, x, 6, b), TFM_OK);
+    for (int i = 0; i < 6; i++)
         assert_int_equal(le16(b + 2 * i), want[i]);
+    /* 65520 would round to infinity: refused (TFM_ERR_OVERFLOW). */
+    const float big[] = { 1.0f, -65520.0f };
+    assert_int_equal(tfm__quantize_row(TFM_DTYPE_F16, big, 2, b),
+                     TFM_ERR_OVERFLOW);
     /* bfloat16 keeps 7 mantissa bits: 1 + 2^-8 ties to 1 (0x3f80),
      * 1 + 3 * 2^-8 to 1 + 2^-6 (0x3f82), -(1 + 3 * 2^-8) to 0xbf82. */
     const float y[] = { 1.0f + 0x1p-8f, 1.0f + 0x3p-8f, -1.0f - 0x3p-8f };

@@ -247,6 +247,13 @@ static void test_all_or_nothing(void **state)
     assert_non_null(strstr(tfm_last_error(), "layers.1.linear2.weight"));
     assert_int_equal(tfm_module_parameter_bytes(m),
                      4 * tfm_module_num_parameters(m));
+    /* 1e5 is past binary16's largest value (65504): F16 refused; Q8_0
+     * takes it (its block scale 1e5 / 127 fits binary16). */
+    data[5] = 1e5f;
+    assert_int_equal(tfm_module_quantize(m, TFM_DTYPE_F16), TFM_ERR_OVERFLOW);
+    assert_non_null(strstr(tfm_last_error(), "too large for F16"));
+    assert_int_equal(tfm_module_parameter_bytes(m),
+                     4 * tfm_module_num_parameters(m));
     data[5] = 0.0f;
     tfm_tensor *after = logits_of(m);
     assert_int_equal(tfm_module_quantize(m, TFM_DTYPE_Q8_0), TFM_OK);

@@ -47,7 +47,10 @@ extern "C" {
  * Errors: TFM_ERR_NULL_ARGUMENT, TFM_ERR_INVALID_ARGUMENT (dtype not one of
  * the five; a module in training mode; a weight whose rows are not a
  * multiple of 32 values for Q8_0 / Q4_0, named), TFM_ERR_NON_FINITE (a
- * weight holds NaN or an infinity, named), TFM_ERR_OUT_OF_MEMORY.  On
+ * weight holds NaN or an infinity, named), TFM_ERR_OVERFLOW (a value past
+ * binary16's range for F16, or a block whose scale would be, |x| above
+ * 65504 * 127 for Q8_0 and 65504 * 8 for Q4_0: llama.cpp would store an
+ * infinite scale), TFM_ERR_OUT_OF_MEMORY.  On
  * error no parameter has changed.  Not safe to call while another thread
  * uses the module.  Since 1.3. */
 TFM_API tfm_status tfm_module_quantize(tfm_module *module, tfm_dtype dtype);

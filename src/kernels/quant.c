@@ -149,6 +149,15 @@ tfm_status tfm__quantize_row(int dtype, const float *src, int64_t n,
             quantize_q4_0_block(src + i * TFM__QK, out + i * Q4_0_BYTES);
         break;
     }
+    /* A value (F16) or a block's scale (Q8_0, Q4_0) past binary16's range
+     * became an infinity: the weight cannot be stored so. */
+    const int64_t step = dtype == TFM_DTYPE_F16    ? 2
+                         : dtype == TFM_DTYPE_Q8_0 ? Q8_0_BYTES
+                         : dtype == TFM_DTYPE_Q4_0 ? Q4_0_BYTES
+                                                   : 0;
+    for (int64_t at = 0; step && at < bytes; at += step)
+        if ((get_u16(out + at) & 0x7c00u) == 0x7c00u)
+            return TFM_ERR_OVERFLOW;
     return TFM_OK;
 }
 

@@ -36,8 +36,11 @@ int64_t tfm__dtype_row_bytes(int dtype, int64_t n);
  * dtype into dst (tfm__dtype_row_bytes(dtype, n) bytes): F32 copies, F16
  * and BF16 round to nearest even, Q8_0 / Q4_0 as llama.cpp's reference
  * quantisation, bit for bit.  Returns TFM_OK, or TFM_ERR_NON_FINITE when
- * src holds NaN or an infinity (dst then unspecified; no message set), or
- * TFM_ERR_INVALID_ARGUMENT (bad dtype / n; no message set). */
+ * src holds NaN or an infinity (dst then unspecified; no message set),
+ * TFM_ERR_OVERFLOW when a value (F16) or a block's scale (Q8_0, Q4_0) is
+ * past binary16's range (it would read back as an infinity; llama.cpp
+ * stores it so), or TFM_ERR_INVALID_ARGUMENT (bad dtype / n; no message
+ * set). */
 tfm_status tfm__quantize_row(int dtype, const float *src, int64_t n,
                              void *dst);
 

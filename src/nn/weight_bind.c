@@ -106,6 +106,13 @@ static tfm_status row_error(tfm_status st, const tfm__param *p, int64_t r,
     if (st == TFM_ERR_NON_FINITE)
         return tfm__fail(st, "parameter %s has a non-finite value in row %lld",
                          p->name, (long long)r);
+    if (st == TFM_ERR_OVERFLOW)
+        return tfm__fail(st,
+                         "parameter %s has values in row %lld too large "
+                         "for %s (its binary16 %s would be infinite)",
+                         p->name, (long long)r,
+                         tfm_enum_name(TFM_ENUM_DTYPE, dtype),
+                         dtype == TFM_DTYPE_F16 ? "values" : "block scale");
     return tfm__fail(st, "parameter %s cannot be stored as %s", p->name,
                      tfm_enum_name(TFM_ENUM_DTYPE, dtype));
 }

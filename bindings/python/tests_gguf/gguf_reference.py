@@ -239,3 +239,17 @@ def write_llama(path, weights, config=LLAMA_CONFIG, qtype="F32",
         w.add_tensor(name, a)
     _finish(w)
     return back
+
+
+if __name__ == "__main__":
+    # A tiny random GGUF model to try a GGUF file with (README.md):
+    #   gguf_reference.py OUT.gguf [F32|F16|Q8_0|Q4_0] [gpt2|llama]
+    if len(sys.argv) < 2 or gguf is None:
+        sys.exit("usage: TFM_LLAMA_CPP=<llama.cpp checkout> gguf_reference.py "
+                 "OUT.gguf [F32|F16|Q8_0|Q4_0] [gpt2|llama]")
+    qtype = sys.argv[2] if len(sys.argv) > 2 else "Q8_0"
+    if (sys.argv[3] if len(sys.argv) > 3 else "gpt2") == "llama":
+        write_llama(sys.argv[1], R.random_weights(LLAMA_CONFIG), qtype=qtype)
+    else:
+        write_gpt2(sys.argv[1], G.random_weights(GPT2_CONFIG), qtype=qtype)
+    print(sys.argv[1])
