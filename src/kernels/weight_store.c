@@ -33,6 +33,19 @@ static size_t upper(const float *p)
     return lo;
 }
 
+/* e's view from the row holding w (a pointer inside e's range), and w's
+ * column in that row. */
+static void view_at(const entry *e, const float *w, tfm__wview *view,
+                    int64_t *col)
+{
+    const int64_t off = w - e->base;
+    const int64_t row = off / e->view.cols;
+    *view = e->view;
+    view->data += row * e->view.row_bytes;
+    view->rows -= row;
+    *col = off % e->view.cols;
+}
+
 tfm_status tfm__weight_store_reserve(size_t n)
 {
     pthread_rwlock_wrlock(&lock);
@@ -101,13 +114,7 @@ int tfm__weight_store_find(const float *w, tfm__wview *view, int64_t *col)
     pthread_rwlock_rdlock(&lock);
     const size_t at = upper(w);
     if (at > 0 && w < table[at - 1].end) {
-        const entry *e = &table[at - 1];
-        const int64_t off = w - e->base;
-        const int64_t row = off / e->view.cols;
-        *view = e->view;
-        view->data += row * e->view.row_bytes;
-        view->rows -= row;
-        *col = off % e->view.cols;
+        view_at(&table[at - 1], w, view, col);
         found = 1;
     }
     pthread_rwlock_unlock(&lock);
@@ -125,12 +132,7 @@ int64_t tfm__weight_store_span(const float *w, int64_t in, int64_t out,
     const size_t at = upper(w);
     if (at > 0 && w < table[at - 1].end) {
         const entry *e = &table[at - 1];
-        const int64_t off = w - e->base;
-        const int64_t row = off / e->view.cols;
-        *view = e->view;
-        view->data += row * e->view.row_bytes;
-        view->rows -= row;
-        *col = off % e->view.cols;
+        view_at(e, w, view, col);
         *stored = 1;
         /* Rows of `in` floats wholly inside the entry (at least one). */
         const int64_t fit = (e->end - w) / in;
