@@ -226,17 +226,19 @@ def write_gguf(kind, w, path, dtype, gguf):
 
 
 def run_rss(cmd, env=None):
-    """(stdout, peak RSS in MB) of cmd; exits on failure."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=env)
-    out = p.stdout.read()
-    err = p.stderr.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
+    """(stdout, peak RSS in MB) of cmd; exits on failure.  The peak is GNU
+    time's (%M, from the command's own wait4): a child forked from this
+    Python process would start its ru_maxrss at this process's size (the
+    random models' arrays), so wait4 here would report that instead."""
+    p = subprocess.run(["/usr/bin/time", "-f", "TFM_PEAK_RSS_KB %M"] + cmd,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       env=env)
+    err = p.stderr.decode(errors="replace")
     if p.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n"
-                 f"{err.decode(errors='replace')[-3000:]}")
-    return out.decode(), ru.ru_maxrss / 1024.0
+        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{err[-3000:]}")
+    kb = [ln.split()[1] for ln in err.splitlines()
+          if ln.startswith("TFM_PEAK_RSS_KB ")]
+    return p.stdout.decode(), int(kb[-1]) / 1024.0
 
 
 def memory_read_gbs(bench, threads):
