@@ -127,6 +127,36 @@ static double product_rate(int dtype, int64_t out, int64_t in,
     return best * 1e-9;
 }
 
+/* One-row products (sgemv) on a float32 panel of about 256 KiB that stays
+ * in cache (widened once, multiplied again and again): the rate of the
+ * product half of a stored-weight product, its widening left out. */
+static double cached_panel_rate(int64_t in, double seconds)
+{
+    int64_t rows = 256 * 1024 / 4 / in;
+    rows = rows < 1 ? 1 : rows;
+    float *p = malloc((size_t)(rows * in) * sizeof *p);
+    float *x = malloc((size_t)in * sizeof *x), *y = malloc((size_t)rows * 4);
+    if (!p || !x || !y)
+        return 0.0;
+    for (int64_t i = 0; i < rows * in; i++)
+        p[i] = next_value();
+    for (int64_t i = 0; i < in; i++)
+        x[i] = next_value();
+    int64_t n = 0;
+    const double t0 = now();
+    double t = t0;
+    while (t - t0 < seconds) {
+        for (int k = 0; k < 64; k++)
+            tfm__sgemm(0, 1, 1, rows, in, 1.0f, x, in, p, in, 0.0f, y, rows);
+        n += 64;
+        t = now();
+    }
+    free(p);
+    free(x);
+    free(y);
+    return (double)n * (double)(rows * in) / (t - t0);
+}
+
 int main(int argc, char **argv)
 {
     double seconds = 1.0;
@@ -179,6 +209,10 @@ int main(int argc, char **argv)
            openblas_get_config(), openblas_get_corename());
     printf("memory read (sum over 512 MiB): %.1f GB/s\n",
            memory_read(seconds) * 1e-9);
+    printf("sgemv on a cached 256 KiB float32 panel: %.1f (in 768), %.1f "
+           "(in 3072) G weights/s\n",
+           cached_panel_rate(768, seconds) * 1e-9,
+           cached_panel_rate(3072, seconds) * 1e-9);
     const int64_t shapes[3][2] = { { 768, 3072 }, { 3072, 768 },
                                    { 2048, 2048 } };
     const int types[] = { TFM_DTYPE_F32, TFM_DTYPE_BF16, TFM_DTYPE_F16,
