@@ -31,7 +31,8 @@ static void put(buf *b, const void *src, size_t n)
         b->p = realloc(b->p, b->cap);
         assert_non_null(b->p);
     }
-    memcpy(b->p + b->n, src, n);
+    if (n > 0) /* src may be NULL for nothing (UBSan: memcpy's nonnull) */
+        memcpy(b->p + b->n, src, n);
     b->n += n;
 }
 static void u32(buf *b, uint32_t v) { put(b, &v, 4); }
