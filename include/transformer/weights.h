@@ -104,7 +104,9 @@ TFM_API void tfm_load_options_init(tfm_load_options *options);
  * tfm_model_load, and TFM_ERR_INVALID_ARGUMENT (options->struct_size or
  * dtype invalid), TFM_ERR_UNSUPPORTED (a GGUF version other than 3, a
  * tensor type other than the five, named).  On error *out is unchanged
- * and nothing stays mapped.  Since 1.3. */
+ * and nothing stays mapped.  path and options are only read; on success
+ * *out is owned by the caller and freed with tfm_module_free, which also
+ * releases its mapping of the file.  Since 1.3. */
 TFM_API tfm_status tfm_model_load_v2(const char *path,
                                      const tfm_load_options *options,
                                      tfm_module **out);
